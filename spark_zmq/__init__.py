@@ -1,0 +1,44 @@
+"""spark-zmq: ZeroMQ for Apache Spark Structured Streaming.
+
+``import spark_zmq`` registers the ``zmq`` data source on the active SparkSession, if
+there is one; ``spark_zmq.register(spark)`` does it explicitly for a session created
+later. The pattern layer, ``spark_zmq.patterns``, works without Spark.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__version__ = "0.1.0"
+__all__ = ["register", "__version__"]
+
+
+def register(spark: "Optional[SparkSession]" = None) -> "SparkSession":
+    """Register the ``zmq`` data source on ``spark`` (default: the active session)."""
+    from pyspark.sql import SparkSession
+
+    from .datasource import ZmqDataSource
+
+    session = spark or SparkSession.getActiveSession()
+    if session is None:
+        raise RuntimeError(
+            "spark_zmq.register() needs a SparkSession: create one first "
+            "(SparkSession.builder.getOrCreate()) or pass it as register(spark)"
+        )
+    session.dataSource.register(ZmqDataSource)
+    return session
+
+
+def _register_on_active_session() -> None:
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:  # the pattern layer is usable without pyspark
+        return
+    if SparkSession.getActiveSession() is not None:
+        register()
+
+
+_register_on_active_session()

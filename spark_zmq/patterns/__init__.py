@@ -1,0 +1,55 @@
+"""ZeroMQ messaging patterns for the connector, usable without Spark.
+
+``Push``/``Pull`` (30/PIPELINE), ``Scatter``/``Gather`` (49/SCATTERGATHER, built here on the
+PUSH/PULL wire protocol because pyzmq's libzmq lacks draft sockets), ``Pub``/``Sub``/
+``XPub``/``XSub`` (29/PUBSUB). Every class is ``Cls(endpoints, *, hwm=None, **options)``
+with ``send(data, timeout=None)``, ``recv(timeout=None)``, ``close()`` and ``with`` support;
+timeouts are seconds and raise the built-in ``TimeoutError``.
+
+This package never imports Spark.
+"""
+
+from .base import PatternSocket, SocketClosedError
+from .endpoints import Endpoint, parse_endpoints
+from .pipeline import Pull, Push
+from .pubsub import Pub, Sub, XPub, XSub
+from .scattergather import Gather, Scatter
+
+PATTERNS: dict[str, type[PatternSocket]] = {
+    "push": Push,
+    "pull": Pull,
+    "scatter": Scatter,
+    "gather": Gather,
+    "pub": Pub,
+    "sub": Sub,
+    "xpub": XPub,
+    "xsub": XSub,
+}
+
+
+def socket_for(pattern: str) -> type[PatternSocket]:
+    """The class for a pattern name (``"pull"``, ``"gather"``, ...), with a clear error."""
+    try:
+        return PATTERNS[pattern.lower()]
+    except (KeyError, AttributeError):
+        raise ValueError(
+            f"unknown ZeroMQ pattern {pattern!r}; valid patterns: {', '.join(PATTERNS)}"
+        ) from None
+
+
+__all__ = [
+    "Endpoint",
+    "Gather",
+    "PATTERNS",
+    "PatternSocket",
+    "Pub",
+    "Pull",
+    "Push",
+    "Scatter",
+    "SocketClosedError",
+    "Sub",
+    "XPub",
+    "XSub",
+    "parse_endpoints",
+    "socket_for",
+]

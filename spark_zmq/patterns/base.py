@@ -1,0 +1,387 @@
+"""The shared machinery of every pattern class: options, endpoints, bounded waits.
+
+Why a layer over pyzmq at all: the connector needs the same few things from every socket
+(CZMQ-style endpoints, validated options, ``TimeoutError`` instead of ``zmq.Again``, a
+close that interrupts a blocked caller, batch receives for throughput), and SCATTER/GATHER
+(49/SCATTERGATHER) do not exist in pyzmq's bundled libzmq, so they are built here on the
+PUSH/PULL wire protocol with a lock for the thread-safety the RFC requires.
+
+Timeouts are in seconds (``None`` = wait forever, ``0`` = do not wait), as in ``queue.Queue``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, ClassVar, Iterable, Optional, Sequence, Union
+
+import zmq
+
+from .endpoints import Endpoint, EndpointsSpec, parse_endpoints
+
+__all__ = ["PatternSocket", "SocketClosedError", "Message", "Frames"]
+
+Message = Union[bytes, bytearray, memoryview]
+Frames = Union[Message, Sequence[Message]]
+
+# A blocked call re-checks for close() at least this often (seconds), so close() from
+# another thread never waits on a call that would otherwise block forever.
+_WAIT_SLICE_S = 0.1
+
+
+class SocketClosedError(RuntimeError):
+    """The socket was closed (possibly by another thread) while a call used it."""
+
+
+def _as_frame(data: Any, what: str) -> Message:
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return data
+    if isinstance(data, zmq.Frame):
+        return data.buffer
+    if isinstance(data, str):
+        raise TypeError(
+            f"{what} must be bytes-like (bytes, bytearray, memoryview), not str; "
+            f"encode it first, e.g. {data[:20]!r}.encode()"
+        )
+    raise TypeError(f"{what} must be bytes-like (bytes, bytearray, memoryview), not {type(data).__name__}")
+
+
+def _frame_len(frame: Message) -> int:
+    return frame.nbytes if isinstance(frame, memoryview) else len(frame)
+
+
+class PatternSocket:
+    """Base of ``Push``, ``Pull``, ``Scatter``, ``Gather``, ``Pub``, ``Sub``, ``XPub``, ``XSub``.
+
+    ``Cls(endpoints, *, hwm=None, **options)``; options are ``linger`` (ms, default 0 for
+    receivers and 1000 for senders), ``reconnect_ivl`` (ms), ``max_message_bytes``
+    (ZMQ_MAXMSGSIZE: a peer sending more is disconnected by libzmq; ``send`` refuses it
+    with ``ValueError``), ``immediate`` (ZMQ_IMMEDIATE: queue only to completed
+    connections), ``rcvbuf``/``sndbuf`` (kernel buffers, bytes) and ``context`` (a
+    ``zmq.Context``; by default the process-wide ``zmq.Context.instance()`` so that
+    ``inproc://`` works between instances in one process).
+    """
+
+    socket_type: ClassVar[int]
+    default_bind: ClassVar[bool]
+    can_send: ClassVar[bool] = False
+    can_recv: ClassVar[bool] = False
+    #: 49/SCATTERGATHER sockets refuse multipart messages.
+    single_part: ClassVar[bool] = False
+    default_linger_ms: ClassVar[int] = 0
+
+    _OPTIONS: ClassVar[tuple[str, ...]] = (
+        "linger",
+        "reconnect_ivl",
+        "max_message_bytes",
+        "immediate",
+        "rcvbuf",
+        "sndbuf",
+        "context",
+    )
+
+    def __init__(self, endpoints: EndpointsSpec, *, hwm: Optional[int] = None, **options: Any) -> None:
+        self._closed = True  # until the socket exists, so __del__/close are safe
+        unknown = sorted(set(options) - set(self._extra_options()) - set(self._OPTIONS))
+        if unknown:
+            valid = ", ".join(("hwm",) + self._OPTIONS + tuple(self._extra_options()))
+            raise TypeError(
+                f"unknown option(s) {', '.join(map(repr, unknown))} for {type(self).__name__}; "
+                f"valid options: {valid}"
+            )
+        self._endpoints: list[Endpoint] = parse_endpoints(endpoints, default_bind=self.default_bind)
+        self.max_message_bytes: Optional[int] = self._positive_int(
+            "max_message_bytes", options.get("max_message_bytes"), allow_none=True
+        )
+        hwm = self._positive_int("hwm", hwm, allow_none=True, allow_zero=True)
+        context = options.get("context") or zmq.Context.instance()
+        self._lock = threading.Lock()
+        self._socket: zmq.Socket = context.socket(self.socket_type)
+        self._closed = False
+        try:
+            sock = self._socket
+            sock.setsockopt(zmq.LINGER, int(options.get("linger", self.default_linger_ms)))
+            if hwm is not None:
+                sock.setsockopt(zmq.SNDHWM, hwm)
+                sock.setsockopt(zmq.RCVHWM, hwm)
+            if options.get("reconnect_ivl") is not None:
+                sock.setsockopt(zmq.RECONNECT_IVL, self._positive_int("reconnect_ivl", options["reconnect_ivl"]))
+            if self.max_message_bytes is not None:
+                sock.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)
+            if options.get("immediate"):
+                sock.setsockopt(zmq.IMMEDIATE, 1)
+            for name, opt in (("rcvbuf", zmq.RCVBUF), ("sndbuf", zmq.SNDBUF)):
+                if options.get(name) is not None:
+                    sock.setsockopt(opt, self._positive_int(name, options[name]))
+            self._configure(sock, options)
+            self._bound: list[str] = []
+            for endpoint in self._endpoints:
+                self._attach(sock, endpoint)
+        except BaseException:
+            self._socket.close(linger=0)
+            self._closed = True
+            raise
+
+    # -- construction helpers -------------------------------------------------------------
+
+    @classmethod
+    def _extra_options(cls) -> tuple[str, ...]:
+        """Options a subclass adds (e.g. ``topics`` for ``Sub``)."""
+        return ()
+
+    def _configure(self, sock: zmq.Socket, options: dict[str, Any]) -> None:
+        """Subclass hook, run before bind/connect (subscriptions, socket-type options)."""
+
+    @staticmethod
+    def _positive_int(name: str, value: Any, *, allow_none: bool = False, allow_zero: bool = False) -> Any:
+        if value is None and allow_none:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value < (0 if allow_zero else 1):
+            bound = "a non-negative" if allow_zero else "a positive"
+            raise ValueError(f"option {name!r} must be {bound} integer, got {value!r}")
+        return value
+
+    def _attach(self, sock: zmq.Socket, endpoint: Endpoint) -> None:
+        if endpoint.bind:
+            try:
+                sock.bind(endpoint.address)
+            except zmq.ZMQError as exc:
+                raise OSError(
+                    exc.errno,
+                    f"cannot bind {type(self).__name__} to {endpoint.address!r}: {exc.strerror}"
+                    + (" (is another process or query already bound to it?)" if exc.errno == zmq.EADDRINUSE else ""),
+                ) from exc
+            self._bound.append(sock.getsockopt_string(zmq.LAST_ENDPOINT))
+        else:
+            try:
+                sock.connect(endpoint.address)
+            except zmq.ZMQError as exc:
+                raise OSError(
+                    exc.errno, f"cannot connect {type(self).__name__} to {endpoint.address!r}: {exc.strerror}"
+                ) from exc
+
+    # -- introspection ----------------------------------------------------------------------
+
+    @property
+    def endpoints(self) -> list[Endpoint]:
+        """The parsed endpoints, as given."""
+        return list(self._endpoints)
+
+    @property
+    def bound_addresses(self) -> list[str]:
+        """Actual addresses of the bound endpoints (a ``*`` port resolved to the real one)."""
+        return list(self._bound)
+
+    @property
+    def last_endpoint(self) -> str:
+        """The last bound address, e.g. ``tcp://127.0.0.1:49152`` after binding ``tcp://127.0.0.1:*``."""
+        if not self._bound:
+            raise ValueError(f"{type(self).__name__} has no bound endpoint")
+        return self._bound[-1]
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def zmq_socket(self) -> zmq.Socket:
+        """The underlying pyzmq socket, for monitors and options this layer does not wrap."""
+        return self._socket
+
+    # -- waiting --------------------------------------------------------------------------
+
+    def _acquire(self, deadline: Optional[float]) -> None:
+        if deadline is None:
+            while not self._lock.acquire(timeout=_WAIT_SLICE_S):
+                self._check_open()
+        else:
+            if not self._lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                raise TimeoutError(f"{type(self).__name__}: timed out waiting for another thread using the socket")
+        if self._closed:
+            self._lock.release()
+            self._check_open()
+
+    def _check_open(self) -> None:
+        if self._closed or self._closing:
+            raise SocketClosedError(f"{type(self).__name__} is closed")
+
+    def _wait(self, event: int, deadline: Optional[float], what: str) -> None:
+        """Poll (lock held) until ``event`` is ready, the deadline passes, or close() is called."""
+        while True:
+            if deadline is None:
+                slice_s = _WAIT_SLICE_S
+            else:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(f"{type(self).__name__}.{what} timed out{self._timeout_hint(what)}")
+                slice_s = min(_WAIT_SLICE_S, remaining)
+            if self._socket.poll(max(1, int(slice_s * 1000)), event):
+                return
+            if self._closing:
+                raise SocketClosedError(f"{type(self).__name__} was closed during {what}")
+
+    def _timeout_hint(self, what: str) -> str:
+        if what == "send":
+            return f" (no peer available on {', '.join(map(str, self._endpoints))})"
+        return ""
+
+    @staticmethod
+    def _deadline(timeout: Optional[float]) -> Optional[float]:
+        if timeout is None:
+            return None
+        if timeout < 0:
+            raise ValueError(f"timeout must be None or >= 0 seconds, got {timeout!r}")
+        return time.monotonic() + timeout
+
+    _closing = False
+
+    # -- sending --------------------------------------------------------------------------
+
+    def _frames(self, data: Frames) -> list[Message]:
+        if isinstance(data, (list, tuple)):
+            if self.single_part:
+                raise ValueError(
+                    f"{type(self).__name__} sends single-part messages only (49/SCATTERGATHER); "
+                    f"got a {type(data).__name__} of {len(data)} frames"
+                )
+            if not data:
+                raise ValueError("cannot send a message with no frames")
+            frames = [_as_frame(f, "each frame") for f in data]
+        else:
+            frames = [_as_frame(data, "the message")]
+        if self.max_message_bytes is not None:
+            for frame in frames:
+                if _frame_len(frame) > self.max_message_bytes:
+                    raise ValueError(
+                        f"message of {_frame_len(frame)} bytes exceeds max_message_bytes="
+                        f"{self.max_message_bytes}; peers with the same limit would disconnect"
+                    )
+        return frames
+
+    def send(self, data: Frames, timeout: Optional[float] = None) -> None:
+        """Send one message (bytes-like, or a list of frames where the pattern allows).
+
+        Blocks while no peer is available (``timeout`` seconds at most, then
+        ``TimeoutError``); never discards what it cannot queue.
+        """
+        if not self.can_send:
+            raise TypeError(f"{type(self).__name__} only receives; it has no send()")
+        frames = self._frames(data)
+        deadline = self._deadline(timeout)
+        self._acquire(deadline)
+        try:
+            self._send_locked(frames, deadline)
+        finally:
+            self._lock.release()
+
+    def _send_locked(self, frames: list[Message], deadline: Optional[float]) -> None:
+        sock = self._socket
+        while True:
+            try:
+                if len(frames) == 1:
+                    sock.send(frames[0], zmq.NOBLOCK, copy=_frame_len(frames[0]) < 65536)
+                else:
+                    sock.send_multipart(frames, zmq.NOBLOCK, copy=False)
+                return
+            except zmq.Again:
+                self._wait(zmq.POLLOUT, deadline, "send")
+
+    # -- receiving ------------------------------------------------------------------------
+
+    def recv_multipart(self, timeout: Optional[float] = None) -> list[bytes]:
+        """Receive one whole message as its list of frames."""
+        batch = self.recv_batch(1, timeout)
+        return batch[0]
+
+    def recv(self, timeout: Optional[float] = None) -> bytes:
+        """Receive one message and return its body: the only frame, or the last frame of a
+        multi-frame message (the payload of a ``[topic, payload]`` message). Use
+        ``recv_multipart`` to see every frame."""
+        return self.recv_multipart(timeout)[-1]
+
+    def recv_batch(self, max_messages: int, timeout: Optional[float] = None) -> list[list[bytes]]:
+        """Wait up to ``timeout`` for one message, then take up to ``max_messages`` that are
+        already queued without waiting again. One lock round-trip for many messages: this
+        is the receive loop's fast path."""
+        if not self.can_recv:
+            raise TypeError(f"{type(self).__name__} only sends; it has no recv()")
+        if max_messages < 1:
+            raise ValueError(f"max_messages must be >= 1, got {max_messages!r}")
+        deadline = self._deadline(timeout)
+        self._acquire(deadline)
+        try:
+            return self._recv_batch_locked(max_messages, deadline)
+        finally:
+            self._lock.release()
+
+    def _recv_batch_locked(self, max_messages: int, deadline: Optional[float]) -> list[list[bytes]]:
+        out: list[list[bytes]] = []
+        recv_one = self._recv_one_nowait
+        while True:
+            message = recv_one()
+            if message is not None:
+                out.append(message)
+                break
+            self._wait(zmq.POLLIN, deadline, "recv")
+        while len(out) < max_messages:
+            message = recv_one()
+            if message is None:
+                break
+            out.append(message)
+        return out
+
+    def _recv_one_nowait(self) -> Optional[list[bytes]]:
+        """One whole message or ``None`` if nothing is queued (subclasses filter here)."""
+        try:
+            return self._socket.recv_multipart(zmq.NOBLOCK)
+        except zmq.Again:
+            return None
+
+    # -- lifetime -------------------------------------------------------------------------
+
+    def close(self, linger: Optional[int] = None) -> None:
+        """Close the socket; a call blocked in another thread raises ``SocketClosedError``.
+
+        ``linger`` (ms) overrides the socket's linger for pending outgoing messages.
+        """
+        if self._closed:
+            return
+        self._closing = True
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._socket.close(linger=linger)
+
+    def __enter__(self) -> "PatternSocket":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            if not self._closed:
+                self._socket.close(linger=0)
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else ",".join(map(str, self._endpoints))
+        return f"<{type(self).__name__} {state}>"
+
+
+def _topic_bytes(topic: Union[str, bytes], option: str = "topics") -> bytes:
+    if isinstance(topic, str):
+        return topic.encode("utf-8")
+    if isinstance(topic, (bytes, bytearray, memoryview)):
+        return bytes(topic)
+    raise TypeError(f"{option} entries must be str or bytes, not {type(topic).__name__}")
+
+
+def topics_list(topics: Union[None, str, bytes, Iterable[Union[str, bytes]]], option: str = "topics") -> list[bytes]:
+    """Normalise ``topics`` (a str/bytes prefix, an iterable of them, or None = everything)."""
+    if topics is None:
+        return [b""]
+    if isinstance(topics, (str, bytes, bytearray, memoryview)):
+        return [_topic_bytes(topics, option)]
+    return [_topic_bytes(t, option) for t in topics] or [b""]

@@ -1,0 +1,135 @@
+"""29/PUBSUB: PUB, SUB, XPUB, XSUB.
+
+libzmq carries the RFC's rules (per-subscriber queues, prefix matching on the first frame,
+drop at the high-water mark, PUB never blocks). These classes add subscriptions given at
+construction (``topics``), helpers to read and send subscription commands on XPUB/XSUB, and
+the endpoint syntax: PUB/XPUB bind by default, SUB/XSUB connect by default.
+
+A topic message is usually two frames, ``[topic, payload]``: ``send([topic, payload])`` on
+the publisher, ``recv_multipart()`` on the subscriber (``recv()`` returns the payload).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Iterable, Optional, Union
+
+import zmq
+
+from .base import PatternSocket, topics_list, _topic_bytes
+
+__all__ = ["Pub", "Sub", "XPub", "XSub", "Topics"]
+
+Topics = Union[None, str, bytes, Iterable[Union[str, bytes]]]
+
+
+class Pub(PatternSocket):
+    """Broadcast to matching subscribers; never blocks, drops for a subscriber whose queue
+    is at the high-water mark (as the RFC requires). Binds by default."""
+
+    socket_type: ClassVar[int] = zmq.PUB
+    default_bind: ClassVar[bool] = True
+    can_send: ClassVar[bool] = True
+    default_linger_ms: ClassVar[int] = 1000
+
+
+class Sub(PatternSocket):
+    """Receive messages whose first frame starts with one of ``topics`` (prefix match).
+
+    ``topics``: a str/bytes prefix or an iterable of them; ``None`` or ``""`` = everything.
+    Connects by default.
+    """
+
+    socket_type: ClassVar[int] = zmq.SUB
+    default_bind: ClassVar[bool] = False
+    can_recv: ClassVar[bool] = True
+
+    @classmethod
+    def _extra_options(cls) -> tuple[str, ...]:
+        return ("topics",)
+
+    def _configure(self, sock: zmq.Socket, options: dict[str, Any]) -> None:
+        self.topics: list[bytes] = []
+        for topic in topics_list(options.get("topics")):
+            sock.setsockopt(zmq.SUBSCRIBE, topic)
+            self.topics.append(topic)
+
+    def subscribe(self, topic: Union[str, bytes]) -> None:
+        """Add a prefix subscription."""
+        topic_b = _topic_bytes(topic, "topic")
+        self._acquire(None)
+        try:
+            self._socket.setsockopt(zmq.SUBSCRIBE, topic_b)
+            self.topics.append(topic_b)
+        finally:
+            self._lock.release()
+
+    def unsubscribe(self, topic: Union[str, bytes]) -> None:
+        """Remove a prefix subscription added earlier."""
+        topic_b = _topic_bytes(topic, "topic")
+        self._acquire(None)
+        try:
+            self._socket.setsockopt(zmq.UNSUBSCRIBE, topic_b)
+            if topic_b in self.topics:
+                self.topics.remove(topic_b)
+        finally:
+            self._lock.release()
+
+
+class XPub(PatternSocket):
+    """A PUB that delivers subscribe/unsubscribe commands to the application.
+
+    ``recv()`` returns the raw command (``b"\\x01" + topic`` or ``b"\\x00" + topic``);
+    ``recv_subscription()`` decodes it to ``(subscribed, topic)``. ``verbose=True`` passes
+    duplicate subscriptions through too (ZMQ_XPUB_VERBOSE). Binds by default.
+    """
+
+    socket_type: ClassVar[int] = zmq.XPUB
+    default_bind: ClassVar[bool] = True
+    can_send: ClassVar[bool] = True
+    can_recv: ClassVar[bool] = True
+    default_linger_ms: ClassVar[int] = 1000
+
+    @classmethod
+    def _extra_options(cls) -> tuple[str, ...]:
+        return ("verbose",)
+
+    def _configure(self, sock: zmq.Socket, options: dict[str, Any]) -> None:
+        if options.get("verbose"):
+            sock.setsockopt(zmq.XPUB_VERBOSE, 1)
+
+    def recv_subscription(self, timeout: Optional[float] = None) -> tuple[bool, bytes]:
+        """Wait for the next subscription command: ``(True, topic)`` or ``(False, topic)``."""
+        while True:
+            message = self.recv(timeout)
+            if message[:1] in (b"\x00", b"\x01"):
+                return message[:1] == b"\x01", message[1:]
+
+
+class XSub(PatternSocket):
+    """A SUB that sends messages and subscription commands upstream. Connects by default.
+
+    Starts with no subscription unless ``topics`` is given; ``subscribe``/``unsubscribe``
+    send the commands to every connected publisher.
+    """
+
+    socket_type: ClassVar[int] = zmq.XSUB
+    default_bind: ClassVar[bool] = False
+    can_send: ClassVar[bool] = True
+    can_recv: ClassVar[bool] = True
+
+    @classmethod
+    def _extra_options(cls) -> tuple[str, ...]:
+        return ("topics",)
+
+    def _configure(self, sock: zmq.Socket, options: dict[str, Any]) -> None:
+        # libzmq keeps an XSUB's subscriptions and replays them to every publisher that
+        # attaches later, so they can be sent before bind/connect.
+        if options.get("topics") is not None:
+            for topic in topics_list(options["topics"]):
+                sock.send(b"\x01" + topic)
+
+    def subscribe(self, topic: Union[str, bytes], timeout: Optional[float] = None) -> None:
+        self.send(b"\x01" + _topic_bytes(topic, "topic"), timeout)
+
+    def unsubscribe(self, topic: Union[str, bytes], timeout: Optional[float] = None) -> None:
+        self.send(b"\x00" + _topic_bytes(topic, "topic"), timeout)
