@@ -1,0 +1,60 @@
+"""The ``zmq`` Python data source: the entry point Spark instantiates.
+
+It only validates options and hands off: reading lives in ``spark_zmq.source``, writing
+in ``spark_zmq.sink``. Spark builds this object in short-lived planning processes as
+well as in the long-lived streaming process, so nothing here opens a socket.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
+from pyspark.sql.types import StructType
+
+from .options import OptionError, SinkOptions, SourceOptions
+from .schemas import fixed_schema
+
+__all__ = ["ZmqDataSource"]
+
+
+class ZmqDataSource(DataSource):
+    """``format("zmq")``: ZeroMQ PULL/GATHER/SUB in, PUSH/SCATTER/PUB out."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "zmq"
+
+    def schema(self) -> StructType:
+        fmt = self.options.get("format", "raw").strip().lower()
+        schema = fixed_schema(fmt)
+        if schema is None:
+            raise OptionError(
+                f"format {fmt!r} needs the schema of the messages: "
+                "spark.readStream.format('zmq').schema('sensor string, reading double')..."
+            )
+        return schema
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        from .source.batch import ZmqBatchReader
+
+        return ZmqBatchReader(SourceOptions.parse(self.options), schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from .source.stream import ZmqStreamReader
+
+        return ZmqStreamReader(SourceOptions.parse(self.options), schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from .sink.writer import ZmqBatchWriter
+
+        return ZmqBatchWriter(SinkOptions.parse(self.options), schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from .sink.writer import ZmqStreamWriter
+
+        return ZmqStreamWriter(SinkOptions.parse(self.options), schema)
