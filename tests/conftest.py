@@ -24,6 +24,7 @@ def spark(tmp_path_factory):
         SparkSession.builder.master("local[2]")
         .appName("spark-zmq-tests")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.default.parallelism", "2")
         .config("spark.pyspark.python", sys.executable)

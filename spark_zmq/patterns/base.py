@@ -299,10 +299,13 @@ class PatternSocket:
         ``recv_multipart`` to see every frame."""
         return self.recv_multipart(timeout)[-1]
 
-    def recv_batch(self, max_messages: int, timeout: Optional[float] = None) -> list[list[bytes]]:
-        """Wait up to ``timeout`` for one message, then take up to ``max_messages`` that are
-        already queued without waiting again. One lock round-trip for many messages: this
-        is the receive loop's fast path."""
+    def recv_batch(
+        self, max_messages: int, timeout: Optional[float] = None, max_bytes: Optional[int] = None
+    ) -> list[list[bytes]]:
+        """Wait up to ``timeout`` for one message, then take up to ``max_messages`` (and
+        about ``max_bytes`` of frames, at least one message) that are already queued,
+        without waiting again. One lock round-trip for many messages: this is the receive
+        loop's fast path."""
         if not self.can_recv:
             raise TypeError(f"{type(self).__name__} only sends; it has no recv()")
         if max_messages < 1:
@@ -310,11 +313,13 @@ class PatternSocket:
         deadline = self._deadline(timeout)
         self._acquire(deadline)
         try:
-            return self._recv_batch_locked(max_messages, deadline)
+            return self._recv_batch_locked(max_messages, deadline, max_bytes)
         finally:
             self._lock.release()
 
-    def _recv_batch_locked(self, max_messages: int, deadline: Optional[float]) -> list[list[bytes]]:
+    def _recv_batch_locked(
+        self, max_messages: int, deadline: Optional[float], max_bytes: Optional[int] = None
+    ) -> list[list[bytes]]:
         out: list[list[bytes]] = []
         recv_one = self._recv_one_nowait
         while True:
@@ -323,11 +328,20 @@ class PatternSocket:
                 out.append(message)
                 break
             self._wait(zmq.POLLIN, deadline, "recv")
-        while len(out) < max_messages:
+        if max_bytes is None:
+            while len(out) < max_messages:
+                message = recv_one()
+                if message is None:
+                    break
+                out.append(message)
+            return out
+        size = sum(map(len, out[0]))
+        while len(out) < max_messages and size < max_bytes:
             message = recv_one()
             if message is None:
                 break
             out.append(message)
+            size += sum(map(len, message))
         return out
 
     def _recv_one_nowait(self) -> Optional[list[bytes]]:

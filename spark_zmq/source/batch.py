@@ -1,0 +1,101 @@
+"""``spark.read.format("zmq")``: a bounded read of what arrives now.
+
+Receives on the driver while Spark plans the read, until ``maxMessages`` messages or
+``timeout`` seconds without a message, whichever first, then hands the messages to the
+read tasks inside their partitions. A ZeroMQ stream cannot be re-read, so every action
+that plans the DataFrame again receives again: ``cache()`` it to reuse one read.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Iterator, Sequence
+
+import pyarrow as pa
+import zmq
+from pyspark.sql.datasource import DataSourceReader, InputPartition
+from pyspark.sql.types import StructType
+
+from ..options import SourceOptions
+from .decode import Decoder
+from .partitions import InlineMessages
+from .receiver import messages_to_batch, open_channel_socket
+from .spool import SPOOL_SCHEMA
+
+__all__ = ["ZmqBatchReader", "receive_bounded"]
+
+_MESSAGES_PER_PARTITION = 50_000
+
+
+def receive_bounded(options: SourceOptions) -> list[list[list[bytes]]]:
+    """Messages per channel, until ``max_messages`` in all or ``timeout`` s of silence."""
+    sockets = [
+        open_channel_socket(options.pattern, endpoint, hwm=options.hwm, topics=options.topics)
+        for endpoint in options.endpoints
+    ]
+    received: list[list[list[bytes]]] = [[] for _ in sockets]
+    try:
+        poller = zmq.Poller()
+        for socket in sockets:
+            poller.register(socket.zmq_socket, zmq.POLLIN)
+        total = 0
+        idle_deadline = time.monotonic() + options.timeout
+        while total < options.max_messages:
+            remaining = idle_deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            ready = dict(poller.poll(max(1, int(remaining * 1000))))
+            got = 0
+            for channel, socket in enumerate(sockets):
+                if socket.zmq_socket not in ready or total + got >= options.max_messages:
+                    continue
+                try:
+                    messages = socket.recv_batch(options.max_messages - total - got, timeout=0)
+                except TimeoutError:
+                    continue
+                received[channel].extend(messages)
+                got += len(messages)
+            if got:
+                total += got
+                idle_deadline = time.monotonic() + options.timeout
+    finally:
+        for socket in sockets:
+            socket.close(linger=0)
+    return received
+
+
+def _to_ipc(batch: pa.RecordBatch) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, SPOOL_SCHEMA) as writer:
+        writer.write_batch(batch)
+    return sink.getvalue().to_pybytes()
+
+
+class ZmqBatchReader(DataSourceReader):
+    """Bounded batch read; partitions carry the received messages."""
+
+    def __init__(self, options: SourceOptions, schema: StructType) -> None:
+        self.options = options
+        self.schema = schema
+        Decoder(options.format, schema, mode=options.mode, corrupt_column=options.corrupt_column)  # validate early
+
+    def partitions(self) -> Sequence[InputPartition]:
+        now_us = time.time_ns() // 1000
+        parts: list[InputPartition] = []
+        for channel, messages in enumerate(receive_bounded(self.options)):
+            pieces = max(self.options.min_partitions or 1, math.ceil(len(messages) / _MESSAGES_PER_PARTITION))
+            step = max(1, math.ceil(len(messages) / pieces))
+            for lo in range(0, len(messages), step):
+                batch = messages_to_batch(messages[lo : lo + step], self.options.format, now_us)
+                parts.append(InlineMessages(channel, lo, _to_ipc(batch)))
+        return parts
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, InlineMessages):  # Spark's placeholder when nothing arrived
+            return
+        decoder = Decoder(self.options.format, self.schema, mode=self.options.mode, corrupt_column=self.options.corrupt_column)
+        offset = partition.first_offset
+        for batch in pa.ipc.open_stream(pa.py_buffer(partition.ipc)):
+            yield from decoder.decode(batch, partition.channel, offset)
+            offset += batch.num_rows

@@ -1,0 +1,29 @@
+"""Input partitions: what one Spark read task is told to read (must pickle small)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql.datasource import InputPartition
+
+__all__ = ["SpoolRange", "InlineMessages"]
+
+
+@dataclass
+class SpoolRange(InputPartition):
+    """Messages ``[start, end)`` of one channel, read from the spool."""
+
+    spool_dir: str
+    channel: int
+    start: int
+    end: int
+
+
+@dataclass
+class InlineMessages(InputPartition):
+    """A bounded batch read's messages, carried in the partition itself (Arrow IPC bytes of
+    spool batches): the driver received them, the executors decode them."""
+
+    channel: int
+    first_offset: int
+    ipc: bytes
