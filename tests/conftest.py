@@ -41,6 +41,15 @@ def spark(tmp_path_factory):
     session.stop()
 
 
+@pytest.fixture(autouse=True)
+def _close_test_producers():
+    """Producers keep their sockets open for the whole test; close them after it."""
+    yield
+    from zmqtest import close_producers
+
+    close_producers()
+
+
 @pytest.fixture
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 right now (for endpoints a Spark process binds)."""

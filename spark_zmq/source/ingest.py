@@ -26,6 +26,9 @@ class IngestRuntime:
             options.spool_dir, len(options.endpoints), fsync=options.spool_fsync, max_bytes=options.max_spool_bytes
         )
         self.budget = SpoolBudget(options.max_spool_bytes, self.spool.channels)
+        #: where the spool ended when this query started: startingOffsets=latest begins here,
+        #: whichever offset call (initialOffset or prepareForTriggerAvailableNow) came first.
+        self.start_offsets = self.spool.latest()
         self.receivers: list[Receiver] = []
         try:
             for endpoint, channel_log in zip(options.endpoints, self.spool.channels):

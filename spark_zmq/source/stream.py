@@ -81,7 +81,7 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         runtime = self._ingest()
         if self.options.starting_offsets == "earliest":
             return runtime.spool.earliest()
-        return runtime.latest()
+        return dict(runtime.start_offsets)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_rows_per_trigger is not None:

@@ -1,0 +1,136 @@
+"""Shared helpers for tests that drive the connector through Spark on real sockets."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Callable, Iterable, Optional, Sequence
+
+import pyarrow as pa
+import zmq
+
+
+def wait_until(predicate: Callable[[], object], timeout: float, what: str, interval: float = 0.05):
+    """Poll ``predicate`` until it is truthy; fail naming ``what`` after ``timeout`` seconds.
+    A bounded retry loop on an observable condition, not a sleep standing in for one."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+OPEN_PRODUCERS: list = []
+
+
+class Producer(threading.Thread):
+    """A plain pyzmq PUSH (or PUB) producer on its own thread, sending given messages.
+
+    Its socket stays open until the test ends (``close_producers``): libzmq drops the queue
+    of a socket closed before its connection was ever made, so closing right after the
+    last send would lose messages whenever the query binds late.
+    """
+
+    def __init__(self, endpoint: str, messages: Iterable, *, socket_type: int = zmq.PUSH,
+                 hwm: int = 100_000, bind: bool = False, rate: Optional[float] = None) -> None:
+        super().__init__(daemon=True)
+        self.context = zmq.Context.instance()
+        self.socket = self.context.socket(socket_type)
+        self.socket.setsockopt(zmq.SNDHWM, hwm)
+        self.socket.setsockopt(zmq.LINGER, 5000)
+        self.socket.setsockopt(zmq.RECONNECT_IVL, 20)
+        (self.socket.bind if bind else self.socket.connect)(endpoint)
+        self.messages = messages
+        self.sent = 0
+        self.blocked = 0
+        self.error: Optional[BaseException] = None
+        self.stop_flag = threading.Event()
+        self.rate = rate  # messages/s: shapes the load (pacing), never used to synchronise
+        OPEN_PRODUCERS.append(self)
+
+    def run(self) -> None:
+        started = time.monotonic()
+        try:
+            for message in self.messages:
+                if self.rate and self.sent % 100 == 0:
+                    ahead = started + self.sent / self.rate - time.monotonic()
+                    if ahead > 0:
+                        time.sleep(ahead)
+                while True:
+                    try:
+                        if isinstance(message, (list, tuple)):
+                            self.socket.send_multipart(message, zmq.NOBLOCK)
+                        else:
+                            self.socket.send(message, zmq.NOBLOCK)
+                        break
+                    except zmq.Again:
+                        self.blocked += 1
+                        if self.stop_flag.is_set():
+                            return
+                        self.socket.poll(50, zmq.POLLOUT)
+                self.sent += 1
+                if self.stop_flag.is_set():
+                    return
+        except BaseException as exc:  # reported by finish()
+            self.error = exc
+
+    def finish(self, timeout: float = 120) -> None:
+        self.join(timeout)
+        assert not self.is_alive(), f"producer still sending after {timeout}s ({self.sent} sent)"
+        assert self.error is None, self.error
+
+
+def close_producers() -> None:
+    while OPEN_PRODUCERS:
+        producer = OPEN_PRODUCERS.pop()
+        producer.stop_flag.set()
+        producer.join(5)
+        producer.socket.close(0)
+
+
+def numbered(n: int, start: int = 0, fmt: bytes = b"msg-%d") -> list[bytes]:
+    return [fmt % i for i in range(start, start + n)]
+
+
+def arrow_message(batch: pa.RecordBatch) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return sink.getvalue().to_pybytes()
+
+
+def reader_pid(spool_dir: str) -> int:
+    """The pid of the driver-side process that owns the spool (written in its LOCK file)."""
+    with open(os.path.join(spool_dir, "LOCK")) as f:
+        return int(f.read().strip())
+
+
+def rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for pid {pid}")
+
+
+def dir_bytes(path: str) -> int:
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.path.getsize(os.path.join(root, name))
+            except FileNotFoundError:
+                pass
+    return total
+
+
+def stop_all(queries: Sequence) -> None:
+    for q in queries:
+        try:
+            q.stop()
+        except Exception:
+            pass
