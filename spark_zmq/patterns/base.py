@@ -28,22 +28,34 @@ Frames = Union[Message, Sequence[Message]]
 # another thread never waits on a call that would otherwise block forever.
 _WAIT_SLICE_S = 0.1
 
+# Frames at least this large (immutable ``bytes`` only) are handed to libzmq without a copy.
+_ZERO_COPY_MIN_BYTES = 65536
+
 
 class SocketClosedError(RuntimeError):
     """The socket was closed (possibly by another thread) while a call used it."""
 
 
+def _short_repr(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _as_frame(data: Any, what: str) -> Message:
+    """``data`` as a bytes-like frame, or a ``TypeError`` naming the value and what is valid."""
     if isinstance(data, (bytes, bytearray, memoryview)):
         return data
     if isinstance(data, zmq.Frame):
         return data.buffer
     if isinstance(data, str):
         raise TypeError(
-            f"{what} must be bytes-like (bytes, bytearray, memoryview), not str; "
+            f"{what} must be bytes-like (bytes, bytearray, memoryview), not str {_short_repr(data)}; "
             f"encode it first, e.g. {data[:20]!r}.encode()"
         )
-    raise TypeError(f"{what} must be bytes-like (bytes, bytearray, memoryview), not {type(data).__name__}")
+    raise TypeError(
+        f"{what} must be bytes-like (bytes, bytearray, memoryview), "
+        f"not {type(data).__name__} {_short_repr(data)}"
+    )
 
 
 def _frame_len(frame: Message) -> int:
@@ -100,7 +112,7 @@ class PatternSocket:
         self._closed = False
         try:
             sock = self._socket
-            sock.setsockopt(zmq.LINGER, int(options.get("linger", self.default_linger_ms)))
+            sock.setsockopt(zmq.LINGER, self._linger_ms(options.get("linger", self.default_linger_ms)))
             if hwm is not None:
                 sock.setsockopt(zmq.SNDHWM, hwm)
                 sock.setsockopt(zmq.RCVHWM, hwm)
@@ -139,6 +151,16 @@ class PatternSocket:
         if isinstance(value, bool) or not isinstance(value, int) or value < (0 if allow_zero else 1):
             bound = "a non-negative" if allow_zero else "a positive"
             raise ValueError(f"option {name!r} must be {bound} integer, got {value!r}")
+        return value
+
+    @staticmethod
+    def _linger_ms(value: Any) -> int:
+        """ZMQ_LINGER: ``-1`` (wait forever), ``0`` (discard at once) or milliseconds."""
+        if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+            raise ValueError(
+                f"option 'linger' must be an integer number of milliseconds >= 0, or -1 to wait "
+                f"forever, got {value!r}"
+            )
         return value
 
     def _attach(self, sock: zmq.Socket, endpoint: Endpoint) -> None:
@@ -206,19 +228,26 @@ class PatternSocket:
             raise SocketClosedError(f"{type(self).__name__} is closed")
 
     def _wait(self, event: int, deadline: Optional[float], what: str) -> None:
-        """Poll (lock held) until ``event`` is ready, the deadline passes, or close() is called."""
+        """Poll (lock held) until ``event`` is ready, the deadline passes, or close() is called.
+
+        The socket is polled at least once, even when the deadline has already passed
+        (``timeout=0``): libzmq throttles command processing in a non-blocking send, so a
+        peer's "queue has room again" (activate_write) may still be pending when the send
+        fails with EAGAIN, and only a poll processes it. Raising ``TimeoutError`` without that
+        poll made ``send(timeout=0)`` fail spuriously right after a receiver drained the
+        queue (30/PIPELINE: a peer whose queue is not full is available).
+        """
         while True:
             if deadline is None:
                 slice_s = _WAIT_SLICE_S
             else:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise TimeoutError(f"{type(self).__name__}.{what} timed out{self._timeout_hint(what)}")
-                slice_s = min(_WAIT_SLICE_S, remaining)
-            if self._socket.poll(max(1, int(slice_s * 1000)), event):
+                slice_s = min(_WAIT_SLICE_S, max(0.0, deadline - time.monotonic()))
+            if self._socket.poll(int(slice_s * 1000) if slice_s > 0 else 0, event):
                 return
             if self._closing:
                 raise SocketClosedError(f"{type(self).__name__} was closed during {what}")
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"{type(self).__name__}.{what} timed out{self._timeout_hint(what)}")
 
     def _timeout_hint(self, what: str) -> str:
         if what == "send":
@@ -229,6 +258,8 @@ class PatternSocket:
     def _deadline(timeout: Optional[float]) -> Optional[float]:
         if timeout is None:
             return None
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+            raise TypeError(f"timeout must be None or a number of seconds >= 0, got {timeout!r}")
         if timeout < 0:
             raise ValueError(f"timeout must be None or >= 0 seconds, got {timeout!r}")
         return time.monotonic() + timeout
@@ -246,7 +277,7 @@ class PatternSocket:
                 )
             if not data:
                 raise ValueError("cannot send a message with no frames")
-            frames = [_as_frame(f, "each frame") for f in data]
+            frames = [_as_frame(f, f"frame {i} of the message") for i, f in enumerate(data)]
         else:
             frames = [_as_frame(data, "the message")]
         if self.max_message_bytes is not None:
@@ -275,16 +306,33 @@ class PatternSocket:
             self._lock.release()
 
     def _send_locked(self, frames: list[Message], deadline: Optional[float]) -> None:
+        """Queue one whole message without blocking libzmq; wait (bounded) while no peer
+        can take it.
+
+        Only an immutable ``bytes`` frame is sent zero-copy: libzmq keeps referencing a
+        zero-copy buffer until the message leaves the process, so a ``bytearray`` or
+        ``memoryview`` the caller reuses after ``send`` returned would change (or, when
+        resized, break) a message already accepted. The RFCs say a sender SHALL NOT modify
+        outgoing messages, so mutable buffers are copied at send time.
+        """
         sock = self._socket
+        last = len(frames) - 1
+
+        def send_frame(i: int) -> None:
+            frame = frames[i]
+            zero_copy = type(frame) is bytes and len(frame) >= _ZERO_COPY_MIN_BYTES
+            sock.send(frame, zmq.NOBLOCK | (zmq.SNDMORE if i < last else 0), copy=not zero_copy)
+
         while True:
             try:
-                if len(frames) == 1:
-                    sock.send(frames[0], zmq.NOBLOCK, copy=_frame_len(frames[0]) < 65536)
-                else:
-                    sock.send_multipart(frames, zmq.NOBLOCK, copy=False)
-                return
+                send_frame(0)
+                break
             except zmq.Again:
                 self._wait(zmq.POLLOUT, deadline, "send")
+        # Once a message's first frame is accepted libzmq accepts the rest (the high-water
+        # mark counts whole messages), so these never raise EAGAIN.
+        for i in range(1, last + 1):
+            send_frame(i)
 
     # -- receiving ------------------------------------------------------------------------
 
@@ -389,7 +437,10 @@ def _topic_bytes(topic: Union[str, bytes], option: str = "topics") -> bytes:
         return topic.encode("utf-8")
     if isinstance(topic, (bytes, bytearray, memoryview)):
         return bytes(topic)
-    raise TypeError(f"{option} entries must be str or bytes, not {type(topic).__name__}")
+    raise TypeError(
+        f"{option} entries must be str or bytes (a subscription prefix), "
+        f"not {type(topic).__name__} {_short_repr(topic)}"
+    )
 
 
 def topics_list(topics: Union[None, str, bytes, Iterable[Union[str, bytes]]], option: str = "topics") -> list[bytes]:
@@ -398,4 +449,11 @@ def topics_list(topics: Union[None, str, bytes, Iterable[Union[str, bytes]]], op
         return [b""]
     if isinstance(topics, (str, bytes, bytearray, memoryview)):
         return [_topic_bytes(topics, option)]
-    return [_topic_bytes(t, option) for t in topics] or [b""]
+    try:
+        entries = list(topics)
+    except TypeError:
+        raise TypeError(
+            f"{option} must be a str or bytes prefix or a list of them (None = everything), "
+            f"not {type(topics).__name__} {_short_repr(topics)}"
+        ) from None
+    return [_topic_bytes(t, option) for t in entries] or [b""]

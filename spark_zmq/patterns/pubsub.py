@@ -7,10 +7,23 @@ the endpoint syntax: PUB/XPUB bind by default, SUB/XSUB connect by default.
 
 A topic message is usually two frames, ``[topic, payload]``: ``send([topic, payload])`` on
 the publisher, ``recv_multipart()`` on the subscriber (``recv()`` returns the payload).
+
+Known libzmq behaviours this layer does not change (documented, tested where observable):
+
+* A SUB/XSUB that *binds* sends its subscriptions to a publisher that connected to it only
+  when its application next calls into it (receive or poll; zeromq/libzmq#2267). A
+  subscriber that is being read from, like the connector's, is unaffected; one that sits
+  idle receives nothing from such a publisher until it is read.
+* A SUB/XSUB still delivers what it already holds from a publisher that has disconnected
+  (29/PUBSUB says to discard it); as for PULL, received data is not thrown away.
+* XPUB does not fair-queue upstream messages (29/PUBSUB says it SHALL): libzmq moves all of
+  a readable peer's messages into one internal list at once, so they come out peer by
+  peer. Nothing above libzmq can tell the peers apart to restore fairness.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any, ClassVar, Iterable, Optional, Union
 
 import zmq
@@ -78,9 +91,13 @@ class Sub(PatternSocket):
 class XPub(PatternSocket):
     """A PUB that delivers subscribe/unsubscribe commands to the application.
 
-    ``recv()`` returns the raw command (``b"\\x01" + topic`` or ``b"\\x00" + topic``);
-    ``recv_subscription()`` decodes it to ``(subscribed, topic)``. ``verbose=True`` passes
-    duplicate subscriptions through too (ZMQ_XPUB_VERBOSE). Binds by default.
+    ``recv()`` returns the next incoming message: a raw command (``b"\\x01" + topic`` or
+    ``b"\\x00" + topic``) or a data message an XSUB peer sent upstream.
+    ``recv_subscription()`` waits for the next command and decodes it to
+    ``(subscribed, topic)``; data messages it passes over are kept, in order, for the next
+    ``recv()`` (29/PUBSUB: XPUB SHALL deliver incoming messages to its application, so a
+    helper must not swallow them). ``verbose=True`` passes duplicate subscriptions through
+    too (ZMQ_XPUB_VERBOSE). Binds by default.
     """
 
     socket_type: ClassVar[int] = zmq.XPUB
@@ -94,15 +111,40 @@ class XPub(PatternSocket):
         return ("verbose",)
 
     def _configure(self, sock: zmq.Socket, options: dict[str, Any]) -> None:
+        #: data messages recv_subscription() passed over, delivered first by recv().
+        self._set_aside: deque[list[bytes]] = deque()
         if options.get("verbose"):
             sock.setsockopt(zmq.XPUB_VERBOSE, 1)
 
+    def _recv_one_nowait(self) -> Optional[list[bytes]]:
+        if self._set_aside:
+            return self._set_aside.popleft()
+        return super()._recv_one_nowait()
+
+    @staticmethod
+    def _is_command(message: list[bytes]) -> bool:
+        return len(message) == 1 and message[0][:1] in (b"\x00", b"\x01")
+
     def recv_subscription(self, timeout: Optional[float] = None) -> tuple[bool, bytes]:
-        """Wait for the next subscription command: ``(True, topic)`` or ``(False, topic)``."""
-        while True:
-            message = self.recv(timeout)
-            if message[:1] in (b"\x00", b"\x01"):
-                return message[:1] == b"\x01", message[1:]
+        """Wait for the next subscription command: ``(True, topic)`` or ``(False, topic)``.
+
+        ``timeout`` bounds the whole call (``TimeoutError``), however many data messages
+        arrive meanwhile; those stay queued for ``recv()`` (in memory: an application that
+        receives data upstream should call ``recv()`` too).
+        """
+        deadline = self._deadline(timeout)
+        self._acquire(deadline)
+        try:
+            while True:
+                message = PatternSocket._recv_one_nowait(self)
+                if message is None:
+                    self._wait(zmq.POLLIN, deadline, "recv_subscription")
+                    continue
+                if self._is_command(message):
+                    return message[0][:1] == b"\x01", message[0][1:]
+                self._set_aside.append(message)
+        finally:
+            self._lock.release()
 
 
 class XSub(PatternSocket):

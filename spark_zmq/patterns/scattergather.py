@@ -8,6 +8,10 @@ ZeroMQ PUSH/PULL peer interoperates with them. What this module adds is the API 
 * single-part only: ``Scatter.send`` raises ``ValueError`` for a list/tuple of frames;
   ``Gather`` discards a multipart message from a non-conforming peer whole (every part)
   and counts it in ``discarded_multipart``; no part of it is ever delivered.
+
+Like ``Pull`` (see ``spark_zmq.patterns.pipeline``), a ``Gather`` still delivers the messages
+it already holds from a peer that has disconnected, where the RFC says to discard them:
+DESIGN.md section 3 forbids losing received data.
 """
 
 from __future__ import annotations
