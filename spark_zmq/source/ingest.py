@@ -33,7 +33,12 @@ class IngestRuntime:
         try:
             for endpoint, channel_log in zip(options.endpoints, self.spool.channels):
                 socket = open_channel_socket(options.pattern, endpoint, hwm=options.hwm, topics=options.topics)
-                self.receivers.append(Receiver(socket, channel_log, self.budget, options.format))
+                self.receivers.append(
+                    Receiver(
+                        socket, channel_log, self.budget, options.format,
+                        batch_bytes=min(8 << 20, options.max_spool_bytes // 4),
+                    )
+                )
         except BaseException:
             for receiver in self.receivers:
                 receiver.socket.close(linger=0)

@@ -93,6 +93,10 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         runtime = self._ingest()
         self._check_start(start)
+        # Spark asks for the next batch only after the batch ending at ``start`` is in its
+        # commit log, but calls commit() only once it has a next batch to run. Releasing
+        # here is what lets a full spool drain when the receivers are the ones waiting.
+        runtime.release(start)
         latest = self._pinned_end if self._pinned_end is not None else runtime.latest()
         if isinstance(limit, ReadAllAvailable):
             return latest
