@@ -30,7 +30,7 @@ class ZmqDataSource(DataSource):
         return "zmq"
 
     def schema(self) -> StructType:
-        fmt = self.options.get("format", "raw").strip().lower()
+        fmt = SourceOptions.parse(self.options).format  # validates every option first
         schema = fixed_schema(fmt)
         if schema is None:
             raise OptionError(
