@@ -129,10 +129,12 @@ class SourceOptions:
     mode: str
     corrupt_column: Optional[str]
     hwm: int
+    spool_access: str = "auto"
+    spool_server_host: Optional[str] = None
     raw: dict[str, str] = field(repr=False, default_factory=dict)
 
     KNOWN: ClassVar[tuple[str, ...]] = (
-        "pattern", "endpoints", "format", "topics", "maxRowsPerTrigger", "maxBytesPerTrigger",
+        "spoolAccess", "spoolServerHost", "pattern", "endpoints", "format", "topics", "maxRowsPerTrigger", "maxBytesPerTrigger",
         "startingOffsets", "maxSpoolBytes", "spoolDir", "spoolFsync", "failOnDataLoss",
         "minPartitions", "maxMessages", "timeout", "mode", "columnNameOfCorruptRecord", "hwm",
     )
@@ -166,6 +168,8 @@ class SourceOptions:
             mode=_choice(opts, "mode", MODES, "PERMISSIVE", upper=True),
             corrupt_column=opts.get("columnnameofcorruptrecord") or None,
             hwm=_int(opts, "hwm", 10_000, minimum=0),  # type: ignore[arg-type]
+            spool_access=_choice(opts, "spoolAccess", ("auto", "local", "fetch"), "auto"),
+            spool_server_host=opts.get("spoolserverhost") or None,
             raw=opts,
         )
 

@@ -261,3 +261,27 @@ def test_several_endpoints_are_several_channels_read_in_parallel(spark, spool_di
         assert per_channel == {0: (1999, 2000), 1: (1999, 2000)}
     finally:
         stop_all([query])
+
+
+@pytest.mark.parametrize("fmt", ["raw", "arrow"])
+def test_read_tasks_fetch_from_the_driver_when_they_cannot_use_the_spool_directly(spark, free_port, spool_dir, tmp_path, fmt):
+    """spoolAccess=fetch: read tasks ask the driver's ROUTER for their ranges over
+    DEALER/ROUTER, as executors on other hosts do."""
+    endpoint = f"tcp://127.0.0.1:{free_port}"
+    if fmt == "arrow":
+        messages = [arrow_message(pa.record_batch({"id": pa.array(range(s, s + 500), pa.int64())})) for s in range(0, 20_000, 500)]
+        reader = spark.readStream.format("zmq").schema("id long")
+        column = "id"
+    else:
+        messages, reader, column = numbered(20_000), spark.readStream.format("zmq"), "offset"
+    df = (reader.option("endpoints", "@" + endpoint).option("format", fmt).option("spoolDir", spool_dir)
+          .option("spoolAccess", "fetch").option("spoolServerHost", "127.0.0.1").option("minPartitions", 3).load())
+    name = f"fetched_{fmt}"
+    query = _start(spark, name, df.select(column), tmp_path)
+    Producer(endpoint, messages).start()
+    try:
+        wait_until(lambda: _count(spark, name) >= 20_000, 120, "20000 rows")
+        stats = spark.table(name).selectExpr("count(*)", f"count(distinct {column})", f"max({column})").first()
+        assert tuple(stats) == (20_000, 20_000, 19_999)
+    finally:
+        stop_all([query])

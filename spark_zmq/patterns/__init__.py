@@ -2,7 +2,8 @@
 
 ``Push``/``Pull`` (30/PIPELINE), ``Scatter``/``Gather`` (49/SCATTERGATHER, built here on the
 PUSH/PULL wire protocol because pyzmq's libzmq lacks draft sockets), ``Pub``/``Sub``/
-``XPub``/``XSub`` (29/PUBSUB). Every class is ``Cls(endpoints, *, hwm=None, **options)``
+``XPub``/``XSub`` (29/PUBSUB), ``Req``/``Rep``/``Dealer``/``Router`` (request-reply, the
+Guide's chapter 3). Every class is ``Cls(endpoints, *, hwm=None, **options)``
 with ``send(data, timeout=None)``, ``recv(timeout=None)``, ``close()`` and ``with`` support;
 timeouts are seconds and raise the built-in ``TimeoutError``.
 
@@ -13,6 +14,7 @@ from .base import PatternSocket, SocketClosedError
 from .endpoints import Endpoint, parse_endpoints
 from .pipeline import Pull, Push
 from .pubsub import Pub, Sub, XPub, XSub
+from .reqrep import Dealer, Rep, Req, Router
 from .scattergather import Gather, Scatter
 
 PATTERNS: dict[str, type[PatternSocket]] = {
@@ -24,6 +26,10 @@ PATTERNS: dict[str, type[PatternSocket]] = {
     "sub": Sub,
     "xpub": XPub,
     "xsub": XSub,
+    "req": Req,
+    "rep": Rep,
+    "dealer": Dealer,
+    "router": Router,
 }
 
 
@@ -38,6 +44,7 @@ def socket_for(pattern: str) -> type[PatternSocket]:
 
 
 __all__ = [
+    "Dealer",
     "Endpoint",
     "Gather",
     "PATTERNS",
@@ -45,6 +52,9 @@ __all__ = [
     "Pub",
     "Pull",
     "Push",
+    "Rep",
+    "Req",
+    "Router",
     "Scatter",
     "SocketClosedError",
     "Sub",

@@ -11,6 +11,7 @@ import time
 from typing import Optional
 
 from ..options import SourceOptions
+from .fetch import SpoolServer
 from .receiver import Receiver, SpoolBudget, open_channel_socket
 from .spool import Spool
 
@@ -44,6 +45,9 @@ class IngestRuntime:
                 receiver.socket.close(linger=0)
             self.spool.close()
             raise
+        self.server: Optional[SpoolServer] = None
+        if options.spool_access != "local":
+            self.server = SpoolServer(options.spool_dir, host=options.spool_server_host)
         for receiver in self.receivers:
             receiver.start()
 
@@ -82,6 +86,8 @@ class IngestRuntime:
     def stop(self) -> None:
         for receiver in self.receivers:
             receiver.stop()
+        if self.server is not None:
+            self.server.close()
         self.spool.close()
 
     @property

@@ -11,12 +11,15 @@ __all__ = ["SpoolRange", "InlineMessages"]
 
 @dataclass
 class SpoolRange(InputPartition):
-    """Messages ``[start, end)`` of one channel, read from the spool."""
+    """Messages ``[start, end)`` of one channel, read from the spool: directly when the task
+    sees the spool directory (``owner_id`` matches), else fetched from ``fetch_endpoint``."""
 
     spool_dir: str
     channel: int
     start: int
     end: int
+    owner_id: str = ""
+    fetch_endpoint: str = ""
 
 
 @dataclass

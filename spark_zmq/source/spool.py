@@ -25,13 +25,14 @@ import bisect
 import fcntl
 import os
 import threading
+import uuid
 from dataclasses import dataclass, field
 from typing import Iterator, Optional
 
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["SPOOL_SCHEMA", "Spool", "ChannelLog", "read_range", "SpoolLockedError", "DataLossError"]
+__all__ = ["SPOOL_SCHEMA", "Spool", "ChannelLog", "read_range", "sees_spool", "SpoolLockedError", "DataLossError"]
 
 SPOOL_SCHEMA = pa.schema(
     [
@@ -329,6 +330,11 @@ class Spool:
         self._lock_file.truncate()
         self._lock_file.write(str(os.getpid()))
         self._lock_file.flush()
+        # A fresh id per owning process: a read task that finds this id in OWNER knows it
+        # sees this very spool (not a stale directory of the same name on another host).
+        self.owner_id = uuid.uuid4().hex
+        with open(os.path.join(spool_dir, "OWNER"), "w") as owner:
+            owner.write(self.owner_id)
         segment_bytes = max(1 << 20, min(64 << 20, max_bytes // 8))
         self.channels = [ChannelLog(spool_dir, c, fsync=fsync, segment_bytes=segment_bytes) for c in range(channels)]
 
@@ -349,6 +355,15 @@ class Spool:
             fcntl.flock(self._lock_file, fcntl.LOCK_UN)
         finally:
             self._lock_file.close()
+
+
+def sees_spool(spool_dir: str, owner_id: str) -> bool:
+    """Whether this process sees the spool directory that ``owner_id`` wrote."""
+    try:
+        with open(os.path.join(spool_dir, "OWNER")) as owner:
+            return owner.read().strip() == owner_id
+    except OSError:
+        return False
 
 
 def read_range(spool_dir: str, channel: int, start: int, end: int) -> Iterator[pa.RecordBatch]:

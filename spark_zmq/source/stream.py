@@ -27,7 +27,8 @@ from ..options import SourceOptions
 from .decode import Decoder
 from .ingest import IngestRuntime
 from .partitions import SpoolRange
-from .spool import DataLossError, read_range
+from .fetch import fetch_range
+from .spool import DataLossError, read_range, sees_spool
 
 __all__ = ["ZmqStreamReader"]
 
@@ -138,6 +139,9 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._runtime.latest() if self._runtime is not None else None
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        runtime = self._ingest()
+        owner = runtime.spool.owner_id
+        fetch_endpoint = runtime.server.endpoint if runtime.server is not None else ""
         parts: list[InputPartition] = []
         channels = sorted(end, key=int)
         wanted = max(self.options.min_partitions or 1, 1)
@@ -150,7 +154,9 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             pieces = max(1, share, math.ceil((hi - lo) / _MAX_MESSAGES_PER_PARTITION))
             step = math.ceil((hi - lo) / pieces)
             for piece_start in range(lo, hi, step):
-                parts.append(SpoolRange(self.options.spool_dir, int(k), piece_start, min(hi, piece_start + step)))
+                parts.append(
+                    SpoolRange(self.options.spool_dir, int(k), piece_start, min(hi, piece_start + step), owner, fetch_endpoint)
+                )
         return parts
 
     def commit(self, end: dict) -> None:
@@ -168,6 +174,14 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         assert isinstance(partition, SpoolRange)
         decoder = Decoder(self.options.format, self.schema, mode=self.options.mode, corrupt_column=self.options.corrupt_column)
         offset = partition.start
-        for batch in read_range(partition.spool_dir, partition.channel, partition.start, partition.end):
+        for batch in self._spool_batches(partition):
             yield from decoder.decode(batch, partition.channel, offset)
             offset += batch.num_rows
+
+    def _spool_batches(self, partition: SpoolRange) -> Iterator[pa.RecordBatch]:
+        local = self.options.spool_access == "local" or (
+            self.options.spool_access == "auto" and sees_spool(partition.spool_dir, partition.owner_id)
+        )
+        if local or not partition.fetch_endpoint:
+            return read_range(partition.spool_dir, partition.channel, partition.start, partition.end)
+        return fetch_range(partition.fetch_endpoint, partition.channel, partition.start, partition.end)

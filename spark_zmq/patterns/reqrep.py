@@ -1,0 +1,76 @@
+"""Request-reply (the Guide's chapter 3): REQ, REP, DEALER, ROUTER.
+
+The connector uses DEALER to ROUTER for executors that fetch spool ranges from the driver
+(an asynchronous client-server: many DEALER clients, one ROUTER server that replies to
+whichever identity asked). REQ/REP are the strict lock-step pair; DEALER/ROUTER are their
+asynchronous versions: a ROUTER prefixes every received message with the sender's
+identity frame and routes a reply by its first frame; a DEALER round-robins requests and
+fair-queues replies. Envelopes: a REQ-compatible request is ``[identity, b"", body...]``
+at the ROUTER.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Optional
+
+import zmq
+
+from .base import PatternSocket
+
+__all__ = ["Req", "Rep", "Dealer", "Router"]
+
+
+class Req(PatternSocket):
+    """Lock-step client: send one request, then receive its reply. Connects by default."""
+
+    socket_type: ClassVar[int] = zmq.REQ
+    default_bind: ClassVar[bool] = False
+    can_send: ClassVar[bool] = True
+    can_recv: ClassVar[bool] = True
+
+
+class Rep(PatternSocket):
+    """Lock-step server: receive one request, then send its reply. Binds by default."""
+
+    socket_type: ClassVar[int] = zmq.REP
+    default_bind: ClassVar[bool] = True
+    can_send: ClassVar[bool] = True
+    can_recv: ClassVar[bool] = True
+
+
+class Dealer(PatternSocket):
+    """Asynchronous client: requests go round-robin, replies are fair-queued. Connects by default."""
+
+    socket_type: ClassVar[int] = zmq.DEALER
+    default_bind: ClassVar[bool] = False
+    can_send: ClassVar[bool] = True
+    can_recv: ClassVar[bool] = True
+
+
+class Router(PatternSocket):
+    """Asynchronous server: ``recv_multipart()`` returns ``[identity, ...]``; a reply sent as
+    ``[identity, ...]`` goes to that peer. ``mandatory=True`` (ZMQ_ROUTER_MANDATORY) makes a
+    reply to a vanished peer an error instead of a silent drop. Binds by default."""
+
+    socket_type: ClassVar[int] = zmq.ROUTER
+    default_bind: ClassVar[bool] = True
+    can_send: ClassVar[bool] = True
+    can_recv: ClassVar[bool] = True
+
+    @classmethod
+    def _extra_options(cls) -> tuple[str, ...]:
+        return ("mandatory",)
+
+    def _configure(self, sock: zmq.Socket, options: dict[str, Any]) -> None:
+        if options.get("mandatory"):
+            sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+
+    def _send_locked(self, frames: list, deadline: Optional[float]) -> None:
+        try:
+            super()._send_locked(frames, deadline)
+        except zmq.ZMQError as exc:
+            if exc.errno != zmq.EHOSTUNREACH:
+                raise
+            raise ConnectionError(
+                f"Router: no connected peer has identity {bytes(frames[0])!r} (mandatory routing refuses the reply)"
+            ) from None
