@@ -101,7 +101,7 @@ def test_an_endpoint_already_in_use_names_the_address():
 # -- patterns -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["nope", "PUSHPULL", "", "req"])
+@pytest.mark.parametrize("name", ["nope", "PUSHPULL", "", "pair"])
 def test_unknown_pattern_names_it_and_lists_the_valid_ones(name):
     with pytest.raises(ValueError) as info:
         socket_for(name)

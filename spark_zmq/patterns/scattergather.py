@@ -47,6 +47,9 @@ class Gather(PatternSocket):
     #: an int assignment is atomic in CPython).
     discarded_multipart: int = 0
 
+    def _discard_multipart(self) -> None:
+        self.discarded_multipart += 1
+
     def _recv_one_nowait(self) -> Optional[list[bytes]]:
         sock = self._socket
         while True:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Iterator, Sequence
+from typing import Iterator, Optional, Sequence
 
 import pyarrow as pa
 import zmq
@@ -28,13 +28,14 @@ __all__ = ["ZmqBatchReader", "receive_bounded"]
 _MESSAGES_PER_PARTITION = 50_000
 
 
-def receive_bounded(options: SourceOptions) -> list[list[list[bytes]]]:
+def receive_bounded(options: SourceOptions) -> list[tuple[list[bytes], Optional[list[Optional[bytes]]]]]:
     """Messages per channel, until ``max_messages`` in all or ``timeout`` s of silence."""
     sockets = [
         open_channel_socket(options.pattern, endpoint, hwm=options.hwm, topics=options.topics)
         for endpoint in options.endpoints
     ]
-    received: list[list[list[bytes]]] = [[] for _ in sockets]
+    values: list[list[bytes]] = [[] for _ in sockets]
+    topics: list[Optional[list[Optional[bytes]]]] = [None for _ in sockets]
     try:
         poller = zmq.Poller()
         for socket in sockets:
@@ -51,18 +52,21 @@ def receive_bounded(options: SourceOptions) -> list[list[list[bytes]]]:
                 if socket.zmq_socket not in ready or total + got >= options.max_messages:
                     continue
                 try:
-                    messages = socket.recv_batch(options.max_messages - total - got, timeout=0)
+                    new_values, new_topics = socket.recv_values(options.max_messages - total - got, timeout=0)
                 except TimeoutError:
                     continue
-                received[channel].extend(messages)
-                got += len(messages)
+                if new_topics is not None or topics[channel] is not None:
+                    old = topics[channel] or [None] * len(values[channel])
+                    topics[channel] = old + (new_topics or [None] * len(new_values))
+                values[channel].extend(new_values)
+                got += len(new_values)
             if got:
                 total += got
                 idle_deadline = time.monotonic() + options.timeout
     finally:
         for socket in sockets:
             socket.close(linger=0)
-    return received
+    return list(zip(values, topics))
 
 
 def _to_ipc(batch: pa.RecordBatch) -> bytes:
@@ -83,11 +87,12 @@ class ZmqBatchReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         now_us = time.time_ns() // 1000
         parts: list[InputPartition] = []
-        for channel, messages in enumerate(receive_bounded(self.options)):
-            pieces = max(self.options.min_partitions or 1, math.ceil(len(messages) / _MESSAGES_PER_PARTITION))
-            step = max(1, math.ceil(len(messages) / pieces))
-            for lo in range(0, len(messages), step):
-                batch = messages_to_batch(messages[lo : lo + step], self.options.format, now_us)
+        for channel, (values, topics) in enumerate(receive_bounded(self.options)):
+            pieces = max(self.options.min_partitions or 1, math.ceil(len(values) / _MESSAGES_PER_PARTITION))
+            step = max(1, math.ceil(len(values) / pieces))
+            for lo in range(0, len(values), step):
+                piece_topics = None if topics is None else topics[lo : lo + step]
+                batch = messages_to_batch(values[lo : lo + step], piece_topics, self.options.format, now_us)
                 parts.append(InlineMessages(channel, lo, _to_ipc(batch)))
         return parts
 

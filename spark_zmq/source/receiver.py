@@ -83,26 +83,20 @@ def _arrow_rows(value: bytes) -> int:
         return 1  # malformed: the decoder reports it; count it as one row here
 
 
-def messages_to_batch(messages: list[list[bytes]], fmt: str, received_us: int) -> pa.RecordBatch:
-    """Turn received messages into one spool batch.
-
-    A one-frame message is the value. A message of several frames is ``[topic, payload...]``
-    (the PUB/SUB convention): the first frame is the topic, the rest the value.
-    """
-    n = len(messages)
-    if all(len(m) == 1 for m in messages):
-        values = [m[0] for m in messages]
-        topics = pa.nulls(n, pa.string())
-    else:
-        values = [m[-1] if len(m) <= 2 else b"".join(m[1:]) for m in messages]
-        topics = _decode_topics([m[0] if len(m) > 1 else None for m in messages])
+def messages_to_batch(
+    values: list[bytes], topics: Optional[list[Optional[bytes]]], fmt: str, received_us: int
+) -> pa.RecordBatch:
+    """Turn received messages (as ``PatternSocket.recv_values`` returns them) into one
+    spool batch. ``topics`` is ``None`` when every message had a single frame."""
+    n = len(values)
+    topic_array = pa.nulls(n, pa.string()) if topics is None else _decode_topics(topics)
     if fmt == "arrow":
         rows = pa.array([_arrow_rows(v) for v in values], pa.int32())
     else:
         rows = pa.array(np.ones(n, dtype=np.int32))
     timestamps = pa.array(np.full(n, received_us, dtype="datetime64[us]")).cast(pa.timestamp("us", tz="UTC"))
     return pa.RecordBatch.from_arrays(
-        [pa.array(values, pa.large_binary()), topics, timestamps, rows], schema=SPOOL_SCHEMA
+        [pa.array(values, pa.large_binary()), topic_array, timestamps, rows], schema=SPOOL_SCHEMA
     )
 
 
@@ -142,12 +136,14 @@ class Receiver:
                 if self._stop.is_set():
                     break
                 try:
-                    messages = self.socket.recv_batch(self.batch_messages, timeout=_POLL_S, max_bytes=self.batch_bytes)
+                    values, topics = self.socket.recv_values(self.batch_messages, timeout=_POLL_S, max_bytes=self.batch_bytes)
                 except TimeoutError:
                     continue
+                if not values:  # only discarded (multipart on GATHER) messages arrived
+                    continue
                 now_us = time.time_ns() // 1000
-                self.log.append(messages_to_batch(messages, self.fmt, now_us))
-                self.received += len(messages)
+                self.log.append(messages_to_batch(values, topics, self.fmt, now_us))
+                self.received += len(values)
                 self.last_receive = time.monotonic()
         except SocketClosedError:
             pass
