@@ -90,6 +90,7 @@ class PatternSocket:
         "rcvbuf",
         "sndbuf",
         "context",
+        "monitor",
     )
 
     def __init__(self, endpoints: EndpointsSpec, *, hwm: Optional[int] = None, **options: Any) -> None:
@@ -126,6 +127,10 @@ class PatternSocket:
                 if options.get(name) is not None:
                     sock.setsockopt(opt, self._positive_int(name, options[name]))
             self._configure(sock, options)
+            # A monitor must exist before bind/connect, or it misses the first events.
+            self.monitor_socket: Optional[zmq.Socket] = (
+                sock.get_monitor_socket(int(options["monitor"])) if options.get("monitor") else None
+            )
             self._bound: list[str] = []
             for endpoint in self._endpoints:
                 self._attach(sock, endpoint)
@@ -468,6 +473,9 @@ class PatternSocket:
         with self._lock:
             if not self._closed:
                 self._closed = True
+                if self.__dict__.get("monitor_socket") is not None:
+                    self._socket.disable_monitor()
+                    self.monitor_socket.close(0)
                 self._socket.close(linger=linger)
 
     def __enter__(self) -> "PatternSocket":

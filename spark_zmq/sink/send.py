@@ -1,0 +1,118 @@
+"""One write task's socket: connect, wait for peers, send with a bound, flush before commit.
+
+Why a ZeroMQ context per task: ``Context.term()`` is the only way libzmq tells a sender
+that its queued messages have left the process (it returns when they have, or when the
+linger period runs out). A task that commits before its messages left would make the
+sink lose data on executor exit; so the task flushes, bounded by ``sendTimeoutMs``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Optional
+
+import zmq
+
+from ..options import SinkOptions
+from ..patterns import PatternSocket, Push, Scatter, XPub
+
+__all__ = ["TaskSender", "SinkTimeoutError"]
+
+
+class SinkTimeoutError(TimeoutError):
+    """A write task could not hand its messages to a peer within ``sendTimeoutMs``."""
+
+
+class TaskSender:
+    """Sends a task's messages over one socket, round-robin (push/scatter) or broadcast (pub)."""
+
+    def __init__(self, options: SinkOptions) -> None:
+        self.options = options
+        self.timeout_s = options.send_timeout_ms / 1000.0
+        self.where = ", ".join(map(str, options.endpoints))
+        self.context = zmq.Context()
+        common = {"hwm": options.hwm, "linger": options.send_timeout_ms, "context": self.context}
+        self.socket: PatternSocket
+        if options.pattern == "pub":
+            # XPUB is PUB on the wire; it also shows us the subscriptions, so we can wait
+            # for subscribers before publishing (PUB/SUB's slow-joiner problem).
+            self.socket = XPub([str(e) for e in options.endpoints], **common)
+        else:
+            cls = Scatter if options.pattern == "scatter" else Push
+            # IMMEDIATE: queue only to completed connections, so an absent peer blocks the
+            # send (and times out with a clear error) instead of filling a dead queue.
+            self.socket = cls(
+                [str(e) for e in options.endpoints], immediate=True, monitor=zmq.EVENT_HANDSHAKE_SUCCEEDED, **common
+            )
+        self.sent = 0
+
+    def wait_for_peers(self) -> None:
+        """Wait until every connect endpoint has a peer (up to 5 s, so the load spreads
+        round-robin), then go on with whoever is there; fail if nobody came within
+        ``sendTimeoutMs``."""
+        expected = sum(1 for e in self.options.endpoints if not e.bind) or 1
+        deadline = time.monotonic() + self.timeout_s
+        spread_deadline = time.monotonic() + min(5.0, self.timeout_s)
+        if self.options.pattern == "pub":
+            self._wait_for_subscribers(expected, deadline, spread_deadline)
+            return
+        monitor = self.socket.monitor_socket
+        connected = 0
+        while connected < expected:
+            now = time.monotonic()
+            if connected and now >= spread_deadline:
+                return
+            if now >= deadline:
+                raise SinkTimeoutError(
+                    f"no ZeroMQ peer accepted a connection at {self.where} within sendTimeoutMs="
+                    f"{self.options.send_timeout_ms}; is the consumer running?"
+                )
+            wait_until = spread_deadline if connected else deadline
+            if monitor.poll(max(1, int((wait_until - now) * 1000))):
+                monitor.recv_multipart()
+                connected += 1
+
+    def _wait_for_subscribers(self, expected: int, deadline: float, spread_deadline: float) -> None:
+        subscribed = 0
+        while subscribed < expected:
+            now = time.monotonic()
+            if subscribed and now >= spread_deadline:
+                return
+            if now >= deadline:
+                raise SinkTimeoutError(
+                    f"no ZeroMQ subscriber subscribed at {self.where} within sendTimeoutMs="
+                    f"{self.options.send_timeout_ms}; is the consumer running?"
+                )
+            try:
+                self.socket.recv(timeout=max(0.001, (spread_deadline if subscribed else deadline) - now))
+                subscribed += 1
+            except TimeoutError:
+                continue
+
+    def send(self, topic: Optional[bytes], payload: bytes) -> None:
+        frames = payload if topic is None else [topic, payload]
+        try:
+            self.socket.send(frames, timeout=self.timeout_s)
+        except TimeoutError:
+            raise SinkTimeoutError(
+                f"no ZeroMQ peer at {self.where} took a message within sendTimeoutMs="
+                f"{self.options.send_timeout_ms} ({self.sent} sent by this task so far); "
+                "the consumers are absent or not keeping up"
+            ) from None
+        self.sent += 1
+
+    def flush_and_close(self) -> None:
+        """Return once every queued message has left the process; fail if that takes longer
+        than ``sendTimeoutMs`` (the linger period, after which libzmq discards them)."""
+        started = time.monotonic()
+        self.socket.close()
+        self.context.term()
+        if self.sent and time.monotonic() - started >= self.timeout_s * 0.95:
+            raise SinkTimeoutError(
+                f"could not flush {self.sent} messages to {self.where} within sendTimeoutMs="
+                f"{self.options.send_timeout_ms}; some may not have been delivered"
+            )
+
+    def abort(self) -> None:
+        self.socket.close(linger=0)
+        self.context.term()
