@@ -1,0 +1,166 @@
+"""spark-zmq quickstart: ZeroMQ in, Spark, ZeroMQ out, on an embedded default.
+
+    spark-submit jobs/quickstart.py [--messages 5000] [--rate 2500] [--master local[2]]
+
+A built-in producer sends sensor readings as JSON over ZeroMQ (PUSH); a Spark query reads
+them with the connector (PULL), averages them per sensor, and writes the results back out
+over ZeroMQ (PUSH, Arrow) to a built-in collector (PULL). It runs with
+Trigger.AvailableNow, so it stops by itself once the producer is done, and prints a
+summary: rows in, rows out, rate and lag.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import socket
+import sys
+import tempfile
+import threading
+import time
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers import this interpreter
+
+import pyarrow as pa  # noqa: E402
+import zmq  # noqa: E402
+
+CONF = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "conf", "spark-defaults.conf")
+SENSORS = [f"sensor-{i:02d}" for i in range(8)]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--messages", type=int, default=5000, help="sensor readings to send (default 5000)")
+    parser.add_argument("--rate", type=float, default=2500.0, help="messages per second (default 2500)")
+    parser.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    args = parser.parse_args(argv)
+    if args.messages < 1 or args.rate <= 0:
+        parser.error("--messages must be >= 1 and --rate > 0")
+    return args
+
+
+def spark_defaults() -> dict[str, str]:
+    """conf/spark-defaults.conf, so the job runs with the project's settings under plain
+    spark-submit as well as under ``--properties-file``."""
+    settings: dict[str, str] = {}
+    if os.path.exists(CONF):
+        with open(CONF) as f:
+            for line in f:
+                line = line.strip()
+                if line and not line.startswith("#"):
+                    key, _, value = line.partition(" ")
+                    settings[key] = value.strip()
+    return settings
+
+
+def produce(endpoint: str, count: int, rate: float) -> None:
+    """The built-in producer: a plain pyzmq PUSH, as any existing application would be."""
+    context = zmq.Context.instance()
+    push = context.socket(zmq.PUSH)
+    push.setsockopt(zmq.SNDHWM, count + 1)
+    push.connect(endpoint)
+    started = time.monotonic()
+    for i in range(count):
+        reading = {"sensor": random.choice(SENSORS), "ts": time.time(), "reading": round(random.gauss(20, 5), 2)}
+        push.send(json.dumps(reading).encode())
+        ahead = started + (i + 1) / rate - time.monotonic()
+        if ahead > 0:
+            time.sleep(ahead)  # pacing the load, not synchronisation
+    push.close(linger=30_000)
+
+
+class Collector(threading.Thread):
+    """The built-in consumer of the results: a PULL socket decoding Arrow messages."""
+
+    def __init__(self, endpoint: str) -> None:
+        super().__init__(daemon=True)
+        self.pull = zmq.Context.instance().socket(zmq.PULL)
+        self.pull.bind(endpoint)
+        self.rows = 0
+        self.latest: dict[str, dict] = {}
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            if self.pull.poll(100):
+                table = pa.ipc.open_stream(self.pull.recv()).read_all()
+                self.rows += table.num_rows
+                for row in table.to_pylist():
+                    self.latest[row["sensor"]] = row
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.master(args.master).appName("spark-zmq-quickstart")
+    for key, value in spark_defaults().items():
+        builder = builder.config(key, value)
+    spark = builder.config("spark.pyspark.python", sys.executable).getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    import spark_zmq  # noqa: F401  (registers format("zmq") on the active session)
+
+    ingest, results = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
+    collector = Collector(results)
+    collector.start()
+    producer = threading.Thread(target=produce, args=(ingest, args.messages, args.rate), daemon=True)
+    workdir = tempfile.mkdtemp(prefix="spark-zmq-quickstart-")
+    started = time.monotonic()
+    producer.start()
+
+    readings = (
+        spark.readStream.format("zmq")
+        .option("pattern", "pull").option("endpoints", "@" + ingest)
+        .option("format", "json").schema("sensor string, ts double, reading double")
+        .option("spoolDir", os.path.join(workdir, "spool"))
+        .option("timeout", "2")  # AvailableNow: stop once the producer is quiet for 2 s
+        .load()
+    )
+    summary = readings.groupBy("sensor").agg({"reading": "avg", "*": "count"}).withColumnRenamed("avg(reading)", "avg_reading").withColumnRenamed("count(1)", "readings")
+    query = (
+        summary.writeStream.format("zmq")
+        .option("pattern", "push").option("endpoints", results).option("format", "arrow")
+        .option("checkpointLocation", os.path.join(workdir, "checkpoint"))
+        .outputMode("complete").trigger(availableNow=True).start()
+    )
+    query.awaitTermination()
+    producer.join(60)
+    elapsed = time.monotonic() - started
+    progress = [p for p in query.recentProgress if p["numInputRows"]]
+    rows_in = sum(p["numInputRows"] for p in progress)
+    deadline = time.monotonic() + 10
+    while collector.rows < 1 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    collector.done.set()
+    collector.join(5)
+    last = query.lastProgress["sources"][0] if query.lastProgress else {}
+    latest = json.loads(last["latestOffset"]) if last.get("latestOffset") else {"0": rows_in}
+    end = json.loads(last["endOffset"]) if last.get("endOffset") else latest
+    lag = sum(int(latest[k]) - int(end.get(k, 0)) for k in latest)
+
+    print("\nspark-zmq quickstart")
+    print(f"  rows in   {rows_in:>8}   (sensor readings received over ZeroMQ PULL, json)")
+    print(f"  rows out  {collector.rows:>8}   (per-sensor aggregates sent over ZeroMQ PUSH, arrow)")
+    busy_s = sum(p["durationMs"].get("triggerExecution", 0) for p in progress) / 1000 or elapsed
+    print(f"  rate      {rows_in / busy_s:>8.0f}   rows/s processed, in {len(progress)} micro-batch(es); {elapsed:.1f} s in all")
+    print(f"  lag       {lag:>8}   messages received but not yet processed at the end")
+    for sensor in sorted(collector.latest):
+        row = collector.latest[sensor]
+        print(f"    {sensor}: {row['readings']:>5} readings, average {row['avg_reading']:.2f}")
+    spark.stop()
+    ok = rows_in == args.messages and collector.rows > 0 and query.exception() is None
+    if not ok:
+        print(f"quickstart FAILED: expected {args.messages} rows in, got {rows_in}", file=sys.stderr)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
