@@ -352,6 +352,16 @@ class PatternSocket:
         ``recv_multipart`` to see every frame."""
         return self.recv_multipart(timeout)[-1]
 
+    def _start_recv(self, max_messages: int, timeout: Optional[float]) -> Optional[float]:
+        """Check a batch receive's arguments and take the lock; returns the deadline."""
+        if not self.can_recv:
+            raise TypeError(f"{type(self).__name__} only sends; it has no recv()")
+        if max_messages < 1:
+            raise ValueError(f"max_messages must be >= 1, got {max_messages!r}")
+        deadline = self._deadline(timeout)
+        self._acquire(deadline)
+        return deadline
+
     def recv_batch(
         self, max_messages: int, timeout: Optional[float] = None, max_bytes: Optional[int] = None
     ) -> list[list[bytes]]:
@@ -359,12 +369,7 @@ class PatternSocket:
         about ``max_bytes`` of frames, at least one message) that are already queued,
         without waiting again. One lock round-trip for many messages: this is the receive
         loop's fast path."""
-        if not self.can_recv:
-            raise TypeError(f"{type(self).__name__} only sends; it has no recv()")
-        if max_messages < 1:
-            raise ValueError(f"max_messages must be >= 1, got {max_messages!r}")
-        deadline = self._deadline(timeout)
-        self._acquire(deadline)
+        deadline = self._start_recv(max_messages, timeout)
         try:
             return self._recv_batch_locked(max_messages, deadline, max_bytes)
         finally:
@@ -409,12 +414,7 @@ class PatternSocket:
         connector's receivers spend their time here. Returns empty lists only when every
         message that arrived was discarded (multipart on a single-part socket).
         """
-        if not self.can_recv:
-            raise TypeError(f"{type(self).__name__} only sends; it has no recv()")
-        if max_messages < 1:
-            raise ValueError(f"max_messages must be >= 1, got {max_messages!r}")
-        deadline = self._deadline(timeout)
-        self._acquire(deadline)
+        deadline = self._start_recv(max_messages, timeout)
         try:
             values: list[bytes] = []
             topics: Optional[list[Optional[bytes]]] = None
