@@ -49,45 +49,41 @@ class TaskSender:
     def wait_for_peers(self) -> None:
         """Wait until every connect endpoint has a peer (up to 5 s, so the load spreads
         round-robin), then go on with whoever is there; fail if nobody came within
-        ``sendTimeoutMs``."""
+        ``sendTimeoutMs``. A peer counts once its handshake completed (push/scatter, from
+        the socket monitor) or once it subscribed (pub, from the XPUB's subscriptions)."""
         expected = sum(1 for e in self.options.endpoints if not e.bind) or 1
         deadline = time.monotonic() + self.timeout_s
         spread_deadline = time.monotonic() + min(5.0, self.timeout_s)
         if self.options.pattern == "pub":
-            self._wait_for_subscribers(expected, deadline, spread_deadline)
-            return
-        monitor = self.socket.monitor_socket
-        connected = 0
-        while connected < expected:
+            what, next_peer = "subscribed", self._next_subscription
+        else:
+            what, next_peer = "accepted a connection", self._next_handshake
+        seen = 0
+        while seen < expected:
             now = time.monotonic()
-            if connected and now >= spread_deadline:
+            if seen and now >= spread_deadline:
                 return
             if now >= deadline:
                 raise SinkTimeoutError(
-                    f"no ZeroMQ peer accepted a connection at {self.where} within sendTimeoutMs="
+                    f"no ZeroMQ peer {what} at {self.where} within sendTimeoutMs="
                     f"{self.options.send_timeout_ms}; is the consumer running?"
                 )
-            wait_until = spread_deadline if connected else deadline
-            if monitor.poll(max(1, int((wait_until - now) * 1000))):
-                monitor.recv_multipart()
-                connected += 1
+            if next_peer((spread_deadline if seen else deadline) - now):
+                seen += 1
 
-    def _wait_for_subscribers(self, expected: int, deadline: float, spread_deadline: float) -> None:
-        subscribed = 0
-        while subscribed < expected:
-            now = time.monotonic()
-            if subscribed and now >= spread_deadline:
-                return
-            if now >= deadline:
-                raise SinkTimeoutError(
-                    f"no ZeroMQ subscriber subscribed at {self.where} within sendTimeoutMs="
-                    f"{self.options.send_timeout_ms}; is the consumer running?"
-                )
-            try:
-                self.socket.recv(timeout=max(0.001, (spread_deadline if subscribed else deadline) - now))
-                subscribed += 1
-            except TimeoutError:
-                continue
+    def _next_handshake(self, wait_s: float) -> bool:
+        monitor = self.socket.monitor_socket
+        if monitor.poll(max(1, int(wait_s * 1000))):
+            monitor.recv_multipart()
+            return True
+        return False
+
+    def _next_subscription(self, wait_s: float) -> bool:
+        try:
+            self.socket.recv(timeout=max(0.001, wait_s))
+            return True
+        except TimeoutError:
+            return False
 
     def send(self, topic: Optional[bytes], payload: bytes) -> None:
         frames = payload if topic is None else [topic, payload]
