@@ -310,6 +310,40 @@ class PatternSocket:
         finally:
             self._lock.release()
 
+    def send_many(self, messages: Sequence[bytes], timeout: Optional[float] = None) -> int:
+        """Send single-frame ``bytes`` messages in order, under one lock round-trip: the
+        sink's fast path. ``timeout`` bounds the wait for each message, as in ``send``;
+        on ``TimeoutError`` the messages before it were sent (``sent`` attribute of the
+        error says how many)."""
+        if not self.can_send:
+            raise TypeError(f"{type(self).__name__} only receives; it has no send()")
+        limit = self.max_message_bytes
+        for message in messages:
+            if type(message) is not bytes:
+                _as_frame(message, "each message")  # raises for non-bytes-like values
+                raise TypeError(f"send_many takes bytes messages, not {type(message).__name__}; use send()")
+            if limit is not None and len(message) > limit:
+                self._frames(message)  # raises the max_message_bytes error
+        self._acquire(self._deadline(timeout))
+        sent = 0
+        try:
+            send, NOBLOCK = self._socket.send, zmq.NOBLOCK
+            for message in messages:
+                while True:
+                    try:
+                        send(message, NOBLOCK, copy=len(message) < _ZERO_COPY_MIN_BYTES)
+                        break
+                    except zmq.Again:
+                        try:
+                            self._wait(zmq.POLLOUT, self._deadline(timeout), "send")
+                        except TimeoutError as exc:
+                            exc.sent = sent  # type: ignore[attr-defined]
+                            raise
+                sent += 1
+            return sent
+        finally:
+            self._lock.release()
+
     def _send_locked(self, frames: list[Message], deadline: Optional[float]) -> None:
         """Queue one whole message without blocking libzmq; wait (bounded) while no peer
         can take it.

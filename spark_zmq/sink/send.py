@@ -85,17 +85,25 @@ class TaskSender:
         except TimeoutError:
             return False
 
-    def send(self, topic: Optional[bytes], payload: bytes) -> None:
-        frames = payload if topic is None else [topic, payload]
+    def send(self, messages: list[tuple[Optional[bytes], bytes]]) -> None:
+        """Send ``(topic, payload)`` messages; topicless ones go through the batch fast path."""
         try:
-            self.socket.send(frames, timeout=self.timeout_s)
+            if all(topic is None for topic, _ in messages):
+                try:
+                    self.sent += self.socket.send_many([payload for _, payload in messages], timeout=self.timeout_s)
+                except TimeoutError as exc:
+                    self.sent += getattr(exc, "sent", 0)
+                    raise
+                return
+            for topic, payload in messages:
+                self.socket.send(payload if topic is None else [topic, payload], timeout=self.timeout_s)
+                self.sent += 1
         except TimeoutError:
             raise SinkTimeoutError(
                 f"no ZeroMQ peer at {self.where} took a message within sendTimeoutMs="
                 f"{self.options.send_timeout_ms} ({self.sent} sent by this task so far); "
                 "the consumers are absent or not keeping up"
             ) from None
-        self.sent += 1
 
     def flush_and_close(self) -> None:
         """Return once every queued message has left the process; fail if that takes longer

@@ -51,8 +51,7 @@ def _write_task(options: SinkOptions, batches: Iterator[pa.RecordBatch], batch_i
             if first:
                 sender.wait_for_peers()
                 first = False
-            for topic, payload in encode_batch(batch, options, metadata=metadata, sequence_start=sender.sent):
-                sender.send(topic, payload)
+            sender.send(list(encode_batch(batch, options, metadata=metadata, sequence_start=sender.sent)))
             rows += batch.num_rows
         sender.flush_and_close()
     except BaseException:
