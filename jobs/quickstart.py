@@ -21,12 +21,10 @@ import tempfile
 import threading
 import time
 
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers import this interpreter
-
+import jobkit  # noqa: E402  (sets PYSPARK_PYTHON to this interpreter first)
 import pyarrow as pa  # noqa: E402
 import zmq  # noqa: E402
 
-CONF = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "conf", "spark-defaults.conf")
 SENSORS = [f"sensor-{i:02d}" for i in range(8)]
 
 
@@ -40,25 +38,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=5000, help="sensor readings to send (default 5000)")
     parser.add_argument("--rate", type=float, default=2500.0, help="messages per second (default 2500)")
-    parser.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    parser.add_argument("--master", default=None,
+                        help="Spark master (default: spark-submit's --master, else local[2] from conf/)")
     args = parser.parse_args(argv)
     if args.messages < 1 or args.rate <= 0:
         parser.error("--messages must be >= 1 and --rate > 0")
     return args
-
-
-def spark_defaults() -> dict[str, str]:
-    """conf/spark-defaults.conf, so the job runs with the project's settings under plain
-    spark-submit as well as under ``--properties-file``."""
-    settings: dict[str, str] = {}
-    if os.path.exists(CONF):
-        with open(CONF) as f:
-            for line in f:
-                line = line.strip()
-                if line and not line.startswith("#"):
-                    key, _, value = line.partition(" ")
-                    settings[key] = value.strip()
-    return settings
 
 
 def produce(endpoint: str, count: int, rate: float) -> None:
@@ -99,14 +84,7 @@ class Collector(threading.Thread):
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    from pyspark.sql import SparkSession
-
-    builder = SparkSession.builder.master(args.master).appName("spark-zmq-quickstart")
-    for key, value in spark_defaults().items():
-        builder = builder.config(key, value)
-    spark = builder.config("spark.pyspark.python", sys.executable).getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    import spark_zmq  # noqa: F401  (registers format("zmq") on the active session)
+    spark = jobkit.session("spark-zmq-quickstart", args.master)
 
     ingest, results = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
     collector = Collector(results)

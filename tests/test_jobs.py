@@ -1,24 +1,50 @@
-"""The jobs users run with spark-submit, run the same way, on real sockets."""
+"""The jobs users run with spark-submit, run the same way, on real sockets, fed by the
+``spark-zmq produce`` load generator where a job reads a PUSH stream."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import threading
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pyspark
 import pytest
+import zmq
+
+from spark_zmq import loadgen
+from spark_zmq.patterns import XPub
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPARK_SUBMIT = os.path.join(os.path.dirname(pyspark.__file__), "bin", "spark-submit")
+CLI = os.path.join(os.path.dirname(sys.executable), "spark-zmq")
+READINGS = "seq long, sensor string, ts double, reading double"
+
+
+def _env() -> dict:
+    return dict(os.environ, SPARK_CONF_DIR=os.path.join(ROOT, "conf"), PYSPARK_PYTHON=sys.executable,
+                PYSPARK_DRIVER_PYTHON=sys.executable)
 
 
 def _submit(*args: str, timeout: float = 280) -> subprocess.CompletedProcess:
-    env = dict(os.environ, SPARK_CONF_DIR=os.path.join(ROOT, "conf"), PYSPARK_PYTHON=sys.executable,
-               PYSPARK_DRIVER_PYTHON=sys.executable)
-    return subprocess.run([SPARK_SUBMIT, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([SPARK_SUBMIT, *args], cwd=ROOT, env=_env(), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def _produce(endpoint: str, *args: str) -> subprocess.Popen:
+    """``spark-zmq produce`` in its own process; it lingers until the job binds and drains it."""
+    return subprocess.Popen([CLI, "produce", endpoint, "--no-progress", "--linger", "200", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _finish(producer: subprocess.Popen) -> str:
+    out, err = producer.communicate(timeout=120)
+    assert producer.returncode == 0, err
+    return out
 
 
 def test_spark_submit_quickstart_exits_zero_and_prints_its_summary():
@@ -33,8 +59,115 @@ def test_spark_submit_quickstart_exits_zero_and_prints_its_summary():
     assert out.count("readings, average") == rows_out
 
 
-def test_quickstart_rejects_bad_arguments_with_usage_not_a_traceback():
-    result = subprocess.run([sys.executable, "jobs/quickstart.py", "--messages", "zero"], cwd=ROOT,
-                            capture_output=True, text=True, timeout=60)
+def test_zmq_to_parquet_writes_every_message_once_across_a_restart(tmp_path, free_port):
+    endpoint = f"tcp://127.0.0.1:{free_port}"
+    output, checkpoint = str(tmp_path / "out"), str(tmp_path / "checkpoint")
+    job = ["jobs/zmq_to_parquet.py", "--endpoints", "@" + endpoint, "--format", "json", "--schema", READINGS,
+           "--output", output, "--checkpoint", checkpoint, "--available-now", "--idle-timeout", "3"]
+    for run, start in enumerate((0, 4000)):
+        producer = _produce(endpoint, "--format", "json", "--count", "4000", "--start", str(start))
+        result = _submit(*job)
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert "sent 4000 messages" in _finish(producer)
+        assert "zmq_to_parquet: 4000 rows written" in result.stdout, (run, result.stdout)
+    seqs = pq.read_table(output, columns=["seq"]).column("seq").to_pylist()
+    assert sorted(seqs) == list(range(8000))  # each message once, across both runs
+
+
+def test_windowed_topics_closes_windows_per_subscribed_topic(tmp_path, free_port):
+    endpoint = f"tcp://127.0.0.1:{free_port}"
+    output = str(tmp_path / "windows")
+    publisher = XPub("@" + endpoint, hwm=100_000, linger=5000)
+    job = subprocess.Popen(
+        [SPARK_SUBMIT, "jobs/windowed_topics.py", "--endpoints", endpoint, "--topics", "alpha,beta",
+         "--window", "10 seconds", "--watermark", "10 seconds", "--output", output,
+         "--checkpoint", str(tmp_path / "checkpoint"), "--available-now", "--idle-timeout", "4"],
+        cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        subscribed = {publisher.recv_subscription(timeout=120)[1] for _ in range(2)}
+        assert subscribed == {b"alpha", b"beta"}
+        # alpha: 30 readings in [1000, 1010) and 20 in [1010, 1020); beta: 10 and 5; gamma is
+        # not subscribed. A last reading at t=1100 per topic moves the watermark past both windows.
+        plan = [("alpha", 1000.0, 30), ("alpha", 1010.0, 20), ("beta", 1000.0, 10), ("beta", 1010.0, 5),
+                ("gamma", 1000.0, 7), ("alpha", 1100.0, 1), ("beta", 1100.0, 1)]
+        seq = 0
+        for topic, start, count in plan:
+            for i in range(count):
+                body = f'{{"seq": {seq}, "sensor": "s", "ts": {start + i * 0.1}, "reading": 2.0}}'
+                publisher.send([topic.encode(), body.encode()])
+                seq += 1
+        out, err = job.communicate(timeout=240)
+    finally:
+        if job.poll() is None:
+            job.kill()
+        publisher.close()
+    assert job.returncode == 0, err[-3000:]
+    rows = sorted((r["topic"], r["window_start"].timestamp(), r["readings"])
+                  for r in pq.read_table(output).to_pylist())
+    assert rows == [("alpha", 1000.0, 30), ("alpha", 1010.0, 20), ("beta", 1000.0, 10), ("beta", 1010.0, 5)]
+    assert "67 messages in, 4 closed windows" in out
+
+
+def test_pipeline_stage_transforms_arrow_batches_between_two_zeromq_peers(tmp_path, free_port):
+    inbound = f"tcp://127.0.0.1:{free_port}"
+    collector = zmq.Context.instance().socket(zmq.PULL)
+    outbound_port = collector.bind_to_random_port("tcp://127.0.0.1")
+    collected: list[pa.Table] = []
+    done = threading.Event()
+
+    def collect() -> None:
+        while not done.is_set():
+            if collector.poll(100):
+                collected.append(pa.ipc.open_stream(collector.recv()).read_all())
+
+    thread = threading.Thread(target=collect, daemon=True)
+    thread.start()
+    producer = _produce(inbound, "--format", "arrow", "--count", "20", "--rows-per-message", "500")
+    try:
+        result = _submit(
+            "jobs/pipeline_stage.py", "--input", "@" + inbound, "--output", f"tcp://127.0.0.1:{outbound_port}",
+            "--schema", READINGS, "--checkpoint", str(tmp_path / "checkpoint"), "--rows-per-message", "700",
+            "--sql", "SELECT seq, sensor, reading * 1.8 + 32 AS fahrenheit FROM input WHERE seq % 2 = 0",
+            "--available-now", "--idle-timeout", "3")
+        _finish(producer)
+    finally:
+        done.set()
+        thread.join(5)
+        collector.close(linger=0)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "pipeline_stage: 10000 rows in" in result.stdout
+    got = pa.concat_tables(collected).sort_by("seq")
+    sent = pa.concat_tables(pa.ipc.open_stream(p).read_all()
+                            for p, _ in loadgen.payloads("arrow", 20, rows_per_message=500))
+    expected = sent.filter(pa.compute.equal(pa.compute.bit_wise_and(sent["seq"], 1), 0))
+    assert got["seq"].to_pylist() == expected["seq"].to_pylist()
+    assert got["fahrenheit"].to_pylist() == pytest.approx(
+        [r * 1.8 + 32 for r in expected["reading"].to_pylist()])
+    assert max(t.num_rows for t in collected) <= 700
+
+
+@pytest.mark.parametrize("job, args, message", [
+    ("jobs/quickstart.py", ["--messages", "zero"], "invalid int value"),
+    ("jobs/zmq_to_parquet.py", ["--endpoints", "@tcp://*:5555", "--output", "o"], "--checkpoint"),
+    ("jobs/zmq_to_parquet.py", ["--endpoints", "@tcp://*:5555", "--output", "o", "--checkpoint", "c"],
+     "--schema is required for --format json"),
+    ("jobs/zmq_to_parquet.py", ["--endpoints", "x", "--output", "o", "--checkpoint", "c", "--format", "xml"],
+     "invalid choice: 'xml'"),
+    ("jobs/windowed_topics.py", ["--endpoints", "tcp://h:1", "--output", "o", "--checkpoint", "c",
+                                 "--idle-timeout", "0"], "--idle-timeout must be > 0"),
+    ("jobs/pipeline_stage.py", ["--input", "@tcp://*:1", "--output", "tcp://h:2", "--checkpoint", "c"],
+     "--schema"),
+    ("jobs/pipeline_stage.py", ["--input", "@tcp://*:1", "--output", "tcp://h:2", "--checkpoint", "c",
+                                "--schema", "a long", "--rows-per-message", "-1"], "--rows-per-message must be > 0"),
+])
+def test_jobs_reject_bad_arguments_with_usage_not_a_traceback(job, args, message):
+    result = subprocess.run([sys.executable, job, *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
-    assert "usage:" in result.stderr and "Traceback" not in result.stderr
+    assert "usage:" in result.stderr and message in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("job", ["quickstart", "zmq_to_parquet", "windowed_topics", "pipeline_stage"])
+def test_every_job_documents_its_arguments_in_help(job):
+    result = subprocess.run([sys.executable, f"jobs/{job}.py", "--help"], cwd=ROOT, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0 and "usage:" in result.stdout and "--master" in result.stdout

@@ -1,0 +1,188 @@
+"""A load generator: numbered sensor readings sent over ZeroMQ at a chosen rate.
+
+Why it lives in the package: the ``spark-zmq produce`` command, the example jobs, their
+tests and the benchmarks all need the same realistic, checkable stream, and copies of a
+producer loop drift apart. Every message carries a sequence number (``seq``) so that a
+consumer can prove it saw each message exactly once.
+
+Formats, one message each:
+
+* ``raw``: ``seq`` as 8 big-endian bytes, padded with ``x`` to ``size`` bytes;
+* ``text``: ``"<seq>,<sensor>,<ts>,<reading>"`` (UTF-8);
+* ``json``: ``{"seq", "sensor", "ts", "reading"}``;
+* ``arrow``: an Arrow IPC stream of ``rows_per_message`` readings with columns
+  ``seq`` (int64), ``sensor`` (string), ``ts`` (float64, epoch seconds), ``reading`` (float64).
+
+With ``pattern="pub"`` each message goes out as ``[topic, payload]``, topics taken in turn
+from ``topics``. This module never imports Spark.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import struct
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterator, Optional, Sequence
+
+import pyarrow as pa
+import zmq
+
+from .patterns import Pub, Push, Scatter, parse_endpoints
+
+__all__ = ["FORMATS", "PATTERNS", "LoadResult", "payloads", "produce", "ARROW_SCHEMA"]
+
+FORMATS = ("raw", "text", "json", "arrow")
+PATTERNS = {"push": Push, "scatter": Scatter, "pub": Pub}
+SENSORS = tuple(f"sensor-{i:02d}" for i in range(8))
+ARROW_SCHEMA = pa.schema(
+    [("seq", pa.int64()), ("sensor", pa.string()), ("ts", pa.float64()), ("reading", pa.float64())]
+)
+_SEQ = struct.Struct(">q")
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """What a run sent: messages, rows (= messages except for ``arrow``), payload bytes, seconds."""
+
+    messages: int
+    rows: int
+    bytes: int
+    seconds: float
+
+    @property
+    def rate(self) -> float:
+        """Messages per second over the run."""
+        return self.messages / self.seconds if self.seconds > 0 else float("inf")
+
+
+def _check(format: str, size: int, rows_per_message: int) -> None:
+    if format not in FORMATS:
+        raise ValueError(f"unknown format {format!r}; valid formats: {', '.join(FORMATS)}")
+    if size < _SEQ.size:
+        raise ValueError(f"size must be >= {_SEQ.size} bytes (the sequence number), got {size}")
+    if rows_per_message < 1:
+        raise ValueError(f"rows_per_message must be >= 1, got {rows_per_message}")
+
+
+def payloads(format: str, count: int, *, size: int = 100, rows_per_message: int = 1000,
+             start: int = 0, seed: int = 7) -> Iterator[tuple[bytes, int]]:
+    """``count`` messages of ``format`` as ``(payload, rows)``, sequence numbers from ``start``.
+
+    Readings are random (seeded, so reruns send the same values) around 20.0.
+    """
+    _check(format, size, rows_per_message)
+    rng = random.Random(seed)
+    if format == "raw":
+        pad = b"x" * (size - _SEQ.size)
+        for seq in range(start, start + count):
+            yield _SEQ.pack(seq) + pad, 1
+    elif format in ("text", "json"):
+        for seq in range(start, start + count):
+            sensor, reading = SENSORS[seq % len(SENSORS)], round(rng.gauss(20.0, 5.0), 2)
+            if format == "text":
+                yield f"{seq},{sensor},{time.time():.6f},{reading}".encode(), 1
+            else:
+                yield json.dumps({"seq": seq, "sensor": sensor, "ts": time.time(), "reading": reading}).encode(), 1
+    else:
+        sensors = pa.array([SENSORS[i % len(SENSORS)] for i in range(rows_per_message)])
+        for message in range(count):
+            first = start + message * rows_per_message
+            batch = pa.record_batch(
+                [
+                    pa.array(range(first, first + rows_per_message), pa.int64()),
+                    sensors,
+                    pa.array([time.time()] * rows_per_message, pa.float64()),
+                    pa.array([round(rng.gauss(20.0, 5.0), 2) for _ in range(rows_per_message)]),
+                ],
+                schema=ARROW_SCHEMA,
+            )
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, ARROW_SCHEMA) as writer:
+                writer.write_batch(batch)
+            yield sink.getvalue().to_pybytes(), rows_per_message
+
+
+def produce(
+    endpoints: str,
+    *,
+    pattern: str = "push",
+    format: str = "json",
+    count: int = 1000,
+    rate: Optional[float] = None,
+    size: int = 100,
+    rows_per_message: int = 1000,
+    topics: Sequence[str] = ("sensors",),
+    hwm: int = 10_000,
+    send_timeout: Optional[float] = None,
+    start: int = 0,
+    linger: float = 30.0,
+    on_progress: Optional[Callable[[int], None]] = None,
+    stop: Optional[Callable[[], bool]] = None,
+) -> LoadResult:
+    """Send ``count`` messages to ``endpoints`` (push/scatter connect and pub binds by
+    default; ``@``/``>`` choose) and return
+    what was sent. ``rate`` (messages/s) paces the load; ``None`` sends as fast as ZeroMQ
+    takes it. ``push`` and ``scatter`` block while peers are absent or full (at most
+    ``send_timeout`` seconds per message, then ``TimeoutError``); ``pub`` drops for slow
+    subscribers, as PUB does. ``on_progress(sent)`` is called every few hundred messages;
+    ``stop()`` returning true ends the run early. The socket lingers up to ``linger`` seconds
+    on close so that queued messages still leave (libzmq drops them after that).
+    """
+    if pattern not in PATTERNS:
+        raise ValueError(f"unknown pattern {pattern!r} for producing; valid patterns: {', '.join(PATTERNS)}")
+    if count < 0:
+        raise ValueError(f"count must be >= 0, got {count}")
+    if rate is not None and rate <= 0:
+        raise ValueError(f"rate must be > 0 messages/s (or None for as fast as possible), got {rate}")
+    _check(format, size, rows_per_message)
+    parse_endpoints(endpoints, default_bind=PATTERNS[pattern].default_bind)  # clear error, no socket yet
+    started = time.monotonic()
+    # An own context: terminating it is what waits (up to ``linger``) for queued messages
+    # to leave; a process that exits without it drops them.
+    context = zmq.Context()
+    try:
+        sent = _send_all(context, endpoints, pattern, format, count, rate, size, rows_per_message, topics, hwm,
+                         send_timeout, start, linger, on_progress, stop)
+    finally:
+        context.term()
+    return LoadResult(*sent, time.monotonic() - started)
+
+
+def _send_all(context, endpoints, pattern, format, count, rate, size, rows_per_message, topics, hwm,
+              send_timeout, start, linger, on_progress, stop) -> tuple[int, int, int]:
+    topic_bytes = [t.encode() for t in topics] or [b""]
+    messages = rows = total_bytes = 0
+    started = time.monotonic()
+    with PATTERNS[pattern](endpoints, hwm=hwm, linger=int(linger * 1000), reconnect_ivl=50,
+                           context=context) as sock:
+        batch: list[bytes] = []
+        for payload, payload_rows in payloads(format, count, size=size, rows_per_message=rows_per_message,
+                                              start=start):
+            if pattern == "pub":
+                sock.send([topic_bytes[messages % len(topic_bytes)], payload])
+            elif rate is None:
+                batch.append(payload)
+                if len(batch) >= 256:
+                    sock.send_many(batch, timeout=send_timeout)
+                    batch.clear()
+            else:
+                sock.send(payload, timeout=send_timeout)
+            messages += 1
+            rows += payload_rows
+            total_bytes += len(payload)
+            if messages % 256 == 0:
+                if on_progress is not None:
+                    on_progress(messages)
+                if stop is not None and stop():
+                    break
+            if rate is not None:
+                ahead = started + messages / rate - time.monotonic()
+                if ahead > 0:
+                    time.sleep(ahead)  # pacing the load, not synchronisation
+        if batch:
+            sock.send_many(batch, timeout=send_timeout)
+    if on_progress is not None:
+        on_progress(messages)
+    return messages, rows, total_bytes

@@ -1,0 +1,99 @@
+"""The ``spark-zmq`` command line: produce and consume across processes, on real sockets,
+and against a real Spark write."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import zmq
+
+pytestmark = pytest.mark.timeout(120)
+
+CLI = os.path.join(os.path.dirname(sys.executable), "spark-zmq")
+
+
+def _cli(*args: str, timeout: float = 90) -> subprocess.CompletedProcess:
+    return subprocess.run([CLI, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def _consumer(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([CLI, "consume", "--no-progress", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.parametrize("fmt, count, rows", [("raw", 5000, 5000), ("text", 3000, 3000), ("json", 3000, 3000),
+                                              ("arrow", 12, 12 * 250)])
+def test_produce_to_consume_counts_every_message(free_port, fmt, count, rows):
+    consumer = _consumer(f"@tcp://127.0.0.1:{free_port}", "--format", fmt, "--count", str(count), "--timeout", "60")
+    produced = _cli("produce", f"tcp://127.0.0.1:{free_port}", "--no-progress", "--format", fmt,
+                    "--count", str(count), "--rows-per-message", "250")
+    out, err = consumer.communicate(timeout=90)
+    assert produced.returncode == 0, produced.stderr
+    assert f"sent {count} messages ({rows} rows" in produced.stdout
+    assert consumer.returncode == 0, err
+    assert f"received {count} messages ({rows} rows" in out
+
+
+def test_consume_prints_messages_and_produce_paces_them(free_port):
+    consumer = _consumer(f"@tcp://127.0.0.1:{free_port}", "--format", "json", "--count", "20", "--timeout", "60",
+                         "--print")
+    produced = _cli("produce", f"tcp://127.0.0.1:{free_port}", "--no-progress", "--count", "20", "--rate", "100")
+    out, err = consumer.communicate(timeout=90)
+    assert produced.returncode == 0 and consumer.returncode == 0, err
+    lines = [line for line in out.splitlines() if line.startswith("{")]
+    assert [int(line.split('"seq": ')[1].split(",")[0]) for line in lines] == list(range(20))
+    assert float(produced.stdout.split(" in ")[1].split(" s")[0]) >= 0.19  # 20 messages at 100/s
+
+
+def test_consume_gives_up_after_idle_timeout_with_exit_1(free_port):
+    result = _cli("consume", f"@tcp://127.0.0.1:{free_port}", "--no-progress", "--count", "5", "--timeout", "0.3")
+    assert result.returncode == 1
+    assert "received 0 of 5 messages" in result.stderr
+
+
+def test_consume_on_a_port_in_use_fails_clearly(free_port):
+    holder = zmq.Context.instance().socket(zmq.PULL)
+    holder.bind(f"tcp://127.0.0.1:{free_port}")
+    try:
+        result = _cli("consume", f"@tcp://127.0.0.1:{free_port}", "--no-progress", "--timeout", "5")
+    finally:
+        holder.close(linger=0)
+    assert result.returncode == 1
+    assert "cannot open pull" in result.stderr and "Address already in use" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["produce", "tcp://127.0.0.1:x"], "invalid ZeroMQ endpoint"),
+    (["produce", "tcp://127.0.0.1:1", "--format", "xml"], "'xml' is not one of"),
+    (["produce", "tcp://127.0.0.1:1", "--count", "-1"], "--count"),
+    (["produce", "tcp://127.0.0.1:1", "--pattern", "pull"], "'pull' is not one of"),
+    (["consume", "@tcp://127.0.0.1:1", "--pattern", "push"], "'push' is not one of"),
+    (["consume"], "Missing argument 'endpoints'"),
+    (["transmit"], "No such command 'transmit'"),
+])
+def test_bad_arguments_give_usage_and_exit_2(args, message):
+    result = _cli(*args)
+    assert result.returncode == 2, result.stderr
+    assert "Usage:" in result.stderr and message in " ".join(result.stderr.replace("│", " ").split())
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("command", ["produce", "consume"])
+def test_every_command_has_help(command):
+    result = _cli(command, "--help")
+    assert result.returncode == 0 and "Usage:" in result.stdout and "--count" in result.stdout
+
+
+@pytest.mark.spark
+def test_consume_receives_a_spark_batch_write(spark, free_port):
+    consumer = _consumer(f"@tcp://127.0.0.1:{free_port}", "--format", "arrow", "--timeout", "60", "--count", "4")
+    df = spark.range(0, 10_000, numPartitions=4).selectExpr("id", "id * 2 AS doubled")
+    (df.write.format("zmq").mode("append").option("pattern", "push")
+     .option("endpoints", f"tcp://127.0.0.1:{free_port}").option("format", "arrow").save())
+    out, err = consumer.communicate(timeout=90)
+    assert consumer.returncode == 0, err
+    assert "received 4 messages (10000 rows" in out
