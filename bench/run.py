@@ -1,14 +1,24 @@
 """spark-zmq benchmarks: the connector next to its baselines, in the same run.
 
-    python bench/run.py            # full run (a few minutes), writes bench/results/
-    python bench/run.py --smoke    # seconds-scale run that proves the command works
+    python bench/run.py            # every scenario (about 10 minutes on 2 cores), bench/results/
+    python bench/run.py --smoke    # seconds-scale sizes, one repetition: proves the command works
+    python bench/run.py --only ingest-raw-100B,latency
 
-Scenarios (more in the benchmark issue):
-  ingest-raw   one row per message (100-byte payloads): the connector's streaming source
-               into a noop sink vs a bare pyzmq PULL loop receiving the same messages;
-  egress-raw   df.write.format("zmq") vs a bare pyzmq PUSH loop sending the same bytes.
-Each pair runs back to back, ``--reps`` times; the report gives medians, spread and the
-ratio, because absolute figures vary between machines.
+Scenarios (the benchmark issue's numbering):
+  1 ingest-arrow      Arrow messages of 10,000 mixed-type rows, rows/s: connector vs a Python
+                      data source yielding the same batches from memory (Spark's ceiling) vs a
+                      bare pyzmq PULL loop that decodes them (the wire's ceiling);
+  2 ingest-raw-100B,  one row per message, msgs/s: connector vs a bare pyzmq PULL loop vs
+    ingest-raw-1KB    Spark's socket source fed the same payloads as lines;
+  3 egress-raw-100B,  df.write.format("zmq") vs a bare pyzmq PUSH loop sending the same bytes;
+    egress-arrow
+  4 latency           10,000 msgs/s through pull -> Spark -> push; p50/p95/p99;
+  5 backpressure      a producer far faster than a throttled query: receiver memory, spool
+                      size against maxSpoolBytes, messages lost;
+  6 scaling           one-row ingest with 1, 2, 3, 4 channels.
+Contenders run back to back, ``--reps`` times; the report gives medians, spread and the
+ratio against the named baseline, since absolute figures vary between machines. Results:
+results.json, report.md and chart.png in ``--out``.
 """
 
 from __future__ import annotations
@@ -16,159 +26,98 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
-import subprocess
 import sys
-import tempfile
-import threading
 import time
+from typing import Callable
 
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import zmq  # noqa: E402
+import backpressure  # noqa: E402
+import egress  # noqa: E402
+import ingest  # noqa: E402
+import report  # noqa: E402
+from common import HERE, spark_session  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-PRODUCER = (
-    "import sys, zmq\n"
-    "c = zmq.Context(); s = c.socket(zmq.PUSH); s.setsockopt(zmq.SNDHWM, 100000); s.connect(sys.argv[1])\n"
-    "p = b'x' * int(sys.argv[3])\n"
-    "for i in range(int(sys.argv[2])): s.send(p)\n"
-    "s.close(linger=-1); c.term()\n"
-)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+FULL = {"raw": 300_000, "socket": 30_000, "arrow_messages": 100, "arrow_rows": 10_000, "latency_s": 10.0,
+        "bp_messages": 200_000, "scaling": 200_000}
+SMOKE = {"raw": 5_000, "socket": 2_000, "arrow_messages": 4, "arrow_rows": 1_000, "latency_s": 2.0,
+         "bp_messages": 5_000, "scaling": 5_000}
 
 
-def producer(endpoint: str, count: int, size: int) -> subprocess.Popen:
-    """A separate process, so the producer never shares a GIL with what is measured."""
-    return subprocess.Popen([sys.executable, "-c", PRODUCER, endpoint, str(count), str(size)])
-
-
-def bare_pull(count: int, size: int) -> float:
-    pull = zmq.Context.instance().socket(zmq.PULL)
-    port = pull.bind_to_random_port("tcp://127.0.0.1")
-    proc = producer(f"tcp://127.0.0.1:{port}", count, size)
-    pull.recv()
-    started = time.perf_counter()
-    for _ in range(count - 1):
-        pull.recv()
-    elapsed = time.perf_counter() - started
-    proc.wait()
-    pull.close(0)
-    return count / elapsed
-
-
-def connector_ingest(spark, count: int, size: int) -> float:
-    endpoint = f"tcp://127.0.0.1:{free_port()}"
-    work = tempfile.mkdtemp(prefix="spark-zmq-bench-")
-    df = (spark.readStream.format("zmq").option("endpoints", "@" + endpoint)
-          .option("spoolDir", os.path.join(work, "spool")).load())
-    query = (df.writeStream.format("noop").option("checkpointLocation", os.path.join(work, "ckpt"))
-             .trigger(processingTime="0 seconds").start())
-    while not query.recentProgress:
-        time.sleep(0.05)
-    started = time.perf_counter()
-    proc = producer(endpoint, count, size)
-    while sum(p["numInputRows"] for p in query.recentProgress) < count:
-        if query.exception():
-            raise query.exception()
-        time.sleep(0.02)
-    elapsed = time.perf_counter() - started
-    query.stop()
-    proc.wait()
-    return count / elapsed
-
-
-def bare_push(count: int, size: int) -> float:
-    pull = zmq.Context.instance().socket(zmq.PULL)
-    port = pull.bind_to_random_port("tcp://127.0.0.1")
-    drained = threading.Thread(target=lambda: [pull.recv() for _ in range(count)])
-    drained.start()
-    context = zmq.Context()
-    push = context.socket(zmq.PUSH)
-    push.connect(f"tcp://127.0.0.1:{port}")
-    payload = b"x" * size
-    started = time.perf_counter()
-    for _ in range(count):
-        push.send(payload)
-    push.close(linger=-1)
-    context.term()
-    elapsed = time.perf_counter() - started
-    drained.join()
-    pull.close(0)
-    return count / elapsed
-
-
-def connector_egress(spark, count: int, size: int) -> float:
-    pull = zmq.Context.instance().socket(zmq.PULL)
-    port = pull.bind_to_random_port("tcp://127.0.0.1")
-    drained = threading.Thread(target=lambda: [pull.recv() for _ in range(count)])
-    drained.start()
-    df = spark.range(count).selectExpr(f"repeat('x', {size}) AS value").coalesce(1).cache()
-    df.count()
-    started = time.perf_counter()
-    df.write.format("zmq").mode("append").option("endpoints", f"tcp://127.0.0.1:{port}").save()
-    elapsed = time.perf_counter() - started
-    drained.join()
-    pull.close(0)
-    df.unpersist()
-    return count / elapsed
+def compare(name: str, unit: str, contenders: dict[str, Callable[[], float]], reps: int, versus: str,
+            target: float | None) -> dict:
+    """Run each contender ``reps`` times, interleaved, and summarise."""
+    runs: dict[str, list[float]] = {k: [] for k in contenders}
+    for _ in range(reps):  # interleaved, so every contender sees the same machine state
+        for contender, fn in contenders.items():
+            runs[contender].append(fn())
+    medians = {k: statistics.median(v) for k, v in runs.items()}
+    row = {"scenario": name, "unit": unit, "reps": reps, "runs": runs, "median": medians, "versus": versus,
+           "ratio": medians["connector"] / medians[versus], "target": target}
+    others = "   ".join(f"{k} {v:,.0f}" for k, v in medians.items() if k != "connector")
+    print(f"{name:18s} connector {medians['connector']:>12,.0f} {unit}   {others}   "
+          f"ratio vs {versus}: {row['ratio']:.2f}" + (f" (target {target})" if target else ""), flush=True)
+    return row
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, one repetition: proves the command works")
-    parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--messages", type=int, default=300_000)
-    parser.add_argument("--out", default=os.path.join(HERE, "results"))
+    parser.add_argument("--reps", type=int, default=3, help="repetitions per contender (default 3)")
+    parser.add_argument("--only", default="", help="comma-separated scenario names to run (default: all)")
+    parser.add_argument("--out", default=os.path.join(HERE, "results"), help="where results go (default bench/results)")
     args = parser.parse_args(argv)
-    count, reps = (5_000, 1) if args.smoke else (args.messages, args.reps)
+    size = SMOKE if args.smoke else FULL
+    reps = 1 if args.smoke else args.reps
+    only = {s.strip() for s in args.only.split(",") if s.strip()}
+    spark = spark_session()
+    n, m, r = size["raw"], size["arrow_messages"], size["arrow_rows"]
 
-    from pyspark.sql import SparkSession
-
-    spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false").config("spark.sql.shuffle.partitions", "2")
-             .config("spark.pyspark.python", sys.executable).getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    import spark_zmq
-
-    spark_zmq.register(spark)
-
-    scenarios = {
-        "ingest-raw (100 B msgs/s)": (lambda: connector_ingest(spark, count, 100), lambda: bare_pull(count, 100), "bare pyzmq PULL loop"),
-        "egress-raw (100 B msgs/s)": (lambda: connector_egress(spark, count, 100), lambda: bare_push(count, 100), "bare pyzmq PUSH loop"),
+    comparisons = {
+        "ingest-arrow": lambda: compare("ingest-arrow", "rows/s", {
+            "connector": lambda: ingest.connector(spark, m, "arrow", r),
+            "in-memory Python source": lambda: ingest.memory_source(spark, m, r),
+            "bare pyzmq PULL + decode": lambda: ingest.bare_pull(m, "arrow", r),
+        }, reps, "in-memory Python source", 0.8),
+        "ingest-raw-100B": lambda: compare("ingest-raw-100B", "msgs/s", {
+            "connector": lambda: ingest.connector(spark, n, "raw", 100),
+            "bare pyzmq PULL": lambda: ingest.bare_pull(n, "raw", 100),
+            "Spark socket source": lambda: ingest.socket_source(spark, size["socket"], 100),
+        }, reps, "bare pyzmq PULL", 0.5),
+        "ingest-raw-1KB": lambda: compare("ingest-raw-1KB", "msgs/s", {
+            "connector": lambda: ingest.connector(spark, n, "raw", 1024),
+            "bare pyzmq PULL": lambda: ingest.bare_pull(n, "raw", 1024),
+            "Spark socket source": lambda: ingest.socket_source(spark, size["socket"], 1024),
+        }, reps, "bare pyzmq PULL", 0.5),
+        "egress-raw-100B": lambda: compare("egress-raw-100B", "msgs/s", {
+            "connector": lambda: egress.connector(spark, n, "raw", 100),
+            "bare pyzmq PUSH": lambda: egress.bare_push(n, "raw", 100),
+        }, reps, "bare pyzmq PUSH", 0.8),
+        "egress-arrow": lambda: compare("egress-arrow", "rows/s", {
+            "connector": lambda: egress.connector(spark, m * r, "arrow", r),
+            "bare pyzmq PUSH": lambda: egress.bare_push(m * r, "arrow", r),
+        }, reps, "bare pyzmq PUSH", 0.8),
+        "scaling": lambda: {"scenario": "scaling", "unit": "msgs/s", "channels": {
+            c: statistics.median(ingest.connector(spark, size["scaling"], "raw", 100, channels=c) for _ in range(reps))
+            for c in (1, 2, 3, 4)}},
+        "latency": lambda: {"scenario": "latency", **__import__("latency").connector(spark, 10_000, size["latency_s"])},
+        "backpressure": lambda: {"scenario": "backpressure", **backpressure.connector(
+            spark, size["bp_messages"], 1024, spool_bytes=16 << 20, rows_per_trigger=20_000)},
     }
     results = []
-    for name, (ours, baseline, baseline_name) in scenarios.items():
-        ours_runs, base_runs = [], []
-        for _ in range(reps):  # back to back, so both see the same machine state
-            base_runs.append(baseline())
-            ours_runs.append(ours())
-        row = {
-            "scenario": name, "messages": count, "reps": reps, "baseline": baseline_name,
-            "connector_median": statistics.median(ours_runs), "baseline_median": statistics.median(base_runs),
-            "connector_runs": ours_runs, "baseline_runs": base_runs,
-        }
-        row["ratio"] = row["connector_median"] / row["baseline_median"]
-        results.append(row)
-        print(f"{name:28s} connector {row['connector_median']:>11,.0f}   {baseline_name} {row['baseline_median']:>11,.0f}   ratio {row['ratio']:.2f}")
+    started = time.time()
+    for name, run in comparisons.items():
+        if only and name not in only:
+            continue
+        result = run()
+        if name in ("scaling", "latency", "backpressure"):
+            print(f"{name:18s} " + json.dumps({k: v for k, v in result.items() if k != "scenario"}), flush=True)
+        results.append(result)
     spark.stop()
-
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "results.json"), "w") as f:
-        json.dump(results, f, indent=2)
-    with open(os.path.join(args.out, "report.md"), "w") as f:
-        f.write(f"# spark-zmq benchmark ({'smoke' if args.smoke else 'full'})\n\n")
-        f.write("| scenario | connector (median) | baseline | baseline (median) | ratio | runs |\n|---|---|---|---|---|---|\n")
-        for r in results:
-            spread = f"{min(r['connector_runs']):,.0f}..{max(r['connector_runs']):,.0f}"
-            f.write(f"| {r['scenario']} | {r['connector_median']:,.0f} | {r['baseline']} | {r['baseline_median']:,.0f} | {r['ratio']:.2f} | {spread} |\n")
-    print(f"wrote {args.out}/results.json and report.md")
+    report.write(results, args.out, smoke=args.smoke, seconds=time.time() - started,
+                 command="python bench/run.py " + " ".join(argv))
+    print(f"wrote {args.out}/results.json, report.md and chart.png")
     return 0
 
 

@@ -120,16 +120,15 @@ def main(argv: list[str]) -> int:
     collector.done.set()
     collector.join(5)
     last = query.lastProgress["sources"][0] if query.lastProgress else {}
-    latest = json.loads(last["latestOffset"]) if last.get("latestOffset") else {"0": rows_in}
-    end = json.loads(last["endOffset"]) if last.get("endOffset") else latest
-    lag = sum(int(latest[k]) - int(end.get(k, 0)) for k in latest)
+    latest = json.loads(last["latestOffset"]) if last.get("latestOffset") else {}
+    lag = latest.get("lag", {"records": 0, "bytes": 0})  # received, in no planned batch yet
 
     print("\nspark-zmq quickstart")
     print(f"  rows in   {rows_in:>8}   (sensor readings received over ZeroMQ PULL, json)")
     print(f"  rows out  {collector.rows:>8}   (per-sensor aggregates sent over ZeroMQ PUSH, arrow)")
     busy_s = sum(p["durationMs"].get("triggerExecution", 0) for p in progress) / 1000 or elapsed
     print(f"  rate      {rows_in / busy_s:>8.0f}   rows/s processed, in {len(progress)} micro-batch(es); {elapsed:.1f} s in all")
-    print(f"  lag       {lag:>8}   messages received but not yet processed at the end")
+    print(f"  lag       {lag['records']:>8}   messages ({lag['bytes']} bytes) received but not yet processed at the end")
     for sensor in sorted(collector.latest):
         row = collector.latest[sensor]
         print(f"    {sensor}: {row['readings']:>5} readings, average {row['avg_reading']:.2f}")

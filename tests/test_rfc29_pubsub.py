@@ -795,3 +795,35 @@ def test_xsub_should_send_unsubscribe_requests_for_all_subscriptions_when_closin
         assert {xpub.recv_subscription(timeout=SOON_S) for _ in range(2)} == {(False, b"a"), (False, b"b")}
     finally:
         close_all(xpub, xsub)
+
+
+@pytest.mark.timeout(60)
+def test_xpub_nodrop_refuses_what_a_full_subscriber_cannot_take_so_drops_can_be_counted():
+    from spark_zmq.patterns import Sub, XPub
+
+    publisher = XPub("@tcp://127.0.0.1:*", nodrop=True, hwm=50)
+    subscriber = Sub(">" + publisher.last_endpoint, topics=[""], hwm=50)
+    try:
+        assert publisher.recv_subscription(timeout=10) == (True, b"")
+        refused = 0
+        for _ in range(5000):  # nobody reads: queues and kernel buffers fill up
+            try:
+                publisher.send([b"t", b"x" * 4000], timeout=0)
+            except TimeoutError:
+                refused += 1
+        assert refused > 0
+        started = time.monotonic()
+        with pytest.raises(TimeoutError, match="subscriber's queue is full"):
+            publisher.send([b"t", b"x" * 4000], timeout=0.3)  # a bounded wait, not a spin forever
+        assert time.monotonic() - started < 2
+        received = 0
+        while True:
+            try:
+                subscriber.recv(timeout=1.0)
+                received += 1
+            except TimeoutError:
+                break
+        assert received + refused + 1 == 5001  # every message either arrived or was refused
+    finally:
+        subscriber.close()
+        publisher.close(linger=0)

@@ -4,6 +4,10 @@ Spark to Spark, no peer, bad input. Peers are plain pyzmq sockets or the connect
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
 import socket
 import threading
 import time
@@ -173,3 +177,18 @@ def test_spark_to_spark_streaming_push_arrow_into_pull_arrow(spark, free_port, s
         assert_df_equality(spark.table("downstream"), spark.createDataFrame(expected, schema), ignore_row_order=True)
     finally:
         stop_all([upstream, downstream])
+
+
+def test_pub_counts_and_reports_what_a_slow_subscriber_could_not_take(free_port):
+    """PUB drops at the high-water mark by specification; the sink counts each drop and the
+    driver logs the count, so received + dropped = rows written."""
+    script = os.path.join(os.path.dirname(__file__), "scripts", "pub_drops.py")
+    result = subprocess.run([sys.executable, script, str(free_port), "20000"], capture_output=True, text=True,
+                            timeout=280)
+    assert result.returncode == 0, result.stderr[-3000:]
+    received = int(result.stdout.split("RESULT received ")[1].split()[0])
+    match = re.search(r"pub dropped (\d+) of (\d+) messages", result.stderr)
+    assert match, f"no drop report on the driver's stderr:\n{result.stderr[-3000:]}"
+    dropped, total = int(match.group(1)), int(match.group(2))
+    assert total == 20000 and dropped > 0
+    assert received + dropped == 20000

@@ -186,10 +186,15 @@ def test_progress_reports_latest_offset_so_lag_is_visible(spark, free_port, spoo
         def offsets(value):
             return json.loads(value) if isinstance(value, str) else value
 
-        lags = [int(offsets(p["sources"][0]["latestOffset"])["0"]) - int(offsets(p["sources"][0]["endOffset"])["0"])
-                for p in query.recentProgress if p["sources"][0]["latestOffset"]]
+        reports = [(offsets(p["sources"][0]["latestOffset"]), int(offsets(p["sources"][0]["endOffset"])["0"]))
+                   for p in query.recentProgress if p["sources"][0]["latestOffset"]]
+        lags = [int(latest["0"]) - end for latest, end in reports]
         assert max(lags) > 0, f"no progress showed the source behind what was received: {lags}"
         assert lags[-1] == 0, "the last progress should show the query caught up"
+        # the "lag" entry says the same in records, and in payload bytes ("msg-N" messages)
+        sizes = [len(m) for m in numbered(total)]
+        for latest, end in reports:
+            assert latest["lag"] == {"records": int(latest["0"]) - end, "bytes": sum(sizes[end:int(latest["0"])])}
     finally:
         stop_all([query])
 

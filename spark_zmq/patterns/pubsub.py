@@ -23,12 +23,13 @@ Known libzmq behaviours this layer does not change (documented, tested where obs
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from typing import Any, ClassVar, Iterable, Optional, Union
 
 import zmq
 
-from .base import PatternSocket, topics_list, _topic_bytes
+from .base import PatternSocket, SocketClosedError, _topic_bytes, topics_list
 
 __all__ = ["Pub", "Sub", "XPub", "XSub", "Topics"]
 
@@ -97,7 +98,10 @@ class XPub(PatternSocket):
     ``(subscribed, topic)``; data messages it passes over are kept, in order, for the next
     ``recv()`` (29/PUBSUB: XPUB SHALL deliver incoming messages to its application, so a
     helper must not swallow them). ``verbose=True`` passes duplicate subscriptions through
-    too (ZMQ_XPUB_VERBOSE). Binds by default.
+    too (ZMQ_XPUB_VERBOSE). ``nodrop=True`` (ZMQ_XPUB_NODROP) makes a send wait, or with
+    ``timeout=0`` fail with ``TimeoutError``, while any subscriber's queue is full, instead
+    of libzmq dropping the message for that subscriber unseen: the way to count drops.
+    Binds by default.
     """
 
     socket_type: ClassVar[int] = zmq.XPUB
@@ -108,13 +112,29 @@ class XPub(PatternSocket):
 
     @classmethod
     def _extra_options(cls) -> tuple[str, ...]:
-        return ("verbose",)
+        return ("verbose", "nodrop")
 
     def _configure(self, sock: zmq.Socket, options: dict[str, Any]) -> None:
         #: data messages recv_subscription() passed over, delivered first by recv().
         self._set_aside: deque[list[bytes]] = deque()
         if options.get("verbose"):
             sock.setsockopt(zmq.XPUB_VERBOSE, 1)
+        self._nodrop = bool(options.get("nodrop"))
+        if self._nodrop:
+            sock.setsockopt(zmq.XPUB_NODROP, 1)
+
+    def _wait(self, event: int, deadline: Optional[float], what: str) -> None:
+        """With NODROP, POLLOUT stays true while a subscriber is full (libzmq's XPUB
+        always reports room), so a wait on it would spin: back off in short sleeps instead,
+        after one zero-time poll that lets libzmq process "room again" commands."""
+        if not (self._nodrop and event == zmq.POLLOUT):
+            return super()._wait(event, deadline, what)
+        self._socket.poll(0, zmq.POLLOUT)
+        if self._closing:
+            raise SocketClosedError(f"{type(self).__name__} was closed during {what}")
+        if deadline is not None and time.monotonic() >= deadline:
+            raise TimeoutError(f"{type(self).__name__}.{what} timed out: a subscriber's queue is full (nodrop)")
+        time.sleep(0.001 if deadline is None else max(0.0, min(0.001, deadline - time.monotonic())))
 
     def _recv_one_nowait(self) -> Optional[list[bytes]]:
         if self._set_aside:

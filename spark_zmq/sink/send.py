@@ -35,8 +35,9 @@ class TaskSender:
         self.socket: PatternSocket
         if options.pattern == "pub":
             # XPUB is PUB on the wire; it also shows us the subscriptions, so we can wait
-            # for subscribers before publishing (PUB/SUB's slow-joiner problem).
-            self.socket = XPub([str(e) for e in options.endpoints], **common)
+            # for subscribers before publishing (PUB/SUB's slow-joiner problem). NODROP
+            # makes libzmq tell us when a subscriber is full, so the drop is ours and counted.
+            self.socket = XPub([str(e) for e in options.endpoints], nodrop=True, **common)
         else:
             cls = Scatter if options.pattern == "scatter" else Push
             # IMMEDIATE: queue only to completed connections, so an absent peer blocks the
@@ -45,6 +46,8 @@ class TaskSender:
                 [str(e) for e in options.endpoints], immediate=True, monitor=zmq.EVENT_HANDSHAKE_SUCCEEDED, **common
             )
         self.sent = 0
+        #: pub only: messages dropped because a subscriber's queue was at the high-water mark
+        self.dropped = 0
 
     def wait_for_peers(self) -> None:
         """Wait until every connect endpoint has a peer (up to 5 s, so the load spreads
@@ -86,7 +89,19 @@ class TaskSender:
             return False
 
     def send(self, messages: list[tuple[Optional[bytes], bytes]]) -> None:
-        """Send ``(topic, payload)`` messages; topicless ones go through the batch fast path."""
+        """Send ``(topic, payload)`` messages; topicless ones go through the batch fast path.
+
+        ``pub`` never waits: as PUB does at the high-water mark, a message that a full
+        subscriber cannot take is dropped, but here for every subscriber (XPUB_NODROP
+        refuses it whole) and counted in ``dropped``, never silently."""
+        if self.options.pattern == "pub":
+            for topic, payload in messages:
+                try:
+                    self.socket.send([topic or b"", payload], timeout=0)
+                    self.sent += 1
+                except TimeoutError:
+                    self.dropped += 1
+            return
         try:
             if all(topic is None for topic, _ in messages):
                 try:

@@ -32,6 +32,8 @@ class SinkCommit(WriterCommitMessage):
     partition: int
     messages: int
     rows: int
+    #: pub: messages dropped at a subscriber's high-water mark (0 for push/scatter)
+    dropped: int = 0
 
 
 def _write_task(options: SinkOptions, batches: Iterator[pa.RecordBatch], batch_id: Optional[int]) -> SinkCommit:
@@ -57,7 +59,18 @@ def _write_task(options: SinkOptions, batches: Iterator[pa.RecordBatch], batch_i
     except BaseException:
         sender.abort()
         raise
-    return SinkCommit(partition, sender.sent, rows)
+    return SinkCommit(partition, sender.sent, rows, sender.dropped)
+
+
+def _report(messages: list, what: str) -> None:
+    """Log, on the driver, what the tasks sent; pub drops as a warning with their count."""
+    commits = [m for m in messages if isinstance(m, SinkCommit)]
+    sent, dropped = sum(m.messages for m in commits), sum(m.dropped for m in commits)
+    log.info("zmq sink: %s: %d messages sent by %d tasks", what, sent, len(commits))
+    if dropped:
+        log.warning("zmq sink: %s: pub dropped %d of %d messages: a subscriber's queue was at its high-water "
+                    "mark (raise option 'hwm', or use pattern 'push' where every message must arrive)",
+                    what, dropped, sent + dropped)
 
 
 class ZmqBatchWriter(DataSourceArrowWriter):
@@ -71,8 +84,7 @@ class ZmqBatchWriter(DataSourceArrowWriter):
         return _write_task(self.options, iterator, batch_id=None)
 
     def commit(self, messages: list) -> None:
-        sent = sum(m.messages for m in messages if m is not None)
-        log.info("zmq sink: %d messages sent by %d tasks", sent, len(messages))
+        _report(messages, "write")
 
 
 class ZmqStreamWriter(DataSourceStreamArrowWriter):
@@ -86,8 +98,7 @@ class ZmqStreamWriter(DataSourceStreamArrowWriter):
         return _write_task(self.options, iterator, batch_id=None)
 
     def commit(self, messages: list, batchId: int) -> None:
-        sent = sum(m.messages for m in messages if m is not None)
-        log.info("zmq sink: batch %d: %d messages sent by %d tasks", batchId, sent, len(messages))
+        _report(messages, f"batch {batchId}")
 
     def abort(self, messages: list, batchId: int) -> None:
         log.warning("zmq sink: batch %d aborted; messages already sent stay sent (at-least-once)", batchId)

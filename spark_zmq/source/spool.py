@@ -27,12 +27,14 @@ import os
 import threading
 import uuid
 from dataclasses import dataclass, field
-from typing import Iterator, Optional
+from typing import Iterable, Iterator, Optional
 
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["SPOOL_SCHEMA", "Spool", "ChannelLog", "read_range", "sees_spool", "SpoolLockedError", "DataLossError"]
+__all__ = [
+    "SPOOL_SCHEMA", "Spool", "ChannelLog", "read_range", "coalesce", "sees_spool", "SpoolLockedError", "DataLossError",
+]
 
 SPOOL_SCHEMA = pa.schema(
     [
@@ -406,3 +408,25 @@ def read_range(spool_dir: str, channel: int, start: int, end: int) -> Iterator[p
             f"offsets {position}..{end} of channel {channel} are not in the spool {spool_dir!r} "
             "(was it written by another machine? executors must see the driver's spoolDir)"
         )
+
+
+def coalesce(batches: Iterable[pa.RecordBatch], max_rows: int = 65_536, max_bytes: int = 16 << 20) -> Iterator[pa.RecordBatch]:
+    """Join consecutive spool batches into batches of up to ``max_rows`` rows / about
+    ``max_bytes`` bytes.
+
+    Why: a receiver appends whatever one receive call returned, so a slow, steady producer
+    leaves thousands of few-row batches in the spool; decoding and handing each to Spark
+    separately costs far more than the rows themselves (measured: 50 us per row at
+    10,000 messages/s before this, in batches of a few rows).
+    """
+    group: list[pa.RecordBatch] = []
+    rows = size = 0
+    for batch in batches:
+        if group and (rows + batch.num_rows > max_rows or size + batch.nbytes > max_bytes):
+            yield group[0] if len(group) == 1 else pa.concat_batches(group)
+            group, rows, size = [], 0, 0
+        group.append(batch)
+        rows += batch.num_rows
+        size += batch.nbytes
+    if group:
+        yield group[0] if len(group) == 1 else pa.concat_batches(group)

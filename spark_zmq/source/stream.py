@@ -28,7 +28,7 @@ from .decode import Decoder
 from .ingest import IngestRuntime
 from .partitions import SpoolRange
 from .fetch import fetch_range
-from .spool import DataLossError, read_range, sees_spool
+from .spool import DataLossError, coalesce, read_range, sees_spool
 
 __all__ = ["ZmqStreamReader"]
 
@@ -45,6 +45,8 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         Decoder(options.format, schema, mode=options.mode, corrupt_column=options.corrupt_column)  # validate early
         self._runtime: Optional[IngestRuntime] = None
         self._pinned_end: Optional[dict[str, int]] = None
+        #: the end of the batch Spark planned last: what the progress's lag is measured from
+        self._planned_end: Optional[dict[str, int]] = None
 
     # -- driver: offsets -----------------------------------------------------------------------
 
@@ -100,11 +102,14 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         runtime.release(start)
         latest = self._pinned_end if self._pinned_end is not None else runtime.latest()
         if isinstance(limit, ReadAllAvailable):
-            return latest
-        # Spark passes one ReadLimit; a second cap configured through options still applies.
-        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else self.options.max_rows_per_trigger
-        max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else self.options.max_bytes_per_trigger
-        return self._admit(runtime, start, latest, max_rows, max_bytes)
+            end = latest
+        else:
+            # Spark passes one ReadLimit; a second cap configured through options still applies.
+            max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else self.options.max_rows_per_trigger
+            max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else self.options.max_bytes_per_trigger
+            end = self._admit(runtime, start, latest, max_rows, max_bytes)
+        self._planned_end = end
+        return end
 
     @staticmethod
     def _admit(runtime: IngestRuntime, start: dict, latest: dict, max_rows: Optional[int], max_bytes: Optional[int]) -> dict:
@@ -136,7 +141,19 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._pinned_end = runtime.latest()
 
     def reportLatestOffset(self) -> Optional[dict]:
-        return self._runtime.latest() if self._runtime is not None else None
+        """What the receivers have spooled, per channel, plus ``"lag"``: the records and
+        payload bytes received but not in any batch planned yet (the query's progress shows
+        this as the source's ``latestOffset``; Spark only displays it)."""
+        if self._runtime is None:
+            return None
+        latest = self._runtime.latest()
+        planned = self._planned_end or {}
+        records = nbytes = 0
+        for log in self._runtime.spool.channels:
+            key = str(log.channel)
+            rows, size = log.count_between(int(planned.get(key, log.earliest)), latest[key])
+            records, nbytes = records + rows, nbytes + size
+        return {**latest, "lag": {"records": records, "bytes": nbytes}}
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         runtime = self._ingest()
@@ -174,7 +191,7 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         assert isinstance(partition, SpoolRange)
         decoder = Decoder(self.options.format, self.schema, mode=self.options.mode, corrupt_column=self.options.corrupt_column)
         offset = partition.start
-        for batch in self._spool_batches(partition):
+        for batch in coalesce(self._spool_batches(partition)):
             yield from decoder.decode(batch, partition.channel, offset)
             offset += batch.num_rows
 

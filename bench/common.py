@@ -1,0 +1,107 @@
+"""What every benchmark scenario shares: ports, the Spark session, timing a streaming query."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import socket
+import subprocess
+import sys
+import time
+from typing import Callable
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def spark_session():
+    """local[2] like the tests, Python workers on this interpreter, zmq registered."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master("local[2]").appName("spark-zmq-bench")
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.shuffle.partitions", "2").config("spark.driver.memory", "4g")
+             .config("spark.pyspark.python", sys.executable).getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    import spark_zmq
+
+    spark_zmq.register(spark)
+    return spark
+
+
+class Producer:
+    """``bench/producer.py`` in its own process (see there), connected and waiting; ``go()``
+    starts it sending and returns the wall-clock start time."""
+
+    def __init__(self, endpoint: str, count: int, kind: str, arg: float) -> None:
+        self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "producer.py"), endpoint, str(count), kind,
+                                      str(arg)], stdin=subprocess.PIPE)
+
+    def go(self) -> float:
+        started = time.time()
+        self.proc.stdin.write(b"go\n")
+        self.proc.stdin.close()
+        return started
+
+    def wait(self, timeout: float = 120) -> None:
+        self.proc.wait(timeout)
+
+
+def producer(endpoint: str, count: int, kind: str, arg: float) -> Producer:
+    return Producer(endpoint, count, kind, arg)
+
+
+def warm_up(query, endpoints: list[str], kind: str, arg: float, messages: int = 2000) -> int:
+    """Send a few messages per endpoint and wait until Spark processed them, so Python
+    workers are started and modules imported before the measured run. Returns the rows sent."""
+    rows = 0
+    for endpoint in endpoints:
+        p = producer(endpoint, messages, kind, arg)
+        p.go()
+        p.wait()
+        rows += messages * (int(arg) if kind == "arrow" else 1)
+    wait_for_rows(query, rows)
+    return rows
+
+
+def wait_for_rows(query, rows: int, timeout: float = 600) -> float:
+    """Wait until the query has processed ``rows`` input rows; return the wall-clock time
+    (``time.time()``) at which the micro-batch that got there finished, from its progress
+    report, so the poll interval does not blur the measurement."""
+    seen: dict[int, dict] = {}
+    deadline = time.monotonic() + timeout
+    while True:
+        for progress in query.recentProgress:
+            seen.setdefault(progress["batchId"], progress)
+        total = 0
+        for batch_id in sorted(seen):
+            total += seen[batch_id]["numInputRows"]
+            if total >= rows:
+                return finished_at(seen[batch_id])
+        if query.exception() is not None:
+            raise RuntimeError(f"benchmark query failed: {query.exception()}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the query processed {total} of {rows} rows in {timeout} s")
+        time.sleep(0.1)
+
+
+def finished_at(progress: dict) -> float:
+    started = dt.datetime.fromisoformat(progress["timestamp"].replace("Z", "+00:00")).timestamp()
+    return started + progress["durationMs"].get("triggerExecution", 0) / 1000
+
+
+def wait_started(query, timeout: float = 120) -> None:
+    """Until the first (empty) micro-batch ran, so receivers are up before producers start."""
+    deadline = time.monotonic() + timeout
+    while not query.recentProgress:
+        if query.exception() is not None:
+            raise RuntimeError(f"benchmark query failed: {query.exception()}")
+        if time.monotonic() > deadline:
+            raise TimeoutError("the benchmark query did not start")
+        time.sleep(0.05)

@@ -1,0 +1,122 @@
+"""Ingest scenarios: the connector's streaming source and the baselines it is measured by.
+
+Every function returns units per second (messages for one-row messages, rows for Arrow),
+timed from the moment the data is offered to the moment Spark (or the bare loop) has it all.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+import threading
+import time
+
+import pyarrow as pa
+import zmq
+
+import payloads
+from common import free_port, producer, wait_for_rows, wait_started, warm_up
+
+
+def connector(spark, count: int, kind: str, arg: int, channels: int = 1) -> float:
+    """``readStream.format("zmq")`` (pull, ``raw`` or ``arrow``) into a ``noop`` sink;
+    ``channels`` endpoints, each fed ``count / channels`` messages by its own producer."""
+    ports = [free_port() for _ in range(channels)]
+    work = tempfile.mkdtemp(prefix="spark-zmq-bench-")
+    reader = (spark.readStream.format("zmq")
+              .option("endpoints", ",".join(f"@tcp://127.0.0.1:{p}" for p in ports))
+              .option("spoolDir", os.path.join(work, "spool")))
+    if kind == "arrow":
+        reader = reader.option("format", "arrow").schema(payloads.ARROW_DDL)
+    query = (reader.load().writeStream.format("noop").option("checkpointLocation", os.path.join(work, "ckpt"))
+             .trigger(processingTime="0 seconds").start())
+    try:
+        wait_started(query)
+        endpoints = [f"tcp://127.0.0.1:{p}" for p in ports]
+        warm = warm_up(query, endpoints, kind, arg, messages=20 if kind == "arrow" else 2000)
+        per_channel = count // channels
+        procs = [producer(endpoint, per_channel, kind, arg) for endpoint in endpoints]
+        started = min(p.go() for p in procs)
+        rows = per_channel * channels * (arg if kind == "arrow" else 1)
+        finished = wait_for_rows(query, warm + rows)
+        for proc in procs:
+            proc.wait(60)
+    finally:
+        query.stop()
+    return rows / (finished - started)
+
+
+def bare_pull(count: int, kind: str, arg: int) -> float:
+    """A bare pyzmq PULL loop; for Arrow it also decodes each message (the wire's ceiling)."""
+    pull = zmq.Context.instance().socket(zmq.PULL)
+    pull.setsockopt(zmq.RCVHWM, 100_000)
+    port = pull.bind_to_random_port("tcp://127.0.0.1")
+    proc = producer(f"tcp://127.0.0.1:{port}", count, kind, arg)
+    started = proc.go()
+    rows = 0
+    if kind == "arrow":
+        for _ in range(count):
+            rows += pa.ipc.open_stream(pull.recv(copy=False).buffer).read_all().num_rows
+    else:
+        for _ in range(count):
+            pull.recv()
+        rows = count
+    elapsed = time.time() - started
+    proc.wait(60)
+    pull.close(0)
+    return rows / elapsed
+
+
+def memory_source(spark, count: int, rows: int) -> float:
+    """Spark's ceiling for Arrow from Python: a Python streaming data source whose read()
+    yields the same record batches from memory, into the same ``noop`` sink. It offers 20
+    warm-up messages, then ``count`` more at once when the run starts (a file appears)."""
+    import memory_source as module
+    from pyspark import cloudpickle
+
+    cloudpickle.register_pickle_by_value(module)  # workers do not have bench/ on their path
+    cloudpickle.register_pickle_by_value(payloads)
+    spark.dataSource.register(module.MemoryArrowSource)
+    work = tempfile.mkdtemp(prefix="spark-zmq-bench-")
+    go = os.path.join(work, "go")
+    query = (spark.readStream.format("bench_memory_arrow").option("messages", str(count)).option("rows", str(rows))
+             .option("go", go).load().writeStream.format("noop")
+             .option("checkpointLocation", os.path.join(work, "ckpt")).trigger(processingTime="0 seconds").start())
+    try:
+        wait_started(query)
+        wait_for_rows(query, module.WARM_UP * rows)
+        started = time.time()
+        open(go, "w").close()
+        finished = wait_for_rows(query, (module.WARM_UP + count) * rows)
+    finally:
+        query.stop()
+    return count * rows / (finished - started)
+
+
+def socket_source(spark, count: int, size: int) -> float:
+    """Spark's built-in ``socket`` source fed the same payloads as text lines over TCP."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    port = server.getsockname()[1]
+    work = tempfile.mkdtemp(prefix="spark-zmq-bench-")
+    query = (spark.readStream.format("socket").option("host", "127.0.0.1").option("port", str(port)).load()
+             .writeStream.format("noop").option("checkpointLocation", os.path.join(work, "ckpt"))
+             .trigger(processingTime="0 seconds").start())
+    connection, _ = server.accept()
+    line = b"x" * (size - 1) + b"\n"
+    try:
+        wait_started(query)
+        connection.sendall(line * 2000)  # warm-up
+        wait_for_rows(query, 2000)
+        started = time.time()
+        sender = threading.Thread(target=connection.sendall, args=(line * count,), daemon=True)
+        sender.start()
+        finished = wait_for_rows(query, 2000 + count)
+        sender.join(60)
+    finally:
+        query.stop()
+        connection.close()
+        server.close()
+    return count / (finished - started)

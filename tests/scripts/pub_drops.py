@@ -1,0 +1,53 @@
+"""A batch write with pattern pub to a subscriber slower than the writer: prints what the
+subscriber received; the sink's driver-side commit logs how many messages pub dropped
+(on stderr). The test checks that received + dropped = rows written.
+
+usage: pub_drops.py PORT ROWS
+"""
+
+import os
+import sys
+import threading
+import time
+
+os.environ["PYSPARK_PYTHON"] = sys.executable
+
+from pyspark.sql import SparkSession  # noqa: E402
+
+from spark_zmq.patterns import Sub  # noqa: E402
+
+port, rows = int(sys.argv[1]), int(sys.argv[2])
+spark = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
+         .config("spark.ui.showConsoleProgress", "false").config("spark.pyspark.python", sys.executable).getOrCreate())
+spark.sparkContext.setLogLevel("ERROR")
+import spark_zmq  # noqa: E402
+
+spark_zmq.register(spark)
+subscriber = Sub(f"@tcp://127.0.0.1:{port}", topics=[""], hwm=100, rcvbuf=4096)
+received = 0
+written = threading.Event()
+
+
+def read_slowly() -> None:
+    global received
+    while True:
+        try:
+            subscriber.recv(timeout=2.0)
+        except TimeoutError:
+            if written.is_set():
+                return
+            continue
+        received += 1
+        time.sleep(0.0002)  # a slow subscriber: shapes the load, not synchronisation
+
+
+reader = threading.Thread(target=read_slowly)
+reader.start()
+(spark.range(rows, numPartitions=1).selectExpr("concat(CAST(id AS STRING), repeat('x', 2000)) AS value")
+ .write.format("zmq").mode("append").option("pattern", "pub").option("topic", "t").option("format", "text")
+ .option("hwm", "100").option("endpoints", f"tcp://127.0.0.1:{port}").save())
+written.set()
+reader.join(60)
+print(f"RESULT received {received}", flush=True)
+subscriber.close()
+spark.stop()
