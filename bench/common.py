@@ -8,7 +8,6 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Callable
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

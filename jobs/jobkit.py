@@ -97,3 +97,13 @@ def run_query(query) -> None:
         query.awaitTermination()
     except KeyboardInterrupt:
         query.stop()
+
+
+def spool_dir(p: argparse.ArgumentParser, args: argparse.Namespace) -> str:
+    """--spool-dir, or ``<checkpoint>/zmq-spool`` when the checkpoint is a local path (the
+    spool is a local directory on the driver; it cannot live on HDFS or S3)."""
+    if args.spool_dir:
+        return args.spool_dir
+    if "://" in args.checkpoint and not args.checkpoint.startswith("file://"):
+        p.error(f"--spool-dir is required when --checkpoint is not a local path ({args.checkpoint})")
+    return os.path.join(args.checkpoint.removeprefix("file://"), "zmq-spool")

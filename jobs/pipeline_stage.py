@@ -16,7 +16,6 @@ drop a retried task's duplicates.
 
 from __future__ import annotations
 
-import os
 import sys
 
 import jobkit
@@ -38,6 +37,7 @@ def parse_args(argv: list[str]):
     jobkit.add_common(p)
     args = p.parse_args(argv)
     jobkit.check_positive(p, args, "rows_per_message", "send_timeout_ms", "max_rows_per_trigger", "idle_timeout")
+    args.spool_dir = jobkit.spool_dir(p, args)
     return args
 
 
@@ -48,7 +48,7 @@ def main(argv: list[str]) -> int:
         spark.readStream.format("zmq")
         .option("pattern", "pull").option("endpoints", args.input).option("format", "arrow")
         .schema(args.schema)
-        .option("spoolDir", args.spool_dir or os.path.join(args.checkpoint, "zmq-spool"))
+        .option("spoolDir", args.spool_dir)
         .option("timeout", str(args.idle_timeout))
     )
     if args.max_rows_per_trigger:

@@ -18,7 +18,6 @@ where every message counts.
 
 from __future__ import annotations
 
-import os
 import sys
 
 import jobkit
@@ -40,6 +39,7 @@ def parse_args(argv: list[str]):
     jobkit.add_common(p)
     args = p.parse_args(argv)
     jobkit.check_positive(p, args, "idle_timeout")
+    args.spool_dir = jobkit.spool_dir(p, args)
     return args
 
 
@@ -72,7 +72,7 @@ def main(argv: list[str]) -> int:
         spark.readStream.format("zmq")
         .option("pattern", "sub").option("endpoints", args.endpoints).option("topics", args.topics)
         .option("format", "text")
-        .option("spoolDir", args.spool_dir or os.path.join(args.checkpoint, "zmq-spool"))
+        .option("spoolDir", args.spool_dir)
         .option("timeout", str(args.idle_timeout))
         .load()
     )

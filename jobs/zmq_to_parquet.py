@@ -13,7 +13,6 @@ the spool together: losing either one loses that guarantee.
 
 from __future__ import annotations
 
-import os
 import sys
 
 import jobkit
@@ -38,6 +37,7 @@ def parse_args(argv: list[str]):
     if args.topics and args.pattern != "sub":
         p.error("--topics only applies to --pattern sub")
     jobkit.check_positive(p, args, "max_rows_per_trigger", "idle_timeout")
+    args.spool_dir = jobkit.spool_dir(p, args)
     return args
 
 
@@ -47,7 +47,7 @@ def main(argv: list[str]) -> int:
     reader = (
         spark.readStream.format("zmq")
         .option("pattern", args.pattern).option("endpoints", args.endpoints).option("format", args.format)
-        .option("spoolDir", args.spool_dir or os.path.join(args.checkpoint, "zmq-spool"))
+        .option("spoolDir", args.spool_dir)
         .option("timeout", str(args.idle_timeout))
     )
     if args.schema:

@@ -153,6 +153,8 @@ def test_pipeline_stage_transforms_arrow_batches_between_two_zeromq_peers(tmp_pa
      "--schema is required for --format json"),
     ("jobs/zmq_to_parquet.py", ["--endpoints", "x", "--output", "o", "--checkpoint", "c", "--format", "xml"],
      "invalid choice: 'xml'"),
+    ("jobs/zmq_to_parquet.py", ["--endpoints", "@tcp://*:1", "--output", "o", "--checkpoint", "s3a://b/c",
+                                "--format", "raw"], "--spool-dir is required"),
     ("jobs/windowed_topics.py", ["--endpoints", "tcp://h:1", "--output", "o", "--checkpoint", "c",
                                  "--idle-timeout", "0"], "--idle-timeout must be > 0"),
     ("jobs/pipeline_stage.py", ["--input", "@tcp://*:1", "--output", "tcp://h:2", "--checkpoint", "c"],

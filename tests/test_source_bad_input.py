@@ -3,12 +3,10 @@ silent loss. Malformed messages follow ``mode`` (Spark's JSON reader conventions
 
 from __future__ import annotations
 
-import json
 import socket
 
 import pyarrow as pa
 import pytest
-import zmq
 
 from zmqtest import Producer, arrow_message, stop_all, wait_until
 
