@@ -11,6 +11,11 @@ from nbclient import NotebookClient
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
+#: what each notebook's output must show (its own cells also assert their results)
+EXPECTED = {
+    "quickstart.ipynb": ["4000 rows", "final lag 0"],
+    "arrow_pipelines.ipynb": ["stage2 received 20000 rows, each once", "5000 rows"],
+}
 NOTEBOOKS = sorted(glob.glob(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "notebooks", "*.ipynb")))
 
 
@@ -25,4 +30,7 @@ def test_notebook_runs_without_errors(path, tmp_path):
     outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.get("outputs", [])]
     assert not [o for o in outputs if o.get("output_type") == "error"]
     text = "".join(o.get("text", "") for o in outputs)
-    assert "4000 rows" in text and "final lag 0" in text
+    name = os.path.basename(path)
+    assert name in EXPECTED, f"add {name}'s expected output to EXPECTED in {__file__}"
+    for expected in EXPECTED[name]:
+        assert expected in text, f"{name}: {expected!r} not in its output"

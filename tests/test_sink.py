@@ -70,6 +70,8 @@ def test_batch_write_delivers_the_whole_dataframe_in_each_format(spark, rows, fm
         assert {b"spark_zmq.partition", b"spark_zmq.batch_id", b"spark_zmq.sequence", b"spark_zmq.query_id"} <= set(meta)
         keys = {(t.schema.metadata[b"spark_zmq.partition"], t.schema.metadata[b"spark_zmq.sequence"]) for t in tables}
         assert len(keys) == len(tables), "every message has a distinct (partition, sequence)"
+        write_ids = {t.schema.metadata[b"spark_zmq.query_id"] for t in tables}
+        assert len(write_ids) == 1 and next(iter(write_ids)).startswith(b"write-")  # one id per batch write
 
 
 def test_round_robin_four_partitions_three_pull_peers(spark):

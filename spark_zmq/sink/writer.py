@@ -8,6 +8,7 @@ way to the wire.
 from __future__ import annotations
 
 import logging
+import uuid
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
@@ -36,10 +37,12 @@ class SinkCommit(WriterCommitMessage):
     dropped: int = 0
 
 
-def _write_task(options: SinkOptions, batches: Iterator[pa.RecordBatch], batch_id: Optional[int]) -> SinkCommit:
+def _write_task(options: SinkOptions, batches: Iterator[pa.RecordBatch], batch_id: Optional[int],
+                write_id: str = "") -> SinkCommit:
     context = TaskContext.get()
     partition = context.partitionId() if context else 0
-    query_id = (context.getLocalProperty("sql.streaming.queryId") if context else None) or ""
+    # a streaming query's id; for a batch write, an id made once per write on the driver
+    query_id = (context.getLocalProperty("sql.streaming.queryId") if context else None) or write_id
     if batch_id is None and context is not None:
         batch_id = int(context.getLocalProperty("streaming.sql.batchId") or -1)
     metadata = {"query_id": query_id, "batch_id": batch_id if batch_id is not None else -1, "partition": partition}
@@ -79,9 +82,10 @@ class ZmqBatchWriter(DataSourceArrowWriter):
     def __init__(self, options: SinkOptions, schema: StructType) -> None:
         check_schema(options, schema)
         self.options = options
+        self.write_id = f"write-{uuid.uuid4()}"  # tells apart the messages of two writes
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
-        return _write_task(self.options, iterator, batch_id=None)
+        return _write_task(self.options, iterator, batch_id=None, write_id=self.write_id)
 
     def commit(self, messages: list) -> None:
         _report(messages, "write")
