@@ -104,3 +104,16 @@ def wait_started(query, timeout: float = 120) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError("the benchmark query did not start")
         time.sleep(0.05)
+
+
+def register_ceilings(spark) -> None:
+    """Register ``bench/ceilings.py``'s data sources; they travel to the workers by value,
+    since bench/ is not on the workers' path."""
+    import ceilings
+    import payloads
+    from pyspark import cloudpickle
+
+    cloudpickle.register_pickle_by_value(ceilings)
+    cloudpickle.register_pickle_by_value(payloads)
+    spark.dataSource.register(ceilings.MemoryArrowSource)
+    spark.dataSource.register(ceilings.DiscardArrowSink)

@@ -16,7 +16,7 @@ import pyarrow as pa
 import zmq
 
 import payloads
-from common import free_port, producer, wait_for_rows, wait_started, warm_up
+from common import free_port, producer, register_ceilings, wait_for_rows, wait_started, warm_up
 
 
 def connector(spark, count: int, kind: str, arg: int, channels: int = 1) -> float:
@@ -72,12 +72,10 @@ def memory_source(spark, count: int, rows: int) -> float:
     """Spark's ceiling for Arrow from Python: a Python streaming data source whose read()
     yields the same record batches from memory, into the same ``noop`` sink. It offers 20
     warm-up messages, then ``count`` more at once when the run starts (a file appears)."""
-    import memory_source as module
+    import ceilings
     from pyspark import cloudpickle
 
-    cloudpickle.register_pickle_by_value(module)  # workers do not have bench/ on their path
-    cloudpickle.register_pickle_by_value(payloads)
-    spark.dataSource.register(module.MemoryArrowSource)
+    register_ceilings(spark)
     work = tempfile.mkdtemp(prefix="spark-zmq-bench-")
     go = os.path.join(work, "go")
     query = (spark.readStream.format("bench_memory_arrow").option("messages", str(count)).option("rows", str(rows))
@@ -85,10 +83,10 @@ def memory_source(spark, count: int, rows: int) -> float:
              .option("checkpointLocation", os.path.join(work, "ckpt")).trigger(processingTime="0 seconds").start())
     try:
         wait_started(query)
-        wait_for_rows(query, module.WARM_UP * rows)
+        wait_for_rows(query, ceilings.WARM_UP * rows)
         started = time.time()
         open(go, "w").close()
-        finished = wait_for_rows(query, (module.WARM_UP + count) * rows)
+        finished = wait_for_rows(query, (ceilings.WARM_UP + count) * rows)
     finally:
         query.stop()
     return count * rows / (finished - started)

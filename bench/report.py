@@ -29,7 +29,8 @@ def _markdown(results: list[dict], smoke: bool, command: str) -> str:
     for r in results:
         if "median" not in r:
             continue
-        baselines = "<br>".join(f"{k}: {v:,.0f}" for k, v in r["median"].items() if k != "connector")
+        baselines = "<br>".join(f"{k}: {v:,.0f} (ratio {r['ratios'][k]:.2f})"
+                                for k, v in r["median"].items() if k != "connector")
         runs = r["runs"]["connector"]
         met = "" if r["target"] is None else (" (met)" if r["ratio"] >= r["target"] else " (missed)")
         lines.append(f"| {r['scenario']} | {r['unit']} | {r['median']['connector']:,.0f} | {baselines} | "

@@ -10,8 +10,8 @@ Scenarios (the benchmark issue's numbering):
                       bare pyzmq PULL loop that decodes them (the wire's ceiling);
   2 ingest-raw-100B,  one row per message, msgs/s: connector vs a bare pyzmq PULL loop vs
     ingest-raw-1KB    Spark's socket source fed the same payloads as lines;
-  3 egress-raw-100B,  df.write.format("zmq") vs a bare pyzmq PUSH loop sending the same bytes;
-    egress-arrow
+  3 egress-raw-100B,  df.write.format("zmq") vs a bare pyzmq PUSH loop sending the same bytes
+    egress-arrow      (and, for Arrow, vs a Python Arrow writer that discards: Spark's ceiling);
   4 latency           10,000 msgs/s through pull -> Spark -> push; p50/p95/p99;
   5 backpressure      a producer far faster than a throttled query: receiver memory, spool
                       size against maxSpoolBytes, messages lost;
@@ -39,7 +39,7 @@ import ingest  # noqa: E402
 import report  # noqa: E402
 from common import HERE, spark_session  # noqa: E402
 
-FULL = {"raw": 300_000, "socket": 30_000, "arrow_messages": 100, "arrow_rows": 10_000, "latency_s": 10.0,
+FULL = {"raw": 300_000, "socket": 30_000, "arrow_messages": 400, "arrow_rows": 10_000, "latency_s": 10.0,
         "bp_messages": 200_000, "scaling": 200_000}
 SMOKE = {"raw": 5_000, "socket": 2_000, "arrow_messages": 4, "arrow_rows": 1_000, "latency_s": 2.0,
          "bp_messages": 5_000, "scaling": 5_000}
@@ -54,8 +54,9 @@ def compare(name: str, unit: str, contenders: dict[str, Callable[[], float]], re
             runs[contender].append(fn())
     medians = {k: statistics.median(v) for k, v in runs.items()}
     row = {"scenario": name, "unit": unit, "reps": reps, "runs": runs, "median": medians, "versus": versus,
-           "ratio": medians["connector"] / medians[versus], "target": target}
-    others = "   ".join(f"{k} {v:,.0f}" for k, v in medians.items() if k != "connector")
+           "ratio": medians["connector"] / medians[versus], "target": target,
+           "ratios": {k: medians["connector"] / v for k, v in medians.items() if k != "connector"}}
+    others = "   ".join(f"{k} {v:,.0f} ({row['ratios'][k]:.2f})" for k, v in medians.items() if k != "connector")
     print(f"{name:18s} connector {medians['connector']:>12,.0f} {unit}   {others}   "
           f"ratio vs {versus}: {row['ratio']:.2f}" + (f" (target {target})" if target else ""), flush=True)
     return row
@@ -93,10 +94,12 @@ def main(argv: list[str]) -> int:
         "egress-raw-100B": lambda: compare("egress-raw-100B", "msgs/s", {
             "connector": lambda: egress.connector(spark, n, "raw", 100),
             "bare pyzmq PUSH": lambda: egress.bare_push(n, "raw", 100),
+            "Python Arrow writer, discarding": lambda: egress.discard_writer(spark, n, "raw", 100),
         }, reps, "bare pyzmq PUSH", 0.8),
         "egress-arrow": lambda: compare("egress-arrow", "rows/s", {
             "connector": lambda: egress.connector(spark, m * r, "arrow", r),
             "bare pyzmq PUSH": lambda: egress.bare_push(m * r, "arrow", r),
+            "Python Arrow writer, discarding": lambda: egress.discard_writer(spark, m * r, "arrow", r),
         }, reps, "bare pyzmq PUSH", 0.8),
         "scaling": lambda: {"scenario": "scaling", "unit": "msgs/s", "channels": {
             c: statistics.median(ingest.connector(spark, size["scaling"], "raw", 100, channels=c) for _ in range(reps))

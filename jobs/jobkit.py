@@ -107,3 +107,20 @@ def spool_dir(p: argparse.ArgumentParser, args: argparse.Namespace) -> str:
     if "://" in args.checkpoint and not args.checkpoint.startswith("file://"):
         p.error(f"--spool-dir is required when --checkpoint is not a local path ({args.checkpoint})")
     return os.path.join(args.checkpoint.removeprefix("file://"), "zmq-spool")
+
+
+def rows_in(query) -> int:
+    """Input rows over the query's recent progress reports (Spark keeps the last 100)."""
+    return sum(p["numInputRows"] for p in query.recentProgress)
+
+
+def finish(spark, query, job: str, summary: str) -> int:
+    """Print the job's summary line, stop Spark, and return the exit code: 1 with the
+    reason on stderr if the query failed."""
+    error = query.exception()
+    print(f"{job}: {summary}")
+    spark.stop()
+    if error is not None:
+        print(f"{job} FAILED: {error}", file=sys.stderr)
+        return 1
+    return 0

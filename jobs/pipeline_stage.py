@@ -69,14 +69,8 @@ def main(argv: list[str]) -> int:
         .trigger(**jobkit.trigger(args)).start()
     )
     jobkit.run_query(query)
-    rows = sum(p["numInputRows"] for p in query.recentProgress)
-    error = query.exception()
-    print(f"pipeline_stage: {rows} rows in, transformed with: {args.sql}")
-    spark.stop()
-    if error is not None:
-        print(f"pipeline_stage FAILED: {error}", file=sys.stderr)
-        return 1
-    return 0
+    return jobkit.finish(spark, query, "pipeline_stage",
+                         f"{jobkit.rows_in(query)} rows in, transformed with: {args.sql}")
 
 
 if __name__ == "__main__":

@@ -91,15 +91,9 @@ def main(argv: list[str]) -> int:
         .trigger(**jobkit.trigger(args)).start()
     )
     jobkit.run_query(query)
-    rows_in = sum(p["numInputRows"] for p in query.recentProgress)
-    error = query.exception()
-    written = _count_rows(spark, args.output) if error is None else 0
-    print(f"windowed_topics: {rows_in} messages in, {written} closed windows in {args.output}")
-    spark.stop()
-    if error is not None:
-        print(f"windowed_topics FAILED: {error}", file=sys.stderr)
-        return 1
-    return 0
+    written = _count_rows(spark, args.output) if query.exception() is None else 0
+    return jobkit.finish(spark, query, "windowed_topics",
+                         f"{jobkit.rows_in(query)} messages in, {written} closed windows in {args.output}")
 
 
 if __name__ == "__main__":

@@ -65,15 +65,9 @@ def main(argv: list[str]) -> int:
         writer = writer.partitionBy(*[c.strip() for c in args.partition_by.split(",") if c.strip()])
     query = writer.start()
     jobkit.run_query(query)
-    rows = sum(p["numInputRows"] for p in query.recentProgress)
     batches = sum(1 for p in query.recentProgress if p["numInputRows"])
-    error = query.exception()
-    print(f"zmq_to_parquet: {rows} rows written to {args.output} in {batches} micro-batch(es)")
-    spark.stop()
-    if error is not None:
-        print(f"zmq_to_parquet FAILED: {error}", file=sys.stderr)
-        return 1
-    return 0
+    return jobkit.finish(spark, query, "zmq_to_parquet",
+                         f"{jobkit.rows_in(query)} rows written to {args.output} in {batches} micro-batch(es)")
 
 
 if __name__ == "__main__":

@@ -1,11 +1,18 @@
-"""A Python streaming data source that yields prepared Arrow batches from memory: the
-ceiling of what Spark's Python Data Source API can ingest, for the Arrow scenario."""
+"""Spark's own ceilings for the Python Data Source API, the fair baselines for Arrow:
+a streaming source that yields prepared Arrow batches from memory (ingest), and an Arrow
+writer that discards what it is given (egress)."""
 
 from __future__ import annotations
 
 import os
 
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
 
 from payloads import ARROW_DDL, arrow_message
 
@@ -59,3 +66,23 @@ class MemoryArrowReader(DataSourceStreamReader):
 
     def commit(self, end: dict) -> None:
         pass
+
+
+class DiscardArrowSink(DataSource):
+    """``df.write.format("bench_discard")``: rows reach Python as Arrow, as in the zmq sink,
+    and go nowhere; what is left is Spark's cost of handing a Python writer its rows."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "bench_discard"
+
+    def writer(self, schema, overwrite: bool):
+        return DiscardArrowWriter()
+
+
+class DiscardArrowWriter(DataSourceArrowWriter):
+    def write(self, iterator):
+        rows = 0
+        for batch in iterator:
+            rows += batch.num_rows
+        return WriterCommitMessage()
