@@ -32,8 +32,11 @@ from .spool import DataLossError, coalesce, read_range, sees_spool
 
 __all__ = ["ZmqStreamReader"]
 
-# A read task covers at most this many messages, so large backlogs are read in parallel.
+# A read task covers at most this many messages and about this many bytes, so large
+# backlogs are read in parallel (Arrow messages hold many rows: 1,000 of them can be
+# 370 MB, which one task would otherwise decode alone while the other cores idle).
 _MAX_MESSAGES_PER_PARTITION = 200_000
+_MAX_BYTES_PER_PARTITION = 32 << 20
 
 
 class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -163,12 +166,15 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         channels = sorted(end, key=int)
         wanted = max(self.options.min_partitions or 1, 1)
         total = sum(max(0, int(end[k]) - int(start.get(k, end[k]))) for k in channels)
+        logs = {str(c.channel): c for c in runtime.spool.channels}
         for k in channels:
             lo, hi = int(start.get(k, end[k])), int(end[k])
             if hi <= lo:
                 continue
             share = math.ceil(wanted * (hi - lo) / max(total, 1))
-            pieces = max(1, share, math.ceil((hi - lo) / _MAX_MESSAGES_PER_PARTITION))
+            _, nbytes = logs[k].count_between(lo, hi)
+            pieces = min(hi - lo, max(1, share, math.ceil((hi - lo) / _MAX_MESSAGES_PER_PARTITION),
+                                      math.ceil(nbytes / _MAX_BYTES_PER_PARTITION)))
             step = math.ceil((hi - lo) / pieces)
             for piece_start in range(lo, hi, step):
                 parts.append(
