@@ -122,8 +122,7 @@ def produce(
     stop: Optional[Callable[[], bool]] = None,
 ) -> LoadResult:
     """Send ``count`` messages to ``endpoints`` (push/scatter connect and pub binds by
-    default; ``@``/``>`` choose) and return
-    what was sent. ``rate`` (messages/s) paces the load; ``None`` sends as fast as ZeroMQ
+    default; ``@``/``>`` choose) and return what was sent. ``rate`` (messages/s) paces the load; ``None`` sends as fast as ZeroMQ
     takes it. ``push`` and ``scatter`` block while peers are absent or full (at most
     ``send_timeout`` seconds per message, then ``TimeoutError``); ``pub`` drops for slow
     subscribers, as PUB does. ``on_progress(sent)`` is called every few hundred messages;
