@@ -175,6 +175,8 @@ def test_spark_to_spark_streaming_push_arrow_into_pull_arrow(spark, free_port, s
             expected += [(r["id"], r["label"]) for r in lines]
             (source_dir / f"part-{part}.json").write_text("\n".join(json.dumps(r) for r in lines))
         wait_until(lambda: spark.table("downstream").count() >= 300, 120, "300 rows downstream")
+        wait_until(lambda: sum(p["numInputRows"] for p in upstream.recentProgress) >= 300, 60,
+                   "the upstream progress reports")  # published after the batch's rows
         assert len([p for p in upstream.recentProgress if p["numInputRows"]]) >= 3
         assert_df_equality(spark.table("downstream"), spark.createDataFrame(expected, schema), ignore_row_order=True)
     finally:

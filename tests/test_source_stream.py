@@ -34,6 +34,16 @@ def _count(spark, name):
     return spark.table(name).count()
 
 
+def _batch_sizes(query, total: int) -> list[int]:
+    """Input rows per micro-batch, once the progress reports account for ``total`` rows:
+    a memory sink shows a batch's rows before Spark publishes that batch's progress."""
+    def sizes():
+        found = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+        return found if sum(found) >= total else None
+
+    return wait_until(sizes, 60, f"progress reports covering {total} rows")
+
+
 def _messages(fmt: str):
     """(messages, schema, rows): N rows in the given wire format, each row carrying id i."""
     if fmt == "raw":
@@ -109,9 +119,9 @@ def test_no_message_lost_at_micro_batch_boundaries(spark, free_port, spool_dir, 
     try:
         producer.finish()
         wait_until(lambda: _count(spark, "boundaries") >= total, 120, f"{total} rows")
-        batches = [p for p in query.recentProgress if p["numInputRows"] > 0]
+        batches = _batch_sizes(query, total)
         assert len(batches) >= 3, f"expected many micro-batches, got {len(batches)}"
-        assert sum(p["numInputRows"] for p in query.recentProgress) == total
+        assert sum(batches) == total
         stats = spark.table("boundaries").selectExpr("count(*)", "count(distinct offset)", "max(offset)", "count(distinct value)").first()
         assert tuple(stats) == (total, total, total - 1, total)
     finally:
@@ -129,7 +139,7 @@ def test_max_rows_per_trigger_caps_every_micro_batch(spark, free_port, spool_dir
     query = _start(spark, "capped", df.select("offset"), tmp_path)
     try:
         wait_until(lambda: _count(spark, "capped") >= total, 120, f"{total} rows")
-        sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+        sizes = _batch_sizes(query, total)
         assert max(sizes) <= 1000 and sum(sizes) == total and len(sizes) >= 8
     finally:
         stop_all([query])
@@ -147,7 +157,7 @@ def test_max_bytes_per_trigger_caps_every_micro_batch(spark, free_port, spool_di
     query = _start(spark, "bytecapped", df.select("offset"), tmp_path)
     try:
         wait_until(lambda: _count(spark, "bytecapped") >= total, 120, f"{total} rows")
-        sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+        sizes = _batch_sizes(query, total)
         assert max(sizes) <= 50 and sum(sizes) == total
     finally:
         stop_all([query])
@@ -183,6 +193,8 @@ def test_progress_reports_latest_offset_so_lag_is_visible(spark, free_port, spoo
     query = _start(spark, "lag", df.select("offset"), tmp_path)
     try:
         wait_until(lambda: _count(spark, "lag") >= total, 120, f"{total} rows")
+        _batch_sizes(query, total)  # the last batch's progress is published after its rows
+
         def offsets(value):
             return json.loads(value) if isinstance(value, str) else value
 
