@@ -10,7 +10,7 @@ import tempfile
 import threading
 import time
 
-from common import free_port, producer, wait_for_rows, wait_started
+from common import Producer, free_port, wait_for_rows, wait_started
 
 
 def _rss(pid: int) -> int:
@@ -57,7 +57,7 @@ def connector(spark, count: int, size: int, spool_bytes: int, rows_per_trigger: 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
         started = time.time()
-        proc = producer(f"tcp://127.0.0.1:{port}", count, "raw", size)
+        proc = Producer(f"tcp://127.0.0.1:{port}", count, "raw", size)
         proc.go()
         try:
             wait_for_rows(query, count, timeout=600)

@@ -52,16 +52,12 @@ class Producer:
         self.proc.wait(timeout)
 
 
-def producer(endpoint: str, count: int, kind: str, arg: float) -> Producer:
-    return Producer(endpoint, count, kind, arg)
-
-
 def warm_up(query, endpoints: list[str], kind: str, arg: float, messages: int = 2000) -> int:
     """Send a few messages per endpoint and wait until Spark processed them, so Python
     workers are started and modules imported before the measured run. Returns the rows sent."""
     rows = 0
     for endpoint in endpoints:
-        p = producer(endpoint, messages, kind, arg)
+        p = Producer(endpoint, messages, kind, arg)
         p.go()
         p.wait()
         rows += messages * (int(arg) if kind == "arrow" else 1)

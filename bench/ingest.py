@@ -16,7 +16,7 @@ import pyarrow as pa
 import zmq
 
 import payloads
-from common import free_port, producer, register_ceilings, wait_for_rows, wait_started, warm_up
+from common import Producer, free_port, register_ceilings, wait_for_rows, wait_started, warm_up
 
 
 def connector(spark, count: int, kind: str, arg: int, channels: int = 1) -> float:
@@ -36,7 +36,7 @@ def connector(spark, count: int, kind: str, arg: int, channels: int = 1) -> floa
         endpoints = [f"tcp://127.0.0.1:{p}" for p in ports]
         warm = warm_up(query, endpoints, kind, arg, messages=20 if kind == "arrow" else 2000)
         per_channel = count // channels
-        procs = [producer(endpoint, per_channel, kind, arg) for endpoint in endpoints]
+        procs = [Producer(endpoint, per_channel, kind, arg) for endpoint in endpoints]
         started = min(p.go() for p in procs)
         rows = per_channel * channels * (arg if kind == "arrow" else 1)
         finished = wait_for_rows(query, warm + rows)
@@ -52,7 +52,7 @@ def bare_pull(count: int, kind: str, arg: int) -> float:
     pull = zmq.Context.instance().socket(zmq.PULL)
     pull.setsockopt(zmq.RCVHWM, 100_000)
     port = pull.bind_to_random_port("tcp://127.0.0.1")
-    proc = producer(f"tcp://127.0.0.1:{port}", count, kind, arg)
+    proc = Producer(f"tcp://127.0.0.1:{port}", count, kind, arg)
     started = proc.go()
     rows = 0
     if kind == "arrow":
@@ -73,7 +73,6 @@ def memory_source(spark, count: int, rows: int) -> float:
     yields the same record batches from memory, into the same ``noop`` sink. It offers 20
     warm-up messages, then ``count`` more at once when the run starts (a file appears)."""
     import ceilings
-    from pyspark import cloudpickle
 
     register_ceilings(spark)
     work = tempfile.mkdtemp(prefix="spark-zmq-bench-")

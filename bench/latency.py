@@ -12,7 +12,7 @@ import time
 import numpy as np
 import zmq
 
-from common import free_port, producer, wait_started, warm_up
+from common import Producer, free_port, wait_started, warm_up
 
 WARM = 2000
 
@@ -40,7 +40,7 @@ def connector(spark, rate: float, seconds: float) -> dict:
     try:
         wait_started(query)
         warm_up(query, [f"tcp://127.0.0.1:{in_port}"], "stamped", rate, messages=WARM)
-        proc = producer(f"tcp://127.0.0.1:{in_port}", count, "stamped", rate)
+        proc = Producer(f"tcp://127.0.0.1:{in_port}", count, "stamped", rate)
         proc.go()
         thread.join(seconds + 120)
         proc.wait(60)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import socket
 import sys
 import tempfile
@@ -23,9 +22,8 @@ import time
 
 import jobkit  # noqa: E402  (sets PYSPARK_PYTHON to this interpreter first)
 import pyarrow as pa  # noqa: E402
+from spark_zmq import loadgen  # noqa: E402  (the built-in producer: sensor readings over PUSH)
 import zmq  # noqa: E402
-
-SENSORS = [f"sensor-{i:02d}" for i in range(8)]
 
 
 def free_port() -> int:
@@ -44,22 +42,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if args.messages < 1 or args.rate <= 0:
         parser.error("--messages must be >= 1 and --rate > 0")
     return args
-
-
-def produce(endpoint: str, count: int, rate: float) -> None:
-    """The built-in producer: a plain pyzmq PUSH, as any existing application would be."""
-    context = zmq.Context.instance()
-    push = context.socket(zmq.PUSH)
-    push.setsockopt(zmq.SNDHWM, count + 1)
-    push.connect(endpoint)
-    started = time.monotonic()
-    for i in range(count):
-        reading = {"sensor": random.choice(SENSORS), "ts": time.time(), "reading": round(random.gauss(20, 5), 2)}
-        push.send(json.dumps(reading).encode())
-        ahead = started + (i + 1) / rate - time.monotonic()
-        if ahead > 0:
-            time.sleep(ahead)  # pacing the load, not synchronisation
-    push.close(linger=30_000)
 
 
 class Collector(threading.Thread):
@@ -89,7 +71,8 @@ def main(argv: list[str]) -> int:
     ingest, results = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
     collector = Collector(results)
     collector.start()
-    producer = threading.Thread(target=produce, args=(ingest, args.messages, args.rate), daemon=True)
+    producer = threading.Thread(target=loadgen.produce, args=(ingest,), daemon=True,
+                                kwargs=dict(format="json", count=args.messages, rate=args.rate, hwm=args.messages + 1))
     workdir = tempfile.mkdtemp(prefix="spark-zmq-quickstart-")
     started = time.monotonic()
     producer.start()

@@ -111,15 +111,14 @@ def produce(
                f"in {result.seconds:.2f} s: {result.rate:,.0f} msg/s")
 
 
-def _describe(payload: bytes, fmt: Format) -> tuple[str, int]:
-    """A printable line for a message and its row count."""
-    if fmt is Format.arrow:
-        table = pa.ipc.open_stream(payload).read_all()
+def _describe(payload: bytes, fmt: Format, table: Optional[pa.Table]) -> str:
+    """A printable line for a message (``table``: the decoded Arrow message)."""
+    if table is not None:
         head = json.dumps(table.slice(0, 1).to_pylist()[0], default=str) if table.num_rows else "{}"
-        return f"arrow: {table.num_rows} rows, columns {table.column_names}, first {head}", table.num_rows
+        return f"arrow: {table.num_rows} rows, columns {table.column_names}, first {head}"
     if fmt is Format.raw:
-        return payload[:64].hex() + ("..." if len(payload) > 64 else ""), 1
-    return payload.decode("utf-8", errors="replace"), 1
+        return payload[:64].hex() + ("..." if len(payload) > 64 else "")
+    return payload.decode("utf-8", errors="replace")
 
 
 @app.command()
@@ -158,12 +157,16 @@ def consume(
                 last = time.monotonic()
                 if not messages:
                     started = last  # the rate counts from the first message, not from start-up
-                for i, value in enumerate(values):
-                    line, n = _describe(value, format)
-                    rows += n
-                    if print_messages:
-                        prefix = f"[{topics[i].decode(errors='replace')}] " if topics and topics[i] is not None else ""
-                        typer.echo(prefix + line)
+                if format is not Format.arrow and not print_messages:
+                    rows += len(values)  # counting only: one row per message, nothing to decode
+                else:
+                    for i, value in enumerate(values):
+                        table = pa.ipc.open_stream(value).read_all() if format is Format.arrow else None
+                        rows += table.num_rows if table is not None else 1
+                        if print_messages:
+                            topic = topics[i] if topics else None
+                            prefix = f"[{topic.decode(errors='replace')}] " if topic is not None else ""
+                            typer.echo(prefix + _describe(value, format, table))
                 messages += len(values)
                 size += sum(map(len, values))
                 bar.update(task, completed=messages, rate=messages / max(last - started, 1e-9))

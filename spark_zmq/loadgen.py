@@ -122,8 +122,8 @@ def produce(
     stop: Optional[Callable[[], bool]] = None,
 ) -> LoadResult:
     """Send ``count`` messages to ``endpoints`` (push/scatter connect and pub binds by
-    default; ``@``/``>`` choose) and return what was sent. ``rate`` (messages/s) paces the load; ``None`` sends as fast as ZeroMQ
-    takes it. ``push`` and ``scatter`` block while peers are absent or full (at most
+    default; ``@``/``>`` choose) and return what was sent (``seconds`` includes waiting for
+    delivery). ``rate`` (messages/s) paces the load; ``None`` sends as fast as ZeroMQ takes it. ``push`` and ``scatter`` block while peers are absent or full (at most
     ``send_timeout`` seconds per message, then ``TimeoutError``); ``pub`` drops for slow
     subscribers, as PUB does. ``on_progress(sent)`` is called every few hundred messages;
     ``stop()`` returning true ends the run early. The socket lingers up to ``linger`` seconds
@@ -137,51 +137,43 @@ def produce(
         raise ValueError(f"rate must be > 0 messages/s (or None for as fast as possible), got {rate}")
     _check(format, size, rows_per_message)
     parse_endpoints(endpoints, default_bind=PATTERNS[pattern].default_bind)  # clear error, no socket yet
+    topic_bytes = [t.encode() for t in topics] or [b""]
+    messages = rows = total_bytes = 0
     started = time.monotonic()
     # An own context: terminating it is what waits (up to ``linger``) for queued messages
     # to leave; a process that exits without it drops them.
     context = zmq.Context()
     try:
-        sent = _send_all(context, endpoints, pattern, format, count, rate, size, rows_per_message, topics, hwm,
-                         send_timeout, start, linger, on_progress, stop)
+        with PATTERNS[pattern](endpoints, hwm=hwm, linger=int(linger * 1000), reconnect_ivl=50,
+                               context=context) as sock:
+            batch: list[bytes] = []
+            for payload, payload_rows in payloads(format, count, size=size, rows_per_message=rows_per_message,
+                                                  start=start):
+                if pattern == "pub":
+                    sock.send([topic_bytes[messages % len(topic_bytes)], payload])
+                elif rate is None:
+                    batch.append(payload)
+                    if len(batch) >= 256:
+                        sock.send_many(batch, timeout=send_timeout)
+                        batch.clear()
+                else:
+                    sock.send(payload, timeout=send_timeout)
+                messages += 1
+                rows += payload_rows
+                total_bytes += len(payload)
+                if messages % 256 == 0:
+                    if on_progress is not None:
+                        on_progress(messages)
+                    if stop is not None and stop():
+                        break
+                if rate is not None:
+                    ahead = started + messages / rate - time.monotonic()
+                    if ahead > 0:
+                        time.sleep(ahead)  # pacing the load, not synchronisation
+            if batch:
+                sock.send_many(batch, timeout=send_timeout)
     finally:
         context.term()
-    return LoadResult(*sent, time.monotonic() - started)
-
-
-def _send_all(context, endpoints, pattern, format, count, rate, size, rows_per_message, topics, hwm,
-              send_timeout, start, linger, on_progress, stop) -> tuple[int, int, int]:
-    topic_bytes = [t.encode() for t in topics] or [b""]
-    messages = rows = total_bytes = 0
-    started = time.monotonic()
-    with PATTERNS[pattern](endpoints, hwm=hwm, linger=int(linger * 1000), reconnect_ivl=50,
-                           context=context) as sock:
-        batch: list[bytes] = []
-        for payload, payload_rows in payloads(format, count, size=size, rows_per_message=rows_per_message,
-                                              start=start):
-            if pattern == "pub":
-                sock.send([topic_bytes[messages % len(topic_bytes)], payload])
-            elif rate is None:
-                batch.append(payload)
-                if len(batch) >= 256:
-                    sock.send_many(batch, timeout=send_timeout)
-                    batch.clear()
-            else:
-                sock.send(payload, timeout=send_timeout)
-            messages += 1
-            rows += payload_rows
-            total_bytes += len(payload)
-            if messages % 256 == 0:
-                if on_progress is not None:
-                    on_progress(messages)
-                if stop is not None and stop():
-                    break
-            if rate is not None:
-                ahead = started + messages / rate - time.monotonic()
-                if ahead > 0:
-                    time.sleep(ahead)  # pacing the load, not synchronisation
-        if batch:
-            sock.send_many(batch, timeout=send_timeout)
     if on_progress is not None:
         on_progress(messages)
-    return messages, rows, total_bytes
+    return LoadResult(messages, rows, total_bytes, time.monotonic() - started)
