@@ -21,6 +21,7 @@ def register(spark: "Optional[SparkSession]" = None) -> "SparkSession":
     from pyspark.sql import SparkSession
 
     from .datasource import ZmqDataSource
+    from .worker_env import seed_worker_environment
 
     session = spark or SparkSession.getActiveSession()
     if session is None:
@@ -29,6 +30,7 @@ def register(spark: "Optional[SparkSession]" = None) -> "SparkSession":
             "(SparkSession.builder.getOrCreate()) or pass it as register(spark)"
         )
     session.dataSource.register(ZmqDataSource)
+    seed_worker_environment(session, ZmqDataSource.name())
     return session
 
 

@@ -302,3 +302,33 @@ def test_read_tasks_fetch_from_the_driver_when_they_cannot_use_the_spool_directl
         assert tuple(stats) == (20_000, 20_000, 19_999)
     finally:
         stop_all([query])
+
+
+def test_starting_a_query_does_not_grow_the_shared_worker_environment(spark, free_port, spool_dir, tmp_path):
+    """Spark shares one env map among every function of a registered Python data source and
+    adds keys to it in place when a streaming query starts; racing a task's serialization,
+    that failed a task with OptionalDataException (two queries started together in CI).
+    ``register`` seeds those keys, so a query start only replaces values."""
+    import spark_zmq
+
+    spark_zmq.register(spark)  # a fresh registration: a fresh map, as in a new session
+
+    def env_keys():
+        manager = spark._jsparkSession.sessionState().dataSourceManager()
+        return set(manager.lookupDataSource("zmq").dataSourceCls().envVars().keySet())
+
+    before = env_keys()
+    endpoint = f"tcp://127.0.0.1:{free_port}"
+    producer = Producer(endpoint, numbered(10))
+    producer.start()
+    producer.finish()
+    df = (spark.readStream.format("zmq").option("endpoints", "@" + endpoint).option("spoolDir", spool_dir)
+          .option("timeout", "1").load())
+    query = _start(spark, "envseed", df.select("value"), tmp_path, availableNow=True)
+    try:
+        assert query.awaitTermination(120), "AvailableNow query did not stop by itself"
+        assert query.exception() is None
+        assert _count(spark, "envseed") == 10
+    finally:
+        stop_all([query])
+    assert env_keys() == before, f"a query start added {env_keys() - before} to the shared map"
