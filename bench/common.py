@@ -40,9 +40,13 @@ class Producer:
 
     def __init__(self, endpoint: str, count: int, kind: str, arg: float) -> None:
         self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "producer.py"), endpoint, str(count), kind,
-                                      str(arg)], stdin=subprocess.PIPE)
+                                      str(arg)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 
     def go(self) -> float:
+        # Python start-up and imports take a few hundred ms: the clock starts after them.
+        ready = self.proc.stdout.readline()
+        if ready.strip() != b"ready":
+            raise RuntimeError(f"benchmark producer did not start (exit code {self.proc.poll()})")
         started = time.time()
         self.proc.stdin.write(b"go\n")
         self.proc.stdin.close()

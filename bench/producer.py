@@ -4,8 +4,8 @@
     python bench/producer.py ENDPOINT COUNT arrow ROWS      # Arrow IPC messages of ROWS rows
     python bench/producer.py ENDPOINT COUNT stamped RATE    # text: send time, at RATE msg/s
 
-It connects, then waits for a line on stdin before sending, so that timing starts at
-"go" rather than at Python start-up. Why a separate process: the producer must never share a GIL (or a core's time slice
+It imports, connects and builds its payload, prints "ready", then waits for a line on
+stdin before sending, so that timing starts at "go" rather than at Python start-up. Why a separate process: the producer must never share a GIL (or a core's time slice
 bookkeeping) with what is measured, and a bare loop is the same for every contender.
 """
 
@@ -25,6 +25,8 @@ def main(endpoint: str, count: int, kind: str, arg: int) -> None:
     push = context.socket(zmq.PUSH)
     push.setsockopt(zmq.SNDHWM, 100_000)
     push.connect(endpoint)
+    message = b"" if kind == "stamped" else payloads.raw(arg) if kind == "raw" else payloads.arrow_message(arg)
+    print("ready", flush=True)  # started, imported, connected, payload built
     sys.stdin.readline()  # "go": the measurement starts now, not at process start-up
     if kind == "stamped":
         started = time.monotonic()
@@ -35,7 +37,6 @@ def main(endpoint: str, count: int, kind: str, arg: int) -> None:
                 if ahead > 0:
                     time.sleep(ahead)  # pacing the load at RATE
     else:
-        message = payloads.raw(arg) if kind == "raw" else payloads.arrow_message(arg)
         for _ in range(count):
             push.send(message, copy=len(message) < 65536)
     push.close(linger=-1)

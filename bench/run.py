@@ -39,7 +39,7 @@ import ingest  # noqa: E402
 import report  # noqa: E402
 from common import HERE, spark_session  # noqa: E402
 
-FULL = {"raw": 300_000, "socket": 30_000, "arrow_messages": 400, "arrow_rows": 10_000, "latency_s": 10.0,
+FULL = {"raw": 1_000_000, "socket": 30_000, "arrow_messages": 400, "arrow_rows": 10_000, "latency_s": 10.0,
         "bp_messages": 200_000, "scaling": 200_000}
 SMOKE = {"raw": 5_000, "socket": 2_000, "arrow_messages": 4, "arrow_rows": 1_000, "latency_s": 2.0,
          "bp_messages": 5_000, "scaling": 5_000}

@@ -18,6 +18,7 @@ from typing import Any, ClassVar, Iterable, Optional, Sequence, Union
 import zmq
 
 from .endpoints import Endpoint, EndpointsSpec, parse_endpoints
+from .rcvmore import rcvmore_check
 
 __all__ = ["PatternSocket", "SocketClosedError", "Message", "Frames"]
 
@@ -111,6 +112,7 @@ class PatternSocket:
         self._lock = threading.Lock()
         self._socket: zmq.Socket = context.socket(self.socket_type)
         self._closed = False
+        self._rcvmore = rcvmore_check(self._socket)
         try:
             sock = self._socket
             sock.setsockopt(zmq.LINGER, self._linger_ms(options.get("linger", self.default_linger_ms)))
@@ -444,9 +446,10 @@ class PatternSocket:
         A one-frame message is a value (topic ``None``); a multi-frame message is
         ``[topic, payload...]``: its first frame is the topic and the rest, joined, the value.
         ``topics`` is ``None`` when every message had one frame. Why this exists: per message
-        it costs one ``recv`` and one RCVMORE check, with no list per message; the
-        connector's receivers spend their time here. Returns empty lists only when every
-        message that arrived was discarded (multipart on a single-part socket).
+        it costs one ``recv`` and one RCVMORE check (through cffi, see ``rcvmore``), with no
+        list per message; the connector's receivers spend their time here. Returns empty
+        lists only when every message that arrived was discarded (multipart on a
+        single-part socket).
         """
         deadline = self._start_recv(max_messages, timeout)
         try:
@@ -456,8 +459,8 @@ class PatternSocket:
             size = 0
             received_any = False
             sock = self._socket
-            recv, more = sock.recv, sock.get
-            NOBLOCK, RCVMORE = zmq.NOBLOCK, zmq.RCVMORE
+            recv, more = sock.recv, self._rcvmore
+            NOBLOCK = zmq.NOBLOCK
             while len(values) < max_messages and size < limit:
                 try:
                     frame = recv(NOBLOCK)
@@ -467,7 +470,7 @@ class PatternSocket:
                     self._wait(zmq.POLLIN, deadline, "recv")
                     continue
                 received_any = True
-                if more(RCVMORE):
+                if more():
                     rest = sock.recv_multipart()  # a message's parts arrive together
                     if self.single_part:
                         self._discard_multipart()
