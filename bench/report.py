@@ -42,7 +42,9 @@ def _markdown(results: list[dict], smoke: bool, command: str) -> str:
                       ", ".join(f"{c}: {v:,.0f}" for c, v in r["channels"].items())]
         elif r["scenario"] == "latency":
             lines += ["", f"Latency at {r['rate']:,.0f} msgs/s (pull -> Spark -> push): p50 {r['p50_ms']:.0f} ms, "
-                          f"p95 {r['p95_ms']:.0f} ms, p99 {r['p99_ms']:.0f} ms (targets 250 / - / 1000 ms)"]
+                          f"p95 {r['p95_ms']:.0f} ms, p99 {r['p99_ms']:.0f} ms (targets 250 / - / 1000 ms); "
+                          f"median micro-batch {r['batch_ms']:.0f} ms, against {r['rate_source_batch_ms']:.0f} ms "
+                          f"for Spark's own rate source into noop at the same rate"]
         elif r["scenario"] == "backpressure":
             lines += ["", f"Backpressure: {r['messages']:,} messages ({r['payload_mb']:.0f} MiB) through a "
                           f"{r['max_spool_mb']:.0f} MiB spool: peak spool {r['peak_spool_mb']:.1f} MiB, receiver "

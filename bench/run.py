@@ -36,6 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import backpressure  # noqa: E402
 import egress  # noqa: E402
 import ingest  # noqa: E402
+import latency  # noqa: E402
 import report  # noqa: E402
 from common import HERE, spark_session  # noqa: E402
 
@@ -70,6 +71,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", default=os.path.join(HERE, "results"), help="where results go (default bench/results)")
     args = parser.parse_args(argv)
     size = SMOKE if args.smoke else FULL
+    if args.smoke:  # warm-ups sized for steady-state figures only slow a smoke run down
+        ingest.WARM_UP_MESSAGES = {"raw": 2_000, "arrow": 4}
+        latency.WARM = 2_000
     reps = 1 if args.smoke else args.reps
     only = {s.strip() for s in args.only.split(",") if s.strip()}
     spark = spark_session()
@@ -104,7 +108,7 @@ def main(argv: list[str]) -> int:
         "scaling": lambda: {"scenario": "scaling", "unit": "msgs/s", "channels": {
             c: statistics.median(ingest.connector(spark, size["scaling"], "raw", 100, channels=c) for _ in range(reps))
             for c in (1, 2, 3, 4)}},
-        "latency": lambda: {"scenario": "latency", **__import__("latency").connector(spark, 10_000, size["latency_s"])},
+        "latency": lambda: {"scenario": "latency", **latency.connector(spark, 10_000, size["latency_s"])},
         "backpressure": lambda: {"scenario": "backpressure", **backpressure.connector(
             spark, size["bp_messages"], 1024, spool_bytes=16 << 20, rows_per_trigger=20_000)},
     }
