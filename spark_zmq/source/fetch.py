@@ -16,7 +16,7 @@ import logging
 import os
 import socket
 import threading
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 import pyarrow as pa
 
@@ -48,8 +48,16 @@ def advertised_host() -> str:
 class SpoolServer:
     """A ROUTER on the driver that serves spool ranges, on its own thread."""
 
-    def __init__(self, spool_dir: str, bind: str = "tcp://*:*", host: Optional[str] = None) -> None:
+    def __init__(
+        self,
+        spool_dir: str,
+        bind: str = "tcp://*:*",
+        host: Optional[str] = None,
+        locate: Optional[Callable[[int, int], Optional[tuple[int, int, int]]]] = None,
+    ) -> None:
         self.spool_dir = spool_dir
+        #: ``locate(channel, offset)``: where an offset is in the spool (``ChannelLog.locate``)
+        self._locate = locate or (lambda channel, offset: None)
         self._router = Router("@" + bind.lstrip("@"), linger=0)
         port = self._router.last_endpoint.rsplit(":", 1)[1]
         self.endpoint = f"tcp://{host or advertised_host()}:{port}"
@@ -79,7 +87,7 @@ class SpoolServer:
         sink = pa.BufferOutputStream()
         reached = start
         with pa.ipc.new_stream(sink, SPOOL_SCHEMA) as writer:
-            for batch in read_range(self.spool_dir, channel, start, end):
+            for batch in read_range(self.spool_dir, channel, start, end, self._locate(channel, start)):
                 writer.write_batch(batch)
                 reached += batch.num_rows
                 if sink.tell() >= _REPLY_BYTES:

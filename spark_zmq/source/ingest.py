@@ -47,7 +47,8 @@ class IngestRuntime:
             raise
         self.server: Optional[SpoolServer] = None
         if options.spool_access != "local":
-            self.server = SpoolServer(options.spool_dir, host=options.spool_server_host)
+            self.server = SpoolServer(options.spool_dir, host=options.spool_server_host,
+                                      locate=lambda channel, offset: self.spool.channels[channel].locate(offset))
         for receiver in self.receivers:
             receiver.start()
 

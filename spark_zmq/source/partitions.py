@@ -20,6 +20,9 @@ class SpoolRange(InputPartition):
     end: int
     owner_id: str = ""
     fetch_endpoint: str = ""
+    #: where ``start`` is in the spool (``ChannelLog.locate``), so the task need not scan
+    #: the segment from its beginning; empty when unknown
+    hint: tuple = ()
 
 
 @dataclass

@@ -27,7 +27,7 @@ import os
 import threading
 import uuid
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Optional
+from typing import Iterable, Iterator, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -100,6 +100,24 @@ def _iter_batches(path: str) -> Iterator[pa.RecordBatch]:
             yield batch
 
 
+def _iter_batches_at(path: str, position: int) -> Iterator[pa.RecordBatch]:
+    """The batches of a segment from the IPC message at byte ``position`` on."""
+    try:
+        source = pa.memory_map(path)
+    except (FileNotFoundError, OSError):
+        return
+    with source:
+        source.seek(position)
+        while True:
+            try:
+                message = pa.ipc.read_message(source)
+            except (EOFError, pa.ArrowInvalid, OSError):
+                return
+            if message.type != "record batch":
+                return
+            yield pa.ipc.read_record_batch(message, SPOOL_SCHEMA)
+
+
 @dataclass
 class _BatchEntry:
     """What the driver keeps per spooled batch: enough for admission control, no payload."""
@@ -109,6 +127,9 @@ class _BatchEntry:
     bytes_cum: np.ndarray  # cumulative payload bytes, per message
     rows_cum: Optional[np.ndarray]  # cumulative rows per message; None when 1 row/message
     segment: int
+    #: byte position of this batch's IPC message in its segment file (None: not recorded,
+    #: e.g. a segment's first batch, which follows the schema, or an index rebuilt on restart)
+    position: Optional[int] = None
 
     @property
     def end(self) -> int:
@@ -193,12 +214,14 @@ class ChannelLog:
         with self._lock:
             if self._writer is None or self.segments[-1].size >= self.segment_bytes:
                 self._open_segment()
+            segment = self.segments[-1]
+            position = segment.size if segment.end > segment.first else None
             self._writer.write_batch(batch)
             self._file.flush()
             if self.fsync:
                 os.fsync(self._file.fileno())
-            segment = self.segments[-1]
             entry = self._entry(batch, self.next_offset, segment.first)
+            entry.position = position
             segment.size = self._file.tell()
             self.next_offset += batch.num_rows
             segment.end = self.next_offset
@@ -276,6 +299,17 @@ class ChannelLog:
             fit_bytes = int(np.searchsorted(entry.bytes_cum, base_bytes + bytes_left, side="right"))
             return entry.first + max(skip, min(fit_rows, fit_bytes, stop))
         return position
+
+    def locate(self, offset: int) -> Optional[tuple[int, int, int]]:
+        """``(segment first offset, batch first offset, byte position)`` of the spooled batch
+        holding ``offset``, for ``read_range`` to start there instead of at the segment's
+        beginning; ``None`` when its position is not known."""
+        with self._lock:
+            i = bisect.bisect_right(self.entries, offset, key=lambda e: e.first) - 1
+            if i < 0 or self.entries[i].end <= offset or self.entries[i].position is None:
+                return None
+            entry = self.entries[i]
+            return entry.segment, entry.first, entry.position
 
     def count_between(self, start: int, end: int) -> tuple[int, int]:
         """(rows, payload bytes) in ``[start, end)``."""
@@ -368,10 +402,15 @@ def sees_spool(spool_dir: str, owner_id: str) -> bool:
         return False
 
 
-def read_range(spool_dir: str, channel: int, start: int, end: int) -> Iterator[pa.RecordBatch]:
+def read_range(
+    spool_dir: str, channel: int, start: int, end: int, hint: Optional[Sequence[int]] = None
+) -> Iterator[pa.RecordBatch]:
     """Yield spool batches covering exactly ``[start, end)`` of a channel (executor side).
 
     Reads segment files directly, memory-mapped: no copy of the payload until decoding.
+    ``hint`` (``ChannelLog.locate(start)``) lets it start at the batch holding ``start``;
+    without one it reads the segment from its beginning, which costs more the fuller the
+    segment is (a steady producer leaves thousands of small batches in one segment).
     Raises ``DataLossError`` if part of the range is no longer in the spool.
     """
     if end <= start:
@@ -392,8 +431,10 @@ def read_range(spool_dir: str, channel: int, start: int, end: int) -> Iterator[p
             raise DataLossError(
                 f"offsets {position}..{first} of channel {channel} are missing from the spool {spool_dir!r}"
             )
-        offset = first
-        for batch in _iter_batches(path):
+        offset, batches = first, None
+        if hint and position == start and int(hint[0]) == first and int(hint[1]) <= start:
+            offset, batches = int(hint[1]), _iter_batches_at(path, int(hint[2]))
+        for batch in batches if batches is not None else _iter_batches(path):
             batch_end = offset + batch.num_rows
             if batch_end > position:
                 lo = position - offset

@@ -178,7 +178,8 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             step = math.ceil((hi - lo) / pieces)
             for piece_start in range(lo, hi, step):
                 parts.append(
-                    SpoolRange(self.options.spool_dir, int(k), piece_start, min(hi, piece_start + step), owner, fetch_endpoint)
+                    SpoolRange(self.options.spool_dir, int(k), piece_start, min(hi, piece_start + step), owner,
+                               fetch_endpoint, logs[k].locate(piece_start) or ())
                 )
         return parts
 
@@ -206,5 +207,5 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self.options.spool_access == "auto" and sees_spool(partition.spool_dir, partition.owner_id)
         )
         if local or not partition.fetch_endpoint:
-            return read_range(partition.spool_dir, partition.channel, partition.start, partition.end)
+            return read_range(partition.spool_dir, partition.channel, partition.start, partition.end, partition.hint)
         return fetch_range(partition.fetch_endpoint, partition.channel, partition.start, partition.end)
