@@ -112,7 +112,8 @@ class PatternSocket:
         self._lock = threading.Lock()
         self._socket: zmq.Socket = context.socket(self.socket_type)
         self._closed = False
-        self._rcvmore = rcvmore_check(self._socket)
+        # only receiving sockets ask (the check probes the socket once when it is made)
+        self._rcvmore = rcvmore_check(self._socket) if self.can_recv else None
         try:
             sock = self._socket
             sock.setsockopt(zmq.LINGER, self._linger_ms(options.get("linger", self.default_linger_ms)))

@@ -79,29 +79,9 @@ def _list_segments(channel_dir: str) -> list[tuple[int, str]]:
     return out
 
 
-def _iter_batches(path: str) -> Iterator[pa.RecordBatch]:
-    """Every complete batch of a segment; stops quietly at a batch torn by a crash."""
-    try:
-        source = pa.memory_map(path)
-    except (FileNotFoundError, OSError):
-        return
-    with source:
-        try:
-            reader = pa.ipc.open_stream(source)
-        except (pa.ArrowInvalid, OSError):
-            return
-        while True:
-            try:
-                batch = reader.read_next_batch()
-            except StopIteration:
-                return
-            except (pa.ArrowInvalid, OSError):
-                return
-            yield batch
-
-
-def _iter_batches_at(path: str, position: int) -> Iterator[pa.RecordBatch]:
-    """The batches of a segment from the IPC message at byte ``position`` on."""
+def _iter_batches(path: str, position: int = 0) -> Iterator[pa.RecordBatch]:
+    """The complete batches of a segment, from the IPC message at byte ``position`` on (0:
+    the segment's start, its schema message); stops quietly at a batch torn by a crash."""
     try:
         source = pa.memory_map(path)
     except (FileNotFoundError, OSError):
@@ -111,11 +91,14 @@ def _iter_batches_at(path: str, position: int) -> Iterator[pa.RecordBatch]:
         while True:
             try:
                 message = pa.ipc.read_message(source)
+                if message.type == "schema" and position == 0:
+                    continue  # every segment is written with SPOOL_SCHEMA
+                if message.type != "record batch":
+                    return
+                batch = pa.ipc.read_record_batch(message, SPOOL_SCHEMA)
             except (EOFError, pa.ArrowInvalid, OSError):
                 return
-            if message.type != "record batch":
-                return
-            yield pa.ipc.read_record_batch(message, SPOOL_SCHEMA)
+            yield batch
 
 
 @dataclass
@@ -431,10 +414,10 @@ def read_range(
             raise DataLossError(
                 f"offsets {position}..{first} of channel {channel} are missing from the spool {spool_dir!r}"
             )
-        offset, batches = first, None
+        offset, byte_position = first, 0
         if hint and position == start and int(hint[0]) == first and int(hint[1]) <= start:
-            offset, batches = int(hint[1]), _iter_batches_at(path, int(hint[2]))
-        for batch in batches if batches is not None else _iter_batches(path):
+            offset, byte_position = int(hint[1]), int(hint[2])
+        for batch in _iter_batches(path, byte_position):
             batch_end = offset + batch.num_rows
             if batch_end > position:
                 lo = position - offset
