@@ -102,11 +102,12 @@ def run_query(query) -> None:
 def spool_dir(p: argparse.ArgumentParser, args: argparse.Namespace) -> str:
     """--spool-dir, or ``<checkpoint>/zmq-spool`` when the checkpoint is a local path (the
     spool is a local directory on the driver; it cannot live on HDFS or S3)."""
+    # absolute: the connector refuses a relative spoolDir (its processes run elsewhere)
     if args.spool_dir:
-        return args.spool_dir
+        return os.path.abspath(os.path.expanduser(args.spool_dir))
     if "://" in args.checkpoint and not args.checkpoint.startswith("file://"):
         p.error(f"--spool-dir is required when --checkpoint is not a local path ({args.checkpoint})")
-    return os.path.join(args.checkpoint.removeprefix("file://"), "zmq-spool")
+    return os.path.abspath(os.path.join(args.checkpoint.removeprefix("file://"), "zmq-spool"))
 
 
 def rows_in(query) -> int:

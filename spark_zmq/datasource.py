@@ -16,14 +16,25 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from .options import OptionError, SinkOptions, SourceOptions
+from .options import OptionError, SinkOptions, SourceOptions, manual
 from .schemas import fixed_schema
 
 __all__ = ["ZmqDataSource"]
 
+_SUMMARY = """``format("zmq")``: ZeroMQ PULL/GATHER/SUB in, PUSH/SCATTER/PUB out.
+
+    df = (spark.readStream.format("zmq").option("pattern", "pull")
+            .option("endpoints", "@tcp://*:5555").option("format", "json")
+            .schema("sensor string, reading double").load())
+    df.writeStream.format("zmq").option("endpoints", "tcp://collector:6000")...
+
+"""
+
 
 class ZmqDataSource(DataSource):
-    """``format("zmq")``: ZeroMQ PULL/GATHER/SUB in, PUSH/SCATTER/PUB out."""
+    # The manual is generated from the options table, so help(ZmqDataSource) always
+    # lists exactly the options the parser accepts.
+    __doc__ = _SUMMARY + manual()
 
     @classmethod
     def name(cls) -> str:

@@ -1,23 +1,30 @@
-"""The spool's read path: starting at a recorded position reads exactly what a full scan does."""
+"""The spool's read path and the receiver's stop, on real files and real sockets (no Spark).
+
+Fault injection and property tests of the log itself are in test_spool_faults.py and
+test_spool_properties.py."""
 
 from __future__ import annotations
 
 import random
+import threading
 
 import pytest
+import zmq
 
-from spark_zmq.source.receiver import messages_to_batch
-from spark_zmq.source.spool import Spool, read_range
+from spark_zmq.patterns import Pull
+from spark_zmq.source.receiver import Receiver, messages_to_batch
+from spark_zmq.source.spool import Spool, SpoolBudget
+from spark_zmq.source.spool_reader import read_range
 
 pytestmark = pytest.mark.timeout(60)
 
 
-def _values(batches):
-    return [v for batch in batches for v in batch.column("value").to_pylist()]
+def _values(pairs):
+    return [v for _, batch in pairs for v in batch.column("value").to_pylist()]
 
 
 def test_read_range_from_a_located_batch_equals_a_scan_from_the_segment_start(tmp_path):
-    """Read tasks start at the batch holding their first offset (ChannelLog.locate) instead
+    """Read tasks start at the record holding their first offset (ChannelLog.locate) instead
     of scanning the segment from its beginning; both must give exactly [start, end)."""
     spool = Spool(str(tmp_path), 1, max_bytes=1 << 30)
     log = spool.channels[0]
@@ -27,16 +34,105 @@ def test_read_range_from_a_located_batch_equals_a_scan_from_the_segment_start(tm
         log.append(messages_to_batch(values, None, "raw", 0))
         total += len(values)
     rng = random.Random(7)
-    located = 0
     for _ in range(300):
         start = rng.randrange(0, total)
         end = rng.randrange(start, total + 1)
         hint = log.locate(start)
-        located += hint is not None
+        assert hint is not None
         expected = [b"m-%d" % k for k in range(start, end)]
-        assert _values(read_range(str(tmp_path), 0, start, end)) == expected
-        assert _values(read_range(str(tmp_path), 0, start, end, hint)) == expected, (start, end, hint)
-    assert located > 250, "locate() should know almost every batch's position"
-    assert log.locate(0) is None  # a segment's first batch follows the schema: no position
+        assert _values(read_range(str(tmp_path), 0, start, end, spool_id=spool.spool_id)) == expected
+        assert _values(read_range(str(tmp_path), 0, start, end, hint, spool_id=spool.spool_id)) == expected, (start, end)
     assert log.locate(total) is None  # not spooled yet
     spool.close()
+
+
+def test_restart_after_a_roll_keeps_every_message_and_never_reuses_a_file(tmp_path):
+    """The reported loss: the spool fills, the budget rolls (an empty newest segment), the
+    query stops and restarts. Recovery used to index the empty file twice, and the next
+    release deleted the segment being written."""
+    spool = Spool(str(tmp_path), 1)
+    log = spool.channels[0]
+    log.append(messages_to_batch([b"m-0", b"m-1"], None, "raw", 0))
+    log.roll()
+    spool.close()
+    for restart in range(3):
+        spool = Spool(str(tmp_path), 1)
+        log = spool.channels[0]
+        names = [s.name for s in log.segments]
+        assert len(names) == len(set(names))
+        n = log.next_offset
+        log.append(messages_to_batch([b"m-%d" % n], None, "raw", 0))
+        log.roll()
+        log.release_before(n)  # Spark committed everything before the new message
+        assert _values(read_range(str(tmp_path), 0, n, n + 1, spool_id=spool.spool_id)) == [b"m-%d" % n]
+        spool.close()
+    assert n == 4
+
+
+def test_a_stop_spools_what_the_socket_already_holds(tmp_path):
+    """Closing a receiving socket discards its queue; a graceful stop drains it first.
+    The receiver is held by a full budget while 1,000 messages sit in its socket's queue
+    (inproc: a send lands straight in the receiver's pipe)."""
+    endpoint = f"inproc://drain-{random.getrandbits(32)}"
+    spool = Spool(str(tmp_path / "spool"), 1)
+    log = spool.channels[0]
+    log.append(messages_to_batch([b"x" * 4096], None, "raw", 0))
+    budget = SpoolBudget(1, spool.channels)  # already spent: the receiver waits for room
+    pull = Pull("@" + endpoint, hwm=10_000)
+    receiver = Receiver(pull, log, budget, "raw").start()
+    push = zmq.Context.instance().socket(zmq.PUSH)
+    push.setsockopt(zmq.SNDHWM, 10_000)
+    push.connect(endpoint)
+    try:
+        for i in range(1000):
+            push.send(b"q-%d" % i, zmq.NOBLOCK)
+        assert log.next_offset == 1, "the receiver should be waiting for room, not reading"
+        receiver.stop()
+        got = _values(read_range(str(tmp_path / "spool"), 0, 1, log.next_offset, spool_id=spool.spool_id))
+        assert got == [b"q-%d" % i for i in range(1000)]
+    finally:
+        push.close(linger=0)
+        spool.close()
+
+
+def test_a_receiver_survives_a_disk_that_refuses_writes_and_loses_nothing(tmp_path):
+    """A failed append (disk full) publishes nothing; the receiver holds the batch, stops
+    reading, and retries until the disk accepts it."""
+    endpoint = f"inproc://full-{random.getrandbits(32)}"
+    spool = Spool(str(tmp_path / "spool"), 1)
+    log = spool.channels[0]
+    budget = SpoolBudget(1 << 30, spool.channels)
+    failing = threading.Event()
+    failing.set()
+    real_append = log.append
+    attempts = []
+
+    def append(batch):
+        attempts.append(batch.num_rows)
+        if failing.is_set():
+            raise OSError(28, "No space left on device")
+        real_append(batch)
+
+    log.append = append  # the disk's answer, injected where the receiver meets it
+    pull = Pull("@" + endpoint, hwm=10_000)
+    receiver = Receiver(pull, log, budget, "raw")
+    receiver.retry_s = 0.05
+    receiver.start()
+    push = zmq.Context.instance().socket(zmq.PUSH)
+    push.connect(endpoint)
+    try:
+        for i in range(100):
+            push.send(b"d-%d" % i)
+        deadline = threading.Event()
+        while len(attempts) < 3 and not deadline.wait(0.01):
+            pass
+        assert receiver.write_error is not None and receiver.error is None and receiver._thread.is_alive()
+        failing.clear()
+        while log.next_offset < 100 and not deadline.wait(0.01):
+            assert receiver.error is None
+        assert _values(read_range(str(tmp_path / "spool"), 0, 0, 100, spool_id=spool.spool_id)) == [
+            b"d-%d" % i for i in range(100)]
+    finally:
+        receiver.stop()
+        push.close(linger=0)
+        spool.close()

@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Iterable, Optional, Sequence, Union
 
 import zmq
 
-from .endpoints import Endpoint, EndpointsSpec, parse_endpoints
+from .endpoints import Endpoint, EndpointsSpec, check_ipc_bind, parse_endpoints
 from .rcvmore import rcvmore_check
 
 __all__ = ["PatternSocket", "SocketClosedError", "Message", "Frames"]
@@ -173,6 +173,8 @@ class PatternSocket:
 
     def _attach(self, sock: zmq.Socket, endpoint: Endpoint) -> None:
         if endpoint.bind:
+            # libzmq unlinks an ipc path before binding: never let it delete a user's file
+            check_ipc_bind(endpoint.address, type(self).__name__)
             try:
                 sock.bind(endpoint.address)
             except zmq.ZMQError as exc:

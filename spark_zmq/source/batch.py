@@ -18,10 +18,10 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from ..options import SourceOptions
-from .decode import Decoder
 from .partitions import InlineMessages
 from .receiver import messages_to_batch, open_channel_socket
-from .spool import SPOOL_SCHEMA
+from .spool_format import SPOOL_SCHEMA
+from .stream import new_decoder
 
 __all__ = ["ZmqBatchReader", "receive_bounded"]
 
@@ -31,7 +31,8 @@ _MESSAGES_PER_PARTITION = 50_000
 def receive_bounded(options: SourceOptions) -> list[tuple[list[bytes], Optional[list[Optional[bytes]]]]]:
     """Messages per channel, until ``max_messages`` in all or ``timeout`` s of silence."""
     sockets = [
-        open_channel_socket(options.pattern, endpoint, hwm=options.hwm, topics=options.topics)
+        open_channel_socket(options.pattern, endpoint, hwm=options.hwm, topics=options.topics,
+                            max_message_bytes=options.max_message_bytes)
         for endpoint in options.endpoints
     ]
     values: list[list[bytes]] = [[] for _ in sockets]
@@ -82,7 +83,7 @@ class ZmqBatchReader(DataSourceReader):
     def __init__(self, options: SourceOptions, schema: StructType) -> None:
         self.options = options
         self.schema = schema
-        Decoder(options.format, schema, mode=options.mode, corrupt_column=options.corrupt_column)  # validate early
+        new_decoder(options, schema)  # validate early
 
     def partitions(self) -> Sequence[InputPartition]:
         now_us = time.time_ns() // 1000
@@ -99,7 +100,7 @@ class ZmqBatchReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, InlineMessages):  # Spark's placeholder when nothing arrived
             return
-        decoder = Decoder(self.options.format, self.schema, mode=self.options.mode, corrupt_column=self.options.corrupt_column)
+        decoder = new_decoder(self.options, self.schema)
         offset = partition.first_offset
         for batch in pa.ipc.open_stream(pa.py_buffer(partition.ipc)):
             yield from decoder.decode(batch, partition.channel, offset)

@@ -41,7 +41,9 @@ def _preview(value: bytes, limit: int = 120) -> str:
 class Decoder:
     """Decode spool batches of one channel in one format into the output schema."""
 
-    def __init__(self, fmt: str, schema: StructType, *, mode: str = "PERMISSIVE", corrupt_column: Optional[str] = None) -> None:
+    def __init__(self, fmt: str, schema: StructType, *, mode: str = "PERMISSIVE", corrupt_column: Optional[str] = None,
+                 max_message_bytes: int = 64 << 20) -> None:
+        self.max_message_bytes = max_message_bytes
         self.fmt = fmt
         self.schema = schema
         self.target = arrow_schema(schema)

@@ -21,7 +21,8 @@ from typing import Callable, Iterator, Optional
 import pyarrow as pa
 
 from ..patterns import Dealer, Router, SocketClosedError
-from .spool import SPOOL_SCHEMA, DataLossError, read_range
+from .spool_format import SPOOL_SCHEMA, DataLossError
+from .spool_reader import raise_loss, read_range
 
 __all__ = ["SpoolServer", "fetch_range", "FetchError"]
 
@@ -53,15 +54,16 @@ class SpoolServer:
         spool_dir: str,
         bind: str = "tcp://*:*",
         host: Optional[str] = None,
-        locate: Optional[Callable[[int, int], Optional[tuple[int, int, int]]]] = None,
+        locate: Optional[Callable[[int, int], Optional[tuple[str, int]]]] = None,
+        spool_id: Optional[str] = None,
     ) -> None:
         self.spool_dir = spool_dir
+        self.spool_id = spool_id
         #: ``locate(channel, offset)``: where an offset is in the spool (``ChannelLog.locate``)
         self._locate = locate or (lambda channel, offset: None)
         self._router = Router("@" + bind.lstrip("@"), linger=0)
         port = self._router.last_endpoint.rsplit(":", 1)[1]
         self.endpoint = f"tcp://{host or advertised_host()}:{port}"
-        self.served = 0
         self._thread = threading.Thread(target=self._serve, name="zmq-spool-server", daemon=True)
         self._thread.start()
 
@@ -74,37 +76,52 @@ class SpoolServer:
             identity, body = frames[0], frames[-1]
             try:
                 request = json.loads(body)
-                reply = self._answer(int(request["channel"]), int(request["start"]), int(request["end"]))
+                reply = self._answer(int(request["channel"]), int(request["start"]), int(request["end"]),
+                                     request.get("spool") or self.spool_id, bool(request.get("skipLoss")))
             except Exception as exc:  # the read task reports it
                 reply = [b"error", f"{type(exc).__name__}: {exc}".encode()]
             try:
                 self._router.send([identity, b""] + reply)
             except SocketClosedError:
                 return
-            self.served += 1
 
-    def _answer(self, channel: int, start: int, end: int) -> list[bytes]:
+    def _answer(self, channel: int, start: int, end: int, spool_id: Optional[str], skip_loss: bool) -> list[bytes]:
+        """Up to ``_REPLY_BYTES`` of ``[start, end)``: ``[ok, reached, first offsets, ipc]``."""
         sink = pa.BufferOutputStream()
         reached = start
+        firsts: list[int] = []
+        skipped: list[str] = []
+        on_loss = skipped.append if skip_loss else raise_loss
         with pa.ipc.new_stream(sink, SPOOL_SCHEMA) as writer:
-            for batch in read_range(self.spool_dir, channel, start, end, self._locate(channel, start)):
+            for first, batch in read_range(self.spool_dir, channel, start, end, self._locate(channel, start),
+                                           spool_id=spool_id, on_loss=on_loss):
                 writer.write_batch(batch)
-                reached += batch.num_rows
+                firsts.append(first)
+                reached = first + batch.num_rows
                 if sink.tell() >= _REPLY_BYTES:
                     break
-        return [b"ok", str(reached).encode(), sink.getvalue().to_pybytes()]
+            else:
+                reached = end
+        for message in skipped:
+            log.warning("spool server skipped unreadable data (failOnDataLoss=false): %s", message)
+        return [b"ok", str(reached).encode(), json.dumps(firsts).encode(), sink.getvalue().to_pybytes()]
 
     def close(self) -> None:
         self._router.close(linger=0)
         self._thread.join(5)
 
 
-def fetch_range(endpoint: str, channel: int, start: int, end: int, timeout: float = 120.0) -> Iterator[pa.RecordBatch]:
-    """Spool batches covering ``[start, end)`` of a channel, fetched from the driver."""
+def fetch_range(
+    endpoint: str, channel: int, start: int, end: int, *, spool_id: Optional[str] = None, skip_loss: bool = False,
+    timeout: float = 120.0,
+) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """``(first offset, spool batch)`` covering ``[start, end)`` of a channel, fetched from
+    the driver (skipped offsets, with ``skip_loss``, are logged by the driver)."""
     with Dealer(endpoint, linger=0) as dealer:
         position = start
         while position < end:
-            request = json.dumps({"channel": channel, "start": position, "end": end}).encode()
+            request = json.dumps({"channel": channel, "start": position, "end": end, "spool": spool_id,
+                                  "skipLoss": skip_loss}).encode()
             dealer.send([b"", request], timeout=timeout)
             try:
                 reply = dealer.recv_multipart(timeout=timeout)
@@ -122,6 +139,7 @@ def fetch_range(endpoint: str, channel: int, start: int, end: int, timeout: floa
             reached = int(reply[2])
             if reached <= position:
                 raise FetchError(f"the spool server at {endpoint} made no progress at offset {position} of channel {channel}")
-            for batch in pa.ipc.open_stream(pa.py_buffer(reply[3])):
-                yield batch
+            firsts = json.loads(reply[3])
+            for first, batch in zip(firsts, pa.ipc.open_stream(pa.py_buffer(reply[4]))):
+                yield int(first), batch
             position = reached

@@ -1,8 +1,13 @@
-"""The driver-side ingest runtime of one streaming query: spool, receivers, budget.
+"""The driver-side ingest runtime of one streaming query: spool, sockets, receivers, budget.
 
 It lives inside the long-running Python process that hosts the ``DataSourceStreamReader``
-and is started lazily by the first offset call (never in a constructor: Spark also builds
+and is created lazily by the first offset call (never in a constructor: Spark also builds
 readers in short-lived planning processes, where a bind would only steal the port).
+
+Sockets are bound when the runtime is created, but receivers start only after the stream
+reader has checked the checkpoint against the spool (``start``): a recreated spool must
+learn where Spark's numbering is before it numbers a single message, or a message could
+get an offset Spark already used. Meanwhile libzmq queues what arrives (up to ``hwm``).
 """
 
 from __future__ import annotations
@@ -12,8 +17,8 @@ from typing import Optional
 
 from ..options import SourceOptions
 from .fetch import SpoolServer
-from .receiver import Receiver, SpoolBudget, open_channel_socket
-from .spool import Spool
+from .receiver import Receiver, open_channel_socket
+from .spool import Spool, SpoolBudget
 
 __all__ = ["IngestRuntime"]
 
@@ -31,9 +36,13 @@ class IngestRuntime:
         #: whichever offset call (initialOffset or prepareForTriggerAvailableNow) came first.
         self.start_offsets = self.spool.latest()
         self.receivers: list[Receiver] = []
+        self.started = False
         try:
             for endpoint, channel_log in zip(options.endpoints, self.spool.channels):
-                socket = open_channel_socket(options.pattern, endpoint, hwm=options.hwm, topics=options.topics)
+                socket = open_channel_socket(
+                    options.pattern, endpoint, hwm=options.hwm, topics=options.topics,
+                    max_message_bytes=options.max_message_bytes,
+                )
                 self.receivers.append(
                     Receiver(
                         socket, channel_log, self.budget, options.format,
@@ -47,10 +56,15 @@ class IngestRuntime:
             raise
         self.server: Optional[SpoolServer] = None
         if options.spool_access != "local":
-            self.server = SpoolServer(options.spool_dir, host=options.spool_server_host,
+            self.server = SpoolServer(options.spool_dir, host=options.spool_server_host, spool_id=self.spool.spool_id,
                                       locate=lambda channel, offset: self.spool.channels[channel].locate(offset))
-        for receiver in self.receivers:
-            receiver.start()
+
+    def start(self) -> None:
+        """Start receiving (once the numbering is settled, see the module docstring)."""
+        if not self.started:
+            self.started = True
+            for receiver in self.receivers:
+                receiver.start()
 
     def raise_if_failed(self) -> None:
         for receiver in self.receivers:
@@ -85,12 +99,12 @@ class IngestRuntime:
             self.budget.released()
 
     def stop(self) -> None:
+        """Stop the receivers (each spools what its socket still holds), then the rest."""
         for receiver in self.receivers:
-            receiver.stop()
+            if self.started:
+                receiver.stop()
+            else:
+                receiver.socket.close(linger=0)
         if self.server is not None:
             self.server.close()
         self.spool.close()
-
-    @property
-    def receivers_alive(self) -> Optional[bool]:
-        return all(r.alive for r in self.receivers) if self.receivers else None

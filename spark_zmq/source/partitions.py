@@ -20,9 +20,11 @@ class SpoolRange(InputPartition):
     end: int
     owner_id: str = ""
     fetch_endpoint: str = ""
-    #: where ``start`` is in the spool (``ChannelLog.locate``), so the task need not scan
-    #: the segment from its beginning; empty when unknown
+    #: where ``start`` is in the spool (``ChannelLog.locate``: segment file name, byte
+    #: position), so the task need not scan the segment from its beginning; empty when unknown
     hint: tuple = ()
+    #: the spool the batch was planned on: a task refuses segments of any other spool
+    spool_id: str = ""
 
 
 @dataclass

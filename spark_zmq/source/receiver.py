@@ -20,48 +20,26 @@ import pyarrow as pa
 
 from ..patterns import PatternSocket, SocketClosedError, socket_for
 from ..patterns.endpoints import Endpoint
-from .spool import SPOOL_SCHEMA, ChannelLog
+from .spool import ChannelLog, SpoolBudget
+from .spool_format import SPOOL_SCHEMA
 
-__all__ = ["Receiver", "SpoolBudget", "open_channel_socket", "messages_to_batch"]
+__all__ = ["Receiver", "open_channel_socket", "messages_to_batch"]
 
 log = logging.getLogger(__name__)
 
 _POLL_S = 0.1
 
 
-class SpoolBudget:
-    """The shared disk budget (``maxSpoolBytes``): receivers wait here while it is spent."""
-
-    def __init__(self, max_bytes: int, logs: list[ChannelLog]) -> None:
-        self.max_bytes = max_bytes
-        self._logs = logs
-        self._room = threading.Condition()
-        self.waits = 0  # how many times a receiver had to stop reading (observable in tests)
-
-    def used(self) -> int:
-        return sum(log.size_bytes for log in self._logs)
-
-    def wait_for_room(self, channel: ChannelLog, stop: threading.Event) -> None:
-        if self.used() < self.max_bytes:
-            return
-        self.waits += 1
-        # Close the active segment so a commit can delete it: otherwise the segment being
-        # written could be the only one, never released, and the spool would stay full.
-        channel.roll()
-        with self._room:
-            while not stop.is_set() and self.used() >= self.max_bytes:
-                self._room.wait(_POLL_S)
-
-    def released(self) -> None:
-        with self._room:
-            self._room.notify_all()
-
-
-def open_channel_socket(pattern: str, endpoint: Endpoint, *, hwm: int, topics: list[str]) -> PatternSocket:
+def open_channel_socket(
+    pattern: str, endpoint: Endpoint, *, hwm: int, topics: list[str], max_message_bytes: Optional[int] = None
+) -> PatternSocket:
     """The socket of one channel. Opened on the caller's thread so that a bind error (port
-    in use) surfaces in the Spark call that started the receivers, with its message."""
+    in use) surfaces in the Spark call that started the receivers, with its message.
+    ``max_message_bytes`` is ZMQ_MAXMSGSIZE: libzmq disconnects a peer that sends more."""
     cls = socket_for(pattern)
     options: dict = {"hwm": hwm, "linger": 0}
+    if max_message_bytes is not None:
+        options["max_message_bytes"] = max_message_bytes
     if pattern == "sub":
         options["topics"] = topics or None
     return cls([str(endpoint)], **options)
@@ -101,7 +79,19 @@ def messages_to_batch(
 
 
 class Receiver:
-    """Drains one channel's socket into its spool log on a daemon thread."""
+    """Drains one channel's socket into its spool log on a daemon thread.
+
+    Nothing a peer sends can stop it: the spool batch is built from bytes without parsing
+    them (an Arrow message's row count is read from its metadata, and a malformed one
+    counts as one row for the decoder to report). What can stop a write is the disk: a
+    failed append (disk full) publishes nothing, and the receiver keeps the batch, stops
+    reading (so ZeroMQ's high-water mark holds producers back) and retries, logging the
+    failure once. A stop drains what the socket already holds into the spool before it
+    closes the socket, since closing discards a receiving socket's queue.
+    """
+
+    #: how long the receiver waits before retrying a failed append (disk full)
+    retry_s = 1.0
 
     def __init__(
         self,
@@ -120,7 +110,8 @@ class Receiver:
         self.batch_messages = batch_messages
         self.batch_bytes = batch_bytes
         self.error: Optional[BaseException] = None
-        self.received = 0
+        #: the error of the last failed append while it keeps failing (cleared on success)
+        self.write_error: Optional[OSError] = None
         self.last_receive = time.monotonic()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"zmq-receiver-{log.channel}", daemon=True)
@@ -128,6 +119,25 @@ class Receiver:
     def start(self) -> "Receiver":
         self._thread.start()
         return self
+
+    def _spool(self, values: list[bytes], topics: Optional[list[Optional[bytes]]]) -> None:
+        """Append one received batch, retrying while the disk refuses it (until a stop)."""
+        batch = messages_to_batch(values, topics, self.fmt, time.time_ns() // 1000)
+        while True:
+            try:
+                self.log.append(batch)
+            except OSError as exc:
+                if self.write_error is None:
+                    log.error("channel %d: cannot write to the spool (%s); holding %d messages and retrying every "
+                              "%.0f s, producers are held back meanwhile", self.log.channel, exc, len(values), self.retry_s)
+                self.write_error = exc
+                if self._stop.wait(self.retry_s):
+                    raise
+                continue
+            if self.write_error is not None:
+                log.warning("channel %d: the spool accepts writes again", self.log.channel)
+                self.write_error = None
+            return
 
     def _run(self) -> None:
         try:
@@ -141,9 +151,7 @@ class Receiver:
                     continue
                 if not values:  # only discarded (multipart on GATHER) messages arrived
                     continue
-                now_us = time.time_ns() // 1000
-                self.log.append(messages_to_batch(values, topics, self.fmt, now_us))
-                self.received += len(values)
+                self._spool(values, topics)
                 self.last_receive = time.monotonic()
         except SocketClosedError:
             pass
@@ -151,11 +159,29 @@ class Receiver:
             log.exception("receiver of channel %d failed", self.log.channel)
             self.error = exc
 
+    def drain(self) -> int:
+        """Spool what the socket holds now, without waiting for more; returns the count."""
+        drained = 0
+        while True:
+            try:
+                values, topics = self.socket.recv_values(self.batch_messages, timeout=0, max_bytes=self.batch_bytes)
+            except (TimeoutError, SocketClosedError):
+                return drained
+            if not values:
+                continue
+            self.log.append(messages_to_batch(values, topics, self.fmt, time.time_ns() // 1000))
+            drained += len(values)
+
     def stop(self, timeout: float = 5.0) -> None:
+        """Stop receiving, spool what the socket already holds, then close it."""
         self._stop.set()
         self._thread.join(timeout)
-        self.socket.close(linger=0)
-
-    @property
-    def alive(self) -> bool:
-        return self._thread.is_alive()
+        try:
+            if not self._thread.is_alive() and self.error is None:
+                drained = self.drain()
+                if drained:
+                    log.info("channel %d: spooled %d queued messages before closing", self.log.channel, drained)
+        except OSError as exc:
+            log.error("channel %d: could not spool the socket's queue at stop (%s); it is lost", self.log.channel, exc)
+        finally:
+            self.socket.close(linger=0)

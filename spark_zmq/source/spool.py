@@ -1,4 +1,4 @@
-"""The durable spool: received messages, numbered per channel, in segmented Arrow IPC files.
+"""The durable spool, driver side: numbered messages per channel in checksummed segments.
 
 Why a spool: ZeroMQ has no acknowledgements and no replay, so a message the connector has
 taken off the socket exists nowhere else. The spool makes every received message
@@ -6,99 +6,177 @@ addressable by ``(channel, offset)`` until Spark commits it, which is what gives
 source replayable offsets (exactly-once into Spark, like Kafka's) and bounded memory
 (bursts go to disk, not to the heap).
 
-Layout: ``<spool_dir>/ch-<channel>/<first offset, 20 digits>.arrows``, each segment an Arrow
-IPC *stream* of record batches with columns ``value`` (large_binary), ``topic`` (string),
-``timestamp`` (timestamp[us, UTC]) and ``rows`` (int32: rows in the message; 1 except for
-the arrow format). A segment is only ever appended to by the process that created it; a
-restarted receiver starts a new segment, so a batch torn by a crash is simply where the
-old segment's readable data ends.
+This module is the log's owner: the receiving process appends, recovers after a restart
+or a crash, answers the planner's questions about the index, and releases what Spark
+committed. Read tasks read segments through ``spool_reader``; the bytes on disk are
+described in ``spool_format``.
 
-Durability: each batch is written to the OS before its offsets are published, so it
-survives the death of the receiving process; with ``spoolFsync=true`` it is also fsynced,
-so it survives the machine. Readers (Spark tasks) only read offsets that were published,
-so they never see a partial batch.
+The rules that make it crash-safe:
+
+- Offsets are written into every record, so recovery reads them rather than counting; a
+  record it cannot read is a gap (reported as data loss), never a renumbering.
+- A segment is only ever appended to by the process that created it, and a restarted
+  receiver never reopens a segment: it creates a new one with the next ``seq``, with
+  ``O_EXCL``, so no two index entries ever name one file and no name is reused.
+- The newest segment is never deleted (it carries the numbering across restarts, even when
+  empty); release deletes segments by identity, only when every offset in them is below
+  what Spark committed.
+- A batch is written (and with ``spoolFsync=true`` fsynced, with the directory fsynced when
+  segments are created or deleted) before its offsets are published, so a reader never
+  sees a partial batch.
+- The spool has an identity (``SPOOL_ID``, written once when the spool is created, and in
+  every segment header) that travels in Spark's offsets, so a checkpoint paired with a
+  different or recreated spool is detected.
+- The directory is private to its user: 0700 directories, 0600 files, never following a
+  symlink planted in place of the directory or of a file in it.
 """
 
 from __future__ import annotations
 
 import bisect
+import errno
 import fcntl
+import logging
 import os
+import stat
 import threading
 import uuid
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Optional, Sequence
+from typing import Optional
 
 import numpy as np
 import pyarrow as pa
 
+from .spool_format import (
+    SEGMENT_HEADER_SIZE,
+    SPOOL_SCHEMA,
+    DataLossError,
+    SegmentHeader,
+    SpoolFormatError,
+    decode_segment_header,
+    encode_record_header,
+    encode_segment_header,
+    map_segment,
+    open_private,
+    parse_segment_name,
+    read_body,
+    scan_records,
+    segment_name,
+)
+
 __all__ = [
-    "SPOOL_SCHEMA", "Spool", "ChannelLog", "read_range", "coalesce", "sees_spool", "SpoolLockedError", "DataLossError",
+    "SPOOL_SCHEMA", "Spool", "ChannelLog", "SpoolBudget", "LostRange", "SpoolLockedError", "SpoolSecurityError",
+    "DataLossError", "read_spool_id",
 ]
 
-SPOOL_SCHEMA = pa.schema(
-    [
-        ("value", pa.large_binary()),
-        ("topic", pa.string()),
-        ("timestamp", pa.timestamp("us", tz="UTC")),
-        ("rows", pa.int32()),
-    ]
-)
-_SUFFIX = ".arrows"
+log = logging.getLogger(__name__)
+
+_ID_FILE = "SPOOL_ID"
 
 
 class SpoolLockedError(RuntimeError):
     """Another live process owns this spool directory."""
 
 
-class DataLossError(RuntimeError):
-    """Offsets Spark asks for are no longer (or not yet) in the spool."""
+class SpoolSecurityError(PermissionError):
+    """The spool directory (or a file in it) is not private to the user running the query."""
 
 
-def _segment_name(first: int) -> str:
-    return f"{first:020d}{_SUFFIX}"
-
-
-def _channel_dir(spool_dir: str, channel: int) -> str:
-    return os.path.join(spool_dir, f"ch-{channel}")
-
-
-def _list_segments(channel_dir: str) -> list[tuple[int, str]]:
+def private_dir(path: str, *, fsync_parent: bool = False) -> None:
+    """Create ``path`` (mode 0700) or check an existing one: a real directory (not a
+    symlink), owned by this user; group/other permissions are removed."""
+    parent = os.path.dirname(path)
+    if parent and not os.path.isdir(parent):
+        os.makedirs(parent, mode=0o700, exist_ok=True)
     try:
-        names = os.listdir(channel_dir)
+        os.mkdir(path, 0o700)
+        if fsync_parent:
+            _fsync_dir(parent or ".")
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        raise SpoolSecurityError(
+            f"spool directory {path!r} is a symbolic link; the spool refuses to follow it "
+            "(someone could have planted it): remove it or choose another 'spoolDir'"
+        )
+    if not stat.S_ISDIR(st.st_mode):
+        raise SpoolSecurityError(f"spool directory {path!r} exists and is not a directory: choose another 'spoolDir'")
+    if st.st_uid != os.geteuid():
+        raise SpoolSecurityError(
+            f"spool directory {path!r} belongs to uid {st.st_uid}, not to this user (uid {os.geteuid()}): "
+            "the spool must be private to the user running the query; choose another 'spoolDir'"
+        )
+    if st.st_mode & 0o077:
+        os.chmod(path, 0o700)
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_atomically(directory: str, name: str, data: bytes, fsync: bool = True) -> None:
+    tmp = os.path.join(directory, f".{name}.{os.getpid()}.tmp")
+    try:
+        os.unlink(tmp)
     except FileNotFoundError:
-        return []
-    out = []
-    for name in names:
-        if name.endswith(_SUFFIX):
-            try:
-                out.append((int(name[: -len(_SUFFIX)]), os.path.join(channel_dir, name)))
-            except ValueError:
-                continue
-    out.sort()
-    return out
-
-
-def _iter_batches(path: str, position: int = 0) -> Iterator[pa.RecordBatch]:
-    """The complete batches of a segment, from the IPC message at byte ``position`` on (0:
-    the segment's start, its schema message); stops quietly at a batch torn by a crash."""
+        pass
+    fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
     try:
-        source = pa.memory_map(path)
-    except (FileNotFoundError, OSError):
-        return
-    with source:
-        source.seek(position)
-        while True:
-            try:
-                message = pa.ipc.read_message(source)
-                if message.type == "schema" and position == 0:
-                    continue  # every segment is written with SPOOL_SCHEMA
-                if message.type != "record batch":
-                    return
-                batch = pa.ipc.read_record_batch(message, SPOOL_SCHEMA)
-            except (EOFError, pa.ArrowInvalid, OSError):
-                return
-            yield batch
+        os.write(fd, data)
+        if fsync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, os.path.join(directory, name))
+    if fsync:
+        _fsync_dir(directory)
+
+
+def read_spool_id(spool_dir: str) -> Optional[str]:
+    """The spool's identity (32 hex digits), ``None`` when there is no readable one."""
+    try:
+        fd = open_private(os.path.join(spool_dir, _ID_FILE), os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        text = os.read(fd, 64).decode("ascii", "replace").strip()
+    finally:
+        os.close(fd)
+    try:
+        return uuid.UUID(hex=text).hex
+    except ValueError:
+        return None
+
+
+@dataclass
+class LostRange:
+    """Offsets recovery found unreadable: a clear error, or skipped and counted."""
+
+    first: int
+    end: int
+    path: str
+    reason: str
+
+    def describe(self, channel: int) -> str:
+        return f"offsets {self.first}..{self.end} of channel {channel} in {self.path} ({self.reason})"
+
+
+@dataclass
+class _Segment:
+    first: int
+    seq: int
+    path: str
+    size: int = 0
+    end: int = 0  # offset after its last message
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.path)
 
 
 @dataclass
@@ -109,10 +187,8 @@ class _BatchEntry:
     count: int
     bytes_cum: np.ndarray  # cumulative payload bytes, per message
     rows_cum: Optional[np.ndarray]  # cumulative rows per message; None when 1 row/message
-    segment: int
-    #: byte position of this batch's IPC message in its segment file (None: not recorded,
-    #: e.g. a segment's first batch, which follows the schema, or an index rebuilt on restart)
-    position: Optional[int] = None
+    segment: _Segment
+    position: int  # byte position of the record in its segment
 
     @property
     def end(self) -> int:
@@ -128,12 +204,13 @@ class _BatchEntry:
         return int(self.bytes_cum[n - 1]) if n > 0 else 0
 
 
-@dataclass
-class _Segment:
-    first: int
-    path: str
-    size: int = 0
-    end: int = 0  # offset after its last message
+def _entry(batch: pa.RecordBatch, first: int, segment: _Segment, position: int) -> _BatchEntry:
+    values = batch.column(0)
+    offsets = np.frombuffer(values.buffers()[1], dtype=np.int64)[values.offset : values.offset + len(values) + 1]
+    bytes_cum = offsets[1:] - offsets[0]
+    rows = batch.column(3).to_numpy(zero_copy_only=False)
+    rows_cum = None if bool((rows == 1).all()) else np.cumsum(np.maximum(rows, 0), dtype=np.int64)
+    return _BatchEntry(first, batch.num_rows, bytes_cum.astype(np.int64, copy=True), rows_cum, segment, position)
 
 
 @dataclass
@@ -142,95 +219,164 @@ class ChannelLog:
 
     spool_dir: str
     channel: int
+    spool_id: str
     fsync: bool = False
     segment_bytes: int = 64 << 20
     entries: list[_BatchEntry] = field(default_factory=list)
     segments: list[_Segment] = field(default_factory=list)
     next_offset: int = 0
+    #: offsets recovery could not read (torn in the middle, corrupt), in offset order
+    lost: list[LostRange] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.dir = _channel_dir(self.spool_dir, self.channel)
-        os.makedirs(self.dir, exist_ok=True)
+        self.dir = os.path.join(self.spool_dir, f"ch-{self.channel}")
+        private_dir(self.dir, fsync_parent=self.fsync)
         self._lock = threading.Lock()
-        self._writer: Optional[pa.ipc.RecordBatchStreamWriter] = None
-        self._file = None
+        self._fd: Optional[int] = None
+        self._next_seq = 0
+        self._firsts: list[int] = []  # entries' first offsets, for bisection
         self._recover()
 
     # -- recovery -------------------------------------------------------------------------
 
     def _recover(self) -> None:
         """Rebuild the index from the segment files (after a restart or a crash)."""
-        for first, path in _list_segments(self.dir):
-            if first < self.next_offset:
-                # Overlaps data already indexed (cannot happen with one writer); skip it.
-                continue
-            segment = _Segment(first=first, path=path, size=os.path.getsize(path), end=first)
-            offset = first
-            for batch in _iter_batches(path):
-                self.entries.append(self._entry(batch, offset, first))
-                offset += batch.num_rows
-            segment.end = offset
+        found = []
+        for name in os.listdir(self.dir):
+            parsed = parse_segment_name(name)
+            if parsed is not None:
+                found.append((parsed[0], parsed[1], os.path.join(self.dir, name)))
+        found.sort()
+        self._next_seq = max((seq for _, seq, _ in found), default=-1) + 1
+        for first, seq, path in found:
+            segment = _Segment(first=first, seq=seq, path=path, end=first)
+            self._recover_segment(segment)
             self.segments.append(segment)
-            self.next_offset = offset
+            self.next_offset = max(self.next_offset, segment.end)
+        # Empty segments (a roll just before a stop, a crash right after creating one) hold
+        # nothing; only the newest is kept, because it carries the numbering.
+        empty = [s for s in self.segments[:-1] if s.end == s.first and not any(r.path == s.path for r in self.lost)]
+        for segment in empty:
+            self._delete(segment)
+        self.segments = [s for s in self.segments if s not in empty]
+        self._firsts = [e.first for e in self.entries]
 
-    @staticmethod
-    def _entry(batch: pa.RecordBatch, first: int, segment: int) -> _BatchEntry:
-        values = batch.column(0)
-        offsets = np.frombuffer(values.buffers()[1], dtype=np.int64)[values.offset : values.offset + len(values) + 1]
-        bytes_cum = offsets[1:] - offsets[0]
-        rows = batch.column(3).to_numpy(zero_copy_only=False)
-        rows_cum = None if bool((rows == 1).all()) else np.cumsum(rows, dtype=np.int64)
-        return _BatchEntry(first, batch.num_rows, bytes_cum.astype(np.int64, copy=True), rows_cum, segment)
+    def _recover_segment(self, segment: _Segment) -> None:
+        view = map_segment(segment.path)
+        if view is None:
+            return
+        segment.size = len(view)
+        try:
+            header = decode_segment_header(view)
+            if header.spool_id.hex() != self.spool_id or header.channel != self.channel or header.first != segment.first:
+                raise SpoolFormatError(
+                    f"it belongs to another spool or channel (spool {header.spool_id.hex()}, channel {header.channel})"
+                )
+            trusted = True
+        except SpoolFormatError as exc:
+            trusted = False
+            why = str(exc)
+        offset = segment.first
+        for record in scan_records(view):
+            if record.first < 0:
+                continue  # unreadable bytes: the gap shows between its neighbours
+            if record.first < offset:
+                log.error("spool recovery: %s byte %d repeats offsets from %d; ignored", segment.path, record.position,
+                          record.first)
+                continue
+            if record.first > offset:
+                self._lose(offset, record.first, segment, "unreadable records")
+            if not trusted:
+                self._lose(record.first, record.end, segment, f"segment header: {why}")
+            elif record.damage is not None:
+                self._lose(record.first, record.end, segment, f"record at byte {record.position}: {record.damage}")
+            else:
+                try:
+                    batch = read_body(view, record)
+                    self.entries.append(_entry(batch, record.first, segment, record.position))
+                except Exception as exc:  # a checksummed body that is not our Arrow: still a loss, not a crash
+                    self._lose(record.first, record.end, segment, f"record at byte {record.position}: {exc}")
+            offset = record.end
+        segment.end = offset
+        if self.lost and self.lost[-1].path == segment.path:
+            log.error("spool recovery: %s", "; ".join(r.describe(self.channel) for r in self.lost if r.path == segment.path))
+
+    def _lose(self, first: int, end: int, segment: _Segment, reason: str) -> None:
+        if end > first:
+            self.lost.append(LostRange(first, end, segment.path, reason))
 
     # -- writing (the receiver thread) ---------------------------------------------------------
 
     def advance_to(self, offset: int) -> None:
-        """Continue numbering at ``offset`` when the spool holds nothing at or after it
-        (a checkpoint that outlived its spool directory)."""
+        """Continue numbering at ``offset`` (a checkpoint that is ahead of this spool: the
+        offsets in between were seen by Spark and are never given to other messages)."""
         with self._lock:
             if offset > self.next_offset:
                 self._close_segment()
                 self.next_offset = offset
+                self._open_segment()
 
     def append(self, batch: pa.RecordBatch) -> None:
-        """Write one batch, make it durable as configured, then publish its offsets."""
+        """Write one batch as a record, make it durable as configured, then publish its
+        offsets. On a failed write (disk full) nothing is published, the partial record is
+        cut off where possible, and the next append starts a new segment."""
+        if batch.num_rows == 0:
+            return
         with self._lock:
-            if self._writer is None or self.segments[-1].size >= self.segment_bytes:
+            if self._fd is None or self.segments[-1].size >= self.segment_bytes:
                 self._open_segment()
             segment = self.segments[-1]
-            position = segment.size if segment.end > segment.first else None
-            self._writer.write_batch(batch)
-            self._file.flush()
-            if self.fsync:
-                os.fsync(self._file.fileno())
-            entry = self._entry(batch, self.next_offset, segment.first)
-            entry.position = position
-            segment.size = self._file.tell()
+            body = batch.serialize()
+            header = encode_record_header(self.next_offset, batch.num_rows, body)
+            position = segment.size
+            try:
+                written = os.writev(self._fd, [header, body])
+                if written != len(header) + body.size:
+                    raise OSError(errno.ENOSPC, f"short write to {segment.path}")
+                if self.fsync:
+                    os.fsync(self._fd)
+            except OSError:
+                try:
+                    os.ftruncate(self._fd, position)
+                except OSError:
+                    pass  # the torn record is where this segment's readable data ends
+                self._close_segment()
+                raise
+            entry = _entry(batch, self.next_offset, segment, position)
+            segment.size = position + written
             self.next_offset += batch.num_rows
             segment.end = self.next_offset
             self.entries.append(entry)
+            self._firsts.append(entry.first)
 
     def roll(self) -> None:
         """Start a new segment now, so the current one becomes releasable by a commit."""
         with self._lock:
-            if self._writer is not None and self.segments[-1].end > self.segments[-1].first:
+            if self._fd is not None and self.segments[-1].end > self.segments[-1].first:
                 self._open_segment()
 
     def _open_segment(self) -> None:
         self._close_segment()
-        path = os.path.join(self.dir, _segment_name(self.next_offset))
-        self._file = open(path, "wb", buffering=0)
-        self._writer = pa.ipc.new_stream(self._file, SPOOL_SCHEMA)
-        self.segments.append(_Segment(first=self.next_offset, path=path, size=self._file.tell(), end=self.next_offset))
+        seq = self._next_seq
+        self._next_seq += 1
+        path = os.path.join(self.dir, segment_name(self.next_offset, seq))
+        fd = open_private(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        try:
+            header = encode_segment_header(SegmentHeader(self.channel, self.next_offset, seq, bytes.fromhex(self.spool_id)))
+            os.write(fd, header)
+            if self.fsync:
+                os.fsync(fd)
+                _fsync_dir(self.dir)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+        self.segments.append(_Segment(first=self.next_offset, seq=seq, path=path, size=SEGMENT_HEADER_SIZE, end=self.next_offset))
 
     def _close_segment(self) -> None:
-        if self._writer is not None:
-            try:
-                self._writer.close()
-                self._file.close()
-            finally:
-                self._writer = None
-                self._file = None
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)
 
     def close(self) -> None:
         with self._lock:
@@ -241,65 +387,79 @@ class ChannelLog:
     @property
     def earliest(self) -> int:
         with self._lock:
-            return self.entries[0].first if self.entries else self.next_offset
+            if self.entries:
+                first = self.entries[0].first
+                return min(first, self.lost[0].first) if self.lost else first
+            return self.lost[0].first if self.lost else self.next_offset
 
     @property
     def size_bytes(self) -> int:
         with self._lock:
             return sum(s.size for s in self.segments)
 
-    def end_within(self, start: int, limit: int, max_rows: Optional[int], max_bytes: Optional[int]) -> int:
-        """The furthest offset ``e <= limit`` such that ``[start, e)`` holds at most
-        ``max_rows`` rows and ``max_bytes`` payload bytes (``None`` = no cap)."""
-        if max_rows is None and max_bytes is None:
-            return limit
+    def snapshot(self) -> "IndexSnapshot":
+        """The index as it is now, for the planner (entries are immutable once published)."""
         with self._lock:
-            entries = list(self.entries)
-        firsts = [e.first for e in entries]
-        i = max(0, bisect.bisect_right(firsts, start) - 1)
-        rows_left = max_rows if max_rows is not None else 1 << 62
-        bytes_left = max_bytes if max_bytes is not None else 1 << 62
-        position = start
-        while i < len(entries) and position < limit:
-            entry = entries[i]
-            if entry.end <= position:
-                i += 1
-                continue
-            skip = position - entry.first
-            stop = min(entry.end, limit) - entry.first
-            base_rows, base_bytes = entry.rows_upto(skip), entry.bytes_upto(skip)
-            rows_all = entry.rows_upto(stop) - base_rows
-            bytes_all = entry.bytes_upto(stop) - base_bytes
-            if rows_all <= rows_left and bytes_all <= bytes_left:
-                rows_left -= rows_all
-                bytes_left -= bytes_all
-                position = entry.first + stop
-                i += 1
-                continue
-            # Only part of this batch fits: find how many messages do.
-            rows_cum = entry.rows_cum if entry.rows_cum is not None else np.arange(1, entry.count + 1)
-            fit_rows = int(np.searchsorted(rows_cum, base_rows + rows_left, side="right"))
-            fit_bytes = int(np.searchsorted(entry.bytes_cum, base_bytes + bytes_left, side="right"))
-            return entry.first + max(skip, min(fit_rows, fit_bytes, stop))
-        return position
+            return IndexSnapshot(list(self.entries), list(self._firsts), list(self.lost))
 
-    def locate(self, offset: int) -> Optional[tuple[int, int, int]]:
-        """``(segment first offset, batch first offset, byte position)`` of the spooled batch
-        holding ``offset``, for ``read_range`` to start there instead of at the segment's
-        beginning; ``None`` when its position is not known."""
+    def locate(self, offset: int) -> Optional[tuple[str, int]]:
+        """``(segment file name, byte position)`` of the record holding ``offset``, so a
+        read task starts there instead of scanning its segment; ``None`` if not spooled."""
         with self._lock:
-            i = bisect.bisect_right(self.entries, offset, key=lambda e: e.first) - 1
-            if i < 0 or self.entries[i].end <= offset or self.entries[i].position is None:
+            i = bisect.bisect_right(self._firsts, offset) - 1
+            if i < 0 or self.entries[i].end <= offset:
                 return None
             entry = self.entries[i]
-            return entry.segment, entry.first, entry.position
+            return entry.segment.name, entry.position
+
+    # -- releasing (commit) -------------------------------------------------------------------
+
+    def release_before(self, offset: int) -> int:
+        """Delete the segments (never the newest) whose every offset is below ``offset``.
+        Returns the bytes freed."""
+        freed = 0
+        with self._lock:
+            doomed = [s for s in self.segments[:-1] if s.end <= offset]
+            for segment in doomed:
+                self._delete(segment)
+                freed += segment.size
+            if doomed:
+                gone = {id(s) for s in doomed}
+                self.segments = [s for s in self.segments if id(s) not in gone]
+                keep = 0
+                while keep < len(self.entries) and id(self.entries[keep].segment) in gone:
+                    keep += 1
+                del self.entries[:keep]
+                del self._firsts[:keep]
+            self.lost = [r for r in self.lost if r.end > offset]
+        return freed
+
+    def _delete(self, segment: _Segment) -> None:
+        try:
+            os.remove(segment.path)
+        except FileNotFoundError:
+            pass
+        if self.fsync:
+            _fsync_dir(self.dir)
+
+
+@dataclass
+class IndexSnapshot:
+    """A channel's index at one moment: what the planner reads (no locks, no files)."""
+
+    entries: list[_BatchEntry]
+    firsts: list[int]
+    lost: list[LostRange]
+
+    def _from(self, start: int) -> int:
+        return max(0, bisect.bisect_right(self.firsts, start) - 1)
 
     def count_between(self, start: int, end: int) -> tuple[int, int]:
         """(rows, payload bytes) in ``[start, end)``."""
-        with self._lock:
-            entries = list(self.entries)
         rows = nbytes = 0
-        for entry in entries:
+        for entry in self.entries[self._from(start) :]:
+            if entry.first >= end:
+                break
             lo, hi = max(start, entry.first), min(end, entry.end)
             if lo >= hi:
                 continue
@@ -308,54 +468,94 @@ class ChannelLog:
             nbytes += entry.bytes_upto(b) - entry.bytes_upto(a)
         return rows, nbytes
 
-    # -- releasing (commit) -------------------------------------------------------------------
+    def end_within(self, start: int, limit: int, max_rows: Optional[int], max_bytes: Optional[int]) -> int:
+        """The furthest offset ``e <= limit`` such that ``[start, e)`` holds at most
+        ``max_rows`` rows and ``max_bytes`` payload bytes (``None`` = no cap)."""
+        if max_rows is None and max_bytes is None:
+            return limit
+        rows_left = max_rows if max_rows is not None else 1 << 62
+        bytes_left = max_bytes if max_bytes is not None else 1 << 62
+        position = start
+        for entry in self.entries[self._from(start) :]:
+            if position >= limit:
+                break
+            if entry.end <= position:
+                continue
+            skip = max(0, position - entry.first)
+            stop = min(entry.end, limit) - entry.first
+            if stop <= skip:
+                break
+            base_rows, base_bytes = entry.rows_upto(skip), entry.bytes_upto(skip)
+            rows_all = entry.rows_upto(stop) - base_rows
+            bytes_all = entry.bytes_upto(stop) - base_bytes
+            if rows_all <= rows_left and bytes_all <= bytes_left:
+                rows_left -= rows_all
+                bytes_left -= bytes_all
+                position = entry.first + stop
+                continue
+            # Only part of this batch fits: find how many messages do.
+            rows_cum = entry.rows_cum if entry.rows_cum is not None else np.arange(1, entry.count + 1)
+            fit_rows = int(np.searchsorted(rows_cum, base_rows + rows_left, side="right"))
+            fit_bytes = int(np.searchsorted(entry.bytes_cum, base_bytes + bytes_left, side="right"))
+            return entry.first + max(skip, min(fit_rows, fit_bytes, stop))
+        return position
 
-    def release_before(self, offset: int) -> int:
-        """Delete whole segments that hold only offsets below ``offset`` (never the newest
-        segment, which carries the numbering across restarts). Returns bytes freed."""
-        freed = 0
-        with self._lock:
-            while len(self.segments) > 1 and self.segments[0].end <= offset:
-                segment = self.segments.pop(0)
-                try:
-                    os.remove(segment.path)
-                except FileNotFoundError:
-                    pass
-                freed += segment.size
-            keep_from = self.segments[0].first if self.segments else self.next_offset
-            while self.entries and self.entries[0].first < keep_from:
-                self.entries.pop(0)
-        return freed
+    def lost_within(self, start: int, end: int) -> list[LostRange]:
+        return [r for r in self.lost if r.first < end and r.end > start]
 
 
 class Spool:
-    """All channels of one source, plus the lock that makes the directory single-owner."""
+    """All channels of one source, the lock that makes the directory single-owner, and
+    the spool's identity."""
 
     def __init__(self, spool_dir: str, channels: int, *, fsync: bool = False, max_bytes: int = 1 << 30) -> None:
-        os.makedirs(spool_dir, exist_ok=True)
         self.spool_dir = spool_dir
-        self._lock_file = open(os.path.join(spool_dir, "LOCK"), "a+")
+        private_dir(spool_dir)
+        self._lock_fd = open_private(os.path.join(spool_dir, "LOCK"), os.O_RDWR | os.O_CREAT)
         try:
-            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            self._lock_file.seek(0)
-            owner = self._lock_file.read().strip() or "unknown"
-            self._lock_file.close()
+            owner = os.pread(self._lock_fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+            os.close(self._lock_fd)
             raise SpoolLockedError(
                 f"spool directory {spool_dir!r} is in use by another running query (pid {owner}); "
                 "stop it, or give this query its own 'spoolDir' option"
             ) from None
-        self._lock_file.seek(0)
-        self._lock_file.truncate()
-        self._lock_file.write(str(os.getpid()))
-        self._lock_file.flush()
-        # A fresh id per owning process: a read task that finds this id in OWNER knows it
-        # sees this very spool (not a stale directory of the same name on another host).
-        self.owner_id = uuid.uuid4().hex
-        with open(os.path.join(spool_dir, "OWNER"), "w") as owner:
-            owner.write(self.owner_id)
-        segment_bytes = max(1 << 20, min(64 << 20, max_bytes // 8))
-        self.channels = [ChannelLog(spool_dir, c, fsync=fsync, segment_bytes=segment_bytes) for c in range(channels)]
+        try:
+            os.ftruncate(self._lock_fd, 0)
+            os.pwrite(self._lock_fd, str(os.getpid()).encode(), 0)
+            self._refuse_old_format(channels)
+            self.spool_id = self._identity(fsync)
+            # A fresh id per owning process: a read task that finds this id in OWNER knows it
+            # sees this very spool (not a stale directory of the same name on another host).
+            self.owner_id = uuid.uuid4().hex
+            _write_atomically(spool_dir, "OWNER", self.owner_id.encode(), fsync=False)
+            segment_bytes = max(1 << 20, min(64 << 20, max_bytes // 8))
+            self.channels = [
+                ChannelLog(spool_dir, c, self.spool_id, fsync=fsync, segment_bytes=segment_bytes) for c in range(channels)
+            ]
+        except BaseException:
+            os.close(self._lock_fd)
+            raise
+
+    def _refuse_old_format(self, channels: int) -> None:
+        for c in range(channels):
+            directory = os.path.join(self.spool_dir, f"ch-{c}")
+            if os.path.isdir(directory) and any(n.endswith(".arrows") for n in os.listdir(directory)):
+                raise SpoolFormatError(
+                    f"spool directory {self.spool_dir!r} holds segments of an earlier spark-zmq version "
+                    f"({directory}/*.arrows, a format without offsets or checksums): drain it with that "
+                    "version, or move it away and start this query with a new checkpointLocation"
+                )
+
+    def _identity(self, fsync: bool) -> str:
+        """The spool's id: read back, or minted once when the spool is created."""
+        existing = read_spool_id(self.spool_dir)
+        if existing is not None:
+            return existing
+        spool_id = uuid.uuid4().hex
+        _write_atomically(self.spool_dir, _ID_FILE, spool_id.encode(), fsync=True)
+        return spool_id
 
     def latest(self) -> dict[str, int]:
         return {str(c.channel): c.next_offset for c in self.channels}
@@ -371,86 +571,32 @@ class Spool:
         for channel in self.channels:
             channel.close()
         try:
-            fcntl.flock(self._lock_file, fcntl.LOCK_UN)
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
         finally:
-            self._lock_file.close()
+            os.close(self._lock_fd)
 
 
-def sees_spool(spool_dir: str, owner_id: str) -> bool:
-    """Whether this process sees the spool directory that ``owner_id`` wrote."""
-    try:
-        with open(os.path.join(spool_dir, "OWNER")) as owner:
-            return owner.read().strip() == owner_id
-    except OSError:
-        return False
+class SpoolBudget:
+    """The shared disk budget (``maxSpoolBytes``): receivers wait here while it is spent."""
 
+    def __init__(self, max_bytes: int, logs: list[ChannelLog]) -> None:
+        self.max_bytes = max_bytes
+        self._logs = logs
+        self._room = threading.Condition()
 
-def read_range(
-    spool_dir: str, channel: int, start: int, end: int, hint: Optional[Sequence[int]] = None
-) -> Iterator[pa.RecordBatch]:
-    """Yield spool batches covering exactly ``[start, end)`` of a channel (executor side).
+    def used(self) -> int:
+        return sum(channel.size_bytes for channel in self._logs)
 
-    Reads segment files directly, memory-mapped: no copy of the payload until decoding.
-    ``hint`` (``ChannelLog.locate(start)``) lets it start at the batch holding ``start``;
-    without one it reads the segment from its beginning, which costs more the fuller the
-    segment is (a steady producer leaves thousands of small batches in one segment).
-    Raises ``DataLossError`` if part of the range is no longer in the spool.
-    """
-    if end <= start:
-        return
-    segments = _list_segments(_channel_dir(spool_dir, channel))
-    firsts = [first for first, _ in segments]
-    i = bisect.bisect_right(firsts, start) - 1
-    if i < 0:
-        raise DataLossError(
-            f"offsets {start}..{end} of channel {channel} are not in the spool {spool_dir!r} "
-            f"(it starts at {firsts[0] if firsts else 'nothing'}); the spool was deleted or pruned"
-        )
-    position = start
-    for first, path in segments[i:]:
-        if position >= end:
-            break
-        if first > position:
-            raise DataLossError(
-                f"offsets {position}..{first} of channel {channel} are missing from the spool {spool_dir!r}"
-            )
-        offset, byte_position = first, 0
-        if hint and position == start and int(hint[0]) == first and int(hint[1]) <= start:
-            offset, byte_position = int(hint[1]), int(hint[2])
-        for batch in _iter_batches(path, byte_position):
-            batch_end = offset + batch.num_rows
-            if batch_end > position:
-                lo = position - offset
-                hi = min(end, batch_end) - offset
-                yield batch.slice(lo, hi - lo) if (lo, hi) != (0, batch.num_rows) else batch
-                position = offset + hi
-                if position >= end:
-                    return
-            offset = batch_end
-    if position < end:
-        raise DataLossError(
-            f"offsets {position}..{end} of channel {channel} are not in the spool {spool_dir!r} "
-            "(was it written by another machine? executors must see the driver's spoolDir)"
-        )
+    def wait_for_room(self, channel: ChannelLog, stop: threading.Event, poll_s: float = 0.1) -> None:
+        if self.used() < self.max_bytes:
+            return
+        # Close the active segment so a commit can delete it: otherwise the segment being
+        # written could be the only one, never released, and the spool would stay full.
+        channel.roll()
+        with self._room:
+            while not stop.is_set() and self.used() >= self.max_bytes:
+                self._room.wait(poll_s)
 
-
-def coalesce(batches: Iterable[pa.RecordBatch], max_rows: int = 65_536, max_bytes: int = 16 << 20) -> Iterator[pa.RecordBatch]:
-    """Join consecutive spool batches into batches of up to ``max_rows`` rows / about
-    ``max_bytes`` bytes.
-
-    Why: a receiver appends whatever one receive call returned, so a slow, steady producer
-    leaves thousands of few-row batches in the spool; decoding and handing each to Spark
-    separately costs far more than the rows themselves (measured: 50 us per row at
-    10,000 messages/s before this, in batches of a few rows).
-    """
-    group: list[pa.RecordBatch] = []
-    rows = size = 0
-    for batch in batches:
-        if group and (rows + batch.num_rows > max_rows or size + batch.nbytes > max_bytes):
-            yield group[0] if len(group) == 1 else pa.concat_batches(group)
-            group, rows, size = [], 0, 0
-        group.append(batch)
-        rows += batch.num_rows
-        size += batch.nbytes
-    if group:
-        yield group[0] if len(group) == 1 else pa.concat_batches(group)
+    def released(self) -> None:
+        with self._room:
+            self._room.notify_all()

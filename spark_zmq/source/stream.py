@@ -1,15 +1,24 @@
 """``spark.readStream.format("zmq")``: replayable offsets over brokerless ZeroMQ.
 
-Offsets are ``{"<channel>": <next message number>}``, Kafka's meaning per channel. Spark
-writes them to its offset log before a batch runs; the spool keeps every message until
-Spark commits past it. So a retried task, a lost executor or a driver restarted from the
-checkpoint reads exactly the same messages for the same batch: exactly-once into Spark for
-everything the connector received.
+Offsets are ``{"<channel>": <next message number>, "spool": "<spool id>"}`` (see
+``planner``). Spark writes them to its offset log before a batch runs; the spool keeps
+every message until Spark commits past it. So a retried task, a lost executor or a driver
+restarted from the checkpoint reads exactly the same messages for the same batch:
+exactly-once into Spark for everything the connector received.
+
+Every path that reads checks the checkpoint against the spool: ``latestOffset`` (the
+start of the next batch), ``partitions`` (including the batch Spark re-runs after a
+restart) and ``read`` (each task checks the spool id of every segment it opens). A
+checkpoint paired with another or a recreated spool, a checkpoint behind the spool's
+earliest offset and offsets the spool cannot read are a ``DataLossError`` that names the
+channel, the offsets and the spool, or, with ``failOnDataLoss=false``, skipped, logged and
+counted (``dataLoss`` in the query progress's ``latestOffset``). Never a renumbering:
+a spool that is behind a checkpoint continues numbering after it.
 """
 
 from __future__ import annotations
 
-import math
+import logging
 from typing import Iterator, Optional, Sequence, Union
 
 import pyarrow as pa
@@ -25,18 +34,21 @@ from pyspark.sql.types import StructType
 
 from ..options import SourceOptions
 from .decode import Decoder
+from .fetch import fetch_range
 from .ingest import IngestRuntime
 from .partitions import SpoolRange
-from .fetch import fetch_range
-from .spool import DataLossError, coalesce, read_range, sees_spool
+from .planner import admit, channel_offsets, split, spool_of, with_spool
+from .spool_format import DataLossError
+from .spool_reader import coalesce, loss_policy, read_range, sees_spool
 
 __all__ = ["ZmqStreamReader"]
 
-# A read task covers at most this many messages and about this many bytes, so large
-# backlogs are read in parallel (Arrow messages hold many rows: 1,000 of them can be
-# 370 MB, which one task would otherwise decode alone while the other cores idle).
-_MAX_MESSAGES_PER_PARTITION = 200_000
-_MAX_BYTES_PER_PARTITION = 32 << 20
+log = logging.getLogger(__name__)
+
+
+def new_decoder(options: SourceOptions, schema: StructType) -> Decoder:
+    return Decoder(options.format, schema, mode=options.mode, corrupt_column=options.corrupt_column,
+                   max_message_bytes=options.max_message_bytes)
 
 
 class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -45,49 +57,90 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: SourceOptions, schema: StructType) -> None:
         self.options = options
         self.schema = schema
-        Decoder(options.format, schema, mode=options.mode, corrupt_column=options.corrupt_column)  # validate early
+        new_decoder(options, schema)  # validate early
         self._runtime: Optional[IngestRuntime] = None
         self._pinned_end: Optional[dict[str, int]] = None
         #: the end of the batch Spark planned last: what the progress's lag is measured from
         self._planned_end: Optional[dict[str, int]] = None
+        #: messages skipped as lost (failOnDataLoss=false), reported in the progress
+        self._lost = 0
+        self._foreign_spools_seen: set[str] = set()
 
-    # -- driver: offsets -----------------------------------------------------------------------
+    # -- driver: the spool and the checkpoint ------------------------------------------------------
 
-    def _ingest(self) -> IngestRuntime:
+    def _ingest(self, *checkpointed: dict) -> IngestRuntime:
+        """The runtime, created on first use; every call checks the offsets Spark passed."""
         if self._runtime is None:
-            self._runtime = IngestRuntime(self.options)
+            runtime = IngestRuntime(self.options)
+            try:
+                for offsets in checkpointed:
+                    self._reconcile(runtime, offsets)
+            except BaseException:
+                runtime.stop()
+                raise
+            runtime.start()
+            self._runtime = runtime
+        else:
+            for offsets in checkpointed:
+                self._reconcile(self._runtime, offsets)
         self._runtime.raise_if_failed()
         return self._runtime
 
-    def _channels(self) -> list[str]:
-        return [str(c) for c in range(len(self.options.endpoints))]
-
-    def _check_start(self, start: dict) -> None:
-        """The checkpoint must describe the same channels; a spool that is behind a
-        checkpoint (deleted with its directory) continues numbering where Spark is."""
-        runtime = self._ingest()
-        if set(start) != set(self._channels()):
+    def _reconcile(self, runtime: IngestRuntime, offsets: dict) -> None:
+        """Check offsets from Spark's checkpoint against the spool: same channels, same
+        spool; a spool behind them continues numbering after them (never reusing an offset
+        Spark has seen)."""
+        channels = channel_offsets(offsets)
+        expected = [str(c) for c in range(len(self.options.endpoints))]
+        if set(channels) != set(expected):
             raise ValueError(
-                f"the checkpoint's offsets name channels {sorted(start)} but option 'endpoints' "
-                f"({', '.join(map(str, self.options.endpoints))}) defines channels {self._channels()}: "
+                f"the checkpoint's offsets name channels {sorted(channels)} but option 'endpoints' "
+                f"({', '.join(map(str, self.options.endpoints))}) defines channels {expected}: "
                 "a query's endpoints cannot change across restarts; use a new checkpointLocation"
             )
-        for channel_log in runtime.spool.channels:
-            wanted = int(start[str(channel_log.channel)])
-            if wanted > channel_log.next_offset:
-                channel_log.advance_to(wanted)
-            elif wanted < channel_log.earliest and self.options.fail_on_data_loss:
+        theirs, ours = spool_of(offsets), runtime.spool.spool_id
+        if theirs is not None and theirs != ours and theirs not in self._foreign_spools_seen:
+            message = (
+                f"the checkpoint's offsets {channels} refer to spool {theirs}, but the spool directory "
+                f"{self.options.spool_dir!r} holds spool {ours} (it was deleted and recreated, or belongs to "
+                "another query): the messages of the checkpointed spool that Spark had not processed are lost"
+            )
+            if self.options.fail_on_data_loss:
                 raise DataLossError(
-                    f"Spark resumes channel {channel_log.channel} at offset {wanted}, but the spool "
-                    f"{self.options.spool_dir!r} starts at {channel_log.earliest}: messages were lost "
-                    "(spool deleted or pruned). Set failOnDataLoss=false to continue from the spool."
+                    message + ". Set failOnDataLoss=false to continue on this spool after the checkpoint's offsets, "
+                    "or start the query with a new checkpointLocation"
                 )
+            log.warning("%s; continuing on spool %s after the checkpoint's offsets (failOnDataLoss=false)", message, ours)
+            self._foreign_spools_seen.add(theirs)
+        for channel_log in runtime.spool.channels:
+            wanted = channels[str(channel_log.channel)]
+            if wanted > channel_log.next_offset:
+                if runtime.started and theirs == ours:
+                    log.warning("channel %d: the checkpoint is at offset %d, ahead of the spool's %d: the spool lost "
+                                "its tail (a crash without spoolFsync?)", channel_log.channel, wanted,
+                                channel_log.next_offset)
+                if theirs is not None and theirs != ours:
+                    # Messages this (other) spool numbered below the checkpoint will never be read.
+                    below = channel_log.snapshot().count_between(channel_log.earliest, wanted)[0]
+                    if below:
+                        self._lose(below, f"channel {channel_log.channel}: {below} messages spool {ours} holds below "
+                                          f"the checkpoint's offset {wanted}")
+                channel_log.advance_to(wanted)
+
+    def _lose(self, count: int, message: str) -> None:
+        """Offsets that cannot be delivered: an error, or (failOnDataLoss=false) logged and counted."""
+        if self.options.fail_on_data_loss:
+            raise DataLossError(message + ". Set failOnDataLoss=false to skip them (they are logged and counted).")
+        self._lost += count
+        log.warning("skipping %d messages (failOnDataLoss=false): %s", count, message)
+
+    # -- driver: offsets -----------------------------------------------------------------------
 
     def initialOffset(self) -> dict:
         runtime = self._ingest()
         if self.options.starting_offsets == "earliest":
-            return runtime.spool.earliest()
-        return dict(runtime.start_offsets)
+            return with_spool(runtime.spool.earliest(), runtime.spool.spool_id)
+        return with_spool(runtime.start_offsets, runtime.spool.spool_id)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_rows_per_trigger is not None:
@@ -97,44 +150,31 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        runtime = self._ingest()
-        self._check_start(start)
+        runtime = self._ingest(start)
+        begin = channel_offsets(start)
         # Spark asks for the next batch only after the batch ending at ``start`` is in its
         # commit log, but calls commit() only once it has a next batch to run. Releasing
         # here is what lets a full spool drain when the receivers are the ones waiting.
-        runtime.release(start)
+        runtime.release(begin)
+        for channel_log in runtime.spool.channels:
+            key = str(channel_log.channel)
+            if begin[key] < channel_log.earliest:
+                self._lose(channel_log.earliest - begin[key],
+                           f"Spark resumes channel {channel_log.channel} at offset {begin[key]}, but the spool "
+                           f"{self.options.spool_dir!r} starts at {channel_log.earliest} (spool deleted or pruned)")
+                begin[key] = channel_log.earliest
         latest = self._pinned_end if self._pinned_end is not None else runtime.latest()
+        latest = {k: max(v, begin[k]) for k, v in latest.items()}
         if isinstance(limit, ReadAllAvailable):
             end = latest
         else:
             # Spark passes one ReadLimit; a second cap configured through options still applies.
             max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else self.options.max_rows_per_trigger
             max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else self.options.max_bytes_per_trigger
-            end = self._admit(runtime, start, latest, max_rows, max_bytes)
+            indexes = {str(c.channel): c.snapshot() for c in runtime.spool.channels}
+            end = admit(indexes, begin, latest, max_rows, max_bytes)
         self._planned_end = end
-        return end
-
-    @staticmethod
-    def _admit(runtime: IngestRuntime, start: dict, latest: dict, max_rows: Optional[int], max_bytes: Optional[int]) -> dict:
-        """Split the caps across channels in proportion to their backlog (as Kafka does),
-        and always let at least one message through so a query never stalls on a message
-        larger than the cap."""
-        logs = {str(c.channel): c for c in runtime.spool.channels}
-        backlog = {k: logs[k].count_between(int(start[k]), int(latest[k])) for k in latest}
-        total_rows = sum(r for r, _ in backlog.values())
-        total_bytes = sum(b for _, b in backlog.values())
-        end = {}
-        for k, (rows, nbytes) in backlog.items():
-            if rows == 0:
-                end[k] = int(start[k])
-                continue
-            rows_cap = None if max_rows is None else math.floor(max_rows * rows / max(total_rows, 1))
-            bytes_cap = None if max_bytes is None else math.floor(max_bytes * nbytes / max(total_bytes, 1))
-            end[k] = logs[k].end_within(int(start[k]), int(latest[k]), rows_cap, bytes_cap)
-        if all(end[k] == int(start[k]) for k in end) and total_rows:
-            busiest = max(backlog, key=lambda k: backlog[k][0])
-            end[busiest] = int(start[busiest]) + 1
-        return end
+        return with_spool(end, runtime.spool.spool_id)
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Pin the end at what was there: whatever producers had queued for us, drained
@@ -146,46 +186,67 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def reportLatestOffset(self) -> Optional[dict]:
         """What the receivers have spooled, per channel, plus ``"lag"``: the records and
         payload bytes received but not in any batch planned yet (the query's progress shows
-        this as the source's ``latestOffset``; Spark only displays it)."""
+        this as the source's ``latestOffset``; Spark only displays it), and ``"dataLoss"``,
+        the messages skipped as lost under failOnDataLoss=false, when there were any."""
         if self._runtime is None:
             return None
         latest = self._runtime.latest()
         planned = self._planned_end or {}
         records = nbytes = 0
-        for log in self._runtime.spool.channels:
-            key = str(log.channel)
-            rows, size = log.count_between(int(planned.get(key, log.earliest)), latest[key])
+        for channel_log in self._runtime.spool.channels:
+            key = str(channel_log.channel)
+            rows, size = channel_log.snapshot().count_between(int(planned.get(key, channel_log.earliest)), latest[key])
             records, nbytes = records + rows, nbytes + size
-        return {**latest, "lag": {"records": records, "bytes": nbytes}}
+        report: dict = {**latest, "spool": self._runtime.spool.spool_id, "lag": {"records": records, "bytes": nbytes}}
+        if self._lost:
+            report["dataLoss"] = {"records": self._lost}
+        return report
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        runtime = self._ingest()
-        owner = runtime.spool.owner_id
-        fetch_endpoint = runtime.server.endpoint if runtime.server is not None else ""
-        parts: list[InputPartition] = []
-        channels = sorted(end, key=int)
-        wanted = max(self.options.min_partitions or 1, 1)
-        total = sum(max(0, int(end[k]) - int(start.get(k, end[k]))) for k in channels)
-        logs = {str(c.channel): c for c in runtime.spool.channels}
-        for k in channels:
-            lo, hi = int(start.get(k, end[k])), int(end[k])
+        runtime = self._ingest(start, end)
+        spool_id = runtime.spool.spool_id
+        begin, finish = channel_offsets(start), channel_offsets(end)
+        if spool_of(end) not in (None, spool_id):
+            # A batch planned on another spool (Spark re-runs it after a restart): its
+            # messages are not in this spool, whatever offsets this spool has given out.
+            self._lose(sum(max(0, finish[k] - begin.get(k, finish[k])) for k in finish),
+                       f"the batch {begin}..{finish} was planned on spool {spool_of(end)}, which the spool "
+                       f"directory {self.options.spool_dir!r} no longer holds (it holds spool {spool_id})")
+            return []
+        ranges: dict[str, tuple[int, int]] = {}
+        nbytes: dict[str, int] = {}
+        hints: dict[tuple[int, int], tuple] = {}
+        for channel_log in runtime.spool.channels:
+            key = str(channel_log.channel)
+            lo, hi = begin.get(key, finish[key]), finish[key]
             if hi <= lo:
                 continue
-            share = math.ceil(wanted * (hi - lo) / max(total, 1))
-            _, nbytes = logs[k].count_between(lo, hi)
-            pieces = min(hi - lo, max(1, share, math.ceil((hi - lo) / _MAX_MESSAGES_PER_PARTITION),
-                                      math.ceil(nbytes / _MAX_BYTES_PER_PARTITION)))
-            step = math.ceil((hi - lo) / pieces)
-            for piece_start in range(lo, hi, step):
-                parts.append(
-                    SpoolRange(self.options.spool_dir, int(k), piece_start, min(hi, piece_start + step), owner,
-                               fetch_endpoint, logs[k].locate(piece_start) or ())
-                )
+            if lo < channel_log.earliest:
+                self._lose(min(hi, channel_log.earliest) - lo,
+                           f"offsets {lo}..{min(hi, channel_log.earliest)} of channel {key} are no longer in the spool "
+                           f"{self.options.spool_dir!r}, which starts at {channel_log.earliest}")
+                lo = min(hi, channel_log.earliest)
+            index = channel_log.snapshot()
+            for lost in index.lost_within(lo, hi):
+                first, last = max(lo, lost.first), min(hi, lost.end)
+                self._lose(last - first, lost.describe(channel_log.channel).replace(
+                    f"offsets {lost.first}..{lost.end}", f"offsets {first}..{last}"))
+            if hi > lo:
+                ranges[key] = (lo, hi)
+                nbytes[key] = index.count_between(lo, hi)[1]
+        parts: list[InputPartition] = []
+        for piece in split(ranges, nbytes, self.options.min_partitions):
+            channel_log = runtime.spool.channels[piece.channel]
+            parts.append(SpoolRange(
+                self.options.spool_dir, piece.channel, piece.start, piece.end, runtime.spool.owner_id,
+                runtime.server.endpoint if runtime.server is not None else "",
+                channel_log.locate(piece.start) or (), spool_id,
+            ))
         return parts
 
     def commit(self, end: dict) -> None:
         if self._runtime is not None:
-            self._runtime.release(end)
+            self._runtime.release(channel_offsets(end))
 
     def stop(self) -> None:
         if self._runtime is not None:
@@ -196,16 +257,17 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Union[Iterator[tuple], Iterator[pa.RecordBatch]]:
         assert isinstance(partition, SpoolRange)
-        decoder = Decoder(self.options.format, self.schema, mode=self.options.mode, corrupt_column=self.options.corrupt_column)
-        offset = partition.start
-        for batch in coalesce(self._spool_batches(partition)):
-            yield from decoder.decode(batch, partition.channel, offset)
-            offset += batch.num_rows
+        decoder = new_decoder(self.options, self.schema)
+        for first, batch in coalesce(self._spool_batches(partition)):
+            yield from decoder.decode(batch, partition.channel, first)
 
-    def _spool_batches(self, partition: SpoolRange) -> Iterator[pa.RecordBatch]:
+    def _spool_batches(self, partition: SpoolRange) -> Iterator[tuple[int, pa.RecordBatch]]:
         local = self.options.spool_access == "local" or (
             self.options.spool_access == "auto" and sees_spool(partition.spool_dir, partition.owner_id)
         )
         if local or not partition.fetch_endpoint:
-            return read_range(partition.spool_dir, partition.channel, partition.start, partition.end, partition.hint)
-        return fetch_range(partition.fetch_endpoint, partition.channel, partition.start, partition.end)
+            return read_range(partition.spool_dir, partition.channel, partition.start, partition.end, partition.hint,
+                              spool_id=partition.spool_id or None,
+                              on_loss=loss_policy(self.options.fail_on_data_loss))
+        return fetch_range(partition.fetch_endpoint, partition.channel, partition.start, partition.end,
+                           spool_id=partition.spool_id or None, skip_loss=not self.options.fail_on_data_loss)

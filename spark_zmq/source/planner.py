@@ -1,0 +1,118 @@
+"""Planning maths for the stream reader: offsets, admission control, the partition split.
+
+Pure functions over numbers and a channel index (anything with ``count_between`` and
+``end_within``, see ``spool.IndexSnapshot``): no Spark, no sockets, no files, so every
+rule here is unit-tested on its own, as Spark's Kafka connector does with its offset
+range calculator.
+
+Offsets, as Spark checkpoints them: ``{"0": 1200, "1": 980, "spool": "<spool id>"}``, one
+key per ingest channel (the next message number, Kafka's meaning) and the identity of the
+spool those numbers refer to, so that a checkpoint paired with another spool is detected.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Mapping, Optional, Protocol
+
+__all__ = [
+    "SPOOL_KEY", "channel_offsets", "with_spool", "spool_of", "admit", "split", "PlannedRange", "ChannelIndex",
+    "MAX_MESSAGES_PER_PARTITION", "MAX_BYTES_PER_PARTITION",
+]
+
+SPOOL_KEY = "spool"
+
+# A read task covers at most this many messages and about this many bytes, so large
+# backlogs are read in parallel (Arrow messages hold many rows: 1,000 of them can be
+# 370 MB, which one task would otherwise decode alone while the other cores idle).
+MAX_MESSAGES_PER_PARTITION = 200_000
+MAX_BYTES_PER_PARTITION = 32 << 20
+
+
+class ChannelIndex(Protocol):
+    def count_between(self, start: int, end: int) -> tuple[int, int]: ...
+
+    def end_within(self, start: int, limit: int, max_rows: Optional[int], max_bytes: Optional[int]) -> int: ...
+
+
+def channel_offsets(offsets: Mapping) -> dict[str, int]:
+    """The per-channel part of an offsets dict (drops ``spool`` and report-only keys)."""
+    return {str(k): int(v) for k, v in offsets.items() if str(k).isdigit()}
+
+
+def with_spool(offsets: Mapping[str, int], spool_id: str) -> dict:
+    return {**{k: int(v) for k, v in offsets.items()}, SPOOL_KEY: spool_id}
+
+
+def spool_of(offsets: Mapping) -> Optional[str]:
+    """The spool id an offsets dict refers to (``None`` for checkpoints written before
+    offsets carried one)."""
+    value = offsets.get(SPOOL_KEY)
+    return str(value) if value else None
+
+
+def admit(
+    indexes: Mapping[str, ChannelIndex],
+    start: Mapping[str, int],
+    latest: Mapping[str, int],
+    max_rows: Optional[int],
+    max_bytes: Optional[int],
+) -> dict[str, int]:
+    """The end offsets of the next batch under ``max_rows``/``max_bytes``.
+
+    The caps are split across channels in proportion to their backlog (as Kafka does), and
+    at least one message always gets through, so a query never stalls on a message larger
+    than the cap.
+    """
+    backlog = {k: indexes[k].count_between(int(start[k]), int(latest[k])) for k in latest}
+    total_rows = sum(r for r, _ in backlog.values())
+    total_bytes = sum(b for _, b in backlog.values())
+    end = {}
+    for k, (rows, nbytes) in backlog.items():
+        if rows == 0:
+            # Nothing readable (an empty backlog, or only offsets the spool lost): move past
+            # it, so the batch reports the loss instead of the query stalling on it.
+            end[k] = max(int(start[k]), int(latest[k]))
+            continue
+        rows_cap = None if max_rows is None else math.floor(max_rows * rows / max(total_rows, 1))
+        bytes_cap = None if max_bytes is None else math.floor(max_bytes * nbytes / max(total_bytes, 1))
+        end[k] = indexes[k].end_within(int(start[k]), int(latest[k]), rows_cap, bytes_cap)
+    if all(end[k] <= int(start[k]) for k in end) and total_rows:
+        busiest = max(backlog, key=lambda k: backlog[k][0])
+        end[busiest] = int(start[busiest]) + 1
+    return end
+
+
+@dataclass(frozen=True)
+class PlannedRange:
+    """``[start, end)`` of one channel: one read task."""
+
+    channel: int
+    start: int
+    end: int
+
+
+def split(
+    ranges: Mapping[str, tuple[int, int]],
+    bytes_in: Mapping[str, int],
+    min_partitions: Optional[int] = None,
+    max_messages: int = MAX_MESSAGES_PER_PARTITION,
+    max_bytes: int = MAX_BYTES_PER_PARTITION,
+) -> list[PlannedRange]:
+    """Cut each channel's ``[lo, hi)`` into read tasks: at least ``min_partitions`` in all
+    (shared in proportion to the channels' message counts), none larger than
+    ``max_messages`` messages or about ``max_bytes`` bytes, never an empty one."""
+    wanted = max(min_partitions or 1, 1)
+    total = sum(max(0, hi - lo) for lo, hi in ranges.values())
+    out: list[PlannedRange] = []
+    for k in sorted(ranges, key=int):
+        lo, hi = ranges[k]
+        if hi <= lo:
+            continue
+        share = math.ceil(wanted * (hi - lo) / max(total, 1))
+        pieces = min(hi - lo, max(1, share, math.ceil((hi - lo) / max_messages), math.ceil(bytes_in.get(k, 0) / max_bytes)))
+        step = math.ceil((hi - lo) / pieces)
+        for piece_start in range(lo, hi, step):
+            out.append(PlannedRange(int(k), piece_start, min(hi, piece_start + step)))
+    return out

@@ -1,0 +1,232 @@
+"""The spool's on-disk format, shared by the driver-side log and the executor-side reader.
+
+Why a format of our own around Arrow: the spool is the only copy of a received message
+until Spark commits past it, so a reader must be able to tell a complete batch from a
+torn or corrupted one, and must never have to *infer* a message's offset from how many
+readable batches precede it (one unreadable batch would renumber everything after it).
+Kafka's log answers both with a record-batch header carrying the base offset, the length
+and a CRC; this is the same idea, with the batch itself an Arrow IPC message so that
+readers map it zero-copy.
+
+A channel's spool is a directory of segment files ``<first offset:020d>-<seq:010d>.seg``.
+``seq`` grows by one for every segment a channel ever creates, so a name is never reused,
+even for two segments that start at the same offset (an empty segment left by a roll or a
+crash, then the segment written after the restart). A segment is::
+
+    segment header (64 bytes): magic "ZMQSPOOL", version, channel, first offset, seq,
+                               spool id (16 bytes), CRC-32 of the header
+    record*:  record header (40 bytes): magic "ZSPB", version, first offset, message count,
+                                        body length, CRC-32 of the body, CRC-32 of the header
+              body: one Arrow IPC record batch message (8-byte aligned) of SPOOL_SCHEMA
+
+Every record names its own offsets, so a record that cannot be read (torn tail, flipped
+bits) is a *gap* between its neighbours' offsets, never a shift. The spool id in every
+segment header lets a reader check that it reads the spool a batch was planned on, not a
+recreated directory of the same name.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+import zlib
+from dataclasses import dataclass
+from typing import Iterator, Optional
+
+import pyarrow as pa
+
+__all__ = [
+    "SPOOL_SCHEMA", "DataLossError", "SpoolFormatError", "SegmentHeader", "Record", "segment_name", "parse_segment_name",
+    "encode_segment_header", "decode_segment_header", "encode_record_header", "scan_records", "map_segment",
+    "SEGMENT_HEADER_SIZE", "RECORD_HEADER_SIZE", "checksum", "open_private",
+]
+
+SPOOL_SCHEMA = pa.schema(
+    [
+        ("value", pa.large_binary()),
+        ("topic", pa.string()),
+        ("timestamp", pa.timestamp("us", tz="UTC")),
+        ("rows", pa.int32()),
+    ]
+)
+
+SEGMENT_SUFFIX = ".seg"
+_SEGMENT_MAGIC = b"ZMQSPOOL"
+_RECORD_MAGIC = b"ZSPB"
+_VERSION = 1
+# magic, version, channel, first offset, seq, spool id, header crc (+ padding to 64)
+_SEGMENT_HEADER = struct.Struct("<8sIIqQ16sI")
+SEGMENT_HEADER_SIZE = 64
+# magic, version, flags, first offset, count, body length, body crc, header crc (+ pad to 40)
+_RECORD_HEADER = struct.Struct("<4sHHqIQII")
+RECORD_HEADER_SIZE = 40
+
+#: the checksum of headers and bodies (zlib's CRC-32: in the standard library, and ahead
+#: of the disk on this path)
+checksum = zlib.crc32
+
+
+class DataLossError(RuntimeError):
+    """Offsets Spark asks for are not (or no longer) in the spool, or are unreadable."""
+
+
+class SpoolFormatError(ValueError):
+    """A segment file is not a spool segment (wrong magic, version or header checksum)."""
+
+
+def segment_name(first: int, seq: int) -> str:
+    return f"{first:020d}-{seq:010d}{SEGMENT_SUFFIX}"
+
+
+def parse_segment_name(name: str) -> Optional[tuple[int, int]]:
+    """``(first offset, seq)`` of a segment file name, ``None`` for any other file."""
+    if not name.endswith(SEGMENT_SUFFIX):
+        return None
+    stem = name[: -len(SEGMENT_SUFFIX)]
+    first, sep, seq = stem.partition("-")
+    if not sep or not first.isdigit() or not seq.isdigit() or len(first) != 20 or len(seq) != 10:
+        return None
+    return int(first), int(seq)
+
+
+@dataclass(frozen=True)
+class SegmentHeader:
+    channel: int
+    first: int
+    seq: int
+    spool_id: bytes  # 16 bytes
+
+
+def encode_segment_header(header: SegmentHeader) -> bytes:
+    body = _SEGMENT_HEADER.pack(_SEGMENT_MAGIC, _VERSION, header.channel, header.first, header.seq, header.spool_id, 0)
+    crc = checksum(body[: _SEGMENT_HEADER.size - 4])
+    packed = body[: _SEGMENT_HEADER.size - 4] + struct.pack("<I", crc)
+    return packed.ljust(SEGMENT_HEADER_SIZE, b"\0")
+
+
+def decode_segment_header(data: bytes | memoryview) -> SegmentHeader:
+    if len(data) < SEGMENT_HEADER_SIZE:
+        raise SpoolFormatError("the segment is shorter than its header")
+    magic, version, channel, first, seq, spool_id, crc = _SEGMENT_HEADER.unpack_from(data, 0)
+    if magic != _SEGMENT_MAGIC:
+        raise SpoolFormatError("not a spool segment (bad magic)")
+    if checksum(bytes(data[: _SEGMENT_HEADER.size - 4])) != crc:
+        raise SpoolFormatError("the segment header's checksum does not match")
+    if version != _VERSION:
+        raise SpoolFormatError(f"segment format version {version} is not supported (this version reads {_VERSION})")
+    return SegmentHeader(channel, first, seq, spool_id)
+
+
+def encode_record_header(first: int, count: int, body: pa.Buffer) -> bytes:
+    head = _RECORD_HEADER.pack(_RECORD_MAGIC, _VERSION, 0, first, count, body.size, checksum(body), 0)
+    crc = checksum(head[: _RECORD_HEADER.size - 4])
+    return (head[: _RECORD_HEADER.size - 4] + struct.pack("<I", crc)).ljust(RECORD_HEADER_SIZE, b"\0")
+
+
+@dataclass
+class Record:
+    """One spooled batch as found in a segment: where it is and what it claims."""
+
+    position: int  # byte position of its header in the segment
+    first: int
+    count: int
+    body_position: int
+    body_size: int
+    #: ``None`` for a readable record; else why it is unreadable (its offsets are then
+    #: known only when its header was intact)
+    damage: Optional[str] = None
+
+    @property
+    def end(self) -> int:
+        return self.first + self.count
+
+    @property
+    def next_position(self) -> int:
+        return self.body_position + self.body_size
+
+
+def _header_at(view: memoryview, position: int) -> Optional[tuple[int, int, int, int]]:
+    """``(first, count, body size, body crc)`` of a valid record header at ``position``."""
+    if position + RECORD_HEADER_SIZE > len(view):
+        return None
+    magic, version, _flags, first, count, size, body_crc, crc = _RECORD_HEADER.unpack_from(view, position)
+    if magic != _RECORD_MAGIC or version != _VERSION:
+        return None
+    if checksum(view[position : position + _RECORD_HEADER.size - 4]) != crc:
+        return None
+    if first < 0 or size % 8:
+        return None
+    return first, count, size, body_crc
+
+
+def scan_records(view: memoryview, position: int = SEGMENT_HEADER_SIZE, *, verify: bool = True) -> Iterator[Record]:
+    """The records of a mapped segment from byte ``position`` on.
+
+    Yields a record with ``damage`` set for a body whose checksum fails (its header, and
+    so its offsets, are intact) and, after bytes that are no record header, resumes at the
+    next valid header (a record's header is checksummed, so a false match needs a CRC
+    collision on top of the magic). Stops at the end of the complete records: a record
+    torn by a crash (header or body cut short) is simply where the segment ends.
+    """
+    size = len(view)
+    while position + RECORD_HEADER_SIZE <= size:
+        header = _header_at(view, position)
+        if header is None:
+            # Not a record here: a corrupted header. Look for the next intact one.
+            found = _resync(view, position + 1)
+            if found is None:
+                return
+            yield Record(position, -1, 0, found, 0, damage=f"unreadable bytes {position}..{found}")
+            position = found
+            continue
+        first, count, body_size, body_crc = header
+        body_position = position + RECORD_HEADER_SIZE
+        if body_position + body_size > size:
+            return  # torn: the write of this record never completed
+        damage = None
+        if verify and checksum(view[body_position : body_position + body_size]) != body_crc:
+            damage = "checksum mismatch"
+        yield Record(position, first, count, body_position, body_size, damage)
+        position = body_position + body_size
+
+
+def _resync(view: memoryview, start: int) -> Optional[int]:
+    data = view.obj if isinstance(view.obj, (bytes, mmap.mmap)) else bytes(view)
+    position = start
+    while True:
+        found = data.find(_RECORD_MAGIC, position)
+        if found < 0 or found + RECORD_HEADER_SIZE > len(view):
+            return None
+        if found % 8 == 0 and _header_at(view, found) is not None:
+            return found
+        position = found + 1
+
+
+def open_private(path: str, flags: int, mode: int = 0o600) -> int:
+    """``os.open`` that never follows a symlink planted at ``path``."""
+    return os.open(path, flags | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), mode)
+
+
+def map_segment(path: str) -> Optional[memoryview]:
+    """The segment file mapped read-only (``None`` if it is gone or empty)."""
+    try:
+        fd = open_private(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        size = os.fstat(fd).st_size
+        if size == 0:
+            return memoryview(b"")
+        return memoryview(mmap.mmap(fd, size, prot=mmap.PROT_READ))
+    finally:
+        os.close(fd)
+
+
+def read_body(view: memoryview, record: Record) -> pa.RecordBatch:
+    """The Arrow batch of a readable record, zero-copy from the mapping."""
+    body = pa.py_buffer(view[record.body_position : record.body_position + record.body_size])
+    batch = pa.ipc.read_record_batch(body, SPOOL_SCHEMA)
+    if batch.num_rows != record.count:
+        raise pa.ArrowInvalid(f"record claims {record.count} messages, its batch holds {batch.num_rows}")
+    return batch

@@ -1,0 +1,187 @@
+"""The spool, executor side: read ``[start, end)`` of a channel and decode it for Spark.
+
+Read tasks run in Spark's Python workers, possibly on other hosts and long after the
+batch was planned (a retry, a restart that re-runs the last batch). So a task checks
+everything it reads: each segment's spool id against the id the batch was planned on
+(a recreated spool directory is another spool, whatever its file names say), each
+record's checksum, and that the records it finds cover its range with no gap. Whatever
+fails is a ``DataLossError`` naming the channel, the offsets and the file, or, with
+``failOnDataLoss=false``, skipped and logged with the same details.
+
+Local or fetched: a task that sees the driver's spool directory (local and
+local-cluster mode, a shared filesystem) maps its files directly; otherwise it fetches
+the range from the driver's spool server (``fetch``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+from typing import Callable, Iterable, Iterator, Optional, Sequence
+
+import pyarrow as pa
+
+from .spool_format import (
+    SEGMENT_HEADER_SIZE,
+    DataLossError,
+    SpoolFormatError,
+    decode_segment_header,
+    map_segment,
+    parse_segment_name,
+    read_body,
+    scan_records,
+)
+
+__all__ = ["read_range", "coalesce", "sees_spool", "DataLossError", "LossPolicy"]
+
+log = logging.getLogger(__name__)
+
+#: what to do about offsets that cannot be read: raise (``failOnDataLoss=true``) or skip
+LossPolicy = Callable[[str], None]
+
+
+def raise_loss(message: str) -> None:
+    raise DataLossError(message + ". Set failOnDataLoss=false to skip such offsets (they are logged).")
+
+
+def skip_loss(message: str) -> None:
+    log.warning("skipping unreadable spool data (failOnDataLoss=false): %s", message)
+
+
+def loss_policy(fail_on_data_loss: bool) -> LossPolicy:
+    return raise_loss if fail_on_data_loss else skip_loss
+
+
+def sees_spool(spool_dir: str, owner_id: str) -> bool:
+    """Whether this process sees the spool directory that ``owner_id`` wrote."""
+    try:
+        with open(os.path.join(spool_dir, "OWNER")) as owner:
+            return owner.read().strip() == owner_id
+    except OSError:
+        return False
+
+
+def _segments(channel_dir: str) -> list[tuple[int, int, str]]:
+    try:
+        names = os.listdir(channel_dir)
+    except FileNotFoundError:
+        return []
+    out = []
+    for name in names:
+        parsed = parse_segment_name(name)
+        if parsed is not None:
+            out.append((parsed[0], parsed[1], name))
+    out.sort()
+    return out
+
+
+def read_range(
+    spool_dir: str,
+    channel: int,
+    start: int,
+    end: int,
+    hint: Optional[Sequence] = None,
+    *,
+    spool_id: Optional[str] = None,
+    on_loss: LossPolicy = raise_loss,
+) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """Yield ``(first offset, spool batch)`` covering ``[start, end)`` of a channel, in
+    offset order.
+
+    ``hint`` (``ChannelLog.locate(start)``: segment file name and byte position) lets the
+    read start at the record holding ``start`` instead of scanning its segment. With
+    ``spool_id``, segments of any other spool are refused. Offsets that are missing or
+    unreadable go to ``on_loss`` (raise, or log and skip); the batches yielded then cover
+    the rest of the range.
+    """
+    if end <= start:
+        return
+    directory = os.path.join(spool_dir, f"ch-{channel}")
+    segments = _segments(directory)
+    # The segment holding ``start``: the last one that begins at or before it.
+    i = bisect.bisect_right([(first, seq) for first, seq, _ in segments], (start, 1 << 62)) - 1
+    if i < 0:
+        i = 0
+    position = start
+    for first, _seq, name in segments[i:]:
+        if position >= end:
+            return
+        path = os.path.join(directory, name)
+        view = map_segment(path)
+        if view is None or len(view) < SEGMENT_HEADER_SIZE:
+            continue  # deleted meanwhile, or created and not yet written: holds nothing
+        try:
+            header = decode_segment_header(view)
+        except SpoolFormatError as exc:
+            if first >= end:
+                break
+            on_loss(f"segment {path} of channel {channel} is unreadable ({exc})")
+            continue
+        if spool_id is not None and header.spool_id.hex() != spool_id:
+            on_loss(
+                f"offsets {position}..{end} of channel {channel} were planned on spool {spool_id}, but {path} "
+                f"belongs to spool {header.spool_id.hex()}: the spool directory {spool_dir!r} was recreated"
+            )
+            return
+        byte_position = SEGMENT_HEADER_SIZE
+        if hint and position == start and hint[0] == name:
+            byte_position = int(hint[1])
+        for record in scan_records(view, byte_position):
+            if record.first < 0:
+                continue  # unreadable bytes: the gap shows at the next readable record
+            if record.end <= position:
+                continue
+            if record.first >= end:
+                break
+            if record.first > position:
+                on_loss(f"offsets {position}..{record.first} of channel {channel} are missing from {path}")
+                position = record.first
+            if record.damage is not None:
+                on_loss(f"offsets {record.first}..{record.end} of channel {channel} in {path}, record at byte "
+                        f"{record.position}: {record.damage}")
+                position = record.end
+                continue
+            try:
+                batch = read_body(view, record)
+            except (pa.ArrowException, ValueError, OSError) as exc:
+                on_loss(f"offsets {record.first}..{record.end} of channel {channel} in {path}, record at byte "
+                        f"{record.position}: {exc}")
+                position = record.end
+                continue
+            lo, hi = position - record.first, min(end, record.end) - record.first
+            yield position, (batch if (lo, hi) == (0, batch.num_rows) else batch.slice(lo, hi - lo))
+            position = record.first + hi
+            if position >= end:
+                return
+    if position < end:
+        on_loss(
+            f"offsets {position}..{end} of channel {channel} are not in the spool {spool_dir!r} "
+            "(deleted or pruned, or written on another machine: executors must see the driver's spoolDir)"
+        )
+
+
+def coalesce(
+    batches: Iterable[tuple[int, pa.RecordBatch]], max_rows: int = 65_536, max_bytes: int = 16 << 20
+) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """Join runs of consecutive ``(first offset, spool batch)`` into batches of up to
+    ``max_rows`` rows / about ``max_bytes`` bytes (never across a gap of skipped offsets).
+
+    Why: a receiver appends whatever one receive call returned, so a slow, steady producer
+    leaves thousands of few-row batches in the spool; decoding and handing each to Spark
+    separately costs far more than the rows themselves (measured: 50 us per row at
+    10,000 messages/s before this, in batches of a few rows).
+    """
+    group: list[pa.RecordBatch] = []
+    first = rows = size = 0
+    for offset, batch in batches:
+        if group and (rows + batch.num_rows > max_rows or size + batch.nbytes > max_bytes or offset != first + rows):
+            yield first, group[0] if len(group) == 1 else pa.concat_batches(group)
+            group, rows, size = [], 0, 0
+        if not group:
+            first = offset
+        group.append(batch)
+        rows += batch.num_rows
+        size += batch.nbytes
+    if group:
+        yield first, group[0] if len(group) == 1 else pa.concat_batches(group)

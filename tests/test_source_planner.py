@@ -1,0 +1,101 @@
+"""The planner's maths, on synthetic indexes: no Spark, no files (as Spark's Kafka
+connector tests its offset range calculator)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from spark_zmq.source.planner import admit, channel_offsets, split, spool_of, with_spool
+
+
+class RowsIndex:
+    """An index where message i of a channel carries ``rows[i]`` rows and ``sizes[i]`` bytes."""
+
+    def __init__(self, rows: list[int], sizes: Optional[list[int]] = None, first: int = 0) -> None:
+        self.rows, self.sizes, self.first = rows, sizes or [1] * len(rows), first
+
+    def count_between(self, start, end):
+        a, b = max(start - self.first, 0), max(end - self.first, 0)
+        return sum(self.rows[a:b]), sum(self.sizes[a:b])
+
+    def end_within(self, start, limit, max_rows, max_bytes):
+        rows = nbytes = 0
+        position = start
+        while position < limit:
+            i = position - self.first
+            r, s = self.rows[i], self.sizes[i]
+            if (max_rows is not None and rows + r > max_rows) or (max_bytes is not None and nbytes + s > max_bytes):
+                break
+            rows, nbytes, position = rows + r, nbytes + s, position + 1
+        return position
+
+
+def test_offsets_carry_the_spool_and_channel_keys_are_separate():
+    offsets = with_spool({"0": 5, "1": 7}, "ab" * 16)
+    assert spool_of(offsets) == "ab" * 16
+    assert channel_offsets({**offsets, "lag": {"records": 1}}) == {"0": 5, "1": 7}
+    assert spool_of({"0": 5}) is None  # checkpoints written before offsets named their spool
+
+
+def test_admit_splits_the_cap_in_proportion_to_the_backlog():
+    indexes = {"0": RowsIndex([1] * 300), "1": RowsIndex([1] * 100)}
+    end = admit(indexes, {"0": 0, "1": 0}, {"0": 300, "1": 100}, 100, None)
+    assert end == {"0": 75, "1": 25}
+
+
+def test_admit_lets_one_message_through_when_it_alone_exceeds_the_cap():
+    end = admit({"0": RowsIndex([50, 1])}, {"0": 0}, {"0": 2}, 10, None)
+    assert end == {"0": 1}
+
+
+def test_admit_moves_past_a_backlog_with_nothing_readable():
+    """Offsets the spool lost (an index with no rows there) must not stall the query."""
+    end = admit({"0": RowsIndex([0] * 10)}, {"0": 0}, {"0": 10}, 5, None)
+    assert end == {"0": 10}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.integers(1, 20), min_size=0, max_size=40), min_size=1, max_size=4),
+       st.integers(1, 200), st.data())
+def test_admit_never_exceeds_the_caps_and_always_progresses(channels, cap, data):
+    indexes = {str(i): RowsIndex(rows) for i, rows in enumerate(channels)}
+    start = {k: data.draw(st.integers(0, len(ix.rows)), label=f"start {k}") for k, ix in indexes.items()}
+    latest = {k: len(ix.rows) for k, ix in indexes.items()}
+    end = admit(indexes, start, latest, cap, None)
+    backlog = sum(ix.count_between(start[k], latest[k])[0] for k, ix in indexes.items())
+    admitted = sum(ix.count_between(start[k], end[k])[0] for k, ix in indexes.items())
+    for k in indexes:
+        assert start[k] <= end[k] <= latest[k]
+    if backlog:
+        assert any(end[k] > start[k] for k in indexes), "a non-empty backlog must make progress"
+        assert admitted <= cap or sum(end[k] - start[k] for k in indexes) == 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.sampled_from("0123"), st.tuples(st.integers(0, 10**6), st.integers(0, 10**6)), min_size=1),
+       st.integers(1, 16), st.integers(1, 1000))
+def test_split_covers_each_range_exactly_with_bounded_pieces(raw, min_partitions, max_messages):
+    ranges = {k: (min(a, b), max(a, b)) for k, (a, b) in raw.items()}
+    pieces = split(ranges, {}, min_partitions, max_messages=max(max_messages, 1))
+    for k, (lo, hi) in ranges.items():
+        mine = sorted((p.start, p.end) for p in pieces if p.channel == int(k))
+        covered = lo
+        for a, b in mine:
+            assert a == covered and b > a and b - a <= max(max_messages, 1)
+            covered = b
+        assert covered == (hi if hi > lo else lo)
+
+
+def test_split_cuts_by_bytes_too():
+    pieces = split({"0": (0, 100)}, {"0": 100 << 20}, None, max_bytes=32 << 20)
+    assert len(pieces) == 4
+
+
+@pytest.mark.parametrize("min_partitions", [None, 1, 3])
+def test_split_gives_at_least_min_partitions(min_partitions):
+    pieces = split({"0": (0, 10), "1": (5, 15)}, {}, min_partitions)
+    assert len(pieces) >= (min_partitions or 1)
