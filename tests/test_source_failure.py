@@ -52,7 +52,7 @@ def _written(spark, tmp_path) -> int:
     return spark.read.schema("offset long, value string").parquet(str(path)).count()
 
 
-def _assert_exactly_once_and_caught_up(spark, query, tmp_path, sent):
+def _assert_exactly_once_and_caught_up(spark, query, tmp_path, sent, min_fraction=0.9):
     """Wait until the restarted query is quiescent (everything received is processed and
     nothing new arrived for two seconds), then check that the output holds offsets
     0..end-1 each exactly once, with distinct payloads."""
@@ -79,7 +79,7 @@ def _assert_exactly_once_and_caught_up(spark, query, tmp_path, sent):
     assert tuple(stats) == (end, end, 0, end - 1, end), f"not exactly once: {stats} for end offset {end}"
     # ZeroMQ loses what sat in buffers when the receiver died: small, but measured.
     print(f"received {end} of {sent} messages across the failure ({sent - end} lost in ZeroMQ buffers)")
-    assert end >= 0.9 * sent, f"received only {end} of {sent} messages"
+    assert end >= min_fraction * sent, f"received only {end} of {sent} messages"
     return end
 
 
@@ -159,3 +159,124 @@ def test_backpressure_blocks_producer_bounds_memory_and_loses_nothing(spark, fre
         assert growth < 96 << 20 < total * size, f"receiver memory grew by {growth >> 20} MiB while streaming {total * size >> 20} MiB"
     finally:
         stop_all([query])
+
+
+def test_full_spool_stop_while_the_receiver_waits_and_restart_twice(spark, free_port, spool_dir, tmp_path):
+    """The reported loss: the spool fills (backpressure), the query is stopped while its
+    receiver waits for room, and restarted from its checkpoint, twice. Every message the
+    connector received reaches the output exactly once, with no 'not in the spool' error
+    (recovery once indexed the empty segment left by the roll twice, and the next commit
+    deleted the file being written)."""
+    endpoint = f"tcp://127.0.0.1:{free_port}"
+    total, size = 12_000, 1024
+    producer = Producer(endpoint, [b"%08d" % i + b"f" * (size - 8) for i in range(total)], hwm=100)
+    options = {"maxSpoolBytes": 1 << 20, "maxRowsPerTrigger": 400, "hwm": 100}
+    query = _parquet_query(spark, endpoint, spool_dir, tmp_path, **options)
+    try:
+        wait_until(lambda: query.recentProgress, 60, "the first query's first trigger")
+        producer.start()
+        for round_ in range(2):
+            seen = _processed(query)
+            # the spool is full and the receiver waits: the producer is being held back
+            wait_until(lambda: producer.blocked > 0 and _processed(query) > seen + 800, 120,
+                       f"backpressure and progress in round {round_}")
+            assert producer.is_alive(), "the producer should still be sending when the query stops"
+            query.stop()
+            query = _parquet_query(spark, endpoint, spool_dir, tmp_path, **options)
+        producer.finish(180)
+        # Under backpressure the producer blocks only once its queue *and* the loopback TCP
+        # buffers (several MiB: thousands of 1 KiB messages) are full; what the kernel holds
+        # when a stop closes the socket is beyond the connector's reach (measured here:
+        # 5,766 of 12,000 over two stops). The guarantee under test is exactly-once.
+        _assert_exactly_once_and_caught_up(spark, query, tmp_path, total, min_fraction=0.25)
+        assert query.exception() is None
+    finally:
+        stop_all(spark.streams.active)
+
+
+def _wait_for_failure(query, timeout=120) -> str:
+    wait_until(lambda: not query.isActive, timeout, "the query to fail")
+    error = query.exception()
+    assert error is not None, "the query should have failed"
+    return str(error)
+
+
+def test_a_recreated_spool_is_detected_and_never_renumbers(spark, free_port, spool_dir, tmp_path):
+    """The spool directory is deleted between two runs of a query. By default the restart
+    fails naming both spools; with failOnDataLoss=false it continues, numbering new
+    messages after the checkpoint's offsets (an offset never names two messages)."""
+    import shutil
+
+    endpoint = f"tcp://127.0.0.1:{free_port}"
+    first_batch = Producer(endpoint, [b"a-%d" % i for i in range(500)])
+    query = _parquet_query(spark, endpoint, spool_dir, tmp_path)
+    try:
+        wait_until(lambda: query.recentProgress, 60, "the first trigger")
+        first_batch.start()
+        wait_until(lambda: _processed(query) >= 500, 120, "the first 500 messages")
+        query.stop()
+        first_batch.finish()
+        shutil.rmtree(spool_dir)
+
+        strict = _parquet_query(spark, endpoint, spool_dir, tmp_path)
+        message = _wait_for_failure(strict)
+        assert "refer to spool" in message and "failOnDataLoss" in message, message
+
+        relaxed = _parquet_query(spark, endpoint, spool_dir, tmp_path, failOnDataLoss="false")
+        wait_until(lambda: relaxed.recentProgress, 60, "the relaxed query's first trigger")
+        Producer(endpoint, [b"b-%d" % i for i in range(300)]).start()
+        wait_until(lambda: _written(spark, tmp_path) >= 800, 120, "the new messages in the output")
+        out = spark.read.schema("offset long, value string").parquet(str(tmp_path / "out"))
+        stats = out.selectExpr("count(*)", "count(distinct offset)", "count(distinct value)").first()
+        assert tuple(stats) == (800, 800, 800), f"an offset was reused for a different message: {stats}"
+        new_offsets = [r.offset for r in out.where("value like 'b-%'").collect()]
+        assert min(new_offsets) >= 500, "the recreated spool must number after the checkpoint"
+        assert relaxed.exception() is None
+    finally:
+        stop_all(spark.streams.active)
+
+
+def test_a_checkpoint_behind_the_spool_follows_fail_on_data_loss(spark, free_port, spool_dir, tmp_path):
+    """An old copy of a checkpoint, after the spool released what it points at: an error
+    naming the offsets by default; with failOnDataLoss=false the query continues from the
+    spool and the skipped messages are counted in its progress."""
+    import shutil
+
+    endpoint = f"tcp://127.0.0.1:{free_port}"
+    size = 1024
+    query = _parquet_query(spark, endpoint, spool_dir, tmp_path, maxSpoolBytes=1 << 20)
+    try:
+        wait_until(lambda: query.recentProgress, 60, "the first trigger")
+        Producer(endpoint, [b"%08d" % i + b"o" * (size - 8) for i in range(300)]).start()
+        wait_until(lambda: _processed(query) >= 300, 120, "the first 300 messages")
+        query.stop()
+        shutil.copytree(tmp_path / "ckpt", tmp_path / "ckpt-old")
+        query = _parquet_query(spark, endpoint, spool_dir, tmp_path, maxSpoolBytes=1 << 20)
+        wait_until(lambda: query.recentProgress, 60, "the second run's first trigger")
+        # 1 MiB segments: 3,000 more 1 KiB messages fill and release a few of them
+        Producer(endpoint, [b"%08d" % i + b"n" * (size - 8) for i in range(300, 3300)]).start()
+        wait_until(lambda: _processed(query) >= 3000, 120, "the next 3,000 messages")
+        query.stop()
+        shutil.rmtree(tmp_path / "ckpt")
+        shutil.copytree(tmp_path / "ckpt-old", tmp_path / "ckpt")
+
+        strict = _parquet_query(spark, endpoint, spool_dir, tmp_path, maxSpoolBytes=1 << 20)
+        Producer(endpoint, [b"late"]).start()
+        message = _wait_for_failure(strict)
+        assert "spool" in message and "starts at" in message and "failOnDataLoss" in message, message
+
+        relaxed = _parquet_query(spark, endpoint, spool_dir, tmp_path, maxSpoolBytes=1 << 20, failOnDataLoss="false")
+        Producer(endpoint, [b"later"]).start()
+
+        def lost_records():
+            for progress in relaxed.recentProgress:
+                latest = _offsets(progress["sources"][0]["latestOffset"] or "{}")
+                if latest.get("dataLoss"):
+                    return latest["dataLoss"]["records"]
+            return None
+
+        lost = wait_until(lost_records, 120, "the progress to report the skipped messages")
+        assert 0 < lost < 3300
+        assert relaxed.exception() is None
+    finally:
+        stop_all(spark.streams.active)

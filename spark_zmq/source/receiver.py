@@ -159,12 +159,18 @@ class Receiver:
             log.exception("receiver of channel %d failed", self.log.channel)
             self.error = exc
 
-    def drain(self) -> int:
-        """Spool what the socket holds now, without waiting for more; returns the count."""
+    def drain(self, quiet_s: float = 0.05, limit_s: float = 2.0) -> int:
+        """Spool what the socket holds, and what libzmq's I/O thread still moves in from the
+        network behind it, until nothing arrives for ``quiet_s`` (at most ``limit_s`` in
+        all, since a producer may never stop); returns the count."""
         drained = 0
+        deadline = time.monotonic() + limit_s
         while True:
+            wait = min(quiet_s, deadline - time.monotonic())
+            if wait <= 0:
+                return drained
             try:
-                values, topics = self.socket.recv_values(self.batch_messages, timeout=0, max_bytes=self.batch_bytes)
+                values, topics = self.socket.recv_values(self.batch_messages, timeout=wait, max_bytes=self.batch_bytes)
             except (TimeoutError, SocketClosedError):
                 return drained
             if not values:
