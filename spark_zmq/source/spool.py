@@ -56,6 +56,7 @@ from .spool_format import (
     decode_segment_header,
     encode_record_header,
     encode_segment_header,
+    header_seed,
     map_segment,
     open_private,
     parse_segment_name,
@@ -173,6 +174,8 @@ class _Segment:
     path: str
     size: int = 0
     end: int = 0  # offset after its last message
+    #: recovery found unreadable bytes after the last complete record (why, where)
+    tail_damage: Optional[str] = None
 
     @property
     def name(self) -> str:
@@ -235,6 +238,7 @@ class ChannelLog:
         self._fd: Optional[int] = None
         self._next_seq = 0
         self._firsts: list[int] = []  # entries' first offsets, for bisection
+        self._seed = header_seed(bytes.fromhex(self.spool_id))
         self._recover()
 
     # -- recovery -------------------------------------------------------------------------
@@ -253,9 +257,25 @@ class ChannelLog:
             self._recover_segment(segment)
             self.segments.append(segment)
             self.next_offset = max(self.next_offset, segment.end)
+        # Damage at the end of an older segment: the offsets up to the next segment are lost
+        # (a newer segment exists, so this was no unfinished write). In the newest segment it
+        # is the write a crash interrupted: nothing after it was ever published.
+        for segment, after in zip(self.segments, self.segments[1:]):
+            if segment.tail_damage is not None:
+                if after.first > segment.end:
+                    self._lose(segment.end, after.first, segment, segment.tail_damage)
+                else:
+                    log.error("spool recovery: %s: %s", segment.path, segment.tail_damage)
+        if self.segments and self.segments[-1].tail_damage is not None:
+            log.warning("spool recovery: %s ends with an unfinished write (%s); numbering continues at %d",
+                        self.segments[-1].path, self.segments[-1].tail_damage, self.segments[-1].end)
+        self.lost.sort(key=lambda r: r.first)
+        for lost in self.lost:
+            log.error("spool recovery: %s", lost.describe(self.channel))
         # Empty segments (a roll just before a stop, a crash right after creating one) hold
         # nothing; only the newest is kept, because it carries the numbering.
-        empty = [s for s in self.segments[:-1] if s.end == s.first and not any(r.path == s.path for r in self.lost)]
+        empty = [s for s in self.segments[:-1]
+                 if s.end == s.first and s.tail_damage is None and not any(r.path == s.path for r in self.lost)]
         for segment in empty:
             self._delete(segment)
         self.segments = [s for s in self.segments if s not in empty]
@@ -277,9 +297,11 @@ class ChannelLog:
             trusted = False
             why = str(exc)
         offset = segment.first
-        for record in scan_records(view):
+        for record in scan_records(view, seed=header_seed(bytes.fromhex(self.spool_id))):
             if record.first < 0:
-                continue  # unreadable bytes: the gap shows between its neighbours
+                if record.next_position >= len(view) and len(view) > SEGMENT_HEADER_SIZE:
+                    segment.tail_damage = record.damage
+                continue  # unreadable bytes mid-segment: the gap shows between its neighbours
             if record.first < offset:
                 log.error("spool recovery: %s byte %d repeats offsets from %d; ignored", segment.path, record.position,
                           record.first)
@@ -298,8 +320,6 @@ class ChannelLog:
                     self._lose(record.first, record.end, segment, f"record at byte {record.position}: {exc}")
             offset = record.end
         segment.end = offset
-        if self.lost and self.lost[-1].path == segment.path:
-            log.error("spool recovery: %s", "; ".join(r.describe(self.channel) for r in self.lost if r.path == segment.path))
 
     def _lose(self, first: int, end: int, segment: _Segment, reason: str) -> None:
         if end > first:
@@ -327,7 +347,7 @@ class ChannelLog:
                 self._open_segment()
             segment = self.segments[-1]
             body = batch.serialize()
-            header = encode_record_header(self.next_offset, batch.num_rows, body)
+            header = encode_record_header(self.next_offset, batch.num_rows, body, self._seed)
             position = segment.size
             try:
                 written = os.writev(self._fd, [header, body])
@@ -363,7 +383,8 @@ class ChannelLog:
         fd = open_private(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
         try:
             header = encode_segment_header(SegmentHeader(self.channel, self.next_offset, seq, bytes.fromhex(self.spool_id)))
-            os.write(fd, header)
+            if os.write(fd, header) != len(header):
+                raise OSError(errno.ENOSPC, f"short write of the segment header of {path}")
             if self.fsync:
                 os.fsync(fd)
                 _fsync_dir(self.dir)
@@ -511,7 +532,17 @@ class Spool:
     def __init__(self, spool_dir: str, channels: int, *, fsync: bool = False, max_bytes: int = 1 << 30) -> None:
         self.spool_dir = spool_dir
         private_dir(spool_dir)
-        self._lock_fd = open_private(os.path.join(spool_dir, "LOCK"), os.O_RDWR | os.O_CREAT)
+        lock_path = os.path.join(spool_dir, "LOCK")
+        try:
+            self._lock_fd = open_private(lock_path, os.O_RDWR | os.O_CREAT)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise SpoolSecurityError(
+                    f"{lock_path!r} is a symbolic link; the spool refuses to follow it (someone could have "
+                    "planted it): remove it"
+                ) from None
+            raise
+        os.fchmod(self._lock_fd, 0o600)
         try:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

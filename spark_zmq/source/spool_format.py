@@ -39,7 +39,7 @@ import pyarrow as pa
 __all__ = [
     "SPOOL_SCHEMA", "DataLossError", "SpoolFormatError", "SegmentHeader", "Record", "segment_name", "parse_segment_name",
     "encode_segment_header", "decode_segment_header", "encode_record_header", "scan_records", "map_segment",
-    "SEGMENT_HEADER_SIZE", "RECORD_HEADER_SIZE", "checksum", "open_private",
+    "SEGMENT_HEADER_SIZE", "RECORD_HEADER_SIZE", "checksum", "open_private", "header_seed", "read_body",
 ]
 
 SPOOL_SCHEMA = pa.schema(
@@ -118,9 +118,16 @@ def decode_segment_header(data: bytes | memoryview) -> SegmentHeader:
     return SegmentHeader(channel, first, seq, spool_id)
 
 
-def encode_record_header(first: int, count: int, body: pa.Buffer) -> bytes:
+def header_seed(spool_id: bytes) -> int:
+    """The starting value of record-header checksums: derived from the spool id, which no
+    network peer knows, so bytes inside a message that imitate a record header never pass
+    for one when recovery resynchronises after damage."""
+    return checksum(b"spark-zmq record header " + spool_id)
+
+
+def encode_record_header(first: int, count: int, body: pa.Buffer, seed: int = 0) -> bytes:
     head = _RECORD_HEADER.pack(_RECORD_MAGIC, _VERSION, 0, first, count, body.size, checksum(body), 0)
-    crc = checksum(head[: _RECORD_HEADER.size - 4])
+    crc = checksum(head[: _RECORD_HEADER.size - 4], seed)
     return (head[: _RECORD_HEADER.size - 4] + struct.pack("<I", crc)).ljust(RECORD_HEADER_SIZE, b"\0")
 
 
@@ -146,36 +153,41 @@ class Record:
         return self.body_position + self.body_size
 
 
-def _header_at(view: memoryview, position: int) -> Optional[tuple[int, int, int, int]]:
+def _header_at(view: memoryview, position: int, seed: int) -> Optional[tuple[int, int, int, int]]:
     """``(first, count, body size, body crc)`` of a valid record header at ``position``."""
     if position + RECORD_HEADER_SIZE > len(view):
         return None
     magic, version, _flags, first, count, size, body_crc, crc = _RECORD_HEADER.unpack_from(view, position)
     if magic != _RECORD_MAGIC or version != _VERSION:
         return None
-    if checksum(view[position : position + _RECORD_HEADER.size - 4]) != crc:
+    if checksum(view[position : position + _RECORD_HEADER.size - 4], seed) != crc:
         return None
     if first < 0 or size % 8:
         return None
     return first, count, size, body_crc
 
 
-def scan_records(view: memoryview, position: int = SEGMENT_HEADER_SIZE, *, verify: bool = True) -> Iterator[Record]:
-    """The records of a mapped segment from byte ``position`` on.
+def scan_records(
+    view: memoryview, position: int = SEGMENT_HEADER_SIZE, *, seed: int = 0, verify: bool = True
+) -> Iterator[Record]:
+    """The records of a mapped segment from byte ``position`` on (``seed``: ``header_seed``
+    of the segment's spool).
 
     Yields a record with ``damage`` set for a body whose checksum fails (its header, and
     so its offsets, are intact) and, after bytes that are no record header, resumes at the
-    next valid header (a record's header is checksummed, so a false match needs a CRC
-    collision on top of the magic). Stops at the end of the complete records: a record
-    torn by a crash (header or body cut short) is simply where the segment ends.
+    next valid header. Bytes after the last complete record (a record torn by a crash, or
+    damage nothing follows) end the scan with one record of ``first == -1`` and ``damage``
+    saying where: for the newest segment that is an unfinished write, for an older one the
+    offsets up to the next segment are lost.
     """
     size = len(view)
-    while position + RECORD_HEADER_SIZE <= size:
-        header = _header_at(view, position)
+    while position < size:
+        header = _header_at(view, position, seed)
         if header is None:
-            # Not a record here: a corrupted header. Look for the next intact one.
-            found = _resync(view, position + 1)
+            # Not a record here: a corrupted header, or a torn one. Look for the next intact one.
+            found = _resync(view, position + 1, seed)
             if found is None:
+                yield Record(position, -1, 0, size, 0, damage=f"unreadable bytes {position}..{size} at the end")
                 return
             yield Record(position, -1, 0, found, 0, damage=f"unreadable bytes {position}..{found}")
             position = found
@@ -183,7 +195,9 @@ def scan_records(view: memoryview, position: int = SEGMENT_HEADER_SIZE, *, verif
         first, count, body_size, body_crc = header
         body_position = position + RECORD_HEADER_SIZE
         if body_position + body_size > size:
-            return  # torn: the write of this record never completed
+            # torn: the write of this record never completed
+            yield Record(position, -1, 0, size, 0, damage=f"a record cut short at byte {position} (offsets {first}..)")
+            return
         damage = None
         if verify and checksum(view[body_position : body_position + body_size]) != body_crc:
             damage = "checksum mismatch"
@@ -191,14 +205,14 @@ def scan_records(view: memoryview, position: int = SEGMENT_HEADER_SIZE, *, verif
         position = body_position + body_size
 
 
-def _resync(view: memoryview, start: int) -> Optional[int]:
+def _resync(view: memoryview, start: int, seed: int) -> Optional[int]:
     data = view.obj if isinstance(view.obj, (bytes, mmap.mmap)) else bytes(view)
     position = start
     while True:
         found = data.find(_RECORD_MAGIC, position)
         if found < 0 or found + RECORD_HEADER_SIZE > len(view):
             return None
-        if found % 8 == 0 and _header_at(view, found) is not None:
+        if found % 8 == 0 and _header_at(view, found, seed) is not None:
             return found
         position = found + 1
 

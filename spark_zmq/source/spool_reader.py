@@ -27,6 +27,7 @@ from .spool_format import (
     DataLossError,
     SpoolFormatError,
     decode_segment_header,
+    header_seed,
     map_segment,
     parse_segment_name,
     read_body,
@@ -104,6 +105,8 @@ def read_range(
     if i < 0:
         i = 0
     position = start
+    #: damage found at the end of the segment read last (names the file when offsets are missing)
+    tail: Optional[str] = None
     for first, _seq, name in segments[i:]:
         if position >= end:
             return
@@ -127,16 +130,28 @@ def read_range(
         byte_position = SEGMENT_HEADER_SIZE
         if hint and position == start and hint[0] == name:
             byte_position = int(hint[1])
-        for record in scan_records(view, byte_position):
+        previous_tail, tail = tail, None
+        for record in scan_records(view, byte_position, seed=header_seed(header.spool_id)):
             if record.first < 0:
-                continue  # unreadable bytes: the gap shows at the next readable record
+                tail = f"{path}: {record.damage}"  # the gap shows at the next readable record
+                continue
             if record.end <= position:
+                tail = None
                 continue
             if record.first >= end:
+                if record.position != byte_position or not previous_tail:
+                    tail = None
+                else:
+                    tail = previous_tail  # nothing readable between the damage and the range's end
                 break
+            tail = None
             if record.first > position:
-                on_loss(f"offsets {position}..{record.first} of channel {channel} are missing from {path}")
+                where = previous_tail if record.position == byte_position and previous_tail else path
+                on_loss(f"offsets {position}..{min(record.first, end)} of channel {channel} are missing "
+                        f"(unreadable in {where})")
                 position = record.first
+                if position >= end:
+                    return
             if record.damage is not None:
                 on_loss(f"offsets {record.first}..{record.end} of channel {channel} in {path}, record at byte "
                         f"{record.position}: {record.damage}")
@@ -155,6 +170,9 @@ def read_range(
             if position >= end:
                 return
     if position < end:
+        if tail is not None:
+            on_loss(f"offsets {position}..{end} of channel {channel} are missing (unreadable in {tail})")
+            return
         on_loss(
             f"offsets {position}..{end} of channel {channel} are not in the spool {spool_dir!r} "
             "(deleted or pruned, or written on another machine: executors must see the driver's spoolDir)"
