@@ -19,8 +19,8 @@ from pyspark.sql.types import StructType
 
 from ..options import SourceOptions
 from .partitions import InlineMessages
-from .receiver import messages_to_batch, open_channel_socket
-from .spool_format import SPOOL_SCHEMA
+from .receiver import open_channel_socket
+from .spool_format import SPOOL_SCHEMA, messages_to_batch
 from .stream import new_decoder
 
 __all__ = ["ZmqBatchReader", "receive_bounded"]

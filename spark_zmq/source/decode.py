@@ -9,24 +9,59 @@ Malformed input follows Spark's JSON reader conventions (``mode``):
 PERMISSIVE keeps the row (fields null, the raw text in ``columnNameOfCorruptRecord`` when
 the schema has that column), DROPMALFORMED drops it, FAILFAST fails the query with the
 message's channel, offset and a prefix of its content.
+
+Messages come from anyone who can reach the socket, so no input may crash a worker or
+reach Spark invalid:
+
+- ``json``: a message is one JSON object, UTF-8, at most ``max_message_bytes``; anything
+  else (``null``, ``42``, ``[]``, several objects, NUL bytes, invalid UTF-8) is malformed.
+  The hot path parses a whole batch as newline-delimited JSON in pyarrow's C++ reader, so
+  a vectorised screen (numpy over the Arrow offsets/data buffers) first admits only
+  messages whose content is ``{...}`` on one line with no NUL: pyarrow's reader crashes on
+  a top-level ``null`` that starts a block and silently nulls one elsewhere, and a line
+  that starts with ``{`` can never be continued by the next message's line. The rest
+  (pretty-printed objects, messages with CR/LF inside) are checked one by one with
+  Python's ``json`` before pyarrow sees them, so for them nesting deeper than Python's
+  recursion limit is malformed. A batch that fails to parse is bisected, so one bad
+  message costs O(log n) parses, not n. Duplicate keys, numbers out of the column's
+  range and JSON that Python and pyarrow disagree on are malformed too.
+- ``arrow``: every message goes through ``arrow_guard.read_batches`` (caps checked from
+  the metadata before decompression, full validation, bounded casts). Arrow has no
+  corrupt-record column, so PERMISSIVE fails like FAILFAST.
+- ``text``: invalid UTF-8 is replaced (U+FFFD), as Spark does; only the invalid messages,
+  found by bisecting Arrow's UTF-8 validation, are decoded in Python.
+
+Output batches carry at most about ``_MAX_OUTPUT_BATCH_BYTES`` of message payload each.
 """
 
 from __future__ import annotations
 
-import io
+import json
 from typing import Iterator, Optional
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.json as pa_json
 from pyspark.sql.types import StructType
 
 from ..schemas import arrow_schema
+from . import arrow_guard
 
 __all__ = ["Decoder", "MalformedMessageError"]
 
 # Spark hands Arrow batches to the JVM; keep each under this many payload bytes.
 _MAX_OUTPUT_BATCH_BYTES = 64 << 20
+
+# pyarrow's JSON reader block size when no message needs more (its default: 1 MiB blocks
+# are parsed in parallel).
+_MIN_JSON_BLOCK = 1 << 20
+# Leading/trailing whitespace the vectorised screen strips before sending the message to
+# the one-by-one check instead (JSON whitespace: space, tab, CR, LF).
+_MAX_WS_ROUNDS = 8
+_WHITESPACE = np.zeros(256, dtype=bool)
+_WHITESPACE[[0x20, 0x09, 0x0D, 0x0A]] = True
+_OPEN, _CLOSE = ord("{"), ord("}")
 
 
 class MalformedMessageError(ValueError):
@@ -38,47 +73,134 @@ def _preview(value: bytes, limit: int = 120) -> str:
     return text + ("..." if len(value) > limit else "")
 
 
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+def _offsets_and_data(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """The n+1 offsets (int64) and the data bytes of a binary/large_binary array."""
+    buffers = values.buffers()
+    dtype = np.int64 if pa.types.is_large_binary(values.type) or pa.types.is_large_string(values.type) else np.int32
+    offsets = np.frombuffer(buffers[1], dtype=dtype, count=values.offset + len(values) + 1)[values.offset :]
+    data = np.frombuffer(buffers[2], dtype=np.uint8) if buffers[2] is not None else np.zeros(0, dtype=np.uint8)
+    return offsets.astype(np.int64, copy=False), data
+
+
+def _slices(values: pa.Array, limit: int) -> list[tuple[int, int]]:
+    """Row ranges [start, stop) whose payload is at most ``limit`` bytes (one row at least)."""
+    n = len(values)
+    offsets, _ = _offsets_and_data(values)
+    if offsets[-1] - offsets[0] <= limit:
+        return [(0, n)]
+    ranges = []
+    start = 0
+    while start < n:
+        stop = int(np.searchsorted(offsets, offsets[start] + limit, side="right")) - 1
+        stop = min(n, max(stop, start + 1))
+        ranges.append((start, stop))
+        start = stop
+    return ranges
+
+
+def _invalid_utf8(values: pa.Array) -> list[int]:
+    """Indices of the messages that are not valid UTF-8, by bisecting Arrow's validation:
+    O(k log n) C++ validations for k invalid messages, no Python per valid message."""
+    text = pa.Array.from_buffers(pa.large_string() if pa.types.is_large_binary(values.type) else pa.string(),
+                                 len(values), values.buffers(), offset=values.offset)
+    bad: list[int] = []
+    stack = [(0, len(values))]
+    while stack:
+        lo, hi = stack.pop()
+        try:
+            text.slice(lo, hi - lo).validate(full=True)
+            continue
+        except pa.ArrowInvalid:
+            pass
+        if hi - lo == 1:
+            bad.append(lo)
+        else:
+            mid = (lo + hi) // 2
+            stack.append((mid, hi))
+            stack.append((lo, mid))
+    return bad
+
+
+def _json_kind(text: bytes) -> str:
+    """What a (stripped, non-object) message looks like, for the malformed reason."""
+    head = text[:1]
+    if head == b"[":
+        return "an array"
+    if head == b'"':
+        return "a string"
+    if text.startswith(b"null"):
+        return "null"
+    if text.startswith((b"true", b"false")):
+        return "a boolean"
+    if head in b"-0123456789" and head:
+        return "a number"
+    return "not JSON"
+
+
 class Decoder:
     """Decode spool batches of one channel in one format into the output schema."""
 
-    def __init__(self, fmt: str, schema: StructType, *, mode: str = "PERMISSIVE", corrupt_column: Optional[str] = None,
-                 max_message_bytes: int = 64 << 20) -> None:
-        self.max_message_bytes = max_message_bytes
+    def __init__(
+        self,
+        fmt: str,
+        schema: StructType,
+        *,
+        mode: str = "PERMISSIVE",
+        corrupt_column: Optional[str] = None,
+        max_message_bytes: int = 64 << 20,
+    ) -> None:
         self.fmt = fmt
         self.schema = schema
         self.target = arrow_schema(schema)
         self.mode = mode
         self.corrupt_column = corrupt_column if corrupt_column and corrupt_column in schema.fieldNames() else None
+        self.max_message_bytes = max_message_bytes
+        # arrow: decompressed bytes one message may take (and its casts may allocate)
+        self.max_body_bytes = min(arrow_guard.MAX_DECOMPRESSED_BYTES, 16 * max_message_bytes)
         if fmt == "json":
             data_fields = [f for f in self.target if f.name != self.corrupt_column]
             self._json_schema = pa.schema(data_fields)
-            self._json_options = pa_json.ParseOptions(
+            # One line per message: the batched hot path (messages screened by _json_screen).
+            self._line_options = pa_json.ParseOptions(
+                explicit_schema=self._json_schema, unexpected_field_behavior="ignore", newlines_in_values=False
+            )
+            # Multi-line messages, each checked to be exactly one object by json.loads first.
+            self._object_options = pa_json.ParseOptions(
                 explicit_schema=self._json_schema, unexpected_field_behavior="ignore", newlines_in_values=True
             )
+            try:
+                pa_json.read_json(pa.BufferReader(b"{}"), parse_options=self._line_options,
+                                  read_options=pa_json.ReadOptions(use_threads=False))
+            except (pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+                raise ValueError(
+                    f"format 'json' cannot decode the declared schema: {_first_line(exc)}; "
+                    "declare such columns as string and convert them in Spark"
+                ) from None
         self.malformed = 0
 
     def decode(self, batch: pa.RecordBatch, channel: int, first_offset: int) -> Iterator[pa.RecordBatch]:
         if batch.num_rows == 0:
             return
-        if self.fmt in ("raw", "text"):
-            yield from self._decode_columns(batch, channel, first_offset)
-        elif self.fmt == "json":
-            yield from self._decode_json(batch, channel, first_offset)
-        else:
-            yield from self._decode_arrow(batch, channel, first_offset)
+        for start, stop in _slices(batch.column(0), _MAX_OUTPUT_BATCH_BYTES):
+            piece = batch if (start, stop) == (0, batch.num_rows) else batch.slice(start, stop - start)
+            if self.fmt in ("raw", "text"):
+                yield from self._decode_columns(piece, channel, first_offset + start)
+            elif self.fmt == "json":
+                yield from self._decode_json(piece, channel, first_offset + start)
+            else:
+                yield from self._decode_arrow(piece, channel, first_offset + start)
 
     # -- raw / text ----------------------------------------------------------------------
 
     def _decode_columns(self, batch: pa.RecordBatch, channel: int, first: int) -> Iterator[pa.RecordBatch]:
         n = batch.num_rows
         values = batch.column(0)
-        if self.fmt == "text":
-            try:
-                value = values.cast(pa.large_string())
-            except pa.ArrowInvalid:  # invalid UTF-8: replace, as Spark's decode does
-                value = pa.array([None if v is None else v.decode("utf-8", "replace") for v in values.to_pylist()], pa.large_string())
-        else:
-            value = values
+        value = self._to_text(values) if self.fmt == "text" else values
         columns = {
             "value": value,
             "topic": batch.column(1),
@@ -96,80 +218,222 @@ class Decoder:
             arrays.append(columns[field.name].cast(field.type))
         yield pa.RecordBatch.from_arrays(arrays, schema=self.target)
 
+    @staticmethod
+    def _to_text(values: pa.Array) -> pa.Array:
+        """Messages as strings; invalid UTF-8 replaced (U+FFFD) as Spark's decode does."""
+        try:
+            return values.cast(pa.large_string())
+        except pa.ArrowInvalid:
+            pass
+        bad = _invalid_utf8(values)
+        pieces = []
+        start = 0
+        for i in bad:
+            if i > start:
+                pieces.append(values.slice(start, i - start).cast(pa.large_string()))
+            value = values[i].as_py()
+            pieces.append(pa.array([None if value is None else value.decode("utf-8", "replace")], pa.large_string()))
+            start = i + 1
+        if start < len(values):
+            pieces.append(values.slice(start).cast(pa.large_string()))
+        return pa.concat_arrays(pieces)
+
     # -- json ------------------------------------------------------------------------------
 
-    def _malformed(self, channel: int, offset: int, value: bytes, reason: str) -> None:
-        self.malformed += 1
-        if self.mode == "FAILFAST":
-            raise MalformedMessageError(
-                f"malformed {self.fmt} message at channel {channel}, offset {offset} "
-                f"(mode=FAILFAST): {reason}; message starts {_preview(value)!r}"
-            )
+    def _malformed_error(self, channel: int, offset: int, value: Optional[bytes], reason: str) -> MalformedMessageError:
+        return MalformedMessageError(
+            f"malformed {self.fmt} message at channel {channel}, offset {offset} "
+            f"(mode=FAILFAST): {reason}; message starts {_preview(value or b'')!r}"
+        )
 
-    def _finish_json(self, table: pa.Table, corrupt: Optional[list]) -> pa.RecordBatch:
+    def _json_screen(self, values: pa.Array) -> tuple[np.ndarray, int]:
+        """Vectorised pre-check: which messages may go to the batched line parser (their
+        content, without surrounding JSON whitespace, is ``{...}`` with no CR, LF or NUL;
+        the batch is valid UTF-8 or the invalid ones are excluded), and the longest one."""
+        offsets, data = _offsets_and_data(values)
+        starts, ends = offsets[:-1].copy(), offsets[1:].copy()
+        lengths = ends - starts
+        ok = (lengths >= 2) & (lengths <= self.max_message_bytes)
+        if values.null_count:
+            ok &= values.is_valid().to_numpy(zero_copy_only=False)
+        if not data.size:
+            return ok & False, 0
+        last = data.size - 1
+        # strip leading, then trailing whitespace, a byte per round on the messages that have
+        # it (usually none, or one trailing newline); more than a few: checked one by one
+        for leading in (True, False):
+            todo = np.flatnonzero(ok)
+            for _ in range(_MAX_WS_ROUNDS):
+                at = starts[todo] if leading else ends[todo] - 1
+                todo = todo[(starts[todo] < ends[todo]) & _WHITESPACE[data[np.clip(at, 0, last)]]]
+                if not todo.size:
+                    break
+                if leading:
+                    starts[todo] += 1
+                else:
+                    ends[todo] -= 1
+            else:
+                ok[todo] = False
+        ok &= ends - starts >= 2
+        ok &= data[np.clip(starts, 0, last)] == _OPEN
+        ok &= data[np.clip(ends - 1, 0, last)] == _CLOSE
+        # CR, LF or NUL inside a message's content: not one line, or not JSON at all
+        segment = data[offsets[0] : offsets[-1]]
+        special = np.flatnonzero((segment == 0x0A) | (segment == 0x0D) | (segment == 0))
+        if special.size:
+            special += offsets[0]
+            owner = np.searchsorted(offsets, special, side="right") - 1
+            inside = (special >= starts[owner]) & (special < ends[owner]) | (data[special] == 0)
+            ok[owner[inside]] = False
+        try:
+            values.cast(pa.large_string() if pa.types.is_large_binary(values.type) else pa.string())
+        except pa.ArrowInvalid:
+            ok[_invalid_utf8(values)] = False
+        longest = int(lengths[ok].max()) if ok.any() else 0
+        return ok, longest
+
+    def _check_object(self, value: Optional[bytes]) -> Optional[str]:
+        """Why a message that failed the screen is malformed, or None when it is one JSON
+        object (then pyarrow may parse it: it cannot start a block with a non-object)."""
+        if value is None:
+            return "null message"
+        if len(value) > self.max_message_bytes:
+            return f"message of {len(value):,} bytes exceeds maxMessageBytes ({self.max_message_bytes:,})"
+        try:
+            text = value.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return f"not valid UTF-8 (byte {exc.start})"
+        stripped = value.strip(b" \t\r\n")
+        if not stripped:
+            return "empty message"
+        if not stripped.startswith(b"{"):
+            return f"the JSON value is {_json_kind(stripped)}, not an object"
+        if b"\x00" in value:
+            return "NUL byte in the message"
+        try:
+            parsed = json.loads(text)
+        except RecursionError:
+            return "JSON nested too deeply"
+        except ValueError as exc:
+            return f"not one JSON object: {exc}"
+        if not isinstance(parsed, dict):  # unreachable after the '{' check, kept as the contract
+            return "the JSON value is not an object"
+        return None
+
+    def _parse_groups(self, values: pa.Array, indices: np.ndarray, options: pa_json.ParseOptions,
+                      block_size: int, found: list, bad: dict) -> None:
+        """Parse the messages at ``indices`` as one newline-delimited text; bisect the
+        parts that fail (or yield another row count) down to single malformed messages."""
+        read_options = pa_json.ReadOptions(use_threads=True, block_size=block_size)
+        everything = indices.size == len(values)
+        stack = [indices]
+        while stack:
+            part = stack.pop()
+            subset = values if everything and part is indices else values.take(pa.array(part))
+            joined = pc.binary_join_element_wise(subset, pa.scalar(b"", subset.type), pa.scalar(b"\n", subset.type))
+            size = _offsets_and_data(joined)[0][-1]
+            text = joined.buffers()[2].slice(0, int(size))
+            try:
+                table = pa_json.read_json(pa.BufferReader(text), read_options=read_options, parse_options=options)
+                if table.num_rows == part.size:
+                    found.append((part, table))
+                    continue
+                reason = f"{table.num_rows} JSON values in one message, expected 1"
+            except Exception as exc:  # noqa: BLE001 - whatever pyarrow raises, the part has a bad message
+                reason = _first_line(exc)
+            if part.size == 1:
+                bad[int(part[0])] = reason
+            else:
+                middle = part.size // 2
+                stack.append(part[middle:])
+                stack.append(part[:middle])
+
+    def _decode_json(self, batch: pa.RecordBatch, channel: int, first: int) -> Iterator[pa.RecordBatch]:
+        values = batch.column(0)
+        n = len(values)
+        fast, longest = self._json_screen(values)
+        found: list = []  # (message indices, table) in index order within each group
+        bad: dict[int, str] = {}
+        fast_indices = np.flatnonzero(fast)
+        if fast_indices.size:
+            block = min(max(_MIN_JSON_BLOCK, longest + 64), 2**31 - 1)
+            self._parse_groups(values, fast_indices, self._line_options, block, found, bad)
+        if fast_indices.size < n:
+            objects = []
+            longest_object = 0
+            for i in np.flatnonzero(~fast):
+                value = values[int(i)].as_py()
+                reason = self._check_object(value)
+                if reason is None:
+                    objects.append(int(i))
+                    longest_object = max(longest_object, len(value))
+                else:
+                    bad[int(i)] = reason
+            if objects:
+                block = min(max(_MIN_JSON_BLOCK, longest_object + 64), 2**31 - 1)
+                self._parse_groups(values, np.array(objects, dtype=np.int64), self._object_options, block, found, bad)
+        if bad:
+            self.malformed += len(bad)
+            if self.mode == "FAILFAST":
+                i = min(bad)
+                raise self._malformed_error(channel, first + i, values[i].as_py(), bad[i])
+        yield from self._assemble_json(values, found, bad)
+
+    def _assemble_json(self, values: pa.Array, found: list, bad: dict) -> Iterator[pa.RecordBatch]:
+        """One output batch in message order: parsed rows, and (PERMISSIVE) a null row with
+        the raw text in the corrupt-record column for each malformed message."""
+        keep_bad = self.mode == "PERMISSIVE" and bad
+        if not found and not keep_bad:
+            return
+        if len(found) == 1 and not keep_bad:
+            table = found[0][1]
+            order = None
+            bad_rows = 0
+        else:
+            tables = [table for _, table in found]
+            indices = [part for part, _ in found]
+            bad_rows = 0
+            if keep_bad:
+                bad_indices = np.array(sorted(bad), dtype=np.int64)
+                bad_rows = bad_indices.size
+                tables.append(pa.table({f.name: pa.nulls(bad_rows, f.type) for f in self._json_schema}, schema=self._json_schema))
+                indices.append(bad_indices)
+            table = pa.concat_tables([t.select(self._json_schema.names).cast(self._json_schema) for t in tables])
+            where = np.concatenate(indices)
+            order = np.argsort(where, kind="stable")
+            if np.array_equal(order, np.arange(order.size)):
+                order = None
+        corrupt = None
+        if self.corrupt_column is not None:
+            if bad_rows:
+                texts = [None] * (table.num_rows - bad_rows) + [
+                    (values[i].as_py() or b"").decode("utf-8", "replace") for i in sorted(bad)
+                ]
+                corrupt = pa.array(texts, pa.string())
+            else:
+                corrupt = pa.nulls(table.num_rows, pa.string())
         arrays = []
         for field in self.target:
             if field.name == self.corrupt_column:
-                arrays.append(pa.array(corrupt if corrupt is not None else [None] * table.num_rows, field.type))
+                column = corrupt.cast(field.type)
             else:
-                arrays.append(table.column(field.name).combine_chunks().cast(field.type))
-        return pa.RecordBatch.from_arrays(arrays, schema=self.target)
-
-    def _decode_json(self, batch: pa.RecordBatch, channel: int, first: int) -> Iterator[pa.RecordBatch]:
-        values = batch.column(0).to_pylist()
-        try:
-            # Fast path: the whole batch as newline-delimited JSON, parsed in C++.
-            if any(b"\n" in v or not v.strip() for v in values):
-                raise pa.ArrowInvalid("needs per-message parsing")
-            table = pa_json.read_json(io.BytesIO(b"\n".join(values)), parse_options=self._json_options)
-            if table.num_rows != len(values):
-                raise pa.ArrowInvalid("row count differs from message count")
-        except pa.ArrowInvalid:
-            yield from self._decode_json_slowly(values, channel, first)
-            return
-        yield self._finish_json(table, None)
-
-    def _decode_json_slowly(self, values: list, channel: int, first: int) -> Iterator[pa.RecordBatch]:
-        """One message at a time, to tell the malformed ones apart."""
-        tables: list[pa.Table] = []
-        corrupt: list = []
-        null_row = pa.table({f.name: pa.nulls(1, f.type) for f in self._json_schema}, schema=self._json_schema)
-        for i, value in enumerate(values):
-            try:
-                if not value.strip().startswith(b"{"):
-                    raise pa.ArrowInvalid("not a JSON object")
-                table = pa_json.read_json(io.BytesIO(value), parse_options=self._json_options)
-                if table.num_rows != 1:
-                    raise pa.ArrowInvalid(f"{table.num_rows} JSON values in one message, expected 1")
-                tables.append(table.select(self._json_schema.names).cast(self._json_schema))
-                corrupt.append(None)
-            except pa.ArrowInvalid as exc:
-                self._malformed(channel, first + i, value, str(exc).splitlines()[0])
-                if self.mode == "PERMISSIVE":
-                    tables.append(null_row)
-                    corrupt.append(value.decode("utf-8", "replace"))
-        if tables:
-            yield self._finish_json(pa.concat_tables(tables), corrupt)
+                column = table.column(field.name).combine_chunks().cast(field.type)
+            arrays.append(column if order is None else column.take(pa.array(order)))
+        yield pa.RecordBatch.from_arrays(arrays, schema=self.target)
 
     # -- arrow -----------------------------------------------------------------------------
-
-    def _conform(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        missing = [name for name in self.target.names if name not in batch.schema.names]
-        if missing:
-            raise pa.ArrowInvalid(
-                f"columns {missing} of the declared schema are missing (message has {batch.schema.names})"
-            )
-        arrays = [batch.column(name).cast(field.type) for name, field in zip(self.target.names, self.target)]
-        return pa.RecordBatch.from_arrays(arrays, schema=self.target)
 
     def _decode_arrow(self, batch: pa.RecordBatch, channel: int, first: int) -> Iterator[pa.RecordBatch]:
         values = batch.column(0)
         for i in range(len(values)):
-            buffer = values[i].as_buffer()
+            scalar = values[i]
             try:
-                reader = pa.ipc.open_stream(buffer)
-                decoded = [self._conform(b) for b in reader]
-            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OSError) as exc:
+                if not scalar.is_valid:
+                    raise arrow_guard.MalformedArrowError("null message")
+                decoded = arrow_guard.read_batches(
+                    scalar.as_buffer(), schema=self.target, max_body_bytes=self.max_body_bytes
+                )
+            except arrow_guard.MalformedArrowError as exc:
                 # Arrow has no corrupt-record column to fall back on: anything but
                 # DROPMALFORMED fails, so a schema mismatch is never silently nulled.
                 self.malformed += 1
@@ -178,8 +442,15 @@ class Decoder:
                 raise MalformedMessageError(
                     f"arrow message at channel {channel}, offset {first + i} cannot be read as the "
                     f"declared schema ({self.target.to_string(show_schema_metadata=False).replace(chr(10), ', ')}): "
-                    f"{str(exc).splitlines()[0]}. Set mode=DROPMALFORMED to skip such messages."
+                    f"{exc}. Set mode=DROPMALFORMED to skip such messages."
                 ) from None
             for out in decoded:
-                if out.num_rows:
+                if not out.num_rows:
+                    continue
+                size = out.nbytes
+                if size <= _MAX_OUTPUT_BATCH_BYTES:
                     yield out
+                    continue
+                step = max(1, out.num_rows * _MAX_OUTPUT_BATCH_BYTES // size)
+                for start in range(0, out.num_rows, step):
+                    yield out.slice(start, step)

@@ -15,13 +15,11 @@ import threading
 import time
 from typing import Optional
 
-import numpy as np
-import pyarrow as pa
 
 from ..patterns import PatternSocket, SocketClosedError, socket_for
 from ..patterns.endpoints import Endpoint
 from .spool import ChannelLog, SpoolBudget
-from .spool_format import SPOOL_SCHEMA
+from .spool_format import messages_to_batch
 
 __all__ = ["Receiver", "open_channel_socket", "messages_to_batch"]
 
@@ -43,39 +41,6 @@ def open_channel_socket(
     if pattern == "sub":
         options["topics"] = topics or None
     return cls([str(endpoint)], **options)
-
-
-def _decode_topics(topics: list[Optional[bytes]]) -> pa.Array:
-    array = pa.array(topics, pa.binary())
-    try:
-        return array.cast(pa.string())
-    except pa.ArrowInvalid:
-        return pa.array([None if t is None else t.decode("utf-8", "replace") for t in topics], pa.string())
-
-
-def _arrow_rows(value: bytes) -> int:
-    try:
-        reader = pa.ipc.open_stream(pa.py_buffer(value))
-        return max(1, sum(batch.num_rows for batch in reader))
-    except (pa.ArrowInvalid, OSError):
-        return 1  # malformed: the decoder reports it; count it as one row here
-
-
-def messages_to_batch(
-    values: list[bytes], topics: Optional[list[Optional[bytes]]], fmt: str, received_us: int
-) -> pa.RecordBatch:
-    """Turn received messages (as ``PatternSocket.recv_values`` returns them) into one
-    spool batch. ``topics`` is ``None`` when every message had a single frame."""
-    n = len(values)
-    topic_array = pa.nulls(n, pa.string()) if topics is None else _decode_topics(topics)
-    if fmt == "arrow":
-        rows = pa.array([_arrow_rows(v) for v in values], pa.int32())
-    else:
-        rows = pa.array(np.ones(n, dtype=np.int32))
-    timestamps = pa.array(np.full(n, received_us, dtype="datetime64[us]")).cast(pa.timestamp("us", tz="UTC"))
-    return pa.RecordBatch.from_arrays(
-        [pa.array(values, pa.large_binary()), topic_array, timestamps, rows], schema=SPOOL_SCHEMA
-    )
 
 
 class Receiver:

@@ -34,12 +34,15 @@ import zlib
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
+import numpy as np
 import pyarrow as pa
+
+from . import arrow_guard
 
 __all__ = [
     "SPOOL_SCHEMA", "DataLossError", "SpoolFormatError", "SegmentHeader", "Record", "segment_name", "parse_segment_name",
     "encode_segment_header", "decode_segment_header", "encode_record_header", "scan_records", "map_segment",
-    "SEGMENT_HEADER_SIZE", "RECORD_HEADER_SIZE", "checksum", "open_private", "header_seed", "read_body",
+    "messages_to_batch", "SEGMENT_HEADER_SIZE", "RECORD_HEADER_SIZE", "checksum", "open_private", "header_seed", "read_body",
 ]
 
 SPOOL_SCHEMA = pa.schema(
@@ -50,6 +53,37 @@ SPOOL_SCHEMA = pa.schema(
         ("rows", pa.int32()),
     ]
 )
+
+
+def _decode_topics(topics: list[Optional[bytes]]) -> pa.Array:
+    array = pa.array(topics, pa.binary())
+    try:
+        return array.cast(pa.string())
+    except pa.ArrowInvalid:
+        return pa.array([None if t is None else t.decode("utf-8", "replace") for t in topics], pa.string())
+
+
+def _arrow_rows(value: bytes) -> int:
+    # metadata only, never raises: a corrupt message counts 1 row; the decoder reports it
+    return arrow_guard.count_rows(value)
+
+
+def messages_to_batch(
+    values: list[bytes], topics: Optional[list[Optional[bytes]]], fmt: str, received_us: int
+) -> pa.RecordBatch:
+    """Turn received messages (as ``PatternSocket.recv_values`` returns them) into one
+    spool batch. ``topics`` is ``None`` when every message had a single frame."""
+    n = len(values)
+    topic_array = pa.nulls(n, pa.string()) if topics is None else _decode_topics(topics)
+    if fmt == "arrow":
+        rows = pa.array([_arrow_rows(v) for v in values], pa.int32())
+    else:
+        rows = pa.array(np.ones(n, dtype=np.int32))
+    timestamps = pa.array(np.full(n, received_us, dtype="datetime64[us]")).cast(pa.timestamp("us", tz="UTC"))
+    return pa.RecordBatch.from_arrays(
+        [pa.array(values, pa.large_binary()), topic_array, timestamps, rows], schema=SPOOL_SCHEMA
+    )
+
 
 SEGMENT_SUFFIX = ".seg"
 _SEGMENT_MAGIC = b"ZMQSPOOL"

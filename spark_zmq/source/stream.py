@@ -215,7 +215,6 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return []
         ranges: dict[str, tuple[int, int]] = {}
         nbytes: dict[str, int] = {}
-        hints: dict[tuple[int, int], tuple] = {}
         for channel_log in runtime.spool.channels:
             key = str(channel_log.channel)
             lo, hi = begin.get(key, finish[key]), finish[key]

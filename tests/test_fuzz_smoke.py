@@ -1,0 +1,64 @@
+"""``tools/fuzz.py`` runs, finds nothing in a few seconds per target, and would report a
+crash, a hang or an unclear exception if there were one."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+
+import fuzz  # noqa: E402
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def test_fuzz_every_target_for_a_few_seconds_finds_nothing(tmp_path):
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "fuzz.py"), "--target", "all", "--seconds", "20", "--seed", "20260522",
+         "--memory-mb", "1024", "--out", str(tmp_path / "findings")],
+        capture_output=True, text=True, timeout=150,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-4000:]
+    assert "findings: 0" in output
+    tried = dict((t, int(n.replace(",", ""))) for t, n in re.findall(r"(json|arrow-count|arrow|text) ([\d,]+)", output.split("inputs tried:")[1]))
+    assert set(tried) == set(fuzz.TARGETS) and all(n > 0 for n in tried.values()), output
+    assert not (tmp_path / "findings").exists()
+    assert time.monotonic() - started < 60
+
+
+def _case(name: str) -> "fuzz.Case":
+    return fuzz.Case("text", name, [b"x"], {"format": "raw"})
+
+
+def test_the_runner_reports_crashes_hangs_and_unclear_outcomes(monkeypatch, tmp_path):
+    def run_case(case):
+        if case.kind == "crash":
+            os.kill(os.getpid(), 11)
+        if case.kind == "hang":
+            time.sleep(60)
+        if case.kind == "unclear":
+            raise fuzz.Unclear("not a documented error")
+
+    monkeypatch.setattr(fuzz, "run_case", run_case)
+    found = fuzz.run_group([_case("ok"), _case("unclear"), _case("ok"), _case("crash"), _case("ok")], 256 << 20, 5)
+    assert [(i, what) for i, what, _ in found] == [(1, "unclear"), (3, "crash")]
+    assert "SIGSEGV" in found[1][2]
+    found = fuzz.run_group([_case("ok"), _case("hang")], 256 << 20, 1)
+    assert [(i, what) for i, what, _ in found] == [(1, "hang")]
+
+
+def test_saved_cases_replay(tmp_path):
+    case = fuzz.Case("json", "batch", [b"null", b'{"id": 1}'], {"mode": "FAILFAST", "corrupt": False, "max_message_bytes": 1 << 20, "valid": [1]})
+    finding = fuzz._save(str(tmp_path), "json", "unclear", "example", [case])
+    assert fuzz.Case.load(Path(finding.path).read_bytes()) == case
+    assert fuzz.replay(finding.path) == 0  # decoded as the contract says: FAILFAST raised at offset 0
