@@ -71,7 +71,7 @@ def connector(spark, count: int, size: int, spool_bytes: int, rows_per_trigger: 
     finally:
         done.set()
         query.stop()
-    received = sum(int(v) for v in json.loads(end).values())
+    received = sum(int(v) for k, v in json.loads(end).items() if k.isdigit())  # channels ("spool" is its id)
     return {"messages": count, "payload_mb": count * size / 2**20, "max_spool_mb": spool_bytes / 2**20,
             "peak_spool_mb": peaks["spool"] / 2**20, "rss_growth_mb": (peaks["rss"] - baseline) / 2**20,
             "lost": count - received, "seconds": elapsed}
