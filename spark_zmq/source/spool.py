@@ -40,6 +40,7 @@ import logging
 import os
 import stat
 import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Optional
@@ -529,6 +530,10 @@ class Spool:
     """All channels of one source, the lock that makes the directory single-owner, and
     the spool's identity."""
 
+    #: how long to wait for the lock of a previous owner that is still stopping (a query
+    #: restarted right after a stop: the old reader drains its sockets for up to 2 s)
+    lock_wait_s = 15.0
+
     def __init__(self, spool_dir: str, channels: int, *, fsync: bool = False, max_bytes: int = 1 << 30) -> None:
         self.spool_dir = spool_dir
         private_dir(spool_dir)
@@ -544,12 +549,21 @@ class Spool:
             raise
         os.fchmod(self._lock_fd, 0o600)
         try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            deadline = time.monotonic() + self.lock_wait_s
+            while True:
+                try:
+                    fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise
+                    time.sleep(0.05)
         except BlockingIOError:
             owner = os.pread(self._lock_fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
             os.close(self._lock_fd)
             raise SpoolLockedError(
-                f"spool directory {spool_dir!r} is in use by another running query (pid {owner}); "
+                f"spool directory {spool_dir!r} is in use by another running query (pid {owner}, still "
+                f"holding it after {self.lock_wait_s:.0f} s); "
                 "stop it, or give this query its own 'spoolDir' option"
             ) from None
         try:
