@@ -8,28 +8,13 @@ import socket
 import pyarrow as pa
 import pytest
 
-from zmqtest import Producer, arrow_message, stop_all, wait_until
+from zmqtest import Producer, arrow_message, stop_all, wait_until, run_available_now
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(180)]
 
 
 def _run_available_now(spark, df, tmp_path, name):
-    """Run an AvailableNow query to completion; return (rows, error text or None)."""
-    try:
-        query = (df.writeStream.format("memory").queryName(name).option("checkpointLocation", str(tmp_path / name))
-                 .trigger(availableNow=True).start())
-    except Exception as exc:  # errors raised while planning the query
-        return None, str(exc)
-    try:
-        try:
-            query.awaitTermination(150)
-        except Exception:  # the query's failure, read from query.exception() below
-            pass
-        assert not query.isActive, "query did not finish"
-        error = query.exception()
-        return (None if error else spark.table(name).collect()), (str(error) if error else None)
-    finally:
-        stop_all([query])
+    return run_available_now(spark, df, tmp_path, name, timeout=150)
 
 
 def _json_source(spark, endpoint, spool_dir, schema, **options):

@@ -8,7 +8,7 @@ import json
 import pyarrow as pa
 import pytest
 
-from zmqtest import Producer, arrow_message, stop_all
+from zmqtest import Producer, arrow_message, run_available_now
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
@@ -19,19 +19,7 @@ NOT_OBJECTS = ["null", "42", "[]", '"x"']
 
 
 def _run_available_now(spark, df, tmp_path, name):
-    """Run an AvailableNow query to completion; return (rows, error text or None)."""
-    query = (df.writeStream.format("memory").queryName(name).option("checkpointLocation", str(tmp_path / name))
-             .trigger(availableNow=True).start())
-    try:
-        try:
-            query.awaitTermination(240)
-        except Exception:  # the query's failure, read from query.exception() below
-            pass
-        assert not query.isActive, "query did not finish"
-        error = query.exception()
-        return (None if error else spark.table(name).collect()), (str(error) if error else None)
-    finally:
-        stop_all([query])
+    return run_available_now(spark, df, tmp_path, name, timeout=240)
 
 
 def _source(spark, endpoint, spool_dir, fmt, schema, **options):

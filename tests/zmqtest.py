@@ -134,3 +134,23 @@ def stop_all(queries: Sequence) -> None:
             q.stop()
         except Exception:
             pass
+
+
+def run_available_now(spark, df, tmp_path, name: str, timeout: float = 240):
+    """Run an AvailableNow query into a memory table to completion; return (rows, error
+    text or None). Errors raised while the query is planned count as its error."""
+    try:
+        query = (df.writeStream.format("memory").queryName(name).option("checkpointLocation", str(tmp_path / name))
+                 .trigger(availableNow=True).start())
+    except Exception as exc:
+        return None, str(exc)
+    try:
+        try:
+            query.awaitTermination(timeout)
+        except Exception:  # the query's failure, read from query.exception() below
+            pass
+        assert not query.isActive, "query did not finish"
+        error = query.exception()
+        return (None if error else spark.table(name).collect()), (str(error) if error else None)
+    finally:
+        stop_all([query])
