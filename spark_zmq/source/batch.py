@@ -18,10 +18,10 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from ..options import SourceOptions
+from .decode import decoder_for
 from .partitions import InlineMessages
 from .receiver import open_channel_socket
 from .spool_format import SPOOL_SCHEMA, messages_to_batch
-from .stream import new_decoder
 
 __all__ = ["ZmqBatchReader", "receive_bounded"]
 
@@ -83,7 +83,7 @@ class ZmqBatchReader(DataSourceReader):
     def __init__(self, options: SourceOptions, schema: StructType) -> None:
         self.options = options
         self.schema = schema
-        new_decoder(options, schema)  # validate early
+        decoder_for(options, schema)  # validate early
 
     def partitions(self) -> Sequence[InputPartition]:
         now_us = time.time_ns() // 1000
@@ -100,7 +100,7 @@ class ZmqBatchReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, InlineMessages):  # Spark's placeholder when nothing arrived
             return
-        decoder = new_decoder(self.options, self.schema)
+        decoder = decoder_for(self.options, self.schema)
         offset = partition.first_offset
         for batch in pa.ipc.open_stream(pa.py_buffer(partition.ipc)):
             yield from decoder.decode(batch, partition.channel, offset)

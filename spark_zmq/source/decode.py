@@ -37,7 +37,7 @@ Output batches carry at most about ``_MAX_OUTPUT_BATCH_BYTES`` of message payloa
 from __future__ import annotations
 
 import json
-from typing import Iterator, Optional
+from typing import TYPE_CHECKING, Iterator, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -48,7 +48,10 @@ from pyspark.sql.types import StructType
 from ..schemas import arrow_schema
 from . import arrow_guard
 
-__all__ = ["Decoder", "MalformedMessageError"]
+if TYPE_CHECKING:
+    from ..options import SourceOptions
+
+__all__ = ["Decoder", "MalformedMessageError", "decoder_for"]
 
 # Spark hands Arrow batches to the JVM; keep each under this many payload bytes.
 _MAX_OUTPUT_BATCH_BYTES = 64 << 20
@@ -454,3 +457,9 @@ class Decoder:
                 step = max(1, out.num_rows * _MAX_OUTPUT_BATCH_BYTES // size)
                 for start in range(0, out.num_rows, step):
                     yield out.slice(start, step)
+
+
+def decoder_for(options: "SourceOptions", schema: StructType) -> Decoder:
+    """The decoder a source's options call for (stream and bounded batch reads alike)."""
+    return Decoder(options.format, schema, mode=options.mode, corrupt_column=options.corrupt_column,
+                   max_message_bytes=options.max_message_bytes)

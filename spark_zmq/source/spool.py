@@ -164,8 +164,11 @@ class LostRange:
     path: str
     reason: str
 
-    def describe(self, channel: int) -> str:
-        return f"offsets {self.first}..{self.end} of channel {channel} in {self.path} ({self.reason})"
+    def describe(self, channel: int, first: Optional[int] = None, end: Optional[int] = None) -> str:
+        """The loss in words; ``first``/``end`` narrow it to the part a batch asks for."""
+        first = self.first if first is None else first
+        end = self.end if end is None else end
+        return f"offsets {first}..{end} of channel {channel} in {self.path} ({self.reason})"
 
 
 @dataclass

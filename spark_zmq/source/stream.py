@@ -33,7 +33,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from ..options import SourceOptions
-from .decode import Decoder
+from .decode import decoder_for
 from .fetch import fetch_range
 from .ingest import IngestRuntime
 from .partitions import SpoolRange
@@ -46,18 +46,13 @@ __all__ = ["ZmqStreamReader"]
 log = logging.getLogger(__name__)
 
 
-def new_decoder(options: SourceOptions, schema: StructType) -> Decoder:
-    return Decoder(options.format, schema, mode=options.mode, corrupt_column=options.corrupt_column,
-                   max_message_bytes=options.max_message_bytes)
-
-
 class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batch reader over the spool filled by the receivers."""
 
     def __init__(self, options: SourceOptions, schema: StructType) -> None:
         self.options = options
         self.schema = schema
-        new_decoder(options, schema)  # validate early
+        decoder_for(options, schema)  # validate early
         self._runtime: Optional[IngestRuntime] = None
         self._pinned_end: Optional[dict[str, int]] = None
         #: the end of the batch Spark planned last: what the progress's lag is measured from
@@ -99,7 +94,8 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 "a query's endpoints cannot change across restarts; use a new checkpointLocation"
             )
         theirs, ours = spool_of(offsets), runtime.spool.spool_id
-        if theirs is not None and theirs != ours and theirs not in self._foreign_spools_seen:
+        foreign = theirs is not None and theirs != ours
+        if foreign and theirs not in self._foreign_spools_seen:
             message = (
                 f"the checkpoint's offsets {channels} refer to spool {theirs}, but the spool directory "
                 f"{self.options.spool_dir!r} holds spool {ours} (it was deleted and recreated, or belongs to "
@@ -115,11 +111,11 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for channel_log in runtime.spool.channels:
             wanted = channels[str(channel_log.channel)]
             if wanted > channel_log.next_offset:
-                if runtime.started and theirs == ours:
+                if runtime.started and not foreign:
                     log.warning("channel %d: the checkpoint is at offset %d, ahead of the spool's %d: the spool lost "
                                 "its tail (a crash without spoolFsync?)", channel_log.channel, wanted,
                                 channel_log.next_offset)
-                if theirs is not None and theirs != ours:
+                if foreign:
                     # Messages this (other) spool numbered below the checkpoint will never be read.
                     below = channel_log.snapshot().count_between(channel_log.earliest, wanted)[0]
                     if below:
@@ -228,8 +224,7 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             index = channel_log.snapshot()
             for lost in index.lost_within(lo, hi):
                 first, last = max(lo, lost.first), min(hi, lost.end)
-                self._lose(last - first, lost.describe(channel_log.channel).replace(
-                    f"offsets {lost.first}..{lost.end}", f"offsets {first}..{last}"))
+                self._lose(last - first, lost.describe(channel_log.channel, first, last))
             if hi > lo:
                 ranges[key] = (lo, hi)
                 nbytes[key] = index.count_between(lo, hi)[1]
@@ -256,7 +251,7 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Union[Iterator[tuple], Iterator[pa.RecordBatch]]:
         assert isinstance(partition, SpoolRange)
-        decoder = new_decoder(self.options, self.schema)
+        decoder = decoder_for(self.options, self.schema)
         for first, batch in coalesce(self._spool_batches(partition)):
             yield from decoder.decode(batch, partition.channel, first)
 
