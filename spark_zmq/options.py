@@ -24,9 +24,10 @@ import os
 import re
 import sys
 import textwrap
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable, ClassVar, Mapping, Optional, Sequence, Union
 
+from .patterns.curve import Curve, CurveError, KeyPair, load_authorized_keys, load_public_key
 from .patterns.endpoints import Endpoint, parse_endpoints, tcp_host_problem
 
 __all__ = [
@@ -181,6 +182,23 @@ def _snk(name: str, kind: str, attr: str, doc: str, **kw: Any) -> OptionSpec:
     return OptionSpec(name=name, side="sink", kind=kind, attr=attr, doc=doc, **kw)
 
 
+
+def _curve_specs(make: Callable[..., OptionSpec]) -> tuple[OptionSpec, ...]:
+    """The three CURVE options, the same on both sides (see the README's "Security")."""
+    return (
+        make("curveCertificate", "certificate", "curve_certificate", "This side's secret certificate file "
+             "(`NAME.key_secret`, as `spark-zmq keygen NAME`, pyzmq's `zmq.auth` or CZMQ's `zcert` write it). "
+             "With `curveServerKey` this side's sockets are CURVE clients; without it they are CURVE servers.",
+             default_doc="off (no encryption)", valid_doc="path of a secret certificate file"),
+        make("curveServerKey", "publickey", "curve_server_key", "The server's public key: its certificate file "
+             "(`NAME.key`) or its 40-character Z85 text. Needs `curveCertificate`.", default_doc="none",
+             valid_doc="certificate file or Z85 key"),
+        make("curveAuthorizedKeys", "authorized", "curve_authorized_keys", "CURVE server: the client keys "
+             "accepted, a directory of public certificate files (`*.key`), or `*` for any client key "
+             "(encryption without client authentication). Required with `curveCertificate` alone.",
+             default_doc="none", valid_doc="directory or `*`"),
+    )
+
 _ENDPOINTS_VALID = (
     "comma-separated ZeroMQ endpoints (`tcp://`, `ipc://`, `inproc://`); `@` binds, `>` connects"
 )
@@ -245,6 +263,7 @@ SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
          default=5.0, default_doc="5", minimum=0.0, maximum=MAX_SECONDS),
     _src("maxMessages", "int", "max_messages", "Bounded batch read: stop after this many messages (held in "
          "memory).", default=10_000, default_doc="10000", minimum=1, maximum=INT32_MAX),
+    *_curve_specs(_src),
 )
 
 #: Every option of ``df.writeStream/write.format("zmq")``.
@@ -267,6 +286,7 @@ SINK_OPTIONS: tuple[OptionSpec, ...] = (
     _snk("hwm", "int", "hwm", "ZeroMQ send high-water mark per peer, in messages.", default=1000,
          default_doc="1000", minimum=1, maximum=INT32_MAX,
          range_note="0 would make ZeroMQ's queue unlimited and memory unbounded"),
+    *_curve_specs(_snk),
 )
 
 _TABLES: dict[str, tuple[OptionSpec, ...]] = {"source": SOURCE_OPTIONS, "sink": SINK_OPTIONS}
@@ -419,6 +439,28 @@ def _parse_path(spec: OptionSpec, raw: str) -> str:
     return os.path.normpath(path)
 
 
+def _curve_value(spec: OptionSpec, raw: str, load: Callable[[str, str], Any]) -> Any:
+    text = raw.strip()
+    if "\x00" in text:
+        raise OptionError(f"option {spec.name!r} = {_q(raw)} contains a NUL character", spec.name)
+    try:
+        return load(os.path.expanduser(text), spec.name)
+    except CurveError as exc:
+        raise OptionError(f"option {spec.name!r}: {exc}", spec.name) from None
+
+
+def _parse_certificate(spec: OptionSpec, raw: str) -> KeyPair:
+    return _curve_value(spec, raw, KeyPair.from_certificate)
+
+
+def _parse_public_key(spec: OptionSpec, raw: str) -> bytes:
+    return _curve_value(spec, raw, load_public_key)
+
+
+def _parse_authorized(spec: OptionSpec, raw: str) -> Any:
+    return _curve_value(spec, raw, load_authorized_keys)
+
+
 _PARSERS: dict[str, Callable[[OptionSpec, str], Any]] = {
     "int": _parse_int,
     "bytes": _parse_bytes,
@@ -429,6 +471,9 @@ _PARSERS: dict[str, Callable[[OptionSpec, str], Any]] = {
     "list": _parse_list,
     "host": _parse_host,
     "path": _parse_path,
+    "certificate": _parse_certificate,
+    "publickey": _parse_public_key,
+    "authorized": _parse_authorized,
 }
 
 
@@ -511,7 +556,48 @@ def parse_table(side: str, options: Mapping[Any, Any]) -> dict[str, Any]:
                 f"not {pattern!r}",
                 spec.name,
             )
+    _check_curve(parsed)
     return parsed
+
+
+def _check_curve(parsed: dict[str, Any]) -> None:
+    """The CURVE options make sense together: a client needs its certificate and the
+    server's key; a server needs its certificate and the keys it accepts."""
+    certificate, server_key, authorized = (
+        parsed["curve_certificate"], parsed["curve_server_key"], parsed["curve_authorized_keys"]
+    )
+    if certificate is None:
+        if server_key is not None:
+            raise OptionError(
+                "option 'curveServerKey' needs 'curveCertificate' (this side's secret certificate file): a CURVE "
+                "client has a key pair of its own; make one with 'spark-zmq keygen NAME'", "curveCertificate",
+            )
+        if authorized is not None:
+            raise OptionError(
+                "option 'curveAuthorizedKeys' needs 'curveCertificate' (this side's secret certificate file): only "
+                "a CURVE server authorizes clients", "curveCertificate",
+            )
+        return
+    if server_key is not None and authorized is not None:
+        raise OptionError(
+            "options 'curveServerKey' and 'curveAuthorizedKeys' exclude each other: with 'curveServerKey' this "
+            "side is a CURVE client (the server authorizes it); without it, a CURVE server that accepts "
+            "'curveAuthorizedKeys'", "curveAuthorizedKeys",
+        )
+    if server_key is None and authorized is None:
+        raise OptionError(
+            "option 'curveCertificate' without 'curveServerKey' makes this side a CURVE server, which needs "
+            "'curveAuthorizedKeys': a directory of the clients' public certificate files ('*.key'), or '*' to "
+            "accept any client key (encryption without client authentication)", "curveAuthorizedKeys",
+        )
+
+
+def _curve_of(certificate: Optional[KeyPair], server_key: Optional[bytes], authorized: Any) -> Optional[Curve]:
+    if certificate is None:
+        return None
+    if server_key is not None:
+        return Curve.client(certificate, server_key)
+    return Curve.server(certificate, authorized)
 
 
 def default_spool_dir(pattern: str, endpoints: Sequence[Endpoint], fmt: str, topics: Sequence[str]) -> str:
@@ -564,8 +650,16 @@ class SourceOptions:
     spool_access: str = "auto"
     spool_server_host: Optional[str] = None
     max_message_bytes: int = 64 * MiB
+    curve_certificate: Optional[KeyPair] = None
+    curve_server_key: Optional[bytes] = None
+    curve_authorized_keys: Any = field(default=None, repr=False)
 
     KNOWN: ClassVar[tuple[str, ...]] = tuple(spec.name for spec in SOURCE_OPTIONS)
+
+    @property
+    def curve(self) -> Optional[Curve]:
+        """The receiving sockets' CURVE security, or ``None``."""
+        return _curve_of(self.curve_certificate, self.curve_server_key, self.curve_authorized_keys)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "SourceOptions":
@@ -584,8 +678,16 @@ class SinkOptions:
     send_timeout_ms: int
     rows_per_message: int
     hwm: int
+    curve_certificate: Optional[KeyPair] = None
+    curve_server_key: Optional[bytes] = None
+    curve_authorized_keys: Any = field(default=None, repr=False)
 
     KNOWN: ClassVar[tuple[str, ...]] = tuple(spec.name for spec in SINK_OPTIONS)
+
+    @property
+    def curve(self) -> Optional[Curve]:
+        """The sending sockets' CURVE security, or ``None``."""
+        return _curve_of(self.curve_certificate, self.curve_server_key, self.curve_authorized_keys)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "SinkOptions":

@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Iterable, Optional, Sequence, Union
 
 import zmq
 
+from .curve import HANDSHAKE_FAILURES, Curve, HandshakeWatch, secure_context
 from .endpoints import Endpoint, EndpointsSpec, check_ipc_bind, parse_endpoints
 from .rcvmore import rcvmore_check
 
@@ -72,7 +73,11 @@ class PatternSocket:
     with ``ValueError``), ``immediate`` (ZMQ_IMMEDIATE: queue only to completed
     connections), ``rcvbuf``/``sndbuf`` (kernel buffers, bytes) and ``context`` (a
     ``zmq.Context``; by default the process-wide ``zmq.Context.instance()`` so that
-    ``inproc://`` works between instances in one process).
+    ``inproc://`` works between instances in one process), ``monitor`` (ZMQ_EVENT_* bits
+    to watch: ``handshakes.poll()`` returns them) and ``curve`` (a ``curve.Curve``: CURVE
+    encryption, as a client or as a ZAP-authenticating server; a server given no context
+    gets a context of its own, see ``curve.secure_context``). A socket with ``curve`` or
+    ``monitor`` counts its rejected handshakes in ``handshakes.rejected``.
     """
 
     socket_type: ClassVar[int]
@@ -92,6 +97,7 @@ class PatternSocket:
         "sndbuf",
         "context",
         "monitor",
+        "curve",
     )
 
     def __init__(self, endpoints: EndpointsSpec, *, hwm: Optional[int] = None, **options: Any) -> None:
@@ -108,7 +114,13 @@ class PatternSocket:
             "max_message_bytes", options.get("max_message_bytes"), allow_none=True
         )
         hwm = self._positive_int("hwm", hwm, allow_none=True, allow_zero=True)
-        context = options.get("context") or zmq.Context.instance()
+        curve: Optional[Curve] = options.get("curve")
+        if curve is not None and not isinstance(curve, Curve):
+            raise TypeError(f"option 'curve' must be a spark_zmq.patterns.curve.Curve, not {type(curve).__name__}")
+        context = options.get("context") or (
+            secure_context() if curve is not None and curve.is_server else zmq.Context.instance()
+        )
+        self._zap = None
         self._lock = threading.Lock()
         self._socket: zmq.Socket = context.socket(self.socket_type)
         self._closed = False
@@ -130,16 +142,27 @@ class PatternSocket:
                 if options.get(name) is not None:
                     sock.setsockopt(opt, self._positive_int(name, options[name]))
             self._configure(sock, options)
+            if curve is not None:
+                self._zap = curve.apply(sock)
             # A monitor must exist before bind/connect, or it misses the first events.
-            self.monitor_socket: Optional[zmq.Socket] = (
-                sock.get_monitor_socket(int(options["monitor"])) if options.get("monitor") else None
+            events = int(options.get("monitor") or 0) | (HANDSHAKE_FAILURES if curve is not None else 0)
+            self.monitor_socket: Optional[zmq.Socket] = sock.get_monitor_socket(events) if events else None
+            self.handshakes: Optional[HandshakeWatch] = (
+                HandshakeWatch(self.monitor_socket, is_server=curve is None or curve.is_server,
+                               label=type(self).__name__)
+                if self.monitor_socket is not None else None
             )
             self._bound: list[str] = []
             for endpoint in self._endpoints:
                 self._attach(sock, endpoint)
         except BaseException:
+            if self.__dict__.get("monitor_socket") is not None:
+                self._socket.disable_monitor()
+                self.monitor_socket.close(0)
             self._socket.close(linger=0)
             self._closed = True
+            if self._zap is not None:
+                self._zap.release()
             raise
 
     # -- construction helpers -------------------------------------------------------------
@@ -517,6 +540,8 @@ class PatternSocket:
                     self._socket.disable_monitor()
                     self.monitor_socket.close(0)
                 self._socket.close(linger=linger)
+                if self._zap is not None:
+                    self._zap.release()
 
     def __enter__(self) -> "PatternSocket":
         return self

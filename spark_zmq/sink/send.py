@@ -32,6 +32,8 @@ class TaskSender:
         self.where = ", ".join(map(str, options.endpoints))
         self.context = zmq.Context()
         common = {"hwm": options.hwm, "linger": options.send_timeout_ms, "context": self.context}
+        if options.curve is not None:
+            common["curve"] = options.curve
         self.socket: PatternSocket
         if options.pattern == "pub":
             # XPUB is PUB on the wire; it also shows us the subscriptions, so we can wait
@@ -67,19 +69,39 @@ class TaskSender:
             if seen and now >= spread_deadline:
                 return
             if now >= deadline:
+                self._check_rejections()
                 raise SinkTimeoutError(
                     f"no ZeroMQ peer {what} at {self.where} within sendTimeoutMs="
-                    f"{self.options.send_timeout_ms}; is the consumer running?"
+                    f"{self.options.send_timeout_ms}; is the consumer running?" + self._rejection_note()
                 )
             if next_peer((spread_deadline if seen else deadline) - now):
                 seen += 1
 
     def _next_handshake(self, wait_s: float) -> bool:
-        monitor = self.socket.monitor_socket
-        if monitor.poll(max(1, int(wait_s * 1000))):
-            monitor.recv_multipart()
-            return True
-        return False
+        deadline = time.monotonic() + wait_s
+        while True:
+            if self.socket.handshakes.poll(max(0.001, deadline - time.monotonic())):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+
+    def _check_rejections(self) -> None:
+        if self.socket.handshakes is not None:
+            self.socket.handshakes.poll()
+
+    @property
+    def rejected_handshakes(self) -> int:
+        """Handshakes that failed on this task's socket (CURVE), so far."""
+        self._check_rejections()
+        return self.socket.handshakes.rejected if self.socket.handshakes is not None else 0
+
+    def _rejection_note(self) -> str:
+        """Why no peer counts, when CURVE refused one: the last rejection, and how many."""
+        watch = self.socket.handshakes
+        if watch is None or not watch.rejected:
+            return ""
+        return (f" CURVE handshakes failed {watch.rejected} times; the last one: {watch.last_rejection} "
+                "(check curveCertificate, curveServerKey and the server's authorized keys)")
 
     def _next_subscription(self, wait_s: float) -> bool:
         try:
@@ -114,10 +136,11 @@ class TaskSender:
                 self.socket.send(payload if topic is None else [topic, payload], timeout=self.timeout_s)
                 self.sent += 1
         except TimeoutError:
+            self._check_rejections()
             raise SinkTimeoutError(
                 f"no ZeroMQ peer at {self.where} took a message within sendTimeoutMs="
                 f"{self.options.send_timeout_ms} ({self.sent} sent by this task so far); "
-                "the consumers are absent or not keeping up"
+                "the consumers are absent or not keeping up" + self._rejection_note()
             ) from None
 
     def flush_and_close(self) -> None:

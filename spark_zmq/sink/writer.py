@@ -35,6 +35,8 @@ class SinkCommit(WriterCommitMessage):
     rows: int
     #: pub: messages dropped at a subscriber's high-water mark (0 for push/scatter)
     dropped: int = 0
+    #: CURVE handshakes that failed on the task's socket (refused peers, or refusals of us)
+    rejected_handshakes: int = 0
 
 
 def _write_task(options: SinkOptions, batches: Iterator[pa.RecordBatch], batch_id: Optional[int],
@@ -58,11 +60,12 @@ def _write_task(options: SinkOptions, batches: Iterator[pa.RecordBatch], batch_i
                 first = False
             sender.send(list(encode_batch(batch, options, metadata=metadata, sequence_start=sender.sent)))
             rows += batch.num_rows
+        rejected = sender.rejected_handshakes
         sender.flush_and_close()
     except BaseException:
         sender.abort()
         raise
-    return SinkCommit(partition, sender.sent, rows, sender.dropped)
+    return SinkCommit(partition, sender.sent, rows, sender.dropped, rejected)
 
 
 def _report(messages: list, what: str) -> None:
@@ -70,6 +73,10 @@ def _report(messages: list, what: str) -> None:
     commits = [m for m in messages if isinstance(m, SinkCommit)]
     sent, dropped = sum(m.messages for m in commits), sum(m.dropped for m in commits)
     log.info("zmq sink: %s: %d messages sent by %d tasks", what, sent, len(commits))
+    rejected = sum(m.rejected_handshakes for m in commits)
+    if rejected:
+        log.warning("zmq sink: %s: %d CURVE handshakes were rejected (peers without an authorized key, or without "
+                    "CURVE); the write tasks' logs name them", what, rejected)
     if dropped:
         log.warning("zmq sink: %s: pub dropped %d of %d messages: a subscriber's queue was at its high-water "
                     "mark (raise option 'hwm', or use pattern 'push' where every message must arrive)",

@@ -32,7 +32,7 @@ def receive_bounded(options: SourceOptions) -> list[tuple[list[bytes], Optional[
     """Messages per channel, until ``max_messages`` in all or ``timeout`` s of silence."""
     sockets = [
         open_channel_socket(options.pattern, endpoint, hwm=options.hwm, topics=options.topics,
-                            max_message_bytes=options.max_message_bytes)
+                            max_message_bytes=options.max_message_bytes, curve=options.curve)
         for endpoint in options.endpoints
     ]
     values: list[list[bytes]] = [[] for _ in sockets]
@@ -66,6 +66,8 @@ def receive_bounded(options: SourceOptions) -> list[tuple[list[bytes], Optional[
                 idle_deadline = time.monotonic() + options.timeout
     finally:
         for socket in sockets:
+            if socket.handshakes is not None:
+                socket.handshakes.poll()  # logs the kinds of rejected handshakes (CURVE)
             socket.close(linger=0)
     return list(zip(values, topics))
 

@@ -41,7 +41,7 @@ class IngestRuntime:
             for endpoint, channel_log in zip(options.endpoints, self.spool.channels):
                 socket = open_channel_socket(
                     options.pattern, endpoint, hwm=options.hwm, topics=options.topics,
-                    max_message_bytes=options.max_message_bytes,
+                    max_message_bytes=options.max_message_bytes, curve=options.curve,
                 )
                 self.receivers.append(
                     Receiver(
@@ -85,6 +85,10 @@ class IngestRuntime:
             if remaining <= 0:
                 return
             time.sleep(min(remaining, 0.05))
+
+    def rejected_handshakes(self) -> int:
+        """Handshakes the channels' sockets refused (CURVE), since the query started."""
+        return sum(receiver.rejected_handshakes for receiver in self.receivers)
 
     def latest(self) -> dict[str, int]:
         return self.spool.latest()

@@ -17,6 +17,7 @@ from typing import Optional
 
 
 from ..patterns import PatternSocket, SocketClosedError, socket_for
+from ..patterns.curve import Curve
 from ..patterns.endpoints import Endpoint
 from .spool import ChannelLog, SpoolBudget
 from .spool_format import messages_to_batch
@@ -29,15 +30,19 @@ _POLL_S = 0.1
 
 
 def open_channel_socket(
-    pattern: str, endpoint: Endpoint, *, hwm: int, topics: list[str], max_message_bytes: Optional[int] = None
+    pattern: str, endpoint: Endpoint, *, hwm: int, topics: list[str], max_message_bytes: Optional[int] = None,
+    curve: Optional[Curve] = None,
 ) -> PatternSocket:
     """The socket of one channel. Opened on the caller's thread so that a bind error (port
     in use) surfaces in the Spark call that started the receivers, with its message.
-    ``max_message_bytes`` is ZMQ_MAXMSGSIZE: libzmq disconnects a peer that sends more."""
+    ``max_message_bytes`` is ZMQ_MAXMSGSIZE: libzmq disconnects a peer that sends more.
+    ``curve``: CURVE security (the socket then counts rejected handshakes)."""
     cls = socket_for(pattern)
     options: dict = {"hwm": hwm, "linger": 0}
     if max_message_bytes is not None:
         options["max_message_bytes"] = max_message_bytes
+    if curve is not None:
+        options["curve"] = curve
     if pattern == "sub":
         options["topics"] = topics or None
     return cls([str(endpoint)], **options)
@@ -104,12 +109,20 @@ class Receiver:
                 self.write_error = None
             return
 
+    @property
+    def rejected_handshakes(self) -> int:
+        """Handshakes this channel's socket refused or failed (CURVE), so far."""
+        return self.socket.handshakes.rejected if self.socket.handshakes is not None else 0
+
     def _run(self) -> None:
+        watch = self.socket.handshakes
         try:
             while not self._stop.is_set():
                 self.budget.wait_for_room(self.log, self._stop)
                 if self._stop.is_set():
                     break
+                if watch is not None:
+                    watch.poll()  # count and log rejected handshakes (CURVE)
                 try:
                     values, topics = self.socket.recv_values(self.batch_messages, timeout=_POLL_S, max_bytes=self.batch_bytes)
                 except TimeoutError:

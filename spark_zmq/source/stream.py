@@ -182,8 +182,10 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def reportLatestOffset(self) -> Optional[dict]:
         """What the receivers have spooled, per channel, plus ``"lag"``: the records and
         payload bytes received but not in any batch planned yet (the query's progress shows
-        this as the source's ``latestOffset``; Spark only displays it), and ``"dataLoss"``,
-        the messages skipped as lost under failOnDataLoss=false, when there were any."""
+        this as the source's ``latestOffset``; Spark only displays it), ``"dataLoss"``,
+        the messages skipped as lost under failOnDataLoss=false, when there were any, and
+        with CURVE ``"rejectedHandshakes"``: the handshakes refused so far (each kind of
+        refusal is also logged once per endpoint, key refusals once per peer address)."""
         if self._runtime is None:
             return None
         latest = self._runtime.latest()
@@ -196,6 +198,8 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         report: dict = {**latest, "spool": self._runtime.spool.spool_id, "lag": {"records": records, "bytes": nbytes}}
         if self._lost:
             report["dataLoss"] = {"records": self._lost}
+        if self.options.curve is not None:
+            report["rejectedHandshakes"] = self._runtime.rejected_handshakes()
         return report
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
