@@ -36,10 +36,13 @@ class Producer(threading.Thread):
     """
 
     def __init__(self, endpoint: str, messages: Iterable, *, socket_type: int = zmq.PUSH,
-                 hwm: int = 100_000, bind: bool = False, rate: Optional[float] = None) -> None:
+                 hwm: int = 100_000, bind: bool = False, rate: Optional[float] = None,
+                 sockopts: Optional[dict] = None, context: Optional[zmq.Context] = None) -> None:
         super().__init__(daemon=True)
-        self.context = zmq.Context.instance()
+        self.context = context or zmq.Context.instance()
         self.socket = self.context.socket(socket_type)
+        for option, value in (sockopts or {}).items():  # e.g. CURVE keys, before connect/bind
+            self.socket.setsockopt(option, value)
         self.socket.setsockopt(zmq.SNDHWM, hwm)
         self.socket.setsockopt(zmq.LINGER, 5000)
         self.socket.setsockopt(zmq.RECONNECT_IVL, 20)

@@ -50,7 +50,9 @@ class Dealer(PatternSocket):
 class Router(PatternSocket):
     """Asynchronous server: ``recv_multipart()`` returns ``[identity, ...]``; a reply sent as
     ``[identity, ...]`` goes to that peer. ``mandatory=True`` (ZMQ_ROUTER_MANDATORY) makes a
-    reply to a vanished peer an error instead of a silent drop. Binds by default."""
+    reply to a vanished or full peer an error instead of a silent drop. ``max_request_bytes``
+    bounds what it receives (ZMQ_MAXMSGSIZE: libzmq disconnects a peer that sends more)
+    without bounding its replies, unlike ``max_message_bytes``. Binds by default."""
 
     socket_type: ClassVar[int] = zmq.ROUTER
     default_bind: ClassVar[bool] = True
@@ -59,11 +61,14 @@ class Router(PatternSocket):
 
     @classmethod
     def _extra_options(cls) -> tuple[str, ...]:
-        return ("mandatory",)
+        return ("mandatory", "max_request_bytes")
 
     def _configure(self, sock: zmq.Socket, options: dict[str, Any]) -> None:
         if options.get("mandatory"):
             sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        if options.get("max_request_bytes") is not None:
+            # before bind: a listener copies the socket's options when it is created
+            sock.setsockopt(zmq.MAXMSGSIZE, self._positive_int("max_request_bytes", options["max_request_bytes"]))
 
     def _send_locked(self, frames: list, deadline: Optional[float]) -> None:
         try:

@@ -5,8 +5,18 @@ shared filesystem). On a cluster whose executors run on other hosts, they ask th
 instead, over ZeroMQ request-reply (the Guide's asynchronous client-server): each read
 task's DEALER sends ``[b"", request]`` to the driver's ROUTER, which answers with one reply
 per request. A request asks for ``[start, end)`` of a channel; a reply carries at most
-``_REPLY_BYTES`` of spool batches as one Arrow IPC stream and the offset it reached, so a
+``REPLY_BYTES`` of spool batches as one Arrow IPC stream and the offset it reached, so a
 large range is fetched in several round trips and neither side holds it all in memory.
+
+Why it is locked down: this port hands out the stream's messages. So it listens only on
+the one address executors use (never a wildcard), it speaks only CURVE with a key pair
+made for this query, and it accepts only the client key made with it, which travels to the
+executors inside the read tasks (``FetchAccess``, protected in transit by Spark's own
+``spark.authenticate``/``spark.network.crypto``). Each peer costs bounded memory: requests
+are at most ``REQUEST_BYTES``, at most ``QUEUE`` replies wait for a peer that does not read
+them (later ones are dropped, and that peer's task times out), and a reply is at most
+``REPLY_BYTES`` plus one spool batch. Errors name the channel and offsets, never a path:
+the driver's log has the details.
 """
 
 from __future__ import annotations
@@ -16,23 +26,36 @@ import logging
 import os
 import socket
 import threading
+import uuid
+from dataclasses import dataclass, field
 from typing import Callable, Iterator, Optional
 
 import pyarrow as pa
 
 from ..patterns import Dealer, Router, SocketClosedError
+from ..patterns.curve import Curve, KeyPair
 from .spool_format import SPOOL_SCHEMA, DataLossError
 from .spool_reader import raise_loss, read_range
 
-__all__ = ["SpoolServer", "fetch_range", "FetchError"]
+__all__ = ["SpoolServer", "FetchAccess", "fetch_range", "FetchError", "advertised_host"]
 
 log = logging.getLogger(__name__)
 
-_REPLY_BYTES = 32 << 20
+#: a reply's Arrow payload stops growing past this (it may exceed it by one spool batch)
+REPLY_BYTES = 8 << 20
+#: the largest request the ROUTER accepts (a request is a small JSON object)
+REQUEST_BYTES = 4096
+#: replies queued for one peer (and requests queued from it) at most
+QUEUE = 4
+_INT64_MAX = (1 << 63) - 1
 
 
 class FetchError(RuntimeError):
     """The driver could not serve a spool range (or could not be reached)."""
+
+
+class BadRequest(ValueError):
+    """A fetch request that is not one (answered with a short error, never served)."""
 
 
 def advertised_host() -> str:
@@ -46,24 +69,63 @@ def advertised_host() -> str:
         return "127.0.0.1"
 
 
+def _bind_address(host: str) -> str:
+    """``host`` as an address libzmq can bind (a name is resolved; a wildcard refused)."""
+    name = host.strip().strip("[]")
+    if name in ("", "*", "0.0.0.0", "::"):
+        raise ValueError(f"the spool fetch service never listens on a wildcard address ({host!r}); name the "
+                         "driver's address executors use (option spoolServerHost)")
+    try:
+        socket.inet_pton(socket.AF_INET6 if ":" in name else socket.AF_INET, name)
+        return f"[{name}]" if ":" in name else name
+    except OSError:
+        pass
+    try:
+        return socket.gethostbyname(name)
+    except OSError as exc:
+        raise ValueError(f"cannot resolve spoolServerHost {host!r}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class FetchAccess:
+    """What a read task needs to reach the fetch service: its endpoint, its public key and
+    the client key pair made for this query (the secret stays out of ``repr``)."""
+
+    endpoint: str
+    server_key: bytes
+    client_public: bytes
+    client_secret: bytes = field(repr=False)
+
+    def curve(self) -> Curve:
+        return Curve.client(KeyPair(self.client_public, self.client_secret), self.server_key)
+
+
 class SpoolServer:
-    """A ROUTER on the driver that serves spool ranges, on its own thread."""
+    """A CURVE-authenticated ROUTER on the driver that serves spool ranges, on its own thread."""
 
     def __init__(
         self,
         spool_dir: str,
-        bind: str = "tcp://*:*",
         host: Optional[str] = None,
         locate: Optional[Callable[[int, int], Optional[tuple[str, int]]]] = None,
         spool_id: Optional[str] = None,
+        channels: int = 1,
     ) -> None:
         self.spool_dir = spool_dir
         self.spool_id = spool_id
+        self.channels = channels
         #: ``locate(channel, offset)``: where an offset is in the spool (``ChannelLog.locate``)
         self._locate = locate or (lambda channel, offset: None)
-        self._router = Router("@" + bind.lstrip("@"), linger=0)
-        port = self._router.last_endpoint.rsplit(":", 1)[1]
-        self.endpoint = f"tcp://{host or advertised_host()}:{port}"
+        #: replies dropped because their peer did not read (or had gone)
+        self.dropped_replies = 0
+        server_keys, client_keys = KeyPair.generate(), KeyPair.generate()
+        self._router = Router(
+            f"@tcp://{_bind_address(host or advertised_host())}:*", hwm=QUEUE, linger=0, mandatory=True,
+            max_request_bytes=REQUEST_BYTES, curve=Curve.server(server_keys, frozenset({client_keys.public_key})),
+        )
+        self.access = FetchAccess(self._router.last_endpoint, server_keys.public_key, client_keys.public_key,
+                                  client_keys.secret_key)
+        self.endpoint = self.access.endpoint
         self._thread = threading.Thread(target=self._serve, name="zmq-spool-server", daemon=True)
         self._thread.start()
 
@@ -73,20 +135,59 @@ class SpoolServer:
                 frames = self._router.recv_multipart()
             except SocketClosedError:
                 return
-            identity, body = frames[0], frames[-1]
+            if len(frames) != 3 or frames[1] != b"":
+                continue  # not a DEALER request envelope: nothing to answer
+            reply = self._reply(frames[2])
             try:
-                request = json.loads(body)
-                reply = self._answer(int(request["channel"]), int(request["start"]), int(request["end"]),
-                                     request.get("spool") or self.spool_id, bool(request.get("skipLoss")))
-            except Exception as exc:  # the read task reports it
-                reply = [b"error", f"{type(exc).__name__}: {exc}".encode()]
-            try:
-                self._router.send([identity, b""] + reply)
+                self._router.send([frames[0], b""] + reply, timeout=0)
+            except (TimeoutError, ConnectionError):
+                # the peer has QUEUE unread replies already, or is gone: never queue more
+                self.dropped_replies += 1
             except SocketClosedError:
                 return
+            except Exception:  # never let one reply end the service
+                log.exception("spool fetch service: could not send a reply")
+
+    def _parse(self, body: bytes) -> tuple[int, int, int, Optional[str], bool]:
+        try:
+            request = json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            raise BadRequest("bad request: not JSON") from None
+        if not isinstance(request, dict):
+            raise BadRequest("bad request: not a JSON object")
+        numbers = [request.get(key) for key in ("channel", "start", "end")]
+        if not all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= _INT64_MAX for n in numbers):
+            raise BadRequest("bad request: channel, start and end must be integers from 0 to 2^63-1")
+        channel, start, end = numbers
+        if channel >= self.channels or start >= end:
+            raise BadRequest(f"bad request: channel {channel} offsets {start}..{end} (the spool has "
+                             f"{self.channels} channels; start must be below end)")
+        spool_id = request.get("spool")
+        if spool_id is not None and (not isinstance(spool_id, str) or len(spool_id) > 64):
+            raise BadRequest("bad request: spool must be a spool id")
+        return channel, start, end, spool_id or self.spool_id, bool(request.get("skipLoss"))
+
+    def _reply(self, body: bytes) -> list[bytes]:
+        """The answer to one request; an error reply names offsets, never a file or path."""
+        try:
+            channel, start, end, spool_id, skip_loss = self._parse(body)
+        except BadRequest as exc:
+            return [b"error", str(exc).encode()]
+        try:
+            return self._answer(channel, start, end, spool_id, skip_loss)
+        except DataLossError as exc:
+            log.error("spool fetch of channel %d offsets %d..%d: %s", channel, start, end, exc)
+            return [b"error", (f"DataLossError: offsets {start}..{end} of channel {channel} cannot be read from "
+                               "the driver's spool (the driver's log says why)").encode()]
+        except Exception:
+            reference = uuid.uuid4().hex[:8]
+            log.exception("spool fetch of channel %d offsets %d..%d failed (reference %s)", channel, start, end,
+                          reference)
+            return [b"error", (f"the driver could not read offsets {start}..{end} of channel {channel} "
+                               f"(reference {reference} in the driver's log)").encode()]
 
     def _answer(self, channel: int, start: int, end: int, spool_id: Optional[str], skip_loss: bool) -> list[bytes]:
-        """Up to ``_REPLY_BYTES`` of ``[start, end)``: ``[ok, reached, first offsets, ipc]``."""
+        """Up to ``REPLY_BYTES`` of ``[start, end)``: ``[ok, reached, first offsets, ipc]``."""
         sink = pa.BufferOutputStream()
         reached = start
         firsts: list[int] = []
@@ -98,7 +199,7 @@ class SpoolServer:
                 writer.write_batch(batch)
                 firsts.append(first)
                 reached = first + batch.num_rows
-                if sink.tell() >= _REPLY_BYTES:
+                if sink.tell() >= REPLY_BYTES:
                     break
             else:
                 reached = end
@@ -112,12 +213,13 @@ class SpoolServer:
 
 
 def fetch_range(
-    endpoint: str, channel: int, start: int, end: int, *, spool_id: Optional[str] = None, skip_loss: bool = False,
-    timeout: float = 120.0,
+    access: FetchAccess, channel: int, start: int, end: int, *, spool_id: Optional[str] = None,
+    skip_loss: bool = False, timeout: float = 120.0,
 ) -> Iterator[tuple[int, pa.RecordBatch]]:
     """``(first offset, spool batch)`` covering ``[start, end)`` of a channel, fetched from
     the driver (skipped offsets, with ``skip_loss``, are logged by the driver)."""
-    with Dealer(endpoint, linger=0) as dealer:
+    endpoint = access.endpoint
+    with Dealer(endpoint, linger=0, curve=access.curve()) as dealer:
         position = start
         while position < end:
             request = json.dumps({"channel": channel, "start": position, "end": end, "spool": spool_id,
@@ -126,9 +228,13 @@ def fetch_range(
             try:
                 reply = dealer.recv_multipart(timeout=timeout)
             except TimeoutError:
+                note = ""
+                if dealer.handshakes is not None and (dealer.handshakes.poll() or dealer.handshakes.rejected):
+                    note = f"; the CURVE handshake failed: {dealer.handshakes.last_rejection}"
                 raise FetchError(
                     f"no answer from the driver's spool server at {endpoint} within {timeout:.0f}s "
                     f"(channel {channel}, offsets {position}..{end}); is the driver reachable from this executor?"
+                    + note
                 ) from None
             status = reply[1]
             if status != b"ok":

@@ -17,10 +17,20 @@ from typing import Optional
 
 from ..options import SourceOptions
 from .fetch import SpoolServer
+from .locality import executors_share_host
 from .receiver import Receiver, open_channel_socket
 from .spool import Spool, SpoolBudget
 
-__all__ = ["IngestRuntime"]
+__all__ = ["IngestRuntime", "needs_fetch_service"]
+
+
+def needs_fetch_service(spool_access: str) -> bool:
+    """Whether the driver must serve the spool over the network: always for
+    ``spoolAccess=fetch``, never for ``local``, and for ``auto`` unless Spark's master is
+    known to run every executor on this host (``locality``)."""
+    if spool_access == "auto":
+        return not executors_share_host()
+    return spool_access == "fetch"
 
 
 class IngestRuntime:
@@ -55,9 +65,18 @@ class IngestRuntime:
             self.spool.close()
             raise
         self.server: Optional[SpoolServer] = None
-        if options.spool_access != "local":
-            self.server = SpoolServer(options.spool_dir, host=options.spool_server_host, spool_id=self.spool.spool_id,
-                                      locate=lambda channel, offset: self.spool.channels[channel].locate(offset))
+        if needs_fetch_service(options.spool_access):
+            try:
+                self.server = SpoolServer(
+                    options.spool_dir, host=options.spool_server_host, spool_id=self.spool.spool_id,
+                    locate=lambda channel, offset: self.spool.channels[channel].locate(offset),
+                    channels=len(self.spool.channels),
+                )
+            except BaseException:
+                for receiver in self.receivers:
+                    receiver.socket.close(linger=0)
+                self.spool.close()
+                raise
 
     def start(self) -> None:
         """Start receiving (once the numbering is settled, see the module docstring)."""

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 from pyspark.sql.datasource import InputPartition
+
+from .fetch import FetchAccess
 
 __all__ = ["SpoolRange", "InlineMessages"]
 
@@ -12,14 +15,16 @@ __all__ = ["SpoolRange", "InlineMessages"]
 @dataclass
 class SpoolRange(InputPartition):
     """Messages ``[start, end)`` of one channel, read from the spool: directly when the task
-    sees the spool directory (``owner_id`` matches), else fetched from ``fetch_endpoint``."""
+    sees the spool directory (``owner_id`` matches), else fetched from the driver's fetch
+    service (``fetch``: its endpoint and this query's CURVE client keys; ``None`` when the
+    driver runs none because every executor shares its host)."""
 
     spool_dir: str
     channel: int
     start: int
     end: int
     owner_id: str = ""
-    fetch_endpoint: str = ""
+    fetch: Optional[FetchAccess] = None
     #: where ``start`` is in the spool (``ChannelLog.locate``: segment file name, byte
     #: position), so the task need not scan the segment from its beginning; empty when unknown
     hint: tuple = ()

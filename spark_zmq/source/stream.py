@@ -19,6 +19,7 @@ a spool that is behind a checkpoint continues numbering after it.
 from __future__ import annotations
 
 import logging
+import socket
 from typing import Iterator, Optional, Sequence, Union
 
 import pyarrow as pa
@@ -34,7 +35,7 @@ from pyspark.sql.types import StructType
 
 from ..options import SourceOptions
 from .decode import decoder_for
-from .fetch import fetch_range
+from .fetch import FetchError, fetch_range
 from .ingest import IngestRuntime
 from .partitions import SpoolRange
 from .planner import admit, channel_offsets, split, spool_of, with_spool
@@ -237,7 +238,7 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             channel_log = runtime.spool.channels[piece.channel]
             parts.append(SpoolRange(
                 self.options.spool_dir, piece.channel, piece.start, piece.end, runtime.spool.owner_id,
-                runtime.server.endpoint if runtime.server is not None else "",
+                runtime.server.access if runtime.server is not None else None,
                 channel_log.locate(piece.start) or (), spool_id,
             ))
         return parts
@@ -260,12 +261,16 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             yield from decoder.decode(batch, partition.channel, first)
 
     def _spool_batches(self, partition: SpoolRange) -> Iterator[tuple[int, pa.RecordBatch]]:
-        local = self.options.spool_access == "local" or (
-            self.options.spool_access == "auto" and sees_spool(partition.spool_dir, partition.owner_id)
-        )
-        if local or not partition.fetch_endpoint:
+        mode = self.options.spool_access
+        if mode == "local" or (mode == "auto" and sees_spool(partition.spool_dir, partition.owner_id)):
             return read_range(partition.spool_dir, partition.channel, partition.start, partition.end, partition.hint,
                               spool_id=partition.spool_id or None,
                               on_loss=loss_policy(self.options.fail_on_data_loss))
-        return fetch_range(partition.fetch_endpoint, partition.channel, partition.start, partition.end,
+        if partition.fetch is None:
+            raise FetchError(
+                f"this executor ({socket.gethostname()}) cannot see the driver's spool directory, and the driver "
+                "runs no spool fetch service (with spoolAccess=auto it runs one unless Spark's master is local); "
+                "set option spoolAccess=fetch (and spoolServerHost to the driver's address executors reach)"
+            )
+        return fetch_range(partition.fetch, partition.channel, partition.start, partition.end,
                            spool_id=partition.spool_id or None, skip_loss=not self.options.fail_on_data_loss)

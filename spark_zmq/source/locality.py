@@ -1,0 +1,84 @@
+"""Where Spark's executors run, as far as the driver's Python process can tell.
+
+Why: the spool fetch service is a listening port. It must not exist when every executor
+reads the spool directly (``local[N]`` and ``local-cluster[...]`` masters run executors
+on the driver's host, as the driver's user), and nothing in a Python data source's
+process says which master the application uses: Spark passes no configuration to it.
+The SparkSubmit JVM that launched this process does carry the master on its command line
+(``--master X`` from spark-submit, ``--conf spark.master=X`` when a Python program's
+``SparkSession.builder.master(X)`` started the JVM), so this module looks there, through
+``/proc``. When it cannot tell (another OS, a master set only in ``spark-defaults.conf``),
+the answer is "unknown" and the caller keeps the service (authenticated and encrypted).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+__all__ = ["spark_master", "executors_share_host"]
+
+_SUBMIT_CLASS = b"org.apache.spark.deploy.SparkSubmit"
+_MAX_DEPTH = 8
+#: spark-submit options that take no value
+_FLAGS = frozenset({b"--verbose", b"--supervise", b"--help", b"--version", b"--usage-error"})
+
+
+def _parent(pid: int) -> Optional[int]:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _cmdline(pid: int) -> list[bytes]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().split(b"\0")
+    except OSError:
+        return []
+
+
+def master_from_command_line(args: list[bytes]) -> Optional[str]:
+    """The master a SparkSubmit command line names (the last one wins, as in spark-submit).
+    What follows the application (a ``.py``/``.jar`` file or ``pyspark-shell``) is the
+    application's own arguments and is not read."""
+    if _SUBMIT_CLASS not in args:
+        return None
+    master: Optional[bytes] = None
+    start = args.index(_SUBMIT_CLASS) + 1
+    for i in range(start, len(args)):
+        arg, previous = args[i], args[i - 1]
+        takes_value = previous.startswith(b"--") and b"=" not in previous and previous not in _FLAGS
+        if not arg.startswith(b"-") and not takes_value:
+            break  # the application (a .py/.jar file or pyspark-shell): its own arguments follow
+        if arg == b"--master" and i + 1 < len(args):
+            master = args[i + 1]
+        elif arg.startswith(b"--master="):
+            master = arg[len(b"--master="):]
+        elif arg == b"--conf" and i + 1 < len(args) and args[i + 1].startswith(b"spark.master="):
+            master = args[i + 1][len(b"spark.master="):]
+        elif arg.startswith(b"--conf=spark.master="):
+            master = arg[len(b"--conf=spark.master="):]
+    return master.decode("utf-8", "replace") if master else None
+
+
+def spark_master(pid: Optional[int] = None) -> Optional[str]:
+    """The master URL from the nearest SparkSubmit ancestor of ``pid`` (this process), or
+    ``None`` when no ancestor names one."""
+    current: Optional[int] = pid or os.getpid()
+    for _ in range(_MAX_DEPTH):
+        if current is None or current <= 1:
+            return None
+        args = _cmdline(current)
+        if _SUBMIT_CLASS in args:
+            return master_from_command_line(args)
+        current = _parent(current)
+    return None
+
+
+def executors_share_host(master: Optional[str] = None) -> bool:
+    """``True`` only when the master is known to run every executor on this host."""
+    master = master if master is not None else spark_master()
+    return master is not None and master.strip().lower().startswith("local")

@@ -1,0 +1,127 @@
+"""The CURVE options: certificates as pyzmq and CZMQ write them, and every way to get them
+wrong, each refused when the options are parsed (before any socket or data) with an error
+naming the option."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import zmq
+import zmq.auth
+
+from spark_zmq.options import OptionError, SinkOptions, SourceOptions
+from spark_zmq.patterns.curve import ANY_KEY, keygen
+
+pytestmark = pytest.mark.timeout(60)
+
+ENDPOINT = {"endpoints": "@tcp://127.0.0.1:5999"}
+
+
+@pytest.fixture
+def certs(tmp_path):
+    public, secret = zmq.auth.create_certificates(str(tmp_path), "me")
+    server_public, _ = zmq.auth.create_certificates(str(tmp_path), "server")
+    authorized = tmp_path / "authorized"
+    authorized.mkdir()
+    zmq.auth.create_certificates(str(authorized), "client")
+    os.remove(authorized / "client.key_secret")
+    return {"public": public, "secret": secret, "server": server_public, "authorized": str(authorized),
+            "dir": tmp_path}
+
+
+def _source(**options):
+    return SourceOptions.parse({**ENDPOINT, **options})
+
+
+def _refused(option, match, parse=_source, **options):
+    with pytest.raises(OptionError, match=match) as caught:
+        parse(**options)
+    assert caught.value.option == option, (caught.value.option, str(caught.value))
+    return str(caught.value)
+
+
+def test_server_and_client_settings_from_pyzmq_certificates(certs):
+    server = _source(curveCertificate=certs["secret"], curveAuthorizedKeys=certs["authorized"]).curve
+    assert server.is_server and len(server.authorized) == 1
+    assert server.public_key == zmq.auth.load_certificate(certs["secret"])[0]
+    client = SinkOptions.parse({"endpoints": "tcp://h:1", "curveCertificate": certs["secret"],
+                                "curveServerKey": certs["server"]}).curve
+    assert not client.is_server and client.server_key == zmq.auth.load_certificate(certs["server"])[0]
+    z85 = zmq.auth.load_certificate(certs["server"])[0].decode()
+    assert _source(curveCertificate=certs["secret"], curveServerKey=z85).curve.server_key == z85.encode()
+    assert _source(curveCertificate=certs["secret"], curveAuthorizedKeys=" * ").curve.authorized == ANY_KEY
+    assert _source().curve is None
+
+
+def test_secrets_never_show_in_a_repr(certs):
+    options = _source(curveCertificate=certs["secret"], curveAuthorizedKeys="*")
+    secret = zmq.auth.load_certificate(certs["secret"])[1].decode()
+    assert secret not in repr(options) and secret not in repr(options.curve)
+
+
+def test_a_czmq_zcert_certificate_works(certs, tmp_path):
+    public, secret = zmq.curve_keypair()
+    path = tmp_path / "czmq.key_secret"
+    path.write_text(
+        "#   ****  Generated on 2026-11-01 12:00:00 by CZMQ  ****\n"
+        "#   ZeroMQ CURVE **Secret** Certificate\n"
+        "#   DO NOT PROVIDE THIS FILE TO OTHER USERS nor change its permissions.\n\n"
+        "metadata\n    name = \"czmq\"\ncurve\n"
+        f"    public-key = \"{public.decode()}\"\n    secret-key = \"{secret.decode()}\"\n"
+    )
+    curve = _source(curveCertificate=str(path), curveAuthorizedKeys="*").curve
+    assert (curve.public_key, curve.secret_key) == (public, secret)
+
+
+def test_keygen_writes_a_pair_pyzmq_reads_with_a_private_secret(tmp_path):
+    public_file, secret_file = keygen(str(tmp_path), "node1")
+    assert zmq.auth.load_certificate(secret_file)[1] is not None
+    assert os.stat(secret_file).st_mode & 0o777 == 0o600
+    with pytest.raises(FileExistsError):
+        keygen(str(tmp_path), "node1")
+
+
+@pytest.mark.parametrize("side", ["source", "sink"])
+def test_every_bad_combination_is_refused_naming_the_option(certs, side):
+    if side == "source":
+        parse = _source
+    else:
+        def parse(**options):
+            return SinkOptions.parse({"endpoints": "tcp://h:1", **options})
+    missing = str(certs["dir"] / "nope.key_secret")
+    _refused("curveCertificate", "cannot read the certificate file", parse, curveCertificate=missing,
+             curveAuthorizedKeys="*")
+    _refused("curveCertificate", "holds only a public key", parse, curveCertificate=certs["public"],
+             curveAuthorizedKeys="*")
+    _refused("curveCertificate", "is not a regular file", parse, curveCertificate=str(certs["dir"]),
+             curveAuthorizedKeys="*")
+    _refused("curveServerKey", "neither a 40-character Z85 public key nor an existing certificate file", parse,
+             curveCertificate=certs["secret"], curveServerKey="short")
+    _refused("curveServerKey", "not valid Z85", parse, curveCertificate=certs["secret"], curveServerKey="~" * 40)
+    _refused("curveCertificate", "'curveServerKey' needs 'curveCertificate'", parse, curveServerKey=certs["server"])
+    _refused("curveCertificate", "'curveAuthorizedKeys' needs 'curveCertificate'", parse, curveAuthorizedKeys="*")
+    _refused("curveAuthorizedKeys", "needs 'curveAuthorizedKeys'", parse, curveCertificate=certs["secret"])
+    _refused("curveAuthorizedKeys", "exclude each other", parse, curveCertificate=certs["secret"],
+             curveServerKey=certs["server"], curveAuthorizedKeys="*")
+    empty = certs["dir"] / "empty"
+    empty.mkdir(exist_ok=True)
+    _refused("curveAuthorizedKeys", "holds no public certificate", parse, curveCertificate=certs["secret"],
+             curveAuthorizedKeys=str(empty))
+    _refused("curveAuthorizedKeys", "is not a directory", parse, curveCertificate=certs["secret"],
+             curveAuthorizedKeys=certs["public"])
+
+
+def test_damaged_certificate_files_are_refused(certs, tmp_path):
+    cases = {
+        "garbage.key_secret": b"\x00\xff" * 100,
+        "badkey.key_secret": b'curve\n    public-key = "abc"\n    secret-key = "def"\n',
+        "mismatch.key_secret": (b'curve\n    public-key = "%s"\n    secret-key = "%s"\n'
+                                % (zmq.curve_keypair()[0], zmq.curve_keypair()[1])),
+        "huge.key_secret": b"#" * (1 << 20),
+    }
+    for name, content in cases.items():
+        path = tmp_path / name
+        path.write_bytes(content)
+        text = _refused("curveCertificate", ".", curveCertificate=str(path), curveAuthorizedKeys="*")
+        assert name in text
