@@ -12,7 +12,7 @@ import zmq
 import zmq.auth
 from zmq.auth.thread import ThreadAuthenticator
 
-from zmqtest import Producer, numbered, stop_all, wait_until
+from zmqtest import Producer, listening_addresses, numbered, reader_pid, stop_all, wait_until
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -140,6 +140,30 @@ def test_sub_source_as_curve_client_of_a_curve_publisher(spark, keys, free_port,
     finally:
         stop_all([query])
         publisher.close()
+
+
+@pytest.mark.parametrize("access", ["auto", "fetch"])
+def test_a_query_listens_only_where_the_user_said_and_on_spool_server_host(spark, free_port, spool_dir, tmp_path,
+                                                                           access):
+    """Under a local master every executor reads the spool directly, so with
+    spoolAccess=auto the driver opens no port but the user's endpoint; with
+    spoolAccess=fetch it adds the fetch service, on spoolServerHost only (never 0.0.0.0)."""
+    endpoint = f"tcp://127.0.0.1:{free_port}"
+    df = (spark.readStream.format("zmq").option("endpoints", "@" + endpoint).option("spoolDir", spool_dir)
+          .option("spoolAccess", access).option("spoolServerHost", "127.0.0.1").load())
+    query = _memory_query(df.selectExpr("cast(value as string) as v"), f"ports_{access}", tmp_path)
+    try:
+        Producer(endpoint, numbered(100)).start()
+        wait_until(lambda: spark.table(f"ports_{access}").count() >= 100, 120, "100 rows (tasks have read the spool)")
+        listening = listening_addresses(reader_pid(spool_dir))
+        others = {entry for entry in listening if entry != ("127.0.0.1", free_port)}
+        assert ("127.0.0.1", free_port) in listening
+        if access == "auto":
+            assert others == set(), f"the reader listens on {others} besides the user's endpoint"
+        else:
+            assert len(others) == 1 and next(iter(others))[0] == "127.0.0.1", others
+    finally:
+        stop_all([query])
 
 
 # -- sink ----------------------------------------------------------------------------------------

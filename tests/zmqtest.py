@@ -112,6 +112,38 @@ def reader_pid(spool_dir: str) -> int:
         return int(f.read().strip())
 
 
+def listening_addresses(pid: int) -> set[tuple[str, int]]:
+    """The TCP ``(address, port)`` pairs process ``pid`` listens on (from /proc: its socket
+    inodes matched against the kernel's table of listening sockets)."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    found = set()
+    for table, width in (("tcp", 4), ("tcp6", 16)):
+        try:
+            with open(f"/proc/{pid}/net/{table}") as f:
+                lines = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if fields[3] != "0A" or fields[9] not in inodes:  # 0A: LISTEN
+                continue
+            address, port = fields[1].split(":")
+            raw = bytes.fromhex(address)
+            if width == 4:
+                host = ".".join(str(b) for b in raw[::-1])
+            else:
+                host = ":".join(raw[i:i + 4][::-1].hex() for i in range(0, 16, 4))
+            found.add((host, int(port, 16)))
+    return found
+
+
 def rss_bytes(pid: int) -> int:
     with open(f"/proc/{pid}/status") as f:
         for line in f:
