@@ -14,10 +14,15 @@ import sys
 import pyarrow as pa
 import zmq
 
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+import curvekeys  # noqa: E402
+
 
 def main(kind: str, expected: int) -> None:
     pull = zmq.Context.instance().socket(zmq.PULL)
     pull.setsockopt(zmq.RCVHWM, 100_000)
+    if curvekeys.current():
+        curvekeys.secure_server(pull, curvekeys.current())
     print(pull.bind_to_random_port("tcp://127.0.0.1"), flush=True)
     got = 0
     while got < expected:

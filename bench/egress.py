@@ -16,6 +16,7 @@ import time
 import pyarrow as pa
 import zmq
 
+import curvekeys
 import payloads
 from common import HERE, register_ceilings
 
@@ -41,6 +42,8 @@ def bare_push(count: int, kind: str, arg: int) -> float:
     context = zmq.Context()
     push = context.socket(zmq.PUSH)
     push.setsockopt(zmq.SNDHWM, 100_000)
+    if curvekeys.current():
+        curvekeys.secure_client(push, curvekeys.current())
     push.connect(consumer.endpoint)
     started = time.perf_counter()
     for _ in range(messages):
@@ -75,8 +78,11 @@ def connector(spark, count: int, kind: str, arg: int) -> float:
 def _zmq_write(df, kind: str, arg: int, expected: int) -> float:
     consumer = Consumer(kind, expected)
     started = time.perf_counter()
-    (df.write.format("zmq").mode("append").option("endpoints", consumer.endpoint)
-     .option("format", kind).option("rowsPerMessage", str(arg)).save())
+    writer = (df.write.format("zmq").mode("append").option("endpoints", consumer.endpoint)
+              .option("format", kind).option("rowsPerMessage", str(arg)))
+    if curvekeys.current():
+        writer = writer.options(**curvekeys.sink_options(curvekeys.current()))
+    writer.save()
     elapsed = time.perf_counter() - started
     consumer.wait()
     return elapsed

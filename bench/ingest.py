@@ -15,6 +15,7 @@ import time
 import pyarrow as pa
 import zmq
 
+import curvekeys
 import payloads
 from common import Producer, free_port, register_ceilings, wait_for_rows, wait_started, warm_up
 
@@ -26,7 +27,8 @@ WARM_UP_MESSAGES = {"raw": 100_000, "arrow": 40}
 
 def connector(spark, count: int, kind: str, arg: int, channels: int = 1) -> float:
     """``readStream.format("zmq")`` (pull, ``raw`` or ``arrow``) into a ``noop`` sink;
-    ``channels`` endpoints, each fed ``count / channels`` messages by its own producer."""
+    ``channels`` endpoints, each fed ``count / channels`` messages by its own producer.
+    Under ``curvekeys.ENV`` the source is a CURVE server and the producers its clients."""
     ports = [free_port() for _ in range(channels)]
     work = tempfile.mkdtemp(prefix="spark-zmq-bench-")
     reader = (spark.readStream.format("zmq")
@@ -34,6 +36,8 @@ def connector(spark, count: int, kind: str, arg: int, channels: int = 1) -> floa
               .option("spoolDir", os.path.join(work, "spool")))
     if kind == "arrow":
         reader = reader.option("format", "arrow").schema(payloads.ARROW_DDL)
+    if curvekeys.current():
+        reader = reader.options(**curvekeys.source_options(curvekeys.current()))
     query = (reader.load().writeStream.format("noop").option("checkpointLocation", os.path.join(work, "ckpt"))
              .trigger(processingTime="0 seconds").start())
     try:
@@ -56,6 +60,8 @@ def bare_pull(count: int, kind: str, arg: int) -> float:
     """A bare pyzmq PULL loop; for Arrow it also decodes each message (the wire's ceiling)."""
     pull = zmq.Context.instance().socket(zmq.PULL)
     pull.setsockopt(zmq.RCVHWM, 100_000)
+    if curvekeys.current():
+        curvekeys.secure_server(pull, curvekeys.current())
     port = pull.bind_to_random_port("tcp://127.0.0.1")
     proc = Producer(f"tcp://127.0.0.1:{port}", count, kind, arg)
     started = proc.go()

@@ -17,6 +17,7 @@ import time
 import zmq
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
+import curvekeys  # noqa: E402
 import payloads  # noqa: E402
 
 
@@ -24,6 +25,8 @@ def main(endpoint: str, count: int, kind: str, arg: int) -> None:
     context = zmq.Context()
     push = context.socket(zmq.PUSH)
     push.setsockopt(zmq.SNDHWM, 100_000)
+    if curvekeys.current():
+        curvekeys.secure_client(push, curvekeys.current())
     push.connect(endpoint)
     message = b"" if kind == "stamped" else payloads.raw(arg) if kind == "raw" else payloads.arrow_message(arg)
     print("ready", flush=True)  # started, imported, connected, payload built

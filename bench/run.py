@@ -15,7 +15,11 @@ Scenarios (the benchmark issue's numbering):
   4 latency           10,000 msgs/s through pull -> Spark -> push; p50/p95/p99;
   5 backpressure      a producer far faster than a throttled query: receiver memory, spool
                       size against maxSpoolBytes, messages lost;
-  6 scaling           one-row ingest with 1, 2, 3, 4 channels.
+  6 scaling           one-row ingest with 1, 2, 3, 4 channels;
+  7 curve-ingest-raw-100B, curve-ingest-arrow, curve-egress-raw-100B, curve-egress-arrow:
+                      the connector with CURVE (a ZAP-authenticated server on ingest, a client
+                      on egress) vs the connector without it, and a bare pyzmq loop with CURVE
+                      vs without it (libzmq's own cost of encryption, for scale).
 Contenders run back to back, ``--reps`` times; the report gives medians, spread and the
 ratio against the named baseline, since absolute figures vary between machines. Results:
 results.json, report.md and chart.png in ``--out``.
@@ -34,6 +38,7 @@ from typing import Callable
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import backpressure  # noqa: E402
+import curvekeys  # noqa: E402
 import egress  # noqa: E402
 import ingest  # noqa: E402
 import latency  # noqa: E402
@@ -63,6 +68,18 @@ def compare(name: str, unit: str, contenders: dict[str, Callable[[], float]], re
     return row
 
 
+def secured(keys: str, fn: Callable[[], float]) -> Callable[[], float]:
+    """``fn`` run with CURVE on every socket (the producer and consumer processes read the
+    key directory from the environment)."""
+    def run() -> float:
+        os.environ[curvekeys.ENV] = keys
+        try:
+            return fn()
+        finally:
+            del os.environ[curvekeys.ENV]
+    return run
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, one repetition: proves the command works")
@@ -78,6 +95,7 @@ def main(argv: list[str]) -> int:
     only = {s.strip() for s in args.only.split(",") if s.strip()}
     spark = spark_session()
     n, m, r = size["raw"], size["arrow_messages"], size["arrow_rows"]
+    keys = curvekeys.make()
 
     comparisons = {
         "ingest-arrow": lambda: compare("ingest-arrow", "rows/s", {
@@ -105,6 +123,30 @@ def main(argv: list[str]) -> int:
             "bare pyzmq PUSH": lambda: egress.bare_push(m * r, "arrow", r),
             "Python Arrow writer, discarding": lambda: egress.discard_writer(spark, m * r, "arrow", r),
         }, reps, "bare pyzmq PUSH", 0.8),
+        "curve-ingest-raw-100B": lambda: compare("curve-ingest-raw-100B", "msgs/s", {
+            "connector": secured(keys, lambda: ingest.connector(spark, n, "raw", 100)),
+            "connector without CURVE": lambda: ingest.connector(spark, n, "raw", 100),
+            "bare pyzmq PULL, CURVE": secured(keys, lambda: ingest.bare_pull(n, "raw", 100)),
+            "bare pyzmq PULL": lambda: ingest.bare_pull(n, "raw", 100),
+        }, reps, "connector without CURVE", None),
+        "curve-ingest-arrow": lambda: compare("curve-ingest-arrow", "rows/s", {
+            "connector": secured(keys, lambda: ingest.connector(spark, m, "arrow", r)),
+            "connector without CURVE": lambda: ingest.connector(spark, m, "arrow", r),
+            "bare pyzmq PULL + decode, CURVE": secured(keys, lambda: ingest.bare_pull(m, "arrow", r)),
+            "bare pyzmq PULL + decode": lambda: ingest.bare_pull(m, "arrow", r),
+        }, reps, "connector without CURVE", None),
+        "curve-egress-raw-100B": lambda: compare("curve-egress-raw-100B", "msgs/s", {
+            "connector": secured(keys, lambda: egress.connector(spark, n, "raw", 100)),
+            "connector without CURVE": lambda: egress.connector(spark, n, "raw", 100),
+            "bare pyzmq PUSH, CURVE": secured(keys, lambda: egress.bare_push(n, "raw", 100)),
+            "bare pyzmq PUSH": lambda: egress.bare_push(n, "raw", 100),
+        }, reps, "connector without CURVE", None),
+        "curve-egress-arrow": lambda: compare("curve-egress-arrow", "rows/s", {
+            "connector": secured(keys, lambda: egress.connector(spark, m * r, "arrow", r)),
+            "connector without CURVE": lambda: egress.connector(spark, m * r, "arrow", r),
+            "bare pyzmq PUSH, CURVE": secured(keys, lambda: egress.bare_push(m * r, "arrow", r)),
+            "bare pyzmq PUSH": lambda: egress.bare_push(m * r, "arrow", r),
+        }, reps, "connector without CURVE", None),
         "scaling": lambda: {"scenario": "scaling", "unit": "msgs/s", "channels": {
             c: statistics.median(ingest.connector(spark, size["scaling"], "raw", 100, channels=c) for _ in range(reps))
             for c in (1, 2, 3, 4)}},
