@@ -355,7 +355,8 @@ def _failure_text(event: int, value: int, is_server: bool) -> str:
                     "the CURVE key exchange failed: curveServerKey is not the server's public key")
         return f"ZMTP protocol error {value:#x} during the handshake"
     return ("a peer dropped the connection during the handshake (a client without CURVE, or not a ZeroMQ peer)"
-            if is_server else "the connection failed during the handshake")
+            if is_server else "the server closed the connection during the handshake (is curveServerKey the server's "
+            "public key, and does the server use CURVE?)")
 
 
 class HandshakeWatch:
