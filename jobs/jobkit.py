@@ -76,6 +76,59 @@ def add_common(p: argparse.ArgumentParser) -> None:
                    help="micro-batch interval when running continuously (default 0: as fast as possible)")
 
 
+def add_curve(p: argparse.ArgumentParser, prefix: str = "",
+              side: str = "the ZeroMQ source") -> argparse._ArgumentGroup:
+    """--curve-certificate, --curve-server-key, --curve-authorized-keys: the data source
+    options curveCertificate, curveServerKey, curveAuthorizedKeys of ``side`` (``prefix``
+    names another side's flags, e.g. ``sink-`` for --sink-curve-certificate). Returns the
+    help group, for a job's own CURVE flags."""
+    group = p.add_argument_group(
+        f"CURVE security of {side}",
+        "Encrypt and authenticate with CurveZMQ (make key pairs with 'spark-zmq keygen NAME').\n"
+        "A CURVE server gives its certificate and the client keys it accepts; a CURVE client\n"
+        "gives its certificate and the server's public key. Which side binds does not matter.")
+    group.add_argument(f"--{prefix}curve-certificate", metavar="FILE",
+                       help="this side's secret certificate file (NAME.key_secret); option curveCertificate")
+    group.add_argument(f"--{prefix}curve-server-key", metavar="FILE|Z85",
+                       help="as a CURVE client: the server's public key, its certificate file (NAME.key) or "
+                            "40-character Z85 text; option curveServerKey")
+    group.add_argument(f"--{prefix}curve-authorized-keys", metavar="DIR|*",
+                       help="as a CURVE server: a directory of the clients' public certificates (*.key), or '*' "
+                            "for any client key (encryption only); option curveAuthorizedKeys")
+    return group
+
+
+def curve_options(p: argparse.ArgumentParser, args: argparse.Namespace, prefix: str = "",
+                  certificate: str | None = None) -> dict[str, str]:
+    """The data source options for the --{prefix}curve-* flags given (``{}`` for none),
+    checked now with the connector's own rules: a missing file, a bad key or a wrong
+    combination is a usage error (exit 2) naming the flag, before Spark starts rather
+    than when the first task opens a socket. ``certificate`` stands in for a missing
+    --{prefix}curve-certificate once another of these flags is given (a stage's one
+    identity on both sides). Paths become absolute: Spark's processes run elsewhere."""
+    from spark_zmq.cli import curve_from_flags
+    from spark_zmq.patterns.curve import ANY_KEY, CurveError
+
+    attr = prefix.replace("-", "_")
+    given = [getattr(args, f"{attr}curve_{name}") for name in ("certificate", "server_key", "authorized_keys")]
+    if given[0] is None and (given[1] is not None or given[2] is not None):
+        given[0] = certificate
+    flags = [f"--{prefix}curve-{name}" for name in ("certificate", "server-key", "authorized-keys")]
+    try:
+        curve_from_flags(*given, flags=flags)
+    except CurveError as exc:
+        p.error(str(exc))
+    options: dict[str, str] = {}
+    for option, value in zip(("curveCertificate", "curveServerKey", "curveAuthorizedKeys"), given):
+        if value is None or not value.strip():
+            continue
+        text = os.path.expanduser(value.strip())
+        if text != ANY_KEY and os.path.exists(text):  # a file or directory; else Z85 text, kept as given
+            text = os.path.abspath(text)
+        options[option] = text
+    return options
+
+
 def check_positive(p: argparse.ArgumentParser, args: argparse.Namespace, *names: str) -> None:
     """Reject non-positive numeric arguments with a usage message (exit 2)."""
     for name in names:

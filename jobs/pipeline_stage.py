@@ -12,6 +12,17 @@ round-robin to the downstream PULL peers as Arrow messages of up to --rows-per-m
 Input is exactly-once into Spark; output is at-least-once, and every Arrow message carries
 its query id, batch id, partition and sequence in the schema metadata so the next stage can
 drop a retried task's duplicates.
+
+CURVE: the two sides have separate flags, because a stage usually plays both roles: the
+server of its upstream producers (``--curve-certificate`` with ``--curve-authorized-keys``)
+and a client of the next stage (``--sink-curve-server-key``). ``--curve-*`` secure the
+input, ``--sink-curve-*`` the output; the output uses ``--curve-certificate`` too (one
+identity per stage) unless ``--sink-curve-certificate`` names another one. Without any
+``--sink-curve-*`` flag the output is not encrypted.
+
+    spark-submit jobs/pipeline_stage.py --input @tcp://*:5555 --output tcp://next-stage:5556 \\
+        --curve-certificate keys/stage.key_secret --curve-authorized-keys keys/producers/ \\
+        --sink-curve-server-key keys/next-stage.key ...
 """
 
 from __future__ import annotations
@@ -35,9 +46,13 @@ def parse_args(argv: list[str]):
                    help="fail a write task after this long without a downstream peer (default 30000)")
     p.add_argument("--max-rows-per-trigger", type=int, help="cap on rows per micro-batch")
     jobkit.add_common(p)
+    jobkit.add_curve(p, side="the input (--input)")
+    jobkit.add_curve(p, "sink-", side="the output (--output; the certificate defaults to --curve-certificate)")
     args = p.parse_args(argv)
     jobkit.check_positive(p, args, "rows_per_message", "send_timeout_ms", "max_rows_per_trigger", "idle_timeout")
     args.spool_dir = jobkit.spool_dir(p, args)
+    args.curve = jobkit.curve_options(p, args)
+    args.sink_curve = jobkit.curve_options(p, args, "sink-", certificate=args.curve_certificate)
     return args
 
 
@@ -50,6 +65,7 @@ def main(argv: list[str]) -> int:
         .schema(args.schema)
         .option("spoolDir", args.spool_dir)
         .option("timeout", str(args.idle_timeout))
+        .options(**args.curve)
     )
     if args.max_rows_per_trigger:
         reader = reader.option("maxRowsPerTrigger", str(args.max_rows_per_trigger))
@@ -65,6 +81,7 @@ def main(argv: list[str]) -> int:
         .option("pattern", "push").option("endpoints", args.output).option("format", "arrow")
         .option("rowsPerMessage", str(args.rows_per_message))
         .option("sendTimeoutMs", str(args.send_timeout_ms))
+        .options(**args.sink_curve)
         .option("checkpointLocation", args.checkpoint).outputMode("append")
         .trigger(**jobkit.trigger(args)).start()
     )

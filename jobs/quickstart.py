@@ -7,6 +7,16 @@ them with the connector (PULL), averages them per sensor, and writes the results
 over ZeroMQ (PUSH, Arrow) to a built-in collector (PULL). It runs with
 Trigger.AvailableNow, so it stops by itself once the producer is done, and prints a
 summary: rows in, rows out, rate and lag.
+
+With CURVE the Spark source is the server and the built-in producer its client:
+
+    spark-zmq keygen server --dir keys && spark-zmq keygen producer --dir keys/clients
+    spark-submit jobs/quickstart.py --curve-certificate keys/server.key_secret \\
+        --curve-authorized-keys keys/clients --producer-curve-certificate keys/clients/producer.key_secret
+
+With ``--curve-authorized-keys '*'`` the producer needs no certificate (it makes a
+throw-away key pair). The results' hop to the built-in collector stays unencrypted: both
+of its ends are in this process.
 """
 
 from __future__ import annotations
@@ -38,10 +48,49 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--rate", type=float, default=2500.0, help="messages per second (default 2500)")
     parser.add_argument("--master", default=None,
                         help="Spark master (default: spark-submit's --master, else local[2] from conf/)")
+    curve = jobkit.add_curve(parser, side="the Spark source (a CURVE server: the built-in producer is its client)")
+    curve.add_argument("--producer-curve-certificate", metavar="FILE",
+                       help="the built-in producer's secret certificate; its public key must be in "
+                            "--curve-authorized-keys (not needed with '*')")
     args = parser.parse_args(argv)
     if args.messages < 1 or args.rate <= 0:
         parser.error("--messages must be >= 1 and --rate > 0")
+    args.curve = jobkit.curve_options(parser, args)
+    args.producer_curve = producer_curve(parser, args)
     return args
+
+
+def producer_curve(parser: argparse.ArgumentParser, args: argparse.Namespace):
+    """The built-in producer's CURVE client settings matching the source's flags (``None``
+    without CURVE); a producer the source would refuse is a usage error now, not a quickstart
+    that waits for readings that never arrive."""
+    from spark_zmq.patterns.curve import ANY_KEY, Curve, CurveError, KeyPair, load_authorized_keys
+
+    if not args.curve:
+        if args.producer_curve_certificate:
+            parser.error("--producer-curve-certificate needs --curve-certificate and --curve-authorized-keys "
+                         "(the Spark source's CURVE server settings)")
+        return None
+    if "curveServerKey" in args.curve:
+        parser.error("--curve-server-key would make the Spark source a CURVE client, and the built-in producer "
+                     "cannot be its server; give --curve-authorized-keys (the source is the server)")
+    server = KeyPair.from_certificate(args.curve["curveCertificate"])
+    authorized = load_authorized_keys(args.curve["curveAuthorizedKeys"])
+    if args.producer_curve_certificate:
+        try:
+            keys = KeyPair.from_certificate(args.producer_curve_certificate, "--producer-curve-certificate")
+        except CurveError as exc:
+            parser.error(f"--producer-curve-certificate: {exc}")
+        if authorized != ANY_KEY and keys.public_key not in authorized:
+            parser.error(f"--producer-curve-certificate: its public key {keys.public_key.decode()} is not among "
+                         f"the keys in --curve-authorized-keys {args.curve_authorized_keys}, so the source would "
+                         "refuse the built-in producer")
+    elif authorized == ANY_KEY:
+        keys = KeyPair.generate()
+    else:
+        parser.error("--curve-authorized-keys DIR accepts only the keys in DIR: give the built-in producer one "
+                     "of them with --producer-curve-certificate, or accept any key with '*'")
+    return Curve.client(keys, server.public_key)
 
 
 class Collector(threading.Thread):
@@ -72,7 +121,8 @@ def main(argv: list[str]) -> int:
     collector = Collector(results)
     collector.start()
     producer = threading.Thread(target=loadgen.produce, args=(ingest,), daemon=True,
-                                kwargs=dict(format="json", count=args.messages, rate=args.rate, hwm=args.messages + 1))
+                                kwargs=dict(format="json", count=args.messages, rate=args.rate, hwm=args.messages + 1,
+                                            curve=args.producer_curve))
     workdir = tempfile.mkdtemp(prefix="spark-zmq-quickstart-")
     started = time.monotonic()
     producer.start()
@@ -83,6 +133,7 @@ def main(argv: list[str]) -> int:
         .option("format", "json").schema("sensor string, ts double, reading double")
         .option("spoolDir", os.path.join(workdir, "spool"))
         .option("timeout", "2")  # AvailableNow: stop once the producer is quiet for 2 s
+        .options(**args.curve)
         .load()
     )
     summary = readings.groupBy("sensor").agg({"reading": "avg", "*": "count"}).withColumnRenamed("avg(reading)", "avg_reading").withColumnRenamed("count(1)", "readings")

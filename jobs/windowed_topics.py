@@ -14,6 +14,10 @@ The ``text`` format keeps the ``topic`` frame as a column; ``from_json`` does th
 as with Kafka's ``value``. PUB/SUB is lossy by specification (a slow subscriber drops at its
 high-water mark; messages published before the subscription arrive nowhere): use PUSH/PULL
 where every message counts.
+
+With CURVE the subscriber is normally the client of a publisher that is the server:
+``--curve-certificate`` (this job's secret certificate) and ``--curve-server-key`` (the
+publisher's public key); the publisher authorizes this job's public key.
 """
 
 from __future__ import annotations
@@ -37,9 +41,11 @@ def parse_args(argv: list[str]):
     p.add_argument("--checkpoint", required=True, help="Spark checkpoint directory")
     p.add_argument("--spool-dir", help="the connector's spool (default: <checkpoint>/zmq-spool)")
     jobkit.add_common(p)
+    jobkit.add_curve(p)
     args = p.parse_args(argv)
     jobkit.check_positive(p, args, "idle_timeout")
     args.spool_dir = jobkit.spool_dir(p, args)
+    args.curve = jobkit.curve_options(p, args)
     return args
 
 
@@ -74,6 +80,7 @@ def main(argv: list[str]) -> int:
         .option("format", "text")
         .option("spoolDir", args.spool_dir)
         .option("timeout", str(args.idle_timeout))
+        .options(**args.curve)
         .load()
     )
     readings = messages.select("topic", F.from_json("value", schema).alias("r")).select("topic", "r.*")

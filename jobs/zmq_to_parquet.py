@@ -9,6 +9,10 @@ The connector's spool (kept under the checkpoint unless --spool-dir says otherwi
 what was received but not yet committed; Spark's file sink commits each micro-batch's files
 with its offsets, so a restart replays exactly what the files lack. Keep the checkpoint and
 the spool together: losing either one loses that guarantee.
+
+With CURVE, a receiver that binds is usually the server (``--curve-certificate`` and
+``--curve-authorized-keys``, the producers are its clients); one that connects, a client
+(``--curve-certificate`` and ``--curve-server-key``).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ def parse_args(argv: list[str]):
     p.add_argument("--partition-by", default="", help="comma-separated columns to partition the files by")
     p.add_argument("--max-rows-per-trigger", type=int, help="cap on rows per micro-batch")
     jobkit.add_common(p)
+    jobkit.add_curve(p)
     args = p.parse_args(argv)
     if args.format in ("json", "arrow") and not args.schema:
         p.error(f"--schema is required for --format {args.format}, e.g. \"seq long, sensor string\"")
@@ -38,6 +43,7 @@ def parse_args(argv: list[str]):
         p.error("--topics only applies to --pattern sub")
     jobkit.check_positive(p, args, "max_rows_per_trigger", "idle_timeout")
     args.spool_dir = jobkit.spool_dir(p, args)
+    args.curve = jobkit.curve_options(p, args)
     return args
 
 
@@ -49,6 +55,7 @@ def main(argv: list[str]) -> int:
         .option("pattern", args.pattern).option("endpoints", args.endpoints).option("format", args.format)
         .option("spoolDir", args.spool_dir)
         .option("timeout", str(args.idle_timeout))
+        .options(**args.curve)
     )
     if args.schema:
         reader = reader.schema(args.schema)

@@ -2,28 +2,39 @@
 
     spark-zmq produce tcp://127.0.0.1:5555 --count 100000 --rate 20000 --format json
     spark-zmq consume @tcp://*:5556 --format arrow --count 10
+    spark-zmq keygen server --dir keys/      # CURVE: keys/server.key, keys/server.key_secret
 
 Why a CLI: a connector is first tried from a shell; ``produce`` is the load generator the
 jobs, notebooks and benchmarks use (``spark_zmq.loadgen``), ``consume`` shows what a Spark
 job sends. Built on typer (arguments, ``--help``, usage errors with exit code 2) and rich
 (live progress on stderr, so printed messages on stdout stay clean for pipes).
+
+``--curve-certificate``, ``--curve-server-key`` and ``--curve-authorized-keys`` mean what
+the data source options ``curveCertificate``, ``curveServerKey`` and
+``curveAuthorizedKeys`` mean, and are checked by the same rules (``curve_from_flags``),
+so a key pair can be tried from a shell before a job uses it.
 """
 
 from __future__ import annotations
 
 import enum
 import json
+import os
 import sys
 import time
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 import pyarrow as pa
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from . import loadgen
+from .options import OptionError, _check_curve
 from .patterns import Gather, Pull, Sub, parse_endpoints
+from .patterns.curve import Curve, CurveError, KeyPair, load_authorized_keys, load_public_key
+from .patterns.curve import keygen as write_key_pair
 
 app = typer.Typer(
     name="spark-zmq",
@@ -52,6 +63,61 @@ class Format(str, enum.Enum):
     text = "text"
     json = "json"
     arrow = "arrow"
+
+
+#: the CLI flags of the data source options curveCertificate, curveServerKey, curveAuthorizedKeys
+CURVE_FLAGS = ("--curve-certificate", "--curve-server-key", "--curve-authorized-keys")
+_CURVE_OPTIONS = ("curveCertificate", "curveServerKey", "curveAuthorizedKeys")
+_CURVE_PANEL = "CURVE security (see 'spark-zmq keygen')"
+
+
+def curve_from_flags(certificate: Optional[str], server_key: Optional[str], authorized_keys: Optional[str],
+                     flags: Sequence[str] = CURVE_FLAGS) -> Optional[Curve]:
+    """The ``Curve`` that the three CURVE flags describe (``None`` without any), or
+    ``CurveError`` whose message and ``option`` name the flag at fault.
+
+    Why here and not per caller: the CLI and the example jobs take the data source's CURVE
+    options as flags; they share the data source's rules (``options._check_curve``, run
+    first, so a wrong combination is reported before any file is read) with the option
+    names turned into ``flags`` (e.g. the ``--sink-curve-*`` flags of a job)."""
+    names = dict(zip(_CURVE_OPTIONS, flags))
+    given = [None if v is None or not v.strip() else os.path.expanduser(v.strip())
+             for v in (certificate, server_key, authorized_keys)]
+    try:
+        _check_curve(dict(zip(("curve_certificate", "curve_server_key", "curve_authorized_keys"), given)))
+    except OptionError as exc:
+        text = str(exc)
+        for option, flag in names.items():
+            text = text.replace(f"option '{option}'", flag).replace(f"options '{option}'", flag)
+            text = text.replace(f"'{option}'", flag)
+        raise CurveError(text, names.get(exc.option or "", exc.option)) from None
+    cert_path, key_text, authorized_text = given
+    if cert_path is None:
+        return None
+    loads = ((KeyPair.from_certificate, cert_path, flags[0]), (load_public_key, key_text, flags[1]),
+             (load_authorized_keys, authorized_text, flags[2]))
+    loaded = []
+    for load, value, flag in loads:
+        try:
+            loaded.append(None if value is None else load(value, flag))
+        except CurveError as exc:
+            raise CurveError(f"{flag}: {exc}", flag) from None
+    keys, public, authorized = loaded
+    return Curve.client(keys, public) if public is not None else Curve.server(keys, authorized)
+
+
+def _curve_flags(certificate: Optional[str], server_key: Optional[str],
+                 authorized_keys: Optional[str]) -> Optional[Curve]:
+    """``curve_from_flags`` for a command: a bad value is a usage error (exit 2)."""
+    try:
+        return curve_from_flags(certificate, server_key, authorized_keys)
+    except CurveError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+def _error(text: str) -> None:
+    """One ``error:`` line on stderr (``text`` printed as is: paths and Z85 keys hold ``[``)."""
+    _err.print("[red]error:[/] " + escape(text))
 
 
 def _check_endpoints(endpoints: str, default_bind: bool) -> None:
@@ -86,9 +152,20 @@ def produce(
     linger: float = typer.Option(30.0, min=0, help="Seconds to keep delivering queued messages after the last "
                                                     "send (to peers that connect late)."),
     progress: bool = typer.Option(True, help="Show live progress on stderr."),
+    curve_certificate: Optional[str] = typer.Option(
+        None, metavar="FILE", rich_help_panel=_CURVE_PANEL,
+        help="This side's secret certificate (NAME.key_secret): with --curve-server-key a CURVE client, with "
+             "--curve-authorized-keys a CURVE server."),
+    curve_server_key: Optional[str] = typer.Option(
+        None, metavar="FILE|Z85", rich_help_panel=_CURVE_PANEL,
+        help="The CURVE server's public key: its certificate file (NAME.key) or 40-character Z85 text."),
+    curve_authorized_keys: Optional[str] = typer.Option(
+        None, metavar="DIR|*", rich_help_panel=_CURVE_PANEL,
+        help="As a CURVE server: a directory of the clients' public certificates (*.key), or '*' for any key."),
 ) -> None:
     """Send numbered sensor readings (a load generator); prints what was sent."""
     _check_endpoints(endpoints, default_bind=loadgen.PATTERNS[pattern.value].default_bind)
+    curve = _curve_flags(curve_certificate, curve_server_key, curve_authorized_keys)
     with _progress(count, progress, "produce") as bar:
         task = bar.add_task("produce", total=count, rate=0.0)
         started = time.monotonic()
@@ -100,15 +177,18 @@ def produce(
             result = loadgen.produce(endpoints, pattern=pattern.value, format=format.value, count=count, rate=rate,
                                      size=size, rows_per_message=rows_per_message, topics=topic, hwm=hwm,
                                      send_timeout=send_timeout, start=start,
-                                     linger=linger, on_progress=on_progress)
-        except TimeoutError as exc:
-            _err.print(f"[red]error:[/] {exc}")
+                                     linger=linger, on_progress=on_progress, curve=curve)
+        except (TimeoutError, loadgen.HandshakeRejectedError) as exc:
+            _error(str(exc))
             raise typer.Exit(1) from None
         except Exception as exc:  # zmq errors (address in use, ...): one line, not a traceback
-            _err.print(f"[red]error:[/] {type(exc).__name__}: {exc}")
+            _error(f"{type(exc).__name__}: {exc}")
             raise typer.Exit(1) from None
     typer.echo(f"sent {result.messages} messages ({result.rows} rows, {result.bytes} bytes) "
                f"in {result.seconds:.2f} s: {result.rate:,.0f} msg/s")
+    if result.rejected_handshakes:
+        _err.print("[yellow]warning:[/] " + escape(f"{result.rejected_handshakes} CURVE handshake(s) rejected "
+                                                   f"(last: {result.last_rejection})"))
 
 
 def _describe(payload: bytes, fmt: Format, table: Optional[pa.Table]) -> str:
@@ -133,26 +213,50 @@ def consume(
     timeout: Optional[float] = typer.Option(None, min=0, help="Stop after this many seconds with no message."),
     print_messages: bool = typer.Option(False, "--print", help="Print each message on stdout."),
     progress: bool = typer.Option(True, help="Show the live rate on stderr."),
+    curve_certificate: Optional[str] = typer.Option(
+        None, metavar="FILE", rich_help_panel=_CURVE_PANEL,
+        help="This side's secret certificate (NAME.key_secret): with --curve-authorized-keys a CURVE server, "
+             "with --curve-server-key a CURVE client."),
+    curve_server_key: Optional[str] = typer.Option(
+        None, metavar="FILE|Z85", rich_help_panel=_CURVE_PANEL,
+        help="As a CURVE client: the server's public key, its certificate file (NAME.key) or 40-character Z85 text."),
+    curve_authorized_keys: Optional[str] = typer.Option(
+        None, metavar="DIR|*", rich_help_panel=_CURVE_PANEL,
+        help="As a CURVE server: a directory of the clients' public certificates (*.key), or '*' for any key; "
+             "rejected handshakes are counted in the summary."),
 ) -> None:
     """Receive messages and count them (or print them) with a live rate; prints a summary."""
     cls = {"pull": Pull, "gather": Gather, "sub": Sub}[pattern.value]
     _check_endpoints(endpoints, default_bind=cls.default_bind)
-    options = {"topics": topic or [""]} if pattern is ConsumePattern.sub else {}
+    curve = _curve_flags(curve_certificate, curve_server_key, curve_authorized_keys)
+    options: dict = {"topics": topic or [""]} if pattern is ConsumePattern.sub else {}
+    if curve is not None:
+        options["curve"] = curve
     messages = rows = size = 0
     try:
         sock = cls(endpoints, **options)
     except Exception as exc:
-        _err.print(f"[red]error:[/] cannot open {pattern.value} on {endpoints}: {exc}")
+        _error(f"cannot open {pattern.value} on {endpoints}: {exc}")
         raise typer.Exit(1) from None
-    started = last = time.monotonic()
+    watch = sock.handshakes if curve is not None else None
+    started = last = watched = time.monotonic()
     with sock, _progress(count, progress, "consume") as bar:
         task = bar.add_task("consume", total=count, rate=0.0)
         try:
             while count is None or messages < count:
                 wait = None if timeout is None else max(0.0, last + timeout - time.monotonic())
+                if watch is not None:
+                    # read the handshake monitor at least once a second, busy or idle: unread,
+                    # its queue fills up and rejections go uncounted
+                    if time.monotonic() - watched >= 1.0:
+                        watch.poll()
+                        watched = time.monotonic()
+                    wait = 1.0 if wait is None else min(wait, 1.0)
                 try:
                     values, topics = sock.recv_values(min(1024, (count or 1 << 30) - messages), timeout=wait)
                 except TimeoutError:
+                    if watch is not None and (timeout is None or time.monotonic() < last + timeout):
+                        continue
                     break
                 last = time.monotonic()
                 if not messages:
@@ -173,14 +277,41 @@ def consume(
         except KeyboardInterrupt:
             pass
         except Exception as exc:  # undecodable arrow etc.: say which message
-            _err.print(f"[red]error:[/] message {messages + 1} is not valid {format.value}: {exc}")
+            _error(f"message {messages + 1} is not valid {format.value}: {exc}")
             raise typer.Exit(1) from None
+        finally:
+            if watch is not None:
+                watch.poll()  # before the socket (and its monitor) closes
     seconds = max(last - started, 1e-9)
     typer.echo(f"received {messages} messages ({rows} rows, {size} bytes) in {seconds:.2f} s: "
                f"{messages / seconds:,.0f} msg/s")
+    rejected = (f"{watch.rejected} CURVE handshake(s) rejected (last: {watch.last_rejection})"
+                if watch is not None and watch.rejected else None)
     if count is not None and messages < count:
-        _err.print(f"[red]error:[/] received {messages} of {count} messages before {timeout} s passed without one")
+        _error(f"received {messages} of {count} messages before {timeout} s passed without one"
+               + (f"; {rejected}" if rejected else ""))
         raise typer.Exit(1)
+    if rejected:
+        _err.print("[yellow]warning:[/] " + escape(rejected))
+
+
+@app.command("keygen")
+def keygen_command(
+    name: str = typer.Argument(..., help="Name of the pair: writes NAME.key (public) and NAME.key_secret."),
+    dir: str = typer.Option(".", "--dir", "-d", help="Directory to write them to (created if missing)."),
+) -> None:
+    """Make a CURVE key pair: NAME.key (public: give it to the peers) and NAME.key_secret
+    (mode 0600: this side's --curve-certificate / curveCertificate); prints the public key."""
+    try:
+        public_file, secret_file = write_key_pair(os.path.expanduser(dir), name)
+        public = load_public_key(public_file, None).decode()
+    except (OSError, ValueError) as exc:  # an existing pair, a bad name, an unwritable directory
+        _error(str(exc))
+        raise typer.Exit(1) from None
+    typer.echo(f"public key: {public}")
+    typer.echo(f"public certificate: {public_file}  (a server's --curve-server-key, or a client's entry in "
+               "the server's authorized keys directory)")
+    typer.echo(f"secret certificate: {secret_file}  (this side's --curve-certificate; keep it private)")
 
 
 def main() -> None:

@@ -14,7 +14,10 @@ Formats, one message each:
   ``seq`` (int64), ``sensor`` (string), ``ts`` (float64, epoch seconds), ``reading`` (float64).
 
 With ``pattern="pub"`` each message goes out as ``[topic, payload]``, topics taken in turn
-from ``topics``. This module never imports Spark.
+from ``topics``. With ``curve`` (a ``spark_zmq.patterns.curve.Curve``) the socket uses
+CURVE security; a CURVE client whose every handshake the server refused fails fast with
+``HandshakeRejectedError`` instead of lingering over messages that can never leave. This
+module never imports Spark.
 """
 
 from __future__ import annotations
@@ -30,8 +33,9 @@ import pyarrow as pa
 import zmq
 
 from .patterns import Pub, Push, Scatter, parse_endpoints
+from .patterns.curve import Curve
 
-__all__ = ["FORMATS", "PATTERNS", "LoadResult", "payloads", "produce", "ARROW_SCHEMA"]
+__all__ = ["FORMATS", "PATTERNS", "HandshakeRejectedError", "LoadResult", "payloads", "produce", "ARROW_SCHEMA"]
 
 FORMATS = ("raw", "text", "json", "arrow")
 PATTERNS = {"push": Push, "scatter": Scatter, "pub": Pub}
@@ -40,16 +44,28 @@ ARROW_SCHEMA = pa.schema(
     [("seq", pa.int64()), ("sensor", pa.string()), ("ts", pa.float64()), ("reading", pa.float64())]
 )
 _SEQ = struct.Struct(">q")
+#: the longest a CURVE client waits after its last send for its first handshake to end
+_HANDSHAKE_WAIT_S = 5.0
+
+
+class HandshakeRejectedError(ConnectionError):
+    """Every CURVE handshake of the producer was rejected, so nothing it sent can arrive.
+
+    Why an error rather than a result: ZeroMQ queues messages before the handshake, so
+    without this check a refused client would report them sent and then drop them."""
 
 
 @dataclass(frozen=True)
 class LoadResult:
-    """What a run sent: messages, rows (= messages except for ``arrow``), payload bytes, seconds."""
+    """What a run sent: messages, rows (= messages except for ``arrow``), payload bytes, seconds;
+    with CURVE, how many handshakes were rejected and the last reason (``None`` if none)."""
 
     messages: int
     rows: int
     bytes: int
     seconds: float
+    rejected_handshakes: int = 0
+    last_rejection: Optional[str] = None
 
     @property
     def rate(self) -> float:
@@ -120,6 +136,7 @@ def produce(
     linger: float = 30.0,
     on_progress: Optional[Callable[[int], None]] = None,
     stop: Optional[Callable[[], bool]] = None,
+    curve: Optional[Curve] = None,
 ) -> LoadResult:
     """Send ``count`` messages to ``endpoints`` (push/scatter connect and pub binds by
     default; ``@``/``>`` choose) and return what was sent (``seconds`` includes waiting for
@@ -128,6 +145,11 @@ def produce(
     subscribers, as PUB does. ``on_progress(sent)`` is called every few hundred messages;
     ``stop()`` returning true ends the run early. The socket lingers up to ``linger`` seconds
     on close so that queued messages still leave (libzmq drops them after that).
+
+    ``curve`` makes the socket a CURVE client or server. A client that has seen no
+    successful handshake by its last send waits up to 5 s (out of ``linger``) for the
+    handshakes to end; if every endpoint refused it, the run ends at once with
+    ``HandshakeRejectedError``. Rejections are counted in the result either way.
     """
     if pattern not in PATTERNS:
         raise ValueError(f"unknown pattern {pattern!r} for producing; valid patterns: {', '.join(PATTERNS)}")
@@ -136,16 +158,22 @@ def produce(
     if rate is not None and rate <= 0:
         raise ValueError(f"rate must be > 0 messages/s (or None for as fast as possible), got {rate}")
     _check(format, size, rows_per_message)
-    parse_endpoints(endpoints, default_bind=PATTERNS[pattern].default_bind)  # clear error, no socket yet
+    # parsed here for a clear error before any socket exists
+    peers = len(parse_endpoints(endpoints, default_bind=PATTERNS[pattern].default_bind))
     topic_bytes = [t.encode() for t in topics] or [b""]
     messages = rows = total_bytes = 0
     started = time.monotonic()
     # An own context: terminating it is what waits (up to ``linger``) for queued messages
     # to leave; a process that exits without it drops them.
     context = zmq.Context()
+    client = curve is not None and not curve.is_server
+    options = {"curve": curve, "monitor": zmq.EVENT_HANDSHAKE_SUCCEEDED} if curve is not None else {}
+    handshakes_ok = 0
+    rejected, last_rejection = 0, None
     try:
         with PATTERNS[pattern](endpoints, hwm=hwm, linger=int(linger * 1000), reconnect_ivl=50,
-                               context=context) as sock:
+                               context=context, **options) as sock:
+            watch = sock.handshakes if curve is not None else None
             batch: list[bytes] = []
             for payload, payload_rows in payloads(format, count, size=size, rows_per_message=rows_per_message,
                                                   start=start):
@@ -162,6 +190,8 @@ def produce(
                 rows += payload_rows
                 total_bytes += len(payload)
                 if messages % 256 == 0:
+                    if watch is not None:
+                        handshakes_ok += len(watch.poll())
                     if on_progress is not None:
                         on_progress(messages)
                     if stop is not None and stop():
@@ -172,8 +202,26 @@ def produce(
                         time.sleep(ahead)  # pacing the load, not synchronisation
             if batch:
                 sock.send_many(batch, timeout=send_timeout)
+            if watch is not None:
+                handshakes_ok += len(watch.poll())
+                waited = 0.0
+                if client and not handshakes_ok and messages:
+                    # queued messages leave only after a handshake: wait for one outcome per endpoint
+                    waited_from = time.monotonic()
+                    deadline = waited_from + min(linger, _HANDSHAKE_WAIT_S)
+                    while not handshakes_ok and watch.rejected < peers and time.monotonic() < deadline:
+                        handshakes_ok += len(watch.poll(deadline - time.monotonic()))
+                    waited = time.monotonic() - waited_from
+                rejected, last_rejection = watch.rejected, watch.last_rejection
+                if client and rejected >= peers and not handshakes_ok:
+                    sock.close(linger=0)  # nothing queued can ever leave: do not linger over it
+                    raise HandshakeRejectedError(
+                        f"{rejected} CURVE handshake(s) rejected and none accepted, so none of the {messages} "
+                        f"messages can be delivered; last: {last_rejection}"
+                    )
+                sock.close(linger=max(0, int((linger - waited) * 1000)))
     finally:
         context.term()
     if on_progress is not None:
         on_progress(messages)
-    return LoadResult(messages, rows, total_bytes, time.monotonic() - started)
+    return LoadResult(messages, rows, total_bytes, time.monotonic() - started, rejected, last_rejection)

@@ -157,3 +157,15 @@ def test_the_task_side_client_fetches_with_the_query_keys_and_fails_clearly_with
             list(fetch_range(wrong, 0, 0, 10, spool_id=spool.spool_id, timeout=2))
     finally:
         other.close()
+
+
+def test_a_flood_of_strangers_does_not_stop_the_service(served):
+    spool, server = served
+    greeting = b"\xff" + b"\x00" * 8 + b"\x7f\x03\x00NULL" + b"\x00" * 48
+    port = int(server.endpoint.rsplit(":", 1)[1])
+    for _ in range(3000):
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+            conn.sendall(greeting)
+    got = sum(batch.num_rows for _, batch in fetch_range(server.access, 0, 0, 2000, spool_id=spool.spool_id, timeout=30))
+    assert got == 2000
+    wait_until(lambda: server._router.handshakes.rejected >= 3000, 30, "3000 rejections counted")

@@ -111,3 +111,30 @@ def test_push_client_to_a_plain_pyzmq_curve_server_and_a_wrong_server_key():
 def test_curve_option_must_be_a_curve_object():
     with pytest.raises(TypeError, match="curve"):
         Pull("@tcp://127.0.0.1:*", curve="secret")
+
+
+def _flood(port: int, count: int) -> None:
+    """``count`` TCP connections that each send a ZMTP 3.0 greeting asking for NULL, then leave."""
+    import socket
+
+    greeting = b"\xff" + b"\x00" * 8 + b"\x7f\x03\x00NULL" + b"\x00" * 48
+    for _ in range(count):
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+            conn.sendall(greeting)
+
+
+def test_a_flood_of_failed_handshakes_never_stalls_the_context_even_unread():
+    """libzmq's I/O thread blocks on a full monitor queue; with pyzmq's monitor socket 3,000
+    failed handshakes that nobody read stalled every connection of the context (this flood
+    itself hung). Nothing reads the monitor here until the end."""
+    server, me = KeyPair.generate(), KeyPair.generate()
+    with Pull("@tcp://127.0.0.1:*", curve=Curve.server(server, ANY_KEY)) as pull:
+        _flood(int(pull.last_endpoint.rsplit(":", 1)[1]), 3000)
+        client = _client(pull.last_endpoint, server.public_key, me)
+        try:
+            client.send(b"still served")
+            assert pull.recv(timeout=10) == b"still served"
+        finally:
+            client.close(0)
+        pull.handshakes.poll()
+        assert pull.handshakes.rejected >= 3000

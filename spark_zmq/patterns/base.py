@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Iterable, Optional, Sequence, Union
 
 import zmq
 
-from .curve import HANDSHAKE_FAILURES, Curve, HandshakeWatch, secure_context
+from .curve import HANDSHAKE_FAILURES, Curve, HandshakeWatch, open_monitor, secure_context
 from .endpoints import Endpoint, EndpointsSpec, check_ipc_bind, parse_endpoints
 from .rcvmore import rcvmore_check
 
@@ -146,7 +146,7 @@ class PatternSocket:
                 self._zap = curve.apply(sock)
             # A monitor must exist before bind/connect, or it misses the first events.
             events = int(options.get("monitor") or 0) | (HANDSHAKE_FAILURES if curve is not None else 0)
-            self.monitor_socket: Optional[zmq.Socket] = sock.get_monitor_socket(events) if events else None
+            self.monitor_socket: Optional[zmq.Socket] = open_monitor(sock, events) if events else None
             self.handshakes: Optional[HandshakeWatch] = (
                 HandshakeWatch(self.monitor_socket, is_server=curve is None or curve.is_server,
                                label=type(self).__name__)

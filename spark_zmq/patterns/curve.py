@@ -40,6 +40,7 @@ __all__ = [
     "CurveError",
     "HandshakeWatch",
     "KeyPair",
+    "open_monitor",
     "load_authorized_keys",
     "load_public_key",
     "load_secret_certificate",
@@ -359,12 +360,36 @@ def _failure_text(event: int, value: int, is_server: bool) -> str:
             "public key, and does the server use CURVE?)")
 
 
+_monitor_ids = itertools.count(1)
+
+
+def open_monitor(sock: zmq.Socket, events: int) -> zmq.Socket:
+    """A PAIR socket receiving ``sock``'s monitor ``events``, with no high-water mark.
+
+    Why not pyzmq's ``get_monitor_socket``: libzmq's I/O thread sends monitor events
+    without ``ZMQ_DONTWAIT``, so when the monitor's queue is full (about 2,000 events, e.g.
+    a flood of failed handshakes while nobody reads) it blocks, and every connection of
+    the context stalls with it. An unlimited queue cannot block; its owner still reads
+    it regularly (``HandshakeWatch.poll``), so it stays small.
+    """
+    address = f"inproc://spark-zmq-monitor-{os.getpid()}-{next(_monitor_ids)}"
+    sock.monitor(address, events)
+    monitor = sock.context.socket(zmq.PAIR)
+    monitor.setsockopt(zmq.RCVHWM, 0)  # before connect: the pipe's limit is fixed then
+    monitor.setsockopt(zmq.LINGER, 0)
+    monitor.connect(address)
+    return monitor
+
+
 class HandshakeWatch:
     """Counts rejected handshakes from a socket monitor, and logs each kind once per endpoint.
 
     ``poll(timeout_s)`` reads what the monitor has (waiting up to ``timeout_s`` for the
     first event) and returns the other events it was asked to watch (e.g. a successful
     handshake), so one monitor serves both the caller and the security count.
+
+    Its owner calls ``poll`` regularly, even while it waits for something else, so the
+    monitor's queue (unlimited, see ``open_monitor``) stays small.
     """
 
     def __init__(self, monitor: zmq.Socket, *, is_server: bool, label: str = "") -> None:

@@ -116,6 +116,9 @@ class TaskSender:
         ``pub`` never waits: as PUB does at the high-water mark, a message that a full
         subscriber cannot take is dropped, but here for every subscriber (XPUB_NODROP
         refuses it whole) and counted in ``dropped``, never silently."""
+        # Read the socket monitor on every call: libzmq's I/O thread blocks on a monitor
+        # whose queue is full, which would stall this context's every connection.
+        self._check_rejections()
         if self.options.pattern == "pub":
             for topic, payload in messages:
                 try:

@@ -47,7 +47,10 @@ def receive_bounded(options: SourceOptions) -> list[tuple[list[bytes], Optional[
             remaining = idle_deadline - time.monotonic()
             if remaining <= 0:
                 break
-            ready = dict(poller.poll(max(1, int(remaining * 1000))))
+            ready = dict(poller.poll(max(1, min(100, int(remaining * 1000)))))
+            for socket in sockets:
+                if socket.handshakes is not None:
+                    socket.handshakes.poll()  # see HandshakeWatch: a monitor must be read
             got = 0
             for channel, socket in enumerate(sockets):
                 if socket.zmq_socket not in ready or total + got >= options.max_messages:

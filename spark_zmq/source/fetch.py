@@ -130,11 +130,20 @@ class SpoolServer:
         self._thread.start()
 
     def _serve(self) -> None:
+        watch = self._router.handshakes
         while True:
             try:
-                frames = self._router.recv_multipart()
+                frames = self._router.recv_multipart(timeout=0.1)
+            except TimeoutError:
+                frames = None
             except SocketClosedError:
                 return
+            if watch is not None:
+                # count strangers' failed handshakes, and keep the monitor's queue from
+                # filling: a full one would stall libzmq's I/O thread (HandshakeWatch)
+                watch.poll()
+            if frames is None:
+                continue
             if len(frames) != 3 or frames[1] != b"":
                 continue  # not a DEALER request envelope: nothing to answer
             reply = self._reply(frames[2])

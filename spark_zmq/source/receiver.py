@@ -118,7 +118,7 @@ class Receiver:
         watch = self.socket.handshakes
         try:
             while not self._stop.is_set():
-                self.budget.wait_for_room(self.log, self._stop)
+                self.budget.wait_for_room(self.log, self._stop, idle=watch.poll if watch is not None else None)
                 if self._stop.is_set():
                     break
                 if watch is not None:

@@ -43,7 +43,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -635,7 +635,10 @@ class SpoolBudget:
     def used(self) -> int:
         return sum(channel.size_bytes for channel in self._logs)
 
-    def wait_for_room(self, channel: ChannelLog, stop: threading.Event, poll_s: float = 0.1) -> None:
+    def wait_for_room(self, channel: ChannelLog, stop: threading.Event, poll_s: float = 0.1,
+                      idle: Optional[Callable[[], object]] = None) -> None:
+        """Return when the spool has room (or at a stop); ``idle`` runs at every wake-up
+        meanwhile (the receiver reads its socket monitor there, see ``HandshakeWatch``)."""
         if self.used() < self.max_bytes:
             return
         # Close the active segment so a commit can delete it: otherwise the segment being
@@ -644,6 +647,8 @@ class SpoolBudget:
         with self._room:
             while not stop.is_set() and self.used() >= self.max_bytes:
                 self._room.wait(poll_s)
+                if idle is not None:
+                    idle()
 
     def released(self) -> None:
         with self._room:
