@@ -74,6 +74,35 @@ def test_zmq_to_parquet_writes_every_message_once_across_a_restart(tmp_path, fre
     assert sorted(seqs) == list(range(8000))  # each message once, across both runs
 
 
+def test_zmq_to_parquet_with_curve_keeps_only_the_authorized_producers_messages(tmp_path, free_port):
+    """The job as a CURVE server (``--curve-*``), fed by ``spark-zmq produce --curve-*``:
+    the authorized producer's messages are written, a stranger's never."""
+    keys, clients = tmp_path / "keys", tmp_path / "keys" / "clients"
+    for directory, name in ((keys, "server"), (clients, "sensor"), (keys, "stranger")):
+        made = subprocess.run([CLI, "keygen", name, "--dir", str(directory)], capture_output=True, text=True, timeout=60)
+        assert made.returncode == 0, made.stderr
+    endpoint = f"tcp://127.0.0.1:{free_port}"
+    output, checkpoint = str(tmp_path / "out"), str(tmp_path / "checkpoint")
+    stranger = subprocess.Popen([CLI, "produce", endpoint, "--no-progress", "--linger", "60", "--format", "json",
+                                 "--count", "500", "--start", "100000",
+                                 "--curve-certificate", str(keys / "stranger.key_secret"),
+                                 "--curve-server-key", str(keys / "server.key")],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    producer = _produce(endpoint, "--format", "json", "--count", "3000",
+                        "--curve-certificate", str(clients / "sensor.key_secret"),
+                        "--curve-server-key", str(keys / "server.key"))
+    result = _submit("jobs/zmq_to_parquet.py", "--endpoints", "@" + endpoint, "--format", "json", "--schema",
+                     READINGS, "--output", output, "--checkpoint", checkpoint, "--available-now",
+                     "--idle-timeout", "3", "--curve-certificate", str(keys / "server.key_secret"),
+                     "--curve-authorized-keys", str(clients))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "sent 3000 messages" in _finish(producer)
+    stranger.kill()  # it retried its handshake throughout the job's run; nothing of it may arrive
+    stranger.communicate(timeout=60)
+    seqs = pq.read_table(output, columns=["seq"]).column("seq").to_pylist()
+    assert sorted(seqs) == list(range(3000))
+
+
 def test_windowed_topics_closes_windows_per_subscribed_topic(tmp_path, free_port):
     endpoint = f"tcp://127.0.0.1:{free_port}"
     output = str(tmp_path / "windows")
