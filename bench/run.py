@@ -80,6 +80,18 @@ def secured(keys: str, fn: Callable[[], float]) -> Callable[[], float]:
     return run
 
 
+def curve_cost(name: str, unit: str, keys: str, reps: int, connector: Callable[[], float], bare_name: str,
+               bare: Callable[[], float]) -> dict:
+    """The connector with CURVE against itself without, and a bare loop with and without
+    CURVE (libzmq's own cost, for scale), in one comparison."""
+    return compare(name, unit, {
+        "connector": secured(keys, connector),
+        "connector without CURVE": connector,
+        f"{bare_name}, CURVE": secured(keys, bare),
+        bare_name: bare,
+    }, reps, "connector without CURVE", None)
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, one repetition: proves the command works")
@@ -123,30 +135,18 @@ def main(argv: list[str]) -> int:
             "bare pyzmq PUSH": lambda: egress.bare_push(m * r, "arrow", r),
             "Python Arrow writer, discarding": lambda: egress.discard_writer(spark, m * r, "arrow", r),
         }, reps, "bare pyzmq PUSH", 0.8),
-        "curve-ingest-raw-100B": lambda: compare("curve-ingest-raw-100B", "msgs/s", {
-            "connector": secured(keys, lambda: ingest.connector(spark, n, "raw", 100)),
-            "connector without CURVE": lambda: ingest.connector(spark, n, "raw", 100),
-            "bare pyzmq PULL, CURVE": secured(keys, lambda: ingest.bare_pull(n, "raw", 100)),
-            "bare pyzmq PULL": lambda: ingest.bare_pull(n, "raw", 100),
-        }, reps, "connector without CURVE", None),
-        "curve-ingest-arrow": lambda: compare("curve-ingest-arrow", "rows/s", {
-            "connector": secured(keys, lambda: ingest.connector(spark, m, "arrow", r)),
-            "connector without CURVE": lambda: ingest.connector(spark, m, "arrow", r),
-            "bare pyzmq PULL + decode, CURVE": secured(keys, lambda: ingest.bare_pull(m, "arrow", r)),
-            "bare pyzmq PULL + decode": lambda: ingest.bare_pull(m, "arrow", r),
-        }, reps, "connector without CURVE", None),
-        "curve-egress-raw-100B": lambda: compare("curve-egress-raw-100B", "msgs/s", {
-            "connector": secured(keys, lambda: egress.connector(spark, n, "raw", 100)),
-            "connector without CURVE": lambda: egress.connector(spark, n, "raw", 100),
-            "bare pyzmq PUSH, CURVE": secured(keys, lambda: egress.bare_push(n, "raw", 100)),
-            "bare pyzmq PUSH": lambda: egress.bare_push(n, "raw", 100),
-        }, reps, "connector without CURVE", None),
-        "curve-egress-arrow": lambda: compare("curve-egress-arrow", "rows/s", {
-            "connector": secured(keys, lambda: egress.connector(spark, m * r, "arrow", r)),
-            "connector without CURVE": lambda: egress.connector(spark, m * r, "arrow", r),
-            "bare pyzmq PUSH, CURVE": secured(keys, lambda: egress.bare_push(m * r, "arrow", r)),
-            "bare pyzmq PUSH": lambda: egress.bare_push(m * r, "arrow", r),
-        }, reps, "connector without CURVE", None),
+        "curve-ingest-raw-100B": lambda: curve_cost("curve-ingest-raw-100B", "msgs/s", keys, reps,
+                                                     lambda: ingest.connector(spark, n, "raw", 100),
+                                                     "bare pyzmq PULL", lambda: ingest.bare_pull(n, "raw", 100)),
+        "curve-ingest-arrow": lambda: curve_cost("curve-ingest-arrow", "rows/s", keys, reps,
+                                                 lambda: ingest.connector(spark, m, "arrow", r),
+                                                 "bare pyzmq PULL + decode", lambda: ingest.bare_pull(m, "arrow", r)),
+        "curve-egress-raw-100B": lambda: curve_cost("curve-egress-raw-100B", "msgs/s", keys, reps,
+                                                    lambda: egress.connector(spark, n, "raw", 100),
+                                                    "bare pyzmq PUSH", lambda: egress.bare_push(n, "raw", 100)),
+        "curve-egress-arrow": lambda: curve_cost("curve-egress-arrow", "rows/s", keys, reps,
+                                                 lambda: egress.connector(spark, m * r, "arrow", r),
+                                                 "bare pyzmq PUSH", lambda: egress.bare_push(m * r, "arrow", r)),
         "scaling": lambda: {"scenario": "scaling", "unit": "msgs/s", "channels": {
             c: statistics.median(ingest.connector(spark, size["scaling"], "raw", 100, channels=c) for _ in range(reps))
             for c in (1, 2, 3, 4)}},

@@ -31,7 +31,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from . import loadgen
-from .options import OptionError, _check_curve
+from .options import OptionError, _check_curve, _curve_of
 from .patterns import Gather, Pull, Sub, parse_endpoints
 from .patterns.curve import Curve, CurveError, KeyPair, load_authorized_keys, load_public_key
 from .patterns.curve import keygen as write_key_pair
@@ -102,8 +102,7 @@ def curve_from_flags(certificate: Optional[str], server_key: Optional[str], auth
             loaded.append(None if value is None else load(value, flag))
         except CurveError as exc:
             raise CurveError(f"{flag}: {exc}", flag) from None
-    keys, public, authorized = loaded
-    return Curve.client(keys, public) if public is not None else Curve.server(keys, authorized)
+    return _curve_of(*loaded)
 
 
 def _curve_flags(certificate: Optional[str], server_key: Optional[str],

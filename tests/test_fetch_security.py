@@ -71,18 +71,10 @@ def test_it_listens_only_on_the_named_address_never_a_wildcard(served):
         SpoolServer(spool.spool_dir, host="0.0.0.0")
 
 
-def test_a_client_without_credentials_gets_nothing(served):
+@pytest.mark.parametrize("credentials", ["none", "own CURVE key"])
+def test_a_client_without_the_query_key_gets_nothing(served, credentials):
     spool, server = served
-    dealer = _dealer(server)
-    try:
-        assert _ask(dealer, _request(spool)) is None
-    finally:
-        dealer.close()
-
-
-def test_a_curve_client_with_its_own_key_gets_nothing(served):
-    spool, server = served
-    dealer = _dealer(server, zmq.curve_keypair())
+    dealer = _dealer(server, zmq.curve_keypair() if credentials == "own CURVE key" else None)
     try:
         assert _ask(dealer, _request(spool)) is None
     finally:

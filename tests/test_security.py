@@ -4,6 +4,7 @@ receive from a sink, and what a wrong key gets (nothing, and a counted rejection
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 
@@ -175,33 +176,36 @@ def _collect(socket, into, stop):
             into.append(socket.recv_multipart())
 
 
-@pytest.mark.parametrize("key_as", ["file", "z85"])
-def test_sink_delivers_every_row_to_a_curve_server_consumer(spark, keys, free_port, key_as):
-    endpoint = f"tcp://127.0.0.1:{free_port}"
+@contextlib.contextmanager
+def _consumer(keys, endpoint):
+    """A pyzmq CURVE PULL server accepting the authorized keys; yields the messages it gets."""
     consumer = _CurveServer(zmq.PULL, keys["server"][1], keys["authorized"], endpoint)
-    server_key = keys["server"][0] if key_as == "file" else _pair(keys["server"][1])[0].decode()
     got, stop = [], threading.Event()
     thread = threading.Thread(target=_collect, args=(consumer.socket, got, stop), daemon=True)
     thread.start()
     try:
-        (spark.range(3000).repartition(3).selectExpr("cast(id as string) as value").write.format("zmq")
-         .option("endpoints", endpoint).option("curveCertificate", keys["client"][1])
-         .option("curveServerKey", server_key).mode("append").save())
-        wait_until(lambda: len(got) >= 3000, 60, "3000 rows at the consumer")
-        assert sorted(int(m[0]) for m in got) == list(range(3000))
+        yield got
     finally:
         stop.set()
         thread.join(5)
         consumer.close()
 
 
+@pytest.mark.parametrize("key_as", ["file", "z85"])
+def test_sink_delivers_every_row_to_a_curve_server_consumer(spark, keys, free_port, key_as):
+    endpoint = f"tcp://127.0.0.1:{free_port}"
+    server_key = keys["server"][0] if key_as == "file" else _pair(keys["server"][1])[0].decode()
+    with _consumer(keys, endpoint) as got:
+        (spark.range(3000).repartition(3).selectExpr("cast(id as string) as value").write.format("zmq")
+         .option("endpoints", endpoint).option("curveCertificate", keys["client"][1])
+         .option("curveServerKey", server_key).mode("append").save())
+        wait_until(lambda: len(got) >= 3000, 60, "3000 rows at the consumer")
+        assert sorted(int(m[0]) for m in got) == list(range(3000))
+
+
 def test_sink_with_an_unauthorized_certificate_fails_within_the_timeout_and_delivers_nothing(spark, keys, free_port):
     endpoint = f"tcp://127.0.0.1:{free_port}"
-    consumer = _CurveServer(zmq.PULL, keys["server"][1], keys["authorized"], endpoint)
-    got, stop = [], threading.Event()
-    thread = threading.Thread(target=_collect, args=(consumer.socket, got, stop), daemon=True)
-    thread.start()
-    try:
+    with _consumer(keys, endpoint) as got:
         writer = (spark.range(10).coalesce(1).selectExpr("cast(id as string) as value").write.format("zmq")
                   .option("endpoints", endpoint).option("curveCertificate", keys["stranger"][1])
                   .option("curveServerKey", keys["server"][0]).option("sendTimeoutMs", 3000).mode("append"))
@@ -210,10 +214,6 @@ def test_sink_with_an_unauthorized_certificate_fails_within_the_timeout_and_deli
         text = str(caught.value)
         assert "sendTimeoutMs=3000" in text and "refused this side's CURVE certificate" in text, text[-2000:]
         assert got == []
-    finally:
-        stop.set()
-        thread.join(5)
-        consumer.close()
 
 
 def test_pub_sink_as_curve_server_reaches_authorized_subscribers_only(spark, keys, free_port):

@@ -156,13 +156,8 @@ class PatternSocket:
             for endpoint in self._endpoints:
                 self._attach(sock, endpoint)
         except BaseException:
-            if self.__dict__.get("monitor_socket") is not None:
-                self._socket.disable_monitor()
-                self.monitor_socket.close(0)
-            self._socket.close(linger=0)
+            self._release(linger=0)
             self._closed = True
-            if self._zap is not None:
-                self._zap.release()
             raise
 
     # -- construction helpers -------------------------------------------------------------
@@ -536,12 +531,17 @@ class PatternSocket:
         with self._lock:
             if not self._closed:
                 self._closed = True
-                if self.__dict__.get("monitor_socket") is not None:
-                    self._socket.disable_monitor()
-                    self.monitor_socket.close(0)
-                self._socket.close(linger=linger)
-                if self._zap is not None:
-                    self._zap.release()
+                self._release(linger)
+
+    def _release(self, linger: Optional[int]) -> None:
+        """Close the monitor, the socket and (CURVE server) its ZAP domain, in that order:
+        the domain's handler may stop with it, and must outlive the socket's handshakes."""
+        if self.__dict__.get("monitor_socket") is not None:
+            self._socket.disable_monitor()
+            self.monitor_socket.close(0)
+        self._socket.close(linger=linger)
+        if self._zap is not None:
+            self._zap.release()
 
     def __enter__(self) -> "PatternSocket":
         return self

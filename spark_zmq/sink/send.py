@@ -69,7 +69,6 @@ class TaskSender:
             if seen and now >= spread_deadline:
                 return
             if now >= deadline:
-                self._check_rejections()
                 raise SinkTimeoutError(
                     f"no ZeroMQ peer {what} at {self.where} within sendTimeoutMs="
                     f"{self.options.send_timeout_ms}; is the consumer running?" + self._rejection_note()
@@ -97,6 +96,7 @@ class TaskSender:
 
     def _rejection_note(self) -> str:
         """Why no peer counts, when CURVE refused one: the last rejection, and how many."""
+        self._check_rejections()
         watch = self.socket.handshakes
         if watch is None or not watch.rejected:
             return ""
@@ -139,7 +139,6 @@ class TaskSender:
                 self.socket.send(payload if topic is None else [topic, payload], timeout=self.timeout_s)
                 self.sent += 1
         except TimeoutError:
-            self._check_rejections()
             raise SinkTimeoutError(
                 f"no ZeroMQ peer at {self.where} took a message within sendTimeoutMs="
                 f"{self.options.send_timeout_ms} ({self.sent} sent by this task so far); "
