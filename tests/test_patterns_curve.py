@@ -76,6 +76,31 @@ def test_the_applications_own_curve_server_is_not_judged_by_our_handler():
         ours.close()
 
 
+def test_a_new_server_socket_right_after_the_last_one_closed_gets_a_handler():
+    """Closing the last CURVE server socket of a context stops its ZAP handler; libzmq
+    frees the handler's inproc name later, on its reaper thread, so the next server
+    socket's handler found it taken (EADDRINUSE) now and then. Many quick cycles on one
+    context make that window likely; each socket must still authenticate."""
+    context = zmq.Context()
+    server_keys, client_keys = KeyPair.generate(), KeyPair.generate()
+    try:
+        for cycle in range(200):
+            pull = Pull("@tcp://127.0.0.1:*", context=context, linger=0,
+                        curve=Curve.server(server_keys, frozenset({client_keys.public_key})))
+            pull.close()
+        pull = Pull("@tcp://127.0.0.1:*", context=context, linger=0,
+                    curve=Curve.server(server_keys, frozenset({client_keys.public_key})))
+        client = _client(pull.last_endpoint, server_keys.public_key, client_keys)
+        try:
+            client.send(b"after 200 cycles")
+            assert pull.recv(timeout=10_000) == b"after 200 cycles"
+        finally:
+            client.close(0)
+            pull.close()
+    finally:
+        context.term()
+
+
 def test_a_server_socket_in_a_private_context_lets_the_context_terminate():
     """The sink's write tasks each own a context and terminate it when done."""
     context = zmq.Context()

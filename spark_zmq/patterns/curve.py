@@ -31,6 +31,7 @@ from typing import Optional, Union
 
 import zmq
 import zmq.auth
+from zmq.auth.base import Authenticator
 from zmq.auth.thread import ThreadAuthenticator
 from zmq.utils import z85
 
@@ -262,7 +263,28 @@ class _KeyPolicy:
         return False
 
 
-class _Authenticator(ThreadAuthenticator):
+ZAP_ENDPOINT = "inproc://zeromq.zap.01"
+
+
+class _ReleasingZapEndpoint(Authenticator):
+    """Unbinds the ZAP endpoint before pyzmq closes the handler's socket.
+
+    Why: libzmq releases a closed socket's inproc names later, on its reaper thread, so a
+    handler started on the same context right after the last one stopped could find
+    ``inproc://zeromq.zap.01`` still taken (EADDRINUSE). ``unbind`` releases it at once.
+    pyzmq's ``ThreadAuthenticator.stop`` calls this after joining its thread, so the
+    socket is ours alone here."""
+
+    def stop(self) -> None:
+        if self.zap_socket is not None:
+            try:
+                self.zap_socket.unbind(ZAP_ENDPOINT)
+            except zmq.ZMQError:
+                pass  # never bound (start failed): nothing to release
+        super().stop()
+
+
+class _Authenticator(ThreadAuthenticator, _ReleasingZapEndpoint):
     """pyzmq's ZAP handler, remembering the peer address of the request it is answering
     (so a refusal can be logged with it)."""
 
