@@ -508,6 +508,21 @@ class PatternSocket:
         finally:
             self._lock.release()
 
+    def poll_recv(self, timeout: Optional[float] = 0.0) -> bool:
+        """Whether a message is ready to receive, waiting up to ``timeout`` seconds for one."""
+        if not self.can_recv:
+            raise TypeError(f"{type(self).__name__} only sends; it has no recv()")
+        deadline = self._deadline(timeout)
+        self._acquire(deadline)
+        try:
+            try:
+                self._wait(zmq.POLLIN, deadline, "recv")
+                return True
+            except TimeoutError:
+                return False
+        finally:
+            self._lock.release()
+
     def _discard_multipart(self) -> None:
         """Called when a single-part socket drained a multipart message (GATHER)."""
 

@@ -1,66 +1,340 @@
-"""49/SCATTERGATHER on pyzmq, whose bundled libzmq has no draft sockets.
+"""49/SCATTERGATHER on the wire: SCATTER and GATHER sockets that real peers accept.
 
-On the wire SCATTER is PUSH and GATHER is PULL (the RFC only changes the API), so any
-ZeroMQ PUSH/PULL peer interoperates with them. What this module adds is the API contract:
+pyzmq's bundled libzmq is built without the draft API, so it has no SCATTER or GATHER
+socket, and libzmq gives no way to announce another socket type: a libzmq SCATTER refuses
+a PULL peer's handshake (and the other way round). So these two classes do not use libzmq
+at all: they speak ZMTP 3.1 themselves (``spark_zmq.patterns.zmtp``: greeting, NULL and
+CURVE mechanisms, framing, PING/PONG), on an I/O thread of their own per socket, over
+``tcp://``, ``ipc://`` and ``inproc://`` (between two of these sockets in one process).
+The other route, a libzmq built with the draft API, would not install with ``pip`` on a
+fresh machine.
+
+What they promise (49/SCATTERGATHER and the connector's rules):
 
 * thread safety: one instance may be shared by many threads; every send and receive is
-  one atomic call on one whole message (a lock serialises access to the libzmq socket);
+  one atomic call on one whole message;
 * single-part only: ``Scatter.send`` raises ``ValueError`` for a list/tuple of frames;
   ``Gather`` discards a multipart message from a non-conforming peer whole (every part)
-  and counts it in ``discarded_multipart``; no part of it is ever delivered.
-
-Like ``Pull`` (see ``spark_zmq.patterns.pipeline``), a ``Gather`` still delivers the messages
-it already holds from a peer that has disconnected, where the RFC says to discard them:
-DESIGN.md section 3 forbids losing received data.
+  and counts it in ``discarded_multipart``;
+* a ``Scatter`` sends round-robin to GATHER peers and, for compatibility, to PULL peers
+  (it announces itself as PUSH to those); a ``Gather`` fair-queues from SCATTER peers and
+  PUSH peers (announcing PULL to them);
+* a peer counts only once its handshake completed: a refused peer, or one that never
+  completes the handshake, is never a delivery (``send`` blocks, then ``TimeoutError``);
+* per-peer queues limited by ``hwm`` (default 1000 messages), backpressure through TCP
+  when a GATHER's queue is full;
+* where they differ from the RFC, to lose nothing: a ``Gather`` still delivers what it
+  received from a peer that left, and a ``Scatter`` re-routes the queue of a peer that
+  left to the other peers instead of discarding it (see ``zmtp.engine``).
 """
 
 from __future__ import annotations
 
-from typing import ClassVar, Optional
+import collections
+import threading
+import time
+from typing import Any, ClassVar, Optional, Sequence
 
 import zmq
 
-from .base import PatternSocket
+from .base import Frames, PatternSocket, _as_frame
+from .curve import HANDSHAKE_FAILURES, Curve, HandshakeWatch
+from .endpoints import check_ipc_bind, parse_endpoints
+from .zmtp.engine import Engine
 
 __all__ = ["Scatter", "Gather"]
 
+_WAIT_SLICE_S = 0.1
+_DEFAULT_HWM = 1000
 
-class Scatter(PatternSocket):
-    """Thread-safe round-robin sender of single-part messages. Connects by default."""
 
-    socket_type: ClassVar[int] = zmq.PUSH
+class EngineWatch(HandshakeWatch):
+    """``HandshakeWatch`` fed by the ZMTP engine's events instead of a libzmq monitor."""
+
+    def __init__(self, wanted: int, *, is_server: bool, label: str) -> None:
+        super().__init__(None, is_server=is_server, label=label)  # type: ignore[arg-type]
+        self.wanted = wanted
+        self._events: collections.deque = collections.deque()
+        self._cond = threading.Condition()
+
+    def push(self, event: int, value: int, address: str) -> None:
+        if event & (HANDSHAKE_FAILURES | self.wanted):
+            with self._cond:
+                self._events.append((event, value, address))
+                self._cond.notify_all()
+
+    def poll(self, timeout_s: float = 0.0) -> list[tuple[int, int, str]]:
+        with self._cond:
+            if not self._events and timeout_s > 0:
+                self._cond.wait(timeout_s)
+            events = list(self._events)
+            self._events.clear()
+        others = []
+        for event, value, address in events:
+            if event & HANDSHAKE_FAILURES:
+                self._rejected(event, value, address)
+            else:
+                others.append((event, value, address))
+        return others
+
+
+class _ZmtpPatternSocket(PatternSocket):
+    """A ``PatternSocket`` whose wire is this package's ZMTP engine, not a libzmq socket.
+
+    It keeps the ``PatternSocket`` API (``send``, ``send_many``, ``recv``, ``recv_batch``,
+    ``recv_values``, ``close``, ``handshakes``...); the options ``context``, ``immediate``
+    are accepted for compatibility and change nothing (there is no libzmq context, and a
+    peer always counts only after its handshake)."""
+
+    zmtp_type: ClassVar[bytes]
+    #: a peer's Socket-Type -> the type this socket announces to it
+    peer_types: ClassVar[dict[bytes, bytes]]
+    socket_type: ClassVar[int] = -1
+
+    def __init__(self, endpoints, *, hwm: Optional[int] = None, **options: Any) -> None:
+        self._closed = True
+        unknown = sorted(set(options) - set(self._OPTIONS))
+        if unknown:
+            raise TypeError(
+                f"unknown option(s) {', '.join(map(repr, unknown))} for {type(self).__name__}; "
+                f"valid options: {', '.join(('hwm',) + self._OPTIONS)}"
+            )
+        self._endpoints = parse_endpoints(endpoints, default_bind=self.default_bind)
+        self.max_message_bytes = self._positive_int("max_message_bytes", options.get("max_message_bytes"),
+                                                    allow_none=True)
+        hwm = self._positive_int("hwm", hwm, allow_none=True, allow_zero=True)
+        curve: Optional[Curve] = options.get("curve")
+        if curve is not None and not isinstance(curve, Curve):
+            raise TypeError(f"option 'curve' must be a spark_zmq.patterns.curve.Curve, not {type(curve).__name__}")
+        self._linger = self._linger_ms(options.get("linger", self.default_linger_ms))
+        reconnect_ms = options.get("reconnect_ivl")
+        if reconnect_ms is not None:
+            self._positive_int("reconnect_ivl", reconnect_ms)
+        for name in ("rcvbuf", "sndbuf"):
+            if options.get(name) is not None:
+                self._positive_int(name, options[name])
+        wanted = int(options.get("monitor") or 0)
+        self.handshakes: Optional[HandshakeWatch] = (
+            EngineWatch(wanted, is_server=curve is None or curve.is_server, label=type(self).__name__)
+            if curve is not None or wanted else None
+        )
+        self._lock = threading.Lock()
+        self._zap = None
+        self.unsent = 0
+        self._engine = Engine(
+            socket_type=self.zmtp_type,
+            peer_types=self.peer_types,
+            label=type(self).__name__,
+            hwm=_DEFAULT_HWM if hwm is None else hwm,
+            max_message_bytes=self.max_message_bytes,
+            reconnect_ivl_s=(reconnect_ms or 100) / 1000.0,
+            curve=curve,
+            rcvbuf=options.get("rcvbuf"),
+            sndbuf=options.get("sndbuf"),
+            immediate=bool(options.get("immediate")),
+            on_event=self.handshakes.push if isinstance(self.handshakes, EngineWatch) else None,
+        )
+        self._bound: list[str] = []
+        self._closed = False
+        try:
+            for endpoint in self._endpoints:
+                if endpoint.bind:
+                    check_ipc_bind(endpoint.address, type(self).__name__)
+                    try:
+                        self._bound.append(self._engine.bind(endpoint.address))
+                    except OSError as exc:
+                        raise OSError(
+                            exc.errno,
+                            f"cannot bind {type(self).__name__} to {endpoint.address!r}: {exc.strerror or exc}"
+                            + (" (is another process or query already bound to it?)"
+                               if exc.errno == zmq.EADDRINUSE else ""),
+                        ) from exc
+                else:
+                    self._engine.connect(endpoint.address)
+            self._engine.start()
+        except BaseException:
+            self._closed = True
+            self._engine.stop()
+            raise
+
+    @property
+    def zmq_socket(self) -> zmq.Socket:
+        raise AttributeError(f"{type(self).__name__} speaks ZMTP itself; it has no libzmq socket")
+
+    @property
+    def discarded_multipart(self) -> int:
+        """Multipart messages dropped whole since the socket was opened."""
+        return self._engine.discarded_multipart
+
+    # -- waiting ----------------------------------------------------------------------------
+
+    def _wait_engine(self, deadline: Optional[float], what: str, sent: Optional[int] = None) -> None:
+        """Wait (engine lock held) for the engine to change something, bounded by ``deadline``."""
+        self._check_open()
+        now = time.monotonic()
+        if deadline is not None and now >= deadline:
+            exc = TimeoutError(f"{type(self).__name__}.{what} timed out{self._timeout_hint(what)}")
+            if sent is not None:
+                exc.sent = sent  # type: ignore[attr-defined]
+            raise exc
+        slice_s = _WAIT_SLICE_S if deadline is None else min(_WAIT_SLICE_S, deadline - now)
+        engine = self._engine
+        engine.waiters += 1
+        try:
+            engine.cond.wait(slice_s)
+        finally:
+            engine.waiters -= 1
+        self._check_open()
+
+    # -- sending ----------------------------------------------------------------------------
+
+    def send(self, data: Frames, timeout: Optional[float] = None) -> None:
+        """Send one message: round-robin to a peer whose queue has room; blocks while none
+        has (``timeout`` seconds at most, then ``TimeoutError``)."""
+        if not self.can_send:
+            raise TypeError(f"{type(self).__name__} only receives; it has no send()")
+        frame = self._frames(data)[0]
+        # the RFC says a sender SHALL NOT modify messages: a mutable buffer is copied now
+        self._send_all([frame if type(frame) is bytes else bytes(frame)], timeout)
+
+    def send_many(self, messages: Sequence[bytes], timeout: Optional[float] = None) -> int:
+        """Send ``bytes`` messages in order under one lock round-trip; ``timeout`` bounds the
+        wait for each message; on ``TimeoutError`` its ``sent`` attribute says how many went."""
+        if not self.can_send:
+            raise TypeError(f"{type(self).__name__} only receives; it has no send()")
+        limit = self.max_message_bytes
+        for message in messages:
+            if type(message) is not bytes:
+                _as_frame(message, "each message")
+                raise TypeError(f"send_many takes bytes messages, not {type(message).__name__}; use send()")
+            if limit is not None and len(message) > limit:
+                self._frames(message)
+        return self._send_all(messages, timeout)
+
+    def _send_all(self, messages: Sequence[bytes], timeout: Optional[float]) -> int:
+        self._deadline(timeout)  # validates
+        engine = self._engine
+        sent = 0
+        kick: dict[int, Any] = {}
+        with engine.cond:
+            try:
+                for message in messages:
+                    deadline = None
+                    while True:
+                        self._check_open()
+                        peer = engine.next_peer_with_room()
+                        if peer is not None:
+                            peer.outbox.append(message)
+                            kick[peer.id] = peer
+                            break
+                        for waiting in kick.values():
+                            engine.kick(waiting)
+                        kick.clear()
+                        if deadline is None:
+                            deadline = self._deadline(timeout)
+                        self._wait_engine(deadline, "send", sent)
+                    sent += 1
+            finally:
+                for waiting in kick.values():
+                    engine.kick(waiting)
+        return sent
+
+    # -- receiving --------------------------------------------------------------------------
+
+    def recv_values(
+        self, max_messages: int, timeout: Optional[float] = None, max_bytes: Optional[int] = None
+    ) -> tuple[list[bytes], None]:
+        """Up to ``max_messages`` messages (and about ``max_bytes``), fair-queued over the
+        peers, waiting up to ``timeout`` for the first; ``(values, None)`` (no topics on a
+        single-part socket)."""
+        if not self.can_recv:
+            raise TypeError(f"{type(self).__name__} only sends; it has no recv()")
+        if max_messages < 1:
+            raise ValueError(f"max_messages must be >= 1, got {max_messages!r}")
+        deadline = self._deadline(timeout)
+        engine = self._engine
+        with engine.cond:
+            while True:
+                self._check_open()
+                values = engine.take_inbox(max_messages, max_bytes)
+                if values:
+                    return values, None
+                self._wait_engine(deadline, "recv")
+
+    def poll_recv(self, timeout: Optional[float] = 0.0) -> bool:
+        """Whether a message is ready to receive, waiting up to ``timeout`` seconds for one."""
+        if not self.can_recv:
+            raise TypeError(f"{type(self).__name__} only sends; it has no recv()")
+        deadline = self._deadline(timeout)
+        engine = self._engine
+        with engine.cond:
+            while not engine.readable:
+                try:
+                    self._wait_engine(deadline, "recv")
+                except TimeoutError:
+                    return False
+            return True
+
+    def recv_batch(
+        self, max_messages: int, timeout: Optional[float] = None, max_bytes: Optional[int] = None
+    ) -> list[list[bytes]]:
+        values, _ = self.recv_values(max_messages, timeout, max_bytes)
+        return [[value] for value in values]
+
+    # -- lifetime ---------------------------------------------------------------------------
+
+    def close(self, linger: Optional[int] = None) -> None:
+        """Close; a sender first waits up to ``linger`` ms (the socket's linger by default)
+        for what it holds to reach the kernel. ``unsent`` counts what was left."""
+        if self._closed:
+            return
+        linger_ms = self._linger if linger is None else self._linger_ms(linger)
+        engine = self._engine
+        if self.can_send and linger_ms != 0:
+            deadline = None if linger_ms < 0 else time.monotonic() + linger_ms / 1000.0
+            with engine.cond:
+                while engine.pending_outgoing() or engine.out_bytes_pending():
+                    if not engine.ready_peers and deadline is None:
+                        break  # nobody to deliver to, and waiting forever would hang close
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        break
+                    engine.waiters += 1
+                    engine.cond.wait(_WAIT_SLICE_S if remaining is None else min(_WAIT_SLICE_S, remaining))
+                    engine.waiters -= 1
+        with engine.cond:
+            self._closing = True
+            self.unsent = engine.pending_outgoing()
+            engine.cond.notify_all()
+        engine.stop()
+        self._closed = True
+
+    def __del__(self) -> None:
+        try:
+            if not self._closed:
+                self._engine.stop()
+        except Exception:
+            pass
+
+
+class Scatter(_ZmtpPatternSocket):
+    """Thread-safe round-robin sender of single-part messages to GATHER (and PULL) peers.
+    Connects by default."""
+
+    zmtp_type: ClassVar[bytes] = b"SCATTER"
+    peer_types: ClassVar[dict[bytes, bytes]] = {b"GATHER": b"SCATTER", b"PULL": b"PUSH"}
     default_bind: ClassVar[bool] = False
     can_send: ClassVar[bool] = True
     single_part: ClassVar[bool] = True
     default_linger_ms: ClassVar[int] = 1000
 
 
-class Gather(PatternSocket):
-    """Thread-safe fair-queued receiver of single-part messages. Binds by default."""
+class Gather(_ZmtpPatternSocket):
+    """Thread-safe fair-queued receiver of single-part messages from SCATTER (and PUSH)
+    peers. Binds by default."""
 
-    socket_type: ClassVar[int] = zmq.PULL
+    zmtp_type: ClassVar[bytes] = b"GATHER"
+    peer_types: ClassVar[dict[bytes, bytes]] = {b"SCATTER": b"GATHER", b"PUSH": b"PULL"}
     default_bind: ClassVar[bool] = True
     can_recv: ClassVar[bool] = True
     single_part: ClassVar[bool] = True
-
-    #: multipart messages dropped whole since the socket was opened (read under no lock:
-    #: an int assignment is atomic in CPython).
-    discarded_multipart: int = 0
-
-    def _discard_multipart(self) -> None:
-        self.discarded_multipart += 1
-
-    def _recv_one_nowait(self) -> Optional[list[bytes]]:
-        sock = self._socket
-        while True:
-            try:
-                frame = sock.recv(zmq.NOBLOCK)
-            except zmq.Again:
-                return None
-            if not sock.rcvmore:
-                return [frame]
-            # A non-conforming peer sent a multipart message: drain every remaining part
-            # (libzmq delivers a message's parts atomically, so they are all queued now).
-            while sock.rcvmore:
-                sock.recv()
-            self.discarded_multipart += 1

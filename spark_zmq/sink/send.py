@@ -151,6 +151,12 @@ class TaskSender:
         started = time.monotonic()
         self.socket.close()
         self.context.term()
+        unsent = getattr(self.socket, "unsent", 0)  # scatter counts exactly what it still held
+        if unsent:
+            raise SinkTimeoutError(
+                f"{unsent} of the {self.sent} messages this task queued for {self.where} were not sent within "
+                f"sendTimeoutMs={self.options.send_timeout_ms} (no consumer took them)"
+            )
         if self.sent and time.monotonic() - started >= self.timeout_s * 0.95:
             raise SinkTimeoutError(
                 f"could not flush {self.sent} messages to {self.where} within sendTimeoutMs="

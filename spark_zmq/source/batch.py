@@ -13,7 +13,6 @@ import time
 from typing import Iterator, Optional, Sequence
 
 import pyarrow as pa
-import zmq
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
@@ -38,23 +37,19 @@ def receive_bounded(options: SourceOptions) -> list[tuple[list[bytes], Optional[
     values: list[list[bytes]] = [[] for _ in sockets]
     topics: list[Optional[list[Optional[bytes]]]] = [None for _ in sockets]
     try:
-        poller = zmq.Poller()
-        for socket in sockets:
-            poller.register(socket.zmq_socket, zmq.POLLIN)
         total = 0
         idle_deadline = time.monotonic() + options.timeout
         while total < options.max_messages:
             remaining = idle_deadline - time.monotonic()
             if remaining <= 0:
                 break
-            ready = dict(poller.poll(max(1, min(100, int(remaining * 1000)))))
             for socket in sockets:
                 if socket.handshakes is not None:
                     socket.handshakes.poll()  # see HandshakeWatch: a monitor must be read
             got = 0
             for channel, socket in enumerate(sockets):
-                if socket.zmq_socket not in ready or total + got >= options.max_messages:
-                    continue
+                if total + got >= options.max_messages:
+                    break
                 try:
                     new_values, new_topics = socket.recv_values(options.max_messages - total - got, timeout=0)
                 except TimeoutError:
@@ -67,6 +62,13 @@ def receive_bounded(options: SourceOptions) -> list[tuple[list[bytes], Optional[
             if got:
                 total += got
                 idle_deadline = time.monotonic() + options.timeout
+                continue
+            # nothing anywhere: wait for the next message, a slice of each socket in turn
+            # (sockets of two kinds, libzmq's and the ZMTP engine's, share no poller)
+            wait_s = min(0.1, remaining) / len(sockets)
+            for socket in sockets:
+                if socket.poll_recv(wait_s):
+                    break
     finally:
         for socket in sockets:
             if socket.handshakes is not None:

@@ -1,0 +1,12 @@
+"""ZMTP 3.1 (RFCs 23/37, with CURVE from RFC 26) in Python, for the socket types pyzmq's
+bundled libzmq lacks: SCATTER and GATHER (49/SCATTERGATHER are draft sockets in libzmq).
+
+Layers, each usable and testable on its own:
+
+* ``wire``: greeting, frames, commands and metadata as bytes (no I/O);
+* ``null`` and ``curve``: the security mechanisms as sans-I/O state machines;
+* ``engine``: one I/O thread per socket that accepts, connects, reconnects, handshakes and
+  moves frames between TCP/IPC streams and per-peer queues.
+
+Nothing here imports Spark.
+"""

@@ -1,0 +1,990 @@
+"""The I/O thread of one ZMTP socket: listeners, connectors, handshakes and per-peer queues.
+
+Modelled on libzmq's own split (and JeroMQ's, NetMQ's, go-zeromq's): the application's
+calls only touch queues under a lock; one I/O thread per socket owns every OS socket,
+runs a ``selectors`` loop, speaks ZMTP 3.1 (greeting, mechanism handshake, frames,
+PING/PONG) and moves whole messages between the wire and the queues.
+
+* Each connection is a *peer* with an inbound queue (``inbox``, GATHER) or an outbound
+  queue (``outbox``, SCATTER), limited to ``hwm`` messages (0 = no limit).
+* A peer counts only once its handshake completed: until then nothing is queued to it
+  (what libzmq calls ZMQ_IMMEDIATE), so a peer that is refused, or never answers, is never
+  a delivery; a sender blocks or times out as with no peer at all.
+* An inbound queue full to its ``hwm`` stops reading that connection, so TCP flow control
+  holds the sender back (backpressure, as libzmq does). Reading resumes below half.
+* What a broken connection had not written yet (its outbox, and the part of the write in
+  progress that did not reach the kernel whole) goes back to the socket's ``orphans``,
+  which the next connection to write takes first: closing a connection never forgets a
+  message the socket still holds. (49/SCATTERGATHER says a SCATTER discards the queue of
+  a peer that disconnects; this socket re-routes it instead, because the connector
+  promises that it loses nothing it holds. A message already written to the kernel is
+  beyond reach: ZMTP has no acknowledgements.)
+* What a GATHER received from a peer stays deliverable after the peer left (the RFC says
+  discard it; the connector never drops data it received).
+
+The socket-type rule of ZMTP (a peer's ``Socket-Type`` must be one this type talks to) is
+``Engine.peer_types``: our type as the key's answer, e.g. a GATHER answers a SCATTER as
+GATHER and a PUSH as PULL. See ``null.py`` for who declares first.
+"""
+
+from __future__ import annotations
+
+import collections
+import errno
+import heapq
+import itertools
+import logging
+import os
+import selectors
+import socket
+import struct
+import threading
+import time
+from typing import Callable, Optional
+
+import zmq
+
+from . import transport
+from .null import NullMechanism
+from .wire import (
+    COMMAND, GREETING_SIZE, LONG, MORE, ZmtpError, command, error_from_command, frame_header, greeting,
+    parse_command, parse_greeting, socket_type_of,
+)
+
+__all__ = ["Engine", "Peer"]
+
+log = logging.getLogger(__name__)
+
+_U64 = struct.Struct(">Q")
+_READ_BYTES = 256 * 1024
+_WRITE_BATCH_BYTES = 256 * 1024
+_HANDSHAKE_FRAME_LIMIT = 64 * 1024  # nothing a handshake needs is larger; before auth, keep it small
+_IOV_MAX = 512
+
+_GREETING, _HANDSHAKE, _READY, _CLOSED = range(4)
+_ids = itertools.count(1)
+
+
+class Peer:
+    """One connection's queues and state (shared by the I/O thread and the app's calls)."""
+
+    __slots__ = ("id", "address", "inbox", "outbox", "ready", "closed", "paused", "resume_asked", "conn")
+
+    def __init__(self, address: str) -> None:
+        self.id = next(_ids)
+        self.address = address
+        self.inbox: collections.deque = collections.deque()
+        self.outbox: collections.deque = collections.deque()
+        self.ready = False
+        self.closed = False
+        self.paused = False
+        self.resume_asked = False
+        self.conn: Optional["_Connection"] = None
+
+
+class _Connector:
+    """A connect endpoint: (re)connects after ``reconnect_ivl`` whenever it has no connection.
+
+    ``declare`` is the socket type this side announces when it must speak first (NULL as
+    the connecting side, or as a CURVE client): this socket's own type at first; if a peer
+    closed a handshake on it, or told us its type, the next attempt uses what that peer
+    accepts (a PUSH peer needs a PULL, not a GATHER)."""
+
+    def __init__(self, endpoint: str, address: transport.Address, declare: bytes) -> None:
+        self.endpoint = endpoint
+        self.address = address
+        self.declare = declare
+        self.conn: Optional["_Connection"] = None
+        #: the queue of this endpoint, kept whether or not it is connected (49/SCATTERGATHER)
+        self.peer = Peer(endpoint)
+
+
+class _Connection:
+    """One OS socket speaking ZMTP with one peer."""
+
+    def __init__(self, engine: "Engine", sock: socket.socket, address: str, connector: Optional[_Connector]) -> None:
+        self.engine = engine
+        self.sock = sock
+        self.address = address
+        self.connector = connector
+        self.initiator = connector is not None
+        self.peer = connector.peer if connector is not None else Peer(address)
+        self.peer.conn = self
+        self.peer.closed = False
+        self.stage = _GREETING
+        self.connecting = False
+        self.mechanism = engine.new_mechanism(self)
+        self.pending: list[bytes] = []
+        self.pending_len = 0
+        self.need = GREETING_SIZE
+        self.out: collections.deque = collections.deque()
+        self.out_bytes = 0
+        # the messages of the write in progress, with the offset at which each one ends
+        self.inflight: list[bytes] = []
+        self.inflight_ends: list[int] = []
+        self.written = 0
+        self.in_multipart = False
+        self.deadline = time.monotonic() + engine.handshake_ivl_s
+        self.events = 0
+        self.sent_metadata = False
+        #: the handshake failed: what this peer's queue holds goes to other peers
+        self.refused = False
+        self.declared: Optional[bytes] = None
+
+    # -- output -------------------------------------------------------------------------
+
+    def queue_frame(self, flags: int, body: bytes) -> None:
+        header = frame_header(len(body), flags)
+        self.out.append(header)
+        self.out.append(body)
+        self.out_bytes += len(header) + len(body)
+
+    def queue_command(self, body: bytes) -> None:
+        if self.stage == _READY:
+            flags, payload = self.mechanism.encode_command(body)
+            self.queue_frame(flags, payload)
+        else:
+            self.queue_frame(COMMAND, body)
+
+
+class Engine:
+    """One ZMTP socket's I/O thread and queues. Socket classes (``Scatter``, ``Gather``)
+    hold one and call its ``send_messages``/``recv_messages``; everything else is internal.
+    """
+
+    def __init__(
+        self,
+        *,
+        socket_type: bytes,
+        peer_types: dict[bytes, bytes],
+        label: str,
+        hwm: int,
+        max_message_bytes: Optional[int],
+        reconnect_ivl_s: float = 0.1,
+        handshake_ivl_s: float = 30.0,
+        curve=None,
+        single_part: bool = True,
+        rcvbuf: Optional[int] = None,
+        sndbuf: Optional[int] = None,
+        immediate: bool = False,
+        on_event: Optional[Callable[[int, int, str], None]] = None,
+    ) -> None:
+        self.socket_type = socket_type
+        self.peer_types = peer_types
+        self.label = label
+        self.hwm = hwm
+        self.max_message_bytes = max_message_bytes
+        self.reconnect_ivl_s = reconnect_ivl_s
+        self.handshake_ivl_s = handshake_ivl_s
+        self.curve = curve
+        self.single_part = single_part
+        self.rcvbuf, self.sndbuf = rcvbuf, sndbuf
+        self.immediate = immediate
+        self.on_event = on_event
+        self.lock = threading.Lock()
+        self.cond = threading.Condition(self.lock)
+        #: the peers a message may be queued to, round-robin: those with a completed
+        #: handshake and (unless ``immediate``) connect endpoints not refused by their peer
+        self.ready_peers: list[Peer] = []
+        self.rr = 0
+        #: peers with messages in their inbox, in fair-queue order
+        self.readable: collections.deque = collections.deque()
+        self.orphans: collections.deque = collections.deque()
+        self.discarded_multipart = 0
+        self.closing = False
+        self.waiters = 0
+        self._selector = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._woken = False
+        self._commands: collections.deque = collections.deque()
+        self._timers: list = []
+        self._listeners: list[tuple[socket.socket, str, transport.Address]] = []
+        self._inproc_names: list[str] = []
+        self._connectors: list[_Connector] = []
+        self._connections: set[_Connection] = set()
+        self._selector.register(self._wake_r, selectors.EVENT_READ, self._on_wake)
+        self._thread = threading.Thread(target=self._run, name=f"zmtp-{label}", daemon=True)
+        self._stopped = threading.Event()
+        self._mechanism_keys = self._prepare_curve(curve)
+
+    # -- set-up (application thread, before start) ------------------------------------------
+
+    @staticmethod
+    def _prepare_curve(curve):
+        if curve is None:
+            return None
+        from zmq.utils import z85
+        keys = {"public": z85.decode(curve.public_key), "secret": z85.decode(curve.secret_key)}
+        if curve.is_server:
+            authorized = curve.authorized
+            keys["authorized"] = None if isinstance(authorized, str) else frozenset(z85.decode(k) for k in authorized)
+        else:
+            keys["server"] = z85.decode(curve.server_key)
+        return keys
+
+    def bind(self, endpoint: str) -> str:
+        """Listen on ``endpoint`` now (errors surface in the caller); returns the real address."""
+        address = transport.parse_address(endpoint, bind=True)
+        if address.transport == "inproc":
+            transport.register_inproc(address.host, self._accept_inproc)
+            self._inproc_names.append(address.host)
+            return f"inproc://{address.host}"
+        sock, actual = transport.listen(address)
+        self._listeners.append((sock, actual, address))
+        self._selector.register(sock, selectors.EVENT_READ, lambda mask, s=sock, a=actual: self._on_accept(s, a))
+        return actual
+
+    def connect(self, endpoint: str) -> None:
+        address = transport.parse_address(endpoint, bind=False)
+        connector = _Connector(endpoint, address, self.socket_type)
+        self._connectors.append(connector)
+        if not self.immediate:
+            self.ready_peers.append(connector.peer)
+        self._commands.append(lambda: self._connect(connector))
+
+    def start(self) -> None:
+        self._thread.start()
+
+    # -- application side -----------------------------------------------------------------
+
+    def wake(self) -> None:
+        """Make the I/O thread run its commands (lock held by the caller)."""
+        if not self._woken:
+            self._woken = True
+            try:
+                self._wake_w.send(b"\0")
+            except (BlockingIOError, OSError):
+                pass
+
+    def call_soon(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the I/O thread (lock held by the caller)."""
+        self._commands.append(fn)
+        self.wake()
+
+    def next_peer_with_room(self) -> Optional[Peer]:
+        """Round-robin over ready peers whose outbox is below the high-water mark (lock held)."""
+        peers = self.ready_peers
+        n = len(peers)
+        hwm = self.hwm
+        for step in range(n):
+            index = (self.rr + step) % n
+            peer = peers[index]
+            if hwm == 0 or len(peer.outbox) < hwm:
+                self.rr = (index + 1) % n
+                return peer
+        return None
+
+    def kick(self, peer: Peer) -> None:
+        """Ask the I/O thread to write ``peer``'s outbox (lock held)."""
+        conn = peer.conn
+        if conn is not None and not conn.out:
+            self.call_soon(lambda: self._flush(conn))
+
+    def take_inbox(self, max_messages: int, max_bytes: Optional[int]) -> list[bytes]:
+        """Up to ``max_messages`` received messages, fair-queued over peers (lock held)."""
+        out: list[bytes] = []
+        readable = self.readable
+        size = 0
+        limit = max_bytes if max_bytes is not None else 1 << 62
+        while readable and len(out) < max_messages and size < limit:
+            peer = readable.popleft()
+            inbox = peer.inbox
+            share = max(1, (max_messages - len(out)) // (len(readable) + 1))
+            if max_bytes is None and share >= len(inbox):
+                taken = list(inbox)
+                inbox.clear()
+            else:
+                taken = []
+                while inbox and len(taken) < share and size < limit:
+                    message = inbox.popleft()
+                    taken.append(message)
+                    size += len(message)
+            out.extend(taken)
+            if inbox:
+                readable.append(peer)
+            if peer.paused and not peer.resume_asked and len(inbox) <= self.hwm // 2:
+                peer.resume_asked = True
+                conn = peer.conn
+                if conn is not None:
+                    self.call_soon(lambda c=conn: self._resume(c))
+        return out
+
+    def pending_outgoing(self) -> int:
+        """Messages this socket still holds for sending (lock held)."""
+        total = len(self.orphans)
+        peers = {peer.id: peer for peer in self.ready_peers}
+        for conn in list(self._connections):
+            peers[conn.peer.id] = conn.peer
+            total += len(conn.inflight)
+        return total + sum(len(peer.outbox) for peer in peers.values())
+
+    def out_bytes_pending(self) -> int:
+        """Bytes encoded but not yet written to the kernel, over all connections."""
+        return sum(conn.out_bytes for conn in list(self._connections) if conn.stage == _READY)
+
+    def stop(self) -> None:
+        """Stop the I/O thread and close every OS socket (no lock held)."""
+        with self.lock:
+            self.closing = True
+            self.cond.notify_all()
+            self.wake()
+        if self._thread.ident is None:  # never started
+            self._close_all()
+        elif threading.current_thread() is not self._thread:
+            self._stopped.wait(10)
+
+    # -- the I/O thread ---------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            while True:
+                with self.lock:
+                    if self.closing:
+                        break
+                    commands = list(self._commands)
+                    self._commands.clear()
+                for fn in commands:
+                    self._guard(fn)
+                timeout = self._run_timers()
+                for key, mask in self._selector.select(timeout):
+                    self._guard(lambda: key.data(mask))
+        except BaseException:  # never expected: every callback is guarded
+            log.exception("%s: the ZMTP I/O thread failed", self.label)
+        finally:
+            self._close_all()
+            self._stopped.set()
+
+    def _guard(self, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except Exception:
+            log.exception("%s: unexpected error in the ZMTP I/O thread (the connection is closed)", self.label)
+
+    def _on_wake(self, mask: int) -> None:
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except (BlockingIOError, OSError):
+            pass
+        with self.lock:
+            self._woken = False
+
+    def _at(self, delay: float, fn: Callable[[], None]) -> None:
+        heapq.heappush(self._timers, (time.monotonic() + delay, next(_ids), fn))
+
+    def _run_timers(self) -> float:
+        now = time.monotonic()
+        while self._timers and self._timers[0][0] <= now:
+            _, _, fn = heapq.heappop(self._timers)
+            self._guard(fn)
+        for conn in list(self._connections):
+            if conn.stage in (_GREETING, _HANDSHAKE) and now >= conn.deadline:
+                self._fail(conn, ZmtpError("the peer did not complete the handshake in time",
+                                           zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL, errno.ETIMEDOUT))
+        delay = 1.0
+        if self._timers:
+            delay = min(delay, max(0.0, self._timers[0][0] - time.monotonic()))
+        return delay
+
+    def _close_all(self) -> None:
+        for conn in list(self._connections):
+            self._close(conn, requeue=True, quiet=True)
+        if self._selector.get_map() is None:  # already closed
+            return
+        for sock, actual, address in self._listeners:
+            try:
+                self._selector.unregister(sock)
+            except (KeyError, ValueError):
+                pass
+            sock.close()
+            if address.transport == "ipc" and not actual.startswith("ipc://@"):
+                try:
+                    os.unlink(actual[len("ipc://"):])
+                except OSError:
+                    pass
+        self._listeners.clear()
+        for name in self._inproc_names:
+            transport.unregister_inproc(name)
+        self._inproc_names.clear()
+        for sock in (self._wake_r, self._wake_w):
+            try:
+                sock.close()
+            except OSError:
+                pass
+        try:
+            self._selector.close()
+        except (OSError, RuntimeError):
+            pass
+
+    # -- connections --------------------------------------------------------------------------
+
+    def _configure(self, sock: socket.socket) -> None:
+        sock.setblocking(False)
+        if sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as libzmq does
+        if self.rcvbuf:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.rcvbuf)
+        if self.sndbuf:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.sndbuf)
+
+    def _on_accept(self, listener: socket.socket, actual: str) -> None:
+        for _ in range(64):
+            try:
+                sock, addr = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:  # EMFILE and friends: try again later
+                log.warning("%s: cannot accept a connection on %s: %s", self.label, actual, exc)
+                return
+            peer_address = (f"tcp://{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else actual)
+            self._adopt(sock, peer_address, None)
+
+    def _accept_inproc(self, sock: socket.socket, address: str) -> None:
+        """Called by a connecting thread (``transport.connect_inproc``)."""
+        with self.lock:
+            if self.closing:
+                sock.close()
+                return
+            self.call_soon(lambda: self._adopt(sock, address, None))
+
+    def _connect(self, connector: _Connector) -> None:
+        if self.closing or connector.conn is not None:
+            return
+        address = connector.address
+        if address.transport == "inproc":
+            sock = transport.connect_inproc(address.host)
+            if sock is None:
+                self._at(self.reconnect_ivl_s, lambda: self._connect(connector))
+                return
+            self._adopt(sock, connector.endpoint, connector)
+            return
+        try:
+            family, target = transport.connect_target(address)
+            sock = socket.socket(family, socket.SOCK_STREAM)
+        except OSError as exc:
+            self._retry(connector, exc)
+            return
+        self._configure(sock)
+        code = sock.connect_ex(target)
+        if code not in (0, errno.EINPROGRESS, errno.EAGAIN):
+            sock.close()
+            self._retry(connector, OSError(code, errno.errorcode.get(code, str(code))))
+            return
+        conn = self._adopt(sock, connector.endpoint, connector, connecting=code != 0)
+        if conn is not None and code != 0:
+            self._set_events(conn, selectors.EVENT_WRITE)
+
+    def _retry(self, connector: _Connector, reason: Optional[BaseException]) -> None:
+        if not self.closing:
+            self._at(self.reconnect_ivl_s, lambda: self._connect(connector))
+
+    def _adopt(self, sock: socket.socket, address: str, connector: Optional[_Connector],
+               connecting: bool = False) -> Optional[_Connection]:
+        if self.closing:
+            sock.close()
+            return None
+        if connector is None or connector.address.transport == "inproc":
+            self._configure(sock)
+        conn = _Connection(self, sock, address, connector)
+        if connector is not None:
+            connector.conn = conn
+        self._connections.add(conn)
+        conn.connecting = connecting
+        if not connecting:
+            self._start_greeting(conn)
+        self._set_events(conn, selectors.EVENT_READ | (selectors.EVENT_WRITE if conn.out or connecting else 0))
+        if not connecting:
+            self._flush(conn)
+        return conn
+
+    def _start_greeting(self, conn: _Connection) -> None:
+        data = greeting(conn.mechanism.name, conn.mechanism.as_server)
+        conn.out.append(data)
+        conn.out_bytes += len(data)
+        self._emit(zmq.EVENT_CONNECTED if conn.initiator else zmq.EVENT_ACCEPTED, 0, conn.address)
+
+    def _set_events(self, conn: _Connection, events: int) -> None:
+        if conn.stage == _CLOSED or events == conn.events:
+            return
+        if conn.events == 0:
+            self._selector.register(conn.sock, events, lambda mask, c=conn: self._on_io(c, mask))
+        elif events == 0:
+            self._selector.unregister(conn.sock)
+        else:
+            self._selector.modify(conn.sock, events, lambda mask, c=conn: self._on_io(c, mask))
+        conn.events = events
+
+    def _read_events(self, conn: _Connection) -> int:
+        return 0 if conn.peer.paused else selectors.EVENT_READ
+
+    def _on_io(self, conn: _Connection, mask: int) -> None:
+        if conn.stage == _CLOSED:
+            return
+        if conn.connecting and mask & selectors.EVENT_WRITE:
+            code = conn.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            if code:
+                self._close(conn, requeue=True, quiet=True)
+                return
+            conn.connecting = False
+            self._start_greeting(conn)
+        try:
+            if mask & selectors.EVENT_READ:
+                self._read(conn)
+            if conn.stage != _CLOSED:
+                self._flush(conn)  # replies, and (a new peer) what waits to be sent
+        except ZmtpError as exc:
+            self._fail(conn, exc)
+
+    def _read(self, conn: _Connection) -> None:
+        for _ in range(16):  # bounded, so one busy peer cannot starve the others
+            if conn.peer.paused or conn.stage == _CLOSED:
+                return
+            try:
+                data = conn.sock.recv(_READ_BYTES)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                self._lost(conn, exc.errno or 0)
+                return
+            if not data:
+                self._lost(conn, 0)
+                return
+            self._feed(conn, data)
+            if len(data) < _READ_BYTES:
+                return
+
+    def _lost(self, conn: _Connection, code: int) -> None:
+        """The peer closed the connection (or it broke)."""
+        if conn.stage in (_GREETING, _HANDSHAKE):
+            # a peer that closes during the handshake refused it (socket type, credentials)
+            # or is not a ZeroMQ peer; a connector that spoke first tries the other type next
+            connector = conn.connector
+            if connector is not None and conn.sent_metadata and self.curve is not None:
+                connector.declare = self._other_type(connector.declare)
+            conn.refused = True
+            self._emit(zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL, code, conn.address)
+        self._close(conn, requeue=True)
+
+    def _other_type(self, declared: bytes) -> bytes:
+        answers = list(dict.fromkeys(self.peer_types.values()))
+        return answers[(answers.index(declared) + 1) % len(answers)] if declared in answers else self.socket_type
+
+    def _fail(self, conn: _Connection, exc: ZmtpError) -> None:
+        if conn.stage == _CLOSED:
+            return
+        if exc.reply is not None:
+            conn.queue_frame(COMMAND, exc.reply)
+            try:
+                self._write(conn)
+            except OSError:
+                pass
+        if conn.stage != _READY:
+            conn.refused = True
+            self._emit(exc.event, exc.value, conn.address, str(exc))
+        else:
+            log.warning("%s: closing the connection of %s: %s", self.label, conn.address, exc)
+        self._close(conn, requeue=True)
+
+    def _close(self, conn: _Connection, *, requeue: bool, quiet: bool = False) -> None:
+        if conn.stage == _CLOSED:
+            return
+        was_ready = conn.stage == _READY
+        conn.stage = _CLOSED
+        try:
+            if conn.events:
+                self._selector.unregister(conn.sock)
+        except (KeyError, ValueError):
+            pass
+        conn.events = 0
+        try:
+            conn.sock.close()
+        except OSError:
+            pass
+        self._connections.discard(conn)
+        peer = conn.peer
+        keep = conn.connector is not None and not self.immediate and not conn.refused
+        with self.lock:
+            peer.closed = True
+            peer.conn = None
+            unwritten = ([m for m, end in zip(conn.inflight, conn.inflight_ends) if end > conn.written]
+                         if requeue else [])
+            conn.inflight, conn.inflight_ends = [], []
+            if keep:
+                # a connect endpoint keeps its queue (49/SCATTERGATHER) and resends, on the
+                # next connection, what did not reach the kernel whole
+                peer.outbox.extendleft(reversed(unwritten))
+                if peer not in self.ready_peers:
+                    self.ready_peers.append(peer)
+            else:
+                self._drop_peer(peer)
+                if unwritten or peer.outbox:
+                    self.orphans.extendleft(reversed(list(peer.outbox)))
+                    self.orphans.extendleft(reversed(unwritten))
+                    peer.outbox.clear()
+            self.cond.notify_all()
+        if was_ready and not quiet:
+            self._emit(zmq.EVENT_DISCONNECTED, 0, conn.address)
+        connector = conn.connector
+        if connector is not None and connector.conn is conn:
+            connector.conn = None
+            self._retry(connector, None)
+        if self.orphans:
+            self._serve_orphans()
+
+    def _drop_peer(self, peer: Peer) -> None:
+        """No more messages for ``peer`` (lock held)."""
+        if peer in self.ready_peers:
+            index = self.ready_peers.index(peer)
+            self.ready_peers.remove(peer)
+            if index < self.rr:
+                self.rr -= 1
+            self.rr = self.rr % len(self.ready_peers) if self.ready_peers else 0
+
+    def _serve_orphans(self) -> None:
+        for conn in list(self._connections):
+            if conn.stage == _READY and not conn.out:
+                self._flush(conn)
+                if not self.orphans:
+                    return
+
+    # -- input --------------------------------------------------------------------------------
+
+    def _feed(self, conn: _Connection, data: bytes) -> None:
+        if conn.pending:
+            conn.pending.append(data)
+            conn.pending_len += len(data)
+            if conn.pending_len < conn.need:
+                return
+            data = b"".join(conn.pending)
+            conn.pending = []
+            conn.pending_len = 0
+        i = 0
+        if conn.stage == _GREETING:
+            if len(data) < GREETING_SIZE:
+                conn.pending, conn.pending_len, conn.need = [data], len(data), GREETING_SIZE
+                return
+            self._on_greeting(conn, data[:GREETING_SIZE])
+            i = GREETING_SIZE
+        if conn.stage == _HANDSHAKE:
+            i = self._handshake_frames(conn, data, i)
+        if conn.stage == _READY and i < len(data):
+            i = self._message_frames(conn, data, i)
+        if conn.stage != _CLOSED and i < len(data):
+            rest = data[i:]
+            conn.pending, conn.pending_len = [rest], len(rest)
+
+    def _frame_at(self, conn: _Connection, data: bytes, i: int, limit: Optional[int]) -> tuple[int, int, int]:
+        """``(flags, body start, body end)`` of the frame at ``i``, or ``end = -1`` with
+        ``conn.need`` set when it is not all there yet."""
+        n = len(data)
+        if n - i < 2:
+            conn.need = 2
+            return 0, 0, -1
+        flags = data[i]
+        if flags & LONG:
+            if n - i < 9:
+                conn.need = 9
+                return 0, 0, -1
+            size = _U64.unpack_from(data, i + 1)[0]
+            start = i + 9
+        else:
+            size = data[i + 1]
+            start = i + 2
+        if limit is not None and size > limit:
+            raise ZmtpError(f"a frame of {size} bytes exceeds the limit of {limit} bytes",
+                            zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL, zmq.PROTOCOL_ERROR_ZMTP_UNSPECIFIED)
+        end = start + size
+        if end > n:
+            conn.need = end - i
+            return flags, start, -1
+        return flags, start, end
+
+    def _on_greeting(self, conn: _Connection, data: bytes) -> None:
+        version, mechanism, _ = parse_greeting(data)
+        ours = conn.mechanism
+        if mechanism != ours.name:
+            raise ZmtpError(f"the peer uses the {mechanism.decode('ascii', 'replace')} security mechanism, this socket "
+                            f"{ours.name.decode()}", zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL,
+                            zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
+        # the as-server byte is not checked: libzmq 4.3 always sends 0 there; a CURVE peer
+        # in the wrong role fails the handshake's first command instead
+        conn.stage = _HANDSHAKE
+        for body in ours.start():
+            conn.queue_frame(COMMAND, body)
+
+    def _handshake_frames(self, conn: _Connection, data: bytes, i: int) -> int:
+        while conn.stage == _HANDSHAKE:
+            flags, start, end = self._frame_at(conn, data, i, _HANDSHAKE_FRAME_LIMIT)
+            if end < 0:
+                return i
+            if not flags & COMMAND or flags & MORE:
+                raise ZmtpError("a message frame before the handshake completed", zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL,
+                                zmq.PROTOCOL_ERROR_ZMTP_UNEXPECTED_COMMAND)
+            for body in conn.mechanism.on_command(data[start:end]):
+                conn.queue_frame(COMMAND, body)
+            i = end
+            if conn.mechanism.ready:
+                self._on_ready(conn)
+        return i
+
+    def _on_ready(self, conn: _Connection) -> None:
+        conn.stage = _READY
+        peer = conn.peer
+        with self.lock:
+            peer.ready = True
+            if peer not in self.ready_peers:
+                self.ready_peers.append(peer)
+            self.cond.notify_all()
+        self._emit(zmq.EVENT_HANDSHAKE_SUCCEEDED, 0, conn.address)
+
+    def _message_frames(self, conn: _Connection, data: bytes, i: int) -> int:
+        """Whole frames after the handshake: messages into the inbox, commands answered."""
+        limit = self.max_message_bytes
+        encrypted = conn.mechanism.name != b"NULL"
+        if encrypted and limit is not None:
+            limit += 64  # the MESSAGE command's own bytes around the payload
+        out: list[bytes] = []
+        append = out.append
+        n = len(data)
+        in_multipart = conn.in_multipart
+        unpack = _U64.unpack_from
+        decode = conn.mechanism.decode
+        try:
+            while n - i >= 2:
+                flags = data[i]
+                if flags & LONG:
+                    if n - i < 9:
+                        break
+                    size = unpack(data, i + 1)[0]
+                    start = i + 9
+                else:
+                    size = data[i + 1]
+                    start = i + 2
+                end = start + size
+                if limit is not None and size > limit:
+                    raise ZmtpError(f"a message of {size} bytes exceeds max_message_bytes={self.max_message_bytes}")
+                if end > n:
+                    break
+                i = end
+                body = data[start:end]
+                if encrypted:
+                    flags, body = decode(flags, body)
+                if flags & COMMAND:
+                    self._on_command(conn, body)
+                    continue
+                if flags & MORE or in_multipart:
+                    # a multipart message: a single-part socket drops it whole (49/SCATTERGATHER)
+                    in_multipart = bool(flags & MORE)
+                    if not in_multipart:
+                        self.discarded_multipart += 1
+                    continue
+                append(body)
+        finally:
+            conn.in_multipart = in_multipart
+            if out:
+                self._deliver(conn, out)
+        if n - i < 2:
+            conn.need = 2
+        elif data[i] & LONG and n - i < 9:
+            conn.need = 9
+        else:
+            size = unpack(data, i + 1)[0] if data[i] & LONG else data[i + 1]
+            conn.need = (9 if data[i] & LONG else 2) + size
+        return i
+
+    def _deliver(self, conn: _Connection, messages: list[bytes]) -> None:
+        peer = conn.peer
+        if self.socket_type in (b"SCATTER", b"PUSH"):
+            return  # a send-only socket ignores messages (a well-behaved peer sends none)
+        with self.lock:
+            if not peer.inbox:
+                self.readable.append(peer)
+            peer.inbox.extend(messages)
+            if self.hwm and len(peer.inbox) >= self.hwm:
+                peer.paused = True
+                peer.resume_asked = False
+            if self.waiters:
+                self.cond.notify()
+        if peer.paused:
+            self._set_events(conn, (selectors.EVENT_WRITE if conn.out else 0))
+
+    def _resume(self, conn: _Connection) -> None:
+        peer = conn.peer
+        with self.lock:
+            peer.paused = False
+            peer.resume_asked = False
+        if conn.stage == _CLOSED:
+            return
+        self._set_events(conn, selectors.EVENT_READ | (selectors.EVENT_WRITE if conn.out else 0))
+        if conn.pending and conn.pending_len >= conn.need:  # a whole frame was waiting
+            data = b"".join(conn.pending)
+            conn.pending, conn.pending_len = [], 0
+            try:
+                self._feed(conn, data)
+            except ZmtpError as exc:
+                self._fail(conn, exc)
+
+    def _on_command(self, conn: _Connection, body: bytes) -> None:
+        name, data = parse_command(body)
+        if name == b"PING":
+            # PING: TTL (2 bytes) and a context of at most 16 bytes, echoed in the PONG
+            if len(data) >= 2:
+                conn.queue_command(command(b"PONG", data[2:18]))
+        elif name == b"ERROR":
+            raise error_from_command(data, is_server=not conn.initiator)
+        # PONG and commands of other socket types (SUBSCRIBE, CANCEL) need nothing
+
+    # -- output -------------------------------------------------------------------------------
+
+    def _flush(self, conn: _Connection) -> None:
+        try:
+            self._write(conn)
+        except ZmtpError as exc:
+            self._fail(conn, exc)
+            return
+        except OSError as exc:
+            self._lost(conn, exc.errno or 0)
+            return
+        if conn.stage == _CLOSED:
+            return
+        wanted = self._read_events(conn) | (selectors.EVENT_WRITE if conn.out else 0)
+        self._set_events(conn, wanted)
+
+    def _refill(self, conn: _Connection) -> bool:
+        """Take the next messages to send (orphans first) into the write buffer."""
+        peer = conn.peer
+        with self.lock:
+            source = self.orphans if self.orphans else peer.outbox
+            if not source:
+                return False
+            batch: list[bytes] = []
+            size = 0
+            while source and size < _WRITE_BATCH_BYTES:
+                message = source.popleft()
+                batch.append(message)
+                size += len(message)
+            if self.waiters:
+                self.cond.notify_all()
+        encode = conn.mechanism.encode
+        ends: list[int] = []
+        offset = conn.written
+        small: list[bytes] = []
+        if conn.mechanism.name == b"NULL":
+            for message in batch:
+                size = len(message)
+                header = bytes((0, size)) if size < 256 else b"\x02" + _U64.pack(size)
+                if size < 4096:
+                    small.append(header)
+                    small.append(message)
+                else:
+                    if small:
+                        conn.out.append(b"".join(small))
+                        small = []
+                    conn.out.append(header)
+                    conn.out.append(message)
+                offset += len(header) + size
+                ends.append(offset)
+        else:
+            for message in batch:
+                flags, body = encode(message)
+                header = frame_header(len(body), flags)
+                small.append(header)
+                small.append(body)
+                offset += len(header) + len(body)
+                ends.append(offset)
+        if small:
+            conn.out.append(b"".join(small))
+        conn.out_bytes += offset - conn.written
+        conn.inflight, conn.inflight_ends = batch, ends
+        return True
+
+    def _write(self, conn: _Connection) -> None:
+        if conn.stage == _CLOSED or conn.connecting:
+            return
+        while True:
+            if not conn.out:
+                conn.inflight, conn.inflight_ends = [], []
+                conn.written = 0
+                if conn.stage != _READY or not self._refill(conn):
+                    return
+            chunks = list(itertools.islice(conn.out, _IOV_MAX))
+            try:
+                sent = conn.sock.sendmsg(chunks)
+            except (BlockingIOError, InterruptedError):
+                return
+            conn.out_bytes -= sent
+            if conn.inflight:
+                conn.written += sent
+            while sent:
+                head = conn.out[0]
+                if sent >= len(head):
+                    sent -= len(head)
+                    conn.out.popleft()
+                else:
+                    conn.out[0] = memoryview(head)[sent:]
+                    sent = 0
+            if conn.out:
+                return  # a partial write: the kernel buffer is full, wait until writable
+
+    # -- events -------------------------------------------------------------------------------
+
+    def _emit(self, event: int, value: int, address: str, text: str = "") -> None:
+        if self.on_event is not None:
+            try:
+                self.on_event(event, value, address)
+            except Exception:
+                log.exception("%s: event callback failed", self.label)
+
+    # -- mechanisms ---------------------------------------------------------------------------
+
+    def new_mechanism(self, conn: _Connection):
+        declare = lambda peer: self._declare(conn, peer)  # noqa: E731
+        accept = lambda metadata: self._accept(conn, metadata)  # noqa: E731
+        if self.curve is None:
+            return NullMechanism(conn.initiator, declare, accept)
+        from .curve import CurveClient, CurveServer
+        keys = self._mechanism_keys
+        if self.curve.is_server:
+            allowed = keys["authorized"]
+            authorize = (lambda key: True) if allowed is None else (lambda key: self._authorize(conn, key, allowed))
+            return CurveServer(keys["public"], keys["secret"], authorize, declare, accept)
+        return CurveClient(keys["public"], keys["secret"], keys["server"], declare, accept)
+
+    _refused_logged: set = set()
+
+    def _authorize(self, conn: _Connection, key: bytes, allowed: frozenset) -> bool:
+        if key in allowed:
+            return True
+        from zmq.utils import z85
+        text = z85.encode(key).decode()
+        entry = (conn.address.rsplit(":", 1)[0], text)
+        if entry not in self._refused_logged and len(self._refused_logged) < 10_000:
+            self._refused_logged.add(entry)
+            log.warning("CURVE: refused client key %s from %s (not in curveAuthorizedKeys)", text, conn.address)
+        return False
+
+    def _declare(self, conn: _Connection, peer: Optional[dict]) -> dict:
+        conn.sent_metadata = True
+        if peer is not None:
+            kind = (peer.get("socket-type") or b"").upper()
+            ours = self.peer_types.get(kind, self.socket_type)
+        elif conn.connector is not None:
+            ours = conn.connector.declare
+        else:
+            ours = self.socket_type
+        conn.declared = ours
+        return {"Socket-Type": ours}
+
+    def _accept(self, conn: _Connection, metadata: dict) -> None:
+        kind = socket_type_of(metadata)
+        answer = self.peer_types.get(kind)
+        declared = conn.declared
+        if answer is not None and conn.connector is not None:
+            conn.connector.declare = answer  # what this peer accepts, for the next attempts
+        if answer is None or (declared is not None and declared != answer):
+            raise ZmtpError(
+                f"socket type mismatch: a {kind.decode('ascii', 'replace')[:20]} peer cannot talk to this "
+                f"{(declared or self.socket_type).decode()} socket",
+                zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL, zmq.PROTOCOL_ERROR_ZMTP_INVALID_METADATA)

@@ -1,0 +1,186 @@
+"""The zeromq.js peer harness (tests/zmqjs_peer.py + tests/zmqjs/peer.js) against plain pyzmq.
+
+These prove the harness before other tests lean on it: libzmq's own PUSH/PULL talk to
+pyzmq both ways, the draft SCATTER/GATHER sockets exist and talk to each other, CURVE works
+in both roles, and a libzmq SCATTER refuses a PULL peer (the mismatch the connector's
+Scatter/Gather engine exists to avoid).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import pytest
+import zmq
+from zmq.utils.monitor import recv_monitor_message
+
+from zmqjs_peer import PEER_JS, ZMQJS_DIR, NodePeer, PeerError, payload, skip_unless_node
+
+pytestmark = pytest.mark.timeout(20)
+
+ANY_PORT = "tcp://127.0.0.1:*"
+
+
+@pytest.fixture(autouse=True)
+def _node_peers():
+    skip_unless_node()
+
+
+@pytest.fixture
+def ctx():
+    context = zmq.Context()
+    yield context
+    context.destroy(linger=0)
+
+
+def bound(ctx, socket_type, **options):
+    sock = ctx.socket(socket_type)
+    for option, value in options.items():
+        setattr(sock, option, value)
+    sock.bind(ANY_PORT)
+    return sock, sock.last_endpoint.decode()
+
+
+def recv_all(sock, n, timeout_ms=10_000):
+    got = []
+    for _ in range(n):
+        assert sock.poll(timeout_ms), f"only {len(got)} of {n} messages arrived"
+        got.append(sock.recv())
+    return got
+
+
+@pytest.mark.parametrize("node_binds", [True, False], ids=["node-binds", "node-connects"])
+def test_node_push_to_pyzmq_pull(ctx, node_binds):
+    count, size = 2000, 64
+    if node_binds:
+        peer = NodePeer.start("push", bind=[ANY_PORT], count=count, size=size, prefix="p")
+        pull = ctx.socket(zmq.PULL)
+        pull.connect(peer.endpoints[0])
+    else:
+        pull, endpoint = bound(ctx, zmq.PULL)
+        peer = NodePeer.start("push", connect=[endpoint], count=count, size=size, prefix="p")
+        assert peer.endpoints == [endpoint]
+    with peer:
+        got = recv_all(pull, count)
+        assert got == [payload(i, size, "p") for i in range(count)]  # each once, in order
+        assert all(len(message) == size for message in got)
+        assert peer.wait_sent(10) == {"event": "sent", "count": count}
+        assert peer.wait_exit(10) == 0
+        assert pull.poll(100) == 0  # nothing extra
+
+
+def test_pyzmq_push_to_node_pull_volume_multipart_and_stop(ctx):
+    """100,000 messages of 100 bytes, then a multipart one, then ``stop``."""
+    count = 100_000
+    with NodePeer.start("pull", bind=[ANY_PORT], rcvhwm=0) as peer:
+        push = ctx.socket(zmq.PUSH)
+        push.sndhwm = 0
+        push.connect(peer.endpoints[0])
+        started = time.monotonic()
+        for i in range(count):
+            push.send(payload(i, 100))
+        push.send_multipart([b"head", b"", b"\x00\xff"])
+        got = peer.messages(count + 1, timeout=15)
+        elapsed = time.monotonic() - started
+        assert got[:count] == [payload(i, 100) for i in range(count)]
+        assert got[count] == [b"head", b"", b"\x00\xff"]
+        assert elapsed < 10, f"{count} messages took {elapsed:.1f}s"
+        assert peer.stop() == {"event": "stopped", "count": count + 1}
+
+
+def test_pyzmq_push_to_connecting_node_pull_with_count(ctx):
+    push, endpoint = bound(ctx, zmq.PUSH)
+    with NodePeer.start("pull", connect=[endpoint], count=3) as peer:
+        for i in range(3):
+            push.send(payload(i))
+        assert peer.messages(3) == [b"0-", b"1-", b"2-"]
+        assert peer.wait_event("done") == {"event": "done", "count": 3}
+        assert peer.wait_exit(10) == 0
+
+
+@pytest.mark.parametrize("scatter_binds", [True, False], ids=["scatter-binds", "gather-binds"])
+def test_node_scatter_to_node_gather(scatter_binds):
+    """The draft sockets exist: libzmq SCATTER -> libzmq GATHER, both ways of binding."""
+    count, size = 500, 32
+    if scatter_binds:
+        scatter = NodePeer.start("scatter", bind=[ANY_PORT], count=count, size=size, prefix="s")
+        gather = NodePeer.start("gather", connect=scatter.endpoints, count=count)
+    else:
+        gather = NodePeer.start("gather", bind=[ANY_PORT], count=count)
+        scatter = NodePeer.start("scatter", connect=gather.endpoints, count=count, size=size,
+                                 prefix="s")
+    with scatter, gather:
+        assert gather.messages(count, timeout=10) == [payload(i, size, "s") for i in range(count)]
+        assert gather.wait_event("done") == {"event": "done", "count": count}
+        assert scatter.wait_sent(10)["count"] == count
+        assert gather.wait_exit(10) == 0 and scatter.wait_exit(10) == 0
+
+
+def test_two_node_scatters_to_one_gather_are_told_apart():
+    with NodePeer.start("gather", bind=[ANY_PORT], count=20) as gather, \
+            NodePeer.start("scatter", connect=gather.endpoints, count=10, prefix="a") as a, \
+            NodePeer.start("scatter", connect=gather.endpoints, count=10, prefix="b") as b:
+        got = gather.messages(20)
+        assert sorted(got) == sorted([payload(i, prefix=p) for p in "ab" for i in range(10)])
+        a.wait_sent(10)
+        b.wait_sent(10)
+
+
+def test_node_curve_server_pull_from_pyzmq_curve_client(ctx):
+    server_public, server_secret = zmq.curve_keypair()
+    client_public, client_secret = zmq.curve_keypair()
+    with NodePeer.start("pull", bind=[ANY_PORT], curve_server=server_secret,
+                        curve_public=server_public) as peer:
+        push = ctx.socket(zmq.PUSH)
+        push.curve_publickey, push.curve_secretkey = client_public, client_secret
+        push.curve_serverkey = server_public
+        push.connect(peer.endpoints[0])
+        for i in range(10):
+            push.send(payload(i, 40))
+        assert peer.messages(10) == [payload(i, 40) for i in range(10)]
+
+
+def test_pyzmq_curve_server_pull_from_node_curve_client(ctx):
+    server_public, server_secret = zmq.curve_keypair()
+    client = zmq.curve_keypair()
+    pull, endpoint = bound(ctx, zmq.PULL, curve_server=True, curve_secretkey=server_secret)
+    with NodePeer.start("push", connect=[endpoint], count=10, size=40, curve_client=client,
+                        curve_server_key=server_public) as peer:
+        assert recv_all(pull, 10) == [payload(i, 40) for i in range(10)]
+        peer.wait_sent(10)
+
+
+def test_node_push_send_timeout_exits_3():
+    """No peer ever connects: the first send times out, the peer says so and exits 3."""
+    with NodePeer.start("push", bind=[ANY_PORT], count=5, send_timeout=200) as peer:
+        with pytest.raises(PeerError, match="the peer reported"):
+            peer.wait_sent(10)
+        assert peer.wait_exit(10) == 3
+        assert peer.events[-1]["event"] == "error"
+
+
+def test_bad_arguments_exit_2_with_usage():
+    done = subprocess.run(["node", str(PEER_JS), "--type", "push", "--bind", ANY_PORT],
+                          cwd=ZMQJS_DIR, capture_output=True, text=True, timeout=15)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert "needs --count" in done.stderr and "usage: node peer.js" in done.stderr
+
+
+def test_libzmq_scatter_does_not_deliver_to_pyzmq_pull(ctx):
+    """libzmq checks the peer's socket type in the ZMTP handshake: SCATTER pairs only with
+    GATHER, PULL only with PUSH.  The connection is accepted, then dropped, and nothing
+    arrives (the scatter even reports "sent": its queue is dropped with the connection)."""
+    pull, endpoint = bound(ctx, zmq.PULL)
+    monitor = pull.get_monitor_socket(zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED
+                                      | zmq.EVENT_HANDSHAKE_SUCCEEDED)
+    with NodePeer.start("scatter", connect=[endpoint], count=5, linger=0) as peer:
+        seen = []
+        while zmq.EVENT_DISCONNECTED not in seen:
+            assert monitor.poll(10_000), f"no disconnect; monitor events so far: {seen}"
+            seen.append(recv_monitor_message(monitor)["event"])
+        assert zmq.EVENT_ACCEPTED in seen and zmq.EVENT_HANDSHAKE_SUCCEEDED not in seen
+        assert pull.poll(1000) == 0, "a libzmq SCATTER delivered to a PULL socket"
+        peer.stop()
+    pull.disable_monitor()
