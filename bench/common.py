@@ -56,6 +56,30 @@ class Producer:
         self.proc.wait(timeout)
 
 
+class NodeProducer(Producer):
+    """``bench/nodeproducer.js``: libzmq's own SCATTER or PUSH (zeromq.js) as the producer,
+    with the interface of ``Producer``. ``kind``/``arg`` build the payload as there."""
+
+    def __init__(self, endpoint: str, count: int, kind: str, arg: float, socket_type: str = "scatter") -> None:
+        import tempfile
+
+        import payloads
+
+        message = payloads.raw(int(arg)) if kind == "raw" else payloads.arrow_message(int(arg))
+        with tempfile.NamedTemporaryFile(prefix="spark-zmq-bench-", suffix=".bin", delete=False) as file:
+            file.write(message)
+        self.payload_file = file.name
+        self.proc = subprocess.Popen(["node", os.path.join(HERE, "nodeproducer.js"), endpoint, str(count), socket_type,
+                                      file.name], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     env={**os.environ, "NODE_NO_WARNINGS": "1"})  # "draft API is experimental"
+
+    def wait(self, timeout: float = 120) -> None:
+        try:
+            super().wait(timeout)
+        finally:
+            os.unlink(self.payload_file)
+
+
 def warm_up(query, endpoints: list[str], kind: str, arg: float, messages: int = 2000) -> int:
     """Send a few messages per endpoint and wait until Spark processed them, so Python
     workers are started and modules imported before the measured run. Returns the rows sent."""

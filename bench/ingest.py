@@ -11,13 +11,14 @@ import socket
 import tempfile
 import threading
 import time
+from typing import Callable
 
 import pyarrow as pa
 import zmq
 
 import curvekeys
 import payloads
-from common import Producer, free_port, register_ceilings, wait_for_rows, wait_started, warm_up
+from common import NodeProducer, Producer, free_port, register_ceilings, wait_for_rows, wait_started, warm_up
 
 # Messages sent through a fresh query before the measured run: enough for the JVM to have
 # compiled its hot paths (a one-row run of 300,000 messages still spent a third of the
@@ -25,13 +26,16 @@ from common import Producer, free_port, register_ceilings, wait_for_rows, wait_s
 WARM_UP_MESSAGES = {"raw": 100_000, "arrow": 40}
 
 
-def connector(spark, count: int, kind: str, arg: int, channels: int = 1) -> float:
-    """``readStream.format("zmq")`` (pull, ``raw`` or ``arrow``) into a ``noop`` sink;
-    ``channels`` endpoints, each fed ``count / channels`` messages by its own producer.
-    Under ``curvekeys.ENV`` the source is a CURVE server and the producers its clients."""
+def connector(spark, count: int, kind: str, arg: int, channels: int = 1, pattern: str = "pull",
+              producer: Callable[[str, int, str, int], Producer] = Producer) -> float:
+    """``readStream.format("zmq")`` (``pattern`` pull or gather, ``raw`` or ``arrow``) into a
+    ``noop`` sink; ``channels`` endpoints, each fed ``count / channels`` messages by its own
+    ``producer`` (a bare pyzmq PUSH process by default; ``libzmq_producer("scatter")`` for
+    libzmq's own SCATTER). Under ``curvekeys.ENV`` the source is a CURVE server and the
+    producers its clients."""
     ports = [free_port() for _ in range(channels)]
     work = tempfile.mkdtemp(prefix="spark-zmq-bench-")
-    reader = (spark.readStream.format("zmq")
+    reader = (spark.readStream.format("zmq").option("pattern", pattern)
               .option("endpoints", ",".join(f"@tcp://127.0.0.1:{p}" for p in ports))
               .option("spoolDir", os.path.join(work, "spool")))
     if kind == "arrow":
@@ -45,7 +49,7 @@ def connector(spark, count: int, kind: str, arg: int, channels: int = 1) -> floa
         endpoints = [f"tcp://127.0.0.1:{p}" for p in ports]
         warm = warm_up(query, endpoints, kind, arg, messages=WARM_UP_MESSAGES[kind])
         per_channel = count // channels
-        procs = [Producer(endpoint, per_channel, kind, arg) for endpoint in endpoints]
+        procs = [producer(endpoint, per_channel, kind, arg) for endpoint in endpoints]
         started = min(p.go() for p in procs)
         rows = per_channel * channels * (arg if kind == "arrow" else 1)
         finished = wait_for_rows(query, warm + rows)
@@ -54,6 +58,11 @@ def connector(spark, count: int, kind: str, arg: int, channels: int = 1) -> floa
     finally:
         query.stop()
     return rows / (finished - started)
+
+
+def libzmq_producer(socket_type: str) -> Callable[[str, int, str, int], Producer]:
+    """Producers that are libzmq's own ``socket_type`` socket (SCATTER or PUSH, zeromq.js)."""
+    return lambda endpoint, count, kind, arg: NodeProducer(endpoint, count, kind, arg, socket_type)
 
 
 def bare_pull(count: int, kind: str, arg: int) -> float:

@@ -125,6 +125,18 @@ def main(argv: list[str]) -> int:
             "bare pyzmq PULL": lambda: ingest.bare_pull(n, "raw", 1024),
             "Spark socket source": lambda: ingest.socket_source(spark, size["socket"], 1024),
         }, reps, "bare pyzmq PULL", 0.5),
+        "gather-raw-100B": lambda: compare("gather-raw-100B", "msgs/s", {
+            "connector": lambda: ingest.connector(  # gather, fed by libzmq SCATTER
+                spark, n, "raw", 100, pattern="gather", producer=ingest.libzmq_producer("scatter")),
+            "pull from libzmq PUSH": lambda: ingest.connector(
+                spark, n, "raw", 100, producer=ingest.libzmq_producer("push")),
+        }, reps, "pull from libzmq PUSH", 0.9),
+        "gather-arrow": lambda: compare("gather-arrow", "rows/s", {
+            "connector": lambda: ingest.connector(  # gather, fed by libzmq SCATTER
+                spark, m, "arrow", r, pattern="gather", producer=ingest.libzmq_producer("scatter")),
+            "pull from libzmq PUSH": lambda: ingest.connector(
+                spark, m, "arrow", r, producer=ingest.libzmq_producer("push")),
+        }, reps, "pull from libzmq PUSH", 0.9),
         "egress-raw-100B": lambda: compare("egress-raw-100B", "msgs/s", {
             "connector": lambda: egress.connector(spark, n, "raw", 100),
             "bare pyzmq PUSH": lambda: egress.bare_push(n, "raw", 100),

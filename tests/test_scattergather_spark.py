@@ -80,8 +80,10 @@ def test_the_scatter_sink_spreads_every_row_round_robin_over_libzmq_gathers(spar
         wait_until(lambda: len(left.received) + len(right.received) >= rows, 60, f"{rows} rows at the gathers")
         got_left, got_right = left.received, right.received
     assert Counter(got_left + got_right) == Counter(str(i).encode() for i in range(rows))
-    # each of the 2 write tasks alternates between the two peers, so they differ by at most 2
-    assert abs(len(got_left) - len(got_right)) <= 2, (len(got_left), len(got_right))
+    # each write task alternates between the peers, skipping one whose queue is full (the
+    # RFC's "available peers"), so under load the split is even only roughly; strict
+    # alternation is tested at the pattern layer (test_rfc49_scattergather)
+    assert min(len(got_left), len(got_right)) >= rows // 4, (len(got_left), len(got_right))
 
 
 def test_curve_scatter_sink_and_gather_source_with_libzmq_curve_peers(spark, free_port, spool_dir, tmp_path):

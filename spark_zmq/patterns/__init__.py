@@ -1,7 +1,8 @@
 """ZeroMQ messaging patterns for the connector, usable without Spark.
 
-``Push``/``Pull`` (30/PIPELINE), ``Scatter``/``Gather`` (49/SCATTERGATHER, built here on the
-PUSH/PULL wire protocol because pyzmq's libzmq lacks draft sockets), ``Pub``/``Sub``/
+``Push``/``Pull`` (30/PIPELINE), ``Scatter``/``Gather`` (49/SCATTERGATHER, real SCATTER and
+GATHER sockets on the wire through this package's own ZMTP engine, because pyzmq's libzmq
+lacks draft sockets), ``Pub``/``Sub``/
 ``XPub``/``XSub`` (29/PUBSUB), ``Req``/``Rep``/``Dealer``/``Router`` (request-reply, the
 Guide's chapter 3). Every class is ``Cls(endpoints, *, hwm=None, **options)``
 with ``send(data, timeout=None)``, ``recv(timeout=None)``, ``close()`` and ``with`` support;

@@ -2,9 +2,9 @@
 
 Why a layer over pyzmq at all: the connector needs the same few things from every socket
 (CZMQ-style endpoints, validated options, ``TimeoutError`` instead of ``zmq.Again``, a
-close that interrupts a blocked caller, batch receives for throughput), and SCATTER/GATHER
-(49/SCATTERGATHER) do not exist in pyzmq's bundled libzmq, so they are built here on the
-PUSH/PULL wire protocol with a lock for the thread-safety the RFC requires.
+close that interrupts a blocked caller, batch receives for throughput). SCATTER/GATHER
+(49/SCATTERGATHER) do not exist in pyzmq's bundled libzmq: ``scattergather`` builds them on
+this package's own ZMTP engine (``zmtp``) behind the same API.
 
 Timeouts are in seconds (``None`` = wait forever, ``0`` = do not wait), as in ``queue.Queue``.
 """

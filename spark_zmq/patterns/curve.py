@@ -376,6 +376,8 @@ def _failure_text(event: int, value: int, is_server: bool) -> str:
         if value in (zmq.PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC, zmq.PROTOCOL_ERROR_ZMTP_KEY_EXCHANGE):
             return ("a peer failed the CURVE key exchange" if is_server else
                     "the CURVE key exchange failed: curveServerKey is not the server's public key")
+        if value == zmq.PROTOCOL_ERROR_ZMTP_INVALID_METADATA:
+            return "the peer's socket type cannot talk to this socket (e.g. a PUB where a GATHER or PULL belongs)"
         return f"ZMTP protocol error {value:#x} during the handshake"
     return ("a peer dropped the connection during the handshake (a client without CURVE, or not a ZeroMQ peer)"
             if is_server else "the server closed the connection during the handshake (is curveServerKey the server's "

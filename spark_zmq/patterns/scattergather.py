@@ -82,9 +82,10 @@ class _ZmtpPatternSocket(PatternSocket):
     """A ``PatternSocket`` whose wire is this package's ZMTP engine, not a libzmq socket.
 
     It keeps the ``PatternSocket`` API (``send``, ``send_many``, ``recv``, ``recv_batch``,
-    ``recv_values``, ``close``, ``handshakes``...); the options ``context``, ``immediate``
-    are accepted for compatibility and change nothing (there is no libzmq context, and a
-    peer always counts only after its handshake)."""
+    ``recv_values``, ``poll_recv``, ``close``, ``handshakes``...) and its options, plus
+    ``handshake_ivl`` (ms, default 30,000: a peer that has not completed its handshake by
+    then is disconnected). ``context`` is accepted and unused (there is no libzmq context);
+    ``immediate`` makes a connect endpoint count only once its handshake completed."""
 
     zmtp_type: ClassVar[bytes]
     #: a peer's Socket-Type -> the type this socket announces to it
@@ -93,11 +94,12 @@ class _ZmtpPatternSocket(PatternSocket):
 
     def __init__(self, endpoints, *, hwm: Optional[int] = None, **options: Any) -> None:
         self._closed = True
-        unknown = sorted(set(options) - set(self._OPTIONS))
+        valid = self._OPTIONS + ("handshake_ivl",)
+        unknown = sorted(set(options) - set(valid))
         if unknown:
             raise TypeError(
                 f"unknown option(s) {', '.join(map(repr, unknown))} for {type(self).__name__}; "
-                f"valid options: {', '.join(('hwm',) + self._OPTIONS)}"
+                f"valid options: {', '.join(('hwm',) + valid)}"
             )
         self._endpoints = parse_endpoints(endpoints, default_bind=self.default_bind)
         self.max_message_bytes = self._positive_int("max_message_bytes", options.get("max_message_bytes"),
@@ -107,6 +109,9 @@ class _ZmtpPatternSocket(PatternSocket):
         if curve is not None and not isinstance(curve, Curve):
             raise TypeError(f"option 'curve' must be a spark_zmq.patterns.curve.Curve, not {type(curve).__name__}")
         self._linger = self._linger_ms(options.get("linger", self.default_linger_ms))
+        # ZMQ_HANDSHAKE_IVL: a peer that has not completed its handshake after this many ms
+        # is disconnected (libzmq's default, 30 s), so idle strangers cannot pile up
+        handshake_ms = self._positive_int("handshake_ivl", options.get("handshake_ivl", 30_000))
         reconnect_ms = options.get("reconnect_ivl")
         if reconnect_ms is not None:
             self._positive_int("reconnect_ivl", reconnect_ms)
@@ -128,6 +133,7 @@ class _ZmtpPatternSocket(PatternSocket):
             hwm=_DEFAULT_HWM if hwm is None else hwm,
             max_message_bytes=self.max_message_bytes,
             reconnect_ivl_s=(reconnect_ms or 100) / 1000.0,
+            handshake_ivl_s=handshake_ms / 1000.0,
             curve=curve,
             rcvbuf=options.get("rcvbuf"),
             sndbuf=options.get("sndbuf"),

@@ -100,6 +100,8 @@ class TaskSender:
         watch = self.socket.handshakes
         if watch is None or not watch.rejected:
             return ""
+        if self.options.curve is None:  # scatter: a peer of the wrong socket type, for one
+            return f" handshakes failed {watch.rejected} times; the last one: {watch.last_rejection}"
         return (f" CURVE handshakes failed {watch.rejected} times; the last one: {watch.last_rejection} "
                 "(check curveCertificate, curveServerKey and the server's authorized keys)")
 

@@ -65,15 +65,24 @@ _GREETING, _HANDSHAKE, _READY, _CLOSED = range(4)
 _ids = itertools.count(1)
 
 
+class _Renegotiate(ZmtpError):
+    """The peer told us its socket type after we announced ours (we had to speak first) and
+    wants the other answer (a PUSH peer needs a PULL, not a GATHER): not a refusal. The
+    connection is closed and opened again at once, announcing what the peer accepts, and
+    the endpoint keeps its queue."""
+
+
 class Peer:
     """One connection's queues and state (shared by the I/O thread and the app's calls)."""
 
-    __slots__ = ("id", "address", "inbox", "outbox", "ready", "closed", "paused", "resume_asked", "conn")
+    __slots__ = ("id", "address", "inbox", "inbox_bytes", "outbox", "ready", "closed", "paused", "resume_asked",
+                 "conn")
 
     def __init__(self, address: str) -> None:
         self.id = next(_ids)
         self.address = address
         self.inbox: collections.deque = collections.deque()
+        self.inbox_bytes = 0
         self.outbox: collections.deque = collections.deque()
         self.ready = False
         self.closed = False
@@ -102,10 +111,14 @@ class _Connector:
 class _Connection:
     """One OS socket speaking ZMTP with one peer."""
 
-    def __init__(self, engine: "Engine", sock: socket.socket, address: str, connector: Optional[_Connector]) -> None:
+    def __init__(self, engine: "Engine", sock: socket.socket, address: str, connector: Optional[_Connector],
+                 endpoint: str) -> None:
         self.engine = engine
         self.sock = sock
         self.address = address
+        #: what events name, as libzmq's monitor does: the bound address (for accepted
+        #: connections) or the connect endpoint, so a log line per endpoint stays one line
+        self.endpoint = endpoint
         self.connector = connector
         self.initiator = connector is not None
         self.peer = connector.peer if connector is not None else Peer(address)
@@ -129,6 +142,7 @@ class _Connection:
         self.sent_metadata = False
         #: the handshake failed: what this peer's queue holds goes to other peers
         self.refused = False
+        self.retry_now = False
         self.declared: Optional[bytes] = None
 
     # -- output -------------------------------------------------------------------------
@@ -292,15 +306,18 @@ class Engine:
             peer = readable.popleft()
             inbox = peer.inbox
             share = max(1, (max_messages - len(out)) // (len(readable) + 1))
-            if max_bytes is None and share >= len(inbox):
-                taken = list(inbox)
+            if share >= len(inbox) and size + peer.inbox_bytes <= limit:
+                taken = list(inbox)  # the whole queue fits: one copy, no per-message work
                 inbox.clear()
+                size += peer.inbox_bytes
+                peer.inbox_bytes = 0
             else:
                 taken = []
                 while inbox and len(taken) < share and size < limit:
                     message = inbox.popleft()
                     taken.append(message)
                     size += len(message)
+                    peer.inbox_bytes -= len(message)
             out.extend(taken)
             if inbox:
                 readable.append(peer)
@@ -379,11 +396,14 @@ class Engine:
         while self._timers and self._timers[0][0] <= now:
             _, _, fn = heapq.heappop(self._timers)
             self._guard(fn)
-        for conn in list(self._connections):
-            if conn.stage in (_GREETING, _HANDSHAKE) and now >= conn.deadline:
-                self._fail(conn, ZmtpError("the peer did not complete the handshake in time",
-                                           zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL, errno.ETIMEDOUT))
         delay = 1.0
+        for conn in list(self._connections):
+            if conn.stage in (_GREETING, _HANDSHAKE):
+                if now >= conn.deadline:
+                    self._fail(conn, ZmtpError("the peer did not complete the handshake in time",
+                                               zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL, errno.ETIMEDOUT))
+                else:
+                    delay = min(delay, conn.deadline - now)
         if self._timers:
             delay = min(delay, max(0.0, self._timers[0][0] - time.monotonic()))
         return delay
@@ -439,7 +459,7 @@ class Engine:
                 log.warning("%s: cannot accept a connection on %s: %s", self.label, actual, exc)
                 return
             peer_address = (f"tcp://{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else actual)
-            self._adopt(sock, peer_address, None)
+            self._adopt(sock, peer_address, None, endpoint=actual)
 
     def _accept_inproc(self, sock: socket.socket, address: str) -> None:
         """Called by a connecting thread (``transport.connect_inproc``)."""
@@ -481,13 +501,13 @@ class Engine:
             self._at(self.reconnect_ivl_s, lambda: self._connect(connector))
 
     def _adopt(self, sock: socket.socket, address: str, connector: Optional[_Connector],
-               connecting: bool = False) -> Optional[_Connection]:
+               connecting: bool = False, endpoint: Optional[str] = None) -> Optional[_Connection]:
         if self.closing:
             sock.close()
             return None
         if connector is None or connector.address.transport == "inproc":
             self._configure(sock)
-        conn = _Connection(self, sock, address, connector)
+        conn = _Connection(self, sock, address, connector, endpoint or address)
         if connector is not None:
             connector.conn = conn
         self._connections.add(conn)
@@ -503,7 +523,7 @@ class Engine:
         data = greeting(conn.mechanism.name, conn.mechanism.as_server)
         conn.out.append(data)
         conn.out_bytes += len(data)
-        self._emit(zmq.EVENT_CONNECTED if conn.initiator else zmq.EVENT_ACCEPTED, 0, conn.address)
+        self._emit(zmq.EVENT_CONNECTED if conn.initiator else zmq.EVENT_ACCEPTED, 0, conn.endpoint)
 
     def _set_events(self, conn: _Connection, events: int) -> None:
         if conn.stage == _CLOSED or events == conn.events:
@@ -562,9 +582,12 @@ class Engine:
             # or is not a ZeroMQ peer; a connector that spoke first tries the other type next
             connector = conn.connector
             if connector is not None and conn.sent_metadata and self.curve is not None:
+                # a CURVE server closes without a word on a socket-type mismatch, as on a
+                # key it cannot decrypt: try the other type next, and keep the queue
                 connector.declare = self._other_type(connector.declare)
-            conn.refused = True
-            self._emit(zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL, code, conn.address)
+            else:
+                conn.refused = True
+            self._emit(zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL, code, conn.endpoint)
         self._close(conn, requeue=True)
 
     def _other_type(self, declared: bytes) -> bytes:
@@ -574,6 +597,11 @@ class Engine:
     def _fail(self, conn: _Connection, exc: ZmtpError) -> None:
         if conn.stage == _CLOSED:
             return
+        if isinstance(exc, _Renegotiate):
+            log.debug("%s: %s: %s", self.label, conn.endpoint, exc)
+            conn.retry_now = True
+            self._close(conn, requeue=True)
+            return
         if exc.reply is not None:
             conn.queue_frame(COMMAND, exc.reply)
             try:
@@ -582,7 +610,7 @@ class Engine:
                 pass
         if conn.stage != _READY:
             conn.refused = True
-            self._emit(exc.event, exc.value, conn.address, str(exc))
+            self._emit(exc.event, exc.value, conn.endpoint, str(exc))
         else:
             log.warning("%s: closing the connection of %s: %s", self.label, conn.address, exc)
         self._close(conn, requeue=True)
@@ -625,11 +653,14 @@ class Engine:
                     peer.outbox.clear()
             self.cond.notify_all()
         if was_ready and not quiet:
-            self._emit(zmq.EVENT_DISCONNECTED, 0, conn.address)
+            self._emit(zmq.EVENT_DISCONNECTED, 0, conn.endpoint)
         connector = conn.connector
         if connector is not None and connector.conn is conn:
             connector.conn = None
-            self._retry(connector, None)
+            if conn.retry_now:
+                self._at(0.0, lambda: self._connect(connector))
+            else:
+                self._retry(connector, None)
         if self.orphans:
             self._serve_orphans()
 
@@ -737,7 +768,7 @@ class Engine:
             if peer not in self.ready_peers:
                 self.ready_peers.append(peer)
             self.cond.notify_all()
-        self._emit(zmq.EVENT_HANDSHAKE_SUCCEEDED, 0, conn.address)
+        self._emit(zmq.EVENT_HANDSHAKE_SUCCEEDED, 0, conn.endpoint)
 
     def _message_frames(self, conn: _Connection, data: bytes, i: int) -> int:
         """Whole frames after the handshake: messages into the inbox, commands answered."""
@@ -802,6 +833,7 @@ class Engine:
             if not peer.inbox:
                 self.readable.append(peer)
             peer.inbox.extend(messages)
+            peer.inbox_bytes += sum(map(len, messages))
             if self.hwm and len(peer.inbox) >= self.hwm:
                 peer.paused = True
                 peer.resume_asked = False
@@ -983,6 +1015,8 @@ class Engine:
         declared = conn.declared
         if answer is not None and conn.connector is not None:
             conn.connector.declare = answer  # what this peer accepts, for the next attempts
+        if answer is not None and declared is not None and declared != answer and conn.connector is not None:
+            raise _Renegotiate(f"the peer is a {kind.decode('ascii', 'replace')[:20]}: announcing {answer.decode()}")
         if answer is None or (declared is not None and declared != answer):
             raise ZmtpError(
                 f"socket type mismatch: a {kind.decode('ascii', 'replace')[:20]} peer cannot talk to this "
