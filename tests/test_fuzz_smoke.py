@@ -1,9 +1,11 @@
 """``tools/fuzz.py`` runs, finds nothing in a few seconds per target, and would report a
-crash, a hang or an unclear exception if there were one."""
+crash, a hang or an unclear exception if there were one; its ``zmtp`` target would report a
+Gather that loses, invents or reorders messages, or stops delivering."""
 
 from __future__ import annotations
 
 import os
+import random
 import re
 import subprocess
 import sys
@@ -30,7 +32,7 @@ def test_fuzz_every_target_for_a_few_seconds_finds_nothing(tmp_path):
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
     assert "findings: 0" in output
-    tried = dict((t, int(n.replace(",", ""))) for t, n in re.findall(r"(json|arrow-count|arrow|text) ([\d,]+)", output.split("inputs tried:")[1]))
+    tried = dict((t, int(n.replace(",", ""))) for t, n in re.findall(r"(json|arrow-count|arrow|text|zmtp) ([\d,]+)", output.split("inputs tried:")[1]))
     assert set(tried) == set(fuzz.TARGETS) and all(n > 0 for n in tried.values()), output
     assert not (tmp_path / "findings").exists()
     assert time.monotonic() - started < 60
@@ -62,3 +64,44 @@ def test_saved_cases_replay(tmp_path):
     finding = fuzz._save(str(tmp_path), "json", "unclear", "example", [case])
     assert fuzz.Case.load(Path(finding.path).read_bytes()) == case
     assert fuzz.replay(finding.path) == 0  # decoded as the contract says: FAILFAST raised at offset 0
+
+
+def _zmtp_case(seed: int, kind: str) -> "fuzz.Case":
+    rng = random.Random(seed)
+    while True:
+        case = fuzz.gen_zmtp(rng)
+        if case.kind == kind and (case.params.get("expect") or kind != "null-valid"):
+            return case
+
+
+@pytest.mark.timeout(60)
+def test_the_zmtp_target_checks_what_the_gather_delivers(monkeypatch, tmp_path):
+    """In this process (no fork): a valid stream passes and replays from its saved file; a
+    Gather that drops a message, or whose I/O thread fails on every input, is a finding."""
+    from spark_zmq.patterns.zmtp import engine
+
+    try:
+        case = _zmtp_case(1, "null-valid")
+        fuzz.run_case(case)
+        finding = fuzz._save(str(tmp_path), "zmtp", "unclear", "example", [case])
+        assert fuzz.Case.load(Path(finding.path).read_bytes()) == case
+        assert fuzz.replay(finding.path) == 0
+        for kind in ("curve-session", "huge-size", "garbage"):
+            fuzz.run_case(_zmtp_case(2, kind))
+
+        deliver = engine.Engine._deliver
+        monkeypatch.setattr(engine.Engine, "_deliver", lambda self, conn, messages: deliver(self, conn, messages[1:]))
+        with pytest.raises(fuzz.Unclear, match="delivered"):
+            fuzz.run_case(case)
+        monkeypatch.setattr(engine.Engine, "_deliver", deliver)
+
+        def broken(self, conn, data):
+            raise RuntimeError("a bug in the engine")
+
+        monkeypatch.setattr(engine.Engine, "_feed", broken)
+        monkeypatch.setattr(fuzz, "ZMTP_DEADLINE_S", 1.5)
+        with pytest.raises(fuzz.Unclear, match="stopped delivering|logged an error|did not deliver"):
+            fuzz.run_case(_zmtp_case(3, "garbage"))
+    finally:
+        monkeypatch.undo()
+        fuzz.zmtp_reset()

@@ -20,6 +20,7 @@ Secret keys never appear in a ``repr`` or a log line.
 
 from __future__ import annotations
 
+import errno
 import glob
 import itertools
 import logging
@@ -371,14 +372,16 @@ def _failure_text(event: int, value: int, is_server: bool) -> str:
         return f"the server refused this side's CURVE certificate (ZAP status {value}: not among its authorized keys)"
     if event == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
         if value == zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH:
-            return ("the peer does not use CURVE (security mechanism mismatch)" if is_server else
-                    "the server does not use CURVE (security mechanism mismatch)")
+            return ("the peer does not use this socket's security mechanism (CURVE on one side only?)" if is_server
+                    else "the server does not use CURVE (security mechanism mismatch)")
         if value in (zmq.PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC, zmq.PROTOCOL_ERROR_ZMTP_KEY_EXCHANGE):
             return ("a peer failed the CURVE key exchange" if is_server else
                     "the CURVE key exchange failed: curveServerKey is not the server's public key")
         if value == zmq.PROTOCOL_ERROR_ZMTP_INVALID_METADATA:
             return "the peer's socket type cannot talk to this socket (e.g. a PUB where a GATHER or PULL belongs)"
         return f"ZMTP protocol error {value:#x} during the handshake"
+    if value == errno.ETIMEDOUT:
+        return "a peer did not complete the handshake in time (handshake_ivl), and was disconnected"
     return ("a peer dropped the connection during the handshake (a client without CURVE, or not a ZeroMQ peer)"
             if is_server else "the server closed the connection during the handshake (is curveServerKey the server's "
             "public key, and does the server use CURVE?)")

@@ -59,7 +59,14 @@ _U64 = struct.Struct(">Q")
 _READ_BYTES = 256 * 1024
 _WRITE_BATCH_BYTES = 256 * 1024
 _HANDSHAKE_FRAME_LIMIT = 64 * 1024  # nothing a handshake needs is larger; before auth, keep it small
+#: frames above this close the connection even without ``max_message_bytes``: a size field of
+#: 2**63 must not make a connection buffer forever (libzmq fails to allocate it and closes)
+_HARD_FRAME_LIMIT = 1 << 31
+#: a peer's PINGs are answered while less than this is waiting to be written; beyond it a
+#: PING flood from a peer that does not read would grow the queue without bound
+_MAX_PENDING_REPLY_BYTES = 64 * 1024
 _IOV_MAX = 512
+_ACCEPT_RETRY_S = 0.2
 
 _GREETING, _HANDSHAKE, _READY, _CLOSED = range(4)
 _ids = itertools.count(1)
@@ -122,8 +129,6 @@ class _Connection:
         self.connector = connector
         self.initiator = connector is not None
         self.peer = connector.peer if connector is not None else Peer(address)
-        self.peer.conn = self
-        self.peer.closed = False
         self.stage = _GREETING
         self.connecting = False
         self.mechanism = engine.new_mechanism(self)
@@ -144,6 +149,9 @@ class _Connection:
         self.refused = False
         self.retry_now = False
         self.declared: Optional[bytes] = None
+        # last: the application's threads may look at ``peer.conn`` (and its ``out``) at once
+        self.peer.closed = False
+        self.peer.conn = self
 
     # -- output -------------------------------------------------------------------------
 
@@ -212,6 +220,7 @@ class Engine:
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
         self._woken = False
+        self._accept_failing = False
         self._commands: collections.deque = collections.deque()
         self._timers: list = []
         self._listeners: list[tuple[socket.socket, str, transport.Address]] = []
@@ -455,9 +464,18 @@ class Engine:
                 sock, addr = listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError as exc:  # EMFILE and friends: try again later
-                log.warning("%s: cannot accept a connection on %s: %s", self.label, actual, exc)
+            except OSError as exc:  # EMFILE and friends: stop listening a while, log once
+                if not self._accept_failing:
+                    log.warning("%s: cannot accept connections on %s (%s); retrying every %.1f s", self.label,
+                                actual, exc, _ACCEPT_RETRY_S)
+                self._accept_failing = True
+                self._selector.unregister(listener)
+                self._at(_ACCEPT_RETRY_S, lambda: self._selector.register(
+                    listener, selectors.EVENT_READ, lambda mask: self._on_accept(listener, actual)))
                 return
+            if self._accept_failing:
+                self._accept_failing = False
+                log.warning("%s: accepting connections on %s again", self.label, actual)
             peer_address = (f"tcp://{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else actual)
             self._adopt(sock, peer_address, None, endpoint=actual)
 
@@ -556,6 +574,9 @@ class Engine:
                 self._flush(conn)  # replies, and (a new peer) what waits to be sent
         except ZmtpError as exc:
             self._fail(conn, exc)
+        except Exception:  # a bug of ours: never leave a connection out of step with its stream
+            log.exception("%s: unexpected error on the connection of %s; closing it", self.label, conn.address)
+            self._close(conn, requeue=True)
 
     def _read(self, conn: _Connection) -> None:
         for _ in range(16):  # bounded, so one busy peer cannot starve the others
@@ -772,10 +793,10 @@ class Engine:
 
     def _message_frames(self, conn: _Connection, data: bytes, i: int) -> int:
         """Whole frames after the handshake: messages into the inbox, commands answered."""
-        limit = self.max_message_bytes
+        limit = self.max_message_bytes if self.max_message_bytes is not None else _HARD_FRAME_LIMIT
         encrypted = conn.mechanism.name != b"NULL"
-        if encrypted and limit is not None:
-            limit += 64  # the MESSAGE command's own bytes around the payload
+        overhead = 33 if encrypted else 0  # CURVE's MESSAGE: name, nonce, MAC and flags around the payload
+        limit += overhead
         out: list[bytes] = []
         append = out.append
         n = len(data)
@@ -794,8 +815,9 @@ class Engine:
                     size = data[i + 1]
                     start = i + 2
                 end = start + size
-                if limit is not None and size > limit:
-                    raise ZmtpError(f"a message of {size} bytes exceeds max_message_bytes={self.max_message_bytes}")
+                if size > limit:
+                    raise ZmtpError(f"a message of {size - overhead} bytes exceeds "
+                                    f"max_message_bytes={self.max_message_bytes or _HARD_FRAME_LIMIT}")
                 if end > n:
                     break
                 i = end
@@ -862,7 +884,7 @@ class Engine:
         name, data = parse_command(body)
         if name == b"PING":
             # PING: TTL (2 bytes) and a context of at most 16 bytes, echoed in the PONG
-            if len(data) >= 2:
+            if len(data) >= 2 and conn.out_bytes < _MAX_PENDING_REPLY_BYTES:
                 conn.queue_command(command(b"PONG", data[2:18]))
         elif name == b"ERROR":
             raise error_from_command(data, is_server=not conn.initiator)

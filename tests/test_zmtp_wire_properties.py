@@ -1,0 +1,289 @@
+"""Hypothesis properties of the ZMTP engine's parsers (``zmtp.wire``, ``NullMechanism``)
+and of its framing over a real TCP connection.
+
+Every parser sees a stranger's bytes first, so for each one: what the encoder makes parses
+back to what it was made from, and arbitrary bytes either parse or raise ``ZmtpError``
+(never another exception). The stream property sends the NULL frames of any list of
+messages, cut at arbitrary boundaries, over TCP to one shared ``Gather``, mixed with
+frames it must not deliver (multipart messages, PINGs, unknown commands), and checks it
+delivers exactly those messages, in order.
+"""
+
+from __future__ import annotations
+
+import socket
+import string
+import struct
+
+import pytest
+import zmq
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from spark_zmq.patterns import Gather
+from spark_zmq.patterns.zmtp import wire
+from spark_zmq.patterns.zmtp.null import NullMechanism
+from spark_zmq.patterns.zmtp.wire import COMMAND, MORE, ZmtpError
+
+pytestmark = pytest.mark.timeout(120)
+
+FAST = settings(max_examples=300, deadline=None)
+
+MECHANISMS = (b"NULL", b"PLAIN", b"CURVE")
+# what a GATHER accepts, and how it answers (Gather.peer_types)
+PEER_TYPES = {b"SCATTER": b"GATHER", b"PUSH": b"PULL"}
+
+names = st.text(string.ascii_letters + string.digits + "-_.+", min_size=1, max_size=255)
+command_names = st.binary(min_size=1, max_size=255)
+
+
+# -- greeting ---------------------------------------------------------------------------------
+
+@FAST
+@given(st.sampled_from(MECHANISMS), st.booleans())
+def test_parse_greeting_reads_back_our_greeting(mechanism, as_server):
+    assert wire.parse_greeting(wire.greeting(mechanism, as_server)) == ((3, 1), mechanism, as_server)
+
+
+@FAST
+@given(st.binary(max_size=100))
+def test_parse_greeting_of_arbitrary_bytes_returns_a_zmtp3_greeting_or_raises_zmtp_error(data):
+    try:
+        version, mechanism, as_server = wire.parse_greeting(data)
+    except ZmtpError as exc:
+        assert exc.event == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+        return
+    assert len(data) == wire.GREETING_SIZE and data[0] == 0xFF and data[9] & 1
+    assert version[0] >= 3 and mechanism in MECHANISMS and isinstance(as_server, bool)
+
+
+@FAST
+@given(st.sampled_from(MECHANISMS), st.integers(0, wire.GREETING_SIZE - 1), st.integers(0, 255))
+def test_parse_greeting_with_one_byte_changed(mechanism, at, value):
+    data = bytearray(wire.greeting(mechanism, False))
+    data[at] = value
+    try:
+        version, parsed, _ = wire.parse_greeting(bytes(data))
+    except ZmtpError:
+        # only the signature, the major version and the mechanism can make it invalid
+        assert at == 0 or at == 9 or at == 10 or 12 <= at < 32
+        return
+    assert version[0] >= 3 and parsed in MECHANISMS
+
+
+# -- commands ---------------------------------------------------------------------------------
+
+@FAST
+@given(command_names, st.binary(max_size=300))
+def test_parse_command_reads_back_a_command(name, data):
+    assert wire.parse_command(wire.command(name, data)) == (name, data)
+
+
+@FAST
+@given(st.binary(max_size=300))
+def test_parse_command_of_arbitrary_bytes_is_exact_or_raises_zmtp_error(body):
+    try:
+        name, data = wire.parse_command(body)
+    except ZmtpError:
+        assert not body or body[0] == 0 or len(body) < 1 + body[0]
+        return
+    assert 1 <= len(name) <= 255 and wire.command(name, data) == body
+
+
+# -- metadata ---------------------------------------------------------------------------------
+
+metadata_dicts = st.dictionaries(names, st.binary(max_size=300), max_size=8).filter(
+    lambda d: len({k.lower() for k in d}) == len(d))
+
+
+@FAST
+@given(metadata_dicts)
+def test_parse_metadata_reads_back_encode_metadata(properties):
+    assert wire.parse_metadata(wire.encode_metadata(properties)) == {k.lower(): v for k, v in properties.items()}
+
+
+@FAST
+@given(st.binary(max_size=400))
+def test_parse_metadata_of_arbitrary_bytes_returns_at_most_its_input_or_raises_zmtp_error(data):
+    try:
+        properties = wire.parse_metadata(data)
+    except ZmtpError as exc:
+        assert exc.value == zmq.PROTOCOL_ERROR_ZMTP_INVALID_METADATA
+        return
+    # nothing made up: every name and value came from the input
+    assert sum(len(k) + len(v) for k, v in properties.items()) <= len(data)
+
+
+@FAST
+@given(metadata_dicts.filter(bool), st.data())
+def test_parse_metadata_refuses_truncated_metadata(properties, data):
+    encoded = wire.encode_metadata(properties)
+    boundaries = {0}
+    at = 0
+    for name, value in properties.items():
+        at += 1 + len(name) + 4 + len(value)
+        boundaries.add(at)
+    cut = data.draw(st.integers(1, len(encoded) - 1).filter(lambda n: n not in boundaries)) if len(encoded) > 1 else 0
+    assume(cut not in boundaries)
+    with pytest.raises(ZmtpError):
+        wire.parse_metadata(encoded[:cut])
+
+
+@FAST
+@given(names, st.integers(1, (1 << 32) - 1), st.binary(max_size=50))
+def test_parse_metadata_refuses_a_value_longer_than_what_follows(name, length, value):
+    assume(length > len(value))
+    with pytest.raises(ZmtpError):
+        wire.parse_metadata(bytes((len(name),)) + name.encode() + struct.pack(">I", length) + value)
+
+
+# -- ERROR ----------------------------------------------------------------------------------
+
+@FAST
+@given(st.binary(max_size=300), st.booleans())
+def test_error_from_command_never_raises(data, is_server):
+    error = wire.error_from_command(data, is_server)
+    assert isinstance(error, ZmtpError)
+    reason = data[1:1 + data[0]] if data and len(data) >= 1 + data[0] else b""
+    if reason in (b"300", b"400", b"500"):
+        assert (error.event, error.value) == (zmq.EVENT_HANDSHAKE_FAILED_AUTH, int(reason))
+    else:
+        assert error.event == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+
+
+@FAST
+@given(st.text(string.printable, max_size=255))
+def test_error_command_reads_back(reason):
+    name, data = wire.parse_command(wire.error_command(reason))
+    assert name == b"ERROR"
+    error = wire.error_from_command(data, is_server=False)
+    assert repr(reason[:80])[1:-1] in str(error) or reason in ("300", "400", "500")
+
+
+# -- the NULL mechanism ---------------------------------------------------------------------
+
+def null_mechanism(initiator: bool = False) -> NullMechanism:
+    """A NullMechanism with a GATHER's declare/accept rules (as Engine._declare/_accept)."""
+    def declare(peer):
+        kind = ((peer or {}).get("socket-type") or b"").upper()
+        return {"Socket-Type": PEER_TYPES.get(kind, b"GATHER")}
+
+    def accept(metadata):
+        if wire.socket_type_of(metadata) not in PEER_TYPES:
+            raise ZmtpError("socket type mismatch", zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL,
+                            zmq.PROTOCOL_ERROR_ZMTP_INVALID_METADATA)
+
+    return NullMechanism(initiator, declare, accept)
+
+
+@FAST
+@given(st.binary(max_size=300), st.booleans())
+def test_null_on_command_of_arbitrary_bytes_is_ready_or_raises_zmtp_error(body, initiator):
+    mech = null_mechanism(initiator)
+    mech.start()
+    try:
+        out = mech.on_command(body)
+    except ZmtpError:
+        assert not mech.ready
+        return
+    assert mech.ready and mech.peer_metadata["socket-type"].upper() in PEER_TYPES
+    assert len(out) == (0 if initiator else 1)
+    with pytest.raises(ZmtpError):  # nothing after READY belongs to the handshake
+        mech.on_command(body)
+
+
+@FAST
+@given(st.sampled_from([b"SCATTER", b"PUSH", b"push", b"PULL", b"GATHER", b"PUB", b"SUB", b"DEALER", b""]),
+       metadata_dicts)
+def test_null_on_command_accepts_a_ready_exactly_from_a_peer_type_and_answers_in_its_type(socket_type, extra):
+    mech = null_mechanism(initiator=False)
+    assert mech.start() == []
+    properties = {k: v for k, v in extra.items() if k.lower() != "socket-type"}
+    properties["Socket-Type"] = socket_type
+    body = wire.command(b"READY", wire.encode_metadata(properties))
+    if socket_type.upper() not in PEER_TYPES:
+        with pytest.raises(ZmtpError):
+            mech.on_command(body)
+        assert not mech.ready
+        return
+    (reply,) = mech.on_command(body)
+    name, data = wire.parse_command(reply)
+    assert name == b"READY"
+    assert wire.parse_metadata(data) == {"socket-type": PEER_TYPES[socket_type.upper()]}
+    assert mech.ready
+
+
+# -- the frame stream over TCP ------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def shared_gather():
+    gather = Gather("tcp://127.0.0.1:*", hwm=0)
+    yield gather
+    gather.close(linger=0)
+
+
+def frame(body: bytes, flags: int = 0) -> bytes:
+    return wire.frame_header(len(body), flags) + body
+
+
+long_bodies = st.builds(lambda n, b: bytes((b,)) * n, st.integers(256, 70_000), st.integers(0, 255))
+bodies = st.one_of(st.binary(max_size=300), long_bodies)
+items = st.one_of(
+    bodies.map(lambda b: ("message", b)),
+    bodies.map(lambda b: ("message", b)),
+    st.lists(st.binary(max_size=300), min_size=2, max_size=4).map(lambda parts: ("multipart", parts)),
+    st.binary(max_size=16).map(lambda context: ("ping", context)),
+    st.tuples(command_names, st.binary(max_size=100)).map(lambda c: ("command", c)),
+)
+
+
+def encode(item) -> bytes:
+    kind, value = item
+    if kind == "message":
+        return frame(value)
+    if kind == "multipart":
+        return b"".join(frame(part, MORE) for part in value[:-1]) + frame(value[-1])
+    if kind == "ping":
+        return frame(wire.command(b"PING", b"\x00\x01" + value), COMMAND)
+    name, data = value
+    if name in (b"ERROR", b"PING"):
+        name = b"X-" + name  # ERROR closes the connection; PING is answered above
+    return frame(wire.command(name, data), COMMAND)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.lists(items, max_size=30), st.booleans(), st.data())
+def test_chunked_null_frame_stream_over_tcp_delivers_exactly_the_messages_in_order(shared_gather, stream_items,
+                                                                                     with_handshake, data):
+    gather = shared_gather
+    try:  # what an earlier, failed example left
+        while True:
+            gather.recv_batch(10_000, timeout=0)
+    except TimeoutError:
+        pass
+    handshake = wire.greeting(b"NULL", False) + frame(wire.command(
+        b"READY", wire.encode_metadata({"Socket-Type": b"PUSH"})), COMMAND)
+    sentinel = b"end of example %d" % id(stream_items)
+    stream = b"".join(encode(item) for item in stream_items) + frame(sentinel)
+    expected = [value for kind, value in stream_items if kind == "message"] + [sentinel]
+    multiparts = sum(kind == "multipart" for kind, _ in stream_items)
+    discarded = gather.discarded_multipart
+
+    host, port = gather.last_endpoint[len("tcp://"):].rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)), timeout=10)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    try:
+        if with_handshake:  # the handshake is cut at arbitrary boundaries too
+            stream = handshake + stream
+        else:
+            sock.sendall(handshake)
+        cuts = sorted(set(data.draw(st.lists(st.integers(1, max(1, len(stream) - 1)), max_size=40), label="cuts")))
+        for start, end in zip([0] + cuts, cuts + [len(stream)]):
+            sock.sendall(stream[start:end])
+        received: list = []
+        while not received or received[-1] != sentinel:
+            received += [m[0] for m in gather.recv_batch(10_000, timeout=10)]
+        assert received == expected
+        assert gather.discarded_multipart - discarded == multiparts
+    finally:
+        sock.close()
