@@ -21,13 +21,14 @@ def test_bench_smoke_run_writes_its_report(tmp_path):
     rows = {r["scenario"]: r for r in json.loads((tmp_path / "results.json").read_text())["results"]}
     assert set(rows) == {"ingest-arrow", "ingest-raw-100B", "ingest-raw-1KB", "egress-raw-100B", "egress-arrow",
                          "scaling", "latency", "backpressure", "curve-ingest-raw-100B", "curve-ingest-arrow",
-                         "curve-egress-raw-100B", "curve-egress-arrow"}
+                         "curve-egress-raw-100B", "curve-egress-arrow", "gather-raw-100B", "gather-arrow"}
     compared = [r for r in rows.values() if "median" in r]
     assert all(v > 0 for r in compared for v in r["median"].values())
     assert len(rows["ingest-raw-100B"]["median"]) == 3  # connector, bare pyzmq, Spark's socket source
     assert rows["backpressure"]["lost"] == 0
     assert all(len(rows[name]["median"]) == 4 and rows[name]["versus"] == "connector without CURVE"
                for name in rows if name.startswith("curve-"))
+    assert all(rows[name]["versus"] == "pull from libzmq PUSH" for name in ("gather-raw-100B", "gather-arrow"))
     assert 0 < rows["latency"]["p50_ms"] <= rows["latency"]["p99_ms"]
     assert sorted(rows["scaling"]["channels"]) == ["1", "2", "3", "4"]
     assert "| scenario |" in (tmp_path / "report.md").read_text()
