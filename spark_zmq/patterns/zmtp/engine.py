@@ -724,7 +724,7 @@ class Engine:
         if conn.stage == _READY and i < len(data):
             i = self._message_frames(conn, data, i)
         if conn.stage != _CLOSED and i < len(data):
-            rest = data[i:]
+            rest = memoryview(data)[i:]  # no copy: joined with the next chunks once the frame is whole
             conn.pending, conn.pending_len = [rest], len(rest)
 
     def _frame_at(self, conn: _Connection, data: bytes, i: int, limit: Optional[int]) -> tuple[int, int, int]:
