@@ -285,11 +285,22 @@ class _ReleasingZapEndpoint(Authenticator):
         super().stop()
 
 
+_pipe_ids = itertools.count(1)
+
+
 class _Authenticator(ThreadAuthenticator, _ReleasingZapEndpoint):
     """pyzmq's ZAP handler, remembering the peer address of the request it is answering
-    (so a refusal can be logged with it)."""
+    (so a refusal can be logged with it).
+
+    Its control pipe gets a name never used before: pyzmq names it after ``id(self)``, and
+    a new handler at the address of one just stopped found the old pipe's inproc name not
+    yet released by libzmq's reaper thread (EADDRINUSE, seen in the 200-cycle test)."""
 
     peer_address = "?"
+
+    def __init__(self, context: zmq.Context, log: logging.Logger) -> None:
+        super().__init__(context, log=log)
+        self.pipe_endpoint = f"inproc://spark-zmq-zap-pipe-{os.getpid()}-{next(_pipe_ids)}"
 
     async def handle_zap_message(self, msg: list[bytes]) -> None:
         self.peer_address = msg[3].decode("utf-8", "replace") if len(msg) > 3 else "?"
