@@ -262,6 +262,24 @@ def wait_rejected(sock, timeout: float = SOON_S) -> int:
 # -- peers ------------------------------------------------------------------------------------
 
 
+
+def _plain_socket(socket_type: int, bind: Optional[str], connect: Optional[str], *, hwm: Optional[int],
+                  buffer: Optional[int]) -> tuple[zmq.Socket, str]:
+    """A plain pyzmq PULL or PUSH bound to ``bind`` or connected to ``connect``, with its
+    high-water mark and kernel buffer in its own direction; returns it and its endpoint."""
+    plain = zmq.Context.instance().socket(socket_type)
+    plain.linger = 0
+    receives = socket_type == zmq.PULL
+    if hwm is not None:
+        plain.setsockopt(zmq.RCVHWM if receives else zmq.SNDHWM, hwm)
+    if buffer is not None:
+        plain.setsockopt(zmq.RCVBUF if receives else zmq.SNDBUF, buffer)
+    if bind:
+        plain.bind(bind)
+        return plain, plain.last_endpoint.decode()
+    plain.connect(connect)
+    return plain, connect
+
 class Rx:
     """A GATHER-side peer of our Scatter: ``ours`` (Gather), ``pyzmq`` (PULL) or ``libzmq``
     (node GATHER). Receives in the background from the start; ``received`` is everything so
@@ -292,19 +310,7 @@ class Rx:
             self.sock = Gather("@" + bind if bind else ">" + connect, hwm=hwm, rcvbuf=rcvbuf)
             self.endpoint = self.sock.last_endpoint if bind else connect
         else:
-            plain = zmq.Context.instance().socket(zmq.PULL)
-            plain.linger = 0
-            if hwm is not None:
-                plain.rcvhwm = hwm
-            if rcvbuf is not None:
-                plain.rcvbuf = rcvbuf
-            if bind:
-                plain.bind(bind)
-                self.endpoint = plain.last_endpoint.decode()
-            else:
-                plain.connect(connect)
-                self.endpoint = connect
-            self.plain = plain
+            self.plain, self.endpoint = _plain_socket(zmq.PULL, bind, connect, hwm=hwm, buffer=rcvbuf)
         self._thread = threading.Thread(target=self._collect, daemon=True, name=f"rx-{kind}")
         self._thread.start()
 
@@ -444,19 +450,7 @@ class Tx:
             self.sock = Scatter("@" + bind if bind else ">" + connect, hwm=hwm, sndbuf=sndbuf)
             self.endpoint = self.sock.last_endpoint if bind else connect
         else:
-            plain = zmq.Context.instance().socket(zmq.PUSH)
-            plain.linger = 0
-            if hwm is not None:
-                plain.sndhwm = hwm
-            if sndbuf is not None:
-                plain.sndbuf = sndbuf
-            if bind:
-                plain.bind(bind)
-                self.endpoint = plain.last_endpoint.decode()
-            else:
-                plain.connect(connect)
-                self.endpoint = connect
-            self.plain = plain
+            self.plain, self.endpoint = _plain_socket(zmq.PUSH, bind, connect, hwm=hwm, buffer=sndbuf)
         later = SOON_S if send_timeout is None else send_timeout
         self._thread = threading.Thread(target=self._send_all, args=(later,), daemon=True, name=f"tx-{kind}")
         self._thread.start()

@@ -102,21 +102,7 @@ class PatternSocket:
 
     def __init__(self, endpoints: EndpointsSpec, *, hwm: Optional[int] = None, **options: Any) -> None:
         self._closed = True  # until the socket exists, so __del__/close are safe
-        unknown = sorted(set(options) - set(self._extra_options()) - set(self._OPTIONS))
-        if unknown:
-            valid = ", ".join(("hwm",) + self._OPTIONS + tuple(self._extra_options()))
-            raise TypeError(
-                f"unknown option(s) {', '.join(map(repr, unknown))} for {type(self).__name__}; "
-                f"valid options: {valid}"
-            )
-        self._endpoints: list[Endpoint] = parse_endpoints(endpoints, default_bind=self.default_bind)
-        self.max_message_bytes: Optional[int] = self._positive_int(
-            "max_message_bytes", options.get("max_message_bytes"), allow_none=True
-        )
-        hwm = self._positive_int("hwm", hwm, allow_none=True, allow_zero=True)
-        curve: Optional[Curve] = options.get("curve")
-        if curve is not None and not isinstance(curve, Curve):
-            raise TypeError(f"option 'curve' must be a spark_zmq.patterns.curve.Curve, not {type(curve).__name__}")
+        hwm, curve = self._check_common(endpoints, hwm, options)
         context = options.get("context") or (
             secure_context() if curve is not None and curve.is_server else zmq.Context.instance()
         )
@@ -162,6 +148,37 @@ class PatternSocket:
 
     # -- construction helpers -------------------------------------------------------------
 
+    def _check_common(
+        self, endpoints: EndpointsSpec, hwm: Optional[int], options: dict[str, Any]
+    ) -> tuple[Optional[int], Optional[Curve]]:
+        """Validate what every pattern class takes (option names, endpoints, ``hwm``,
+        ``max_message_bytes``, ``curve``); sets ``_endpoints`` and ``max_message_bytes``,
+        returns ``(hwm, curve)``."""
+        unknown = sorted(set(options) - set(self._extra_options()) - set(self._OPTIONS))
+        if unknown:
+            valid = ", ".join(("hwm",) + self._OPTIONS + tuple(self._extra_options()))
+            raise TypeError(
+                f"unknown option(s) {', '.join(map(repr, unknown))} for {type(self).__name__}; "
+                f"valid options: {valid}"
+            )
+        self._endpoints: list[Endpoint] = parse_endpoints(endpoints, default_bind=self.default_bind)
+        self.max_message_bytes: Optional[int] = self._positive_int(
+            "max_message_bytes", options.get("max_message_bytes"), allow_none=True
+        )
+        hwm = self._positive_int("hwm", hwm, allow_none=True, allow_zero=True)
+        curve: Optional[Curve] = options.get("curve")
+        if curve is not None and not isinstance(curve, Curve):
+            raise TypeError(f"option 'curve' must be a spark_zmq.patterns.curve.Curve, not {type(curve).__name__}")
+        return hwm, curve
+
+    def _bind_error(self, address: str, code: int, reason: str) -> OSError:
+        """The ``OSError`` for a failed bind, naming the socket class and the address."""
+        return OSError(
+            code,
+            f"cannot bind {type(self).__name__} to {address!r}: {reason}"
+            + (" (is another process or query already bound to it?)" if code == zmq.EADDRINUSE else ""),
+        )
+
     @classmethod
     def _extra_options(cls) -> tuple[str, ...]:
         """Options a subclass adds (e.g. ``topics`` for ``Sub``)."""
@@ -196,11 +213,7 @@ class PatternSocket:
             try:
                 sock.bind(endpoint.address)
             except zmq.ZMQError as exc:
-                raise OSError(
-                    exc.errno,
-                    f"cannot bind {type(self).__name__} to {endpoint.address!r}: {exc.strerror}"
-                    + (" (is another process or query already bound to it?)" if exc.errno == zmq.EADDRINUSE else ""),
-                ) from exc
+                raise self._bind_error(endpoint.address, exc.errno, exc.strerror) from exc
             self._bound.append(sock.getsockopt_string(zmq.LAST_ENDPOINT))
         else:
             try:

@@ -38,8 +38,8 @@ from typing import Any, ClassVar, Optional, Sequence
 import zmq
 
 from .base import Frames, PatternSocket, _as_frame
-from .curve import HANDSHAKE_FAILURES, Curve, HandshakeWatch
-from .endpoints import check_ipc_bind, parse_endpoints
+from .curve import HANDSHAKE_FAILURES, HandshakeWatch
+from .endpoints import check_ipc_bind
 from .zmtp.engine import Engine
 
 __all__ = ["Scatter", "Gather"]
@@ -94,20 +94,7 @@ class _ZmtpPatternSocket(PatternSocket):
 
     def __init__(self, endpoints, *, hwm: Optional[int] = None, **options: Any) -> None:
         self._closed = True
-        valid = self._OPTIONS + ("handshake_ivl",)
-        unknown = sorted(set(options) - set(valid))
-        if unknown:
-            raise TypeError(
-                f"unknown option(s) {', '.join(map(repr, unknown))} for {type(self).__name__}; "
-                f"valid options: {', '.join(('hwm',) + valid)}"
-            )
-        self._endpoints = parse_endpoints(endpoints, default_bind=self.default_bind)
-        self.max_message_bytes = self._positive_int("max_message_bytes", options.get("max_message_bytes"),
-                                                    allow_none=True)
-        hwm = self._positive_int("hwm", hwm, allow_none=True, allow_zero=True)
-        curve: Optional[Curve] = options.get("curve")
-        if curve is not None and not isinstance(curve, Curve):
-            raise TypeError(f"option 'curve' must be a spark_zmq.patterns.curve.Curve, not {type(curve).__name__}")
+        hwm, curve = self._check_common(endpoints, hwm, options)
         self._linger = self._linger_ms(options.get("linger", self.default_linger_ms))
         # ZMQ_HANDSHAKE_IVL: a peer that has not completed its handshake after this many ms
         # is disconnected (libzmq's default, 30 s), so idle strangers cannot pile up
@@ -149,12 +136,7 @@ class _ZmtpPatternSocket(PatternSocket):
                     try:
                         self._bound.append(self._engine.bind(endpoint.address))
                     except OSError as exc:
-                        raise OSError(
-                            exc.errno,
-                            f"cannot bind {type(self).__name__} to {endpoint.address!r}: {exc.strerror or exc}"
-                            + (" (is another process or query already bound to it?)"
-                               if exc.errno == zmq.EADDRINUSE else ""),
-                        ) from exc
+                        raise self._bind_error(endpoint.address, exc.errno, exc.strerror or str(exc)) from exc
                 else:
                     self._engine.connect(endpoint.address)
             self._engine.start()
@@ -162,6 +144,10 @@ class _ZmtpPatternSocket(PatternSocket):
             self._closed = True
             self._engine.stop()
             raise
+
+    @classmethod
+    def _extra_options(cls) -> tuple[str, ...]:
+        return ("handshake_ivl",)
 
     @property
     def zmq_socket(self) -> zmq.Socket:
@@ -183,13 +169,7 @@ class _ZmtpPatternSocket(PatternSocket):
             if sent is not None:
                 exc.sent = sent  # type: ignore[attr-defined]
             raise exc
-        slice_s = _WAIT_SLICE_S if deadline is None else min(_WAIT_SLICE_S, deadline - now)
-        engine = self._engine
-        engine.waiters += 1
-        try:
-            engine.cond.wait(slice_s)
-        finally:
-            engine.waiters -= 1
+        self._engine.wait(_WAIT_SLICE_S if deadline is None else min(_WAIT_SLICE_S, deadline - now))
         self._check_open()
 
     # -- sending ----------------------------------------------------------------------------
@@ -305,9 +285,7 @@ class _ZmtpPatternSocket(PatternSocket):
                     remaining = None if deadline is None else deadline - time.monotonic()
                     if remaining is not None and remaining <= 0:
                         break
-                    engine.waiters += 1
-                    engine.cond.wait(_WAIT_SLICE_S if remaining is None else min(_WAIT_SLICE_S, remaining))
-                    engine.waiters -= 1
+                    engine.wait(_WAIT_SLICE_S if remaining is None else min(_WAIT_SLICE_S, remaining))
         with engine.cond:
             self._closing = True
             self.unsent = engine.pending_outgoing()

@@ -159,13 +159,16 @@ def _precompute(public: bytes, secret: bytes) -> bytes:
 class _Curve:
     """What both sides share: the MESSAGE codec after the handshake."""
 
-    __slots__ = ("ready", "peer_metadata", "_declare", "_accept", "_state", "_key", "_precom",
+    __slots__ = ("ready", "peer_metadata", "_public", "_secret", "_declare", "_accept", "_state", "_key", "_precom",
                  "_tx_prefix", "_rx_prefix", "_tx_nonce", "_rx_nonce", "__weakref__")
 
     name: ClassVar[bytes] = b"CURVE"
     as_server: ClassVar[bool] = False
 
-    def __init__(self, declare: Declare, accept: Accept, tx_prefix: bytes, rx_prefix: bytes, state: str) -> None:
+    def __init__(self, public_key: bytes, secret_key: bytes, declare: Declare, accept: Accept, tx_prefix: bytes,
+                 rx_prefix: bytes, state: str) -> None:
+        self._public = _check_key(public_key, "public key")
+        self._secret = _check_key(secret_key, "secret key")
         self.ready = False
         self.peer_metadata: dict[str, bytes] = {}
         self._declare = declare
@@ -275,15 +278,13 @@ class _Curve:
 class CurveClient(_Curve):
     """The CURVE client (``as_server = False``): knows the server's long-term public key."""
 
-    __slots__ = ("_public", "_secret", "_server", "_cn_public", "_cn_secret")
+    __slots__ = ("_server", "_cn_public", "_cn_secret")
 
     as_server: ClassVar[bool] = False
 
     def __init__(self, public_key: bytes, secret_key: bytes, server_key: bytes,
                  declare: Declare, accept: Accept) -> None:
-        super().__init__(declare, accept, _CLIENT_PREFIX, _SERVER_PREFIX, _START)
-        self._public = _check_key(public_key, "public key")
-        self._secret = _check_key(secret_key, "secret key")
+        super().__init__(public_key, secret_key, declare, accept, _CLIENT_PREFIX, _SERVER_PREFIX, _START)
         self._server = _check_key(server_key, "server key")
         # our short-term key pair (C', c'): one per connection, never stored
         self._cn_public, self._cn_secret = crypto_box_keypair()
@@ -364,16 +365,14 @@ class CurveServer(_Curve):
     """The CURVE server (``as_server = True``): knows its own long-term key pair and decides,
     with ``authorize``, which client long-term public keys may connect."""
 
-    __slots__ = ("_public", "_secret", "_authorize", "_cn_client", "_cn_public", "_cn_secret",
+    __slots__ = ("_authorize", "_cn_client", "_cn_public", "_cn_secret",
                  "_cookie_key", "peer_key")
 
     as_server: ClassVar[bool] = True
 
     def __init__(self, public_key: bytes, secret_key: bytes, authorize: Authorize,
                  declare: Declare, accept: Accept) -> None:
-        super().__init__(declare, accept, _SERVER_PREFIX, _CLIENT_PREFIX, _EXPECT_HELLO)
-        self._public = _check_key(public_key, "public key")
-        self._secret = _check_key(secret_key, "secret key")
+        super().__init__(public_key, secret_key, declare, accept, _SERVER_PREFIX, _CLIENT_PREFIX, _EXPECT_HELLO)
         self._authorize = authorize
         self._cn_client: Optional[bytes] = None     # C'
         self._cn_public: Optional[bytes] = None     # S'

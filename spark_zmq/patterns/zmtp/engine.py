@@ -82,17 +82,13 @@ class _Renegotiate(ZmtpError):
 class Peer:
     """One connection's queues and state (shared by the I/O thread and the app's calls)."""
 
-    __slots__ = ("id", "address", "inbox", "inbox_bytes", "outbox", "ready", "closed", "paused", "resume_asked",
-                 "conn")
+    __slots__ = ("id", "inbox", "inbox_bytes", "outbox", "paused", "resume_asked", "conn")
 
-    def __init__(self, address: str) -> None:
+    def __init__(self) -> None:
         self.id = next(_ids)
-        self.address = address
         self.inbox: collections.deque = collections.deque()
         self.inbox_bytes = 0
         self.outbox: collections.deque = collections.deque()
-        self.ready = False
-        self.closed = False
         self.paused = False
         self.resume_asked = False
         self.conn: Optional["_Connection"] = None
@@ -112,7 +108,7 @@ class _Connector:
         self.declare = declare
         self.conn: Optional["_Connection"] = None
         #: the queue of this endpoint, kept whether or not it is connected (49/SCATTERGATHER)
-        self.peer = Peer(endpoint)
+        self.peer = Peer()
 
 
 class _Connection:
@@ -120,7 +116,6 @@ class _Connection:
 
     def __init__(self, engine: "Engine", sock: socket.socket, address: str, connector: Optional[_Connector],
                  endpoint: str) -> None:
-        self.engine = engine
         self.sock = sock
         self.address = address
         #: what events name, as libzmq's monitor does: the bound address (for accepted
@@ -128,7 +123,7 @@ class _Connection:
         self.endpoint = endpoint
         self.connector = connector
         self.initiator = connector is not None
-        self.peer = connector.peer if connector is not None else Peer(address)
+        self.peer = connector.peer if connector is not None else Peer()
         self.stage = _GREETING
         self.connecting = False
         self.mechanism = engine.new_mechanism(self)
@@ -150,7 +145,6 @@ class _Connection:
         self.retry_now = False
         self.declared: Optional[bytes] = None
         # last: the application's threads may look at ``peer.conn`` (and its ``out``) at once
-        self.peer.closed = False
         self.peer.conn = self
 
     # -- output -------------------------------------------------------------------------
@@ -171,7 +165,8 @@ class _Connection:
 
 class Engine:
     """One ZMTP socket's I/O thread and queues. Socket classes (``Scatter``, ``Gather``)
-    hold one and call its ``send_messages``/``recv_messages``; everything else is internal.
+    hold one and, under its ``cond``, call ``next_peer_with_room``/``kick`` to send,
+    ``take_inbox`` to receive and ``wait`` to block; everything else is internal.
     """
 
     def __init__(
@@ -185,7 +180,6 @@ class Engine:
         reconnect_ivl_s: float = 0.1,
         handshake_ivl_s: float = 30.0,
         curve=None,
-        single_part: bool = True,
         rcvbuf: Optional[int] = None,
         sndbuf: Optional[int] = None,
         immediate: bool = False,
@@ -199,7 +193,6 @@ class Engine:
         self.reconnect_ivl_s = reconnect_ivl_s
         self.handshake_ivl_s = handshake_ivl_s
         self.curve = curve
-        self.single_part = single_part
         self.rcvbuf, self.sndbuf = rcvbuf, sndbuf
         self.immediate = immediate
         self.on_event = on_event
@@ -225,7 +218,6 @@ class Engine:
         self._timers: list = []
         self._listeners: list[tuple[socket.socket, str, transport.Address]] = []
         self._inproc_names: list[str] = []
-        self._connectors: list[_Connector] = []
         self._connections: set[_Connection] = set()
         self._selector.register(self._wake_r, selectors.EVENT_READ, self._on_wake)
         self._thread = threading.Thread(target=self._run, name=f"zmtp-{label}", daemon=True)
@@ -262,7 +254,6 @@ class Engine:
     def connect(self, endpoint: str) -> None:
         address = transport.parse_address(endpoint, bind=False)
         connector = _Connector(endpoint, address, self.socket_type)
-        self._connectors.append(connector)
         if not self.immediate:
             self.ready_peers.append(connector.peer)
         self._commands.append(lambda: self._connect(connector))
@@ -345,6 +336,15 @@ class Engine:
             peers[conn.peer.id] = conn.peer
             total += len(conn.inflight)
         return total + sum(len(peer.outbox) for peer in peers.values())
+
+    def wait(self, timeout_s: float) -> None:
+        """Wait (lock held) up to ``timeout_s`` for the I/O thread to change something: a
+        message received, room in a queue, a handshake, a flush."""
+        self.waiters += 1
+        try:
+            self.cond.wait(timeout_s)
+        finally:
+            self.waiters -= 1
 
     def out_bytes_pending(self) -> int:
         """Bytes encoded but not yet written to the kernel, over all connections."""
@@ -501,20 +501,20 @@ class Engine:
         try:
             family, target = transport.connect_target(address)
             sock = socket.socket(family, socket.SOCK_STREAM)
-        except OSError as exc:
-            self._retry(connector, exc)
+        except OSError:
+            self._retry(connector)
             return
         self._configure(sock)
         code = sock.connect_ex(target)
         if code not in (0, errno.EINPROGRESS, errno.EAGAIN):
             sock.close()
-            self._retry(connector, OSError(code, errno.errorcode.get(code, str(code))))
+            self._retry(connector)
             return
         conn = self._adopt(sock, connector.endpoint, connector, connecting=code != 0)
         if conn is not None and code != 0:
             self._set_events(conn, selectors.EVENT_WRITE)
 
-    def _retry(self, connector: _Connector, reason: Optional[BaseException]) -> None:
+    def _retry(self, connector: _Connector) -> None:
         if not self.closing:
             self._at(self.reconnect_ivl_s, lambda: self._connect(connector))
 
@@ -631,7 +631,7 @@ class Engine:
                 pass
         if conn.stage != _READY:
             conn.refused = True
-            self._emit(exc.event, exc.value, conn.endpoint, str(exc))
+            self._emit(exc.event, exc.value, conn.endpoint)
         else:
             log.warning("%s: closing the connection of %s: %s", self.label, conn.address, exc)
         self._close(conn, requeue=True)
@@ -655,7 +655,6 @@ class Engine:
         peer = conn.peer
         keep = conn.connector is not None and not self.immediate and not conn.refused
         with self.lock:
-            peer.closed = True
             peer.conn = None
             unwritten = ([m for m, end in zip(conn.inflight, conn.inflight_ends) if end > conn.written]
                          if requeue else [])
@@ -681,7 +680,7 @@ class Engine:
             if conn.retry_now:
                 self._at(0.0, lambda: self._connect(connector))
             else:
-                self._retry(connector, None)
+                self._retry(connector)
         if self.orphans:
             self._serve_orphans()
 
@@ -785,7 +784,6 @@ class Engine:
         conn.stage = _READY
         peer = conn.peer
         with self.lock:
-            peer.ready = True
             if peer not in self.ready_peers:
                 self.ready_peers.append(peer)
             self.cond.notify_all()
@@ -838,13 +836,7 @@ class Engine:
             conn.in_multipart = in_multipart
             if out:
                 self._deliver(conn, out)
-        if n - i < 2:
-            conn.need = 2
-        elif data[i] & LONG and n - i < 9:
-            conn.need = 9
-        else:
-            size = unpack(data, i + 1)[0] if data[i] & LONG else data[i + 1]
-            conn.need = (9 if data[i] & LONG else 2) + size
+        self._frame_at(conn, data, i, None)  # the frame at i is incomplete: sets conn.need
         return i
 
     def _deliver(self, conn: _Connection, messages: list[bytes]) -> None:
@@ -984,7 +976,7 @@ class Engine:
 
     # -- events -------------------------------------------------------------------------------
 
-    def _emit(self, event: int, value: int, address: str, text: str = "") -> None:
+    def _emit(self, event: int, value: int, address: str) -> None:
         if self.on_event is not None:
             try:
                 self.on_event(event, value, address)

@@ -7,7 +7,7 @@ nothing else) on any input, and never allocates more than the input's size.
 from __future__ import annotations
 
 import struct
-from typing import Iterable, Optional
+from typing import Optional
 
 import zmq
 
@@ -151,20 +151,3 @@ def socket_type_of(metadata: dict[str, bytes]) -> bytes:
     if not value:
         raise _protocol("the peer's READY has no Socket-Type", zmq.PROTOCOL_ERROR_ZMTP_INVALID_METADATA)
     return value.upper()
-
-
-def pack_u64(value: int) -> bytes:
-    return _U64.pack(value)
-
-
-def unpack_u64(data: bytes, offset: int = 0) -> int:
-    return _U64.unpack_from(data, offset)[0]
-
-
-def short_frames(messages: Iterable[bytes]) -> bytes:
-    """Single-frame messages as one buffer of frames, ready for ``socket.send``."""
-    parts = []
-    for message in messages:
-        parts.append(frame_header(len(message)))
-        parts.append(message)
-    return b"".join(parts)
