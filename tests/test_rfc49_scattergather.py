@@ -1042,7 +1042,10 @@ def test_scatter_deviation_peer_killed_mid_stream_loses_only_what_the_kernel_hel
     printed_by_dead = len(dead.received)
     in_kernel = kernel_bytes(dead_port)  # the last reading, right before the kill
     dead.kill()
-    bound = in_kernel // wire_size(size)
+    # the reading comes before the kill, and between the two a zero-window probe may let the
+    # kernel take a little more (seen once in CI: one message beyond the reading): count
+    # every message the kernel's bytes touch, plus one for that window
+    bound = -(-in_kernel // wire_size(size)) + 1
     assert bound < stream // 4, f"precondition: the kernel held {bound} messages, too many to tell re-routing apart"
     if direction == WE_BIND:
         wait_events(scatter, DISC)

@@ -2,7 +2,8 @@
 
 ``Push``/``Pull`` (30/PIPELINE), ``Scatter``/``Gather`` (49/SCATTERGATHER, real SCATTER and
 GATHER sockets on the wire through this package's own ZMTP engine, because pyzmq's libzmq
-lacks draft sockets), ``Pub``/``Sub``/
+lacks draft sockets), ``ReroutingPush`` (PUSH on that engine: a departed peer's messages go
+to the peers still there instead of being dropped), ``Pub``/``Sub``/
 ``XPub``/``XSub`` (29/PUBSUB), ``Req``/``Rep``/``Dealer``/``Router`` (request-reply, the
 Guide's chapter 3). Every class is ``Cls(endpoints, *, hwm=None, **options)``
 with ``send(data, timeout=None)``, ``recv(timeout=None)``, ``close()`` and ``with`` support;
@@ -16,6 +17,7 @@ from .endpoints import Endpoint, parse_endpoints
 from .pipeline import Pull, Push
 from .pubsub import Pub, Sub, XPub, XSub
 from .reqrep import Dealer, Rep, Req, Router
+from .reroutingpush import ReroutingPush
 from .scattergather import Gather, Scatter
 
 PATTERNS: dict[str, type[PatternSocket]] = {
@@ -53,6 +55,7 @@ __all__ = [
     "Pub",
     "Pull",
     "Push",
+    "ReroutingPush",
     "Rep",
     "Req",
     "Router",

@@ -45,6 +45,7 @@ from .zmtp.engine import Engine
 __all__ = ["Scatter", "Gather"]
 
 _WAIT_SLICE_S = 0.1
+_ACK_POLL_S = 0.005
 _DEFAULT_HWM = 1000
 
 
@@ -84,8 +85,11 @@ class _ZmtpPatternSocket(PatternSocket):
     It keeps the ``PatternSocket`` API (``send``, ``send_many``, ``recv``, ``recv_batch``,
     ``recv_values``, ``poll_recv``, ``close``, ``handshakes``...) and its options, plus
     ``handshake_ivl`` (ms, default 30,000: a peer that has not completed its handshake by
-    then is disconnected). ``context`` is accepted and unused (there is no libzmq context);
-    ``immediate`` makes a connect endpoint count only once its handshake completed."""
+    then is disconnected) and ``confirm`` (default ``False``: with ``True``, ``close()`` also
+    waits, within the linger period, until the peers' TCP acknowledged every message, and
+    counts what it did not in ``unconfirmed``). ``context`` is accepted and unused (there
+    is no libzmq context); ``immediate`` makes a connect endpoint count only once its
+    handshake completed."""
 
     zmtp_type: ClassVar[bytes]
     #: a peer's Socket-Type -> the type this socket announces to it
@@ -112,7 +116,11 @@ class _ZmtpPatternSocket(PatternSocket):
         )
         self._lock = threading.Lock()
         self._zap = None
+        self._confirm = bool(options.get("confirm"))
+        #: after ``close()``: messages the socket still held (never written to a peer)
         self.unsent = 0
+        #: after ``close(confirm=True)``: messages written that no peer's TCP acknowledged
+        self.unconfirmed = 0
         self._engine = Engine(
             socket_type=self.zmtp_type,
             peer_types=self.peer_types,
@@ -147,11 +155,22 @@ class _ZmtpPatternSocket(PatternSocket):
 
     @classmethod
     def _extra_options(cls) -> tuple[str, ...]:
-        return ("handshake_ivl",)
+        return ("handshake_ivl", "confirm")
 
     @property
     def zmq_socket(self) -> zmq.Socket:
         raise AttributeError(f"{type(self).__name__} speaks ZMTP itself; it has no libzmq socket")
+
+    @property
+    def resent(self) -> int:
+        """Messages sent again, since the socket was opened, because the peer they were
+        written to left before its TCP acknowledged them (tcp only)."""
+        return self._engine.resent
+
+    @property
+    def lost_peers(self) -> int:
+        """Connections that broke after their handshake, since the socket was opened."""
+        return self._engine.lost_peers
 
     @property
     def discarded_multipart(self) -> int:
@@ -179,9 +198,10 @@ class _ZmtpPatternSocket(PatternSocket):
         has (``timeout`` seconds at most, then ``TimeoutError``)."""
         if not self.can_send:
             raise TypeError(f"{type(self).__name__} only receives; it has no send()")
-        frame = self._frames(data)[0]
+        frames = self._frames(data)
         # the RFC says a sender SHALL NOT modify messages: a mutable buffer is copied now
-        self._send_all([frame if type(frame) is bytes else bytes(frame)], timeout)
+        frames = [frame if type(frame) is bytes else bytes(frame) for frame in frames]
+        self._send_all([frames[0] if len(frames) == 1 else tuple(frames)], timeout)
 
     def send_many(self, messages: Sequence[bytes], timeout: Optional[float] = None) -> int:
         """Send ``bytes`` messages in order under one lock round-trip; ``timeout`` bounds the
@@ -279,16 +299,24 @@ class _ZmtpPatternSocket(PatternSocket):
         if self.can_send and linger_ms != 0:
             deadline = None if linger_ms < 0 else time.monotonic() + linger_ms / 1000.0
             with engine.cond:
-                while engine.pending_outgoing() or engine.out_bytes_pending():
+                while True:
+                    holding = engine.pending_outgoing() or engine.out_bytes_pending()
+                    unacknowledged = self._confirm and not holding and engine.unconfirmed()
+                    if not holding and not unacknowledged:
+                        break
                     if not engine.ready_peers and deadline is None:
                         break  # nobody to deliver to, and waiting forever would hang close
                     remaining = None if deadline is None else deadline - time.monotonic()
                     if remaining is not None and remaining <= 0:
                         break
-                    engine.wait(_WAIT_SLICE_S if remaining is None else min(_WAIT_SLICE_S, remaining))
+                    # acknowledgements arrive without a wake-up: look again soon
+                    slice_s = _ACK_POLL_S if unacknowledged else _WAIT_SLICE_S
+                    engine.wait(slice_s if remaining is None else min(slice_s, remaining))
         with engine.cond:
             self._closing = True
             self.unsent = engine.pending_outgoing()
+            if self._confirm:
+                self.unconfirmed = engine.unconfirmed()
             engine.cond.notify_all()
         engine.stop()
         self._closed = True

@@ -16,7 +16,7 @@ from pyspark.sql.types import BinaryType, StringType, StructType
 
 from ..options import SinkOptions
 
-__all__ = ["check_schema", "encode_batch", "Message"]
+__all__ = ["check_schema", "arrow_pieces", "arrow_message", "row_messages", "Message"]
 
 #: (topic frame or None, payload)
 Message = tuple[Optional[bytes], bytes]
@@ -57,47 +57,45 @@ def _json_default(value: object) -> object:
     return str(value)
 
 
-def _arrow_message(batch: pa.RecordBatch, metadata: dict[bytes, bytes]) -> bytes:
-    batch = batch.replace_schema_metadata({**(batch.schema.metadata or {}), **metadata})
+def arrow_message(piece: pa.RecordBatch, metadata: dict[str, str]) -> bytes:
+    """One Arrow IPC stream holding ``piece``, with ``metadata`` (keys without their
+    ``spark_zmq.`` prefix) added to its schema's custom metadata."""
+    extra = {f"spark_zmq.{k}".encode(): str(v).encode() for k, v in metadata.items()}
+    piece = piece.replace_schema_metadata({**(piece.schema.metadata or {}), **extra})
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, batch.schema) as writer:
-        writer.write_batch(batch)
+    with pa.ipc.new_stream(sink, piece.schema) as writer:
+        writer.write_batch(piece)
     return sink.getvalue().to_pybytes()
 
 
-def encode_batch(
-    batch: pa.RecordBatch, options: SinkOptions, *, metadata: dict[str, str], sequence_start: int
-) -> Iterator[Message]:
-    """Messages for one batch. ``metadata`` (query id, batch id, partition) goes into each
-    Arrow message with its ``sequence`` number, so consumers can deduplicate retries."""
-    # For pub, the topic column routes the message (frame one) and is not payload.
+def arrow_pieces(batch: pa.RecordBatch, options: SinkOptions) -> Iterator[tuple[Optional[bytes], pa.RecordBatch]]:
+    """``(topic frame or None, rows)`` of the Arrow messages one batch makes: at most
+    ``rowsPerMessage`` rows each, one topic per message for ``pub`` with a topic column.
+    The writer numbers and encodes them (``arrow_message``), so that the task's last
+    message can say it is the last."""
+    drop_topic = options.pattern == "pub" and options.topic is None and "topic" in batch.schema.names
+    payload = _payload_columns(batch, drop_topic)
+    groups: list[tuple[Optional[bytes], pa.RecordBatch]]
+    if drop_topic:
+        column = batch.column("topic")
+        groups = []
+        for topic in dict.fromkeys(column.to_pylist()):
+            mask = pc.is_null(column) if topic is None else pc.equal(column, topic)
+            groups.append(((topic or "").encode(), payload.filter(mask)))
+    else:
+        groups = [(options.topic.encode() if options.topic is not None else None, payload)]
+    step = options.rows_per_message
+    for topic, rows in groups:
+        for lo in range(0, rows.num_rows, step):
+            yield topic, rows.slice(lo, step)
+
+
+def row_messages(batch: pa.RecordBatch, options: SinkOptions) -> Iterator[Message]:
+    """One message per row: formats ``raw``, ``text`` and ``json`` (no metadata: a consumer
+    cannot tell a retried task's copy of a row from the first one)."""
     drop_topic = options.pattern == "pub" and options.topic is None and "topic" in batch.schema.names
     fixed_topic = options.topic.encode() if options.topic is not None else None
     topics: Optional[list] = batch.column("topic").to_pylist() if drop_topic else None
-
-    if options.format == "arrow":
-        groups: list[tuple[Optional[bytes], pa.RecordBatch]]
-        payload = _payload_columns(batch, drop_topic)
-        if topics is None:
-            groups = [(fixed_topic, payload)]
-        else:
-            groups = []
-            column = batch.column("topic")
-            for topic in dict.fromkeys(topics):
-                mask = pc.is_null(column) if topic is None else pc.equal(column, topic)
-                groups.append(((topic or "").encode(), payload.filter(mask)))
-        sequence = sequence_start
-        meta = {f"spark_zmq.{k}".encode(): str(v).encode() for k, v in metadata.items()}
-        for topic, rows in groups:
-            step = options.rows_per_message
-            for lo in range(0, max(rows.num_rows, 1), step):
-                piece = rows.slice(lo, step)
-                if piece.num_rows == 0:
-                    continue
-                yield topic, _arrow_message(piece, {**meta, b"spark_zmq.sequence": str(sequence).encode()})
-                sequence += 1
-        return
-
     if options.format in ("raw", "text"):
         values = batch.column("value")
         if options.format == "text" or pa.types.is_string(values.type) or pa.types.is_large_string(values.type):

@@ -1,9 +1,15 @@
 """One write task's socket: connect, wait for peers, send with a bound, flush before commit.
 
-Why a ZeroMQ context per task: ``Context.term()`` is the only way libzmq tells a sender
-that its queued messages have left the process (it returns when they have, or when the
-linger period runs out). A task that commits before its messages left would make the
-sink lose data on executor exit; so the task flushes, bounded by ``sendTimeoutMs``.
+``push`` and ``scatter`` run on the pattern layer's own ZMTP engine (``ReroutingPush``,
+``Scatter``), not on libzmq: when a consumer's connection breaks mid-write, what the task
+still held for it, and what the consumer's TCP had not acknowledged, goes to the
+consumers still there (or to the same endpoint when it comes back); libzmq's PUSH would
+drop that queue (``ZMQ_IMMEDIATE``) or hold it for a peer that may never return, and tell
+nobody. A task commits only once every message was acknowledged by a consumer's TCP,
+within ``sendTimeoutMs``; otherwise it fails, saying how many were not, and Spark retries.
+
+``pub`` stays on libzmq's XPUB, with a ZeroMQ context per task: ``Context.term()`` is
+how libzmq tells a sender that its queued messages have left the process.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ from typing import Optional
 import zmq
 
 from ..options import SinkOptions
-from ..patterns import PatternSocket, Push, Scatter, XPub
+from ..patterns import PatternSocket, ReroutingPush, Scatter, XPub
 
 __all__ = ["TaskSender", "SinkTimeoutError"]
 
@@ -30,8 +36,8 @@ class TaskSender:
         self.options = options
         self.timeout_s = options.send_timeout_ms / 1000.0
         self.where = ", ".join(map(str, options.endpoints))
-        self.context = zmq.Context()
-        common = {"hwm": options.hwm, "linger": options.send_timeout_ms, "context": self.context}
+        self.context: Optional[zmq.Context] = None
+        common: dict = {"hwm": options.hwm, "linger": options.send_timeout_ms}
         if options.curve is not None:
             common["curve"] = options.curve
         self.socket: PatternSocket
@@ -39,13 +45,17 @@ class TaskSender:
             # XPUB is PUB on the wire; it also shows us the subscriptions, so we can wait
             # for subscribers before publishing (PUB/SUB's slow-joiner problem). NODROP
             # makes libzmq tell us when a subscriber is full, so the drop is ours and counted.
-            self.socket = XPub([str(e) for e in options.endpoints], nodrop=True, **common)
+            self.context = zmq.Context()
+            self.socket = XPub([str(e) for e in options.endpoints], nodrop=True, context=self.context, **common)
         else:
-            cls = Scatter if options.pattern == "scatter" else Push
-            # IMMEDIATE: queue only to completed connections, so an absent peer blocks the
-            # send (and times out with a clear error) instead of filling a dead queue.
+            cls = Scatter if options.pattern == "scatter" else ReroutingPush
+            # immediate: queue only to peers whose handshake completed, so an absent peer
+            # blocks the send (and times out with a clear error) instead of filling a queue
+            # nobody reads; a peer that leaves hands its queue back to the others.
+            # confirm: close() waits until the consumers' TCP acknowledged every message.
             self.socket = cls(
-                [str(e) for e in options.endpoints], immediate=True, monitor=zmq.EVENT_HANDSHAKE_SUCCEEDED, **common
+                [str(e) for e in options.endpoints], immediate=True, confirm=True,
+                monitor=zmq.EVENT_HANDSHAKE_SUCCEEDED, **common
             )
         self.sent = 0
         #: pub only: messages dropped because a subscriber's queue was at the high-water mark
@@ -147,24 +157,45 @@ class TaskSender:
                 "the consumers are absent or not keeping up" + self._rejection_note()
             ) from None
 
+    @property
+    def lost_peers(self) -> int:
+        """push/scatter: consumer connections that broke while this task wrote."""
+        return getattr(self.socket, "lost_peers", 0)
+
+    @property
+    def resent(self) -> int:
+        """push/scatter: messages sent again because a consumer that left had not
+        acknowledged them (tcp)."""
+        return getattr(self.socket, "resent", 0)
+
     def flush_and_close(self) -> None:
-        """Return once every queued message has left the process; fail if that takes longer
-        than ``sendTimeoutMs`` (the linger period, after which libzmq discards them)."""
+        """Return once every message reached a consumer (push/scatter: acknowledged by its
+        TCP; pub: left the process); fail if that takes longer than ``sendTimeoutMs``."""
         started = time.monotonic()
         self.socket.close()
-        self.context.term()
-        unsent = getattr(self.socket, "unsent", 0)  # scatter counts exactly what it still held
+        if self.context is not None:
+            self.context.term()
+            if self.sent and time.monotonic() - started >= self.timeout_s * 0.95:
+                raise SinkTimeoutError(
+                    f"could not flush {self.sent} messages to {self.where} within sendTimeoutMs="
+                    f"{self.options.send_timeout_ms}; some may not have been delivered"
+                )
+            return
+        unsent = self.socket.unsent
         if unsent:
             raise SinkTimeoutError(
                 f"{unsent} of the {self.sent} messages this task queued for {self.where} were not sent within "
                 f"sendTimeoutMs={self.options.send_timeout_ms} (no consumer took them)"
             )
-        if self.sent and time.monotonic() - started >= self.timeout_s * 0.95:
+        unconfirmed = self.socket.unconfirmed
+        if unconfirmed:
             raise SinkTimeoutError(
-                f"could not flush {self.sent} messages to {self.where} within sendTimeoutMs="
-                f"{self.options.send_timeout_ms}; some may not have been delivered"
+                f"{unconfirmed} of the {self.sent} messages this task sent to {self.where} were not acknowledged "
+                f"by a consumer's host within sendTimeoutMs={self.options.send_timeout_ms} (a consumer stopped "
+                "reading); the task fails so that Spark sends them again"
             )
 
     def abort(self) -> None:
         self.socket.close(linger=0)
-        self.context.term()
+        if self.context is not None:
+            self.context.term()

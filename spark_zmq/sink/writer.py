@@ -18,7 +18,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 from pyspark.sql.types import StructType
 
 from ..options import SinkOptions
-from .encode import check_schema, encode_batch
+from .encode import arrow_message, arrow_pieces, check_schema, row_messages
 from .send import TaskSender
 
 __all__ = ["ZmqBatchWriter", "ZmqStreamWriter", "SinkCommit"]
@@ -37,19 +37,44 @@ class SinkCommit(WriterCommitMessage):
     dropped: int = 0
     #: CURVE handshakes that failed on the task's socket (refused peers, or refusals of us)
     rejected_handshakes: int = 0
+    #: push/scatter: consumers whose connection broke while the task wrote
+    lost_peers: int = 0
+    #: push/scatter: messages sent again because a consumer that left had not acknowledged them
+    resent: int = 0
 
 
-def _write_task(options: SinkOptions, batches: Iterator[pa.RecordBatch], batch_id: Optional[int],
-                write_id: str = "") -> SinkCommit:
+def task_header(batch_id: Optional[int], write_id: str) -> dict[str, object]:
+    """The dedup keys every Arrow message of this task carries (before its ``sequence`` and
+    ``last``): which query (or batch write), micro-batch, partition and task attempt."""
     context = TaskContext.get()
     partition = context.partitionId() if context else 0
     # a streaming query's id; for a batch write, an id made once per write on the driver
     query_id = (context.getLocalProperty("sql.streaming.queryId") if context else None) or write_id
     if batch_id is None and context is not None:
         batch_id = int(context.getLocalProperty("streaming.sql.batchId") or -1)
-    metadata = {"query_id": query_id, "batch_id": batch_id if batch_id is not None else -1, "partition": partition}
+    return {
+        "query_id": query_id,
+        "batch_id": batch_id if batch_id is not None else -1,
+        "partition": partition,
+        "attempt": context.attemptNumber() if context else 0,
+        # Spark's attempt number starts again at 0 in a new stage attempt or after a query
+        # restart re-runs the batch: this id tells every run of a task apart
+        "attempt_id": uuid.uuid4().hex,
+    }
+
+
+def _write_task(options: SinkOptions, batches: Iterator[pa.RecordBatch], batch_id: Optional[int],
+                write_id: str = "") -> SinkCommit:
+    header = task_header(batch_id, write_id)
     sender = TaskSender(options)
     rows = 0
+    numbered = 0  # every message gets its number before it is sent (a pub drop keeps its own)
+    held: Optional[tuple[Optional[bytes], pa.RecordBatch, int]] = None  # arrow: the latest message
+
+    def encoded(message: tuple[Optional[bytes], pa.RecordBatch, int], last: bool) -> tuple[Optional[bytes], bytes]:
+        topic, piece, sequence = message
+        return topic, arrow_message(piece, {**header, "sequence": sequence, "last": "true" if last else "false"})
+
     try:
         first = True
         for batch in batches:
@@ -58,14 +83,28 @@ def _write_task(options: SinkOptions, batches: Iterator[pa.RecordBatch], batch_i
             if first:
                 sender.wait_for_peers()
                 first = False
-            sender.send(list(encode_batch(batch, options, metadata=metadata, sequence_start=sender.sent)))
+            if options.format == "arrow":
+                # each message is sent once the next one exists, so the last can say so
+                out = []
+                for topic, piece in arrow_pieces(batch, options):
+                    if held is not None:
+                        out.append(encoded(held, last=False))
+                    held = (topic, piece, numbered)
+                    numbered += 1
+                if out:
+                    sender.send(out)
+            else:
+                sender.send(list(row_messages(batch, options)))
             rows += batch.num_rows
+        if held is not None:
+            sender.send([encoded(held, last=True)])
         rejected = sender.rejected_handshakes
         sender.flush_and_close()
     except BaseException:
         sender.abort()
         raise
-    return SinkCommit(partition, sender.sent, rows, sender.dropped, rejected)
+    return SinkCommit(header["partition"], sender.sent, rows, sender.dropped, rejected,
+                      sender.lost_peers, sender.resent)
 
 
 def _report(messages: list, what: str) -> None:
@@ -77,6 +116,12 @@ def _report(messages: list, what: str) -> None:
     if rejected:
         log.warning("zmq sink: %s: %d CURVE handshakes were rejected (peers without an authorized key, or without "
                     "CURVE); the write tasks' logs name them", what, rejected)
+    lost, resent = sum(m.lost_peers for m in commits), sum(m.resent for m in commits)
+    if lost:
+        log.warning("zmq sink: %s: %d consumer connections broke during the write; %d messages they had not "
+                    "acknowledged were sent again to the consumers still there (what a consumer's host had "
+                    "acknowledged but its application had not read when it died is beyond reach)",
+                    what, lost, resent)
     if dropped:
         log.warning("zmq sink: %s: pub dropped %d of %d messages: a subscriber's queue was at its high-water "
                     "mark (raise option 'hwm', or use pattern 'push' where every message must arrive)",

@@ -17,8 +17,14 @@ PING/PONG) and moves whole messages between the wire and the queues.
   which the next connection to write takes first: closing a connection never forgets a
   message the socket still holds. (49/SCATTERGATHER says a SCATTER discards the queue of
   a peer that disconnects; this socket re-routes it instead, because the connector
-  promises that it loses nothing it holds. A message already written to the kernel is
-  beyond reach: ZMTP has no acknowledgements.)
+  promises that it loses nothing it holds.)
+* ZMTP has no acknowledgements, but TCP does: over ``tcp://`` a connection remembers what
+  it wrote until the peer's kernel acknowledged it (``TCP_INFO``'s ``tcpi_bytes_acked``,
+  read once per write batch). When the connection breaks, the messages the peer's host
+  never acknowledged are re-routed like the queue (and counted in ``resent``); what the
+  peer's host acknowledged but its application had not read yet (its kernel receive
+  buffer, its own queue) is beyond reach. ``unconfirmed()`` says what is still
+  unacknowledged, so a sender can wait for it before it reports success.
 * What a GATHER received from a peer stays deliverable after the peer left (the RFC says
   discard it; the connector never drops data it received).
 
@@ -56,6 +62,7 @@ __all__ = ["Engine", "Peer"]
 log = logging.getLogger(__name__)
 
 _U64 = struct.Struct(">Q")
+_NATIVE_U64 = struct.Struct("=Q")  # kernel structures are in the host's byte order
 _READ_BYTES = 256 * 1024
 _WRITE_BATCH_BYTES = 256 * 1024
 _HANDSHAKE_FRAME_LIMIT = 64 * 1024  # nothing a handshake needs is larger; before auth, keep it small
@@ -66,6 +73,11 @@ _HARD_FRAME_LIMIT = 1 << 31
 #: PING flood from a peer that does not read would grow the queue without bound
 _MAX_PENDING_REPLY_BYTES = 64 * 1024
 _IOV_MAX = 512
+#: ``struct tcp_info`` (linux/tcp.h): ``tcpi_bytes_acked`` (u64) sits at this offset, after
+#: 8 bytes of u8 fields, 24 u32 fields and two u64 pacing rates; Linux 4.1 and later
+_TCP_INFO_BYTES_ACKED = 120
+_TCP_INFO_SIZE = 128
+_HAS_TCP_INFO = hasattr(socket, "TCP_INFO")
 _ACCEPT_RETRY_S = 0.2
 
 _GREETING, _HANDSHAKE, _READY, _CLOSED = range(4)
@@ -136,6 +148,15 @@ class _Connection:
         self.inflight: list[bytes] = []
         self.inflight_ends: list[int] = []
         self.written = 0
+        #: tcp only: bytes written to the kernel on this connection, where the current write
+        #: batch started, the peer kernel's acknowledgement count at the start (1 for the
+        #: SYN of a connecting side), and the messages written whole but not yet
+        #: acknowledged as (end offset, message), oldest first
+        self.track_acks = _HAS_TCP_INFO and sock.family in (socket.AF_INET, socket.AF_INET6)
+        self.sent_total = 0
+        self.batch_base = 0
+        self.acked_base: Optional[int] = None
+        self.unacked: collections.deque = collections.deque()
         self.in_multipart = False
         self.deadline = time.monotonic() + engine.handshake_ivl_s
         self.events = 0
@@ -161,6 +182,44 @@ class _Connection:
             self.queue_frame(flags, payload)
         else:
             self.queue_frame(COMMAND, body)
+
+    # -- acknowledgements (tcp) ------------------------------------------------------------
+
+    def _kernel_acked(self) -> Optional[int]:
+        """Bytes of ours the peer's TCP acknowledged (it also answers after a reset)."""
+        try:
+            info = self.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO_SIZE)
+        except OSError:
+            return None
+        if len(info) < _TCP_INFO_BYTES_ACKED + 8:
+            return None
+        return _NATIVE_U64.unpack_from(info, _TCP_INFO_BYTES_ACKED)[0]
+
+    def start_ack_tracking(self) -> None:
+        """Before the first byte is written: what the counter says now counts as zero."""
+        if self.track_acks:
+            self.acked_base = self._kernel_acked()
+            if self.acked_base is None:
+                self.track_acks = False
+
+    def confirmed(self) -> Optional[int]:
+        """Offset up to which the peer's TCP acknowledged what we wrote (``None``: unknown)."""
+        if not self.track_acks or self.acked_base is None:
+            return None
+        acked = self._kernel_acked()
+        return None if acked is None else acked - self.acked_base
+
+    def trim_acked(self) -> None:
+        """Forget the messages the peer's TCP acknowledged."""
+        unacked = self.unacked
+        if not unacked:
+            return
+        acked = self.confirmed()
+        if acked is None:
+            unacked.clear()
+            return
+        while unacked and unacked[0][0] <= acked:
+            unacked.popleft()
 
 
 class Engine:
@@ -206,6 +265,10 @@ class Engine:
         self.readable: collections.deque = collections.deque()
         self.orphans: collections.deque = collections.deque()
         self.discarded_multipart = 0
+        #: messages sent again because a peer's TCP never acknowledged them before it left
+        self.resent = 0
+        #: peers whose connection broke after their handshake
+        self.lost_peers = 0
         self.closing = False
         self.waiters = 0
         self._selector = selectors.DefaultSelector()
@@ -345,6 +408,28 @@ class Engine:
             self.cond.wait(timeout_s)
         finally:
             self.waiters -= 1
+
+    def unconfirmed(self) -> int:
+        """Messages written to the kernel that the peers' TCP has not acknowledged yet (lock
+        held); asks the I/O thread to look again, so a waiter sees the count go down."""
+        count = 0
+        for conn in list(self._connections):
+            if conn.stage == _READY and conn.track_acks:
+                count += len(conn.unacked)
+        if count:
+            self.call_soon(self._trim_all)
+        return count
+
+    def _trim_all(self) -> None:
+        changed = False
+        for conn in list(self._connections):
+            if conn.stage == _READY and conn.unacked:
+                before = len(conn.unacked)
+                conn.trim_acked()
+                changed = changed or len(conn.unacked) != before
+        if changed:
+            with self.lock:
+                self.cond.notify_all()
 
     def out_bytes_pending(self) -> int:
         """Bytes encoded but not yet written to the kernel, over all connections."""
@@ -538,6 +623,7 @@ class Engine:
         return conn
 
     def _start_greeting(self, conn: _Connection) -> None:
+        conn.start_ack_tracking()
         data = greeting(conn.mechanism.name, conn.mechanism.as_server)
         conn.out.append(data)
         conn.out_bytes += len(data)
@@ -640,6 +726,8 @@ class Engine:
         if conn.stage == _CLOSED:
             return
         was_ready = conn.stage == _READY
+        # before the socket closes: how far the peer's TCP acknowledged (it answers after a reset)
+        confirmed = conn.confirmed() if requeue and (conn.unacked or conn.inflight) else None
         conn.stage = _CLOSED
         try:
             if conn.events:
@@ -658,6 +746,15 @@ class Engine:
             peer.conn = None
             unwritten = ([m for m, end in zip(conn.inflight, conn.inflight_ends) if end > conn.written]
                          if requeue else [])
+            if confirmed is not None:
+                # written to the kernel, never acknowledged by the peer's: send them again
+                base = conn.batch_base
+                unconfirmed = [m for end, m in conn.unacked if end > confirmed]
+                unconfirmed += [m for m, end in zip(conn.inflight, conn.inflight_ends)
+                                if end <= conn.written and base + end > confirmed]
+                self.resent += len(unconfirmed)
+                unwritten = unconfirmed + unwritten
+            conn.unacked.clear()
             conn.inflight, conn.inflight_ends = [], []
             if keep:
                 # a connect endpoint keeps its queue (49/SCATTERGATHER) and resends, on the
@@ -673,6 +770,7 @@ class Engine:
                     peer.outbox.clear()
             self.cond.notify_all()
         if was_ready and not quiet:
+            self.lost_peers += 1
             self._emit(zmq.EVENT_DISCONNECTED, 0, conn.endpoint)
         connector = conn.connector
         if connector is not None and connector.conn is conn:
@@ -910,7 +1008,7 @@ class Engine:
             while source and size < _WRITE_BATCH_BYTES:
                 message = source.popleft()
                 batch.append(message)
-                size += len(message)
+                size += len(message) if type(message) is not tuple else sum(map(len, message))
             if self.waiters:
                 self.cond.notify_all()
         encode = conn.mechanism.encode
@@ -919,6 +1017,15 @@ class Engine:
         small: list[bytes] = []
         if conn.mechanism.name == b"NULL":
             for message in batch:
+                if type(message) is tuple:  # a multipart message: MORE on every frame but the last
+                    last = len(message) - 1
+                    for index, frame in enumerate(message):
+                        header = frame_header(len(frame), MORE if index < last else 0)
+                        small.append(header)
+                        small.append(frame)
+                        offset += len(header) + len(frame)
+                    ends.append(offset)
+                    continue
                 size = len(message)
                 header = bytes((0, size)) if size < 256 else b"\x02" + _U64.pack(size)
                 if size < 4096:
@@ -934,16 +1041,20 @@ class Engine:
                 ends.append(offset)
         else:
             for message in batch:
-                flags, body = encode(message)
-                header = frame_header(len(body), flags)
-                small.append(header)
-                small.append(body)
-                offset += len(header) + len(body)
+                frames = message if type(message) is tuple else (message,)
+                last = len(frames) - 1
+                for index, frame in enumerate(frames):
+                    flags, body = encode(frame, index < last)
+                    header = frame_header(len(body), flags)
+                    small.append(header)
+                    small.append(body)
+                    offset += len(header) + len(body)
                 ends.append(offset)
         if small:
             conn.out.append(b"".join(small))
         conn.out_bytes += offset - conn.written
         conn.inflight, conn.inflight_ends = batch, ends
+        conn.batch_base = conn.sent_total
         return True
 
     def _write(self, conn: _Connection) -> None:
@@ -951,6 +1062,10 @@ class Engine:
             return
         while True:
             if not conn.out:
+                if conn.inflight and conn.track_acks:  # written whole: unconfirmed until acknowledged
+                    base = conn.batch_base
+                    conn.unacked.extend(zip([base + end for end in conn.inflight_ends], conn.inflight))
+                    conn.trim_acked()
                 conn.inflight, conn.inflight_ends = [], []
                 conn.written = 0
                 if conn.stage != _READY or not self._refill(conn):
@@ -961,6 +1076,7 @@ class Engine:
             except (BlockingIOError, InterruptedError):
                 return
             conn.out_bytes -= sent
+            conn.sent_total += sent
             if conn.inflight:
                 conn.written += sent
             while sent:
