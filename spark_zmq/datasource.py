@@ -41,12 +41,16 @@ class ZmqDataSource(DataSource):
         return "zmq"
 
     def schema(self) -> StructType:
-        fmt = SourceOptions.parse(self.options).format  # validates every option first
-        schema = fixed_schema(fmt)
+        options = SourceOptions.parse(self.options)  # validates every option first
+        schema = fixed_schema(options.format)
         if schema is None:
+            example, extra = "sensor string, reading double", ""
+            if options.include_headers:  # Spark takes a declared schema as it is: headers included
+                example += ", headers map<string,string>"
+                extra = " and, for option 'includeHeaders', the column it fills"
             raise OptionError(
-                f"format {fmt!r} needs the schema of the messages: "
-                "spark.readStream.format('zmq').schema('sensor string, reading double')..."
+                f"format {options.format!r} needs the schema of the messages{extra}: "
+                f"spark.readStream.format('zmq').schema('{example}')..."
             )
         return schema
 

@@ -98,7 +98,9 @@ class OptionSpec:
     ``endpoints`` and ``path``. ``default`` is the parsed default (``None`` = unset), or a
     function of the options parsed before it; ``default_doc`` is how the docs show it.
     ``minimum``/``maximum`` bound numeric kinds (inclusive). ``only_for`` restricts the
-    option to some patterns. ``range_note`` says why the range is what it is.
+    option to some patterns, ``only_formats`` to some formats (a value other than the
+    default's "off", ``None``/``false``/empty, is an error with another pattern or format).
+    ``range_note`` says why the range is what it is.
     """
 
     name: str
@@ -112,6 +114,7 @@ class OptionSpec:
     maximum: Optional[Union[int, float]] = None
     choices: tuple[str, ...] = ()
     only_for: tuple[str, ...] = ()
+    only_formats: tuple[str, ...] = ()
     valid_doc: str = ""
     range_note: str = ""
     required: bool = False
@@ -148,6 +151,8 @@ class OptionSpec:
             text += f" ({self.range_note})"
         if self.only_for:
             text += f"; {', '.join(f'`{p}`' for p in self.only_for)} only"
+        if self.only_formats:
+            text += f"; format {', '.join(f'`{f}`' for f in self.only_formats)} only"
         return text
 
 
@@ -258,6 +263,12 @@ SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
     _src("columnNameOfCorruptRecord", "string", "corrupt_column", "`json` with `PERMISSIVE`: the string column "
          "of your schema that receives a malformed message's text.", default_doc="none",
          valid_doc="a column name of the schema"),
+    _src("includeHeaders", "bool", "include_headers", "`arrow`: fill the column `headers map<string,string>` "
+         "that you declare in `.schema(...)` with the custom metadata of the Arrow message each row came in "
+         "(keys and values as UTF-8, invalid bytes replaced), plus `spark_zmq.row`, the row's position in its "
+         "message. The sink's `spark_zmq.query_id`, `batch_id`, `partition`, `sequence` and `spark_zmq.row` "
+         "name one written row (see \"Message headers\").", default=False, default_doc="`false`",
+         only_formats=("arrow",)),
     _src("timeout", "seconds", "timeout", "Seconds of silence that end a bounded batch read; also how long "
          "`Trigger.AvailableNow` drains what producers had queued before it pins its end.",
          default=5.0, default_doc="5", minimum=0.0, maximum=MAX_SECONDS),
@@ -548,12 +559,19 @@ def parse_table(side: str, options: Mapping[Any, Any]) -> dict[str, Any]:
             parsed[spec.attr] = list(default) if isinstance(default, tuple) else default
         else:
             parsed[spec.attr] = _PARSERS[spec.kind](spec, raw)
-    pattern = parsed["pattern"]
+    pattern, fmt = parsed["pattern"], parsed["format"]
     for spec in table:
         if spec.only_for and pattern not in spec.only_for and parsed[spec.attr] not in (None, [], ()):
             raise OptionError(
                 f"option {spec.name!r} only applies to pattern {', '.join(map(repr, spec.only_for))}, "
                 f"not {pattern!r}",
+                spec.name,
+            )
+        if spec.only_formats and fmt not in spec.only_formats and parsed[spec.attr] not in (None, [], (), False):
+            raise OptionError(
+                f"option {spec.name!r} applies to format {', '.join(map(repr, spec.only_formats))} only; "
+                f"format is {fmt!r} (set option 'format' to {spec.only_formats[0]!r}, or leave {spec.name!r} "
+                "unset or false)",
                 spec.name,
             )
     _check_curve(parsed)
@@ -653,6 +671,7 @@ class SourceOptions:
     curve_certificate: Optional[KeyPair] = None
     curve_server_key: Optional[bytes] = None
     curve_authorized_keys: Any = field(default=None, repr=False)
+    include_headers: bool = False
 
     KNOWN: ClassVar[tuple[str, ...]] = tuple(spec.name for spec in SOURCE_OPTIONS)
 

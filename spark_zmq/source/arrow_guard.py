@@ -50,6 +50,11 @@ receive batch with it). Reading a message therefore happens in three steps:
 
 Any failure of any kind in any step raises ``MalformedArrowError`` with the reason.
 
+``read_message`` is the same read that also returns the schema's custom metadata (the
+sink's ``spark_zmq.*`` keys; the source's ``includeHeaders``). It is a dictionary pyarrow
+parsed (and its flatbuffer verifier checked) with the schema in step 2, nothing read by
+hand; its size is bounded by the message's, and its use is the caller's to bound.
+
 ``count_rows`` runs on the receiver thread for every arrow message (admission control
 counts rows, not messages), so it reads only the framing and the record batch lengths,
 never raises, and costs a few microseconds.
@@ -58,7 +63,7 @@ never raises, and costs a few microseconds.
 from __future__ import annotations
 
 import struct
-from typing import Optional, Union
+from typing import NamedTuple, Optional, Union
 
 import numpy as np
 import pyarrow as pa
@@ -69,8 +74,10 @@ __all__ = [
     "MAX_DECOMPRESSED_BYTES",
     "MAX_IPC_MESSAGES",
     "MalformedArrowError",
+    "ArrowMessage",
     "count_rows",
     "read_batches",
+    "read_message",
 ]
 
 #: rows one message may hold, over all its record batches (also each dictionary's size)
@@ -229,6 +236,14 @@ def _count_rows(buf: BytesLike) -> int:
 # -- read_batches: the decoder's checked read ---------------------------------------------
 
 
+class ArrowMessage(NamedTuple):
+    """What ``read_message`` returns: the checked batches and the schema's custom metadata."""
+
+    batches: list[pa.RecordBatch]
+    #: the stream schema's custom metadata, raw bytes as sent; empty when it has none
+    metadata: dict[bytes, bytes]
+
+
 def read_batches(
     message: BytesLike,
     *,
@@ -240,6 +255,21 @@ def read_batches(
     """The record batches of one Arrow IPC stream message, checked (see the module
     docstring), fully validated and, when ``schema`` is given, converted to it. Raises
     ``MalformedArrowError`` naming the reason for any input that fails any of it."""
+    return read_message(
+        message, schema=schema, max_rows=max_rows, max_body_bytes=max_body_bytes, max_cast_bytes=max_cast_bytes
+    ).batches
+
+
+def read_message(
+    message: BytesLike,
+    *,
+    schema: Optional[pa.Schema] = None,
+    max_rows: int = MAX_ROWS,
+    max_body_bytes: int = MAX_DECOMPRESSED_BYTES,
+    max_cast_bytes: Optional[int] = None,
+) -> ArrowMessage:
+    """``read_batches``, and the stream schema's custom metadata with the batches: the same
+    checks, in the same order, with the same errors."""
     buffer = message if isinstance(message, pa.Buffer) else pa.py_buffer(message)
     try:
         _inspect(buffer, max_rows, max_body_bytes)
@@ -259,7 +289,7 @@ def read_batches(
                     )
             batch.validate(full=True)
             batches.append(batch if plan is None else _conform(batch, plan, schema, budget))
-        return batches
+        return ArrowMessage(batches, dict(reader.schema.metadata or {}))
     except MalformedArrowError:
         raise
     except _Bad as exc:

@@ -27,7 +27,12 @@ reach Spark invalid:
   range and JSON that Python and pyarrow disagree on are malformed too.
 - ``arrow``: every message goes through ``arrow_guard.read_batches`` (caps checked from
   the metadata before decompression, full validation, bounded casts). Arrow has no
-  corrupt-record column, so PERMISSIVE fails like FAILFAST.
+  corrupt-record column, so PERMISSIVE fails like FAILFAST. With ``includeHeaders`` the
+  declared ``headers map<string,string>`` column is not read from the message but built
+  from its schema's custom metadata (``headers_template``/``headers_column``: per output
+  batch with pyarrow ``take``, no Python per row); since the metadata repeats on every
+  row, rows x its bytes are capped like decompressed buffers, at ``max_body_bytes`` per
+  message, and a message over the cap is malformed.
 - ``text``: invalid UTF-8 is replaced (U+FFFD), as Spark does; only the invalid messages,
   found by bisecting Arrow's UTF-8 validation, are decoded in Python.
 
@@ -37,21 +42,30 @@ Output batches carry at most about ``_MAX_OUTPUT_BATCH_BYTES`` of message payloa
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Iterator, Optional
+from typing import TYPE_CHECKING, Iterator, Mapping, Optional
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pa_json
-from pyspark.sql.types import StructType
+from pyspark.sql.types import MapType, StringType, StructType
 
+from ..options import OptionError
 from ..schemas import arrow_schema
 from . import arrow_guard
 
 if TYPE_CHECKING:
     from ..options import SourceOptions
 
-__all__ = ["Decoder", "MalformedMessageError", "decoder_for"]
+__all__ = [
+    "Decoder",
+    "MalformedMessageError",
+    "decoder_for",
+    "HEADERS_COLUMN",
+    "ROW_KEY",
+    "headers_template",
+    "headers_column",
+]
 
 # Spark hands Arrow batches to the JVM; keep each under this many payload bytes.
 _MAX_OUTPUT_BATCH_BYTES = 64 << 20
@@ -69,6 +83,109 @@ _OPEN, _CLOSE = ord("{"), ord("}")
 
 class MalformedMessageError(ValueError):
     """A message does not parse in the declared format/schema (mode FAILFAST)."""
+
+
+# -- includeHeaders: the message's custom metadata as a map column --------------------------
+
+#: the declared column ``includeHeaders`` fills
+HEADERS_COLUMN = "headers"
+#: the key the source adds to every row's headers: the row's position in its message
+ROW_KEY = "spark_zmq.row"
+# bytes the row key's entry takes in one row: its text, the longest position (a 64-bit
+# integer), their two int32 offsets, and the map's own offset
+_ROW_ENTRY_BYTES = len(ROW_KEY) + 20 + 2 * 4 + 4
+
+
+class _Headers:
+    """One message's headers, decoded once: the metadata keys and values (without the
+    row key) as string arrays; the bytes its metadata adds to each row (text and two
+    int32 offsets per entry; 0 without metadata), and the bytes one row's map takes."""
+
+    __slots__ = ("keys", "values", "metadata_bytes", "row_bytes")
+
+    def __init__(self, keys: pa.Array, values: pa.Array) -> None:
+        self.keys = keys
+        self.values = values
+        text = pc.sum(pc.binary_length(keys)).as_py() or 0
+        text += pc.sum(pc.binary_length(values)).as_py() or 0
+        self.metadata_bytes = int(text) + len(keys) * 2 * 4
+        self.row_bytes = self.metadata_bytes + _ROW_ENTRY_BYTES
+
+
+def headers_template(metadata: Optional[Mapping[bytes, bytes]]) -> _Headers:
+    """A message's custom metadata as the keys and values every row's ``headers`` map
+    starts with: decoded as UTF-8 with invalid bytes replaced (U+FFFD), never an error; a
+    key the decoding makes equal to an earlier one keeps the later value; ``spark_zmq.row``
+    is left out (the source sets it on each row, a sender cannot)."""
+    entries: dict[str, str] = {}
+    for key, value in (metadata or {}).items():
+        entries[bytes(key).decode("utf-8", "replace")] = bytes(value).decode("utf-8", "replace")
+    entries.pop(ROW_KEY, None)
+    keys = pa.array(list(entries), pa.string())
+    values = pa.array(list(entries.values()), pa.string())
+    return _Headers(keys, values)
+
+
+def headers_column(headers: _Headers, first_row: int, rows: int, map_type: pa.DataType) -> pa.MapArray:
+    """The ``headers`` column of ``rows`` consecutive rows of one message, the first at
+    position ``first_row``: each row's map is the metadata then ``spark_zmq.row``."""
+    k = len(headers.keys)
+    width = k + 1
+    keys = pa.concat_arrays([headers.keys, pa.array([ROW_KEY], pa.string())])
+    positions = pc.cast(pa.array(np.arange(first_row, first_row + rows, dtype=np.int64)), pa.string())
+    texts = pa.concat_arrays([headers.values, positions])
+    # row r, entry j: metadata entry j (j < k), else the row's position (texts[k + r])
+    key_index = np.tile(np.arange(width, dtype=np.int64), rows)
+    value_index = np.empty((rows, width), dtype=np.int64)
+    value_index[:, :k] = np.arange(k, dtype=np.int64)
+    value_index[:, k] = np.arange(k, k + rows, dtype=np.int64)
+    offsets = pa.array(np.arange(0, (rows + 1) * width, width, dtype=np.int32), pa.int32())
+    return pa.MapArray.from_arrays(
+        offsets, keys.take(pa.array(key_index)), texts.take(pa.array(value_index.ravel())), type=map_type
+    )
+
+
+def _names(names: list[str], limit: int = 12) -> str:
+    if not names:
+        return "no columns"
+    return ", ".join(names[:limit]) + (f", ... ({len(names)} columns)" if len(names) > limit else "")
+
+
+def _headers_field(fmt: str, schema: StructType) -> int:
+    """The position of the declared ``headers map<string,string>`` column (includeHeaders)."""
+    if fmt != "arrow":
+        raise OptionError(
+            f"option 'includeHeaders' applies to format 'arrow' only; format is {fmt!r}", "includeHeaders"
+        )
+    names = schema.fieldNames()
+    found = [i for i, name in enumerate(names) if name == HEADERS_COLUMN]
+    declare = (
+        "Spark takes a declared schema as it is, so the column is declared, not added: "
+        ".schema('id long, headers map<string,string>')"
+    )
+    if not found:
+        near = [name for name in names if name.lower() == HEADERS_COLUMN]
+        hint = f" (column {near[0]!r} differs in case; the name is exactly 'headers')" if near else ""
+        raise OptionError(
+            f"option 'includeHeaders' = true fills the column 'headers map<string,string>', which the declared "
+            f"schema ({_names(names)}) lacks{hint}. {declare}; or set includeHeaders=false",
+            "includeHeaders",
+        )
+    if len(found) > 1:
+        raise OptionError(
+            f"option 'includeHeaders': the declared schema has {len(found)} columns named 'headers'; declare one",
+            "includeHeaders",
+        )
+    data_type = schema.fields[found[0]].dataType
+    if not (isinstance(data_type, MapType) and isinstance(data_type.keyType, StringType)
+            and isinstance(data_type.valueType, StringType)):
+        raise OptionError(
+            f"option 'includeHeaders' = true fills the column 'headers', which must be declared "
+            f"map<string,string>, not {data_type.simpleString()}; a message column named 'headers' cannot be "
+            "read while includeHeaders is true",
+            "includeHeaders",
+        )
+    return found[0]
 
 
 def _preview(value: bytes, limit: int = 120) -> str:
@@ -156,10 +273,19 @@ class Decoder:
         mode: str = "PERMISSIVE",
         corrupt_column: Optional[str] = None,
         max_message_bytes: int = 64 << 20,
+        include_headers: bool = False,
     ) -> None:
         self.fmt = fmt
         self.schema = schema
         self.target = arrow_schema(schema)
+        # includeHeaders: where the headers column goes, and the columns read from messages
+        self.headers_at: Optional[int] = _headers_field(fmt, schema) if include_headers else None
+        self.message_target: Optional[pa.Schema] = self.target
+        if self.headers_at is not None:
+            self.headers_type = self.target.field(self.headers_at).type
+            self.message_target = self.target.remove(self.headers_at)
+            if not len(self.message_target):  # headers only: rows counted from the message as sent
+                self.message_target = None
         self.mode = mode
         self.corrupt_column = corrupt_column if corrupt_column and corrupt_column in schema.fieldNames() else None
         self.max_message_bytes = max_message_bytes
@@ -430,12 +556,16 @@ class Decoder:
         values = batch.column(0)
         for i in range(len(values)):
             scalar = values[i]
+            headers: Optional[_Headers] = None
             try:
                 if not scalar.is_valid:
                     raise arrow_guard.MalformedArrowError("null message")
-                decoded = arrow_guard.read_batches(
-                    scalar.as_buffer(), schema=self.target, max_body_bytes=self.max_body_bytes
-                )
+                if self.headers_at is None:
+                    decoded = arrow_guard.read_batches(
+                        scalar.as_buffer(), schema=self.target, max_body_bytes=self.max_body_bytes
+                    )
+                else:
+                    decoded, headers = self._read_with_headers(scalar.as_buffer())
             except arrow_guard.MalformedArrowError as exc:
                 # Arrow has no corrupt-record column to fall back on: anything but
                 # DROPMALFORMED fails, so a schema mismatch is never silently nulled.
@@ -447,6 +577,9 @@ class Decoder:
                     f"declared schema ({self.target.to_string(show_schema_metadata=False).replace(chr(10), ', ')}): "
                     f"{exc}. Set mode=DROPMALFORMED to skip such messages."
                 ) from None
+            if headers is not None:
+                yield from self._with_headers(decoded, headers)
+                continue
             for out in decoded:
                 if not out.num_rows:
                     continue
@@ -458,8 +591,44 @@ class Decoder:
                 for start in range(0, out.num_rows, step):
                     yield out.slice(start, step)
 
+    def _read_with_headers(self, buffer: pa.Buffer) -> tuple[list[pa.RecordBatch], _Headers]:
+        """The message's batches (the declared columns but ``headers``) and its headers,
+        checked: the metadata copied onto every row (rows x its bytes) is capped like the
+        message's decompressed buffers. The row key's part is not counted: rows are
+        capped already (``arrow_guard.MAX_ROWS``), and a message without metadata never
+        becomes malformed because of includeHeaders."""
+        message = arrow_guard.read_message(buffer, schema=self.message_target, max_body_bytes=self.max_body_bytes)
+        headers = headers_template(message.metadata)
+        rows = sum(b.num_rows for b in message.batches)
+        total = rows * headers.metadata_bytes
+        if total > self.max_body_bytes:
+            raise arrow_guard.MalformedArrowError(
+                f"its headers column would copy about {total:,} bytes of metadata ({len(headers.keys):,} entries, "
+                f"{headers.metadata_bytes:,} bytes, onto each of {rows:,} rows), more than the "
+                f"{self.max_body_bytes:,} bytes a message may (includeHeaders)"
+            )
+        return message.batches, headers
+
+    def _with_headers(self, decoded: list[pa.RecordBatch], headers: _Headers) -> Iterator[pa.RecordBatch]:
+        """Output batches of one message with its headers column inserted, each at most
+        about ``_MAX_OUTPUT_BATCH_BYTES``; ``spark_zmq.row`` counts across its batches."""
+        position = 0
+        for out in decoded:
+            rows = out.num_rows
+            if not rows:
+                continue
+            data = [] if self.message_target is None else out.columns
+            size = (out.nbytes if data else 0) + rows * headers.row_bytes
+            step = rows if size <= _MAX_OUTPUT_BATCH_BYTES else max(1, rows * _MAX_OUTPUT_BATCH_BYTES // size)
+            for start in range(0, rows, step):
+                n = min(step, rows - start)
+                arrays = [column.slice(start, n) for column in data]
+                arrays.insert(self.headers_at, headers_column(headers, position + start, n, self.headers_type))
+                yield pa.RecordBatch.from_arrays(arrays, schema=self.target)
+            position += rows
+
 
 def decoder_for(options: "SourceOptions", schema: StructType) -> Decoder:
     """The decoder a source's options call for (stream and bounded batch reads alike)."""
     return Decoder(options.format, schema, mode=options.mode, corrupt_column=options.corrupt_column,
-                   max_message_bytes=options.max_message_bytes)
+                   max_message_bytes=options.max_message_bytes, include_headers=options.include_headers)
