@@ -63,6 +63,8 @@ def test_batch_write_delivers_the_whole_dataframe_in_each_format(spark, rows, fm
         assert sorted((m["id"], m["value"], m["reading"]) for m in map(json.loads, messages)) == [(i, f"v-{i}-é", i * 0.5) for i in range(500)]
     else:
         tables = [pa.ipc.open_stream(m).read_all() for m in messages]
+        records = [t for t in tables if b"spark_zmq.commit" in t.schema.metadata]
+        tables = [t for t in tables if b"spark_zmq.commit" not in t.schema.metadata]
         assert all(t.num_rows <= 64 for t in tables)
         table = pa.concat_tables(tables)
         assert sorted(table.column("id").to_pylist()) == list(range(500))
@@ -72,6 +74,14 @@ def test_batch_write_delivers_the_whole_dataframe_in_each_format(spark, rows, fm
         assert len(keys) == len(tables), "every message has a distinct (partition, sequence)"
         write_ids = {t.schema.metadata[b"spark_zmq.query_id"] for t in tables}
         assert len(write_ids) == 1 and next(iter(write_ids)).startswith(b"write-")  # one id per batch write
+        # the driver's commit record: no rows, the data's schema, and the run Spark kept per partition
+        assert len(records) == 1 and records[0].num_rows == 0 and records[0].schema.names == table.schema.names
+        committed = json.loads(records[0].schema.metadata[b"spark_zmq.commit"])
+        runs = {(t.schema.metadata[b"spark_zmq.partition"].decode(), t.schema.metadata[b"spark_zmq.attempt_id"].decode())
+                for t in tables}
+        assert {(p, r["attempt_id"]) for p, r in committed.items()} == runs
+        assert sum(r["messages"] for r in committed.values()) == len(tables)
+        assert records[0].schema.metadata[b"spark_zmq.query_id"] in write_ids
 
 
 def test_round_robin_four_partitions_three_pull_peers(spark):
@@ -183,11 +193,14 @@ def test_spark_to_spark_streaming_push_arrow_into_pull_arrow(spark, free_port, s
         stop_all([upstream, downstream])
 
 
-def test_pub_counts_and_reports_what_a_slow_subscriber_could_not_take(free_port):
+@pytest.mark.parametrize("fmt", ["text", "arrow"])
+def test_pub_counts_and_reports_what_a_slow_subscriber_could_not_take(free_port, fmt):
     """PUB drops at the high-water mark by specification; the sink counts each drop and the
-    driver logs the count, so received + dropped = rows written."""
+    driver logs the count, so received + dropped = rows written. Arrow messages are
+    numbered before they are sent: what arrives has unique sequence numbers, and the
+    numbers missing are exactly the drops (a dedup key is never carried by two rows)."""
     script = os.path.join(os.path.dirname(__file__), "scripts", "pub_drops.py")
-    result = subprocess.run([sys.executable, script, str(free_port), "20000"], capture_output=True, text=True,
+    result = subprocess.run([sys.executable, script, str(free_port), "20000", fmt], capture_output=True, text=True,
                             timeout=280)
     assert result.returncode == 0, result.stderr[-3000:]
     received = int(result.stdout.split("RESULT received ")[1].split()[0])
@@ -196,3 +209,9 @@ def test_pub_counts_and_reports_what_a_slow_subscriber_could_not_take(free_port)
     dropped, total = int(match.group(1)), int(match.group(2))
     assert total == 20000 and dropped > 0
     assert received + dropped == 20000
+    if fmt == "arrow":
+        numbers = re.search(r"RESULT sequences (\d+) unique (\d+) max (\d+)", result.stdout)
+        assert numbers, result.stdout
+        count, unique, highest = map(int, numbers.groups())
+        assert count == unique == received
+        assert highest < 20000

@@ -169,7 +169,8 @@ class _ZmtpPatternSocket(PatternSocket):
 
     @property
     def lost_peers(self) -> int:
-        """Connections that broke after their handshake, since the socket was opened."""
+        """Connections that broke, since the socket was opened, while they held messages of
+        this socket (queued, being written, or not yet acknowledged by the peer's TCP)."""
         return self._engine.lost_peers
 
     @property

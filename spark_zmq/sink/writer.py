@@ -18,6 +18,8 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 from pyspark.sql.types import StructType
 
 from ..options import SinkOptions
+from ..schemas import arrow_schema
+from . import commit_record
 from .encode import arrow_message, arrow_pieces, check_schema, row_messages
 from .send import TaskSender
 
@@ -41,6 +43,9 @@ class SinkCommit(WriterCommitMessage):
     lost_peers: int = 0
     #: push/scatter: messages sent again because a consumer that left had not acknowledged them
     resent: int = 0
+    #: the run of the task (its ``spark_zmq.attempt_id``) and the query (or batch write) it wrote for
+    attempt_id: str = ""
+    query_id: str = ""
 
 
 def task_header(batch_id: Optional[int], write_id: str) -> dict[str, object]:
@@ -104,7 +109,17 @@ def _write_task(options: SinkOptions, batches: Iterator[pa.RecordBatch], batch_i
         sender.abort()
         raise
     return SinkCommit(header["partition"], sender.sent, rows, sender.dropped, rejected,
-                      sender.lost_peers, sender.resent)
+                      sender.lost_peers, sender.resent, header["attempt_id"], header["query_id"])
+
+
+def _commit(options: SinkOptions, schema: StructType, messages: list, batch_id: int, what: str) -> None:
+    """On the driver, once every task succeeded: tell the consumers which run of each task
+    Spark kept (``commit_record``), then log what the tasks sent."""
+    commits = [m for m in messages if isinstance(m, SinkCommit)]
+    if commit_record.wanted(options) and commits:
+        record = commit_record.commit_record(arrow_schema(schema), commits[0].query_id, batch_id, commit_record.runs_of(commits))
+        commit_record.send_commit_record(options, record)
+    _report(messages, what)
 
 
 def _report(messages: list, what: str) -> None:
@@ -134,13 +149,14 @@ class ZmqBatchWriter(DataSourceArrowWriter):
     def __init__(self, options: SinkOptions, schema: StructType) -> None:
         check_schema(options, schema)
         self.options = options
+        self.schema = schema
         self.write_id = f"write-{uuid.uuid4()}"  # tells apart the messages of two writes
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
         return _write_task(self.options, iterator, batch_id=None, write_id=self.write_id)
 
     def commit(self, messages: list) -> None:
-        _report(messages, "write")
+        _commit(self.options, self.schema, messages, -1, "write")
 
 
 class ZmqStreamWriter(DataSourceStreamArrowWriter):
@@ -149,12 +165,13 @@ class ZmqStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, options: SinkOptions, schema: StructType) -> None:
         check_schema(options, schema)
         self.options = options
+        self.schema = schema
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
         return _write_task(self.options, iterator, batch_id=None)
 
     def commit(self, messages: list, batchId: int) -> None:
-        _report(messages, f"batch {batchId}")
+        _commit(self.options, self.schema, messages, batchId, f"batch {batchId}")
 
     def abort(self, messages: list, batchId: int) -> None:
         log.warning("zmq sink: batch %d aborted; messages already sent stay sent (at-least-once)", batchId)

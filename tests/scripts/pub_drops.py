@@ -2,7 +2,10 @@
 subscriber received; the sink's driver-side commit logs how many messages pub dropped
 (on stderr). The test checks that received + dropped = rows written.
 
-usage: pub_drops.py PORT ROWS
+With FORMAT ``arrow`` (one row per message), it also prints the ``spark_zmq.sequence``
+numbers of what arrived: unique, and the gaps are the drops.
+
+usage: pub_drops.py PORT ROWS [FORMAT]
 """
 
 import os
@@ -17,6 +20,8 @@ from pyspark.sql import SparkSession  # noqa: E402
 from spark_zmq.patterns import Sub  # noqa: E402
 
 port, rows = int(sys.argv[1]), int(sys.argv[2])
+fmt = sys.argv[3] if len(sys.argv) > 3 else "text"
+sequences = []
 spark = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
          .config("spark.ui.showConsoleProgress", "false").config("spark.pyspark.python", sys.executable).getOrCreate())
 spark.sparkContext.setLogLevel("ERROR")
@@ -32,22 +37,29 @@ def read_slowly() -> None:
     global received
     while True:
         try:
-            subscriber.recv(timeout=2.0)
+            message = subscriber.recv(timeout=2.0)
         except TimeoutError:
             if written.is_set():
                 return
             continue
         received += 1
+        if fmt == "arrow":
+            import pyarrow as pa
+            metadata = pa.ipc.open_stream(message).schema.metadata
+            sequences.append(int(metadata[b"spark_zmq.sequence"]))
         time.sleep(0.0002)  # a slow subscriber: shapes the load, not synchronisation
 
 
 reader = threading.Thread(target=read_slowly)
 reader.start()
 (spark.range(rows, numPartitions=1).selectExpr("concat(CAST(id AS STRING), repeat('x', 2000)) AS value")
- .write.format("zmq").mode("append").option("pattern", "pub").option("topic", "t").option("format", "text")
+ .write.format("zmq").mode("append").option("pattern", "pub").option("topic", "t").option("format", fmt)
+ .option("rowsPerMessage", "1")
  .option("hwm", "100").option("endpoints", f"tcp://127.0.0.1:{port}").save())
 written.set()
 reader.join(60)
 print(f"RESULT received {received}", flush=True)
+if fmt == "arrow":
+    print(f"RESULT sequences {len(sequences)} unique {len(set(sequences))} max {max(sequences)}", flush=True)
 subscriber.close()
 spark.stop()

@@ -267,7 +267,8 @@ class Engine:
         self.discarded_multipart = 0
         #: messages sent again because a peer's TCP never acknowledged them before it left
         self.resent = 0
-        #: peers whose connection broke after their handshake
+        #: peers whose connection broke after their handshake while they held messages of
+        #: ours (queued, being written, or written and not acknowledged by their TCP)
         self.lost_peers = 0
         self.closing = False
         self.waiters = 0
@@ -728,6 +729,12 @@ class Engine:
         was_ready = conn.stage == _READY
         # before the socket closes: how far the peer's TCP acknowledged (it answers after a reset)
         confirmed = conn.confirmed() if requeue and (conn.unacked or conn.inflight) else None
+        if confirmed is not None:
+            while conn.unacked and conn.unacked[0][0] <= confirmed:
+                conn.unacked.popleft()
+        # a peer that leaves with nothing of ours unacknowledged or queued left in good order
+        last_end = conn.batch_base + conn.inflight_ends[-1] if conn.inflight_ends else 0
+        held = bool(conn.unacked or conn.peer.outbox or (conn.inflight and (confirmed is None or last_end > confirmed)))
         conn.stage = _CLOSED
         try:
             if conn.events:
@@ -770,7 +777,8 @@ class Engine:
                     peer.outbox.clear()
             self.cond.notify_all()
         if was_ready and not quiet:
-            self.lost_peers += 1
+            if held:
+                self.lost_peers += 1
             self._emit(zmq.EVENT_DISCONNECTED, 0, conn.endpoint)
         connector = conn.connector
         if connector is not None and connector.conn is conn:
@@ -1069,6 +1077,9 @@ class Engine:
                 conn.inflight, conn.inflight_ends = [], []
                 conn.written = 0
                 if conn.stage != _READY or not self._refill(conn):
+                    if self.waiters:  # a close() waiting for the queues to drain
+                        with self.lock:
+                            self.cond.notify_all()
                     return
             chunks = list(itertools.islice(conn.out, _IOV_MAX))
             try:
