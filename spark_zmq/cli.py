@@ -231,7 +231,7 @@ def consume(
     options: dict = {"topics": topic or [""]} if pattern is ConsumePattern.sub else {}
     if curve is not None:
         options["curve"] = curve
-    messages = rows = size = 0
+    messages = rows = size = records = records_before = 0
     try:
         sock = cls(endpoints, **options)
     except Exception as exc:
@@ -265,12 +265,16 @@ def consume(
                 else:
                     for i, value in enumerate(values):
                         table = pa.ipc.open_stream(value).read_all() if format is Format.arrow else None
+                        if table is not None and b"spark_zmq.commit" in (table.schema.metadata or {}):
+                            records += 1  # the sink's commit record: no rows, not a data message
+                            continue
                         rows += table.num_rows if table is not None else 1
                         if print_messages:
                             topic = topics[i] if topics else None
                             prefix = f"[{topic.decode(errors='replace')}] " if topic is not None else ""
                             typer.echo(prefix + _describe(value, format, table))
-                messages += len(values)
+                messages += len(values) - (records - records_before)
+                records_before = records
                 size += sum(map(len, values))
                 bar.update(task, completed=messages, rate=messages / max(last - started, 1e-9))
         except KeyboardInterrupt:
@@ -283,7 +287,8 @@ def consume(
                 watch.poll()  # before the socket (and its monitor) closes
     seconds = max(last - started, 1e-9)
     typer.echo(f"received {messages} messages ({rows} rows, {size} bytes) in {seconds:.2f} s: "
-               f"{messages / seconds:,.0f} msg/s")
+               f"{messages / seconds:,.0f} msg/s"
+               + (f"; and {records} commit record(s) of the zmq sink" if records else ""))
     rejected = (f"{watch.rejected} CURVE handshake(s) rejected (last: {watch.last_rejection})"
                 if watch is not None and watch.rejected else None)
     if count is not None and messages < count:

@@ -13,14 +13,18 @@ whose metadata says which run of each partition Spark committed:
 
 A consumer delivers the messages of those runs and drops every other run of the same
 tasks (``docs/examples/dedup_consumer.py``). Sent for ``format=arrow`` with ``push`` and
-``scatter`` to each connect endpoint; the commit fails (and Spark runs the batch again) if
-a consumer does not take it within ``sendTimeoutMs``.
+``scatter`` to each connect endpoint, after Spark committed: a consumer that is gone by
+then (one that stopped after the rows it wanted) must not turn a delivered write into a
+failed one, so an endpoint where no consumer takes the record within
+``COMMIT_RECORD_TIMEOUT_MS`` (or ``sendTimeoutMs`` if shorter) gets a warning in the
+driver's log instead; a deduplicating consumer there keeps holding that batch's runs.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from typing import Sequence
 
 import pyarrow as pa
@@ -29,7 +33,12 @@ from ..options import SinkOptions
 from .encode import arrow_message
 from .send import TaskSender
 
-__all__ = ["commit_record", "send_commit_record"]
+__all__ = ["commit_record", "send_commit_record", "COMMIT_RECORD_TIMEOUT_MS"]
+
+log = logging.getLogger(__name__)
+
+#: how long the driver waits for each endpoint's consumer to take the record
+COMMIT_RECORD_TIMEOUT_MS = 5000
 
 
 def commit_record(schema: pa.Schema, query_id: str, batch_id: int, runs: dict[int, tuple[str, int]]) -> bytes:
@@ -40,20 +49,29 @@ def commit_record(schema: pa.Schema, query_id: str, batch_id: int, runs: dict[in
                                  "commit": json.dumps(committed, separators=(",", ":"))})
 
 
-def send_commit_record(options: SinkOptions, record: bytes) -> None:
+def send_commit_record(options: SinkOptions, record: bytes, what: str) -> int:
     """Send ``record`` once to every connect endpoint (each consumer needs it), waiting for
-    each consumer's TCP to acknowledge it."""
+    each consumer's TCP to acknowledge it; returns how many endpoints took it."""
+    timeout_ms = min(options.send_timeout_ms, COMMIT_RECORD_TIMEOUT_MS)
+    delivered = 0
     for endpoint in options.endpoints:
         if endpoint.bind:
             continue  # a bound sink endpoint is a task's own: the driver cannot reach its peers
-        sender = TaskSender(dataclasses.replace(options, endpoints=[endpoint]))
+        sender = TaskSender(dataclasses.replace(options, endpoints=[endpoint], send_timeout_ms=timeout_ms))
         try:
             sender.wait_for_peers()
             sender.send([(None, record)])
             sender.flush_and_close()
+            delivered += 1
+        except TimeoutError as exc:
+            sender.abort()
+            log.warning("zmq sink: %s: the commit record (which run of each task Spark kept) did not reach %s: %s; "
+                        "a consumer there that deduplicates by it keeps holding this batch's messages",
+                        what, endpoint, exc)
         except BaseException:
             sender.abort()
             raise
+    return delivered
 
 
 def wanted(options: SinkOptions) -> bool:

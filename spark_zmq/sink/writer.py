@@ -118,7 +118,7 @@ def _commit(options: SinkOptions, schema: StructType, messages: list, batch_id: 
     commits = [m for m in messages if isinstance(m, SinkCommit)]
     if commit_record.wanted(options) and commits:
         record = commit_record.commit_record(arrow_schema(schema), commits[0].query_id, batch_id, commit_record.runs_of(commits))
-        commit_record.send_commit_record(options, record)
+        commit_record.send_commit_record(options, record, what)
     _report(messages, what)
 
 
