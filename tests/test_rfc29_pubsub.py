@@ -806,15 +806,22 @@ def test_xpub_nodrop_refuses_what_a_full_subscriber_cannot_take_so_drops_can_be_
     try:
         assert publisher.recv_subscription(timeout=10) == (True, b"")
         refused = 0
+        refusal = ""
         for _ in range(5000):  # nobody reads: queues and kernel buffers fill up
             try:
                 publisher.send([b"t", b"x" * 4000], timeout=0)
-            except TimeoutError:
+            except TimeoutError as exc:
                 refused += 1
-        assert refused > 0
+                refusal = str(exc)
+        assert refused > 0 and "subscriber's queue is full" in refusal
+        # a bounded wait, not a spin forever; on a busy machine the I/O threads may still be
+        # moving bytes into the kernel, so the message may also find room: either is fine
         started = time.monotonic()
-        with pytest.raises(TimeoutError, match="subscriber's queue is full"):
-            publisher.send([b"t", b"x" * 4000], timeout=0.3)  # a bounded wait, not a spin forever
+        try:
+            publisher.send([b"t", b"x" * 4000], timeout=0.3)
+        except TimeoutError as exc:
+            assert "subscriber's queue is full" in str(exc)
+            refused += 1
         assert time.monotonic() - started < 2
         received = 0
         while True:
@@ -823,7 +830,7 @@ def test_xpub_nodrop_refuses_what_a_full_subscriber_cannot_take_so_drops_can_be_
                 received += 1
             except TimeoutError:
                 break
-        assert received + refused + 1 == 5001  # every message either arrived or was refused
+        assert received + refused == 5001  # every message either arrived or was refused
     finally:
         subscriber.close()
         publisher.close(linger=0)

@@ -302,7 +302,7 @@ class _ZmtpPatternSocket(PatternSocket):
             with engine.cond:
                 while True:
                     holding = engine.pending_outgoing() or engine.out_bytes_pending()
-                    unacknowledged = self._confirm and not holding and engine.unconfirmed()
+                    unacknowledged = self._confirm and not holding and engine.unconfirmed(finish=True)
                     if not holding and not unacknowledged:
                         break
                     if not engine.ready_peers and deadline is None:

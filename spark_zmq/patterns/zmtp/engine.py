@@ -78,8 +78,6 @@ _IOV_MAX = 512
 _TCP_INFO_BYTES_ACKED = 120
 _TCP_INFO_SIZE = 128
 _HAS_TCP_INFO = hasattr(socket, "TCP_INFO")
-#: the context of the PING a sender waiting for acknowledgements sends (echoed in the PONG)
-_ACK_PING_CONTEXT = b"spark-zmq-ack"
 _ACCEPT_RETRY_S = 0.2
 
 _GREETING, _HANDSHAKE, _READY, _CLOSED = range(4)
@@ -159,10 +157,8 @@ class _Connection:
         self.batch_base = 0
         self.acked_base: Optional[int] = None
         self.unacked: collections.deque = collections.deque()
-        #: ZMTP 3.1 peers answer a PING with a PONG once they have read everything before
-        #: it; the PONG's segment also acknowledges those bytes at once (no delayed ACK)
-        self.can_ping = False
-        self.ping_pending = False
+        #: the sending side was shut down (``finish``): the peer acknowledges a FIN at once
+        self.finished = False
         self.in_multipart = False
         self.deadline = time.monotonic() + engine.handshake_ivl_s
         self.events = 0
@@ -416,30 +412,35 @@ class Engine:
         finally:
             self.waiters -= 1
 
-    def unconfirmed(self) -> int:
+    def unconfirmed(self, finish: bool = False) -> int:
         """Messages written to the kernel that the peers' TCP has not acknowledged yet (lock
-        held); asks the I/O thread to look again, so a waiter sees the count go down."""
+        held); asks the I/O thread to look again, so a waiter sees the count go down. With
+        ``finish`` (the socket is closing and holds nothing else), connections with
+        unacknowledged messages also shut their sending side down: a peer acknowledges a
+        FIN at once, where the last data could wait for its delayed ACK (40 ms on Linux).
+        (A PING would ask as fast, but a peer that closes right after reading leaves the
+        PING unread, and its reset then carries no acknowledgement.)"""
         count = 0
         for conn in list(self._connections):
             if conn.stage == _READY and conn.track_acks:
                 count += len(conn.unacked)
         if count:
-            self.call_soon(self._trim_all)
+            self.call_soon(lambda: self._trim_all(finish))
         return count
 
-    def _trim_all(self) -> None:
+    def _trim_all(self, finish: bool = False) -> None:
         changed = False
         for conn in list(self._connections):
             if conn.stage == _READY and conn.unacked:
                 before = len(conn.unacked)
                 conn.trim_acked()
                 changed = changed or len(conn.unacked) != before
-                if conn.unacked and conn.can_ping and not conn.ping_pending:
-                    # ask for the acknowledgement instead of waiting for the peer's delayed
-                    # ACK (up to 40 ms on Linux): its PONG comes once it read all before
-                    conn.ping_pending = True
-                    conn.queue_command(command(b"PING", b"\x00\x00" + _ACK_PING_CONTEXT))
-                    self._flush(conn)
+                if finish and conn.unacked and not conn.out and not conn.finished:
+                    conn.finished = True
+                    try:
+                        conn.sock.shutdown(socket.SHUT_WR)
+                    except OSError:
+                        pass
         if changed:
             with self.lock:
                 self.cond.notify_all()
@@ -872,7 +873,6 @@ class Engine:
 
     def _on_greeting(self, conn: _Connection, data: bytes) -> None:
         version, mechanism, _ = parse_greeting(data)
-        conn.can_ping = version >= (3, 1)
         ours = conn.mechanism
         if mechanism != ours.name:
             raise ZmtpError(f"the peer uses the {mechanism.decode('ascii', 'replace')} security mechanism, this socket "
@@ -999,14 +999,7 @@ class Engine:
                 conn.queue_command(command(b"PONG", data[2:18]))
         elif name == b"ERROR":
             raise error_from_command(data, is_server=not conn.initiator)
-        elif name == b"PONG" and conn.ping_pending and data == _ACK_PING_CONTEXT:
-            conn.ping_pending = False
-            if conn.unacked:
-                conn.trim_acked()
-                if self.waiters:
-                    with self.lock:
-                        self.cond.notify_all()
-        # other PONGs and the commands of other socket types (SUBSCRIBE, CANCEL) need nothing
+        # PONG and commands of other socket types (SUBSCRIBE, CANCEL) need nothing
 
     # -- output -------------------------------------------------------------------------------
 
