@@ -135,6 +135,7 @@ from test_patterns_support import (
     unique_name,
 )
 from zmqjs_peer import NodePeer, PeerError, payload, skip_unless_node
+from zmqtest import established_tcp, settled
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -656,24 +657,10 @@ def kernel_bytes(port: int) -> int:
     at one end: written but not acknowledged (tx_queue) plus received but not read
     (rx_queue), both ends (``/proc/net/tcp``). An overestimate if a segment is counted at
     both ends at once."""
-    total = found = 0
-    seen = []
-    for path in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(path) as f:
-                lines = f.read().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            fields = line.split()
-            local, remote = (int(a.rsplit(":", 1)[1], 16) for a in fields[1:3])
-            if fields[3] == "01" and port in (local, remote):
-                tx, rx = (int(x, 16) for x in fields[4].split(":"))
-                total += tx + rx
-                found += 1
-                seen.append(line)
-    assert found == 2, f"expected both ends of one connection with port {port}, found {found}: {seen}"
-    return total
+    ends = [c for c in established_tcp() if port in (c.local_port, c.remote_port)]
+    assert len(ends) == 2, f"expected both ends of one connection with port {port}, found {len(ends)}: " \
+                           f"{[c.line for c in ends]}"
+    return sum(c.tx_queue + c.rx_queue for c in ends)
 
 
 def node_local_port(node: NodePeer, remote_port: int) -> int:
@@ -688,13 +675,9 @@ def node_local_port(node: NodePeer, remote_port: int) -> int:
             continue
         if target.startswith("socket:["):
             inodes.add(target[len("socket:["):-1])
-    for path in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with open(path) as f:
-            for line in f.read().splitlines()[1:]:
-                fields = line.split()
-                local, remote = (int(a.rsplit(":", 1)[1], 16) for a in fields[1:3])
-                if fields[3] == "01" and remote == remote_port and fields[9] in inodes:
-                    return local
+    for connection in established_tcp():
+        if connection.remote_port == remote_port and connection.inode in inodes:
+            return connection.local_port
     raise AssertionError(f"no connection of node pid {node.process.pid} to port {remote_port}")
 
 
@@ -703,16 +686,7 @@ def stable_kernel_bytes(port: int, settle: float = 0.5) -> int:
     apart). It can still grow later (a zero-window probe may find room after the kernel
     compacted its receive queue, and our I/O thread may run late under load): the caller
     reads it once more right before acting."""
-    deadline = time.monotonic() + SOON_S
-    pause = threading.Event()
-    value, since = kernel_bytes(port), time.monotonic()
-    while time.monotonic() - since < settle:
-        assert time.monotonic() < deadline, "the kernel queues never settled"
-        pause.wait(0.05)
-        now = kernel_bytes(port)
-        if now != value:
-            value, since = now, time.monotonic()
-    return value
+    return settled(lambda: kernel_bytes(port), "the kernel queues", settle, timeout=SOON_S)
 
 
 # -- senders that filled their path to our Gather ----------------------------------------

@@ -16,12 +16,11 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from typing import Optional
 
 import pytest
 
-from zmqtest import wait_until
+from zmqtest import established_tcp, settled, wait_until
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/net/tcp"), reason="needs /proc/net/tcp")
 
@@ -86,32 +85,12 @@ class Consumer:
 def receive_queue_bytes(port: int) -> int:
     """Bytes received but not read on the established TCP connections whose local port is
     ``port`` (the consumer's side), from ``/proc/net/tcp``."""
-    total = 0
-    for path in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(path) as f:
-                lines = f.read().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            fields = line.split()
-            if fields[3] == "01" and int(fields[1].rsplit(":", 1)[1], 16) == port:
-                total += int(fields[4].split(":")[1], 16)
-    return total
+    return sum(c.rx_queue for c in established_tcp() if c.local_port == port)
 
 
 def stable_receive_queue(port: int, settle: float = 0.5) -> int:
     """``receive_queue_bytes`` once it stayed the same for ``settle`` seconds."""
-    pause = threading.Event()
-    deadline = time.monotonic() + 60
-    value, since = receive_queue_bytes(port), time.monotonic()
-    while time.monotonic() - since < settle:
-        assert time.monotonic() < deadline, "the consumer's receive queue never settled"
-        pause.wait(0.05)
-        now = receive_queue_bytes(port)
-        if now != value:
-            value, since = now, time.monotonic()
-    return value
+    return settled(lambda: receive_queue_bytes(port), "the consumer's receive queue", settle)
 
 
 class Write(threading.Thread):

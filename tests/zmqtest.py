@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Callable, Iterable, NamedTuple, Optional, Sequence
 
 import pyarrow as pa
 import zmq
@@ -189,3 +189,46 @@ def run_available_now(spark, df, tmp_path, name: str, timeout: float = 240):
         return (None if error else spark.table(name).collect()), (str(error) if error else None)
     finally:
         stop_all([query])
+
+
+class TcpConnection(NamedTuple):
+    """One established TCP socket as ``/proc/net/tcp`` shows it (ports, queues, inode)."""
+
+    local_port: int
+    remote_port: int
+    tx_queue: int  # written, not acknowledged by the peer
+    rx_queue: int  # received, not read by the application
+    inode: str
+    line: str
+
+
+def established_tcp() -> Iterable[TcpConnection]:
+    """Every established TCP socket of this machine's network namespace (IPv4 and IPv6)."""
+    for path in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(path) as f:
+                lines = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if fields[3] != "01":
+                continue
+            local, remote = (int(a.rsplit(":", 1)[1], 16) for a in fields[1:3])
+            tx, rx = (int(x, 16) for x in fields[4].split(":"))
+            yield TcpConnection(local, remote, tx, rx, fields[9], line)
+
+
+def settled(read: Callable[[], int], what: str, settle: float = 0.5, timeout: float = 60) -> int:
+    """``read()`` once it returned the same value for ``settle`` seconds (readings 50 ms
+    apart); fails naming ``what`` if that takes longer than ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    pause = threading.Event()
+    value, since = read(), time.monotonic()
+    while time.monotonic() - since < settle:
+        assert time.monotonic() < deadline, f"{what} never settled"
+        pause.wait(0.05)
+        now = read()
+        if now != value:
+            value, since = now, time.monotonic()
+    return value

@@ -211,12 +211,14 @@ class _Connection:
         acked = self._kernel_acked()
         return None if acked is None else acked - self.acked_base
 
-    def trim_acked(self) -> None:
-        """Forget the messages the peer's TCP acknowledged."""
+    def trim_acked(self, acked: Optional[int] = None) -> None:
+        """Forget the messages the peer's TCP acknowledged (up to ``acked``, a reading of
+        ``confirmed()`` already taken, or a new one)."""
         unacked = self.unacked
         if not unacked:
             return
-        acked = self.confirmed()
+        if acked is None:
+            acked = self.confirmed()
         if acked is None:
             unacked.clear()
             return
@@ -743,8 +745,7 @@ class Engine:
         # before the socket closes: how far the peer's TCP acknowledged (it answers after a reset)
         confirmed = conn.confirmed() if requeue and (conn.unacked or conn.inflight) else None
         if confirmed is not None:
-            while conn.unacked and conn.unacked[0][0] <= confirmed:
-                conn.unacked.popleft()
+            conn.trim_acked(confirmed)
         # a peer that leaves with nothing of ours unacknowledged or queued left in good order
         last_end = conn.batch_base + conn.inflight_ends[-1] if conn.inflight_ends else 0
         held = bool(conn.unacked or conn.peer.outbox or (conn.inflight and (confirmed is None or last_end > confirmed)))
