@@ -31,7 +31,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from . import loadgen
-from .options import OptionError, _check_curve, _curve_of
+from .options import OptionError, SourceOptions, _check_curve, _curve_of
 from .patterns import Gather, Pull, Sub, parse_endpoints
 from .patterns.curve import Curve, CurveError, KeyPair, load_authorized_keys, load_public_key
 from .patterns.curve import keygen as write_key_pair
@@ -297,6 +297,78 @@ def consume(
         raise typer.Exit(1)
     if rejected:
         _err.print("[yellow]warning:[/] " + escape(rejected))
+
+
+@app.command("relay")
+def relay_command(
+    endpoints: str = typer.Option(..., "--endpoints", "-e", help="Where to receive, as the source option "
+                                  "'endpoints' (each endpoint one channel; pull/gather bind by default)."),
+    listen: str = typer.Option(..., "--listen", "-l", help="Where queries reach this relay, e.g. "
+                               "'tcp://10.0.0.5:7000' (the source option 'relays' names it)."),
+    spool_dir: str = typer.Option(..., "--spool-dir", help="The spool's directory (created 0700; kept across "
+                                  "restarts: what it holds is served after a restart)."),
+    pattern: ConsumePattern = typer.Option(ConsumePattern.pull, help="pull, gather, or sub."),
+    format: Format = typer.Option(Format.raw, "--format", "-f", help="The format queries read: arrow messages are "
+                                  "counted by rows, others by messages (queries must match arrow or not)."),
+    topics: Optional[str] = typer.Option(None, help="sub: comma-separated subscription prefixes."),
+    max_spool_bytes: Optional[str] = typer.Option(None, help="Disk the spool may use before the relay stops reading "
+                                                  "(backpressure), e.g. '10 GiB'. Default 1 GiB."),
+    hwm: Optional[int] = typer.Option(None, help="Receive high-water mark per socket (messages). Default 10000."),
+    max_message_bytes: Optional[str] = typer.Option(None, help="Largest message accepted. Default 64 MiB."),
+    fsync: bool = typer.Option(False, help="fsync every spooled batch (survives a machine crash)."),
+    curve_certificate: Optional[str] = typer.Option(
+        None, metavar="FILE", rich_help_panel=_CURVE_PANEL,
+        help="The relay's secret certificate. With --curve-authorized-keys both the receiving sockets and the "
+             "--listen port are CURVE servers accepting those client keys (producers' and queries')."),
+    curve_server_key: Optional[str] = typer.Option(
+        None, metavar="FILE|Z85", rich_help_panel=_CURVE_PANEL,
+        help="The receiving sockets are CURVE clients of this server key (e.g. sub to a CURVE pub)."),
+    curve_authorized_keys: Optional[str] = typer.Option(
+        None, metavar="DIR|*", rich_help_panel=_CURVE_PANEL,
+        help="Client keys accepted: a directory of public certificates (*.key), or '*' for any key."),
+) -> None:
+    """Receive and spool ZeroMQ messages for Spark queries, until SIGTERM/SIGINT (then drain and exit 0).
+    Queries read it with the source option relays=<--listen address>."""
+    from .relay.run import serve
+
+    raw = {"pattern": pattern.value, "endpoints": endpoints, "format": format.value, "spoolDir": spool_dir,
+           "topics": topics, "maxSpoolBytes": max_spool_bytes, "hwm": None if hwm is None else str(hwm),
+           "maxMessageBytes": max_message_bytes, "spoolFsync": str(fsync).lower(), "spoolAccess": "local",
+           "curveCertificate": curve_certificate, "curveServerKey": curve_server_key,
+           "curveAuthorizedKeys": curve_authorized_keys}
+    flags = {"endpoints": "--endpoints", "spoolDir": "--spool-dir", "topics": "--topics",
+             "maxSpoolBytes": "--max-spool-bytes", "hwm": "--hwm", "maxMessageBytes": "--max-message-bytes",
+             "curveCertificate": "--curve-certificate", "curveServerKey": "--curve-server-key",
+             "curveAuthorizedKeys": "--curve-authorized-keys", "pattern": "--pattern", "format": "--format"}
+    raw["spoolDir"] = os.path.abspath(os.path.expanduser(spool_dir))
+    try:
+        options = SourceOptions.parse({k: v for k, v in raw.items() if v is not None})
+    except OptionError as exc:
+        text = str(exc)
+        for option, flag in flags.items():
+            text = text.replace(f"option '{option}'", flag).replace(f"'{option}'", flag)
+        hint = flags.get(exc.option or "")
+        if hint and text.startswith(hint + ": "):
+            text = text[len(hint) + 2:]
+        raise typer.BadParameter(text, param_hint=f"'{hint}'" if hint else None) from None
+    try:
+        listen_endpoint = parse_endpoints(listen, default_bind=True)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="'--listen'") from None
+    if len(listen_endpoint) != 1 or not listen_endpoint[0].bind:
+        raise typer.BadParameter("one address to listen on, e.g. 'tcp://10.0.0.5:7000'", param_hint="'--listen'")
+    curve = options.curve
+    listen_curve = curve if curve is not None and curve.is_server else None
+    address = listen_endpoint[0].address
+    if listen_curve is None and not address.startswith(("ipc://", "inproc://", "tcp://127.", "tcp://localhost:")):
+        _err.print(f"[yellow]warning:[/] {escape(address)} serves the spool without CURVE: anyone who reaches it "
+                   "can read the messages (see --curve-certificate / --curve-authorized-keys)")
+    try:
+        code = serve(options, address, listen_curve)
+    except Exception as exc:  # a bind error, a locked spool: the reason, not a trace
+        _error(f"{type(exc).__name__}: {exc}")
+        raise typer.Exit(1) from None
+    raise typer.Exit(code)
 
 
 @app.command("keygen")

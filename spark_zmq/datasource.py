@@ -57,7 +57,14 @@ class ZmqDataSource(DataSource):
     def reader(self, schema: StructType) -> DataSourceReader:
         from .source.batch import ZmqBatchReader
 
-        return ZmqBatchReader(SourceOptions.parse(self.options), schema)
+        options = SourceOptions.parse(self.options)
+        if options.relays:
+            raise OptionError(
+                "option 'relays' is for spark.readStream: a relay keeps its spool until a query commits, which a "
+                "bounded spark.read cannot do. Read what a relay holds with spark.readStream and "
+                ".trigger(availableNow=True)", "relays",
+            )
+        return ZmqBatchReader(options, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from .source.stream import ZmqStreamReader

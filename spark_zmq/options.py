@@ -214,7 +214,15 @@ SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
          "or `sub` for pub/sub topics.", default="pull", default_doc="`pull`", choices=SOURCE_PATTERNS),
     _src("endpoints", "endpoints", "endpoints", "Where to receive. Without a prefix `pull`/`gather` bind and "
          "`sub` connects. **Each endpoint is one ingest channel** (its own socket, receiver and `partition` "
-         "number).", required=True, default_doc="required", valid_doc=_ENDPOINTS_VALID),
+         "number).", required=True, default_doc="required (unless `relays`)", valid_doc=_ENDPOINTS_VALID),
+    _src("relays", "relays", "relays", "Read from standalone relays (`spark-zmq relay`, see \"Relays\") instead "
+         "of receiving here: comma-separated relay addresses (their `--listen`). Each relay's channels are "
+         "partitions of their own, numbered in this order; one query at a time reads a relay. Exactly one of "
+         "`endpoints` and `relays`. With CURVE relays, give `curveCertificate` and `curveServerKey` (the relays' "
+         "key).", default=(), default_doc="none", valid_doc="comma-separated `tcp://host:port` or `ipc://path`"),
+    _src("relayTimeout", "seconds", "relay_timeout", "With `relays`: how long the driver waits for a silent "
+         "relay (requests are resent meanwhile, so a relay may restart within it) before the query fails.",
+         default=30.0, default_doc="30", minimum=0.0, maximum=MAX_SECONDS),
     _src("format", "choice", "format", "How messages become rows: `raw` (binary `value`), `text` (UTF-8 "
          "`value`), `json` or `arrow` (the schema you declare with `.schema(...)`).",
          default="raw", default_doc="`raw`", choices=FORMATS),
@@ -488,11 +496,43 @@ _PARSERS: dict[str, Callable[[OptionSpec, str], Any]] = {
 }
 
 
-def _parse_endpoints(spec: OptionSpec, raw: Optional[str], parsed: dict[str, Any]) -> list[Endpoint]:
+def _parse_relays(spec: OptionSpec, raw: str) -> list[str]:
+    """Relay addresses: where a relay's ``--listen`` is, connected to (never bound)."""
+    try:
+        endpoints = parse_endpoints(raw, default_bind=False)
+    except ValueError as exc:
+        raise OptionError(f"option {spec.name!r}: {exc}", spec.name) from None
+    addresses = []
+    for endpoint in endpoints:
+        if endpoint.bind or endpoint.address.split("://", 1)[0] not in ("tcp", "ipc"):
+            raise OptionError(
+                f"option {spec.name!r}: {str(endpoint)!r} is not a relay address; expected the address a relay "
+                "listens on, e.g. 'tcp://relay-host:7000' or 'ipc:///run/spark-zmq/a.sock' (a query connects to "
+                "its relays)", spec.name,
+            )
+        if endpoint.address in addresses:
+            raise OptionError(f"option {spec.name!r}: relay {endpoint.address!r} is given twice", spec.name)
+        addresses.append(endpoint.address)
+    return addresses
+
+
+_PARSERS["relays"] = _parse_relays
+
+
+def _parse_endpoints(spec: OptionSpec, raw: Optional[str], parsed: dict[str, Any],
+                     relays_raw: Optional[str] = None) -> list[Endpoint]:
+    if spec.side == "source" and relays_raw is not None and relays_raw.strip():
+        if raw is not None and raw.strip():
+            raise OptionError(
+                "options 'endpoints' and 'relays' exclude each other: a query either receives on its own "
+                "endpoints or reads relays that receive for it", "relays",
+            )
+        return []
     if raw is None or not raw.strip():
+        relays = " (or option 'relays': the addresses of spark-zmq relays)" if spec.side == "source" else ""
         raise OptionError(
             f"option {spec.name!r} is required: a comma-separated list of ZeroMQ endpoints, "
-            "e.g. '@tcp://*:5555' to bind or '>tcp://host:5555' to connect",
+            f"e.g. '@tcp://*:5555' to bind or '>tcp://host:5555' to connect{relays}",
             spec.name,
         )
     default_bind = spec.side == "source" and parsed.get("pattern") != "sub"
@@ -553,7 +593,7 @@ def parse_table(side: str, options: Mapping[Any, Any]) -> dict[str, Any]:
     for spec in table:
         raw = opts.get(spec.key)
         if spec.kind == "endpoints":
-            parsed[spec.attr] = _parse_endpoints(spec, raw, parsed)
+            parsed[spec.attr] = _parse_endpoints(spec, raw, parsed, opts.get("relays"))
         elif raw is None or (not raw.strip() and spec.attr != "topic"):
             default = spec.default_for(parsed)
             parsed[spec.attr] = list(default) if isinstance(default, tuple) else default
@@ -575,6 +615,11 @@ def parse_table(side: str, options: Mapping[Any, Any]) -> dict[str, Any]:
                 spec.name,
             )
     _check_curve(parsed)
+    if parsed.get("relays") and parsed["curve_certificate"] is not None and parsed["curve_server_key"] is None:
+        raise OptionError(
+            "with option 'relays' the query is a CURVE client of its relays: give 'curveServerKey' (the relays' "
+            "public key) with 'curveCertificate', not 'curveAuthorizedKeys'", "curveServerKey",
+        )
     return parsed
 
 
@@ -672,6 +717,8 @@ class SourceOptions:
     curve_server_key: Optional[bytes] = None
     curve_authorized_keys: Any = field(default=None, repr=False)
     include_headers: bool = False
+    relays: list[str] = field(default_factory=list)
+    relay_timeout: float = 30.0
 
     KNOWN: ClassVar[tuple[str, ...]] = tuple(spec.name for spec in SOURCE_OPTIONS)
 

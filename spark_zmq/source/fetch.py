@@ -92,16 +92,25 @@ class FetchAccess:
     the client key pair made for this query (the secret stays out of ``repr``)."""
 
     endpoint: str
-    server_key: bytes
-    client_public: bytes
-    client_secret: bytes = field(repr=False)
+    #: ``None`` for a relay that runs without CURVE (the driver's own service always has keys)
+    server_key: Optional[bytes]
+    client_public: Optional[bytes] = None
+    client_secret: Optional[bytes] = field(default=None, repr=False)
+    #: who answers, for error messages: "the driver" or "the relay at <address>"
+    server_name: str = "the driver"
 
-    def curve(self) -> Curve:
+    def curve(self) -> Optional[Curve]:
+        if self.server_key is None or self.client_public is None or self.client_secret is None:
+            return None
         return Curve.client(KeyPair(self.client_public, self.client_secret), self.server_key)
 
 
 class SpoolServer:
-    """A CURVE-authenticated ROUTER on the driver that serves spool ranges, on its own thread."""
+    """A CURVE-authenticated ROUTER on the driver that serves spool ranges, on its own thread.
+
+    A relay (``spark_zmq.relay``) runs the same service on the ROUTER it listens on
+    (``router``) and answers its control requests, JSON objects with an ``"op"``, through
+    ``control``: one port, one thread, for both the query's driver and its executors."""
 
     def __init__(
         self,
@@ -110,6 +119,9 @@ class SpoolServer:
         locate: Optional[Callable[[int, int], Optional[tuple[str, int]]]] = None,
         spool_id: Optional[str] = None,
         channels: int = 1,
+        *,
+        router: Optional[Router] = None,
+        control: Optional[Callable[[dict], list[bytes]]] = None,
     ) -> None:
         self.spool_dir = spool_dir
         self.spool_id = spool_id
@@ -118,14 +130,20 @@ class SpoolServer:
         self._locate = locate or (lambda channel, offset: None)
         #: replies dropped because their peer did not read (or had gone)
         self.dropped_replies = 0
-        server_keys, client_keys = KeyPair.generate(), KeyPair.generate()
-        self._router = Router(
-            f"@tcp://{_bind_address(host or advertised_host())}:*", hwm=QUEUE, linger=0, mandatory=True,
-            max_request_bytes=REQUEST_BYTES, curve=Curve.server(server_keys, frozenset({client_keys.public_key})),
-        )
-        self.access = FetchAccess(self._router.last_endpoint, server_keys.public_key, client_keys.public_key,
-                                  client_keys.secret_key)
-        self.endpoint = self.access.endpoint
+        self._control = control
+        if router is not None:
+            self._router = router
+            self.access: Optional[FetchAccess] = None
+            self.endpoint = router.last_endpoint
+        else:
+            server_keys, client_keys = KeyPair.generate(), KeyPair.generate()
+            self._router = Router(
+                f"@tcp://{_bind_address(host or advertised_host())}:*", hwm=QUEUE, linger=0, mandatory=True,
+                max_request_bytes=REQUEST_BYTES, curve=Curve.server(server_keys, frozenset({client_keys.public_key})),
+            )
+            self.access = FetchAccess(self._router.last_endpoint, server_keys.public_key, client_keys.public_key,
+                                      client_keys.secret_key)
+            self.endpoint = self.access.endpoint
         self._thread = threading.Thread(target=self._serve, name="zmq-spool-server", daemon=True)
         self._thread.start()
 
@@ -157,11 +175,7 @@ class SpoolServer:
             except Exception:  # never let one reply end the service
                 log.exception("spool fetch service: could not send a reply")
 
-    def _parse(self, body: bytes) -> tuple[int, int, int, Optional[str], bool]:
-        try:
-            request = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
-            raise BadRequest("bad request: not JSON") from None
+    def _parse(self, request: object) -> tuple[int, int, int, Optional[str], bool]:
         if not isinstance(request, dict):
             raise BadRequest("bad request: not a JSON object")
         numbers = [request.get(key) for key in ("channel", "start", "end")]
@@ -179,7 +193,13 @@ class SpoolServer:
     def _reply(self, body: bytes) -> list[bytes]:
         """The answer to one request; an error reply names offsets, never a file or path."""
         try:
-            channel, start, end, spool_id, skip_loss = self._parse(body)
+            request = json.loads(body)
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            return [b"error", b"bad request: not JSON"]
+        if self._control is not None and isinstance(request, dict) and "op" in request:
+            return self._control(request)
+        try:
+            channel, start, end, spool_id, skip_loss = self._parse(request)
         except BadRequest as exc:
             return [b"error", str(exc).encode()]
         try:
@@ -241,8 +261,8 @@ def fetch_range(
                 if dealer.handshakes is not None and (dealer.handshakes.poll() or dealer.handshakes.rejected):
                     note = f"; the CURVE handshake failed: {dealer.handshakes.last_rejection}"
                 raise FetchError(
-                    f"no answer from the driver's spool server at {endpoint} within {timeout:.0f}s "
-                    f"(channel {channel}, offsets {position}..{end}); is the driver reachable from this executor?"
+                    f"no answer from {access.server_name}'s spool server at {endpoint} within {timeout:.0f}s "
+                    f"(channel {channel}, offsets {position}..{end}); is it reachable from this executor?"
                     + note
                 ) from None
             status = reply[1]
@@ -250,7 +270,7 @@ def fetch_range(
                 message = reply[2].decode("utf-8", "replace")
                 if message.startswith("DataLossError"):
                     raise DataLossError(message)
-                raise FetchError(f"the driver's spool server at {endpoint} failed: {message}")
+                raise FetchError(f"{access.server_name}'s spool server at {endpoint} failed: {message}")
             reached = int(reply[2])
             if reached <= position:
                 raise FetchError(f"the spool server at {endpoint} made no progress at offset {position} of channel {channel}")

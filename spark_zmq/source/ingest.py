@@ -18,6 +18,7 @@ from typing import Optional
 from ..options import SourceOptions
 from .fetch import SpoolServer
 from .locality import executors_share_host
+from .partitions import SpoolRange
 from .receiver import Receiver, open_channel_socket
 from .spool import Spool, SpoolBudget
 
@@ -77,6 +78,36 @@ class IngestRuntime:
                     receiver.socket.close(linger=0)
                 self.spool.close()
                 raise
+
+    # -- what the stream reader uses (``relays.RelayIngest`` offers the same for relays) -------------
+
+    @property
+    def spool_id(self) -> str:
+        return self.spool.spool_id
+
+    @property
+    def channels(self) -> list:
+        return self.spool.channels
+
+    @property
+    def where(self) -> str:
+        """The spool, for messages."""
+        return repr(self.options.spool_dir)
+
+    @property
+    def channel_names(self) -> list[str]:
+        return [str(endpoint) for endpoint in self.options.endpoints]
+
+    def earliest(self) -> dict[str, int]:
+        return self.spool.earliest()
+
+    def spool_range(self, channel: int, start: int, end: int) -> SpoolRange:
+        """The read task for ``[start, end)`` of ``channel``."""
+        return SpoolRange(
+            self.options.spool_dir, channel, start, end, self.spool.owner_id,
+            self.server.access if self.server is not None else None,
+            self.spool.channels[channel].locate(start) or (), self.spool.spool_id,
+        )
 
     def start(self) -> None:
         """Start receiving (once the numbering is settled, see the module docstring)."""

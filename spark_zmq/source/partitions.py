@@ -30,6 +30,13 @@ class SpoolRange(InputPartition):
     hint: tuple = ()
     #: the spool the batch was planned on: a task refuses segments of any other spool
     spool_id: str = ""
+    #: the channel's number inside its spool when it differs from ``channel`` (the query's
+    #: partition number): a relay's channel 0 can be the query's partition 3
+    spool_channel: int = -1
+
+    @property
+    def channel_in_spool(self) -> int:
+        return self.spool_channel if self.spool_channel >= 0 else self.channel
 
 
 @dataclass

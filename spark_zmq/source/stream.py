@@ -37,6 +37,7 @@ from ..options import SourceOptions
 from .decode import decoder_for
 from .fetch import FetchError, fetch_range
 from .ingest import IngestRuntime
+from .relays import RelayIngest
 from .partitions import SpoolRange
 from .planner import admit, channel_offsets, split, spool_of, with_spool
 from .spool_format import DataLossError
@@ -67,7 +68,7 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _ingest(self, *checkpointed: dict) -> IngestRuntime:
         """The runtime, created on first use; every call checks the offsets Spark passed."""
         if self._runtime is None:
-            runtime = IngestRuntime(self.options)
+            runtime = RelayIngest(self.options) if self.options.relays else IngestRuntime(self.options)
             try:
                 for offsets in checkpointed:
                     self._reconcile(runtime, offsets)
@@ -87,19 +88,20 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         spool; a spool behind them continues numbering after them (never reusing an offset
         Spark has seen)."""
         channels = channel_offsets(offsets)
-        expected = [str(c) for c in range(len(self.options.endpoints))]
+        expected = [str(c) for c in range(len(runtime.channels))]
+        source = "relays" if self.options.relays else "endpoints"
         if set(channels) != set(expected):
             raise ValueError(
-                f"the checkpoint's offsets name channels {sorted(channels)} but option 'endpoints' "
-                f"({', '.join(map(str, self.options.endpoints))}) defines channels {expected}: "
-                "a query's endpoints cannot change across restarts; use a new checkpointLocation"
+                f"the checkpoint's offsets name channels {sorted(channels)} but option {source!r} "
+                f"({', '.join(runtime.channel_names)}) defines channels {expected}: "
+                f"a query's {source} cannot change across restarts; use a new checkpointLocation"
             )
-        theirs, ours = spool_of(offsets), runtime.spool.spool_id
+        theirs, ours = spool_of(offsets), runtime.spool_id
         foreign = theirs is not None and theirs != ours
         if foreign and theirs not in self._foreign_spools_seen:
             message = (
-                f"the checkpoint's offsets {channels} refer to spool {theirs}, but the spool directory "
-                f"{self.options.spool_dir!r} holds spool {ours} (it was deleted and recreated, or belongs to "
+                f"the checkpoint's offsets {channels} refer to spool {theirs}, but the spool "
+                f"{runtime.where} is spool {ours} (it was deleted and recreated, or belongs to "
                 "another query): the messages of the checkpointed spool that Spark had not processed are lost"
             )
             if self.options.fail_on_data_loss:
@@ -109,7 +111,7 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 )
             log.warning("%s; continuing on spool %s after the checkpoint's offsets (failOnDataLoss=false)", message, ours)
             self._foreign_spools_seen.add(theirs)
-        for channel_log in runtime.spool.channels:
+        for channel_log in runtime.channels:
             wanted = channels[str(channel_log.channel)]
             if wanted > channel_log.next_offset:
                 if runtime.started and not foreign:
@@ -136,8 +138,8 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict:
         runtime = self._ingest()
         if self.options.starting_offsets == "earliest":
-            return with_spool(runtime.spool.earliest(), runtime.spool.spool_id)
-        return with_spool(runtime.start_offsets, runtime.spool.spool_id)
+            return with_spool(runtime.earliest(), runtime.spool_id)
+        return with_spool(runtime.start_offsets, runtime.spool_id)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_rows_per_trigger is not None:
@@ -153,12 +155,12 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # commit log, but calls commit() only once it has a next batch to run. Releasing
         # here is what lets a full spool drain when the receivers are the ones waiting.
         runtime.release(begin)
-        for channel_log in runtime.spool.channels:
+        for channel_log in runtime.channels:
             key = str(channel_log.channel)
             if begin[key] < channel_log.earliest:
                 self._lose(channel_log.earliest - begin[key],
                            f"Spark resumes channel {channel_log.channel} at offset {begin[key]}, but the spool "
-                           f"{self.options.spool_dir!r} starts at {channel_log.earliest} (spool deleted or pruned)")
+                           f"{runtime.where} starts at {channel_log.earliest} (spool deleted or pruned)")
                 begin[key] = channel_log.earliest
         latest = self._pinned_end if self._pinned_end is not None else runtime.latest()
         latest = {k: max(v, begin[k]) for k, v in latest.items()}
@@ -168,10 +170,10 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # Spark passes one ReadLimit; a second cap configured through options still applies.
             max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else self.options.max_rows_per_trigger
             max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else self.options.max_bytes_per_trigger
-            indexes = {str(c.channel): c.snapshot() for c in runtime.spool.channels}
+            indexes = {str(c.channel): c.snapshot() for c in runtime.channels}
             end = admit(indexes, begin, latest, max_rows, max_bytes)
         self._planned_end = end
-        return with_spool(end, runtime.spool.spool_id)
+        return with_spool(end, runtime.spool_id)
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Pin the end at what was there: whatever producers had queued for us, drained
@@ -192,11 +194,11 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         latest = self._runtime.latest()
         planned = self._planned_end or {}
         records = nbytes = 0
-        for channel_log in self._runtime.spool.channels:
+        for channel_log in self._runtime.channels:
             key = str(channel_log.channel)
             rows, size = channel_log.snapshot().count_between(int(planned.get(key, channel_log.earliest)), latest[key])
             records, nbytes = records + rows, nbytes + size
-        report: dict = {**latest, "spool": self._runtime.spool.spool_id, "lag": {"records": records, "bytes": nbytes}}
+        report: dict = {**latest, "spool": self._runtime.spool_id, "lag": {"records": records, "bytes": nbytes}}
         if self._lost:
             report["dataLoss"] = {"records": self._lost}
         if self.options.curve is not None:
@@ -205,18 +207,18 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         runtime = self._ingest(start, end)
-        spool_id = runtime.spool.spool_id
+        spool_id = runtime.spool_id
         begin, finish = channel_offsets(start), channel_offsets(end)
         if spool_of(end) not in (None, spool_id):
             # A batch planned on another spool (Spark re-runs it after a restart): its
             # messages are not in this spool, whatever offsets this spool has given out.
             self._lose(sum(max(0, finish[k] - begin.get(k, finish[k])) for k in finish),
                        f"the batch {begin}..{finish} was planned on spool {spool_of(end)}, which the spool "
-                       f"directory {self.options.spool_dir!r} no longer holds (it holds spool {spool_id})")
+                       f"{runtime.where} no longer is (it is spool {spool_id})")
             return []
         ranges: dict[str, tuple[int, int]] = {}
         nbytes: dict[str, int] = {}
-        for channel_log in runtime.spool.channels:
+        for channel_log in runtime.channels:
             key = str(channel_log.channel)
             lo, hi = begin.get(key, finish[key]), finish[key]
             if hi <= lo:
@@ -224,7 +226,7 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if lo < channel_log.earliest:
                 self._lose(min(hi, channel_log.earliest) - lo,
                            f"offsets {lo}..{min(hi, channel_log.earliest)} of channel {key} are no longer in the spool "
-                           f"{self.options.spool_dir!r}, which starts at {channel_log.earliest}")
+                           f"{runtime.where}, which starts at {channel_log.earliest}")
                 lo = min(hi, channel_log.earliest)
             index = channel_log.snapshot()
             for lost in index.lost_within(lo, hi):
@@ -235,12 +237,7 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 nbytes[key] = index.count_between(lo, hi)[1]
         parts: list[InputPartition] = []
         for piece in split(ranges, nbytes, self.options.min_partitions):
-            channel_log = runtime.spool.channels[piece.channel]
-            parts.append(SpoolRange(
-                self.options.spool_dir, piece.channel, piece.start, piece.end, runtime.spool.owner_id,
-                runtime.server.access if runtime.server is not None else None,
-                channel_log.locate(piece.start) or (), spool_id,
-            ))
+            parts.append(runtime.spool_range(piece.channel, piece.start, piece.end))
         return parts
 
     def commit(self, end: dict) -> None:
@@ -263,7 +260,7 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _spool_batches(self, partition: SpoolRange) -> Iterator[tuple[int, pa.RecordBatch]]:
         mode = self.options.spool_access
         if mode == "local" or (mode == "auto" and sees_spool(partition.spool_dir, partition.owner_id)):
-            return read_range(partition.spool_dir, partition.channel, partition.start, partition.end, partition.hint,
+            return read_range(partition.spool_dir, partition.channel_in_spool, partition.start, partition.end, partition.hint,
                               spool_id=partition.spool_id or None,
                               on_loss=loss_policy(self.options.fail_on_data_loss))
         if partition.fetch is None:
@@ -272,5 +269,5 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 "runs no spool fetch service (with spoolAccess=auto it runs one unless Spark's master is local); "
                 "set option spoolAccess=fetch (and spoolServerHost to the driver's address executors reach)"
             )
-        return fetch_range(partition.fetch, partition.channel, partition.start, partition.end,
+        return fetch_range(partition.fetch, partition.channel_in_spool, partition.start, partition.end,
                            spool_id=partition.spool_id or None, skip_loss=not self.options.fail_on_data_loss)

@@ -1,0 +1,115 @@
+"""The query's side of the relay protocol (``service``): one DEALER per relay.
+
+A request that gets no answer within ``RESEND_S`` is sent again (every control request is
+idempotent), so a relay that restarts, or a reconnect that lost a request, costs a resend
+rather than the query; only a relay silent for the whole ``timeout`` is an error, and the
+error says where and what to check.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from typing import Any, Optional
+
+from ..patterns import Dealer, SocketClosedError
+from ..patterns.curve import Curve
+
+__all__ = ["RelayClient", "RelayError", "RelayBusyError", "RESEND_S"]
+
+#: a request unanswered for this long is sent again
+RESEND_S = 1.0
+
+
+class RelayError(RuntimeError):
+    """A relay did not answer, or answered with an error."""
+
+
+class RelayBusyError(RelayError):
+    """Another query holds the relay's lease (one query at a time reads a relay)."""
+
+    def __init__(self, message: str, idle_s: float, lapses_in_s: float) -> None:
+        super().__init__(message)
+        self.idle_s = idle_s
+        self.lapses_in_s = lapses_in_s
+
+
+class RelayClient:
+    """Control requests to the relay at ``address`` under ``session``'s lease."""
+
+    def __init__(self, address: str, session: str, *, curve: Optional[Curve] = None, timeout_s: float = 30.0) -> None:
+        self.address = address
+        self.session = session
+        self.timeout_s = timeout_s
+        self._ids = itertools.count(1)
+        self._dealer = Dealer([f">{address}"], linger=0, hwm=64, curve=curve)
+
+    def call(self, op: str, timeout_s: Optional[float] = None, **fields: Any) -> dict[str, Any]:
+        """Send one request and return the relay's answer (``RelayError`` on an error reply
+        or silence for ``timeout_s``, ``RelayBusyError`` when another query holds the lease)."""
+        request_id = next(self._ids)
+        body = json.dumps({"op": op, "id": request_id, "session": self.session, **fields}).encode()
+        deadline = time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise RelayError(self._silence(op))
+            try:
+                self._dealer.send([b"", body], timeout=remaining)
+            except TimeoutError:
+                raise RelayError(self._silence(op)) from None
+            resend_at = time.monotonic() + min(RESEND_S, remaining)
+            while True:
+                wait = resend_at - time.monotonic()
+                if wait <= 0:
+                    break
+                try:
+                    frames = self._dealer.recv_multipart(timeout=wait)
+                except TimeoutError:
+                    break
+                answer = self._parse(frames)
+                if answer is None or answer.get("id") != request_id:
+                    continue  # the answer to a request sent before (resent, or timed out)
+                return self._result(op, frames[1], answer)
+
+    def _parse(self, frames: list[bytes]) -> Optional[dict]:
+        if len(frames) != 3 or frames[0] != b"":
+            return None
+        try:
+            answer = json.loads(frames[2])
+        except (ValueError, UnicodeDecodeError):
+            if frames[1] == b"error":  # a fetch-style error (e.g. "bad request: not JSON")
+                raise RelayError(f"the relay at {self.address} refused a request: "
+                                 f"{frames[2][:200].decode('utf-8', 'replace')}") from None
+            return None
+        return answer if isinstance(answer, dict) else None
+
+    def _result(self, op: str, status: bytes, answer: dict) -> dict[str, Any]:
+        if status != b"ok":
+            raise RelayError(f"the relay at {self.address} failed {op!r}: {answer.get('error')}")
+        if "refused" in answer:
+            holder = json.loads(answer["refused"])
+            idle, lapses = float(holder["idle"]), float(holder["lapses"])
+            raise RelayBusyError(
+                f"the relay at {self.address} is read by another query (its reader renewed its claim {idle:.1f} s "
+                f"ago; a claim nobody renews lapses after {idle + lapses:.0f} s): one query at a time reads a relay. "
+                "Stop the other query, or give this one a relay of its own",
+                idle, lapses,
+            )
+        return answer
+
+    def _silence(self, op: str) -> str:
+        note = ""
+        watch = self._dealer.handshakes
+        if watch is not None and (watch.poll() or watch.rejected):
+            note = f"; the CURVE handshake failed: {watch.last_rejection}"
+        return (f"no answer from the relay at {self.address} to {op!r} within {self.timeout_s:.0f} s (option "
+                f"'relayTimeout'): is 'spark-zmq relay --listen {self.address}' running, and reachable from the "
+                f"driver?{note}")
+
+    def close(self) -> None:
+        try:
+            self._dealer.close(linger=0)
+        except SocketClosedError:
+            pass

@@ -1,0 +1,55 @@
+"""Who reads a relay: one query at a time, by a lease its reader renews.
+
+Why a lease and not a connection: ZeroMQ hides connections (a DEALER reconnects by itself
+and a ROUTER never says a peer left), and a driver killed with ``kill -9`` says nothing.
+So a reader claims the relay with a session id that lives as long as its process, renews
+the claim with every request (and a heartbeat), and a claim nobody renewed for ``ttl``
+seconds lapses. A second query is refused while the holder is alive; a query restarted
+after its driver died waits out the dead holder's remaining time (see ``client``).
+
+Pure bookkeeping over a clock, so the rules are tested without sockets.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+__all__ = ["Lease", "Refusal"]
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a claim failed: the holder renewed ``idle_s`` seconds ago; its claim lapses in
+    ``lapses_in_s`` seconds unless it renews."""
+
+    holder: str
+    idle_s: float
+    lapses_in_s: float
+
+
+class Lease:
+    """One holder at a time; a holder that stops renewing loses the lease after ``ttl``."""
+
+    def __init__(self, ttl_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        if ttl_s <= 0:
+            raise ValueError("the lease's ttl must be positive")
+        self.ttl_s = ttl_s
+        self._clock = clock
+        self.holder: Optional[str] = None
+        self._renewed = 0.0
+
+    def claim(self, session: str) -> Optional[Refusal]:
+        """Take or renew the lease for ``session``; ``None`` when granted, else why not."""
+        now = self._clock()
+        if self.holder is None or self.holder == session or now - self._renewed >= self.ttl_s:
+            self.holder, self._renewed = session, now
+            return None
+        idle = now - self._renewed
+        return Refusal(self.holder, idle, self.ttl_s - idle)
+
+    def release(self, session: str) -> None:
+        """Give the lease up (a reader that stops); a stranger's release changes nothing."""
+        if self.holder == session:
+            self.holder = None

@@ -1,0 +1,52 @@
+"""Running a relay until it is told to stop: what ``spark-zmq relay`` does.
+
+The relay prints one ``ready`` line on stdout once its sockets are bound and it serves
+(a supervisor or a test waits for it instead of guessing), receives and spools until
+SIGTERM or SIGINT, then drains what its sockets hold into the spool and exits 0. A
+receiver that fails (not a full disk, which it waits out) ends the relay with exit code 1
+and the reason on stderr, so a service manager restarts it; the spool survives.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+import threading
+from typing import Optional
+
+from ..options import SourceOptions
+from ..patterns.curve import Curve
+from .service import Relay
+
+__all__ = ["serve"]
+
+log = logging.getLogger(__name__)
+
+#: how often the main thread looks at the receivers while it waits for a signal
+_WATCH_S = 0.5
+
+
+def serve(options: SourceOptions, listen: str, listen_curve: Optional[Curve] = None) -> int:
+    """Run a relay until SIGTERM/SIGINT (returns 0) or a receiver failure (returns 1)."""
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        relay = Relay(options, listen, listen_curve=listen_curve)
+        try:
+            ready = {"listen": relay.listen, "spool": relay.ingest.spool.spool_id,
+                     "spoolDir": options.spool_dir, "channels": [str(e) for e in options.endpoints]}
+            print("ready " + json.dumps(ready), flush=True)
+            while not stop.wait(_WATCH_S):
+                failure = relay.failed()
+                if failure is not None:
+                    print(f"error: a receiver of the relay failed: {failure}", file=sys.stderr, flush=True)
+                    return 1
+            log.info("relay: stopping (signal); draining the sockets into the spool")
+            return 0
+        finally:
+            relay.stop()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

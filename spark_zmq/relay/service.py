@@ -1,0 +1,185 @@
+"""``spark-zmq relay``: the receivers and the spool of a source, as a service of their own.
+
+A relay owns what a query's driver owns with ``endpoints``: one receiving socket and
+receiver per endpoint (a channel), the hardened spool and its disk budget. It runs
+whether or not a query reads it, so ingest keeps going while a Spark driver restarts, and
+it can run on the producers' hosts, so ingest spreads over hosts and cores. When its spool
+is full it stops reading: ZeroMQ's high-water marks fill and PUSH producers block.
+
+A query talks to it over ZeroMQ request-reply (DEALER to ROUTER, the Guide's chapter 3) on
+one ``--listen`` port:
+- its driver sends control requests, JSON objects with an ``"op"`` (``attach``, ``state``,
+  ``count``, ``end_within``, ``lost``, ``advance``, ``release``, ``locate``, ``detach``),
+  under a lease (``lease``) that lets one query at a time read the relay;
+- its executors fetch ``[start, end)`` of a channel exactly as they fetch from a driver
+  (``source.fetch``), unless they see the relay's spool directory, then they read it.
+Every reply is ``[b"ok", json]`` or ``[b"error", text]``; control replies echo the
+request's ``"id"`` so a client that resends after a timeout can drop stale answers.
+
+With ``--curve-certificate`` and ``--curve-authorized-keys`` both the receiving sockets and
+the listening port are CURVE servers that accept only the authorized client keys (the
+producers' and the queries'); without CURVE, anyone who reaches ``--listen`` can read
+the spool, so bind it to an address only the Spark cluster reaches.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from typing import Any, Optional
+
+from ..options import SourceOptions
+from ..patterns import Router
+from ..patterns.curve import Curve
+from ..source.fetch import SpoolServer
+from ..source.ingest import IngestRuntime
+from .lease import Lease
+
+__all__ = ["Relay", "LEASE_TTL_S", "REQUEST_BYTES", "PROTOCOL"]
+
+log = logging.getLogger(__name__)
+
+#: a reader that has not renewed its claim for this long loses it (see ``lease``)
+LEASE_TTL_S = 10.0
+#: the largest request the relay accepts (control requests carry an offset per channel)
+REQUEST_BYTES = 64 << 10
+#: replies queued for one peer at most (later ones are dropped; the peer resends)
+QUEUE = 16
+#: the control protocol's version: a reader refuses a relay that speaks another
+PROTOCOL = 1
+
+
+def _int(request: dict, key: str, *, optional: bool = False) -> Optional[int]:
+    value = request.get(key)
+    if value is None and optional:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < (1 << 63):
+        raise ValueError(f"bad request: {key!r} must be an integer from 0 to 2^63-1")
+    return value
+
+
+class Relay:
+    """Receivers + spool (an ``IngestRuntime``) + the ROUTER that serves them to one query."""
+
+    def __init__(self, options: SourceOptions, listen: str, *, listen_curve: Optional[Curve] = None,
+                 lease_ttl_s: float = LEASE_TTL_S) -> None:
+        self.options = options
+        self.lease = Lease(lease_ttl_s)
+        self._lock = threading.Lock()  # control requests against the reader's stop
+        self.ingest = IngestRuntime(options)
+        try:
+            router = Router([listen], hwm=QUEUE, linger=0, mandatory=True, max_request_bytes=REQUEST_BYTES,
+                            curve=listen_curve)
+        except BaseException:
+            self.ingest.stop()
+            raise
+        self.listen = router.last_endpoint or listen
+        # numbering continues where the spool is: a relay has no checkpoint to wait for
+        self.ingest.start()
+        spool = self.ingest.spool
+        self.server = SpoolServer(
+            spool.spool_dir, spool_id=spool.spool_id, channels=len(spool.channels),
+            locate=lambda channel, offset: spool.channels[channel].locate(offset),
+            router=router, control=self._control,
+        )
+
+    # -- control requests ------------------------------------------------------------------------
+
+    def _control(self, request: dict) -> list[bytes]:
+        reply_id = request.get("id")
+        try:
+            body = self._handle(request)
+            status = b"ok"
+        except LookupError as exc:  # the lease: a clear refusal, not a failure
+            body, status = {"refused": str(exc)}, b"ok"
+        except ValueError as exc:
+            body, status = {"error": str(exc)}, b"error"
+        except Exception as exc:  # never let one request end the service
+            log.exception("relay: request %r failed", request.get("op"))
+            body, status = {"error": f"the relay failed to answer {request.get('op')!r}: {exc!r}"}, b"error"
+        body["id"] = reply_id if isinstance(reply_id, (int, str)) else None
+        return [status, json.dumps(body).encode()]
+
+    def _handle(self, request: dict) -> dict[str, Any]:
+        op, session = request.get("op"), request.get("session")
+        if op == "hello":  # no lease: what a client needs to know before it claims one
+            return self._describe()
+        if not isinstance(session, str) or not 0 < len(session) <= 64:
+            raise ValueError("bad request: 'session' must be a string of 1 to 64 characters")
+        if op == "detach":
+            self.lease.release(session)
+            return {}
+        refusal = self.lease.claim(session)
+        if refusal is not None:
+            raise LookupError(json.dumps({"idle": refusal.idle_s, "lapses": refusal.lapses_in_s}))
+        spool = self.ingest.spool
+        channels = spool.channels
+        if op == "attach":
+            log.info("relay: read by session %s", session)
+            return {**self._describe(), **self._state()}
+        if op == "state":
+            return self._state()
+        if op in ("count", "end_within", "lost", "advance", "locate"):
+            channel = _int(request, "channel")
+            if channel >= len(channels):
+                raise ValueError(f"bad request: channel {channel} (the relay has {len(channels)} channels)")
+            log_ = channels[channel]
+            if op == "advance":
+                log_.advance_to(_int(request, "offset"))
+                return {}
+            if op == "locate":
+                where = log_.locate(_int(request, "offset"))
+                return {"at": list(where) if where else None}
+            start, end = _int(request, "start"), _int(request, "end")
+            index = log_.snapshot()
+            if op == "count":
+                rows, nbytes = index.count_between(start, end)
+                return {"rows": rows, "bytes": nbytes}
+            if op == "end_within":
+                return {"end": index.end_within(start, end, _int(request, "rows", optional=True),
+                                                _int(request, "bytes", optional=True))}
+            return {"lost": [[r.first, r.end, r.describe(channel, max(start, r.first), min(end, r.end))]
+                             for r in index.lost_within(start, end)]}
+        if op == "release":
+            offsets = request.get("offsets")
+            if not isinstance(offsets, dict):
+                raise ValueError("bad request: 'offsets' must be an object {channel: offset}")
+            self.ingest.release({str(k): _int(offsets, k) for k in offsets})
+            return self._state()
+        raise ValueError(f"bad request: unknown op {op!r}")
+
+    def _describe(self) -> dict[str, Any]:
+        spool = self.ingest.spool
+        return {
+            "protocol": PROTOCOL, "spool": spool.spool_id, "channels": len(spool.channels),
+            "spoolDir": spool.spool_dir, "owner": spool.owner_id, "format": self.options.format,
+            "pattern": self.options.pattern, "endpoints": [str(e) for e in self.options.endpoints],
+        }
+
+    def _state(self) -> dict[str, Any]:
+        spool = self.ingest.spool
+        errors = []
+        for receiver in self.ingest.receivers:
+            if receiver.error is not None:
+                errors.append(f"channel {receiver.log.channel} ({self.options.endpoints[receiver.log.channel]}): "
+                              f"{receiver.error!r}")
+        last = max([r.last_receive for r in self.ingest.receivers], default=time.monotonic())
+        return {
+            "latest": [c.next_offset for c in spool.channels], "earliest": [c.earliest for c in spool.channels],
+            "errors": errors, "idle": time.monotonic() - last,
+            "rejected": self.ingest.rejected_handshakes(),
+        }
+
+    # -- life ------------------------------------------------------------------------------------
+
+    def failed(self) -> Optional[str]:
+        """A receiver's failure, if one stopped (the relay exits then, for its supervisor)."""
+        errors = self._state()["errors"]
+        return errors[0] if errors else None
+
+    def stop(self) -> None:
+        """Drain what the sockets hold into the spool, then close everything."""
+        self.server.close()
+        self.ingest.stop()

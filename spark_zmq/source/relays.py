@@ -1,0 +1,258 @@
+"""A query's ingest when it reads relays (option ``relays``) instead of binding endpoints.
+
+``RelayIngest`` gives the stream reader what ``IngestRuntime`` gives it (channels with
+their offsets and index, the spool's identity, release, drain) for the channels of one
+or more relays (``spark_zmq.relay``), numbered one after another in the order of the
+``relays`` option: relay A's channels 0..a-1 are the query's partitions 0..a-1, relay B's
+channel 0 is partition a, and so on. The offsets Spark checkpoints name the relays' spools
+(``"spool": "<id of A>,<id of B>"``), so a checkpoint paired with a recreated relay spool is
+detected as for a local spool.
+
+Each read task reads its range from the relay that holds it: directly from the relay's
+spool directory when the task sees it (a relay on the executor's host), else over the
+relay's port, authenticated with the query's CURVE keys when the relay runs CURVE.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from ..options import SourceOptions
+from ..relay.client import RelayBusyError, RelayClient, RelayError
+from ..relay.service import LEASE_TTL_S, PROTOCOL
+from .fetch import FetchAccess
+from .partitions import SpoolRange
+
+__all__ = ["RelayIngest", "RelayError", "RelayBusyError"]
+
+log = logging.getLogger(__name__)
+
+#: how often the reader renews its claims on its relays (well inside the lease's ttl)
+HEARTBEAT_S = LEASE_TTL_S / 5
+
+
+@dataclass(frozen=True)
+class _Lost:
+    first: int
+    end: int
+    text: str
+
+    def describe(self, channel: int, first: Optional[int] = None, end: Optional[int] = None) -> str:
+        return self.text
+
+
+class _Relay:
+    """One relay as the query sees it: its client, its description, its latest state."""
+
+    def __init__(self, address: str, client: RelayClient, hello: dict[str, Any], first_channel: int) -> None:
+        self.address = address
+        self.client = client
+        self.spool_id: str = hello["spool"]
+        self.spool_dir: str = hello["spoolDir"]
+        self.owner: str = hello["owner"]
+        self.channels: int = int(hello["channels"])
+        self.first_channel = first_channel
+        self.state: dict[str, Any] = hello
+
+
+class RelayChannel:
+    """One relay channel with the attributes the reader uses of a ``ChannelLog``; offsets
+    come from the state its relay last reported (refreshed at every reader call)."""
+
+    def __init__(self, relay: _Relay, local: int) -> None:
+        self.relay = relay
+        self.local = local
+        self.channel = relay.first_channel + local
+
+    @property
+    def next_offset(self) -> int:
+        return int(self.relay.state["latest"][self.local])
+
+    @property
+    def earliest(self) -> int:
+        return int(self.relay.state["earliest"][self.local])
+
+    def snapshot(self) -> "RelayChannel":
+        return self  # the relay answers from its own index at each call
+
+    def count_between(self, start: int, end: int) -> tuple[int, int]:
+        if end <= start:
+            return 0, 0
+        answer = self.relay.client.call("count", channel=self.local, start=int(start), end=int(end))
+        return int(answer["rows"]), int(answer["bytes"])
+
+    def end_within(self, start: int, limit: int, max_rows: Optional[int], max_bytes: Optional[int]) -> int:
+        if max_rows is None and max_bytes is None:
+            return limit
+        answer = self.relay.client.call("end_within", channel=self.local, start=int(start), end=int(limit),
+                                        rows=max_rows, bytes=max_bytes)
+        return int(answer["end"])
+
+    def lost_within(self, start: int, end: int) -> list[_Lost]:
+        if end <= start:
+            return []
+        answer = self.relay.client.call("lost", channel=self.local, start=int(start), end=int(end))
+        return [_Lost(int(a), int(b), f"{text} (relay {self.relay.address})") for a, b, text in answer["lost"]]
+
+    def advance_to(self, offset: int) -> None:
+        self.relay.client.call("advance", channel=self.local, offset=int(offset))
+
+
+class RelayIngest:
+    """The channels of the ``relays`` a query reads, under one lease session."""
+
+    started = True
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self.session = uuid.uuid4().hex
+        self.relays: list[_Relay] = []
+        self.channels: list[RelayChannel] = []
+        curve = options.curve
+        try:
+            for address in options.relays:
+                client = RelayClient(address, self.session, curve=curve, timeout_s=options.relay_timeout)
+                try:
+                    hello = self._attach(client)
+                except BaseException:
+                    client.close()
+                    raise
+                relay = _Relay(address, client, hello, len(self.channels))
+                self.relays.append(relay)
+                self.channels.extend(RelayChannel(relay, c) for c in range(relay.channels))
+        except BaseException:
+            self.stop()
+            raise
+        self.start_offsets = self.latest()
+        self._stopping = threading.Event()
+        self._heartbeat = threading.Thread(target=self._renew, name="zmq-relay-lease", daemon=True)
+        self._heartbeat.start()
+
+    def _attach(self, client: RelayClient) -> dict[str, Any]:
+        """Claim the relay; a holder that has stopped renewing (a driver that was killed)
+        is waited out, a live one is an error at once."""
+        deadline = time.monotonic() + LEASE_TTL_S + self.options.relay_timeout
+        while True:
+            try:
+                hello = client.call("attach")
+                break
+            except RelayBusyError as busy:
+                if busy.idle_s < 2.5 * HEARTBEAT_S or time.monotonic() + busy.lapses_in_s > deadline:
+                    raise
+                log.warning("the relay at %s is claimed by a reader silent for %.1f s (a stopped query?); "
+                            "waiting %.1f s for its claim to lapse", client.address, busy.idle_s, busy.lapses_in_s)
+                time.sleep(min(busy.lapses_in_s + 0.05, HEARTBEAT_S))
+        if hello.get("protocol") != PROTOCOL:
+            raise RelayError(f"the relay at {client.address} speaks protocol {hello.get('protocol')!r}, this "
+                             f"connector {PROTOCOL}: run the same spark-zmq version on both sides")
+        if (hello.get("format") == "arrow") != (self.options.format == "arrow"):
+            raise RelayError(
+                f"the relay at {client.address} spools format {hello.get('format')!r} but this query reads "
+                f"{self.options.format!r}: Arrow messages are counted by rows, others by messages, so start the "
+                f"relay with '--format {self.options.format}'"
+            )
+        return hello
+
+    def _renew(self) -> None:
+        clients = {relay.address: None for relay in self.relays}
+        try:
+            while not self._stopping.wait(HEARTBEAT_S):
+                for relay in self.relays:
+                    client = clients.get(relay.address)
+                    if client is None:
+                        client = clients[relay.address] = RelayClient(
+                            relay.address, self.session, curve=self.options.curve, timeout_s=HEARTBEAT_S)
+                    try:
+                        client.call("state")
+                    except RelayError:
+                        pass  # the reader's own next call reports it
+        finally:
+            for client in clients.values():
+                if client is not None:
+                    client.close()
+
+    # -- what the stream reader uses ----------------------------------------------------------
+
+    @property
+    def spool_id(self) -> str:
+        return ",".join(relay.spool_id for relay in self.relays)
+
+    @property
+    def where(self) -> str:
+        """The spool(s), for messages: which relays."""
+        return "of the relays " + ", ".join(relay.address for relay in self.relays)
+
+    @property
+    def channel_names(self) -> list[str]:
+        return [f"{relay.address} channel {c}" for relay in self.relays for c in range(relay.channels)]
+
+    def start(self) -> None:
+        pass
+
+    def _refresh(self) -> None:
+        for relay in self.relays:
+            relay.state = relay.client.call("state")
+
+    def raise_if_failed(self) -> None:
+        self._refresh()
+        for relay in self.relays:
+            if relay.state.get("errors"):
+                raise RuntimeError(f"the relay at {relay.address} has a failed receiver: "
+                                   + "; ".join(relay.state["errors"]))
+
+    def latest(self) -> dict[str, int]:
+        self._refresh()
+        return {str(c.channel): c.next_offset for c in self.channels}
+
+    def earliest(self) -> dict[str, int]:
+        return {str(c.channel): c.earliest for c in self.channels}
+
+    def release(self, end: dict[str, int]) -> None:
+        for relay in self.relays:
+            offsets = {str(c): int(end[str(relay.first_channel + c)]) for c in range(relay.channels)
+                       if str(relay.first_channel + c) in end}
+            if offsets:
+                relay.state = relay.client.call("release", offsets=offsets)
+
+    def drain_until_idle(self, idle_s: float) -> None:
+        while True:
+            self.raise_if_failed()
+            wait = idle_s - min(float(relay.state["idle"]) for relay in self.relays)
+            if wait <= 0:
+                return
+            time.sleep(min(wait, 0.05))
+
+    def rejected_handshakes(self) -> int:
+        return sum(int(relay.state.get("rejected", 0)) for relay in self.relays)
+
+    def spool_range(self, channel: int, start: int, end: int) -> SpoolRange:
+        view = self.channels[channel]
+        relay = view.relay
+        where = relay.client.call("locate", channel=view.local, offset=int(start))["at"]
+        curve = self.options.curve
+        access = FetchAccess(
+            relay.address, curve.server_key if curve is not None else None,
+            curve.public_key if curve is not None else None,
+            curve.secret_key if curve is not None else None,
+            server_name=f"the relay at {relay.address}",
+        )
+        return SpoolRange(relay.spool_dir, channel, start, end, relay.owner, access, tuple(where or ()),
+                          relay.spool_id, spool_channel=view.local)
+
+    def stop(self) -> None:
+        stopping = getattr(self, "_stopping", None)
+        if stopping is not None:
+            stopping.set()
+            self._heartbeat.join(HEARTBEAT_S + 1)
+        for relay in self.relays:
+            try:
+                relay.client.call("detach", timeout_s=1.0)
+            except RelayError:
+                pass
+            relay.client.close()
+        self.relays = []

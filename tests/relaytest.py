@@ -1,0 +1,85 @@
+"""Relays as the tests run them: a ``spark-zmq relay`` child process, waited for by its
+``ready`` line (never by a sleep)."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Optional, Sequence
+
+
+class RelayProcess:
+    """``spark-zmq relay`` in a child process; ``ready`` is the line it printed when serving."""
+
+    def __init__(self, endpoints: str, listen: str, spool_dir: str, *extra: str, start: bool = True) -> None:
+        self.args = [sys.executable, "-m", "spark_zmq.cli", "relay", "--endpoints", endpoints, "--listen", listen,
+                     "--spool-dir", spool_dir, *extra]
+        self.listen = listen
+        self.spool_dir = spool_dir
+        self.process: Optional[subprocess.Popen] = None
+        self.ready: dict = {}
+        if start:
+            self.start()
+
+    def start(self, timeout: float = 60) -> "RelayProcess":
+        # stderr to a file: a pipe nobody reads could fill and stall the relay
+        self.stderr = tempfile.TemporaryFile()
+        self.process = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=self.stderr,
+                                        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        line = self._read_line(timeout)
+        if not line.startswith(b"ready "):
+            self.process.kill()
+            self.process.wait(10)
+            raise AssertionError(f"relay did not start: {line!r} {self.errors()}")
+        self.ready = json.loads(line[len(b"ready "):])
+        return self
+
+    def _read_line(self, timeout: float) -> bytes:
+        assert self.process is not None and self.process.stdout is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            readable, _, _ = select.select([self.process.stdout], [], [], 0.2)
+            if readable:
+                return self.process.stdout.readline()
+            if self.process.poll() is not None:
+                return b""
+        raise AssertionError(f"relay printed nothing within {timeout}s")
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def kill(self) -> None:
+        """``kill -9``: no drain, no goodbye."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(30)
+
+    def terminate(self, timeout: float = 60) -> tuple[int, str]:
+        """SIGTERM; returns (exit code, stderr)."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGTERM)
+        self.process.wait(timeout)
+        return self.process.returncode, self.errors()
+
+    def errors(self) -> str:
+        """What the relay wrote on stderr so far."""
+        self.stderr.seek(0)
+        return self.stderr.read().decode(errors="replace")
+
+    def close(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(30)
+
+
+def stop_relays(relays: Sequence[RelayProcess]) -> None:
+    for relay in relays:
+        relay.close()
