@@ -5,10 +5,17 @@ Each relay is a child process on real sockets; producers are plain pyzmq PUSH so
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
 import pytest
 
 from relaytest import RelayProcess, stop_relays
-from zmqtest import Producer, numbered, stop_all, wait_until
+from zmqtest import Producer, numbered, run_available_now, stop_all, wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
@@ -66,3 +73,182 @@ def test_one_query_reads_two_relays_and_a_second_query_is_refused(spark, tmp_pat
             stop_all(spark.streams.active)
     finally:
         stop_relays(relays)
+
+
+SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "relay_query.py")
+
+
+def _application(relays, tmp_path):
+    """The reading Spark application, in a process group of its own (driver JVM and workers)."""
+    log = open(tmp_path / "app.log", "ab")
+    return subprocess.Popen([sys.executable, SCRIPT, relays, str(tmp_path / "ckpt"), str(tmp_path / "out")],
+                            stdout=log, stderr=log, start_new_session=True)
+
+
+def _output(spark, tmp_path):
+    path = tmp_path / "out"
+    if not (path / "_spark_metadata").exists():
+        return None
+    return spark.read.schema("partition int, offset long, value string").parquet(str(path))
+
+
+def _count(spark, tmp_path) -> int:
+    out = _output(spark, tmp_path)
+    return 0 if out is None else out.count()
+
+
+def _assert_exactly_once(spark, tmp_path, expected: list[str]):
+    stats = _output(spark, tmp_path).selectExpr(
+        "count(*)", "count(distinct offset)", "min(offset)", "max(offset)", "count(distinct value)").first()
+    n = len(expected)
+    assert tuple(stats) == (n, n, 0, n - 1, n), f"not exactly once: {stats} for {n} messages"
+    values = {r.value for r in _output(spark, tmp_path).select("value").collect()}
+    assert values == set(expected)
+
+
+def test_a_relay_keeps_receiving_while_the_spark_application_is_killed_and_restarted(spark, tmp_path):
+    """kill -9 of the whole reading application (driver JVM, Python reader, workers) while a
+    producer sends: the relay keeps every message; the restarted application resumes from
+    its checkpoint and the output holds every message exactly once, none lost."""
+    data_port, listen_port = _ports(2)
+    relay = RelayProcess(f"@tcp://127.0.0.1:{data_port}", f"tcp://127.0.0.1:{listen_port}", str(tmp_path / "spool"))
+    total = 30_000
+    messages = numbered(total, fmt=b"app-%d")
+    producer = Producer(f"tcp://127.0.0.1:{data_port}", messages, rate=1_500)
+    first = second = None
+    try:
+        producer.start()
+        first = _application(relay.listen, tmp_path)
+        wait_until(lambda: _count(spark, tmp_path) > 1_000, 180, "output from the first application")
+        assert producer.is_alive(), "the producer should still be sending at the kill"
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait(30)
+        killed_at = producer.sent
+        second = _application(relay.listen, tmp_path)
+        producer.finish()
+        assert producer.sent > killed_at, "the producer kept sending while no application ran"
+        wait_until(lambda: _count(spark, tmp_path) >= total, 240, "the restarted application to catch up")
+        _assert_exactly_once(spark, tmp_path, [m.decode() for m in messages])
+        assert relay.process.poll() is None, relay.errors()
+    finally:
+        for app in (first, second):
+            if app is not None and app.poll() is None:
+                os.killpg(app.pid, signal.SIGKILL)
+                app.wait(30)
+        stop_relays([relay])
+
+
+def _progress_stream(spark, relays, tmp_path, **options):
+    return (_relay_stream(spark, relays, **options)
+            .selectExpr("partition", "offset", "cast(value as string) as value")
+            .writeStream.format("parquet").option("path", str(tmp_path / "out"))
+            .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(processingTime="200 milliseconds")
+            .start())
+
+
+def test_a_relay_killed_and_restarted_serves_its_spool_exactly_once_and_producers_resume(spark, tmp_path):
+    """kill -9 of the relay under a running query and a sending producer: the producer
+    blocks (its high-water mark fills with no relay to take it), the query waits (its
+    requests are resent within relayTimeout), and after the restart the query delivers
+    every offset the relay ever gave out exactly once. What sat in the dead relay's
+    socket buffers is lost (ZeroMQ has no acknowledgements): measured and bounded."""
+    data_port, listen_port = _ports(2)
+    spool = str(tmp_path / "spool")
+    relay = RelayProcess(f"@tcp://127.0.0.1:{data_port}", f"tcp://127.0.0.1:{listen_port}", spool, "--hwm", "100")
+    total = 30_000
+    producer = Producer(f"tcp://127.0.0.1:{data_port}", numbered(total, fmt=b"rk-%d"), rate=3_000, hwm=1000)
+    query = _progress_stream(spark, relay.listen, tmp_path, startingOffsets="earliest")
+    try:
+        producer.start()
+        wait_until(lambda: _count(spark, tmp_path) > 2_000, 120, "output before the relay is killed")
+        relay.kill()
+        blocked_before = producer.blocked
+        wait_until(lambda: producer.blocked > blocked_before, 60, "the producer to block while no relay runs")
+        relay.start()
+        producer.finish()
+        # every offset the relay gave out, before and after its death, exactly once
+        def caught_up():
+            latest = _latest(query)
+            return latest is not None and latest == _count(spark, tmp_path) and producer.sent == total and latest
+        end = wait_until(caught_up, 180, "the query to deliver everything the relay spooled", interval=0.5)
+        out = _output(spark, tmp_path)
+        stats = out.selectExpr("count(*)", "count(distinct offset)", "min(offset)", "max(offset)",
+                               "count(distinct value)").first()
+        assert tuple(stats) == (end, end, 0, end - 1, end), f"not exactly once: {stats} for {end} offsets"
+        print(f"relay kill -9: {total - end} of {total} messages lost in the dead relay's socket buffers")
+        assert end >= total - 5_000, f"received only {end} of {total}"
+        assert query.isActive and query.exception() is None
+    finally:
+        stop_all(spark.streams.active)
+        stop_relays([relay])
+
+
+def _latest(query):
+    """The relay channel's latest offset as the query's last progress reports it."""
+    progress = query.lastProgress
+    if not progress or not progress["sources"][0]["latestOffset"]:
+        return None
+    latest = progress["sources"][0]["latestOffset"]
+    latest = json.loads(latest) if isinstance(latest, str) else latest
+    end = progress["sources"][0]["endOffset"]
+    end = json.loads(end) if isinstance(end, str) else end
+    if not latest or not end or latest.get("lag", {}).get("records") or latest["0"] != end["0"]:
+        return None
+    return int(latest["0"])
+
+
+def test_sigterm_drains_into_the_spool_and_exits_0(tmp_path):
+    from spark_zmq.source.spool_reader import read_range
+
+    data_port, listen_port = _ports(2)
+    spool = str(tmp_path / "spool")
+    relay = RelayProcess(f"@tcp://127.0.0.1:{data_port}", f"tcp://127.0.0.1:{listen_port}", spool)
+    try:
+        producer = Producer(f"tcp://127.0.0.1:{data_port}", numbered(5000, fmt=b"t-%d"))
+        producer.start()
+        producer.finish()
+        code, errors = relay.terminate()
+        assert code == 0, errors
+        held = [v.as_py() for _, batch in read_range(spool, 0, 0, 5000) for v in batch.column(0)]
+        assert held == [b"t-%d" % i for i in range(5000)]
+    finally:
+        stop_relays([relay])
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--listen", "tcp://127.0.0.1:7000", "--spool-dir", "/tmp/x"], "Missing option '--endpoints'"),
+    (["--endpoints", "@tcp://127.0.0.1:1", "--listen", "tcp://127.0.0.1:7000", "--spool-dir", "/tmp/x",
+      "--hwm", "0"], "--hwm"),
+    (["--endpoints", "nonsense", "--listen", "tcp://127.0.0.1:7000", "--spool-dir", "/tmp/x"], "--endpoints"),
+    (["--endpoints", "@tcp://127.0.0.1:1", "--listen", "bogus", "--spool-dir", "/tmp/x"], "--listen"),
+    (["--endpoints", "@tcp://127.0.0.1:1", "--listen", "tcp://127.0.0.1:7000", "--spool-dir", "/tmp/x",
+      "--pattern", "push"], "--pattern"),
+])
+def test_bad_arguments_print_usage_and_exit_2(args, expected):
+    done = subprocess.run([sys.executable, "-m", "spark_zmq.cli", "relay", *args], capture_output=True, timeout=60)
+    assert done.returncode == 2, done
+    text = done.stderr.decode()
+    assert "Usage: " in text and expected in text, text
+
+
+def test_a_relay_address_that_does_not_answer_fails_the_query_within_relay_timeout(spark, tmp_path):
+    (silent,) = _ports(1)
+    start = time.monotonic()
+    rows, error = run_available_now(spark, _relay_stream(spark, f"tcp://127.0.0.1:{silent}", relayTimeout="2"),
+                                    tmp_path, "silent_relay", timeout=120)
+    assert rows is None and error is not None
+    assert f"no answer from the relay at tcp://127.0.0.1:{silent}" in error and "relayTimeout" in error, error
+    assert time.monotonic() - start < 60
+
+
+def test_relays_option_errors(spark):
+    from spark_zmq.options import OptionError, SourceOptions
+
+    with pytest.raises(OptionError, match="'endpoints' and 'relays' exclude each other"):
+        SourceOptions.parse({"endpoints": "@tcp://*:5555", "relays": "tcp://h:7000"})
+    with pytest.raises(OptionError, match="not a relay address"):
+        SourceOptions.parse({"relays": "@tcp://*:7000"})
+    with pytest.raises(OptionError, match="given twice"):
+        SourceOptions.parse({"relays": "tcp://h:7000,tcp://h:7000"})
+    with pytest.raises(Exception, match="option 'relays' is for spark.readStream"):
+        spark.read.format("zmq").option("relays", "tcp://127.0.0.1:7000").load().collect()
