@@ -220,6 +220,11 @@ SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
          "partitions of their own, numbered in this order; one query at a time reads a relay. Exactly one of "
          "`endpoints` and `relays`. With CURVE relays, give `curveCertificate` and `curveServerKey` (the relays' "
          "key).", default=(), default_doc="none", valid_doc="comma-separated `tcp://host:port` or `ipc://path`"),
+    _src("receivers", "choice", "receivers", "Where the receivers of `endpoints` run: `threads` of the driver's "
+         "reader process, or `processes`, one child process per endpoint (a local relay each, so ingest uses more "
+         "than one core; each spools in `spoolDir/receiver-<channel>` with its share of `maxSpoolBytes`). A "
+         "spool written with one cannot be read with the other.", default="threads", default_doc="`threads`",
+         choices=("threads", "processes")),
     _src("relayTimeout", "seconds", "relay_timeout", "With `relays`: how long the driver waits for a silent "
          "relay (requests are resent meanwhile, so a relay may restart within it) before the query fails.",
          default=30.0, default_doc="30", minimum=0.0, maximum=MAX_SECONDS),
@@ -719,6 +724,7 @@ class SourceOptions:
     include_headers: bool = False
     relays: list[str] = field(default_factory=list)
     relay_timeout: float = 30.0
+    receivers: str = "threads"
 
     KNOWN: ClassVar[tuple[str, ...]] = tuple(spec.name for spec in SOURCE_OPTIONS)
 

@@ -252,3 +252,33 @@ def test_relays_option_errors(spark):
         SourceOptions.parse({"relays": "tcp://h:7000,tcp://h:7000"})
     with pytest.raises(Exception, match="option 'relays' is for spark.readStream"):
         spark.read.format("zmq").option("relays", "tcp://127.0.0.1:7000").load().collect()
+
+
+def test_receivers_as_processes_deliver_every_channel_exactly_once(spark, tmp_path):
+    """receivers=processes: one child relay per endpoint; the reader's own process holds no
+    receiving socket. Two channels, each fed by its own producer."""
+    ports = _ports(2)
+    endpoints = ",".join(f"@tcp://127.0.0.1:{p}" for p in ports)
+    query = (spark.readStream.format("zmq").option("endpoints", endpoints).option("receivers", "processes")
+             .option("spoolDir", str(tmp_path / "spool")).load()
+             .selectExpr("cast(value as string) as value", "partition", "offset")
+             .writeStream.format("memory").queryName("receiver_processes")
+             .option("checkpointLocation", str(tmp_path / "ckpt")).start())
+    try:
+        wait_until(lambda: query.lastProgress and query.lastProgress["sources"][0]["latestOffset"], 120,
+                   "the reader's first offsets")
+        producers = [Producer(f"tcp://127.0.0.1:{ports[i]}", numbered(4000, fmt=b"p%d-%%d" % i)) for i in range(2)]
+        for producer in producers:
+            producer.start()
+        for producer in producers:
+            producer.finish()
+        wait_until(lambda: spark.table("receiver_processes").count() >= 8000, 120, "both channels' messages")
+        rows = spark.table("receiver_processes").collect()
+        assert len(rows) == 8000
+        for p in (0, 1):
+            assert sorted(r.offset for r in rows if r.partition == p) == list(range(4000))
+            assert {r.value for r in rows if r.partition == p} == {f"p{p}-{i}" for i in range(4000)}
+        children = [d for d in os.listdir(tmp_path / "spool") if d.startswith("receiver-") and not d.endswith(".log")]
+        assert sorted(children) == ["receiver-0", "receiver-1"]
+    finally:
+        stop_all(spark.streams.active)

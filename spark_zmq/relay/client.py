@@ -38,8 +38,11 @@ class RelayBusyError(RelayError):
 class RelayClient:
     """Control requests to the relay at ``address`` under ``session``'s lease."""
 
-    def __init__(self, address: str, session: str, *, curve: Optional[Curve] = None, timeout_s: float = 30.0) -> None:
+    def __init__(self, address: str, session: str, *, curve: Optional[Curve] = None, timeout_s: float = 30.0,
+                 label: Optional[str] = None) -> None:
         self.address = address
+        #: what the relay is, for messages ("relay at tcp://...", "receiver process of channel 0 ...")
+        self.label = label or f"relay at {address}"
         self.session = session
         self.timeout_s = timeout_s
         self._ids = itertools.count(1)
@@ -80,19 +83,19 @@ class RelayClient:
             answer = json.loads(frames[2])
         except (ValueError, UnicodeDecodeError):
             if frames[1] == b"error":  # a fetch-style error (e.g. "bad request: not JSON")
-                raise RelayError(f"the relay at {self.address} refused a request: "
+                raise RelayError(f"the {self.label} refused a request: "
                                  f"{frames[2][:200].decode('utf-8', 'replace')}") from None
             return None
         return answer if isinstance(answer, dict) else None
 
     def _result(self, op: str, status: bytes, answer: dict) -> dict[str, Any]:
         if status != b"ok":
-            raise RelayError(f"the relay at {self.address} failed {op!r}: {answer.get('error')}")
+            raise RelayError(f"the {self.label} failed {op!r}: {answer.get('error')}")
         if "refused" in answer:
             holder = json.loads(answer["refused"])
             idle, lapses = float(holder["idle"]), float(holder["lapses"])
             raise RelayBusyError(
-                f"the relay at {self.address} is read by another query (its reader renewed its claim {idle:.1f} s "
+                f"the {self.label} is read by another query (its reader renewed its claim {idle:.1f} s "
                 f"ago; a claim nobody renews lapses after {idle + lapses:.0f} s): one query at a time reads a relay. "
                 "Stop the other query, or give this one a relay of its own",
                 idle, lapses,
@@ -104,7 +107,7 @@ class RelayClient:
         watch = self._dealer.handshakes
         if watch is not None and (watch.poll() or watch.rejected):
             note = f"; the CURVE handshake failed: {watch.last_rejection}"
-        return (f"no answer from the relay at {self.address} to {op!r} within {self.timeout_s:.0f} s (option "
+        return (f"no answer from the {self.label} to {op!r} within {self.timeout_s:.0f} s (option "
                 f"'relayTimeout'): is 'spark-zmq relay --listen {self.address}' running, and reachable from the "
                 f"driver?{note}")
 

@@ -28,8 +28,14 @@ log = logging.getLogger(__name__)
 _WATCH_S = 0.5
 
 
-def serve(options: SourceOptions, listen: str, listen_curve: Optional[Curve] = None) -> int:
-    """Run a relay until SIGTERM/SIGINT (returns 0) or a receiver failure (returns 1)."""
+def serve(options: SourceOptions, listen: str, listen_curve: Optional[Curve] = None,
+          parent_pid: Optional[int] = None) -> int:
+    """Run a relay until SIGTERM/SIGINT (returns 0) or a receiver failure (returns 1).
+    With ``parent_pid`` (a query's receiver process) it also stops, draining, when that
+    process is gone: a receiver must not outlive the query that started it, or its port
+    and spool would stay taken from the restarted query."""
+    import os
+
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
@@ -39,6 +45,9 @@ def serve(options: SourceOptions, listen: str, listen_curve: Optional[Curve] = N
                      "spoolDir": options.spool_dir, "channels": [str(e) for e in options.endpoints]}
             print("ready " + json.dumps(ready), flush=True)
             while not stop.wait(_WATCH_S):
+                if parent_pid is not None and os.getppid() != parent_pid:
+                    log.warning("relay: the query that started it is gone; stopping")
+                    return 0
                 failure = relay.failed()
                 if failure is not None:
                     print(f"error: a receiver of the relay failed: {failure}", file=sys.stderr, flush=True)

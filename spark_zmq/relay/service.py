@@ -76,6 +76,9 @@ class Relay:
             self.ingest.stop()
             raise
         self.listen = router.last_endpoint or listen
+        #: where the spool ended before the receivers started: a query that started this
+        #: relay itself (option receivers=processes) begins there with startingOffsets=latest
+        self.started_offsets = [c.next_offset for c in self.ingest.spool.channels]
         # numbering continues where the spool is: a relay has no checkpoint to wait for
         self.ingest.start()
         spool = self.ingest.spool
@@ -156,6 +159,7 @@ class Relay:
             "protocol": PROTOCOL, "spool": spool.spool_id, "channels": len(spool.channels),
             "spoolDir": spool.spool_dir, "owner": spool.owner_id, "format": self.options.format,
             "pattern": self.options.pattern, "endpoints": [str(e) for e in self.options.endpoints],
+            "started": self.started_offsets,
         }
 
     def _state(self) -> dict[str, Any]:

@@ -25,8 +25,10 @@ from typing import Any, Optional
 from ..options import SourceOptions
 from ..relay.client import RelayBusyError, RelayClient, RelayError
 from ..relay.service import LEASE_TTL_S, PROTOCOL
-from .fetch import FetchAccess
+from .fetch import FetchAccess, advertised_host
+from .ingest import needs_fetch_service
 from .partitions import SpoolRange
+from .receiver_processes import ReceiverProcesses, ReceiverTarget
 
 __all__ = ["RelayIngest", "RelayError", "RelayBusyError"]
 
@@ -49,9 +51,11 @@ class _Lost:
 class _Relay:
     """One relay as the query sees it: its client, its description, its latest state."""
 
-    def __init__(self, address: str, client: RelayClient, hello: dict[str, Any], first_channel: int) -> None:
-        self.address = address
+    def __init__(self, target: ReceiverTarget, client: RelayClient, hello: dict[str, Any], first_channel: int) -> None:
+        self.target = target
+        self.address = target.address
         self.client = client
+        self.hello = hello
         self.spool_id: str = hello["spool"]
         self.spool_dir: str = hello["spoolDir"]
         self.owner: str = hello["owner"]
@@ -97,7 +101,7 @@ class RelayChannel:
         if end <= start:
             return []
         answer = self.relay.client.call("lost", channel=self.local, start=int(start), end=int(end))
-        return [_Lost(int(a), int(b), f"{text} (relay {self.relay.address})") for a, b, text in answer["lost"]]
+        return [_Lost(int(a), int(b), f"{text} ({self.relay.target.label})") for a, b, text in answer["lost"]]
 
     def advance_to(self, offset: int) -> None:
         self.relay.client.call("advance", channel=self.local, offset=int(offset))
@@ -113,22 +117,35 @@ class RelayIngest:
         self.session = uuid.uuid4().hex
         self.relays: list[_Relay] = []
         self.channels: list[RelayChannel] = []
-        curve = options.curve
+        self.processes: Optional[ReceiverProcesses] = None
         try:
-            for address in options.relays:
-                client = RelayClient(address, self.session, curve=curve, timeout_s=options.relay_timeout)
+            if options.relays:
+                targets = [ReceiverTarget(address, options.curve, f"relay at {address}") for address in options.relays]
+            else:  # receivers=processes: relays of our own, one per endpoint
+                host = options.spool_server_host or advertised_host() if needs_fetch_service(options.spool_access) \
+                    else "127.0.0.1"
+                self.processes = ReceiverProcesses(options, host)
+                targets = self.processes.targets
+            for target in targets:
+                client = RelayClient(target.address, self.session, curve=target.curve, timeout_s=options.relay_timeout,
+                                     label=target.label)
                 try:
                     hello = self._attach(client)
                 except BaseException:
                     client.close()
                     raise
-                relay = _Relay(address, client, hello, len(self.channels))
+                relay = _Relay(target, client, hello, len(self.channels))
                 self.relays.append(relay)
                 self.channels.extend(RelayChannel(relay, c) for c in range(relay.channels))
         except BaseException:
             self.stop()
             raise
-        self.start_offsets = self.latest()
+        self._refresh()
+        if self.processes is not None:
+            # numbered from where each spool was before its receiver started, as with threads
+            self.start_offsets = {str(c.channel): int(c.relay.hello["started"][c.local]) for c in self.channels}
+        else:
+            self.start_offsets = self.latest()
         self._stopping = threading.Event()
         self._heartbeat = threading.Thread(target=self._renew, name="zmq-relay-lease", daemon=True)
         self._heartbeat.start()
@@ -166,7 +183,7 @@ class RelayIngest:
                     client = clients.get(relay.address)
                     if client is None:
                         client = clients[relay.address] = RelayClient(
-                            relay.address, self.session, curve=self.options.curve, timeout_s=HEARTBEAT_S)
+                            relay.address, self.session, curve=relay.target.curve, timeout_s=HEARTBEAT_S)
                     try:
                         client.call("state")
                     except RelayError:
@@ -184,11 +201,15 @@ class RelayIngest:
 
     @property
     def where(self) -> str:
-        """The spool(s), for messages: which relays."""
+        """The spool(s), for messages."""
+        if self.processes is not None:
+            return f"{self.options.spool_dir!r} (receiver processes)"
         return "of the relays " + ", ".join(relay.address for relay in self.relays)
 
     @property
     def channel_names(self) -> list[str]:
+        if self.processes is not None:
+            return [str(endpoint) for endpoint in self.options.endpoints]
         return [f"{relay.address} channel {c}" for relay in self.relays for c in range(relay.channels)]
 
     def start(self) -> None:
@@ -199,10 +220,12 @@ class RelayIngest:
             relay.state = relay.client.call("state")
 
     def raise_if_failed(self) -> None:
+        if self.processes is not None:
+            self.processes.raise_if_failed()
         self._refresh()
         for relay in self.relays:
             if relay.state.get("errors"):
-                raise RuntimeError(f"the relay at {relay.address} has a failed receiver: "
+                raise RuntimeError(f"the {relay.target.label} has a failed receiver: "
                                    + "; ".join(relay.state["errors"]))
 
     def latest(self) -> dict[str, int]:
@@ -234,12 +257,12 @@ class RelayIngest:
         view = self.channels[channel]
         relay = view.relay
         where = relay.client.call("locate", channel=view.local, offset=int(start))["at"]
-        curve = self.options.curve
+        curve = relay.target.curve
         access = FetchAccess(
             relay.address, curve.server_key if curve is not None else None,
             curve.public_key if curve is not None else None,
             curve.secret_key if curve is not None else None,
-            server_name=f"the relay at {relay.address}",
+            server_name=f"the {relay.target.label}",
         )
         return SpoolRange(relay.spool_dir, channel, start, end, relay.owner, access, tuple(where or ()),
                           relay.spool_id, spool_channel=view.local)
@@ -256,3 +279,5 @@ class RelayIngest:
                 pass
             relay.client.close()
         self.relays = []
+        if self.processes is not None:
+            self.processes.stop()

@@ -68,7 +68,8 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _ingest(self, *checkpointed: dict) -> IngestRuntime:
         """The runtime, created on first use; every call checks the offsets Spark passed."""
         if self._runtime is None:
-            runtime = RelayIngest(self.options) if self.options.relays else IngestRuntime(self.options)
+            relayed = self.options.relays or self.options.receivers == "processes"
+            runtime = RelayIngest(self.options) if relayed else IngestRuntime(self.options)
             try:
                 for offsets in checkpointed:
                     self._reconcile(runtime, offsets)
