@@ -282,3 +282,108 @@ def test_receivers_as_processes_deliver_every_channel_exactly_once(spark, tmp_pa
         assert sorted(children) == ["receiver-0", "receiver-1"]
     finally:
         stop_all(spark.streams.active)
+
+
+def test_a_curve_relay_serves_only_queries_with_an_authorized_key(spark, tmp_path):
+    """A relay with --curve-certificate/--curve-authorized-keys: producers and queries are
+    CURVE clients. A query with the authorized key reads (here over the relay's port, as
+    executors on other hosts do: spoolAccess=fetch); a query with a stranger's key gets no
+    answer and a clear error within relayTimeout; a plain producer delivers nothing."""
+    import zmq.auth
+
+    keys = {name: zmq.auth.create_certificates(str(tmp_path), name) for name in ("relay", "client", "stranger")}
+    authorized = tmp_path / "authorized"
+    authorized.mkdir()
+    with open(keys["client"][0], "rb") as src, open(authorized / "client.key", "wb") as dst:
+        dst.write(src.read())
+    data_port, listen_port = _ports(2)
+    relay = RelayProcess(f"@tcp://127.0.0.1:{data_port}", f"tcp://127.0.0.1:{listen_port}", str(tmp_path / "spool"),
+                         "--curve-certificate", keys["relay"][1], "--curve-authorized-keys", str(authorized))
+    try:
+        relay_public, _ = zmq.auth.load_certificate(keys["relay"][0])
+        client_public, client_secret = zmq.auth.load_certificate(keys["client"][1])
+        secured = Producer(f"tcp://127.0.0.1:{data_port}", numbered(1000, fmt=b"c-%d"), sockopts={
+            zmq.CURVE_SERVERKEY: relay_public, zmq.CURVE_PUBLICKEY: client_public, zmq.CURVE_SECRETKEY: client_secret})
+        plain = Producer(f"tcp://127.0.0.1:{data_port}", numbered(1000, fmt=b"plain-%d"))
+        secured.start()
+        plain.start()
+        secured.finish()
+
+        def stream(certificate, name, **extra):
+            df = _relay_stream(spark, relay.listen, startingOffsets="earliest", curveCertificate=certificate,
+                               curveServerKey=keys["relay"][0], **extra)
+            return run_available_now(spark, df.selectExpr("cast(value as string) as value"), tmp_path, name,
+                                     timeout=120)
+
+        rows, error = stream(keys["client"][1], "curve_relay", spoolAccess="fetch", timeout="1")
+        assert error is None, error
+        assert sorted(r.value for r in rows) == sorted(f"c-{i}" for i in range(1000))
+        rows, error = stream(keys["stranger"][1], "curve_relay_stranger", relayTimeout="3")
+        assert rows is None and "no answer from the relay at" in error and "CURVE handshake failed" in error, error
+    finally:
+        stop_relays([relay])
+
+
+def test_a_receiver_process_that_dies_fails_the_query_with_its_reason(spark, tmp_path):
+    (port,) = _ports(1)
+    query = (spark.readStream.format("zmq").option("endpoints", f"@tcp://127.0.0.1:{port}")
+             .option("receivers", "processes").option("spoolDir", str(tmp_path / "spool")).load()
+             .writeStream.format("noop").option("checkpointLocation", str(tmp_path / "ckpt"))
+             .trigger(processingTime="200 milliseconds").start())
+    try:
+        wait_until(lambda: query.lastProgress and query.lastProgress["sources"][0]["latestOffset"], 120,
+                   "the reader's first offsets")
+        children = [pid for pid in _descendants() if b"spark_zmq.relay.child" in _cmdline(pid)]
+        assert len(children) == 1, children
+        os.kill(children[0], signal.SIGKILL)
+        try:
+            query.awaitTermination(120)
+        except Exception:
+            pass
+        assert not query.isActive
+        error = str(query.exception())
+        assert f"the receiver process of channel 0 (@tcp://127.0.0.1:{port}) exited" in error, error
+    finally:
+        stop_all(spark.streams.active)
+
+
+def test_a_port_in_use_fails_a_receiver_process_query_with_the_bind_error(spark, tmp_path):
+    import zmq
+
+    holder = zmq.Context.instance().socket(zmq.PULL)
+    port = holder.bind_to_random_port("tcp://127.0.0.1")
+    try:
+        df = (spark.readStream.format("zmq").option("endpoints", f"@tcp://127.0.0.1:{port}")
+              .option("receivers", "processes").option("spoolDir", str(tmp_path / "spool")).load())
+        rows, error = run_available_now(spark, df, tmp_path, "port_in_use", timeout=120)
+        assert rows is None and "the receiver process of channel 0" in error and "Address already in use" in error, error
+    finally:
+        holder.close(0)
+
+
+def _descendants(pid=None):
+    """Every process below ``pid`` (this one by default), from /proc."""
+    pid = pid or os.getpid()
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as f:
+                    parent = int(f.read().rsplit(b")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(parent, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def _cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
