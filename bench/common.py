@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -42,11 +43,18 @@ class Producer:
         self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "producer.py"), endpoint, str(count), kind,
                                       str(arg)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 
-    def go(self) -> float:
-        # Python start-up and imports take a few hundred ms: the clock starts after them.
+    def ready(self) -> None:
+        """Until the producer is started, connected and has its payload (once)."""
+        if getattr(self, "_ready", False):
+            return
         ready = self.proc.stdout.readline()
         if ready.strip() != b"ready":
             raise RuntimeError(f"benchmark producer did not start (exit code {self.proc.poll()})")
+        self._ready = True
+
+    def go(self) -> float:
+        # Python start-up and imports take a few hundred ms: the clock starts after them.
+        self.ready()
         started = time.time()
         self.proc.stdin.write(b"go\n")
         self.proc.stdin.close()
@@ -78,6 +86,58 @@ class NodeProducer(Producer):
             super().wait(timeout)
         finally:
             os.unlink(self.payload_file)
+
+
+class Relay:
+    """``spark-zmq relay`` (``python -m spark_zmq.cli relay``) in a child process, receiving
+    on ``endpoint`` and serving queries on ``listen``; started once it printed its ``ready``
+    line (waited for with select, never a sleep). ``stop()``: SIGTERM (drain), then wait."""
+
+    def __init__(self, endpoint: str, listen: str, spool_dir: str, pattern: str = "pull", format: str = "raw") -> None:
+        import tempfile
+
+        self.listen = listen
+        self.stderr = tempfile.TemporaryFile()  # a pipe nobody reads could fill and stall the relay
+        self.proc = subprocess.Popen([sys.executable, "-m", "spark_zmq.cli", "relay", "--endpoints", endpoint,
+                                      "--listen", listen, "--spool-dir", spool_dir, "--pattern", pattern,
+                                      "--format", format],
+                                     stdout=subprocess.PIPE, stderr=self.stderr,
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+    def wait_ready(self, timeout: float = 60) -> dict:
+        import json
+        import select
+
+        deadline = time.monotonic() + timeout
+        line = b""
+        while time.monotonic() < deadline:
+            readable, _, _ = select.select([self.proc.stdout], [], [], 0.2)
+            if readable:
+                line = self.proc.stdout.readline()
+                break
+            if self.proc.poll() is not None:
+                break
+        if not line.startswith(b"ready "):
+            errors, code = self.errors(), self.proc.poll()
+            self.stop(kill=True)
+            raise RuntimeError(f"benchmark relay on {self.listen} did not start ({line!r}, exit code {code}): "
+                               f"{errors[-2000:]}")
+        return json.loads(line[len(b"ready "):])
+
+    def errors(self) -> str:
+        self.stderr.seek(0)
+        return self.stderr.read().decode(errors="replace")
+
+    def stop(self, timeout: float = 60, kill: bool = False) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self.proc.stdout.close()
+        self.stderr.close()
 
 
 def warm_up(query, endpoints: list[str], kind: str, arg: float, messages: int = 2000) -> int:

@@ -11,14 +11,15 @@ import socket
 import tempfile
 import threading
 import time
-from typing import Callable
+from typing import Callable, Optional
 
 import pyarrow as pa
 import zmq
 
+import cpu as cpu_tree
 import curvekeys
 import payloads
-from common import NodeProducer, Producer, free_port, register_ceilings, wait_for_rows, wait_started, warm_up
+from common import NodeProducer, Producer, Relay, free_port, register_ceilings, wait_for_rows, wait_started, warm_up
 
 # Messages sent through a fresh query before the measured run: enough for the JVM to have
 # compiled its hot paths (a one-row run of 300,000 messages still spent a third of the
@@ -27,36 +28,80 @@ WARM_UP_MESSAGES = {"raw": 100_000, "arrow": 40}
 
 
 def connector(spark, count: int, kind: str, arg: int, channels: int = 1, pattern: str = "pull",
-              producer: Callable[[str, int, str, int], Producer] = Producer) -> float:
+              producer: Callable[[str, int, str, int], Producer] = Producer, receivers: str = "threads",
+              relays: int = 0, cpu: Optional[dict] = None) -> float:
     """``readStream.format("zmq")`` (``pattern`` pull or gather, ``raw`` or ``arrow``) into a
     ``noop`` sink; ``channels`` endpoints, each fed ``count / channels`` messages by its own
     ``producer`` (a bare pyzmq PUSH process by default; ``libzmq_producer("scatter")`` for
     libzmq's own SCATTER). Under ``curvekeys.ENV`` the source is a CURVE server and the
-    producers its clients."""
+    producers its clients.
+
+    ``receivers``: the source option (``threads`` or ``processes``). ``relays``: when > 0,
+    that many standalone ``spark-zmq relay`` processes, one channel each (so ``channels``
+    is ``relays``), and the query reads them with the option ``relays`` instead of binding
+    endpoints itself. ``cpu``: a dict to fill with the CPU the timed section cost, in
+    microseconds per message: ``total_us_per_msg`` (every descendant of this process but
+    the producers: Spark's JVM, its Python workers, relays) and ``receiving_us_per_msg``
+    (the relay processes with ``processes`` or ``relays``; with threads the Python process
+    that hosts the stream reader and its receiver threads, whose pid the spool's lock holds)."""
+    if relays:
+        if channels not in (1, relays):
+            raise ValueError(f"with relays every relay has one channel: channels={channels}, relays={relays}")
+        channels = relays
     ports = [free_port() for _ in range(channels)]
     work = tempfile.mkdtemp(prefix="spark-zmq-bench-")
-    reader = (spark.readStream.format("zmq").option("pattern", pattern)
-              .option("endpoints", ",".join(f"@tcp://127.0.0.1:{p}" for p in ports))
-              .option("spoolDir", os.path.join(work, "spool")))
-    if kind == "arrow":
-        reader = reader.option("format", "arrow").schema(payloads.ARROW_DDL)
-    if curvekeys.current():
-        reader = reader.options(**curvekeys.source_options(curvekeys.current()))
-    query = (reader.load().writeStream.format("noop").option("checkpointLocation", os.path.join(work, "ckpt"))
-             .trigger(processingTime="0 seconds").start())
+    started_relays: list[Relay] = []
     try:
-        wait_started(query)
-        endpoints = [f"tcp://127.0.0.1:{p}" for p in ports]
-        warm = warm_up(query, endpoints, kind, arg, messages=WARM_UP_MESSAGES[kind])
-        per_channel = count // channels
-        procs = [producer(endpoint, per_channel, kind, arg) for endpoint in endpoints]
-        started = min(p.go() for p in procs)
-        rows = per_channel * channels * (arg if kind == "arrow" else 1)
-        finished = wait_for_rows(query, warm + rows)
-        for proc in procs:
-            proc.wait(60)
+        if relays:
+            for i, port in enumerate(ports):
+                started_relays.append(Relay(f"@tcp://127.0.0.1:{port}", f"tcp://127.0.0.1:{free_port()}",
+                                            os.path.join(work, f"relay-{i}"), pattern, kind))
+            for relay in started_relays:  # started together, waited for in turn
+                relay.wait_ready()
+            reader = spark.readStream.format("zmq").option("relays", ",".join(r.listen for r in started_relays))
+        else:
+            reader = (spark.readStream.format("zmq").option("pattern", pattern)
+                      .option("endpoints", ",".join(f"@tcp://127.0.0.1:{p}" for p in ports))
+                      .option("receivers", receivers).option("spoolDir", os.path.join(work, "spool")))
+        if kind == "arrow":
+            reader = reader.option("format", "arrow").schema(payloads.ARROW_DDL)
+        if curvekeys.current():
+            reader = reader.options(**curvekeys.source_options(curvekeys.current()))
+        query = (reader.load().writeStream.format("noop").option("checkpointLocation", os.path.join(work, "ckpt"))
+                 .trigger(processingTime="0 seconds").start())
+        try:
+            wait_started(query)
+            endpoints = [f"tcp://127.0.0.1:{p}" for p in ports]
+            warm = warm_up(query, endpoints, kind, arg, messages=WARM_UP_MESSAGES[kind])
+            per_channel = count // channels
+            procs = [producer(endpoint, per_channel, kind, arg) for endpoint in endpoints]
+            for proc in procs:
+                proc.ready()
+            before = cpu_tree.snapshot() if cpu is not None else {}
+            started = min(p.go() for p in procs)
+            rows = per_channel * channels * (arg if kind == "arrow" else 1)
+            finished = wait_for_rows(query, warm + rows)
+            if cpu is not None:
+                after = cpu_tree.snapshot(follow=before)
+                messages = per_channel * channels
+                total = cpu_tree.used(before, after, cpu_tree.not_producer)
+                relayed = relays or receivers == "processes"
+                if relayed:
+                    receiving = cpu_tree.used(before, after, cpu_tree.is_relay)
+                else:  # the reader's process, which holds the spool's lock and writes its pid there
+                    with open(os.path.join(work, "spool", "LOCK")) as lock:
+                        reader_pid = int(lock.read().strip())
+                    receiving = cpu_tree.used(before, after, lambda p: p.pid == reader_pid)
+                cpu.update({"messages": messages, "total_us_per_msg": total / messages * 1e6,
+                            "receiving_us_per_msg": receiving / messages * 1e6,
+                            "receiving": "relay processes" if relayed else "the reader's process"})
+            for proc in procs:
+                proc.wait(60)
+        finally:
+            query.stop()
     finally:
-        query.stop()
+        for relay in started_relays:
+            relay.stop()
     return rows / (finished - started)
 
 

@@ -37,7 +37,9 @@ def _markdown(results: list[dict], smoke: bool, command: str) -> str:
                      f"{r['ratio']:.2f} vs {r['versus']}{met} | {r['target'] or ''} | "
                      f"{min(runs):,.0f}..{max(runs):,.0f} |")
     for r in results:
-        if r["scenario"] == "scaling":
+        if r["scenario"] == "scaling" and "contenders" in r:
+            lines += ["", *_scaling_table(r)]
+        elif r["scenario"] == "scaling":  # results of before the contenders
             lines += ["", "Scaling (msgs/s by ingest channels): " +
                       ", ".join(f"{c}: {v:,.0f}" for c, v in r["channels"].items())]
         elif r["scenario"] == "latency":
@@ -52,6 +54,35 @@ def _markdown(results: list[dict], smoke: bool, command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _widths(r: dict) -> list[int]:
+    return sorted({int(w) for widths in r["contenders"].values() for w in widths})
+
+
+def _scaling_table(r: dict) -> list[str]:
+    """Rows: where the receivers run; columns: channels (relays: relays of one channel)."""
+    widths = _widths(r)
+    lines = [f"Scaling: one-row ingest (raw, 100 B) into noop, {r.get('messages', 0):,} messages per run, median of "
+             f"{r.get('reps', 1)}; msgs/s, then µs of CPU per message: receiving side / all processes "
+             "(receiving: the relay processes; for threads the Python process that hosts the stream reader and its "
+             "receiver threads; all: every process of the run but the producers, Spark's JVM and Python workers included)",
+             "", "| receivers | " + " | ".join(f"{w} channel{'s' if w > 1 else ''}" for w in widths) + " |",
+             "|---|" + "---|" * len(widths)]
+    for name, by_width in r["contenders"].items():
+        by_width = {int(w): m for w, m in by_width.items()}
+        unit = "relay" if name == "relays" else None
+        cells = []
+        for w in widths:
+            m = by_width.get(w)
+            cells.append("-" if m is None else
+                         (f"{w} {unit}{'s' if w > 1 else ''}: " if unit else "") +
+                         f"{m['msgs_per_s']:,.0f} msgs/s<br>{m['receiving_us_per_msg']:.1f} / "
+                         f"{m['total_us_per_msg']:.1f} µs CPU/msg")
+        label = {"threads": "threads (receivers=threads)", "processes": "processes (receivers=processes)",
+                 "relays": "standalone relays (option relays)"}.get(name, name)
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def _chart(results: list[dict], path: str) -> None:
     import matplotlib
 
@@ -59,7 +90,22 @@ def _chart(results: list[dict], path: str) -> None:
     import matplotlib.pyplot as plt
 
     ratios = [r for r in results if "ratio" in r]
-    fig, ax = plt.subplots(figsize=(8, 0.6 * max(len(ratios), 1) + 1.5))
+    scaling = next((r for r in results if r["scenario"] == "scaling" and "contenders" in r), None)
+    height = (0.6 * max(len(ratios), 1) + 1.5 if ratios or not scaling else 0) + (4 if scaling else 0)
+    fig = plt.figure(figsize=(10 if scaling else 8, height))
+    grid = fig.add_gridspec(2 if ratios and scaling else 1, 2,
+                            height_ratios=[0.6 * max(len(ratios), 1) + 1.5, 4] if ratios and scaling else None)
+    if ratios or not scaling:
+        _ratios(fig.add_subplot(grid[0, :]), ratios)
+    if scaling:
+        row = 1 if ratios else 0
+        _scaling(fig.add_subplot(grid[row, 0]), fig.add_subplot(grid[row, 1]), scaling)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _ratios(ax, ratios: list[dict]) -> None:
     names = [f"{r['scenario']}\nvs {r['versus']}" for r in ratios]
     values = [r["ratio"] for r in ratios]
     colors = ["tab:green" if r["target"] and r["ratio"] >= r["target"] else "tab:orange" for r in ratios]
@@ -71,6 +117,32 @@ def _chart(results: list[dict], path: str) -> None:
     ax.set_xlabel("connector / baseline (higher is better; black mark = target)")
     ax.invert_yaxis()
     ax.set_title("spark-zmq vs baselines, same run")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+
+
+def _scaling(rate_ax, cpu_ax, r: dict) -> None:
+    """Grouped bars by channels (relays: relays): msgs/s; CPU per message, all processes,
+    with the receiving side's share drawn darker inside."""
+    widths = _widths(r)
+    names = list(r["contenders"])
+    bar = 0.8 / len(names)
+    colors = ["tab:blue", "tab:orange", "tab:green", "tab:purple"]
+    for i, name in enumerate(names):
+        by_width = {int(w): m for w, m in r["contenders"][name].items()}
+        xs = [widths.index(w) + (i - (len(names) - 1) / 2) * bar for w in by_width]
+        color = colors[i % len(colors)]
+        rate_ax.bar(xs, [m["msgs_per_s"] for m in by_width.values()], bar, label=name, color=color)
+        cpu_ax.bar(xs, [m["total_us_per_msg"] for m in by_width.values()], bar, color=color, alpha=0.45,
+                   label=f"{name}: all")
+        cpu_ax.bar(xs, [m["receiving_us_per_msg"] for m in by_width.values()], bar * 0.5, color=color,
+                   label=f"{name}: receiving")
+    for ax in (rate_ax, cpu_ax):
+        ax.set_xticks(range(len(widths)), [str(w) for w in widths])
+        ax.set_xlabel("channels (relays: relays of one channel)")
+    rate_ax.set_ylabel("msgs/s")
+    rate_ax.set_title("scaling: one-row ingest, 100 B")
+    rate_ax.legend(fontsize="small")
+    cpu_ax.set_ylabel("µs CPU per message")
+    cpu_ax.set_title("CPU/msg (wide: all processes, narrow: receiving)")
+    for ax in (rate_ax, cpu_ax):  # room for the legend above the bars
+        ax.set_ylim(0, ax.get_ylim()[1] * 1.3)
+    cpu_ax.legend(fontsize="x-small", ncol=3)

@@ -15,7 +15,9 @@ Scenarios (the benchmark issue's numbering):
   4 latency           10,000 msgs/s through pull -> Spark -> push; p50/p95/p99;
   5 backpressure      a producer far faster than a throttled query: receiver memory, spool
                       size against maxSpoolBytes, messages lost;
-  6 scaling           one-row ingest with 1, 2, 3, 4 channels;
+  6 scaling           one-row ingest (raw, 100 B) by channels, msgs/s and CPU per message:
+                      receivers as threads (1, 2, 3, 4 channels) and as child processes
+                      (1, 2, 4), and 1 or 2 standalone relays of one channel each;
   7 curve-ingest-raw-100B, curve-ingest-arrow, curve-egress-raw-100B, curve-egress-arrow:
                       the connector with CURVE (a ZAP-authenticated server on ingest, a client
                       on egress) vs the connector without it, and a bare pyzmq loop with CURVE
@@ -66,6 +68,46 @@ def compare(name: str, unit: str, contenders: dict[str, Callable[[], float]], re
     print(f"{name:18s} connector {medians['connector']:>12,.0f} {unit}   {others}   "
           f"ratio vs {versus}: {row['ratio']:.2f}" + (f" (target {target})" if target else ""), flush=True)
     return row
+
+
+#: scaling's contenders: name -> (channels or relays, ingest.connector's keyword arguments)
+SCALING = {
+    "threads": [(c, {"channels": c, "receivers": "threads"}) for c in (1, 2, 3, 4)],
+    "processes": [(c, {"channels": c, "receivers": "processes"}) for c in (1, 2, 4)],
+    "relays": [(n, {"relays": n}) for n in (1, 2)],
+}
+
+
+def scaling(spark, count: int, reps: int) -> dict:
+    """One-row ingest for every ``SCALING`` contender and width, ``reps`` times, interleaved;
+    medians of msgs/s and of CPU microseconds per message (see ``ingest.connector``).
+    ``channels`` repeats the threads' msgs/s by channel count (the shape earlier runs had)."""
+    runs: dict[str, dict[int, list[tuple[float, dict]]]] = {
+        name: {width: [] for width, _ in widths} for name, widths in SCALING.items()}
+    for _ in range(reps):
+        for name, widths in SCALING.items():
+            for width, kwargs in widths:
+                cpu: dict = {}
+                rate = ingest.connector(spark, count, "raw", 100, cpu=cpu, **kwargs)
+                runs[name][width].append((rate, cpu))
+    contenders: dict[str, dict[int, dict]] = {}
+    for name, widths in runs.items():
+        contenders[name] = {}
+        for width, measured in widths.items():
+            contenders[name][width] = {
+                "msgs_per_s": statistics.median(rate for rate, _ in measured),
+                "receiving_us_per_msg": statistics.median(c["receiving_us_per_msg"] for _, c in measured),
+                "total_us_per_msg": statistics.median(c["total_us_per_msg"] for _, c in measured),
+                "receiving": measured[0][1]["receiving"],
+                "runs": [rate for rate, _ in measured],
+            }
+        unit = (lambda w: "relay" + "s" * (w > 1)) if name == "relays" else (lambda w: "ch")
+        print(f"{'scaling':18s} {name:9s} " + "   ".join(
+            f"{width} {unit(width)}: {m['msgs_per_s']:>9,.0f} msgs/s, "
+            f"{m['receiving_us_per_msg']:.1f}/{m['total_us_per_msg']:.1f} us CPU/msg"
+            for width, m in contenders[name].items()) + "   (CPU: receiving/total)", flush=True)
+    return {"scenario": "scaling", "unit": "msgs/s", "reps": reps, "messages": count, "contenders": contenders,
+            "channels": {c: m["msgs_per_s"] for c, m in contenders["threads"].items()}}
 
 
 def secured(keys: str, fn: Callable[[], float]) -> Callable[[], float]:
@@ -159,9 +201,7 @@ def main(argv: list[str]) -> int:
         "curve-egress-arrow": lambda: curve_cost("curve-egress-arrow", "rows/s", keys, reps,
                                                  lambda: egress.connector(spark, m * r, "arrow", r),
                                                  "bare pyzmq PUSH", lambda: egress.bare_push(m * r, "arrow", r)),
-        "scaling": lambda: {"scenario": "scaling", "unit": "msgs/s", "channels": {
-            c: statistics.median(ingest.connector(spark, size["scaling"], "raw", 100, channels=c) for _ in range(reps))
-            for c in (1, 2, 3, 4)}},
+        "scaling": lambda: scaling(spark, size["scaling"], reps),
         "latency": lambda: {"scenario": "latency", **latency.connector(spark, 10_000, size["latency_s"])},
         "backpressure": lambda: {"scenario": "backpressure", **backpressure.connector(
             spark, size["bp_messages"], 1024, spool_bytes=16 << 20, rows_per_trigger=20_000)},
@@ -172,7 +212,7 @@ def main(argv: list[str]) -> int:
         if only and name not in only:
             continue
         result = run()
-        if name in ("scaling", "latency", "backpressure"):
+        if name in ("latency", "backpressure"):  # (scaling prints its own lines)
             print(f"{name:18s} " + json.dumps({k: v for k, v in result.items() if k != "scenario"}), flush=True)
         results.append(result)
     spark.stop()

@@ -1,0 +1,100 @@
+"""CPU time of this benchmark's process tree, read from /proc (Linux only).
+
+``snapshot()`` before and after a timed section, then ``used(before, after, ...)``: the
+CPU seconds the descendants of this process spent in between (this process itself is
+left out: it only starts producers and polls the query). Each process counts its own
+``utime + stime`` and the ``cutime + cstime`` of children it reaped, so a process that
+exits within the section is counted through its parent; one that was still alive at the
+first snapshot has that part subtracted. Processes are told apart by pid *and* start
+time, so a reused pid is not mistaken for the process it replaced; a process that left
+the tree alive (reparented when its parent exited) is still followed.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+TICK = os.sysconf("SC_CLK_TCK")  # /proc times are in clock ticks (usually 10 ms)
+
+#: the bench's own load generators: what they spend is the sending side, never counted
+PRODUCERS = ("producer.py", "nodeproducer.js")
+#: relays: a query's receiver processes (receivers=processes) and standalone relays
+RELAYS = ("spark_zmq.relay.child", "spark_zmq.cli relay")
+
+
+@dataclass(frozen=True)
+class Process:
+    pid: int
+    ppid: int
+    own: int  # utime + stime, ticks
+    reaped: int  # cutime + cstime: children that exited and were waited for, ticks
+    cmdline: str
+
+
+Key = tuple[int, int]  # (pid, start time in ticks since boot)
+Snapshot = dict[Key, Process]
+
+
+def _read(pid: int) -> Optional[tuple[Key, Process]]:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmdline = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:  # gone meanwhile
+        return None
+    # the command name (field 2) is in parentheses and may hold spaces: fields after it
+    fields = stat[stat.rindex(b")") + 2:].split()  # fields[0] is field 3 (state)
+    ppid, utime, stime, cutime, cstime, start = (int(fields[i]) for i in (1, 11, 12, 13, 14, 19))
+    return (pid, start), Process(pid, ppid, utime + stime, cutime + cstime, cmdline)
+
+
+def snapshot(root: Optional[int] = None, follow: Optional[Snapshot] = None) -> Snapshot:
+    """The descendants of ``root`` (default: this process), not ``root`` itself; with
+    ``follow`` (an earlier snapshot), also its processes still alive elsewhere and theirs."""
+    root = os.getpid() if root is None else root
+    everything: dict[int, tuple[Key, Process]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            read = _read(int(name))
+            if read is not None:
+                everything[read[1].pid] = read
+    children: dict[int, list[int]] = {}
+    for key, process in everything.values():
+        children.setdefault(process.ppid, []).append(process.pid)
+    starts = [root] + [key[0] for key in (follow or {}) if key[0] in everything and everything[key[0]][0] == key]
+    seen: Snapshot = {}
+    pending = [c for pid in starts for c in children.get(pid, [])] + [pid for pid in starts if pid != root]
+    while pending:
+        pid = pending.pop()
+        key, process = everything[pid]
+        if key in seen or pid == root:
+            continue
+        seen[key] = process
+        pending.extend(children.get(pid, []))
+    return seen
+
+
+def used(before: Snapshot, after: Snapshot, include: Callable[[Process], bool] = lambda p: True) -> float:
+    """CPU seconds spent between two snapshots (``after`` taken with ``follow=before``) by
+    the processes ``include`` accepts. A process that exits in between is counted through
+    its parent, so ``include`` should accept the parents of such processes too."""
+    ticks = 0
+    for key, process in after.items():
+        if include(process):
+            earlier = before.get(key)
+            ticks += process.own + process.reaped - (earlier.own + earlier.reaped if earlier else 0)
+    for key, process in before.items():
+        if key not in after and include(process):
+            ticks -= process.own + process.reaped  # its final figures are in its parent's ``reaped``
+    return ticks / TICK
+
+
+def not_producer(process: Process) -> bool:
+    return not any(p in process.cmdline for p in PRODUCERS)
+
+
+def is_relay(process: Process) -> bool:
+    return any(r in process.cmdline for r in RELAYS)
