@@ -1,0 +1,139 @@
+"""The relay's lease and its request handling, attacked as a stranger would (no Spark).
+
+The lease is pure bookkeeping over a clock; the relay is a real one in this process, on
+real sockets, with plain pyzmq DEALER clients that send what a hostile peer might."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+import zmq
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from spark_zmq.options import SourceOptions
+from spark_zmq.relay.client import RelayBusyError, RelayClient, RelayError
+from spark_zmq.relay.lease import Lease
+from spark_zmq.relay.service import Relay
+
+from zmqtest import Producer, numbered, wait_until
+
+pytestmark = pytest.mark.timeout(120)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_lease_admits_one_holder_and_lapses_when_nobody_renews():
+    clock = Clock()
+    lease = Lease(10.0, clock)
+    assert lease.claim("a") is None
+    clock.now += 4
+    refusal = lease.claim("b")
+    assert refusal is not None and refusal.holder == "a" and refusal.idle_s == 4 and refusal.lapses_in_s == 6
+    assert lease.claim("a") is None  # renewing resets the clock
+    clock.now += 9.9
+    assert lease.claim("b") is not None
+    clock.now += 0.1
+    assert lease.claim("b") is None and lease.holder == "b"
+    lease.release("a")  # a stranger's release changes nothing
+    assert lease.holder == "b"
+    lease.release("b")
+    assert lease.claim("c") is None
+    with pytest.raises(ValueError):
+        Lease(0)
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def relay(tmp_path):
+    data = _port()
+    options = SourceOptions.parse({"endpoints": f"@tcp://127.0.0.1:{data}", "spoolDir": str(tmp_path / "spool"),
+                                   "spoolAccess": "local"})
+    served = Relay(options, f"tcp://127.0.0.1:{_port()}")
+    producer = Producer(f"tcp://127.0.0.1:{data}", numbered(500))
+    producer.start()
+    producer.finish()
+    wait_until(lambda: served.ingest.spool.channels[0].next_offset == 500, 30, "500 messages spooled")
+    yield served
+    served.stop()
+
+
+def _dealer(relay):
+    dealer = zmq.Context.instance().socket(zmq.DEALER)
+    dealer.setsockopt(zmq.LINGER, 0)
+    dealer.setsockopt(zmq.RCVTIMEO, 5000)
+    dealer.connect(relay.listen)
+    return dealer
+
+
+def test_a_second_session_is_refused_and_garbage_gets_an_answer_not_a_crash(relay):
+    holder = RelayClient(relay.listen, "holder", timeout_s=5)
+    other = RelayClient(relay.listen, "other", timeout_s=5)
+    try:
+        assert holder.call("attach")["latest"] == [500]
+        with pytest.raises(RelayBusyError, match="is read by another query"):
+            other.call("attach")
+        with pytest.raises(RelayBusyError):
+            other.call("release", offsets={"0": 500})  # a stranger cannot free the holder's spool
+        assert relay.ingest.spool.channels[0].earliest == 0
+        dealer = _dealer(relay)
+        for body in (b"\xff\xfe", b"[1, 2]", b"[" * 60_000, json.dumps({"op": "count", "session": "holder",
+                                                                          "channel": 99, "start": 0, "end": 1}).encode(),
+                     json.dumps({"op": "release", "session": "holder", "offsets": {"0": "x"}}).encode(),
+                     json.dumps({"op": "nope", "session": "holder"}).encode(),
+                     json.dumps({"op": "state", "session": ["x"]}).encode()):
+            dealer.send_multipart([b"", body])
+            reply = dealer.recv_multipart()
+            assert reply[1] == b"error", (body[:40], reply)
+        dealer.send_multipart([b"", b"x" * (1 << 20)])  # over the request cap: libzmq drops the peer
+        assert holder.call("state")["latest"] == [500]  # still serving
+        dealer.close(0)
+    finally:
+        holder.close()
+        other.close()
+
+
+def test_a_silent_relay_is_a_clear_error_within_the_timeout():
+    client = RelayClient(f"tcp://127.0.0.1:{_port()}", "s", timeout_s=1.5)
+    try:
+        with pytest.raises(RelayError, match=r"no answer from the relay at tcp://127\.0\.0\.1:\d+ to 'attach' "
+                                             r"within 2 s \(option 'relayTimeout'\)"):
+            client.call("attach")
+    finally:
+        client.close()
+
+
+_json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+                     max_leaves=10)
+_request = st.fixed_dictionaries(
+    {"op": st.sampled_from(["hello", "attach", "state", "count", "end_within", "lost", "advance", "release",
+                            "locate", "detach", "other"]),
+     "session": st.one_of(st.just("fuzz"), _json)},
+    optional={"channel": _json | st.integers(-2, 3), "start": _json | st.integers(-2, 10 ** 20),
+              "end": _json | st.integers(-2, 10 ** 20), "offset": _json | st.integers(-2, 10 ** 20),
+              "offsets": _json, "rows": _json, "bytes": _json, "id": _json})
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(request=_request)
+def test_any_request_gets_a_json_answer_and_never_moves_offsets_backwards(relay, request):
+    before = relay.ingest.spool.channels[0].next_offset
+    status, body = relay._control(request)
+    assert status in (b"ok", b"error")
+    json.loads(body)
+    assert relay.ingest.spool.channels[0].next_offset >= before
+    relay.lease.release("fuzz")
