@@ -387,3 +387,35 @@ def _cmdline(pid):
             return f.read()
     except OSError:
         return b""
+
+
+def test_a_relay_with_a_full_spool_holds_producers_back_and_loses_nothing(tmp_path):
+    """No query reads the relay: it spools until --max-spool-bytes, then stops reading and
+    the producer blocks. A reader that then commits (here the protocol's own client,
+    releasing what it has 'read') lets it drain: every message arrives, none dropped."""
+    from spark_zmq.relay.client import RelayClient
+    from zmqtest import dir_bytes, settled
+
+    data_port, listen_port = _ports(2)
+    spool = str(tmp_path / "spool")
+    relay = RelayProcess(f"@tcp://127.0.0.1:{data_port}", f"tcp://127.0.0.1:{listen_port}", spool,
+                         "--max-spool-bytes", "1 MiB", "--hwm", "100")
+    total = 20_000
+    producer = Producer(f"tcp://127.0.0.1:{data_port}", [b"%07d" % i + b"x" * 1017 for i in range(total)], hwm=100)
+    client = RelayClient(relay.listen, "drain", timeout_s=10)
+    try:
+        producer.start()
+        wait_until(lambda: producer.blocked, 60, "the producer to block on a full relay")
+        held = settled(lambda: producer.sent, "the producer's count while the relay's spool is full")
+        assert held < total
+        assert dir_bytes(spool) < 2 << 20, f"the spool holds {dir_bytes(spool)} bytes against a 1 MiB cap"
+
+        def drained():
+            state = client.call("release", offsets={"0": client.call("state")["latest"][0]})
+            return state["latest"][0] == total
+        wait_until(drained, 120, "every message to reach the relay once its reader commits", interval=0.1)
+        producer.finish()
+        assert relay.process.poll() is None, relay.errors()
+    finally:
+        client.close()
+        stop_relays([relay])
