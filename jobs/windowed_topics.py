@@ -10,8 +10,10 @@ epoch seconds), and counts and averages the readings per topic and event-time wi
 window is written (Parquet, append mode) once the watermark passes its end: events later
 than ``--watermark`` behind the newest one seen are dropped by Spark, as usual.
 
-The ``text`` format keeps the ``topic`` frame as a column; ``from_json`` does the parsing,
-as with Kafka's ``value``. PUB/SUB is lossy by specification (a slow subscriber drops at its
+The ``json`` format parses the payloads into ``--schema``'s columns, and the source option
+``includeMetadata`` adds each message's ``topic`` (its first frame), ``partition``,
+``offset`` and ``timestamp``, declared as the last four columns (Spark takes a declared
+schema as it is). PUB/SUB is lossy by specification (a slow subscriber drops at its
 high-water mark; messages published before the subscription arrive nowhere): use PUSH/PULL
 where every message counts.
 
@@ -73,17 +75,24 @@ def main(argv: list[str]) -> int:
             print(f"windowed_topics: column {column!r} is not in --schema ({', '.join(schema.fieldNames())})",
                   file=sys.stderr)
             return 2
+    metadata = "topic string, partition int, offset long, timestamp timestamp"
+    clash = [c for c in schema.fieldNames() if c in ("topic", "partition", "offset", "timestamp")]
+    if clash:
+        print(f"windowed_topics: --schema column {clash[0]!r} has the name of a metadata column ({metadata})",
+              file=sys.stderr)
+        return 2
 
     messages = (
         spark.readStream.format("zmq")
         .option("pattern", "sub").option("endpoints", args.endpoints).option("topics", args.topics)
-        .option("format", "text")
+        .option("format", "json").option("includeMetadata", "true")
         .option("spoolDir", args.spool_dir)
         .option("timeout", str(args.idle_timeout))
         .options(**args.curve)
+        .schema(f"{args.schema}, {metadata}")
         .load()
     )
-    readings = messages.select("topic", F.from_json("value", schema).alias("r")).select("topic", "r.*")
+    readings = messages
     windows = (
         readings.withColumn("event_time", F.col(args.time_column).cast("timestamp"))
         .withWatermark("event_time", args.watermark)

@@ -282,6 +282,12 @@ SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
          "message. The sink's `spark_zmq.query_id`, `batch_id`, `partition`, `sequence` and `spark_zmq.row` "
          "name one written row (see \"Message headers\").", default=False, default_doc="`false`",
          only_formats=("arrow",)),
+    _src("includeMetadata", "bool", "include_metadata", "`json`/`arrow`: fill the columns `topic string, "
+         "partition int, offset long, timestamp timestamp` (as `raw` has them: the message's topic frame, its "
+         "channel, its offset in the channel, when it was received), declared as the last four of "
+         "`.schema(...)`: Spark takes a declared schema as it is, so they are declared, not appended. A message "
+         "column with one of these names is an error.", default=False, default_doc="`false`",
+         only_formats=("json", "arrow")),
     _src("timeout", "seconds", "timeout", "Seconds of silence that end a bounded batch read; also how long "
          "`Trigger.AvailableNow` drains what producers had queued before it pins its end.",
          default=5.0, default_doc="5", minimum=0.0, maximum=MAX_SECONDS),
@@ -722,6 +728,7 @@ class SourceOptions:
     curve_server_key: Optional[bytes] = None
     curve_authorized_keys: Any = field(default=None, repr=False)
     include_headers: bool = False
+    include_metadata: bool = False
     relays: list[str] = field(default_factory=list)
     relay_timeout: float = 30.0
     receivers: str = "threads"

@@ -1,4 +1,4 @@
-"""The fixed output schemas of the ``raw`` and ``text`` formats (DESIGN.md section 2)."""
+"""The fixed output schemas of the ``raw`` and ``text`` formats (the README's "Source options" and docs/architecture.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Bad input to ``spark_zmq.patterns``: every mistake gets a clear exception whose message
-names the offending value and says what is valid (DESIGN.md section 3, "Bad input")."""
+names the offending value and says what is valid (docs/architecture.md, "Guarantees": bad input)."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ Lines not tested as written, and why:
   reroutes a subscriber's messages, so a destroyed outgoing queue is indistinguishable
   from a kept one. On the receiving side libzmq delivers what a SUB/XSUB already holds
   from a publisher that has since disconnected; the pattern layer keeps that, as for
-  PULL/GATHER (DESIGN.md section 3: received data is not thrown away), and
+  PULL/GATHER (docs/architecture.md, "Guarantees": received data is not thrown away), and
   ``test_sub_keeps_messages_already_received_from_a_disconnected_publisher`` pins it.
 * PUB "SHALL silently discard any messages that subscribers send it": a PUB has no
   receive call, and what it does with upstream data leaves no trace outside.

@@ -10,7 +10,7 @@ Lines not tested as written, and why:
 * PULL: "If this peer disconnects, the PULL socket SHALL destroy its queue and SHALL
   discard any messages it contains." -- deliberately NOT followed. libzmq delivers the
   messages a PULL already holds from a peer that has since disconnected, and the pattern
-  layer keeps that: DESIGN.md section 3 promises that nothing the connector received is
+  layer keeps that: docs/architecture.md ("Guarantees") promises that nothing the connector received is
   dropped for ``pull``/``gather``, and a producer that sends and exits would otherwise lose
   its last messages. ``test_pull_keeps_messages_already_received_from_a_disconnected_peer``
   pins the chosen behaviour (see the ``spark_zmq.patterns.pipeline`` docstring).
@@ -192,7 +192,7 @@ def test_pull_shall_create_queue_when_a_peer_connects_to_it(transport):
 
 def test_pull_keeps_messages_already_received_from_a_disconnected_peer():
     """Deliberate deviation from "SHALL destroy its queue and SHALL discard any messages it
-    contains" (see the module docstring): DESIGN.md section 3 forbids losing received data."""
+    contains" (see the module docstring): docs/architecture.md ("Guarantees") forbids losing received data."""
     scenario_received_messages_survive_peer_disconnect(Push, Pull)
 
 

@@ -1,6 +1,6 @@
 """Exactly-once across failure, and backpressure with bounded memory.
 
-What "exactly once" can mean without broker acknowledgements (DESIGN.md section 3): every
+What "exactly once" can mean without broker acknowledgements (docs/architecture.md, "Guarantees"): every
 message the connector received (numbered by ``offset`` in its channel, on receipt) reaches
 the output exactly once across a stop/restart or the death of the driver-side reader
 process. Messages still in the producer's or the network's buffers when the receiver dies

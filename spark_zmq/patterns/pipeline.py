@@ -7,7 +7,7 @@ time; use ``Scatter``/``Gather`` to share one socket between threads.
 One deliberate deviation from 30/PIPELINE: the RFC says that when a peer disconnects, the
 PULL socket SHALL destroy that peer's incoming queue and discard the messages in it.
 libzmq instead delivers what a PULL already holds from a peer that has since gone away,
-and this layer keeps that behaviour: DESIGN.md section 3 promises that nothing the
+and this layer keeps that behaviour: docs/architecture.md ("Guarantees") promises that nothing the
 connector has received is lost for ``pull``/``gather``, and a producer that sends its last
 messages and exits would otherwise lose them. (A PUSH does follow the RFC: the queue of a
 peer that disconnected from it is dropped, never rerouted to another peer.)

@@ -65,6 +65,7 @@ __all__ = [
     "ROW_KEY",
     "headers_template",
     "headers_column",
+    "METADATA_COLUMNS",
 ]
 
 # Spark hands Arrow batches to the JVM; keep each under this many payload bytes.
@@ -188,6 +189,37 @@ def _headers_field(fmt: str, schema: StructType) -> int:
     return found[0]
 
 
+#: the columns includeMetadata fills, last in the declared schema, as the raw format has them
+METADATA_COLUMNS = (("topic", "string"), ("partition", "int"), ("offset", "bigint"), ("timestamp", "timestamp"))
+_METADATA_DDL = "topic string, partition int, offset long, timestamp timestamp"
+
+
+def _metadata_fields(fmt: str, schema: StructType) -> StructType:
+    """The declared columns read from messages, once the includeMetadata columns (the last
+    four, exactly ``METADATA_COLUMNS``) are checked and taken off."""
+    if fmt not in ("json", "arrow"):
+        raise OptionError(f"option 'includeMetadata' applies to formats 'json' and 'arrow'; format {fmt!r} has "
+                          "these columns already", "includeMetadata")
+    names = schema.fieldNames()
+    tail = [(f.name, f.dataType.simpleString()) for f in schema.fields[-len(METADATA_COLUMNS):]]
+    if len(names) < len(METADATA_COLUMNS) or tail != list(METADATA_COLUMNS):
+        raise OptionError(
+            f"option 'includeMetadata' = true fills the columns '{_METADATA_DDL}', which must be the last four of "
+            f"the declared schema ({_names(names)}). Spark takes a declared schema as it is, so they are declared, "
+            f"not added: .schema('sensor string, reading double, {_METADATA_DDL}'); or set includeMetadata=false",
+            "includeMetadata",
+        )
+    data = schema.fields[: -len(METADATA_COLUMNS)]
+    clash = [f.name for f in data if f.name.lower() in {name for name, _ in METADATA_COLUMNS}]
+    if clash:
+        raise OptionError(
+            f"option 'includeMetadata': the message column {clash[0]!r} has the name of a metadata column "
+            f"({', '.join(n for n, _ in METADATA_COLUMNS)}); rename it in the producer, or set includeMetadata=false",
+            "includeMetadata",
+        )
+    return StructType(data)
+
+
 def _preview(value: bytes, limit: int = 120) -> str:
     text = bytes(value[:limit]).decode("utf-8", "replace")
     return text + ("..." if len(value) > limit else "")
@@ -274,8 +306,14 @@ class Decoder:
         corrupt_column: Optional[str] = None,
         max_message_bytes: int = 64 << 20,
         include_headers: bool = False,
+        include_metadata: bool = False,
     ) -> None:
         self.fmt = fmt
+        #: includeMetadata: the output schema (data columns + metadata); ``target`` and
+        #: ``schema`` below are then the data columns only, what the messages hold
+        self.output: Optional[pa.Schema] = arrow_schema(schema) if include_metadata else None
+        if include_metadata:
+            schema = _metadata_fields(fmt, schema)
         self.schema = schema
         self.target = arrow_schema(schema)
         # includeHeaders: where the headers column goes, and the columns read from messages
@@ -319,10 +357,29 @@ class Decoder:
             piece = batch if (start, stop) == (0, batch.num_rows) else batch.slice(start, stop - start)
             if self.fmt in ("raw", "text"):
                 yield from self._decode_columns(piece, channel, first_offset + start)
-            elif self.fmt == "json":
-                yield from self._decode_json(piece, channel, first_offset + start)
+                continue
+            decoded = (self._decode_json(piece, channel, first_offset + start) if self.fmt == "json"
+                       else self._decode_arrow(piece, channel, first_offset + start))
+            if self.output is None:
+                for out, _ in decoded:
+                    yield out
             else:
-                yield from self._decode_arrow(piece, channel, first_offset + start)
+                for out, rows_from in decoded:
+                    yield self._with_metadata(out, rows_from, piece, channel, first_offset + start)
+
+    def _with_metadata(self, out: pa.RecordBatch, rows_from, piece: pa.RecordBatch, channel: int,
+                       first: int) -> pa.RecordBatch:
+        """``out`` with the includeMetadata columns appended: each row's message is
+        ``rows_from`` (one message index for all rows, or one per row) within ``piece``."""
+        n = out.num_rows
+        index = np.full(n, rows_from, dtype=np.int64) if isinstance(rows_from, int) else rows_from
+        taken = pa.array(index)
+        columns = [piece.column(1).take(taken), pa.array(np.full(n, channel, dtype=np.int32)),
+                   pa.array(index + first), piece.column(2).take(taken)]
+        assert self.output is not None
+        tail = self.output.types[-len(columns):]
+        arrays = out.columns + [column.cast(kind) for column, kind in zip(columns, tail)]
+        return pa.RecordBatch.from_arrays(arrays, schema=self.output)
 
     # -- raw / text ----------------------------------------------------------------------
 
@@ -477,7 +534,7 @@ class Decoder:
                 stack.append(part[middle:])
                 stack.append(part[:middle])
 
-    def _decode_json(self, batch: pa.RecordBatch, channel: int, first: int) -> Iterator[pa.RecordBatch]:
+    def _decode_json(self, batch: pa.RecordBatch, channel: int, first: int) -> Iterator[tuple]:
         values = batch.column(0)
         n = len(values)
         fast, longest = self._json_screen(values)
@@ -508,9 +565,10 @@ class Decoder:
                 raise self._malformed_error(channel, first + i, values[i].as_py(), bad[i])
         yield from self._assemble_json(values, found, bad)
 
-    def _assemble_json(self, values: pa.Array, found: list, bad: dict) -> Iterator[pa.RecordBatch]:
+    def _assemble_json(self, values: pa.Array, found: list, bad: dict) -> Iterator[tuple[pa.RecordBatch, np.ndarray]]:
         """One output batch in message order: parsed rows, and (PERMISSIVE) a null row with
-        the raw text in the corrupt-record column for each malformed message."""
+        the raw text in the corrupt-record column for each malformed message; with it, the
+        message index of each row."""
         keep_bad = self.mode == "PERMISSIVE" and bad
         if not found and not keep_bad:
             return
@@ -518,6 +576,7 @@ class Decoder:
             table = found[0][1]
             order = None
             bad_rows = 0
+            where = found[0][0]
         else:
             tables = [table for _, table in found]
             indices = [part for part, _ in found]
@@ -548,11 +607,14 @@ class Decoder:
             else:
                 column = table.column(field.name).combine_chunks().cast(field.type)
             arrays.append(column if order is None else column.take(pa.array(order)))
-        yield pa.RecordBatch.from_arrays(arrays, schema=self.target)
+        # each output row is one message: which one, for includeMetadata
+        rows_from = np.asarray(where, dtype=np.int64) if order is None else np.asarray(where, dtype=np.int64)[order]
+        yield pa.RecordBatch.from_arrays(arrays, schema=self.target), rows_from
 
     # -- arrow -----------------------------------------------------------------------------
 
-    def _decode_arrow(self, batch: pa.RecordBatch, channel: int, first: int) -> Iterator[pa.RecordBatch]:
+    def _decode_arrow(self, batch: pa.RecordBatch, channel: int, first: int) -> Iterator[tuple[pa.RecordBatch, int]]:
+        """Each message's output batches, with the message's index in ``batch``."""
         values = batch.column(0)
         for i in range(len(values)):
             scalar = values[i]
@@ -578,18 +640,19 @@ class Decoder:
                     f"{exc}. Set mode=DROPMALFORMED to skip such messages."
                 ) from None
             if headers is not None:
-                yield from self._with_headers(decoded, headers)
+                for out in self._with_headers(decoded, headers):
+                    yield out, i
                 continue
             for out in decoded:
                 if not out.num_rows:
                     continue
                 size = out.nbytes
                 if size <= _MAX_OUTPUT_BATCH_BYTES:
-                    yield out
+                    yield out, i
                     continue
                 step = max(1, out.num_rows * _MAX_OUTPUT_BATCH_BYTES // size)
                 for start in range(0, out.num_rows, step):
-                    yield out.slice(start, step)
+                    yield out.slice(start, step), i
 
     def _read_with_headers(self, buffer: pa.Buffer) -> tuple[list[pa.RecordBatch], _Headers]:
         """The message's batches (the declared columns but ``headers``) and its headers,
@@ -631,4 +694,5 @@ class Decoder:
 def decoder_for(options: "SourceOptions", schema: StructType) -> Decoder:
     """The decoder a source's options call for (stream and bounded batch reads alike)."""
     return Decoder(options.format, schema, mode=options.mode, corrupt_column=options.corrupt_column,
-                   max_message_bytes=options.max_message_bytes, include_headers=options.include_headers)
+                   max_message_bytes=options.max_message_bytes, include_headers=options.include_headers,
+                   include_metadata=options.include_metadata)
