@@ -834,3 +834,20 @@ def test_xpub_nodrop_refuses_what_a_full_subscriber_cannot_take_so_drops_can_be_
     finally:
         subscriber.close()
         publisher.close(linger=0)
+
+
+@transports
+def test_xpub_recv_values_delivers_what_recv_subscription_set_aside(transport):
+    """Data messages an XSUB sent upstream, passed over by recv_subscription(), reach the
+    application through every receive call, recv_values() included (one receive path)."""
+    xpub = XPub(bind_spec(transport))
+    xsub = XSub(">" + xpub.last_endpoint)
+    try:
+        xsub.send(b"first", timeout=0)
+        xsub.send([b"topic", b"second"], timeout=0)
+        xsub.subscribe("t")
+        assert xpub.recv_subscription(timeout=SOON_S) == (True, b"t")  # passes over both data messages
+        values, topics = xpub.recv_values(10, timeout=SOON_S)
+        assert values == [b"first", b"second"] and topics == [None, b"topic"]
+    finally:
+        close_all(xpub, xsub)
