@@ -23,10 +23,41 @@ __all__ = ["ZmqDataSource"]
 
 _SUMMARY = """``format("zmq")``: ZeroMQ PULL/GATHER/SUB in, PUSH/SCATTER/PUB out.
 
+Reading (``import spark_zmq`` registers the source on the active session):
+
     df = (spark.readStream.format("zmq").option("pattern", "pull")
             .option("endpoints", "@tcp://*:5555").option("format", "json")
             .schema("sensor string, reading double").load())
-    df.writeStream.format("zmq").option("endpoints", "tcp://collector:6000")...
+    q = (df.writeStream.format("parquet").option("path", "/data/readings")
+            .option("checkpointLocation", "/data/ckpt").start())
+
+Writing (batch writes need mode "append"):
+
+    df.write.format("zmq").mode("append").option("endpoints", "tcp://collector:6000")
+        .option("format", "arrow").save()
+
+Schemas of what the source reads:
+  raw   value binary, topic string, partition int, offset long, timestamp timestamp
+  text  the same with value string (UTF-8, invalid bytes replaced)
+  json  your .schema(...); malformed messages follow option mode (PERMISSIVE,
+        DROPMALFORMED, FAILFAST) and columnNameOfCorruptRecord, as Spark's JSON reader
+  arrow your .schema(...); each message is one Arrow IPC stream of one or more batches
+  partition is the ingest channel (the endpoint's position, or a relay's channel),
+  offset the message's number in it, timestamp when it was received; topic is the first
+  frame of a [topic, payload] message. json/arrow get them with includeMetadata.
+
+Guarantees:
+  source (pull, gather): every message the connector received (written to its spool)
+    reaches Spark exactly once per checkpointed query, across task retries, executor
+    loss and a driver restart; a full spool (maxSpoolBytes) holds producers back instead
+    of dropping. What sits in ZeroMQ's or the network's buffers when a receiver dies is
+    beyond reach (ZeroMQ has no acknowledgements). sub drops at the high-water mark.
+  sink (push, scatter): at least once; a task commits once every message it sent was
+    acknowledged by a consumer's TCP, else it fails within sendTimeoutMs and is retried.
+    Arrow messages carry spark_zmq.* metadata to drop the copies a retry sends. pub
+    counts what it drops.
+  bad input: an error naming the option, channel, offset or file and what is valid.
+The README and docs/architecture.md in the project say more.
 
 """
 

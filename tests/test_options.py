@@ -460,3 +460,13 @@ def test_a_bad_option_fails_load_naming_the_option(spark, free_port, option, val
     with pytest.raises(Exception) as info:
         reader.load()
     assert expected in str(info.value)
+
+
+def test_help_of_the_data_source_is_a_manual_schemas_guarantees_and_examples():
+    from spark_zmq.datasource import ZmqDataSource
+
+    text = pydoc.render_doc(ZmqDataSource, renderer=pydoc.plaintext)
+    for fragment in ('spark.readStream.format("zmq")', 'df.write.format("zmq").mode("append")',
+                     "value binary, topic string, partition int, offset long, timestamp timestamp",
+                     "exactly once per checkpointed query", "at least once", "includeMetadata"):
+        assert fragment in text, fragment
