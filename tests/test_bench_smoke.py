@@ -31,5 +31,10 @@ def test_bench_smoke_run_writes_its_report(tmp_path):
     assert all(rows[name]["versus"] == "pull from libzmq PUSH" for name in ("gather-raw-100B", "gather-arrow"))
     assert 0 < rows["latency"]["p50_ms"] <= rows["latency"]["p99_ms"]
     assert sorted(rows["scaling"]["channels"]) == ["1", "2", "3", "4"]
+    assert set(rows["scaling"]["contenders"]) == {"threads", "processes", "relays"}
+    # every scenario names its fair ceiling; Arrow egress is measured against Spark's own
+    assert all(r["ceiling"] in r["median"] and r["ceiling_why"] for r in compared)
+    assert rows["egress-arrow"]["ceiling"] == "Python Arrow writer, discarding"
+    assert "fair ceiling" in (tmp_path / "report.md").read_text()
     assert "| scenario |" in (tmp_path / "report.md").read_text()
     assert (tmp_path / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -175,6 +175,62 @@ def test_pipeline_stage_transforms_arrow_batches_between_two_zeromq_peers(tmp_pa
     assert max(t.num_rows for t in collected) <= 700
 
 
+#: a spark-defaults.conf in each form java.util.Properties (so Spark) reads: key<TAB>value,
+#: key=value, key : value, key value, a `!` comment and a continued line
+SPARK_DEFAULTS = ("# settings the conf check below expects back\n"
+                  "! another comment\n"
+                  "spark.master\tlocal[1]\n"
+                  "spark.sql.shuffle.partitions=3\n"
+                  "spark.sql.session.timeZone : Pacific/Auckland\n"
+                  "spark.ui.enabled false\n"
+                  "spark.sql.adaptive.enabled \\\n"
+                  "    false\n")
+CONF_KEYS = ("spark.master", "spark.sql.shuffle.partitions", "spark.sql.session.timeZone", "spark.ui.enabled",
+             "spark.sql.adaptive.enabled")
+#: a job's session, with jobkit's project conf file named by argv[1]; prints what Spark has
+CONF_CHECK = f"""
+import sys
+sys.path.insert(0, {os.path.join(ROOT, "jobs")!r})
+import jobkit
+jobkit.CONF = sys.argv[1]
+spark = jobkit.session("spark-zmq-conf-check")
+for key in {CONF_KEYS!r}:
+    print(f"{{key}} -> {{spark.conf.get(key)}}")
+spark.stop()
+"""
+
+
+@pytest.mark.parametrize("run", ["python", "spark-submit", "spark-submit with SPARK_CONF_DIR"])
+def test_spark_defaults_are_read_by_spark_in_every_properties_form(run, tmp_path):
+    """The job's conf file reaches Spark as Spark parses it (tab, '=', ':' and space
+    separated lines alike): under plain python as the JVM's properties file, under
+    spark-submit filling in what spark-submit left unset, and under spark-submit with
+    SPARK_CONF_DIR Spark's own reading of that directory wins over the project's file."""
+    conf_dir, empty_dir = tmp_path / "conf", tmp_path / "empty"
+    conf_dir.mkdir()
+    empty_dir.mkdir()
+    (conf_dir / "spark-defaults.conf").write_text(SPARK_DEFAULTS)
+    script = tmp_path / "conf_check.py"
+    script.write_text(CONF_CHECK)
+    env = dict(_env(), SPARK_CONF_DIR=str(empty_dir))
+    env.pop("PYSPARK_SUBMIT_ARGS", None)
+    expected = {"spark.master": "local[1]", "spark.sql.shuffle.partitions": "3",
+                "spark.sql.session.timeZone": "Pacific/Auckland", "spark.ui.enabled": "false",
+                "spark.sql.adaptive.enabled": "false"}
+    if run == "python":
+        command = [sys.executable, str(script), str(conf_dir / "spark-defaults.conf")]
+    elif run == "spark-submit":
+        command = [SPARK_SUBMIT, str(script), str(conf_dir / "spark-defaults.conf")]
+        expected["spark.master"] = "local[*]"  # spark-submit's own master wins over the file's
+    else:  # the directory's file, read by spark-submit, wins over the project's (shuffle partitions 2)
+        env["SPARK_CONF_DIR"] = str(conf_dir)
+        command = [SPARK_SUBMIT, str(script), os.path.join(ROOT, "conf", "spark-defaults.conf")]
+    result = subprocess.run(command, cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    got = dict(line.split(" -> ", 1) for line in result.stdout.splitlines() if " -> " in line)
+    assert got == expected, result.stdout
+
+
 @pytest.mark.parametrize("job, args, message", [
     ("jobs/quickstart.py", ["--messages", "zero"], "invalid int value"),
     ("jobs/zmq_to_parquet.py", ["--endpoints", "@tcp://*:5555", "--output", "o"], "--checkpoint"),
