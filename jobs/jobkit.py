@@ -10,41 +10,43 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers import this interpreter
 
-CONF = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "conf", "spark-defaults.conf")
-
-
-def spark_defaults() -> dict[str, str]:
-    """conf/spark-defaults.conf, so a job runs with the project's settings under plain
-    spark-submit as well as under ``--properties-file``."""
-    settings: dict[str, str] = {}
-    if os.path.exists(CONF):
-        with open(CONF) as f:
-            for line in f:
-                line = line.strip()
-                if line and not line.startswith("#"):
-                    key, _, value = line.partition(" ")
-                    settings[key] = value.strip()
-    return settings
+CONF = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf", "spark-defaults.conf")
 
 
 def session(app_name: str, master: str | None = None):
     """A SparkSession with conf/spark-defaults.conf applied, Python workers on this
     interpreter and the ``zmq`` format registered. ``master`` overrides the conf; under
-    ``spark-submit --master`` pass ``None`` and Spark's own setting wins."""
+    ``spark-submit --master`` pass ``None`` and Spark's own setting wins.
+
+    Spark reads the file itself (java.util.Properties: ``key value``, ``key<TAB>value``,
+    ``key=value``, ``key:value``, ``#``/``!`` comments, continued lines). Under plain
+    ``python`` it is the properties file of the JVM that pyspark starts (as with
+    ``spark-submit --properties-file conf/spark-defaults.conf --load-spark-defaults``).
+    Under spark-submit the JVM already has spark-submit's settings (``--conf``, ``--master``,
+    ``--properties-file`` or ``SPARK_CONF_DIR/spark-defaults.conf``); those win, and the
+    file only fills in the keys they leave unset (likewise under ``python`` when
+    PYSPARK_SUBMIT_ARGS names its own ``--properties-file``)."""
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(app_name)
-    for key, value in spark_defaults().items():
-        if key == "spark.master" and (master or _under_spark_submit()):
-            continue  # an explicit --master, or spark-submit's own choice, wins
-        builder = builder.config(key, value)
-    if master:
-        builder = builder.master(master)
-    spark = builder.config("spark.pyspark.python", sys.executable).getOrCreate()
+    submit_args = os.environ.get("PYSPARK_SUBMIT_ARGS")
+    try:
+        if _jvm_started() or not _use_properties_file():
+            for key, value in _unset_defaults().items():
+                builder = builder.config(key, value)
+        if master:
+            builder = builder.master(master)
+        spark = builder.config("spark.pyspark.python", sys.executable).getOrCreate()
+    finally:  # only this JVM's launch needed it
+        if submit_args is None:
+            os.environ.pop("PYSPARK_SUBMIT_ARGS", None)
+        else:
+            os.environ["PYSPARK_SUBMIT_ARGS"] = submit_args
     spark.sparkContext.setLogLevel("ERROR")
     import spark_zmq
 
@@ -52,10 +54,40 @@ def session(app_name: str, master: str | None = None):
     return spark
 
 
-def _under_spark_submit() -> bool:
-    """True when spark-submit started this driver (its JVM is already up and has chosen
-    the master: ``--master``, or its own default)."""
-    return "PYSPARK_GATEWAY_PORT" in os.environ
+def _jvm_started() -> bool:
+    """True when Spark's JVM is already up: spark-submit started this driver (it has
+    applied its own settings and chosen the master: ``--master``, or its default), or
+    this process has launched it before."""
+    from pyspark import SparkContext
+
+    return "PYSPARK_GATEWAY_PORT" in os.environ or SparkContext._gateway is not None
+
+
+def _use_properties_file() -> bool:
+    """Make CONF the properties file of the JVM that pyspark is about to launch; False if
+    PYSPARK_SUBMIT_ARGS already names one. ``--load-spark-defaults`` keeps
+    ``SPARK_CONF_DIR/spark-defaults.conf`` (if any) underneath it."""
+    if not os.path.exists(CONF):
+        return True  # nothing to apply
+    args = shlex.split(os.environ.get("PYSPARK_SUBMIT_ARGS", "pyspark-shell"))
+    if any(arg == "--properties-file" or arg.startswith("--properties-file=") for arg in args):
+        return False
+    os.environ["PYSPARK_SUBMIT_ARGS"] = shlex.join(["--properties-file", CONF, "--load-spark-defaults", *args])
+    return True
+
+
+def _unset_defaults() -> dict[str, str]:
+    """CONF's settings, parsed by Spark (``Utils.getPropertiesFromFile``, what
+    spark-submit uses for a properties file), that the running JVM has not been given."""
+    if not os.path.exists(CONF):
+        return {}
+    from pyspark import SparkContext
+
+    SparkContext._ensure_initialized()  # connects to spark-submit's JVM (or launches pyspark's)
+    jvm = SparkContext._jvm
+    given = jvm.org.apache.spark.SparkConf(True)  # spark-submit's settings, as system properties
+    parsed = jvm.scala.jdk.javaapi.CollectionConverters.asJava(jvm.org.apache.spark.util.Utils.getPropertiesFromFile(CONF))
+    return {key: value for key, value in dict(parsed).items() if not given.contains(key)}
 
 
 def parser(doc: str) -> argparse.ArgumentParser:

@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -114,12 +115,27 @@ def test_a_relay_keeps_receiving_while_the_spark_application_is_killed_and_resta
     relay = RelayProcess(f"@tcp://127.0.0.1:{data_port}", f"tcp://127.0.0.1:{listen_port}", str(tmp_path / "spool"))
     total = 30_000
     messages = numbered(total, fmt=b"app-%d")
-    producer = Producer(f"tcp://127.0.0.1:{data_port}", messages, rate=1_500)
+    output_seen = threading.Event()
+
+    def paced():
+        """2,000 messages, then the rest once the first application has written output, so
+        the producer is still sending when that application is killed, however slow its start."""
+        yield from messages[:2_000]
+        output_seen.wait(240)
+        resumed = time.monotonic()
+        for i, message in enumerate(messages[2_000:]):
+            if i % 100 == 0:  # 1,500 msgs/s from here: load shaping, not synchronisation
+                time.sleep(max(0.0, resumed + i / 1_500 - time.monotonic()))
+            yield message
+
+    producer = Producer(f"tcp://127.0.0.1:{data_port}", paced())
     first = second = None
     try:
         producer.start()
         first = _application(relay.listen, tmp_path)
-        wait_until(lambda: _count(spark, tmp_path) > 1_000, 180, "output from the first application")
+        wait_until(lambda: _count(spark, tmp_path) > 1_000, 240, "output from the first application")
+        output_seen.set()
+        wait_until(lambda: producer.sent > 2_100, 60, "the producer to send past the first output")
         assert producer.is_alive(), "the producer should still be sending at the kill"
         os.killpg(first.pid, signal.SIGKILL)
         first.wait(30)

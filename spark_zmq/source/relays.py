@@ -154,16 +154,25 @@ class RelayIngest:
         """Claim the relay; a holder that has stopped renewing (a driver that was killed)
         is waited out, a live one is an error at once."""
         deadline = time.monotonic() + LEASE_TTL_S + self.options.relay_timeout
+        last_idle = -1.0
         while True:
             try:
                 hello = client.call("attach")
                 break
             except RelayBusyError as busy:
-                if busy.idle_s < 2.5 * HEARTBEAT_S or time.monotonic() + busy.lapses_in_s > deadline:
+                # A live holder renews every HEARTBEAT_S: watch it for a little longer than
+                # that. Renewed meanwhile (idle went down): a live query, an error at once.
+                # Silent past 1.5 heartbeats: a dead one (a killed driver): wait it out.
+                if busy.idle_s < last_idle or time.monotonic() + busy.lapses_in_s > deadline:
                     raise
-                log.warning("the relay at %s is claimed by a reader silent for %.1f s (a stopped query?); "
-                            "waiting %.1f s for its claim to lapse", client.address, busy.idle_s, busy.lapses_in_s)
-                time.sleep(min(busy.lapses_in_s + 0.05, HEARTBEAT_S))
+                last_idle = busy.idle_s
+                if busy.idle_s > 1.5 * HEARTBEAT_S:
+                    log.warning("the relay at %s is claimed by a reader silent for %.1f s (a stopped query?); "
+                                "waiting %.1f s for its claim to lapse", client.address, busy.idle_s,
+                                busy.lapses_in_s)
+                    time.sleep(min(busy.lapses_in_s + 0.05, HEARTBEAT_S))
+                else:
+                    time.sleep(HEARTBEAT_S / 8)
         if hello.get("protocol") != PROTOCOL:
             raise RelayError(f"the relay at {client.address} speaks protocol {hello.get('protocol')!r}, this "
                              f"connector {PROTOCOL}: run the same spark-zmq version on both sides")
