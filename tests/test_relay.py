@@ -183,9 +183,18 @@ def test_a_relay_killed_and_restarted_serves_its_spool_exactly_once_and_producer
         relay.start()
         producer.finish()
         # every offset the relay gave out, before and after its death, exactly once
+        seen = {"end": None, "since": 0.0}
+
         def caught_up():
+            """Everything the relay numbered is in the output, and nothing new for 2 s (the
+            producer's queue drains into the restarted relay after its last send)."""
             latest = _latest(query)
-            return latest is not None and latest == _count(spark, tmp_path) and producer.sent == total and latest
+            if latest is None or producer.sent != total or latest != _count(spark, tmp_path):
+                return None
+            if latest != seen["end"]:
+                seen.update(end=latest, since=time.monotonic())
+                return None
+            return latest if time.monotonic() - seen["since"] >= 2.0 else None
         end = wait_until(caught_up, 180, "the query to deliver everything the relay spooled", interval=0.5)
         out = _output(spark, tmp_path)
         stats = out.selectExpr("count(*)", "count(distinct offset)", "min(offset)", "max(offset)",

@@ -137,3 +137,32 @@ def test_any_request_gets_a_json_answer_and_never_moves_offsets_backwards(relay,
     json.loads(body)
     assert relay.ingest.spool.channels[0].next_offset >= before
     relay.lease.release("fuzz")
+
+
+def test_a_receiver_process_relay_numbers_nothing_until_the_query_says_start(tmp_path):
+    """A query's own receiver process (start_receivers=False) binds at once but numbers
+    nothing until ``start``: messages that arrive first wait in the socket, so the query can
+    first move a recreated spool past its checkpoint (``advance``). They are then numbered
+    from the checkpoint on, never below it."""
+    from spark_zmq.source.spool_reader import read_range
+
+    data = _port()
+    options = SourceOptions.parse({"endpoints": f"@tcp://127.0.0.1:{data}", "spoolDir": str(tmp_path / "spool"),
+                                   "spoolAccess": "local"})
+    relay = Relay(options, f"tcp://127.0.0.1:{_port()}", start_receivers=False)
+    client = RelayClient(relay.listen, "query", timeout_s=5)
+    try:
+        producer = Producer(f"tcp://127.0.0.1:{data}", numbered(100, fmt=b"early-%d"))
+        producer.start()
+        producer.finish()
+        assert relay.ingest.receivers[0].socket.poll_recv(timeout=30), "the messages never reached the socket"
+        assert client.call("attach")["latest"] == [0]  # queued in the socket, not numbered
+        client.call("advance", channel=0, offset=500)  # the checkpoint is at 500
+        client.call("start")
+        wait_until(lambda: client.call("state")["latest"] == [600], 30, "the queued messages to be numbered")
+        held = [(first + i, v.as_py()) for first, batch in read_range(relay.ingest.spool.spool_dir, 0, 500, 600)
+                for i, v in enumerate(batch.column(0))]
+        assert held == [(500 + i, b"early-%d" % i) for i in range(100)]
+    finally:
+        client.close()
+        relay.stop()

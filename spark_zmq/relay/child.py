@@ -3,8 +3,9 @@
 Started by ``source.receiver_processes`` with ``python -m spark_zmq.relay.child``; its
 configuration comes on stdin (a pickled ``SourceOptions`` for its one endpoint, and the
 key pairs of its listening port), never on the command line, where other users could
-read the keys. It prints the relay's ``ready`` line, then serves until its parent, the
-query's reader process, stops it or dies.
+read the keys. It prints the relay's ``ready`` line once its socket is bound, starts
+receiving when the query has checked its checkpoint (the ``start`` request), and serves
+until its parent, the query's reader process, stops it or dies.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ def main() -> int:
     sys.stdin.close()
     listen_curve = Curve.server(KeyPair(*config["server_keys"]), frozenset({config["client_public"]}))
     try:
-        return serve(config["options"], config["listen"], listen_curve, parent_pid=config["parent"])
+        return serve(config["options"], config["listen"], listen_curve, parent_pid=config["parent"],
+                     start_receivers=False)
     except Exception as exc:  # a bind error, a locked spool: the reason, for the parent to report
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         return 1

@@ -29,7 +29,7 @@ _WATCH_S = 0.5
 
 
 def serve(options: SourceOptions, listen: str, listen_curve: Optional[Curve] = None,
-          parent_pid: Optional[int] = None) -> int:
+          parent_pid: Optional[int] = None, start_receivers: bool = True) -> int:
     """Run a relay until SIGTERM/SIGINT (returns 0) or a receiver failure (returns 1).
     With ``parent_pid`` (a query's receiver process) it also stops, draining, when that
     process is gone: a receiver must not outlive the query that started it, or its port
@@ -39,7 +39,7 @@ def serve(options: SourceOptions, listen: str, listen_curve: Optional[Curve] = N
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        relay = Relay(options, listen, listen_curve=listen_curve)
+        relay = Relay(options, listen, listen_curve=listen_curve, start_receivers=start_receivers)
         try:
             ready = {"listen": relay.listen, "spool": relay.ingest.spool.spool_id,
                      "spoolDir": options.spool_dir, "channels": [str(e) for e in options.endpoints]}

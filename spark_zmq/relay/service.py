@@ -9,7 +9,8 @@ is full it stops reading: ZeroMQ's high-water marks fill and PUSH producers bloc
 A query talks to it over ZeroMQ request-reply (DEALER to ROUTER, the Guide's chapter 3) on
 one ``--listen`` port:
 - its driver sends control requests, JSON objects with an ``"op"`` (``attach``, ``state``,
-  ``count``, ``end_within``, ``lost``, ``advance``, ``release``, ``locate``, ``detach``),
+  ``count``, ``end_within``, ``lost``, ``advance``, ``release``, ``locate``, ``start``,
+  ``detach``),
   under a lease (``lease``) that lets one query at a time read the relay;
 - its executors fetch ``[start, end)`` of a channel exactly as they fetch from a driver
   (``source.fetch``), unless they see the relay's spool directory, then they read it.
@@ -64,7 +65,7 @@ class Relay:
     """Receivers + spool (an ``IngestRuntime``) + the ROUTER that serves them to one query."""
 
     def __init__(self, options: SourceOptions, listen: str, *, listen_curve: Optional[Curve] = None,
-                 lease_ttl_s: float = LEASE_TTL_S) -> None:
+                 lease_ttl_s: float = LEASE_TTL_S, start_receivers: bool = True) -> None:
         self.options = options
         self.lease = Lease(lease_ttl_s)
         self._lock = threading.Lock()  # control requests against the reader's stop
@@ -76,11 +77,13 @@ class Relay:
             self.ingest.stop()
             raise
         self.listen = router.last_endpoint or listen
-        #: where the spool ended before the receivers started: a query that started this
-        #: relay itself (option receivers=processes) begins there with startingOffsets=latest
-        self.started_offsets = [c.next_offset for c in self.ingest.spool.channels]
-        # numbering continues where the spool is: a relay has no checkpoint to wait for
-        self.ingest.start()
+        # A standalone relay numbers on from where its spool is: it has no checkpoint to
+        # wait for. A query's own receiver process (start_receivers=False) waits for the
+        # query's "start", sent once the reader has checked its checkpoint against the
+        # spool, as receiver threads do (a recreated spool learns the checkpoint's
+        # numbering first); libzmq queues what arrives meanwhile.
+        if start_receivers:
+            self.ingest.start()
         spool = self.ingest.spool
         self.server = SpoolServer(
             spool.spool_dir, spool_id=spool.spool_id, channels=len(spool.channels),
@@ -124,6 +127,9 @@ class Relay:
             return {**self._describe(), **self._state()}
         if op == "state":
             return self._state()
+        if op == "start":
+            self.ingest.start()
+            return self._state()
         if op in ("count", "end_within", "lost", "advance", "locate"):
             channel = _int(request, "channel")
             if channel >= len(channels):
@@ -159,7 +165,6 @@ class Relay:
             "protocol": PROTOCOL, "spool": spool.spool_id, "channels": len(spool.channels),
             "spoolDir": spool.spool_dir, "owner": spool.owner_id, "format": self.options.format,
             "pattern": self.options.pattern, "endpoints": [str(e) for e in self.options.endpoints],
-            "started": self.started_offsets,
         }
 
     def _state(self) -> dict[str, Any]:

@@ -110,14 +110,15 @@ class RelayChannel:
 class RelayIngest:
     """The channels of the ``relays`` a query reads, under one lease session."""
 
-    started = True
-
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
         self.session = uuid.uuid4().hex
         self.relays: list[_Relay] = []
         self.channels: list[RelayChannel] = []
         self.processes: Optional[ReceiverProcesses] = None
+        #: whether the channels receive: standalone relays always do; receiver processes
+        #: from ``start`` on
+        self.started = not (options.receivers == "processes" and not options.relays)
         try:
             if options.relays:
                 targets = [ReceiverTarget(address, options.curve, f"relay at {address}") for address in options.relays]
@@ -140,12 +141,9 @@ class RelayIngest:
         except BaseException:
             self.stop()
             raise
-        self._refresh()
-        if self.processes is not None:
-            # numbered from where each spool was before its receiver started, as with threads
-            self.start_offsets = {str(c.channel): int(c.relay.hello["started"][c.local]) for c in self.channels}
-        else:
-            self.start_offsets = self.latest()
+        #: startingOffsets=latest: what arrives after the query starts. A receiver process
+        #: has not started receiving yet (``start``), so this is where its spool ended.
+        self.start_offsets = self.latest()
         self._stopping = threading.Event()
         self._heartbeat = threading.Thread(target=self._renew, name="zmq-relay-lease", daemon=True)
         self._heartbeat.start()
@@ -222,7 +220,11 @@ class RelayIngest:
         return [f"{relay.address} channel {c}" for relay in self.relays for c in range(relay.channels)]
 
     def start(self) -> None:
-        pass
+        """Let receiver processes receive, once the reader has checked the checkpoint
+        (standalone relays receive already; for them this changes nothing)."""
+        for relay in self.relays:
+            relay.state = relay.client.call("start")
+        self.started = True
 
     def _refresh(self) -> None:
         for relay in self.relays:
