@@ -105,24 +105,17 @@ class Relay:
                                      env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
     def wait_ready(self, timeout: float = 60) -> dict:
-        import json
-        import select
+        from spark_zmq.relay.run import read_ready
 
-        deadline = time.monotonic() + timeout
-        line = b""
-        while time.monotonic() < deadline:
-            readable, _, _ = select.select([self.proc.stdout], [], [], 0.2)
-            if readable:
-                line = self.proc.stdout.readline()
-                break
-            if self.proc.poll() is not None:
-                break
-        if not line.startswith(b"ready "):
+        try:
+            ready = read_ready(self.proc, timeout)
+        except TimeoutError:
+            ready = None
+        if ready is None:
             errors, code = self.errors(), self.proc.poll()
             self.stop(kill=True)
-            raise RuntimeError(f"benchmark relay on {self.listen} did not start ({line!r}, exit code {code}): "
-                               f"{errors[-2000:]}")
-        return json.loads(line[len(b"ready "):])
+            raise RuntimeError(f"benchmark relay on {self.listen} did not start (exit code {code}): {errors[-2000:]}")
+        return ready
 
     def errors(self) -> str:
         self.stderr.seek(0)

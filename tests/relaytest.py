@@ -3,15 +3,14 @@
 
 from __future__ import annotations
 
-import json
 import os
-import select
 import signal
 import subprocess
 import sys
 import tempfile
-import time
 from typing import Optional, Sequence
+
+from spark_zmq.relay.run import read_ready
 
 
 class RelayProcess:
@@ -32,24 +31,13 @@ class RelayProcess:
         self.stderr = tempfile.TemporaryFile()
         self.process = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=self.stderr,
                                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        line = self._read_line(timeout)
-        if not line.startswith(b"ready "):
+        ready = read_ready(self.process, timeout)
+        if ready is None:
             self.process.kill()
             self.process.wait(10)
-            raise AssertionError(f"relay did not start: {line!r} {self.errors()}")
-        self.ready = json.loads(line[len(b"ready "):])
+            raise AssertionError(f"relay did not start: {self.errors()}")
+        self.ready = ready
         return self
-
-    def _read_line(self, timeout: float) -> bytes:
-        assert self.process is not None and self.process.stdout is not None
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            readable, _, _ = select.select([self.process.stdout], [], [], 0.2)
-            if readable:
-                return self.process.stdout.readline()
-            if self.process.poll() is not None:
-                return b""
-        raise AssertionError(f"relay printed nothing within {timeout}s")
 
     @property
     def pid(self) -> int:

@@ -16,21 +16,9 @@ import time
 import pytest
 
 from relaytest import RelayProcess, stop_relays
-from zmqtest import Producer, numbered, run_available_now, stop_all, wait_until
+from zmqtest import Producer, free_ports, numbered, run_available_now, stop_all, wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
-
-
-def _ports(n):
-    import socket
-    sockets = [socket.socket() for _ in range(n)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 def _relay_stream(spark, relays, **options):
@@ -41,7 +29,7 @@ def _relay_stream(spark, relays, **options):
 
 
 def test_one_query_reads_two_relays_and_a_second_query_is_refused(spark, tmp_path):
-    ports = _ports(4)
+    ports = free_ports(4)
     relays = [RelayProcess(f"@tcp://127.0.0.1:{ports[i]}", f"tcp://127.0.0.1:{ports[i + 2]}", str(tmp_path / f"r{i}"))
               for i in range(2)]
     try:
@@ -111,7 +99,7 @@ def test_a_relay_keeps_receiving_while_the_spark_application_is_killed_and_resta
     """kill -9 of the whole reading application (driver JVM, Python reader, workers) while a
     producer sends: the relay keeps every message; the restarted application resumes from
     its checkpoint and the output holds every message exactly once, none lost."""
-    data_port, listen_port = _ports(2)
+    data_port, listen_port = free_ports(2)
     relay = RelayProcess(f"@tcp://127.0.0.1:{data_port}", f"tcp://127.0.0.1:{listen_port}", str(tmp_path / "spool"))
     total = 30_000
     messages = numbered(total, fmt=b"app-%d")
@@ -168,7 +156,7 @@ def test_a_relay_killed_and_restarted_serves_its_spool_exactly_once_and_producer
     requests are resent within relayTimeout), and after the restart the query delivers
     every offset the relay ever gave out exactly once. What sat in the dead relay's
     socket buffers is lost (ZeroMQ has no acknowledgements): measured and bounded."""
-    data_port, listen_port = _ports(2)
+    data_port, listen_port = free_ports(2)
     spool = str(tmp_path / "spool")
     relay = RelayProcess(f"@tcp://127.0.0.1:{data_port}", f"tcp://127.0.0.1:{listen_port}", spool, "--hwm", "100")
     total = 30_000
@@ -225,7 +213,7 @@ def _latest(query):
 def test_sigterm_drains_into_the_spool_and_exits_0(tmp_path):
     from spark_zmq.source.spool_reader import read_range
 
-    data_port, listen_port = _ports(2)
+    data_port, listen_port = free_ports(2)
     spool = str(tmp_path / "spool")
     relay = RelayProcess(f"@tcp://127.0.0.1:{data_port}", f"tcp://127.0.0.1:{listen_port}", spool)
     try:
@@ -257,7 +245,7 @@ def test_bad_arguments_print_usage_and_exit_2(args, expected):
 
 
 def test_a_relay_address_that_does_not_answer_fails_the_query_within_relay_timeout(spark, tmp_path):
-    (silent,) = _ports(1)
+    (silent,) = free_ports(1)
     start = time.monotonic()
     rows, error = run_available_now(spark, _relay_stream(spark, f"tcp://127.0.0.1:{silent}", relayTimeout="2"),
                                     tmp_path, "silent_relay", timeout=120)
@@ -282,7 +270,7 @@ def test_relays_option_errors(spark):
 def test_receivers_as_processes_deliver_every_channel_exactly_once(spark, tmp_path):
     """receivers=processes: one child relay per endpoint; the reader's own process holds no
     receiving socket. Two channels, each fed by its own producer."""
-    ports = _ports(2)
+    ports = free_ports(2)
     endpoints = ",".join(f"@tcp://127.0.0.1:{p}" for p in ports)
     query = (spark.readStream.format("zmq").option("endpoints", endpoints).option("receivers", "processes")
              .option("spoolDir", str(tmp_path / "spool")).load()
@@ -321,7 +309,7 @@ def test_a_curve_relay_serves_only_queries_with_an_authorized_key(spark, tmp_pat
     authorized.mkdir()
     with open(keys["client"][0], "rb") as src, open(authorized / "client.key", "wb") as dst:
         dst.write(src.read())
-    data_port, listen_port = _ports(2)
+    data_port, listen_port = free_ports(2)
     relay = RelayProcess(f"@tcp://127.0.0.1:{data_port}", f"tcp://127.0.0.1:{listen_port}", str(tmp_path / "spool"),
                          "--curve-certificate", keys["relay"][1], "--curve-authorized-keys", str(authorized))
     try:
@@ -350,7 +338,7 @@ def test_a_curve_relay_serves_only_queries_with_an_authorized_key(spark, tmp_pat
 
 
 def test_a_receiver_process_that_dies_fails_the_query_with_its_reason(spark, tmp_path):
-    (port,) = _ports(1)
+    (port,) = free_ports(1)
     query = (spark.readStream.format("zmq").option("endpoints", f"@tcp://127.0.0.1:{port}")
              .option("receivers", "processes").option("spoolDir", str(tmp_path / "spool")).load()
              .writeStream.format("noop").option("checkpointLocation", str(tmp_path / "ckpt"))
@@ -421,7 +409,7 @@ def test_a_relay_with_a_full_spool_holds_producers_back_and_loses_nothing(tmp_pa
     from spark_zmq.relay.client import RelayClient
     from zmqtest import dir_bytes, settled
 
-    data_port, listen_port = _ports(2)
+    data_port, listen_port = free_ports(2)
     spool = str(tmp_path / "spool")
     relay = RelayProcess(f"@tcp://127.0.0.1:{data_port}", f"tcp://127.0.0.1:{listen_port}", spool,
                          "--max-spool-bytes", "1 MiB", "--hwm", "100")

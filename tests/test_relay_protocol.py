@@ -6,7 +6,6 @@ real sockets, with plain pyzmq DEALER clients that send what a hostile peer migh
 from __future__ import annotations
 
 import json
-import socket
 
 import pytest
 import zmq
@@ -18,7 +17,7 @@ from spark_zmq.relay.client import RelayBusyError, RelayClient, RelayError
 from spark_zmq.relay.lease import Lease
 from spark_zmq.relay.service import Relay
 
-from zmqtest import Producer, numbered, wait_until
+from zmqtest import Producer, free_ports, numbered, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -51,18 +50,12 @@ def test_the_lease_admits_one_holder_and_lapses_when_nobody_renews():
         Lease(0)
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def relay(tmp_path):
-    data = _port()
+    data = free_ports(1)[0]
     options = SourceOptions.parse({"endpoints": f"@tcp://127.0.0.1:{data}", "spoolDir": str(tmp_path / "spool"),
                                    "spoolAccess": "local"})
-    served = Relay(options, f"tcp://127.0.0.1:{_port()}")
+    served = Relay(options, f"tcp://127.0.0.1:{free_ports(1)[0]}")
     producer = Producer(f"tcp://127.0.0.1:{data}", numbered(500))
     producer.start()
     producer.finish()
@@ -107,7 +100,7 @@ def test_a_second_session_is_refused_and_garbage_gets_an_answer_not_a_crash(rela
 
 
 def test_a_silent_relay_is_a_clear_error_within_the_timeout():
-    client = RelayClient(f"tcp://127.0.0.1:{_port()}", "s", timeout_s=1.5)
+    client = RelayClient(f"tcp://127.0.0.1:{free_ports(1)[0]}", "s", timeout_s=1.5)
     try:
         with pytest.raises(RelayError, match=r"no answer from the relay at tcp://127\.0\.0\.1:\d+ to 'attach' "
                                              r"within 2 s \(option 'relayTimeout'\)"):
@@ -146,10 +139,10 @@ def test_a_receiver_process_relay_numbers_nothing_until_the_query_says_start(tmp
     from the checkpoint on, never below it."""
     from spark_zmq.source.spool_reader import read_range
 
-    data = _port()
+    data = free_ports(1)[0]
     options = SourceOptions.parse({"endpoints": f"@tcp://127.0.0.1:{data}", "spoolDir": str(tmp_path / "spool"),
                                    "spoolAccess": "local"})
-    relay = Relay(options, f"tcp://127.0.0.1:{_port()}", start_receivers=False)
+    relay = Relay(options, f"tcp://127.0.0.1:{free_ports(1)[0]}", start_receivers=False)
     client = RelayClient(relay.listen, "query", timeout_s=5)
     try:
         producer = Producer(f"tcp://127.0.0.1:{data}", numbered(100, fmt=b"early-%d"))

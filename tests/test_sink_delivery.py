@@ -20,7 +20,7 @@ from typing import Optional
 
 import pytest
 
-from zmqtest import established_tcp, settled, wait_until
+from zmqtest import established_tcp, free_ports, settled, wait_until
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/net/tcp"), reason="needs /proc/net/tcp")
 
@@ -117,18 +117,6 @@ class Write(threading.Thread):
             self.error = exc
         finally:
             self.finished.set()
-
-
-def free_ports(n: int) -> list[int]:
-    import socket
-    sockets = [socket.socket() for _ in range(n)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 @pytest.mark.timeout(300)

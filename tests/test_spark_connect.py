@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from zmqtest import free_ports
+
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(400)]
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "connect_roundtrip.py")
@@ -16,13 +18,7 @@ SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "connect_roundtrip.p
 
 def test_source_and_sink_through_a_spark_connect_session(tmp_path):
     pytest.importorskip("grpc", reason="the dev extra installs pyspark[connect]")
-    import socket
-
-    ports = []
-    for _ in range(2):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            ports.append(s.getsockname()[1])
+    ports = free_ports(2)
     done = subprocess.run([sys.executable, SCRIPT, str(ports[0]), str(ports[1]), str(tmp_path)],
                           capture_output=True, text=True, timeout=360)
     assert done.returncode == 0, done.stderr[-4000:]

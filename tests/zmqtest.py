@@ -11,6 +11,20 @@ import pyarrow as pa
 import zmq
 
 
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct TCP ports free on 127.0.0.1 right now (held together while chosen,
+    so they differ; for endpoints that a child process or Spark binds)."""
+    import socket
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
 def wait_until(predicate: Callable[[], object], timeout: float, what: str, interval: float = 0.05):
     """Poll ``predicate`` until it is truthy; fail naming ``what`` after ``timeout`` seconds.
     A bounded retry loop on an observable condition, not a sleep standing in for one."""

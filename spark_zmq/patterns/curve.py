@@ -453,6 +453,13 @@ class HandshakeWatch:
                 others.append((event, value, endpoint))
         return others
 
+    def failure_note(self) -> str:
+        """``"; the CURVE handshake failed: <why>"`` once a handshake was rejected, else
+        ``""``: what a client adds to a timeout's message, so a wrong key is not mistaken
+        for a peer that is down."""
+        self.poll()
+        return f"; the CURVE handshake failed: {self.last_rejection}" if self.rejected else ""
+
     def _rejected(self, event: int, value: int, endpoint: str) -> None:
         self.rejected += 1
         text = _failure_text(event, value, self.is_server)

@@ -10,7 +10,6 @@ until its parent, the query's reader process, stops it or dies.
 
 from __future__ import annotations
 
-import os
 import pickle
 import sys
 

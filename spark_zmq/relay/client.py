@@ -92,8 +92,7 @@ class RelayClient:
         if status != b"ok":
             raise RelayError(f"the {self.label} failed {op!r}: {answer.get('error')}")
         if "refused" in answer:
-            holder = json.loads(answer["refused"])
-            idle, lapses = float(holder["idle"]), float(holder["lapses"])
+            idle, lapses = float(answer["refused"]["idle"]), float(answer["refused"]["lapses"])
             raise RelayBusyError(
                 f"the {self.label} is read by another query (its reader renewed its claim {idle:.1f} s "
                 f"ago; a claim nobody renews lapses after {idle + lapses:.0f} s): one query at a time reads a relay. "
@@ -103,10 +102,8 @@ class RelayClient:
         return answer
 
     def _silence(self, op: str) -> str:
-        note = ""
         watch = self._dealer.handshakes
-        if watch is not None and (watch.poll() or watch.rejected):
-            note = f"; the CURVE handshake failed: {watch.last_rejection}"
+        note = watch.failure_note() if watch is not None else ""
         return (f"no answer from the {self.label} to {op!r} within {self.timeout_s:.0f} s (option "
                 f"'relayTimeout'): is 'spark-zmq relay --listen {self.address}' running, and reachable from the "
                 f"driver?{note}")

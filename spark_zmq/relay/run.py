@@ -11,16 +11,22 @@ from __future__ import annotations
 
 import json
 import logging
+import select
 import signal
+import subprocess
 import sys
 import threading
+import time
 from typing import Optional
 
 from ..options import SourceOptions
 from ..patterns.curve import Curve
 from .service import Relay
 
-__all__ = ["serve"]
+__all__ = ["serve", "read_ready", "READY"]
+
+#: what a relay prints on stdout, then its description as JSON, once it serves
+READY = b"ready "
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +49,7 @@ def serve(options: SourceOptions, listen: str, listen_curve: Optional[Curve] = N
         try:
             ready = {"listen": relay.listen, "spool": relay.ingest.spool.spool_id,
                      "spoolDir": options.spool_dir, "channels": [str(e) for e in options.endpoints]}
-            print("ready " + json.dumps(ready), flush=True)
+            print(READY.decode() + json.dumps(ready), flush=True)
             while not stop.wait(_WATCH_S):
                 if parent_pid is not None and os.getppid() != parent_pid:
                     log.warning("relay: the query that started it is gone; stopping")
@@ -59,3 +65,20 @@ def serve(options: SourceOptions, listen: str, listen_curve: Optional[Curve] = N
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def read_ready(process: subprocess.Popen, timeout_s: float) -> Optional[dict]:
+    """The description a relay child prints in its ``ready`` line (read from its stdout
+    pipe), or ``None`` when it exits or prints anything else first; ``TimeoutError`` when
+    it prints nothing for ``timeout_s``. Whoever starts a relay waits on this, never on a
+    sleep."""
+    assert process.stdout is not None
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        readable, _, _ = select.select([process.stdout], [], [], 0.1)
+        if readable:
+            line = process.stdout.readline()
+            return json.loads(line[len(READY):]) if line.startswith(READY) else None
+        if process.poll() is not None:
+            return None
+    raise TimeoutError(f"the relay printed nothing within {timeout_s:.0f} s")

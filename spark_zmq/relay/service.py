@@ -98,8 +98,6 @@ class Relay:
         try:
             body = self._handle(request)
             status = b"ok"
-        except LookupError as exc:  # the lease: a clear refusal, not a failure
-            body, status = {"refused": str(exc)}, b"ok"
         except ValueError as exc:
             body, status = {"error": str(exc)}, b"error"
         except Exception as exc:  # never let one request end the service
@@ -118,8 +116,8 @@ class Relay:
             self.lease.release(session)
             return {}
         refusal = self.lease.claim(session)
-        if refusal is not None:
-            raise LookupError(json.dumps({"idle": refusal.idle_s, "lapses": refusal.lapses_in_s}))
+        if refusal is not None:  # a clear refusal, not a failure
+            return {"refused": {"idle": refusal.idle_s, "lapses": refusal.lapses_in_s}}
         spool = self.ingest.spool
         channels = spool.channels
         if op == "attach":

@@ -257,9 +257,7 @@ def fetch_range(
             try:
                 reply = dealer.recv_multipart(timeout=timeout)
             except TimeoutError:
-                note = ""
-                if dealer.handshakes is not None and (dealer.handshakes.poll() or dealer.handshakes.rejected):
-                    note = f"; the CURVE handshake failed: {dealer.handshakes.last_rejection}"
+                note = dealer.handshakes.failure_note() if dealer.handshakes is not None else ""
                 raise FetchError(
                     f"no answer from {access.server_name}'s spool server at {endpoint} within {timeout:.0f}s "
                     f"(channel {channel}, offsets {position}..{end}); is it reachable from this executor?"

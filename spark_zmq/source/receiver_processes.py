@@ -20,7 +20,6 @@ import dataclasses
 import logging
 import os
 import pickle
-import select
 import signal
 import subprocess
 import sys
@@ -30,6 +29,7 @@ from typing import Optional
 
 from ..options import SourceOptions
 from ..patterns.curve import Curve, KeyPair
+from ..relay.run import read_ready
 from .fetch import _bind_address
 from .spool import private_dir
 
@@ -92,21 +92,16 @@ class ReceiverProcesses:
         assert child.stdin is not None and child.stdout is not None
         child.stdin.write(pickle.dumps(config))
         child.stdin.close()
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            readable, _, _ = select.select([child.stdout], [], [], 0.1)
-            if readable:
-                line = child.stdout.readline()
-                if line.startswith(b"ready "):
-                    import json
-
-                    return json.loads(line[len(b"ready "):])["listen"]
-                child.wait(10)
-                raise RuntimeError(f"the receiver process of channel {channel} ({endpoint}) failed to start: "
-                                   f"{self._reason(channel)}")
-            if child.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the receiver process of channel {channel} ({endpoint}) failed to start "
-                                   f"within {START_TIMEOUT_S:.0f} s: {self._reason(channel)}")
+        try:
+            ready = read_ready(child, START_TIMEOUT_S)
+        except TimeoutError:
+            raise RuntimeError(f"the receiver process of channel {channel} ({endpoint}) failed to start "
+                               f"within {START_TIMEOUT_S:.0f} s: {self._reason(channel)}") from None
+        if ready is None:
+            child.wait(10)
+            raise RuntimeError(f"the receiver process of channel {channel} ({endpoint}) failed to start: "
+                               f"{self._reason(channel)}")
+        return ready["listen"]
 
     def _reason(self, channel: int) -> str:
         """The last lines the child wrote on stderr (its error)."""
