@@ -32,7 +32,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from . import loadgen
 from .options import OptionError, SourceOptions, _check_curve, _curve_of
-from .patterns import Gather, Pull, Sub, parse_endpoints
+from .patterns import DEFAULT_HEARTBEAT, Gather, Heartbeat, Pull, Sub, parse_endpoints
 from .patterns.curve import Curve, CurveError, KeyPair, load_authorized_keys, load_public_key
 from .patterns.curve import keygen as write_key_pair
 
@@ -69,6 +69,33 @@ class Format(str, enum.Enum):
 CURVE_FLAGS = ("--curve-certificate", "--curve-server-key", "--curve-authorized-keys")
 _CURVE_OPTIONS = ("curveCertificate", "curveServerKey", "curveAuthorizedKeys")
 _CURVE_PANEL = "CURVE security (see 'spark-zmq keygen')"
+_HEARTBEAT_PANEL = "Liveness (ZMTP heartbeats)"
+
+
+def _heartbeat_flags(interval: float, timeout: float, ttl: float) -> Heartbeat:
+    """The --heartbeat-* flags as a ``Heartbeat`` (a bad value names its flag)."""
+    for flag, value in (("--heartbeat-interval", interval), ("--heartbeat-timeout", timeout),
+                        ("--heartbeat-ttl", ttl)):
+        try:
+            Heartbeat(**{**DEFAULT_HEARTBEAT.__dict__, flag[len("--heartbeat-"):]: value})
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc).replace("heartbeat ", ""), param_hint=f"'{flag}'") from None
+    return Heartbeat(interval, timeout, ttl)
+
+
+def _hb_interval() -> float:
+    return typer.Option(DEFAULT_HEARTBEAT.interval, "--heartbeat-interval", rich_help_panel=_HEARTBEAT_PANEL,
+                        help="Seconds between PINGs on every connection; 0 switches heartbeats off.")
+
+
+def _hb_timeout() -> float:
+    return typer.Option(DEFAULT_HEARTBEAT.timeout, "--heartbeat-timeout", rich_help_panel=_HEARTBEAT_PANEL,
+                        help="Seconds a peer may stay silent after a PING before its connection counts as broken.")
+
+
+def _hb_ttl() -> float:
+    return typer.Option(DEFAULT_HEARTBEAT.ttl, "--heartbeat-ttl", rich_help_panel=_HEARTBEAT_PANEL,
+                        help="The TTL our PINGs ask of the peer (0: none), at most 6553.5.")
 
 
 def curve_from_flags(certificate: Optional[str], server_key: Optional[str], authorized_keys: Optional[str],
@@ -161,10 +188,14 @@ def produce(
     curve_authorized_keys: Optional[str] = typer.Option(
         None, metavar="DIR|*", rich_help_panel=_CURVE_PANEL,
         help="As a CURVE server: a directory of the clients' public certificates (*.key), or '*' for any key."),
+    heartbeat_interval: float = _hb_interval(),
+    heartbeat_timeout: float = _hb_timeout(),
+    heartbeat_ttl: float = _hb_ttl(),
 ) -> None:
     """Send numbered sensor readings (a load generator); prints what was sent."""
     _check_endpoints(endpoints, default_bind=loadgen.PATTERNS[pattern.value].default_bind)
     curve = _curve_flags(curve_certificate, curve_server_key, curve_authorized_keys)
+    heartbeat = _heartbeat_flags(heartbeat_interval, heartbeat_timeout, heartbeat_ttl)
     with _progress(count, progress, "produce") as bar:
         task = bar.add_task("produce", total=count, rate=0.0)
         started = time.monotonic()
@@ -176,7 +207,8 @@ def produce(
             result = loadgen.produce(endpoints, pattern=pattern.value, format=format.value, count=count, rate=rate,
                                      size=size, rows_per_message=rows_per_message, topics=topic, hwm=hwm,
                                      send_timeout=send_timeout, start=start,
-                                     linger=linger, on_progress=on_progress, curve=curve)
+                                     linger=linger, on_progress=on_progress, curve=curve,
+                                     heartbeat=heartbeat)
         except (TimeoutError, loadgen.HandshakeRejectedError) as exc:
             _error(str(exc))
             raise typer.Exit(1) from None
@@ -223,12 +255,16 @@ def consume(
         None, metavar="DIR|*", rich_help_panel=_CURVE_PANEL,
         help="As a CURVE server: a directory of the clients' public certificates (*.key), or '*' for any key; "
              "rejected handshakes are counted in the summary."),
+    heartbeat_interval: float = _hb_interval(),
+    heartbeat_timeout: float = _hb_timeout(),
+    heartbeat_ttl: float = _hb_ttl(),
 ) -> None:
     """Receive messages and count them (or print them) with a live rate; prints a summary."""
     cls = {"pull": Pull, "gather": Gather, "sub": Sub}[pattern.value]
     _check_endpoints(endpoints, default_bind=cls.default_bind)
     curve = _curve_flags(curve_certificate, curve_server_key, curve_authorized_keys)
     options: dict = {"topics": topic or [""]} if pattern is ConsumePattern.sub else {}
+    options["heartbeat"] = _heartbeat_flags(heartbeat_interval, heartbeat_timeout, heartbeat_ttl)
     if curve is not None:
         options["curve"] = curve
     messages = rows = size = records = records_before = 0
@@ -326,6 +362,13 @@ def relay_command(
     curve_authorized_keys: Optional[str] = typer.Option(
         None, metavar="DIR|*", rich_help_panel=_CURVE_PANEL,
         help="Client keys accepted: a directory of public certificates (*.key), or '*' for any key."),
+    heartbeat_interval: Optional[str] = typer.Option(None, "--heartbeat-interval", rich_help_panel=_HEARTBEAT_PANEL,
+                                                     help="Seconds between PINGs on every connection (receiving "
+                                                          "and --listen); 0 switches heartbeats off. Default 2."),
+    heartbeat_timeout: Optional[str] = typer.Option(None, "--heartbeat-timeout", rich_help_panel=_HEARTBEAT_PANEL,
+                                                    help="Seconds a peer may stay silent after a PING. Default 10."),
+    heartbeat_ttl: Optional[str] = typer.Option(None, "--heartbeat-ttl", rich_help_panel=_HEARTBEAT_PANEL,
+                                                help="The TTL our PINGs ask of the peer (0: none). Default 10."),
 ) -> None:
     """Receive and spool ZeroMQ messages for Spark queries, until SIGTERM/SIGINT (then drain and exit 0).
     Queries read it with the source option relays=<--listen address>."""
@@ -335,11 +378,14 @@ def relay_command(
            "topics": topics, "maxSpoolBytes": max_spool_bytes, "hwm": None if hwm is None else str(hwm),
            "maxMessageBytes": max_message_bytes, "spoolFsync": str(fsync).lower(), "spoolAccess": "local",
            "curveCertificate": curve_certificate, "curveServerKey": curve_server_key,
-           "curveAuthorizedKeys": curve_authorized_keys}
+           "curveAuthorizedKeys": curve_authorized_keys, "heartbeatInterval": heartbeat_interval,
+           "heartbeatTimeout": heartbeat_timeout, "heartbeatTtl": heartbeat_ttl}
     flags = {"endpoints": "--endpoints", "spoolDir": "--spool-dir", "topics": "--topics",
              "maxSpoolBytes": "--max-spool-bytes", "hwm": "--hwm", "maxMessageBytes": "--max-message-bytes",
              "curveCertificate": "--curve-certificate", "curveServerKey": "--curve-server-key",
-             "curveAuthorizedKeys": "--curve-authorized-keys", "pattern": "--pattern", "format": "--format"}
+             "curveAuthorizedKeys": "--curve-authorized-keys", "pattern": "--pattern", "format": "--format",
+             "heartbeatInterval": "--heartbeat-interval", "heartbeatTimeout": "--heartbeat-timeout",
+             "heartbeatTtl": "--heartbeat-ttl"}
     raw["spoolDir"] = os.path.abspath(os.path.expanduser(spool_dir))
     try:
         options = SourceOptions.parse({k: v for k, v in raw.items() if v is not None})

@@ -32,7 +32,7 @@ from typing import Callable, Iterator, Optional, Sequence
 import pyarrow as pa
 import zmq
 
-from .patterns import Pub, Push, Scatter, parse_endpoints
+from .patterns import Heartbeat, Pub, Push, Scatter, parse_endpoints
 from .patterns.curve import Curve
 
 __all__ = ["FORMATS", "PATTERNS", "HandshakeRejectedError", "LoadResult", "payloads", "produce", "ARROW_SCHEMA"]
@@ -137,6 +137,7 @@ def produce(
     on_progress: Optional[Callable[[int], None]] = None,
     stop: Optional[Callable[[], bool]] = None,
     curve: Optional[Curve] = None,
+    heartbeat: Optional[Heartbeat] = None,
 ) -> LoadResult:
     """Send ``count`` messages to ``endpoints`` (push/scatter connect and pub binds by
     default; ``@``/``>`` choose) and return what was sent (``seconds`` includes waiting for
@@ -167,7 +168,8 @@ def produce(
     # to leave; a process that exits without it drops them.
     context = zmq.Context()
     client = curve is not None and not curve.is_server
-    options = {"curve": curve, "monitor": zmq.EVENT_HANDSHAKE_SUCCEEDED} if curve is not None else {}
+    options: dict = {"curve": curve, "monitor": zmq.EVENT_HANDSHAKE_SUCCEEDED} if curve is not None else {}
+    options["heartbeat"] = heartbeat
     handshakes_ok = 0
     rejected, last_rejection = 0, None
     try:

@@ -29,6 +29,7 @@ from typing import Any, Callable, ClassVar, Mapping, Optional, Sequence, Union
 
 from .patterns.curve import Curve, CurveError, KeyPair, load_authorized_keys, load_public_key
 from .patterns.endpoints import Endpoint, parse_endpoints, tcp_host_problem
+from .patterns.heartbeat import DEFAULT_HEARTBEAT, MAX_HEARTBEAT_S, MAX_TTL_S, Heartbeat
 
 __all__ = [
     "SourceOptions",
@@ -118,6 +119,8 @@ class OptionSpec:
     valid_doc: str = ""
     range_note: str = ""
     required: bool = False
+    #: ``seconds`` only: 0 is valid too (it switches something off)
+    allow_zero: bool = False
 
     @property
     def key(self) -> str:
@@ -144,7 +147,7 @@ class OptionSpec:
         elif self.kind == "bytes":
             text = f"bytes, {_show_bytes(self.minimum)} to {_show_bytes(self.maximum)}"
         elif self.kind == "seconds":
-            text = f"seconds, finite, > 0 and <= {_show(self.maximum)}"
+            text = f"seconds, finite, {'>=' if self.allow_zero else '>'} 0 and <= {_show(self.maximum)}"
         else:
             text = self.kind
         if self.range_note:
@@ -203,6 +206,29 @@ def _curve_specs(make: Callable[..., OptionSpec]) -> tuple[OptionSpec, ...]:
              "(encryption without client authentication). Required with `curveCertificate` alone.",
              default_doc="none", valid_doc="directory or `*`"),
     )
+
+def _heartbeat_specs(make: Callable[..., OptionSpec], side: str) -> tuple[OptionSpec, ...]:
+    """The three heartbeat options, the same on both sides (see the README's "Liveness")."""
+    who = ("a producer (or, for `sub`, the publisher)" if side == "source"
+           else "a consumer")
+    consequence = ("a connecting receiver reconnects" if side == "source"
+                   else "what it had not acknowledged goes to the other consumers")
+    return (
+        make("heartbeatInterval", "seconds", "heartbeat_interval", "ZMTP 3.1 heartbeats (RFC 37): seconds "
+             "between the PINGs sent on every connection; `0` switches heartbeats and TCP keepalive off.",
+             default=DEFAULT_HEARTBEAT.interval, default_doc=f"{DEFAULT_HEARTBEAT.interval:g}", minimum=0.0,
+             maximum=MAX_HEARTBEAT_S, allow_zero=True),
+        make("heartbeatTimeout", "seconds", "heartbeat_timeout", f"Seconds {who} may stay silent after a PING "
+             f"before its connection counts as broken ({consequence}); also the kernel's limit "
+             "(`TCP_USER_TIMEOUT`, keepalive) for unacknowledged data.",
+             default=DEFAULT_HEARTBEAT.timeout, default_doc=f"{DEFAULT_HEARTBEAT.timeout:g}", minimum=0.0,
+             maximum=MAX_HEARTBEAT_S),
+        make("heartbeatTtl", "seconds", "heartbeat_ttl", "The TTL our PINGs carry: the peer may drop the "
+             "connection when it hears nothing from us for this long (`0`: no TTL).",
+             default=DEFAULT_HEARTBEAT.ttl, default_doc=f"{DEFAULT_HEARTBEAT.ttl:g}", minimum=0.0,
+             maximum=MAX_TTL_S, allow_zero=True, range_note="16 bits of deciseconds on the wire"),
+    )
+
 
 _ENDPOINTS_VALID = (
     "comma-separated ZeroMQ endpoints (`tcp://`, `ipc://`, `inproc://`); `@` binds, `>` connects"
@@ -294,6 +320,7 @@ SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
     _src("maxMessages", "int", "max_messages", "Bounded batch read: stop after this many messages (held in "
          "memory).", default=10_000, default_doc="10000", minimum=1, maximum=INT32_MAX),
     *_curve_specs(_src),
+    *_heartbeat_specs(_src, "source"),
 )
 
 #: Every option of ``df.writeStream/write.format("zmq")``.
@@ -317,6 +344,7 @@ SINK_OPTIONS: tuple[OptionSpec, ...] = (
          default_doc="1000", minimum=1, maximum=INT32_MAX,
          range_note="0 would make ZeroMQ's queue unlimited and memory unbounded"),
     *_curve_specs(_snk),
+    *_heartbeat_specs(_snk, "sink"),
 )
 
 _TABLES: dict[str, tuple[OptionSpec, ...]] = {"source": SOURCE_OPTIONS, "sink": SINK_OPTIONS}
@@ -334,7 +362,7 @@ def _q(raw: str, limit: int = 60) -> str:
 def _range_error(spec: OptionSpec, raw: str) -> OptionError:
     what = {"int": "an integer", "bytes": "a number of bytes", "seconds": "a finite number of seconds"}[spec.kind]
     if spec.kind == "seconds":
-        bounds = f"> {_show(spec.minimum)} and <= {_show(spec.maximum)}"
+        bounds = f"{'>=' if spec.allow_zero else '>'} {_show(spec.minimum)} and <= {_show(spec.maximum)}"
     elif spec.kind == "bytes":
         bounds = f"from {_show_bytes(spec.minimum)} to {_show_bytes(spec.maximum)}"
     else:
@@ -388,11 +416,13 @@ def _parse_seconds(spec: OptionSpec, raw: str) -> float:
             raise _range_error(spec, raw)
         raise OptionError(
             f"option {spec.name!r} = {_q(raw)} is not a number; expected seconds, a finite number "
-            f"> {_show(spec.minimum)} and <= {_show(spec.maximum)} (e.g. '5' or '0.5')",
+            f"{'>=' if spec.allow_zero else '>'} {_show(spec.minimum)} and <= {_show(spec.maximum)} (e.g. '5' or '0.5')",
             spec.name,
         )
     value = float(text.replace("_", ""))
-    if not math.isfinite(value) or value <= (spec.minimum or 0.0) or (spec.maximum is not None and value > spec.maximum):
+    low = spec.minimum or 0.0
+    too_low = value < low if spec.allow_zero else value <= low
+    if not math.isfinite(value) or too_low or (spec.maximum is not None and value > spec.maximum):
         raise _range_error(spec, raw)
     return value
 
@@ -732,8 +762,16 @@ class SourceOptions:
     relays: list[str] = field(default_factory=list)
     relay_timeout: float = 30.0
     receivers: str = "threads"
+    heartbeat_interval: float = DEFAULT_HEARTBEAT.interval
+    heartbeat_timeout: float = DEFAULT_HEARTBEAT.timeout
+    heartbeat_ttl: float = DEFAULT_HEARTBEAT.ttl
 
     KNOWN: ClassVar[tuple[str, ...]] = tuple(spec.name for spec in SOURCE_OPTIONS)
+
+    @property
+    def heartbeat(self) -> Heartbeat:
+        """The receiving sockets' heartbeats (``heartbeatInterval`` 0: none)."""
+        return Heartbeat(self.heartbeat_interval, self.heartbeat_timeout, self.heartbeat_ttl)
 
     @property
     def curve(self) -> Optional[Curve]:
@@ -760,8 +798,16 @@ class SinkOptions:
     curve_certificate: Optional[KeyPair] = None
     curve_server_key: Optional[bytes] = None
     curve_authorized_keys: Any = field(default=None, repr=False)
+    heartbeat_interval: float = DEFAULT_HEARTBEAT.interval
+    heartbeat_timeout: float = DEFAULT_HEARTBEAT.timeout
+    heartbeat_ttl: float = DEFAULT_HEARTBEAT.ttl
 
     KNOWN: ClassVar[tuple[str, ...]] = tuple(spec.name for spec in SINK_OPTIONS)
+
+    @property
+    def heartbeat(self) -> Heartbeat:
+        """The sending sockets' heartbeats (``heartbeatInterval`` 0: none)."""
+        return Heartbeat(self.heartbeat_interval, self.heartbeat_timeout, self.heartbeat_ttl)
 
     @property
     def curve(self) -> Optional[Curve]:

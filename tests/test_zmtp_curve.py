@@ -25,10 +25,11 @@ from zmq.utils import z85
 from zmq.utils.monitor import recv_monitor_message
 
 from spark_zmq.patterns.zmtp import wire
-from spark_zmq.patterns.zmtp.curve import CurveClient, CurveServer
+from spark_zmq.patterns.zmtp.curve import CurveClient, CurveSequenceError, CurveServer
 from spark_zmq.patterns.zmtp.wire import COMMAND, MORE, ZmtpError
 
 PROTOCOL, AUTH = zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL, zmq.EVENT_HANDSHAKE_FAILED_AUTH
+INVALID_SEQUENCE = zmq.PROTOCOL_ERROR_ZMTP_INVALID_SEQUENCE
 
 
 # -- helpers ------------------------------------------------------------------------------------
@@ -260,6 +261,89 @@ def test_libzmq_client_with_another_server_key_is_refused(ctx):
     lsock.close()
 
 
+def readable(sock: socket.socket) -> bool:
+    import select
+
+    return bool(select.select([sock], [], [], 0)[0])
+
+
+@pytest.mark.timeout(60)
+def test_libzmq_server_pings_decode_in_strict_sequence(ctx):
+    """A libzmq CURVE server numbers its MESSAGEs READY 1, then 2, 3, ... whatever it sends:
+    its PINGs (every 10 ms) interleaved with our 2,000 messages and our PONGs all decode
+    under the strict rule, and our PONGs keep libzmq's decoder in step."""
+    keys = zmq.curve_keypair()
+    pull, port = pull_server(ctx, keys, heartbeat_ivl=10, heartbeat_timeout=10_000)
+    mech = our_client(z85.decode(keys[0]))
+    driver = Driver(socket.create_connection(("127.0.0.1", port)), mech)
+    driver.handshake()
+    sent, received, pings = [], [], 0
+    for _ in range(40):
+        for _ in range(50):
+            sent.append(payload(len(sent), SIZES[len(sent) % 4]))
+            driver.send(sent[-1])
+        received += [pull.recv() for _ in range(50)]
+        time.sleep(0.015)
+        while readable(driver.sock):
+            flags, body = driver.recv()
+            assert flags == COMMAND and body.startswith(b"\x04PING"), body[:10]
+            pings += 1
+            driver.send_command(b"\x04PONG" + body[7:])
+    driver.send(b"last")
+    assert pull.recv() == b"last"
+    assert received == sent
+    assert pings >= 3
+    assert mech._rx_nonce == 1 + pings and mech.sequence_gaps == mech.replays == 0
+    driver.sock.close()
+
+
+@pytest.mark.timeout(60)
+def test_libzmq_client_messages_and_pings_decode_in_strict_sequence(ctx):
+    """A libzmq CURVE client numbers HELLO 1, INITIATE 2, then every MESSAGE, data or PING,
+    3, 4, ...: 2,000 messages with PINGs every 10 ms between them all decode in sequence at
+    our server, and libzmq decodes our PONGs."""
+    server_pub, server_sec = crypto_box_keypair()
+    lsock, port = listener()
+    push = ctx.socket(zmq.PUSH)
+    push.curve_serverkey = z85.encode(server_pub)
+    push.curve_publickey, push.curve_secretkey = zmq.curve_keypair()
+    push.linger = 0
+    push.sndtimeo = 10_000
+    push.heartbeat_ivl = 10
+    push.heartbeat_timeout = 10_000
+    monitor = push.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED)
+    push.connect(f"tcp://127.0.0.1:{port}")
+    mech = CurveServer(server_pub, server_sec, lambda key: True, declaring(b"PULL"), accepting(b"PUSH"))
+    conn, _ = lsock.accept()
+    driver = Driver(conn, mech)
+    driver.handshake()
+    sent, received, pings = [], [], 0
+    for _ in range(40):
+        for _ in range(50):
+            sent.append(payload(len(sent), SIZES[len(sent) % 4]))
+            push.send(sent[-1])
+        while len(received) < len(sent):
+            flags, body = driver.recv()
+            if flags & COMMAND:
+                assert body.startswith(b"\x04PING"), body[:10]
+                pings += 1
+                driver.send_command(b"\x04PONG" + body[7:])
+            else:
+                received.append(body)
+        time.sleep(0.015)
+    assert received == sent
+    assert pings >= 3
+    assert mech._rx_nonce == 2 + len(sent) + pings and mech.sequence_gaps == mech.replays == 0
+    # libzmq took our PONGs (the nonces of our side stayed in step): still one connection
+    events = []
+    while monitor.poll(200):
+        events.append(recv_monitor_message(monitor)["event"])
+    assert events == [zmq.EVENT_HANDSHAKE_SUCCEEDED]
+    push.disable_monitor()
+    conn.close()
+    lsock.close()
+
+
 def wait_event(monitor: zmq.Socket, event: int, seconds: float = 10) -> dict:
     deadline = time.monotonic() + seconds
     seen = []
@@ -426,21 +510,126 @@ def test_replayed_reordered_and_misdirected_messages():
     pair = Pair().connect()
     first = pair.client.encode(b"one")[1]
     second = pair.client.encode(b"two")[1]
+    # reordered: the second arrives first, one message short of the sequence
+    with pytest.raises(CurveSequenceError) as err:
+        pair.server.decode(0, second)
+    assert (err.value.value, err.value.missing, err.value.replay) == (INVALID_SEQUENCE, 1, False)
+    # a refused MESSAGE does not move the counter
+    assert pair.server.decode(0, first) == (0, b"one")
     assert pair.server.decode(0, second) == (0, b"two")
     for old in (first, second):
-        with pytest.raises(ZmtpError) as err:
+        with pytest.raises(CurveSequenceError) as err:
             pair.server.decode(0, old)
-        assert err.value.value == zmq.PROTOCOL_ERROR_ZMTP_INVALID_SEQUENCE
+        assert err.value.value == INVALID_SEQUENCE and err.value.replay and err.value.missing == 0
+        assert "replayed or reordered" in str(err.value)
+    assert (pair.server.replays, pair.server.sequence_gaps, pair.server.missing_messages) == (2, 1, 1)
     # a client's MESSAGE cannot be reflected back to it (other nonce prefix)
+    reflected = pair.client.encode(b"x")[1]
     with pytest.raises(ZmtpError) as err:
-        pair.client.decode(0, pair.client.encode(b"x")[1])
+        pair.client.decode(0, reflected)
     assert err.value.value == zmq.PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC
-    # a forged nonce does not move the window: the next genuine message still decodes
+    assert pair.server.decode(0, reflected) == (0, b"x")
+    # a forged nonce fails the box (it is no gap) and does not move the counter: the next
+    # genuine message still decodes
     genuine = pair.client.encode(b"three")[1]
     forged = genuine[:8] + struct.pack(">Q", 2**64 - 1) + genuine[16:]
-    with pytest.raises(ZmtpError):
+    with pytest.raises(ZmtpError) as err:
         pair.server.decode(0, forged)
+    assert err.value.value == zmq.PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC and not isinstance(err.value, CurveSequenceError)
+    assert pair.server.sequence_gaps == 1
     assert pair.server.decode(0, genuine) == (0, b"three")
+
+
+def short_nonce(frame: bytes) -> int:
+    return struct.unpack_from(">Q", frame, 8)[0]
+
+
+@pytest.mark.timeout(30)
+def test_short_nonces_continue_the_handshakes_as_libzmq_numbers_them():
+    """Client: HELLO 1, INITIATE 2, MESSAGEs from 3; server: READY 1, MESSAGEs from 2 (data
+    and commands alike), so the first MESSAGE each side expects is the last handshake
+    nonce plus one."""
+    pair = Pair()
+    hello = pair.hello()
+    initiate = pair.client.on_command(pair.server.on_command(hello)[0])[0]
+    [ready] = pair.server.on_command(initiate)
+    pair.client.on_command(ready)
+    assert (struct.unpack_from(">Q", hello, 112)[0], struct.unpack_from(">Q", initiate, 105)[0]) == (1, 2)
+    assert struct.unpack_from(">Q", ready, 6)[0] == 1
+    client_frames = [pair.client.encode(b"a")[1], pair.client.encode_command(b"\x04PING\x00\x00")[1],
+                     pair.client.encode(b"b", True)[1]]
+    server_frames = [pair.server.encode_command(b"\x04PONG")[1], pair.server.encode(b"c")[1]]
+    assert [short_nonce(f) for f in client_frames] == [3, 4, 5]
+    assert [short_nonce(f) for f in server_frames] == [2, 3]
+    assert [pair.server.decode(0, f) for f in client_frames] == [(0, b"a"), (COMMAND, b"\x04PING\x00\x00"),
+                                                                  (MORE, b"b")]
+    assert [pair.client.decode(0, f) for f in server_frames] == [(COMMAND, b"\x04PONG"), (0, b"c")]
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("direction", ["client-to-server", "server-to-client"])
+def test_a_deleted_message_closes_the_connection_naming_the_gap(direction):
+    pair = Pair().connect()
+    sender, receiver = (pair.client, pair.server) if direction == "client-to-server" else (pair.server, pair.client)
+    m1, m2, m3 = (sender.encode(b"message %d" % i)[1] for i in (1, 2, 3))
+    assert receiver.decode(0, m1) == (0, b"message 1")
+    with pytest.raises(CurveSequenceError) as err:   # m2 deleted in transit
+        receiver.decode(0, m3)
+    first = short_nonce(m1)
+    assert (err.value.event, err.value.value) == (PROTOCOL, INVALID_SEQUENCE)
+    assert (err.value.expected, err.value.received, err.value.missing) == (first + 1, first + 2, 1)
+    assert str(err.value) == (f"MESSAGE short nonce {first + 2}, expected {first + 1}: 1 message missing: "
+                              "deleted in transit or tampered with")
+    assert (receiver.sequence_gaps, receiver.missing_messages, receiver.replays) == (1, 1, 0)
+    # replay: MESSAGE 1 again
+    with pytest.raises(CurveSequenceError) as err:
+        receiver.decode(0, m1)
+    assert (err.value.value, err.value.replay, err.value.missing) == (INVALID_SEQUENCE, True, 0)
+    assert f"MESSAGE short nonce {first}, expected {first + 1}: replayed or reordered" in str(err.value)
+    assert receiver.replays == 1
+    # a larger gap (right after the handshake: the very first MESSAGEs deleted) is counted whole
+    pair = Pair().connect()
+    sender, receiver = (pair.client, pair.server) if direction == "client-to-server" else (pair.server, pair.client)
+    frames = [sender.encode_command(b"\x04PING\x00\x00")[1]] + [sender.encode(b"x")[1] for _ in range(3)]
+    with pytest.raises(CurveSequenceError, match=r": 3 messages missing: deleted in transit or tampered with$"):
+        receiver.decode(0, frames[3])
+    assert (receiver.sequence_gaps, receiver.missing_messages) == (1, 3)
+    assert [receiver.decode(0, f)[0] for f in frames] == [COMMAND, 0, 0, 0]   # in order, all pass
+
+
+@pytest.mark.timeout(60)
+@settings(max_examples=150, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(),
+       messages=st.lists(st.tuples(st.sampled_from(["data", "more", "command"]), st.binary(max_size=64)),
+                         min_size=1, max_size=30),
+       from_client=st.booleans())
+def test_deleting_any_one_message_is_caught_at_the_next(data, messages, from_client):
+    """For any messages and any single deleted one, the receiver accepts every message
+    before the deletion and refuses exactly the first one after it (none if it was the last)."""
+    pair = Pair().connect()
+    sender, receiver = (pair.client, pair.server) if from_client else (pair.server, pair.client)
+    frames, expected = [], []
+    for kind, body in messages:
+        if kind == "command":
+            body = b"\x04PING\x00\x00" + body[:16]
+            frames.append(sender.encode_command(body)[1])
+            expected.append((COMMAND, body))
+        else:
+            frames.append(sender.encode(body, kind == "more")[1])
+            expected.append((MORE if kind == "more" else 0, body))
+    deleted = data.draw(st.integers(0, len(frames) - 1), label="deleted")
+    for index, frame in enumerate(frames):
+        if index == deleted:
+            continue
+        if index == deleted + 1:
+            with pytest.raises(CurveSequenceError) as err:
+                receiver.decode(0, frame)
+            assert err.value.missing == 1 and "1 message missing" in str(err.value)
+            assert receiver.sequence_gaps == 1
+            return
+        assert receiver.decode(0, frame) == expected[index]
+    assert deleted == len(frames) - 1 and receiver.sequence_gaps == 0
 
 
 @pytest.mark.timeout(30)

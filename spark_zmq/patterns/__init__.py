@@ -14,6 +14,7 @@ This package never imports Spark.
 
 from .base import PatternSocket, SocketClosedError
 from .endpoints import Endpoint, parse_endpoints
+from .heartbeat import DEFAULT_HEARTBEAT, NO_HEARTBEAT, Heartbeat
 from .pipeline import Pull, Push
 from .pubsub import Pub, Sub, XPub, XSub
 from .reqrep import Dealer, Rep, Req, Router
@@ -47,9 +48,12 @@ def socket_for(pattern: str) -> type[PatternSocket]:
 
 
 __all__ = [
+    "DEFAULT_HEARTBEAT",
     "Dealer",
     "Endpoint",
     "Gather",
+    "Heartbeat",
+    "NO_HEARTBEAT",
     "PATTERNS",
     "PatternSocket",
     "Pub",

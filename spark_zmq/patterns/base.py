@@ -19,6 +19,7 @@ import zmq
 
 from .curve import HANDSHAKE_FAILURES, Curve, HandshakeWatch, open_monitor, secure_context
 from .endpoints import Endpoint, EndpointsSpec, check_ipc_bind, parse_endpoints
+from .heartbeat import Heartbeat, heartbeat_option
 from .rcvmore import rcvmore_check
 
 __all__ = ["PatternSocket", "SocketClosedError", "Message", "Frames"]
@@ -98,7 +99,11 @@ class PatternSocket:
         "context",
         "monitor",
         "curve",
+        "heartbeat",
     )
+    #: libzmq's heartbeat timeout on this socket type (see ``heartbeat``: not for a receiver
+    #: that applies backpressure, which would drop live peers with what their buffers hold)
+    heartbeat_zmtp_timeout: ClassVar[bool] = True
 
     def __init__(self, endpoints: EndpointsSpec, *, hwm: Optional[int] = None, **options: Any) -> None:
         self._closed = True  # until the socket exists, so __del__/close are safe
@@ -127,6 +132,7 @@ class PatternSocket:
             for name, opt in (("rcvbuf", zmq.RCVBUF), ("sndbuf", zmq.SNDBUF)):
                 if options.get(name) is not None:
                     sock.setsockopt(opt, self._positive_int(name, options[name]))
+            self.heartbeat.apply(sock, zmtp_timeout=self.heartbeat_zmtp_timeout)
             self._configure(sock, options)
             if curve is not None:
                 self._zap = curve.apply(sock)
@@ -166,6 +172,8 @@ class PatternSocket:
             "max_message_bytes", options.get("max_message_bytes"), allow_none=True
         )
         hwm = self._positive_int("hwm", hwm, allow_none=True, allow_zero=True)
+        #: liveness of every connection (``heartbeat.Heartbeat``; the default is on)
+        self.heartbeat: Heartbeat = heartbeat_option(options.get("heartbeat"))
         curve: Optional[Curve] = options.get("curve")
         if curve is not None and not isinstance(curve, Curve):
             raise TypeError(f"option 'curve' must be a spark_zmq.patterns.curve.Curve, not {type(curve).__name__}")

@@ -26,6 +26,7 @@ import itertools
 import logging
 import os
 import stat
+import struct
 import threading
 from dataclasses import dataclass, field
 from typing import Optional, Union
@@ -74,9 +75,56 @@ def _z85_key(text: bytes, what: str, option: Optional[str]) -> bytes:
     try:
         if len(z85.decode(text)) != 32:
             raise ValueError
-    except (ValueError, KeyError, IndexError, TypeError, UnicodeError):
+    except (ValueError, KeyError, IndexError, TypeError, UnicodeError, struct.error):
+        # struct.error: Z85 characters whose 5-character group is above 2**32 - 1 ('#####')
         raise CurveError(f"{what} is not a CURVE key: it is not valid Z85 text", option) from None
     return bytes(text)
+
+
+_AUTHORIZED_HELP = ("give a set of the clients' Z85 public keys (40 characters each, e.g. "
+                    f"frozenset({{keys.public_key}})) or {ANY_KEY!r} (ANY_KEY) to accept any client key; "
+                    "load_authorized_keys(directory) reads the '*.key' certificates of a directory")
+
+
+def _shown(text: bytes) -> str:
+    """An entry of ``authorized`` safe to show: never a whole key (one could be a secret key
+    put there by mistake), only enough to find it."""
+    if len(text) <= 5:
+        return repr(text.decode("ascii", "replace"))
+    return f"{text[:5].decode('ascii', 'replace')!r}... ({len(text)} characters)"
+
+
+def _check_authorized(value: object) -> Union[str, frozenset]:
+    """``Curve.authorized`` checked: ``ANY_KEY`` itself, or a set of Z85 public keys, returned
+    as a frozenset of 40-byte Z85 ``bytes`` (text given as ``str`` is encoded)."""
+    option = "curveAuthorizedKeys"
+    if isinstance(value, str):
+        if value == ANY_KEY:
+            return ANY_KEY
+        # the text itself is not shown: it could be a key, even a secret one
+        raise CurveError(f"Curve: authorized is a string other than {ANY_KEY!r} ({len(value)} characters, not "
+                         f"shown); the only string accepted is {ANY_KEY!r}. "
+                         f"{_AUTHORIZED_HELP[0].upper()}{_AUTHORIZED_HELP[1:]}", option)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        raise CurveError(f"Curve: authorized is a single {type(value).__name__} value, not a set of keys; "
+                         f"{_AUTHORIZED_HELP}", option)
+    if not isinstance(value, (set, frozenset, list, tuple)):
+        raise CurveError(f"Curve: authorized must be a set of Z85 public keys or {ANY_KEY!r}, not of type "
+                         f"{type(value).__name__}; {_AUTHORIZED_HELP}", option)
+    keys = set()
+    for entry in value:
+        if isinstance(entry, str):
+            text = entry.encode("ascii", "replace")
+            if not entry.isascii():  # "?" for each other character could make valid Z85
+                raise CurveError(f"Curve: the authorized key {_shown(text)} is not a CURVE key: it is not ASCII "
+                                 "(Z85 text)", option)
+        elif isinstance(entry, (bytes, bytearray, memoryview)):
+            text = bytes(entry)
+        else:
+            raise CurveError(f"Curve: authorized holds a value of type {type(entry).__name__}, not a Z85 public key "
+                             "(40 characters of text)", option)
+        keys.add(_z85_key(text, f"Curve: the authorized key {_shown(text)}", option))
+    return frozenset(keys)
 
 
 def _read_certificate(path: str, option: Optional[str]) -> tuple[bytes, Optional[bytes]]:
@@ -197,6 +245,12 @@ class Curve:
     A server has ``authorized`` (``ANY_KEY`` or a set of Z85 public keys) and no
     ``server_key``; a client has ``server_key`` and no ``authorized``. Both have their
     own key pair. ``Curve.server(...)``/``Curve.client(...)`` build them.
+
+    ``authorized`` is checked when the ``Curve`` is made: the only string it may be is
+    ``ANY_KEY`` (``"*"``), and every key of a set must be 40 characters of valid Z85; a set
+    (or list, tuple) is kept as a ``frozenset`` of Z85 ``bytes``, so ``authorized`` is
+    either exactly ``ANY_KEY`` or such a frozenset (``isinstance(authorized, str)`` means
+    any key).
     """
 
     public_key: bytes
@@ -207,10 +261,13 @@ class Curve:
     def __post_init__(self) -> None:
         if (self.server_key is None) == (self.authorized is None):
             raise CurveError("a CURVE socket is either a client (server_key) or a server (authorized), not both")
+        if self.authorized is not None:
+            object.__setattr__(self, "authorized", _check_authorized(self.authorized))
 
     @classmethod
     def server(cls, keys: KeyPair, authorized: Union[str, frozenset]) -> "Curve":
-        """A server with key pair ``keys`` accepting ``authorized`` client keys (or ``ANY_KEY``)."""
+        """A server with key pair ``keys`` accepting ``authorized`` client keys (a set of Z85
+        public keys) or any key (``ANY_KEY``, ``"*"``); ``CurveError`` for anything else."""
         return cls(keys.public_key, keys.secret_key, authorized=authorized)
 
     @classmethod

@@ -42,3 +42,4 @@ class Pull(PatternSocket):
     socket_type: ClassVar[int] = zmq.PULL
     default_bind: ClassVar[bool] = True
     can_recv: ClassVar[bool] = True
+    heartbeat_zmtp_timeout: ClassVar[bool] = False  # backpressure: see heartbeat.py

@@ -130,6 +130,7 @@ class _ZmtpPatternSocket(PatternSocket):
             reconnect_ivl_s=(reconnect_ms or 100) / 1000.0,
             handshake_ivl_s=handshake_ms / 1000.0,
             curve=curve,
+            heartbeat=self.heartbeat,
             rcvbuf=options.get("rcvbuf"),
             sndbuf=options.get("sndbuf"),
             immediate=bool(options.get("immediate")),

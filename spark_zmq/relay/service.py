@@ -72,7 +72,7 @@ class Relay:
         self.ingest = IngestRuntime(options)
         try:
             router = Router([listen], hwm=QUEUE, linger=0, mandatory=True, max_request_bytes=REQUEST_BYTES,
-                            curve=listen_curve)
+                            curve=listen_curve, heartbeat=options.heartbeat)
         except BaseException:
             self.ingest.stop()
             raise

@@ -37,7 +37,7 @@ class TaskSender:
         self.timeout_s = options.send_timeout_ms / 1000.0
         self.where = ", ".join(map(str, options.endpoints))
         self.context: Optional[zmq.Context] = None
-        common: dict = {"hwm": options.hwm, "linger": options.send_timeout_ms}
+        common: dict = {"hwm": options.hwm, "linger": options.send_timeout_ms, "heartbeat": options.heartbeat}
         if options.curve is not None:
             common["curve"] = options.curve
         self.socket: PatternSocket

@@ -31,7 +31,8 @@ def receive_bounded(options: SourceOptions) -> list[tuple[list[bytes], Optional[
     """Messages per channel, until ``max_messages`` in all or ``timeout`` s of silence."""
     sockets = [
         open_channel_socket(options.pattern, endpoint, hwm=options.hwm, topics=options.topics,
-                            max_message_bytes=options.max_message_bytes, curve=options.curve)
+                            max_message_bytes=options.max_message_bytes, curve=options.curve,
+                            heartbeat=options.heartbeat)
         for endpoint in options.endpoints
     ]
     values: list[list[bytes]] = [[] for _ in sockets]

@@ -11,8 +11,14 @@ Two sans-I/O state machines with the interface of ``NullMechanism`` (``null.py``
 After the handshake every frame, data or command (PING/PONG), travels as a MESSAGE command
 in a plain data frame: ``\\x07MESSAGE``, an 8-byte short nonce and a box of one flags byte
 (MORE=1, COMMAND=2) plus the payload, sealed with the key precomputed from both short-term
-keys (``crypto_box_beforenm``). Short nonces start at 1 and strictly increase in each
-direction; a MESSAGE whose nonce is not above the last one accepted is a replay.
+keys (``crypto_box_beforenm``). Short nonces count up by exactly one in each direction, the
+handshake's commands included, as libzmq numbers them: the client's HELLO is 1, its
+INITIATE 2 and its first MESSAGE 3; the server's READY is 1 and its first MESSAGE 2. So
+the MESSAGE expected next is always the last accepted short nonce (INITIATE's or READY's,
+then each MESSAGE's) plus one, and any other closes the connection with a
+``CurveSequenceError`` (*stricter than libzmq*, which only refuses a nonce not above the
+last one): a lower or equal one is a replay (or reordering), a higher one means MESSAGEs
+were deleted in transit, which the boxes alone cannot reveal (each opens on its own).
 
 Every byte a peer sends is checked here: anything malformed, truncated, replayed, of the
 wrong size or wrongly encrypted raises ``ZmtpError`` (and nothing else) carrying the
@@ -20,8 +26,8 @@ wrong size or wrongly encrypted raises ``ZmtpError`` (and nothing else) carrying
 kinds of sockets explain failures with one set of texts. The few places where this module
 is stricter than libzmq 4.3.5, as RFC 26 asks ("the server SHALL validate all fields"), are
 marked *stricter than libzmq* below (zero HELLO padding and signature, INITIATE nonce above
-HELLO's, a vouch naming this server); a peer that follows RFC 26, as libzmq's own CURVE
-client does, passes them. One reported value differs on purpose: a WELCOME of the wrong
+HELLO's, a vouch naming this server, consecutive MESSAGE nonces); a peer that follows RFC 26,
+as libzmq's own CURVE client does, passes them. One reported value differs on purpose: a WELCOME of the wrong
 size is ``MALFORMED_COMMAND_WELCOME`` (libzmq 4.3.5 reports ``CRYPTOGRAPHIC`` for it).
 
 Why the server checks the client's key itself, without ZAP (RFC 27): libzmq asks a ZAP
@@ -61,7 +67,7 @@ from nacl.exceptions import CryptoError
 from .null import Accept, Declare
 from .wire import COMMAND, MORE, ZmtpError, encode_metadata, error_command, error_from_command, parse_metadata
 
-__all__ = ["CurveClient", "CurveServer", "Authorize", "KEY_SIZE"]
+__all__ = ["CurveClient", "CurveServer", "CurveSequenceError", "Authorize", "KEY_SIZE"]
 
 #: decides whether a client's long-term public key (32 raw bytes) may connect
 Authorize = Callable[[bytes], bool]
@@ -116,6 +122,30 @@ def _error(text: str, value: int) -> ZmtpError:
     return ZmtpError(text, _PROTOCOL, value)
 
 
+class CurveSequenceError(ZmtpError):
+    """A MESSAGE whose short nonce is not the previous one plus one: the connection must
+    close (``event`` ``EVENT_HANDSHAKE_FAILED_PROTOCOL``, ``value``
+    ``PROTOCOL_ERROR_ZMTP_INVALID_SEQUENCE``, as libzmq reports a replay).
+
+    ``expected`` and ``received`` are the short nonces. A replay (``received < expected``:
+    ``replay`` is true, ``missing`` 0) is refused before its box is opened, as libzmq does;
+    a gap (``missing = received - expected`` MESSAGEs deleted in transit or tampered with)
+    only once the MESSAGE proved authentic."""
+
+    def __init__(self, expected: int, received: int) -> None:
+        self.expected = expected
+        self.received = received
+        self.replay = received < expected
+        self.missing = 0 if self.replay else received - expected
+        if self.replay:
+            text = (f"MESSAGE short nonce {received}, expected {expected}: replayed or reordered "
+                    "(its nonce was already used)")
+        else:
+            text = (f"MESSAGE short nonce {received}, expected {expected}: {self.missing} "
+                    f"message{'s' if self.missing != 1 else ''} missing: deleted in transit or tampered with")
+        super().__init__(text, _PROTOCOL, zmq.PROTOCOL_ERROR_ZMTP_INVALID_SEQUENCE)
+
+
 def _check_key(value: bytes, what: str) -> bytes:
     """A 32-byte key argument, checked (the message never shows the key)."""
     if not isinstance(value, (bytes, bytearray, memoryview)):
@@ -159,8 +189,9 @@ def _precompute(public: bytes, secret: bytes) -> bytes:
 class _Curve:
     """What both sides share: the MESSAGE codec after the handshake."""
 
-    __slots__ = ("ready", "peer_metadata", "_public", "_secret", "_declare", "_accept", "_state", "_key", "_precom",
-                 "_tx_prefix", "_rx_prefix", "_tx_nonce", "_rx_nonce", "__weakref__")
+    __slots__ = ("ready", "peer_metadata", "sequence_gaps", "missing_messages", "replays", "_public", "_secret",
+                 "_declare", "_accept", "_state", "_key", "_precom", "_tx_prefix", "_rx_prefix", "_tx_nonce",
+                 "_rx_nonce", "__weakref__")
 
     name: ClassVar[bytes] = b"CURVE"
     as_server: ClassVar[bool] = False
@@ -181,7 +212,13 @@ class _Curve:
         self._tx_prefix = tx_prefix
         self._rx_prefix = rx_prefix
         self._tx_nonce = 1                    # next short nonce we send (libzmq starts at 1)
-        self._rx_nonce = 0                    # last short nonce the peer sent
+        self._rx_nonce = 0                    # last short nonce the peer sent (INITIATE's, READY's, a MESSAGE's)
+        #: authentic MESSAGEs whose nonce skipped ahead (0 or 1: the connection closes on the
+        #: first), how many MESSAGEs those gaps skipped, and MESSAGEs refused as replayed or
+        #: reordered (checked before the box, as libzmq does: a forged old nonce counts too)
+        self.sequence_gaps = 0
+        self.missing_messages = 0
+        self.replays = 0
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self._state}>"
@@ -246,19 +283,30 @@ class _Curve:
     def decode(self, flags: int, body: bytes) -> tuple[int, bytes]:
         """``(MORE/COMMAND flags, payload)`` of a received frame (a MESSAGE command); the
         flags are ``wire.MORE``/``wire.COMMAND`` as ``NullMechanism.decode`` reports them,
-        taken from inside the box (the frame's own flags carry nothing under CURVE)."""
+        taken from inside the box (the frame's own flags carry nothing under CURVE).
+
+        The short nonce must be the last one accepted plus one, else ``CurveSequenceError``
+        (a ``ZmtpError``): a replay is refused before the box is opened, as libzmq does; a
+        gap only once the box proved authentic, so that only a real deletion counts in
+        ``sequence_gaps`` (a forged nonce fails the box: ``CRYPTOGRAPHIC``)."""
         if len(body) < _MESSAGE_MIN or body[:8] != _MESSAGE or self._key is None:
             raise self._bad_message(body)
         nonce = _unpack_from(body, 8)[0]
-        if nonce <= self._rx_nonce:
-            raise _error(f"MESSAGE short nonce {nonce} is not above {self._rx_nonce} (replayed or reordered)",
-                         zmq.PROTOCOL_ERROR_ZMTP_INVALID_SEQUENCE)
+        if nonce <= self._rx_nonce:  # libzmq's check, before the box (and its code: INVALID_SEQUENCE)
+            self.replays += 1
+            raise CurveSequenceError(self._rx_nonce + 1, nonce)
         try:
             plain = crypto_box_open_afternm(body[16:], self._rx_prefix + body[8:16], self._key)
         except CryptoError:
             raise _error("cannot open a MESSAGE box (wrong key or altered)",
                          zmq.PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC) from None
-        self._rx_nonce = nonce  # only once authentic: a forged nonce cannot move the window
+        if nonce != self._rx_nonce + 1:
+            # authentic, so its sender did number the skipped MESSAGEs: they were deleted
+            # on the way (stricter than libzmq); a forged nonce failed the box above
+            self.sequence_gaps += 1
+            self.missing_messages += nonce - self._rx_nonce - 1
+            raise CurveSequenceError(self._rx_nonce + 1, nonce)
+        self._rx_nonce = nonce  # only once authentic and in sequence: a forged nonce cannot move it
         return _INNER_TO_FRAME[plain[0] & 0x03], plain[1:]
 
     def _bad_message(self, body: bytes) -> ZmtpError:

@@ -50,6 +50,7 @@ from typing import Callable, Optional
 
 import zmq
 
+from ..heartbeat import DEFAULT_HEARTBEAT, Heartbeat
 from . import transport
 from .null import NullMechanism
 from .wire import (
@@ -79,6 +80,8 @@ _TCP_INFO_BYTES_ACKED = 120
 _TCP_INFO_SIZE = 128
 _HAS_TCP_INFO = hasattr(socket, "TCP_INFO")
 _ACCEPT_RETRY_S = 0.2
+#: PING flood and malformed heartbeat warnings: at most this many per connection
+_HEARTBEAT_WARNINGS = 1
 
 _GREETING, _HANDSHAKE, _READY, _CLOSED = range(4)
 _ids = itertools.count(1)
@@ -121,6 +124,12 @@ class _Connector:
         self.conn: Optional["_Connection"] = None
         #: the queue of this endpoint, kept whether or not it is connected (49/SCATTERGATHER)
         self.peer = Peer()
+        #: a renegotiation of the socket type was retried at once since the last handshake:
+        #: the next waits the reconnect interval (a peer whose type depends on ours would
+        #: otherwise make us reconnect in a tight loop)
+        self.renegotiated = False
+        #: the inproc connect failed for lack of file descriptors (logged once until it works)
+        self.inproc_failing = False
 
 
 class _Connection:
@@ -167,6 +176,14 @@ class _Connection:
         self.refused = False
         self.retry_now = False
         self.declared: Optional[bytes] = None
+        #: heartbeats (monotonic seconds): when the next PING goes out, when a PING is
+        #: unanswered for too long (``None``: nothing awaited), when the peer's PING TTL
+        #: runs out without traffic from it (``None``: no TTL asked)
+        self.next_ping = 0.0
+        self.ping_deadline: Optional[float] = None
+        self.ttl_deadline: Optional[float] = None
+        self.acked_at_ping: Optional[int] = None
+        self.heartbeat_warnings = 0
         # last: the application's threads may look at ``peer.conn`` (and its ``out``) at once
         self.peer.conn = self
 
@@ -243,6 +260,7 @@ class Engine:
         reconnect_ivl_s: float = 0.1,
         handshake_ivl_s: float = 30.0,
         curve=None,
+        heartbeat: Heartbeat = DEFAULT_HEARTBEAT,
         rcvbuf: Optional[int] = None,
         sndbuf: Optional[int] = None,
         immediate: bool = False,
@@ -256,6 +274,16 @@ class Engine:
         self.reconnect_ivl_s = reconnect_ivl_s
         self.handshake_ivl_s = handshake_ivl_s
         self.curve = curve
+        self.heartbeat = heartbeat
+        self._ping = command(b"PING", heartbeat.ttl_field)
+        #: acknowledged bytes past a PING that prove a live consumer: more than our own
+        #: PINGs can account for within one timeout
+        self._ack_liveness_bytes = 1024 + (int(heartbeat.timeout / heartbeat.interval) + 2) * 64 \
+            if heartbeat.enabled else 0
+        #: connections closed because the peer was silent past the heartbeat timeout or TTL
+        self.heartbeat_timeouts = 0
+        #: connections closed because a CURVE stream skipped a message (deleted in transit)
+        self.sequence_gaps = 0
         self.rcvbuf, self.sndbuf = rcvbuf, sndbuf
         self.immediate = immediate
         self.on_event = on_event
@@ -514,9 +542,59 @@ class Engine:
                                                zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL, errno.ETIMEDOUT))
                 else:
                     delay = min(delay, conn.deadline - now)
+            elif conn.stage == _READY and self.heartbeat.enabled:
+                delay = min(delay, self._heartbeat(conn, now))
         if self._timers:
             delay = min(delay, max(0.0, self._timers[0][0] - time.monotonic()))
         return delay
+
+    def _heartbeat(self, conn: _Connection, now: float) -> float:
+        """Send the PING that is due, drop a connection whose peer stayed silent past the
+        timeout (after our PING) or past its own PING's TTL; returns the time to the next
+        heartbeat event of ``conn``."""
+        heartbeat = self.heartbeat
+        if conn.peer.paused:
+            # we stopped reading (backpressure): the peer's answers wait unread in the
+            # kernel, so its silence means nothing; judge it again once we read
+            if conn.ping_deadline is not None:
+                conn.ping_deadline = now + heartbeat.timeout
+            if conn.ttl_deadline is not None:
+                conn.ttl_deadline = max(conn.ttl_deadline, now + heartbeat.timeout)
+        else:
+            expired = None
+            if conn.ping_deadline is not None and now >= conn.ping_deadline:
+                acked = conn.confirmed() if conn.track_acks else None
+                if acked is not None and conn.acked_at_ping is not None \
+                        and acked - conn.acked_at_ping > self._ack_liveness_bytes:
+                    # the peer's host took more of our data since the PING (more than our
+                    # PINGs alone): a consumer busy reading a long queue, not a dead one
+                    conn.ping_deadline = None
+                else:
+                    expired = (f"no traffic from the peer for {heartbeat.timeout:g} s after a heartbeat PING "
+                               "(heartbeatTimeout)")
+            elif conn.ttl_deadline is not None and now >= conn.ttl_deadline:
+                expired = "no traffic from the peer within the TTL of its own heartbeat PING"
+            if expired is not None:
+                self.heartbeat_timeouts += 1
+                self._fail(conn, ZmtpError(expired, zmq.EVENT_DISCONNECTED, errno.ETIMEDOUT))
+                return 1.0
+        if now >= conn.next_ping:
+            conn.next_ping = now + heartbeat.interval
+            if conn.ping_deadline is None:
+                conn.ping_deadline = now + heartbeat.timeout
+                conn.acked_at_ping = conn.confirmed() if conn.track_acks else None
+            if conn.out_bytes < _MAX_PENDING_REPLY_BYTES:
+                # (a peer that does not read what we queued gets no more PINGs; its silence
+                # still counts from the first one)
+                conn.queue_command(self._ping)
+                self._flush(conn)
+                if conn.stage == _CLOSED:
+                    return 1.0
+        nearest = conn.next_ping
+        for deadline in (conn.ping_deadline, conn.ttl_deadline):
+            if deadline is not None:
+                nearest = min(nearest, deadline)
+        return max(0.0, nearest - now)
 
     def _close_all(self) -> None:
         for conn in list(self._connections):
@@ -554,6 +632,7 @@ class Engine:
         sock.setblocking(False)
         if sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as libzmq does
+        self.heartbeat.configure_tcp(sock)
         if self.rcvbuf:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.rcvbuf)
         if self.sndbuf:
@@ -593,10 +672,21 @@ class Engine:
             return
         address = connector.address
         if address.transport == "inproc":
-            sock = transport.connect_inproc(address.host)
-            if sock is None:
-                self._at(self.reconnect_ivl_s, lambda: self._connect(connector))
+            try:
+                sock = transport.connect_inproc(address.host)
+            except OSError as exc:  # EMFILE and friends: retry as the TCP path does, log once
+                if not connector.inproc_failing:
+                    connector.inproc_failing = True
+                    log.warning("%s: cannot connect to %s (%s); retrying every %.1f s", self.label,
+                                connector.endpoint, exc, self.reconnect_ivl_s)
+                self._retry(connector)
                 return
+            if sock is None:
+                self._retry(connector)
+                return
+            if connector.inproc_failing:
+                connector.inproc_failing = False
+                log.warning("%s: connected to %s again", self.label, connector.endpoint)
             self._adopt(sock, connector.endpoint, connector)
             return
         try:
@@ -694,6 +784,9 @@ class Engine:
             if not data:
                 self._lost(conn, 0)
                 return
+            # any traffic from the peer answers our PING and renews its TTL (RFC 37)
+            conn.ping_deadline = None
+            conn.ttl_deadline = None
             self._feed(conn, data)
             if len(data) < _READ_BYTES:
                 return
@@ -735,6 +828,9 @@ class Engine:
             conn.refused = True
             self._emit(exc.event, exc.value, conn.endpoint)
         else:
+            if getattr(exc, "missing", 0) and not getattr(exc, "replay", True):
+                # a CURVE stream skipped messages (curve.CurveSequenceError): tampering or loss
+                self.sequence_gaps += 1
             log.warning("%s: closing the connection of %s: %s", self.label, conn.address, exc)
         self._close(conn, requeue=True)
 
@@ -797,7 +893,8 @@ class Engine:
         connector = conn.connector
         if connector is not None and connector.conn is conn:
             connector.conn = None
-            if conn.retry_now:
+            if conn.retry_now and not connector.renegotiated:
+                connector.renegotiated = True  # once at once; again only after a handshake
                 self._at(0.0, lambda: self._connect(connector))
             else:
                 self._retry(connector)
@@ -902,6 +999,9 @@ class Engine:
 
     def _on_ready(self, conn: _Connection) -> None:
         conn.stage = _READY
+        if conn.connector is not None:
+            conn.connector.renegotiated = False
+        conn.next_ping = time.monotonic() + self.heartbeat.interval
         peer = conn.peer
         with self.lock:
             if peer not in self.ready_peers:
@@ -995,12 +1095,34 @@ class Engine:
     def _on_command(self, conn: _Connection, body: bytes) -> None:
         name, data = parse_command(body)
         if name == b"PING":
-            # PING: TTL (2 bytes) and a context of at most 16 bytes, echoed in the PONG
-            if len(data) >= 2 and conn.out_bytes < _MAX_PENDING_REPLY_BYTES:
-                conn.queue_command(command(b"PONG", data[2:18]))
+            self._on_ping(conn, data)
         elif name == b"ERROR":
             raise error_from_command(data, is_server=not conn.initiator)
         # PONG and commands of other socket types (SUBSCRIBE, CANCEL) need nothing
+
+    def _on_ping(self, conn: _Connection, data: bytes) -> None:
+        """RFC 37: a PING is a 2-byte TTL (deciseconds) and a context of at most 16 bytes,
+        echoed in the PONG. The TTL is honoured: no traffic from the peer within it closes
+        the connection (it is 16 bits, so at most 6553.5 s: nothing absurd can be asked).
+        Answers stop while our replies pile up unread (a PING flood from a peer that does
+        not read), so memory stays bounded; a malformed PING or a flood is logged once."""
+        if len(data) < 2 or len(data) > 18:
+            self._heartbeat_warning(conn, f"a malformed PING of {len(data)} bytes (RFC 37: a 2-byte TTL and "
+                                          "at most 16 bytes of context); ignored")
+            if len(data) < 2:
+                return
+        ttl = int.from_bytes(data[:2], "big") / 10.0
+        if ttl > 0:
+            conn.ttl_deadline = time.monotonic() + ttl
+        if conn.out_bytes < _MAX_PENDING_REPLY_BYTES:
+            conn.queue_command(command(b"PONG", data[2:18]))
+        else:
+            self._heartbeat_warning(conn, "PINGs faster than it reads our PONGs; not answering until it reads")
+
+    def _heartbeat_warning(self, conn: _Connection, what: str) -> None:
+        if conn.heartbeat_warnings < _HEARTBEAT_WARNINGS:
+            conn.heartbeat_warnings += 1
+            log.warning("%s: the peer at %s sends %s", self.label, conn.address, what)
 
     # -- output -------------------------------------------------------------------------------
 

@@ -1,0 +1,130 @@
+"""Liveness of connections: ZMTP 3.1 heartbeats (RFC 37's PING/PONG) and TCP keepalive.
+
+Why: ZeroMQ reconnects a connection that *breaks*, but a peer that goes silent without
+closing (a NAT or firewall that forgot the flow, a host that lost power, a half-open TCP
+connection) breaks nothing: a receiver that only reads waits forever and a sender's
+unacknowledged messages stay with the dead peer. Every socket of this package therefore
+sends a PING every ``interval`` seconds, asks the peer to drop the connection when it hears
+nothing from us for ``ttl`` seconds (the PING's TTL), and drops the connection itself when
+it hears nothing from the peer for ``timeout`` seconds after a PING. A broken connection is
+then handled like any other: a connecting socket reconnects, a sender re-routes.
+
+TCP keepalive and ``TCP_USER_TIMEOUT`` (libzmq's ``ZMQ_TCP_MAXRT``) are the second line: the
+kernel drops a connection whose peer host stops acknowledging what we send (our PINGs
+included) within ``timeout``, whatever the application on either side does.
+
+One exception, on purpose: a libzmq *receiving* socket that applies backpressure (``Pull``)
+stops reading its connections when its queue is full, and libzmq would then take the
+peer's unread PONGs for silence and drop a live connection together with what the kernel
+buffers hold. Such sockets send PINGs with a TTL and use the kernel timeout, but no ZMTP
+timeout (``zmtp_timeout=False`` in :meth:`Heartbeat.apply`). The ZMTP engine of
+``Scatter``/``Gather`` has no such problem: it does not count silence while it is itself
+not reading.
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+from dataclasses import dataclass
+from typing import Optional
+
+import zmq
+
+__all__ = ["Heartbeat", "DEFAULT_HEARTBEAT", "NO_HEARTBEAT", "MAX_TTL_S"]
+
+#: the PING's TTL field is 16 bits of deciseconds (RFC 37)
+MAX_TTL_S = 6553.5
+#: seconds: upper bound of every heartbeat setting (a day), so the milliseconds fit an ``int``
+MAX_HEARTBEAT_S = 86_400.0
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """Heartbeat settings in seconds. ``interval`` 0 disables heartbeats (and keepalive)."""
+
+    interval: float = 2.0
+    timeout: float = 10.0
+    ttl: float = 10.0
+
+    def __post_init__(self) -> None:
+        for name, low_ok in (("interval", True), ("timeout", False), ("ttl", True)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                    or value < 0 or (value == 0 and not low_ok) or value > MAX_HEARTBEAT_S:
+                zero = ">= 0" if low_ok else "> 0"
+                raise ValueError(f"heartbeat {name} must be a number of seconds {zero} and <= {MAX_HEARTBEAT_S:g}, "
+                                 f"not {value!r}")
+        if self.ttl > MAX_TTL_S:
+            raise ValueError(f"heartbeat ttl must be <= {MAX_TTL_S} s (a PING carries it in 16 bits of "
+                             f"deciseconds), not {self.ttl!r}")
+
+    @property
+    def enabled(self) -> bool:
+        return self.interval > 0
+
+    @property
+    def ttl_field(self) -> bytes:
+        """The PING's TTL field: deciseconds, big-endian 16 bits (0 = no TTL)."""
+        return int(round(self.ttl * 10)).to_bytes(2, "big")
+
+    @staticmethod
+    def _ms(seconds: float) -> int:
+        return max(1, int(round(seconds * 1000)))
+
+    def apply(self, sock: zmq.Socket, *, zmtp_timeout: bool = True) -> None:
+        """Set libzmq's heartbeat and keepalive options on ``sock`` (before bind/connect)."""
+        if not self.enabled:
+            return
+        sock.setsockopt(zmq.HEARTBEAT_IVL, self._ms(self.interval))
+        # 0 = no timeout (libzmq's default -1 would mean "the interval")
+        sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, self._ms(self.timeout) if zmtp_timeout else 0)
+        if self.ttl > 0:
+            # libzmq sends TTL in deciseconds and rejects values that do not fit 16 bits
+            sock.setsockopt(zmq.HEARTBEAT_TTL, min(int(self.ttl * 1000) // 100 * 100, 6_553_500))
+        sock.setsockopt(zmq.TCP_KEEPALIVE, 1)
+        idle, intvl, count = self.keepalive
+        sock.setsockopt(zmq.TCP_KEEPALIVE_IDLE, idle)
+        sock.setsockopt(zmq.TCP_KEEPALIVE_INTVL, intvl)
+        sock.setsockopt(zmq.TCP_KEEPALIVE_CNT, count)
+        if hasattr(zmq, "TCP_MAXRT"):
+            sock.setsockopt(zmq.TCP_MAXRT, self._ms(self.timeout))
+
+    @property
+    def keepalive(self) -> tuple[int, int, int]:
+        """TCP keepalive (idle s, probe interval s, probes): dead after about ``timeout`` idle."""
+        idle = max(1, int(math.ceil(self.timeout)))
+        intvl = max(1, int(math.ceil(self.timeout / 3)))
+        return idle, intvl, 3
+
+    def configure_tcp(self, sock: socket.socket) -> None:
+        """Keepalive and ``TCP_USER_TIMEOUT`` on one of our own TCP sockets (the ZMTP engine)."""
+        if not self.enabled or sock.family not in (socket.AF_INET, socket.AF_INET6):
+            return
+        idle, intvl, count = self.keepalive
+        options = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)]
+        for name, value in (("TCP_KEEPIDLE", idle), ("TCP_KEEPINTVL", intvl), ("TCP_KEEPCNT", count),
+                            ("TCP_USER_TIMEOUT", self._ms(self.timeout))):
+            if hasattr(socket, name):
+                options.append((socket.IPPROTO_TCP, getattr(socket, name), value))
+        for level, name, value in options:
+            try:
+                sock.setsockopt(level, name, value)
+            except OSError:
+                pass  # a platform without one of them keeps the others
+
+
+#: what every socket of this package uses unless told otherwise (see the README's "Liveness")
+DEFAULT_HEARTBEAT = Heartbeat()
+#: no heartbeats, no keepalive: the socket notices only connections that break
+NO_HEARTBEAT = Heartbeat(interval=0.0)
+
+
+def heartbeat_option(value: Optional[Heartbeat]) -> Heartbeat:
+    """The ``heartbeat`` option of a pattern socket: a ``Heartbeat``, or ``None`` for the default."""
+    if value is None:
+        return DEFAULT_HEARTBEAT
+    if not isinstance(value, Heartbeat):
+        raise TypeError(f"option 'heartbeat' must be a spark_zmq.patterns.Heartbeat (or None for the default "
+                        f"{DEFAULT_HEARTBEAT}), not {type(value).__name__}")
+    return value
