@@ -251,6 +251,11 @@ SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
          "than one core; each spools in `spoolDir/receiver-<channel>` with its share of `maxSpoolBytes`). A "
          "spool written with one cannot be read with the other.", default="threads", default_doc="`threads`",
          choices=("threads", "processes")),
+    _src("receiverLingerSeconds", "seconds", "receiver_linger_seconds", "With `receivers=processes`: how long "
+         "a stopped query's receiver processes keep receiving and spooling, detached, waiting for the restarted "
+         "query (same `spoolDir` and options) to attach to them; a restart within it loses nothing. Past it they "
+         "drain into the spool and exit. `0`: they stop with the query.", default=300.0, default_doc="300",
+         minimum=0.0, maximum=MAX_SECONDS, allow_zero=True),
     _src("relayTimeout", "seconds", "relay_timeout", "With `relays`: how long the driver waits for a silent "
          "relay (requests are resent meanwhile, so a relay may restart within it) before the query fails.",
          default=30.0, default_doc="30", minimum=0.0, maximum=MAX_SECONDS),
@@ -762,6 +767,7 @@ class SourceOptions:
     relays: list[str] = field(default_factory=list)
     relay_timeout: float = 30.0
     receivers: str = "threads"
+    receiver_linger_seconds: float = 300.0
     heartbeat_interval: float = DEFAULT_HEARTBEAT.interval
     heartbeat_timeout: float = DEFAULT_HEARTBEAT.timeout
     heartbeat_ttl: float = DEFAULT_HEARTBEAT.ttl

@@ -41,6 +41,48 @@ def spark(tmp_path_factory):
     session.stop()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _no_lingering_receivers():
+    """Receiver processes linger after their query stops (``receiverLingerSeconds``), by
+    design; the ones this test run started must not outlive it."""
+    started = _boot_ticks_now()
+    yield
+    import signal
+
+    for pid in _receiver_processes():
+        if _start_ticks(pid) >= started:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except OSError:
+                pass
+
+
+def _boot_ticks_now() -> int:
+    with open("/proc/uptime") as f:
+        return int(float(f.read().split()[0]) * os.sysconf("SC_CLK_TCK"))
+
+
+def _start_ticks(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return -1
+
+
+def _receiver_processes() -> list:
+    pids = []
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if b"spark_zmq.relay.child" in f.read():
+                        pids.append(int(entry))
+            except OSError:
+                pass
+    return pids
+
+
 @pytest.fixture(autouse=True)
 def _close_test_producers():
     """Producers keep their sockets open for the whole test; close them after it."""

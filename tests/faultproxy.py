@@ -321,6 +321,7 @@ class _Pipe:
         self.out = bytearray()      # due bytes being written to ``dst``
         self.eof = False            # ``src`` sent FIN
         self.shut = False           # FIN passed on to ``dst``
+        self.reset: Optional[str] = None  # ``src`` was reset while discarding: pass it on later
         self.bytes_read = 0
         self.bytes_written = 0
         self.bytes_discarded = 0
@@ -478,7 +479,11 @@ class FaultProxy:
     ``target_host:target_port`` whose connections can be faulted; see the module doc."""
 
     def __init__(self, target_host: str, target_port: int, listen_host: str = "127.0.0.1",
-                 listen_port: int = 0) -> None:
+                 listen_port: int = 0, buffer_bytes: Optional[int] = None) -> None:
+        #: kernel buffers (SO_RCVBUF/SO_SNDBUF) of the proxy's own sockets; small ones make a
+        #: black hole stop acknowledging soon, as a dead host would (a userspace proxy's
+        #: kernel acknowledges what it buffers)
+        self.buffer_bytes = buffer_bytes
         self.target: Tuple[str, int] = (target_host, int(target_port))
         self._listen_address = (listen_host, int(listen_port))
         self._listener: Optional[socket.socket] = None
@@ -506,11 +511,17 @@ class FaultProxy:
         """``tcp://HOST:PORT`` to connect to through the proxy."""
         return f"tcp://{self._listen_address[0]}:{self.port}"
 
+    def _size_buffers(self, sock: socket.socket) -> None:
+        if self.buffer_bytes:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.buffer_bytes)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.buffer_bytes)
+
     def start(self) -> "FaultProxy":
         if self._thread is not None:
             raise RuntimeError("FaultProxy already started")
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._size_buffers(listener)  # accepted sockets inherit them
         listener.bind(self._listen_address)
         listener.listen(64)
         listener.setblocking(False)
@@ -810,6 +821,7 @@ class FaultProxy:
             client.setblocking(False)
             client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             upstream = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            self._size_buffers(upstream)
             upstream.setblocking(False)
             upstream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             conn = Connection(self, self._next_id, client, address, upstream,
@@ -834,7 +846,11 @@ class FaultProxy:
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:  # ECONNRESET and friends: pass the reset on
-            self._finish(conn, f"{pipe.direction} source: {exc}", abortive=True)
+            if mode.discards(pipe.direction):  # ... once this direction forwards again
+                pipe.eof = True
+                pipe.reset = f"{pipe.direction} source: {exc}"
+            else:
+                self._finish(conn, f"{pipe.direction} source: {exc}", abortive=True)
             return
         if not data:
             pipe.eof = True
@@ -878,6 +894,9 @@ class FaultProxy:
             for pipe in conn.pipes.values():
                 if not mode.forwards(pipe.direction):
                     continue
+                if pipe.reset:
+                    self._finish(conn, pipe.reset, abortive=True)
+                    break
                 while pipe.queue and pipe.queue[0][0] <= now:
                     _, piece = pipe.queue.popleft()
                     pipe.queued -= len(piece)

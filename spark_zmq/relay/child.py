@@ -23,7 +23,7 @@ def main() -> int:
     listen_curve = Curve.server(KeyPair(*config["server_keys"]), frozenset({config["client_public"]}))
     try:
         return serve(config["options"], config["listen"], listen_curve, parent_pid=config["parent"],
-                     start_receivers=False)
+                     start_receivers=False, linger_s=config.get("linger_s", 0.0))
     except Exception as exc:  # a bind error, a locked spool: the reason, for the parent to report
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         return 1

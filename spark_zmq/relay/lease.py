@@ -39,6 +39,7 @@ class Lease:
         self._clock = clock
         self.holder: Optional[str] = None
         self._renewed = 0.0
+        self._released = clock()
 
     def claim(self, session: str) -> Optional[Refusal]:
         """Take or renew the lease for ``session``; ``None`` when granted, else why not."""
@@ -53,3 +54,13 @@ class Lease:
         """Give the lease up (a reader that stops); a stranger's release changes nothing."""
         if self.holder == session:
             self.holder = None
+            self._released = self._clock()
+
+    def unheld_for(self) -> Optional[float]:
+        """Seconds since nobody holds the lease (released, lapsed or never claimed), or
+        ``None`` while a holder renews it: how long a lingering receiver has waited."""
+        now = self._clock()
+        if self.holder is None:
+            return now - self._released
+        lapsed_at = self._renewed + self.ttl_s
+        return now - lapsed_at if now >= lapsed_at else None

@@ -35,11 +35,13 @@ _WATCH_S = 0.5
 
 
 def serve(options: SourceOptions, listen: str, listen_curve: Optional[Curve] = None,
-          parent_pid: Optional[int] = None, start_receivers: bool = True) -> int:
+          parent_pid: Optional[int] = None, start_receivers: bool = True, linger_s: float = 0.0) -> int:
     """Run a relay until SIGTERM/SIGINT (returns 0) or a receiver failure (returns 1).
-    With ``parent_pid`` (a query's receiver process) it also stops, draining, when that
-    process is gone: a receiver must not outlive the query that started it, or its port
-    and spool would stay taken from the restarted query."""
+    With ``parent_pid`` (a query's receiver process) it also stops, draining, once no
+    query needs it: with ``linger_s`` 0 when that process is gone (its port and spool are
+    then free for the restarted query); else when no query has held its lease for
+    ``linger_s`` seconds, so a query stopped and restarted within that time (a deploy)
+    finds its receiver still receiving and attaches to it: nothing is lost in between."""
     import os
 
     stop = threading.Event()
@@ -51,8 +53,12 @@ def serve(options: SourceOptions, listen: str, listen_curve: Optional[Curve] = N
                      "spoolDir": options.spool_dir, "channels": [str(e) for e in options.endpoints]}
             print(READY.decode() + json.dumps(ready), flush=True)
             while not stop.wait(_WATCH_S):
-                if parent_pid is not None and os.getppid() != parent_pid:
+                if parent_pid is not None and linger_s <= 0 and os.getppid() != parent_pid:
                     log.warning("relay: the query that started it is gone; stopping")
+                    return 0
+                unheld = relay.lease.unheld_for() if parent_pid is not None and linger_s > 0 else None
+                if unheld is not None and unheld > linger_s:
+                    log.warning("relay: no query has read it for %.0f s (receiverLingerSeconds); stopping", unheld)
                     return 0
                 failure = relay.failed()
                 if failure is not None:

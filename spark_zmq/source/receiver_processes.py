@@ -17,6 +17,8 @@ drains and exits, so a restarted query can bind the ports again.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import logging
 import os
 import pickle
@@ -25,7 +27,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 from ..options import SourceOptions
 from ..patterns.curve import Curve, KeyPair
@@ -51,44 +53,162 @@ class ReceiverTarget:
     label: str
 
 
+class _Child:
+    """One receiver process: spawned by this reader (``process`` set) or found lingering
+    from a query stopped before (``process`` ``None``: not our child, watched by pid)."""
+
+    def __init__(self, pid: int, process: Optional[subprocess.Popen]) -> None:
+        self.pid = pid
+        self.process = process
+
+    def exit_code(self) -> Optional[int]:
+        """``None`` while it runs, else its exit code (-1 when not ours to wait for)."""
+        if self.process is not None:
+            return self.process.poll()
+        return None if _is_receiver_process(self.pid) else -1
+
+
+def _is_receiver_process(pid: int) -> bool:
+    """Whether ``pid`` is a live receiver process (not a reused pid, not a zombie)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmdline = f.read()
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return b"spark_zmq.relay.child" in cmdline and state not in (b"Z", b"X")
+
+
+def _fingerprint(options: SourceOptions) -> str:
+    """A digest of what a receiver process was started with: a lingering one is reused
+    only by a query with the same options (sets sorted, secrets hashed, never stored)."""
+    def canonical(value: Any) -> Any:
+        if isinstance(value, (set, frozenset)):
+            return sorted(canonical(v) for v in value)
+        if isinstance(value, (list, tuple)):
+            return [canonical(v) for v in value]
+        if isinstance(value, KeyPair):
+            return [canonical(value.public_key), hashlib.sha256(value.secret_key).hexdigest()]
+        if isinstance(value, bytes):
+            return value.decode("latin-1")
+        if isinstance(value, (str, int, float, bool)) or value is None:
+            return value
+        return str(value)
+    fields = {f.name: canonical(getattr(options, f.name)) for f in dataclasses.fields(options)}
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
+
+
 class ReceiverProcesses:
-    """The child relays of one query, one per endpoint."""
+    """The child relays of one query, one per endpoint.
+
+    With ``receiverLingerSeconds`` > 0 a stopped query leaves them running: they keep
+    receiving and spooling, and the restarted query (same ``spoolDir``, same options)
+    attaches to them instead of starting new ones, so a restart loses nothing. What a
+    restarted query needs to reach one (address, keys) is in ``receiver-<channel>.state``,
+    private to the user as the spool is; a receiver nobody attaches to within the linger
+    time drains into its spool and exits.
+    """
 
     def __init__(self, options: SourceOptions, host: str = "127.0.0.1") -> None:
         private_dir(options.spool_dir)
         self.options = options
-        self.children: list[subprocess.Popen] = []
+        self.children: list[_Child] = []
         self.targets: list[ReceiverTarget] = []
         self._logs: list[str] = []
-        client_keys = KeyPair.generate()
+        #: how many receivers were found lingering and reused (the others were started)
+        self.reused = 0
         share = max(1 << 20, options.max_spool_bytes // max(1, len(options.endpoints)))
         try:
             for channel, endpoint in enumerate(options.endpoints):
-                server_keys = KeyPair.generate()
                 child_options = dataclasses.replace(
                     options, endpoints=[endpoint], spool_dir=os.path.join(options.spool_dir, f"receiver-{channel}"),
                     max_spool_bytes=share, spool_access="local", relays=[],
                 )
-                config = {"options": child_options, "listen": f"tcp://{_bind_address(host)}:*",
-                          "server_keys": (server_keys.public_key, server_keys.secret_key),
-                          "client_public": client_keys.public_key, "parent": os.getpid()}
-                address = self._spawn(channel, str(endpoint), config)
-                self.targets.append(ReceiverTarget(address, Curve.client(client_keys, server_keys.public_key),
-                                                   f"receiver process of channel {channel} ({endpoint})"))
+                label = f"receiver process of channel {channel} ({endpoint})"
+                self._logs.append(os.path.join(options.spool_dir, f"receiver-{channel}.log"))
+                target = self._lingering(channel, _fingerprint(child_options), label)
+                if target is None:
+                    target = self._start(channel, str(endpoint), child_options, host, label)
+                self.targets.append(target)
         except BaseException:
-            self.stop()
+            self.stop(force=True)
             raise
 
-    def _spawn(self, channel: int, endpoint: str, config: dict) -> str:
-        stderr_path = os.path.join(self.options.spool_dir, f"receiver-{channel}.log")
+    # -- state of a receiver process, for a restarted query ----------------------------------
+
+    def _state_path(self, channel: int) -> str:
+        return os.path.join(self.options.spool_dir, f"receiver-{channel}.state")
+
+    def _write_state(self, channel: int, state: dict) -> None:
+        path = self._state_path(channel)
+        temp = f"{path}.{os.getpid()}.tmp"
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(state, f)
+        os.replace(temp, path)
+
+    def _lingering(self, channel: int, fingerprint: str, label: str) -> Optional[ReceiverTarget]:
+        """The receiver process a stopped query left for this channel, if it still runs
+        with the same options (one with other options is stopped: it drains and exits)."""
+        try:
+            with open(self._state_path(channel), encoding="utf-8") as f:
+                state = json.load(f)
+            pid = int(state["pid"])
+            keys = KeyPair(state["client_public"].encode(), state["client_secret"].encode())
+            server_public = state["server_public"].encode()
+            listen = str(state["listen"])
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return None
+        if not _is_receiver_process(pid):
+            return None
+        if state.get("fingerprint") != fingerprint:
+            log.warning("the %s left by a stopped query runs with other options; stopping it", label)
+            self._terminate(pid)
+            return None
+        log.info("the %s is still receiving (left by a stopped query): attaching to it", label)
+        self.children.append(_Child(pid, None))
+        self.reused += 1
+        return ReceiverTarget(listen, Curve.client(keys, server_public), label)
+
+    @staticmethod
+    def _terminate(pid: int, timeout: float = 30.0) -> None:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except OSError:
+            return
+        deadline = time.monotonic() + timeout
+        while _is_receiver_process(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)  # not our child: no wait() to block on
+        if _is_receiver_process(pid):
+            os.kill(pid, signal.SIGKILL)
+
+    def _start(self, channel: int, endpoint: str, child_options: SourceOptions, host: str,
+               label: str) -> ReceiverTarget:
+        server_keys, client_keys = KeyPair.generate(), KeyPair.generate()
+        config = {"options": child_options, "listen": f"tcp://{_bind_address(host)}:*",
+                  "server_keys": (server_keys.public_key, server_keys.secret_key),
+                  "client_public": client_keys.public_key, "parent": os.getpid(),
+                  "linger_s": self.options.receiver_linger_seconds}
+        address, pid = self._spawn(channel, endpoint, config)
+        self._write_state(channel, {
+            "pid": pid, "listen": address, "server_public": server_keys.public_key.decode(),
+            "client_public": client_keys.public_key.decode(), "client_secret": client_keys.secret_key.decode(),
+            "fingerprint": _fingerprint(child_options),
+        })
+        return ReceiverTarget(address, Curve.client(client_keys, server_keys.public_key), label)
+
+    def _spawn(self, channel: int, endpoint: str, config: dict) -> tuple[str, int]:
+        stderr_path = self._logs[channel]
         fd = os.open(stderr_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         try:
+            # a session of its own: a signal to the reader's process group (Ctrl-C on
+            # spark-submit) must not take a lingering receiver with it
             child = subprocess.Popen([sys.executable, "-m", "spark_zmq.relay.child"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=fd, close_fds=True)
+                                     stdout=subprocess.PIPE, stderr=fd, close_fds=True, start_new_session=True)
         finally:
             os.close(fd)
-        self.children.append(child)
-        self._logs.append(stderr_path)
+        self.children.append(_Child(child.pid, child))
         assert child.stdin is not None and child.stdout is not None
         child.stdin.write(pickle.dumps(config))
         child.stdin.close()
@@ -101,7 +221,7 @@ class ReceiverProcesses:
             child.wait(10)
             raise RuntimeError(f"the receiver process of channel {channel} ({endpoint}) failed to start: "
                                f"{self._reason(channel)}")
-        return ready["listen"]
+        return ready["listen"], child.pid
 
     def _reason(self, channel: int) -> str:
         """The last lines the child wrote on stderr (its error)."""
@@ -110,28 +230,41 @@ class ReceiverProcesses:
                 lines = [ln for ln in f.read()[-4096:].decode("utf-8", "replace").splitlines() if ln.strip()]
         except OSError:
             lines = []
-        code = self.children[channel].poll()
+        code = self.children[channel].exit_code() if channel < len(self.children) else None
         text = " | ".join(lines[-3:]) or "no message"
-        return text + ("" if code is None else f" (exit code {code})")
+        return text + ("" if code is None or code == -1 else f" (exit code {code})")
 
     def raise_if_failed(self) -> None:
         for channel, child in enumerate(self.children):
-            if child.poll() is not None:
+            if child.exit_code() is not None:
                 raise RuntimeError(f"the receiver process of channel {channel} ({self.options.endpoints[channel]}) "
                                    f"exited: {self._reason(channel)}")
 
-    def stop(self, timeout: float = 15.0) -> None:
-        """SIGTERM every child (each drains its socket into its spool), then wait."""
+    def stop(self, timeout: float = 15.0, *, force: bool = False) -> None:
+        """A query that stops leaves its receivers lingering (``receiverLingerSeconds``),
+        detached, for the restarted query; with ``force`` or no linger, SIGTERM every
+        child (each drains its socket into its spool) and wait."""
+        if self.options.receiver_linger_seconds > 0 and not force:
+            for child in self.children:
+                if child.process is not None and child.process.stdout is not None:
+                    child.process.stdout.close()
+            return
         for child in self.children:
-            if child.poll() is None:
-                child.send_signal(signal.SIGTERM)
+            if child.exit_code() is None:
+                try:
+                    os.kill(child.pid, signal.SIGTERM)
+                except OSError:
+                    pass
         deadline = time.monotonic() + timeout
         for child in self.children:
+            if child.process is None:
+                self._terminate(child.pid, max(0.1, deadline - time.monotonic()))
+                continue
             try:
-                child.wait(max(0.1, deadline - time.monotonic()))
+                child.process.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 log.warning("a receiver process did not stop within %.0f s; killing it", timeout)
-                child.kill()
-                child.wait(10)
-            if child.stdout is not None:
-                child.stdout.close()
+                child.process.kill()
+                child.process.wait(10)
+            if child.process.stdout is not None:
+                child.process.stdout.close()

@@ -139,7 +139,7 @@ class RelayIngest:
                 self.relays.append(relay)
                 self.channels.extend(RelayChannel(relay, c) for c in range(relay.channels))
         except BaseException:
-            self.stop()
+            self.stop(force=True)
             raise
         #: startingOffsets=latest: what arrives after the query starts. A receiver process
         #: has not started receiving yet (``start``), so this is where its spool ended.
@@ -278,7 +278,9 @@ class RelayIngest:
         return SpoolRange(relay.spool_dir, channel, start, end, relay.owner, access, tuple(where or ()),
                           relay.spool_id, spool_channel=view.local)
 
-    def stop(self) -> None:
+    def stop(self, force: bool = False) -> None:
+        """Detach from every relay; receiver processes linger for a restarted query
+        (``receiverLingerSeconds``) unless ``force``."""
         stopping = getattr(self, "_stopping", None)
         if stopping is not None:
             stopping.set()
@@ -291,4 +293,4 @@ class RelayIngest:
             relay.client.close()
         self.relays = []
         if self.processes is not None:
-            self.processes.stop()
+            self.processes.stop(force=force)
