@@ -248,8 +248,9 @@ SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
          "key).", default=(), default_doc="none", valid_doc="comma-separated `tcp://host:port` or `ipc://path`"),
     _src("receivers", "choice", "receivers", "Where the receivers of `endpoints` run: `threads` of the driver's "
          "reader process, or `processes`, one child process per endpoint (a local relay each, so ingest uses more "
-         "than one core; each spools in `spoolDir/receiver-<channel>` with its share of `maxSpoolBytes`). A "
-         "spool written with one cannot be read with the other.", default="threads", default_doc="`threads`",
+         "than one core; each spools in `spoolDir/receiver-<channel>` with its share of `maxSpoolBytes`, and "
+         "lingers after a stop for the restarted query, see `receiverLingerSeconds`). A spool written with one "
+         "cannot be read with the other.", default="processes", default_doc="`processes`",
          choices=("threads", "processes")),
     _src("receiverLingerSeconds", "seconds", "receiver_linger_seconds", "With `receivers=processes`: how long "
          "a stopped query's receiver processes keep receiving and spooling, detached, waiting for the restarted "
@@ -766,7 +767,7 @@ class SourceOptions:
     include_metadata: bool = False
     relays: list[str] = field(default_factory=list)
     relay_timeout: float = 30.0
-    receivers: str = "threads"
+    receivers: str = "processes"
     receiver_linger_seconds: float = 300.0
     heartbeat_interval: float = DEFAULT_HEARTBEAT.interval
     heartbeat_timeout: float = DEFAULT_HEARTBEAT.timeout

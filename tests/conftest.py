@@ -41,10 +41,11 @@ def spark(tmp_path_factory):
     session.stop()
 
 
-@pytest.fixture(scope="session", autouse=True)
+@pytest.fixture(autouse=True)
 def _no_lingering_receivers():
     """Receiver processes linger after their query stops (``receiverLingerSeconds``), by
-    design; the ones this test run started must not outlive it."""
+    design; the ones a test started must not outlive it (no test shares a spool with
+    another, and dozens of idle receivers would slow the rest of the run)."""
     started = _boot_ticks_now()
     yield
     import signal

@@ -151,7 +151,8 @@ def test_a_query_listens_only_where_the_user_said_and_on_spool_server_host(spark
     spoolAccess=fetch it adds the fetch service, on spoolServerHost only (never 0.0.0.0)."""
     endpoint = f"tcp://127.0.0.1:{free_port}"
     df = (spark.readStream.format("zmq").option("endpoints", "@" + endpoint).option("spoolDir", spool_dir)
-          .option("spoolAccess", access).option("spoolServerHost", "127.0.0.1").load())
+          .option("spoolAccess", access).option("spoolServerHost", "127.0.0.1")
+          .option("receivers", "threads").load())  # the reader's own ports (receiver processes: test_relay)
     query = _memory_query(df.selectExpr("cast(value as string) as v"), f"ports_{access}", tmp_path)
     try:
         Producer(endpoint, numbered(100)).start()

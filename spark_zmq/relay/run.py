@@ -45,6 +45,7 @@ def serve(options: SourceOptions, listen: str, listen_curve: Optional[Curve] = N
     import os
 
     stop = threading.Event()
+    drain = True
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         relay = Relay(options, listen, listen_curve=listen_curve, start_receivers=start_receivers)
@@ -56,7 +57,15 @@ def serve(options: SourceOptions, listen: str, listen_curve: Optional[Curve] = N
                 if parent_pid is not None and linger_s <= 0 and os.getppid() != parent_pid:
                     log.warning("relay: the query that started it is gone; stopping")
                     return 0
-                unheld = relay.lease.unheld_for() if parent_pid is not None and linger_s > 0 else None
+                lingers = parent_pid is not None and linger_s > 0
+                unheld = relay.lease.unheld_for() if lingers else None
+                if lingers and not os.path.isdir(options.spool_dir):
+                    # deleted with what it held: nothing to drain into, and its port is
+                    # wanted by the query that recreates it
+                    log.warning("relay: its spool directory %s is gone; stopping",
+                                options.spool_dir)
+                    drain = False
+                    return 0
                 if unheld is not None and unheld > linger_s:
                     log.warning("relay: no query has read it for %.0f s (receiverLingerSeconds); stopping", unheld)
                     return 0
@@ -67,7 +76,7 @@ def serve(options: SourceOptions, listen: str, listen_curve: Optional[Curve] = N
             log.info("relay: stopping (signal); draining the sockets into the spool")
             return 0
         finally:
-            relay.stop()
+            relay.stop(drain=drain)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -163,6 +163,7 @@ class Relay:
             "protocol": PROTOCOL, "spool": spool.spool_id, "channels": len(spool.channels),
             "spoolDir": spool.spool_dir, "owner": spool.owner_id, "format": self.options.format,
             "pattern": self.options.pattern, "endpoints": [str(e) for e in self.options.endpoints],
+            "held": self.lease.unheld_for() is None,
         }
 
     def _state(self) -> dict[str, Any]:
@@ -186,7 +187,7 @@ class Relay:
         errors = self._state()["errors"]
         return errors[0] if errors else None
 
-    def stop(self) -> None:
-        """Drain what the sockets hold into the spool, then close everything."""
+    def stop(self, drain: bool = True) -> None:
+        """Drain what the sockets hold into the spool (unless it is gone), then close everything."""
         self.server.close()
-        self.ingest.stop()
+        self.ingest.stop(drain=drain)

@@ -153,11 +153,12 @@ class IngestRuntime:
         if freed:
             self.budget.released()
 
-    def stop(self) -> None:
-        """Stop the receivers (each spools what its socket still holds), then the rest."""
+    def stop(self, drain: bool = True) -> None:
+        """Stop the receivers (each spools what its socket still holds, unless the spool
+        is gone: ``drain=False``), then the rest."""
         for receiver in self.receivers:
             if self.started:
-                receiver.stop()
+                receiver.stop(drain=drain)
             else:
                 receiver.socket.close(linger=0)
         if self.server is not None:

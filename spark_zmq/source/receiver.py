@@ -157,12 +157,12 @@ class Receiver:
             self.log.append(messages_to_batch(values, topics, self.fmt, time.time_ns() // 1000))
             drained += len(values)
 
-    def stop(self, timeout: float = 5.0) -> None:
-        """Stop receiving, spool what the socket already holds, then close it."""
+    def stop(self, timeout: float = 5.0, drain: bool = True) -> None:
+        """Stop receiving, spool what the socket already holds (``drain``), then close it."""
         self._stop.set()
         self._thread.join(timeout)
         try:
-            if not self._thread.is_alive() and self.error is None:
+            if drain and not self._thread.is_alive() and self.error is None:
                 drained = self.drain()
                 if drained:
                     log.info("channel %d: spooled %d queued messages before closing", self.log.channel, drained)

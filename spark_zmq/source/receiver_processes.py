@@ -26,11 +26,14 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any, Optional
 
 from ..options import SourceOptions
 from ..patterns.curve import Curve, KeyPair
+from ..relay.client import RelayClient, RelayError
+from ..relay.service import LEASE_TTL_S
 from ..relay.run import read_ready
 from .fetch import _bind_address
 from .spool import private_dir
@@ -39,6 +42,8 @@ __all__ = ["ReceiverProcesses", "ReceiverTarget"]
 
 log = logging.getLogger(__name__)
 
+#: how long a new receiver retries a port that a lingering one may be freeing
+_PORT_RETRY_S = 10.0
 #: how long a child may take to bind and open its spool (a previous owner may hold the
 #: spool's lock for up to ``Spool.lock_wait_s`` while it drains)
 START_TIMEOUT_S = 60.0
@@ -80,9 +85,17 @@ def _is_receiver_process(pid: int) -> bool:
     return b"spark_zmq.relay.child" in cmdline and state not in (b"Z", b"X")
 
 
+#: the source options a receiver process works with (the others are the reader's own:
+#: admission control, failOnDataLoss, decoding, ...)
+_RECEIVER_FIELDS = ("pattern", "endpoints", "format", "topics", "hwm", "max_message_bytes", "max_spool_bytes",
+                    "spool_dir", "spool_fsync", "curve_certificate", "curve_server_key", "curve_authorized_keys",
+                    "heartbeat_interval", "heartbeat_timeout", "heartbeat_ttl", "receiver_linger_seconds")
+
+
 def _fingerprint(options: SourceOptions) -> str:
     """A digest of what a receiver process was started with: a lingering one is reused
-    only by a query with the same options (sets sorted, secrets hashed, never stored)."""
+    only by a query whose receivers would be the same (sets sorted, secrets hashed, never
+    stored)."""
     def canonical(value: Any) -> Any:
         if isinstance(value, (set, frozenset)):
             return sorted(canonical(v) for v in value)
@@ -95,7 +108,7 @@ def _fingerprint(options: SourceOptions) -> str:
         if isinstance(value, (str, int, float, bool)) or value is None:
             return value
         return str(value)
-    fields = {f.name: canonical(getattr(options, f.name)) for f in dataclasses.fields(options)}
+    fields = {name: canonical(getattr(options, name)) for name in _RECEIVER_FIELDS}
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
 
 
@@ -162,14 +175,36 @@ class ReceiverProcesses:
             return None
         if not _is_receiver_process(pid):
             return None
+        target = ReceiverTarget(listen, Curve.client(keys, server_public), label)
+        held = self._held(target)
+        if held is None:  # it does not answer: not a receiver to attach to
+            log.warning("the %s left by a stopped query does not answer; stopping it", label)
+            self._terminate(pid)
+            return None
         if state.get("fingerprint") != fingerprint:
+            if held:
+                raise RuntimeError(
+                    f"spool directory {self.options.spool_dir!r} is in use by another running query (its {label}, "
+                    f"pid {pid}, serves that query with other options; a query killed less than "
+                    f"{LEASE_TTL_S:.0f} s ago still holds it); stop it, or give this query its own 'spoolDir' option")
             log.warning("the %s left by a stopped query runs with other options; stopping it", label)
             self._terminate(pid)
             return None
         log.info("the %s is still receiving (left by a stopped query): attaching to it", label)
         self.children.append(_Child(pid, None))
         self.reused += 1
-        return ReceiverTarget(listen, Curve.client(keys, server_public), label)
+        return target
+
+    @staticmethod
+    def _held(target: ReceiverTarget) -> Optional[bool]:
+        """Whether a query holds the receiver's lease now (``None``: it does not answer)."""
+        client = RelayClient(target.address, uuid.uuid4().hex, curve=target.curve, timeout_s=5.0, label=target.label)
+        try:
+            return bool(client.call("hello").get("held"))
+        except RelayError:
+            return None
+        finally:
+            client.close()
 
     @staticmethod
     def _terminate(pid: int, timeout: float = 30.0) -> None:
@@ -190,7 +225,22 @@ class ReceiverProcesses:
                   "server_keys": (server_keys.public_key, server_keys.secret_key),
                   "client_public": client_keys.public_key, "parent": os.getpid(),
                   "linger_s": self.options.receiver_linger_seconds}
-        address, pid = self._spawn(channel, endpoint, config)
+        deadline = time.monotonic() + _PORT_RETRY_S
+        while True:
+            try:
+                address, pid = self._spawn(channel, endpoint, config)
+                break
+            except RuntimeError as exc:
+                # a lingering receiver whose spool directory was deleted notices within
+                # half a second and frees the port: try again for a moment
+                if "Address already in use" not in str(exc) or time.monotonic() > deadline:
+                    if "Address already in use" in str(exc):
+                        raise RuntimeError(f"{exc}; a stopped query's receiver process keeps its port for "
+                                           "receiverLingerSeconds unless a query with the same spoolDir and options "
+                                           "attaches to it") from None
+                    raise
+                self.children.pop()
+                time.sleep(0.2)
         self._write_state(channel, {
             "pid": pid, "listen": address, "server_public": server_keys.public_key.decode(),
             "client_public": client_keys.public_key.decode(), "client_secret": client_keys.secret_key.decode(),

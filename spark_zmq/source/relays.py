@@ -132,6 +132,14 @@ class RelayIngest:
                                      label=target.label)
                 try:
                     hello = self._attach(client)
+                except RelayBusyError as busy:
+                    client.close()
+                    if self.processes is None:
+                        raise
+                    raise RuntimeError(
+                        f"spool directory {options.spool_dir!r} is in use by another running query (its "
+                        f"{target.label} serves that query); stop it, or give this query its own 'spoolDir' "
+                        "option") from busy
                 except BaseException:
                     client.close()
                     raise
