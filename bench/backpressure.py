@@ -44,7 +44,10 @@ def connector(spark, count: int, size: int, spool_bytes: int, rows_per_trigger: 
     done = threading.Event()
     try:
         wait_started(query)
-        with open(os.path.join(spool, "LOCK")) as f:
+        # the receiving process owns the spool: the receiver process (receivers=processes,
+        # the default) in receiver-0/, or the reader itself (threads) at the top
+        lock = os.path.join(spool, "receiver-0", "LOCK")
+        with open(lock if os.path.exists(lock) else os.path.join(spool, "LOCK")) as f:
             pid = int(f.read().strip())
         baseline = _rss(pid)
 

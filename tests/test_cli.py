@@ -97,3 +97,36 @@ def test_consume_receives_a_spark_batch_write(spark, free_port):
     out, err = consumer.communicate(timeout=90)
     assert consumer.returncode == 0, err
     assert "received 4 messages (10000 rows" in out
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("command, flag, value", [
+    ("consume", "--heartbeat-ttl", "7000"), ("consume", "--heartbeat-timeout", "0"),
+    ("produce", "--heartbeat-interval", "-1"), ("relay", "--heartbeat-ttl", "7000"),
+    ("relay", "--heartbeat-interval", "abc"),
+])
+def test_bad_heartbeat_flags_name_the_flag_and_what_is_valid(tmp_path, command, flag, value):
+    args = {"consume": ["consume", "--no-progress", "@tcp://127.0.0.1:5999"],
+            "produce": ["produce", "--no-progress", "tcp://127.0.0.1:5999", "--count", "1"],
+            "relay": ["relay", "--endpoints", "@tcp://127.0.0.1:5999", "--listen", "tcp://127.0.0.1:5998",
+                      "--spool-dir", str(tmp_path / "spool")]}[command]
+    result = _cli(*args, flag, value)
+    assert result.returncode == 2, result
+    text = " ".join(result.stderr.split())
+    assert flag in text and ("6553.5" in text or "> 0" in text or ">= 0" in text or "not a number" in text), text
+
+
+@pytest.mark.timeout(120)
+def test_consume_and_produce_run_with_heartbeats_of_their_own(free_port):
+    consumer = _consumer(f"@tcp://127.0.0.1:{free_port}", "--count", "200", "--heartbeat-interval", "0.1",
+                         "--heartbeat-timeout", "1", "--heartbeat-ttl", "1")
+    try:
+        produced = _cli("produce", "--no-progress", f"tcp://127.0.0.1:{free_port}", "--count", "200", "--format",
+                        "raw", "--heartbeat-interval", "0.1", "--heartbeat-timeout", "1")
+        assert produced.returncode == 0, produced.stderr
+        out, err = consumer.communicate(timeout=60)
+        assert consumer.returncode == 0, err
+        assert "200" in out
+    finally:
+        if consumer.poll() is None:
+            consumer.kill()

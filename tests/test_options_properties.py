@@ -80,7 +80,8 @@ def _check(parse, table, options: dict) -> None:
             assert not isinstance(value, bool)
             assert isinstance(value, float if spec.kind == "seconds" else int), (spec.name, value)
             assert math.isfinite(value), (spec.name, value)
-            lower_ok = value > spec.minimum if spec.kind == "seconds" else value >= spec.minimum
+            strictly = spec.kind == "seconds" and not spec.allow_zero  # e.g. heartbeatInterval=0 is "off"
+            lower_ok = value > spec.minimum if strictly else value >= spec.minimum
             assert lower_ok and value <= spec.maximum, (spec.name, value)
         elif spec.kind == "choice":
             assert value in spec.choices, (spec.name, value)
@@ -90,7 +91,8 @@ def _check(parse, table, options: dict) -> None:
             assert os.path.isabs(value) and "\x00" not in value
             os.fsencode(value)
         elif spec.kind == "endpoints":
-            assert value and all(str(e).encode("utf-8") for e in value)
+            # (no endpoints only when the query reads relays instead)
+            assert (value or parsed.relays) and all(str(e).encode("utf-8") for e in value)
         elif spec.kind in ("string", "list") and value is not None:
             for item in value if isinstance(value, list) else [value]:
                 item.encode("utf-8")

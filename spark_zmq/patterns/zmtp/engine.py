@@ -583,9 +583,9 @@ class Engine:
             if conn.ping_deadline is None:
                 conn.ping_deadline = now + heartbeat.timeout
                 conn.acked_at_ping = conn.confirmed() if conn.track_acks else None
-            if conn.out_bytes < _MAX_PENDING_REPLY_BYTES:
-                # (a peer that does not read what we queued gets no more PINGs; its silence
-                # still counts from the first one)
+            if conn.out_bytes < _MAX_PENDING_REPLY_BYTES and not conn.finished:
+                # (a peer that does not read what we queued gets no more PINGs, nor one whose
+                # sending side we shut down at close; silence still counts from the first)
                 conn.queue_command(self._ping)
                 self._flush(conn)
                 if conn.stage == _CLOSED:
@@ -1114,6 +1114,8 @@ class Engine:
         ttl = int.from_bytes(data[:2], "big") / 10.0
         if ttl > 0:
             conn.ttl_deadline = time.monotonic() + ttl
+        if conn.finished:
+            return  # our sending side is shut down (a close waiting for acknowledgements)
         if conn.out_bytes < _MAX_PENDING_REPLY_BYTES:
             conn.queue_command(command(b"PONG", data[2:18]))
         else:
