@@ -292,6 +292,10 @@ SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
     _src("hwm", "int", "hwm", "ZeroMQ receive high-water mark per socket, in messages: what queues in "
          "memory while the spool is full.", default=10_000, default_doc="10000", minimum=1, maximum=INT32_MAX,
          range_note="0 would make ZeroMQ's queue unlimited and memory unbounded"),
+    _src("receiveBufferBytes", "bytes", "receive_buffer_bytes", "The receiving socket's kernel buffer per "
+         "connection (ZMQ_RCVBUF): with `hwm`, the bound on what a receiver that stops (with `receivers=threads`, "
+         "or past `receiverLingerSeconds`) or crashes can lose. Smaller costs throughput (see \"Guarantees\").",
+         default_doc="the kernel's (`net.core.rmem_default`, autotuned)", minimum=4 * KiB, maximum=INT32_MAX),
     _src("maxMessageBytes", "bytes", "max_message_bytes", "Largest message accepted (ZMQ_MAXMSGSIZE); a peer "
          "that sends more is disconnected by ZeroMQ.", default=64 * MiB, default_doc="64 MiB",
          minimum=KiB, maximum=INT32_MAX),
@@ -769,6 +773,7 @@ class SourceOptions:
     relay_timeout: float = 30.0
     receivers: str = "processes"
     receiver_linger_seconds: float = 300.0
+    receive_buffer_bytes: Optional[int] = None
     heartbeat_interval: float = DEFAULT_HEARTBEAT.interval
     heartbeat_timeout: float = DEFAULT_HEARTBEAT.timeout
     heartbeat_ttl: float = DEFAULT_HEARTBEAT.ttl

@@ -328,3 +328,24 @@ def test_renegotiation_backs_off_against_a_peer_whose_type_depends_on_ours():
         stop.set()
         thread.join(5)
         listener.close()
+
+
+def test_the_source_receive_buffer_option_reaches_the_receiving_socket():
+    """``receiveBufferBytes`` is ZMQ_RCVBUF on the channel's socket (the bound on what the
+    kernel holds for a receiver that stops or dies), for libzmq and our own engine."""
+    from spark_zmq.options import SourceOptions
+    from spark_zmq.source.receiver import open_channel_socket
+
+    for pattern in ("pull", "gather"):
+        options = SourceOptions.parse({"endpoints": "@tcp://127.0.0.1:*", "pattern": pattern,
+                                       "receiveBufferBytes": "64 KiB"})
+        assert options.receive_buffer_bytes == 65536
+        sock = open_channel_socket(pattern, options.endpoints[0], hwm=10, topics=[],
+                                   rcvbuf=options.receive_buffer_bytes, heartbeat=options.heartbeat)
+        try:
+            if pattern == "pull":
+                assert sock.zmq_socket.getsockopt(zmq.RCVBUF) == 65536
+            else:
+                assert sock._engine.rcvbuf == 65536
+        finally:
+            sock.close()

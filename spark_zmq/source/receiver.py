@@ -32,14 +32,14 @@ _POLL_S = 0.1
 
 def open_channel_socket(
     pattern: str, endpoint: Endpoint, *, hwm: int, topics: list[str], max_message_bytes: Optional[int] = None,
-    curve: Optional[Curve] = None, heartbeat: Optional[Heartbeat] = None,
+    curve: Optional[Curve] = None, heartbeat: Optional[Heartbeat] = None, rcvbuf: Optional[int] = None,
 ) -> PatternSocket:
     """The socket of one channel. Opened on the caller's thread so that a bind error (port
     in use) surfaces in the Spark call that started the receivers, with its message.
     ``max_message_bytes`` is ZMQ_MAXMSGSIZE: libzmq disconnects a peer that sends more.
     ``curve``: CURVE security (the socket then counts rejected handshakes)."""
     cls = socket_for(pattern)
-    options: dict = {"hwm": hwm, "linger": 0, "heartbeat": heartbeat}
+    options: dict = {"hwm": hwm, "linger": 0, "heartbeat": heartbeat, "rcvbuf": rcvbuf}
     if max_message_bytes is not None:
         options["max_message_bytes"] = max_message_bytes
     if curve is not None:

@@ -88,7 +88,7 @@ def _is_receiver_process(pid: int) -> bool:
 #: the source options a receiver process works with (the others are the reader's own:
 #: admission control, failOnDataLoss, decoding, ...)
 _RECEIVER_FIELDS = ("pattern", "endpoints", "format", "topics", "hwm", "max_message_bytes", "max_spool_bytes",
-                    "spool_dir", "spool_fsync", "curve_certificate", "curve_server_key", "curve_authorized_keys",
+                    "spool_dir", "spool_fsync", "receive_buffer_bytes", "curve_certificate", "curve_server_key", "curve_authorized_keys",
                     "heartbeat_interval", "heartbeat_timeout", "heartbeat_ttl", "receiver_linger_seconds")
 
 

@@ -80,6 +80,9 @@ _TCP_INFO_BYTES_ACKED = 120
 _TCP_INFO_SIZE = 128
 _HAS_TCP_INFO = hasattr(socket, "TCP_INFO")
 _ACCEPT_RETRY_S = 0.2
+#: how many heartbeat timeouts a peer that answers nothing may be kept for its host's TCP
+#: acknowledgements of our data alone
+_ACK_LIVENESS_TIMEOUTS = 3
 #: PING flood and malformed heartbeat warnings: at most this many per connection
 _HEARTBEAT_WARNINGS = 1
 
@@ -183,6 +186,8 @@ class _Connection:
         self.ping_deadline: Optional[float] = None
         self.ttl_deadline: Optional[float] = None
         self.acked_at_ping: Optional[int] = None
+        #: when the peer last sent anything (monotonic seconds)
+        self.heard = time.monotonic()
         self.heartbeat_warnings = 0
         # last: the application's threads may look at ``peer.conn`` (and its ``out``) at once
         self.peer.conn = self
@@ -565,9 +570,12 @@ class Engine:
             if conn.ping_deadline is not None and now >= conn.ping_deadline:
                 acked = conn.confirmed() if conn.track_acks else None
                 if acked is not None and conn.acked_at_ping is not None \
-                        and acked - conn.acked_at_ping > self._ack_liveness_bytes:
+                        and acked - conn.acked_at_ping > self._ack_liveness_bytes \
+                        and now - conn.heard < _ACK_LIVENESS_TIMEOUTS * heartbeat.timeout:
                     # the peer's host took more of our data since the PING (more than our
-                    # PINGs alone): a consumer busy reading a long queue, not a dead one
+                    # PINGs alone): a consumer busy reading a long queue, not a dead one;
+                    # for a while only: a host that acknowledges but whose application never
+                    # answers (stopped, hung, a userspace middlebox) is dead all the same
                     conn.ping_deadline = None
                 else:
                     expired = (f"no traffic from the peer for {heartbeat.timeout:g} s after a heartbeat PING "
@@ -785,6 +793,7 @@ class Engine:
                 self._lost(conn, 0)
                 return
             # any traffic from the peer answers our PING and renews its TTL (RFC 37)
+            conn.heard = time.monotonic()
             conn.ping_deadline = None
             conn.ttl_deadline = None
             self._feed(conn, data)
