@@ -19,7 +19,7 @@ import zmq
 from faultproxy import FaultProxy
 from spark_zmq.patterns import Gather, Heartbeat, NO_HEARTBEAT, Pull, Scatter, Sub
 from spark_zmq.patterns.zmtp.wire import command, frame_header, greeting
-from zmqtest import wait_until
+from zmqtest import Trickle, wait_until
 
 FAST = Heartbeat(interval=0.1, timeout=0.6, ttl=0.6)
 
@@ -51,32 +51,6 @@ def _blackhole_the_live_connection(proxy: FaultProxy) -> int:
     return len(proxy.connections)
 
 
-class _Feeder:
-    """Sends numbered messages until stopped (a producer that never stops)."""
-
-    def __init__(self, push: zmq.Socket) -> None:
-        self.push = push
-        self.sent = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.push.send(b"m%d" % self.sent, zmq.NOBLOCK)
-                self.sent += 1
-            except zmq.Again:
-                self._stop.wait(0.01)
-                continue
-            if self.sent % 50 == 0:
-                self._stop.wait(0.005)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-
-
 @pytest.mark.parametrize("cls", [Gather, Sub], ids=["gather", "sub"])
 def test_a_connecting_receiver_reconnects_after_its_producer_goes_silent(cls):
     """A producer behind a black hole: the receiver notices within its heartbeat timeout,
@@ -90,7 +64,7 @@ def test_a_connecting_receiver_reconnects_after_its_producer_goes_silent(cls):
         producer.bind("tcp://127.0.0.1:*")
     else:
         producer = _libzmq_push(ctx)
-    feeder = _Feeder(producer)
+    feeder = Trickle(producer)
     try:
         with FaultProxy("127.0.0.1", _bound_port(producer)) as proxy:
             receiver = cls(f">{proxy.endpoint}", heartbeat=FAST, **({"topics": [""]} if cls is Sub else {}))
@@ -107,7 +81,7 @@ def test_a_connecting_receiver_reconnects_after_its_producer_goes_silent(cls):
 
                 def fresh():
                     try:
-                        return int(receiver.recv(timeout=0.5)[1:]) > mark
+                        return int(receiver.recv(timeout=0.5)) > mark
                     except TimeoutError:
                         return False
                 wait_until(fresh, 15, "a message sent after the black hole")
@@ -125,7 +99,7 @@ def test_without_heartbeats_a_black_hole_strands_the_receiver():
     producer = ctx.socket(zmq.PUSH)
     producer.setsockopt(zmq.LINGER, 0)
     producer.bind("tcp://127.0.0.1:*")
-    feeder = _Feeder(producer)
+    feeder = Trickle(producer)
     try:
         with FaultProxy("127.0.0.1", _bound_port(producer)) as proxy:
             with Gather(f">{proxy.endpoint}", heartbeat=NO_HEARTBEAT) as gather:

@@ -15,7 +15,7 @@ import pytest
 import zmq
 
 from faultproxy import FaultProxy
-from zmqtest import free_ports, stop_all, wait_until
+from zmqtest import Trickle, stop_all, wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
@@ -23,41 +23,31 @@ pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 FAST = {"heartbeatInterval": "0.2", "heartbeatTimeout": "1", "heartbeatTtl": "1"}
 
 
-class _Feeder:
-    """A libzmq producer (bound PUSH or PUB) sending numbered messages until stopped."""
+class _Producer:
+    """A bound libzmq PUSH or PUB trickling numbered messages (``zmqtest.Trickle``)."""
 
     def __init__(self, socket_type: int) -> None:
         self.context = zmq.Context()
-        self.socket = self.context.socket(socket_type)
-        self.socket.setsockopt(zmq.LINGER, 0)
-        self.socket.setsockopt(zmq.SNDHWM, 1000)
-        self.socket.bind("tcp://127.0.0.1:*")
-        self.port = int(self.socket.getsockopt_string(zmq.LAST_ENDPOINT).rsplit(":", 1)[1])
-        self.sent = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
+        sock = self.context.socket(socket_type)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.SNDHWM, 1000)
+        sock.bind("tcp://127.0.0.1:*")
+        self.port = int(sock.getsockopt_string(zmq.LAST_ENDPOINT).rsplit(":", 1)[1])
+        self.trickle = Trickle(sock)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.socket.send(b"%d" % self.sent, zmq.NOBLOCK)
-                self.sent += 1
-            except zmq.Again:
-                self._stop.wait(0.01)
-                continue
-            self._stop.wait(0.002)  # a steady trickle, not a flood
+    @property
+    def sent(self) -> int:
+        return self.trickle.sent
 
     def close(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-        self.socket.close(0)
+        self.trickle.stop()
+        self.trickle.socket.close(0)
         self.context.term()
 
 
 @pytest.mark.parametrize("pattern", ["gather", "sub"])
 def test_a_connecting_source_reconnects_when_its_producer_goes_silent(spark, tmp_path, pattern):
-    feeder = _Feeder(zmq.PUSH if pattern == "gather" else zmq.PUB)
+    feeder = _Producer(zmq.PUSH if pattern == "gather" else zmq.PUB)
     query = None
     try:
         with FaultProxy("127.0.0.1", feeder.port) as proxy:

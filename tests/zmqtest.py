@@ -101,6 +101,33 @@ class Producer(threading.Thread):
         assert self.error is None, self.error
 
 
+class Trickle:
+    """Sends ``b"0"``, ``b"1"``, ... on ``sock`` from a thread until ``stop()``: a producer
+    that never stops, for tests that break its connection mid-stream (``sent`` tells how far
+    it got, so a test can ask for a message sent after the fault)."""
+
+    def __init__(self, sock: zmq.Socket) -> None:
+        self.socket = sock
+        self.sent = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.socket.send(b"%d" % self.sent, zmq.NOBLOCK)
+                self.sent += 1
+            except zmq.Again:
+                self._stop.wait(0.01)
+                continue
+            self._stop.wait(0.002)  # a steady trickle, not a flood
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
 def close_producers() -> None:
     while OPEN_PRODUCERS:
         producer = OPEN_PRODUCERS.pop()
