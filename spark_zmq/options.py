@@ -260,6 +260,10 @@ SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
     _src("relayTimeout", "seconds", "relay_timeout", "With `relays`: how long the driver waits for a silent "
          "relay (requests are resent meanwhile, so a relay may restart within it) before the query fails.",
          default=30.0, default_doc="30", minimum=0.0, maximum=MAX_SECONDS),
+    _src("fetchTimeout", "seconds", "fetch_timeout", "How long a read task waits for a silent spool server (the "
+         "driver's fetch service or a relay's port) before it fails and Spark retries it. A request unanswered "
+         "for 15 s is resent meanwhile, by then on a new connection if heartbeats found the old one dead.",
+         default=120.0, default_doc="120", minimum=0.0, maximum=MAX_SECONDS),
     _src("format", "choice", "format", "How messages become rows: `raw` (binary `value`), `text` (UTF-8 "
          "`value`), `json` or `arrow` (the schema you declare with `.schema(...)`).",
          default="raw", default_doc="`raw`", choices=FORMATS),
@@ -771,6 +775,7 @@ class SourceOptions:
     include_metadata: bool = False
     relays: list[str] = field(default_factory=list)
     relay_timeout: float = 30.0
+    fetch_timeout: float = 120.0
     receivers: str = "processes"
     receiver_linger_seconds: float = 300.0
     receive_buffer_bytes: Optional[int] = None

@@ -9,7 +9,9 @@ a socket or killing a process, and need the bytes on the wire under the test's c
 * **latency**, ``delay``;
 * a **reset** (RST to both ends), ``reset``; a **graceful close** (FIN to both), ``close``;
 * **one frame deleted (or sent twice) from a ZMTP stream**, as a buggy or hostile
-  middlebox would, ``drop_frame`` / ``duplicate_frame``; the proxy follows the ZMTP 3.x
+  middlebox would, ``drop_frame`` / ``duplicate_frame``; a **cut at an exact frame** (the
+  connection goes silent there, e.g. between two replies of a request-reply exchange),
+  ``cut_at_frame``; the proxy follows the ZMTP 3.x
   framing (64-byte greeting, then frames) across TCP chunk boundaries, so exactly one
   whole frame goes, however the stream was chunked.
 
@@ -186,15 +188,18 @@ def _as_mode(mode: Union[Mode, str]) -> Mode:
 
 class FrameFault:
     """A one-shot fault on the frames of one direction: after letting ``skip`` frames
-    matching ``predicate`` pass, ``action`` ("drop" or "duplicate") the next match.
+    matching ``predicate`` pass, ``action`` the next match: "drop" it, "duplicate" it, or
+    "cut" there (the frame and everything read after it, in both directions, is read and
+    discarded: the connection goes silent at an exact point of the stream, e.g. mid-reply,
+    while what was read before it is still delivered).
     Matches are counted from when the fault is armed on a connection (for a fault armed
     before the connection existed: from the start of its stream). Multipart messages
     are frames too: each part is counted (and dropped) on its own."""
 
     def __init__(self, action: str, direction: str, predicate: Optional[Predicate] = None,
                  skip: int = 0) -> None:
-        if action not in ("drop", "duplicate"):
-            raise ValueError(f"action must be 'drop' or 'duplicate', not {action!r}")
+        if action not in ("drop", "duplicate", "cut"):
+            raise ValueError(f"action must be 'drop', 'duplicate' or 'cut', not {action!r}")
         if direction not in _DIRECTIONS:
             raise ValueError(f"direction must be 'up' or 'down', not {direction!r}")
         if skip < 0:
@@ -240,13 +245,14 @@ class _Framer:
         self.flags = 0
         self.held: Optional[bytearray] = None  # the whole frame, while held back
         self.frames = 0             # complete frames seen after the greeting
+        self.cut = False            # a "cut" fault fired: nothing passes any more
 
     def feed(self, data: bytes, faults: List[FrameFault],
              on_fire: Callable[[FrameFault], None]) -> List[bytes]:
         out: List[bytes] = []
         view = memoryview(data)
         i, n = 0, len(data)
-        while i < n:
+        while i < n and not self.cut:
             if self.greeting_left:
                 take = min(self.greeting_left, n - i)
                 out.append(bytes(view[i:i + take]))
@@ -299,7 +305,8 @@ class _Framer:
         copies = 1
         for fault in faults:
             if fault.offer(self.flags, body):
-                copies = 0 if fault.action == "drop" else 2
+                copies = 2 if fault.action == "duplicate" else 0
+                self.cut = fault.action == "cut"
                 on_fire(fault)
                 break
         frame = bytes(held)
@@ -356,6 +363,7 @@ class Connection:
         self._action: Optional[str] = None   # "reset" / "close", for the loop to carry out
         self.frames_dropped = 0
         self.frames_duplicated = 0
+        self.cuts = 0
         self.pipes: Dict[str, _Pipe] = {
             UP: _Pipe(UP, client, upstream),
             DOWN: _Pipe(DOWN, upstream, client),
@@ -430,6 +438,13 @@ class Connection:
         """Send one whole frame of ``direction`` twice (chosen as for ``drop_frame``)."""
         return self.add_frame_fault(
             FrameFault("duplicate", direction, predicate, _skip(index, skip)))
+
+    def cut_at_frame(self, direction: str, index: Optional[int] = None,
+                     predicate: Optional[Predicate] = None, *, skip: Optional[int] = None) -> FrameFault:
+        """Make this connection silent at one frame of ``direction`` (chosen as for
+        ``drop_frame``): that frame and everything read after it, either way, never arrive
+        (the bytes are read and discarded, as ``blackhole(read=True)``)."""
+        return self.add_frame_fault(FrameFault("cut", direction, predicate, _skip(index, skip)))
 
     def add_frame_fault(self, fault: FrameFault) -> FrameFault:
         with self._proxy._cond:
@@ -645,6 +660,12 @@ class FaultProxy:
         self._arm(FrameFault("duplicate", direction, predicate, _skip(index, skip)),
                   existing, new)
 
+    def cut_at_frame(self, direction: str, index: Optional[int] = None,
+                     predicate: Optional[Predicate] = None, *, skip: Optional[int] = None,
+                     existing: bool = True, new: bool = True) -> None:
+        """Arm ``Connection.cut_at_frame`` as ``drop_frame`` arms its fault; ``cuts`` counts."""
+        self._arm(FrameFault("cut", direction, predicate, _skip(index, skip)), existing, new)
+
     def clear_frame_faults(self) -> None:
         """Disarm every frame fault, on open connections and for new ones."""
         with self._cond:
@@ -673,6 +694,11 @@ class FaultProxy:
     def frames_duplicated(self) -> int:
         with self._cond:
             return sum(c.frames_duplicated for c in self._connections)
+
+    @property
+    def cuts(self) -> int:
+        with self._cond:
+            return sum(c.cuts for c in self._connections)
 
     @property
     def bytes_up(self) -> int:
@@ -863,8 +889,12 @@ class FaultProxy:
         def on_fire(fault: FrameFault) -> None:
             if fault.action == "drop":
                 conn.frames_dropped += 1
-            else:
+            elif fault.action == "duplicate":
                 conn.frames_duplicated += 1
+            else:  # "cut": what was read before it still goes out; nothing read after it
+                conn.cuts += 1
+                for other in conn.pipes.values():
+                    other.framer.cut = True
 
         due = now + (mode.seconds if mode.kind == "delay" else 0.0)
         for piece in pipe.framer.feed(data, pipe.faults, on_fire):

@@ -338,6 +338,25 @@ def test_duplicate_frame_sends_the_chosen_message_twice(ctx):
         assert fault.fired and conn.frames_duplicated == 1 and proxy.frames_dropped == 0
 
 
+@pytest.mark.timeout(60)
+def test_cut_at_frame_delivers_exactly_what_came_before_it_and_nothing_after(ctx):
+    push, pull, proxy = through_proxy(ctx)
+    with proxy:
+        push.connect(proxy.endpoint)
+        warm_up(push, pull)
+        (conn,) = proxy.wait_for_connections(1, timeout=5)
+        fault = conn.cut_at_frame("up", predicate=lambda flags, body: body == b"500")
+        for i in range(1000):
+            push.send(b"%d" % i)
+        assert recv_until(pull, b"499") == [b"%d" % i for i in range(499)]
+        assert fault.fired and conn.cuts == 1 and proxy.cuts == 1
+        read = conn.pipes["up"].bytes_read
+        push.send(b"after")
+        proxy.wait_for(lambda: conn.pipes["up"].bytes_read > read, 10, "the proxy to read past the cut")
+        assert not pull.poll(300), "a frame passed the cut"
+        assert not conn.closed
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("victim", [12, 13], ids=["small-between-large", "large"])
 def test_drop_frame_across_chunk_boundaries(ctx, victim):

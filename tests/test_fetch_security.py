@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 import os
 import socket
+import threading
 
+import pyarrow as pa
 import pytest
 import zmq
 
@@ -161,3 +163,41 @@ def test_a_flood_of_strangers_does_not_stop_the_service(served):
     got = sum(batch.num_rows for _, batch in fetch_range(server.access, 0, 0, 2000, spool_id=spool.spool_id, timeout=30))
     assert got == 2000
     wait_until(lambda: server._router.handshakes.rejected >= 3000, 30, "3000 rejections counted")
+
+
+def test_a_resent_fetch_skips_late_answers_to_its_earlier_requests():
+    """A server (plain pyzmq) that answers a fetch request only after its resend, then answers
+    the first copy late, after the client asked for the next part: the client takes each
+    answer once, by its request id, and never mistakes the late one for progress."""
+    context = zmq.Context()
+    router = context.socket(zmq.ROUTER)
+    router.setsockopt(zmq.LINGER, 0)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    access = fetch.FetchAccess(f"tcp://127.0.0.1:{port}", None, None, None, server_name="the test")
+
+    def reply(start: int, end: int, request_id: bytes) -> list[bytes]:
+        batch = messages_to_batch([b"m-%d" % i for i in range(start, end)], None, "raw", 0)
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, batch.schema) as writer:
+            writer.write_batch(batch)
+        return [b"ok", str(end).encode(), json.dumps([start]).encode(), sink.getvalue().to_pybytes(), request_id]
+
+    def serve() -> None:
+        first = router.recv_multipart()            # request 1, unanswered
+        resent = router.recv_multipart()           # request 1 again, after resend_s
+        assert json.loads(first[2]) == json.loads(resent[2])
+        router.send_multipart(resent[:2] + reply(0, 5, b"1"))
+        second = router.recv_multipart()           # request 2, for offsets 5..10
+        router.send_multipart(first[:2] + reply(0, 5, b"1"))  # the late answer to request 1
+        router.send_multipart(second[:2] + reply(5, 10, b"2"))
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    try:
+        got = [v.as_py() for _, batch in fetch_range(access, 0, 0, 10, timeout=20, resend_s=0.3)
+               for v in batch.column("value")]
+        assert got == [b"m-%d" % i for i in range(10)]
+    finally:
+        server.join(10)
+        router.close(0)
+        context.term()

@@ -21,11 +21,13 @@ the driver's log has the details.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Optional
@@ -47,6 +49,9 @@ REPLY_BYTES = 8 << 20
 REQUEST_BYTES = 4096
 #: replies queued for one peer (and requests queued from it) at most
 QUEUE = 4
+#: a fetch request unanswered this long is sent again: past the default heartbeats'
+#: interval plus timeout, so a connection that went silent has been replaced by then
+RESEND_S = 15.0
 _INT64_MAX = (1 << 63) - 1
 
 
@@ -164,7 +169,7 @@ class SpoolServer:
                 continue
             if len(frames) != 3 or frames[1] != b"":
                 continue  # not a DEALER request envelope: nothing to answer
-            reply = self._reply(frames[2])
+            reply = self._reply(frames[2]) + _echo(frames[2])
             try:
                 self._router.send([frames[0], b""] + reply, timeout=0)
             except (TimeoutError, ConnectionError):
@@ -241,28 +246,70 @@ class SpoolServer:
         self._thread.join(5)
 
 
+def _echo(body: bytes) -> list[bytes]:
+    """The request's ``id`` as a last reply frame, so a client that resent a request can
+    tell the answer to this one from a late answer to an earlier one (none without an id)."""
+    try:
+        request = json.loads(body)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return []
+    if not isinstance(request, dict) or "op" in request:
+        return []  # a relay's control request: its answer carries its id in its body
+    request_id = request.get("id")
+    if isinstance(request_id, int) and not isinstance(request_id, bool) and 0 <= request_id <= _INT64_MAX:
+        return [str(request_id).encode()]
+    return []
+
+
+def _exchange(dealer: Dealer, request: dict, request_id: int, timeout: float, resend_s: float,
+              silence: Callable[[], str]) -> list[bytes]:
+    """Send ``request`` and return its answer, sending it again every ``resend_s`` meanwhile:
+    a DEALER does not resend what a connection that died took with it, and heartbeats have
+    replaced a silent connection by then. Answers to earlier requests are skipped."""
+    body = json.dumps({**request, "id": request_id}).encode()
+    deadline = time.monotonic() + timeout
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise FetchError(silence())
+        try:
+            dealer.send([b"", body], timeout=remaining)
+        except TimeoutError:
+            raise FetchError(silence()) from None
+        resend_at = time.monotonic() + min(resend_s, remaining)
+        while (wait := resend_at - time.monotonic()) > 0:
+            try:
+                reply = dealer.recv_multipart(timeout=wait)
+            except TimeoutError:
+                break
+            echoed = reply[-1] if len(reply) in (4, 6) else None  # (error | ok) + the id frame
+            if echoed is not None and echoed != str(request_id).encode():
+                continue  # a late answer to a request resent or abandoned before
+            return reply[:-1] if echoed is not None else reply
+
+
 def fetch_range(
     access: FetchAccess, channel: int, start: int, end: int, *, spool_id: Optional[str] = None,
-    skip_loss: bool = False, timeout: float = 120.0,
+    skip_loss: bool = False, timeout: float = 120.0, resend_s: float = RESEND_S,
 ) -> Iterator[tuple[int, pa.RecordBatch]]:
     """``(first offset, spool batch)`` covering ``[start, end)`` of a channel, fetched from
-    the driver (skipped offsets, with ``skip_loss``, are logged by the driver)."""
+    the driver (skipped offsets, with ``skip_loss``, are logged by the driver). A server
+    silent for ``timeout`` seconds (option ``fetchTimeout``) fails the task, naming it and
+    the offsets; Spark retries the task."""
     endpoint = access.endpoint
+    ids = itertools.count(1)
     with Dealer(endpoint, linger=0, curve=access.curve()) as dealer:
         position = start
+
+        def silence() -> str:
+            note = dealer.handshakes.failure_note() if dealer.handshakes is not None else ""
+            return (f"no answer from {access.server_name}'s spool server at {endpoint} within {timeout:.0f} s "
+                    f"(option 'fetchTimeout'; channel {channel}, offsets {position}..{end}); is it reachable from "
+                    "this executor?" + note)
+
         while position < end:
-            request = json.dumps({"channel": channel, "start": position, "end": end, "spool": spool_id,
-                                  "skipLoss": skip_loss}).encode()
-            dealer.send([b"", request], timeout=timeout)
-            try:
-                reply = dealer.recv_multipart(timeout=timeout)
-            except TimeoutError:
-                note = dealer.handshakes.failure_note() if dealer.handshakes is not None else ""
-                raise FetchError(
-                    f"no answer from {access.server_name}'s spool server at {endpoint} within {timeout:.0f}s "
-                    f"(channel {channel}, offsets {position}..{end}); is it reachable from this executor?"
-                    + note
-                ) from None
+            request = {"channel": channel, "start": position, "end": end, "spool": spool_id, "skipLoss": skip_loss}
+            reply = _exchange(dealer, request, next(ids), timeout, resend_s, silence)
             status = reply[1]
             if status != b"ok":
                 message = reply[2].decode("utf-8", "replace")

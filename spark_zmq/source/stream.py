@@ -271,4 +271,5 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 "set option spoolAccess=fetch (and spoolServerHost to the driver's address executors reach)"
             )
         return fetch_range(partition.fetch, partition.channel_in_spool, partition.start, partition.end,
-                           spool_id=partition.spool_id or None, skip_loss=not self.options.fail_on_data_loss)
+                           spool_id=partition.spool_id or None, skip_loss=not self.options.fail_on_data_loss,
+                           timeout=self.options.fetch_timeout)
