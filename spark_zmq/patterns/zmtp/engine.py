@@ -320,6 +320,10 @@ class Engine:
         self._listeners: list[tuple[socket.socket, str, transport.Address]] = []
         self._inproc_names: list[str] = []
         self._connections: set[_Connection] = set()
+        #: no connection's handshake or heartbeat clock is due before this (monotonic
+        #: seconds), so the loop walks the connections only when one may be: set by each
+        #: walk, lowered by whatever sets an earlier clock (``_due``)
+        self._connections_due = 0.0
         self._selector.register(self._wake_r, selectors.EVENT_READ, self._on_wake)
         self._thread = threading.Thread(target=self._run, name=f"zmtp-{label}", daemon=True)
         self._stopped = threading.Event()
@@ -539,6 +543,23 @@ class Engine:
         while self._timers and self._timers[0][0] <= now:
             _, _, fn = heapq.heappop(self._timers)
             self._guard(fn)
+        if now < self._connections_due:
+            delay = self._connections_due - now
+        else:
+            delay = self._walk_connections(now)
+            self._connections_due = now + delay
+        if self._timers:
+            delay = min(delay, max(0.0, self._timers[0][0] - time.monotonic()))
+        return delay
+
+    def _due(self, at: float) -> None:
+        """A connection's clock was set to ``at``: the next walk comes no later."""
+        if at < self._connections_due:
+            self._connections_due = at
+
+    def _walk_connections(self, now: float) -> float:
+        """Fail handshakes past their deadline and run heartbeats; returns the time to the
+        next connection event (at most 1 s)."""
         delay = 1.0
         for conn in list(self._connections):
             if conn.stage in (_GREETING, _HANDSHAKE):
@@ -549,8 +570,6 @@ class Engine:
                     delay = min(delay, conn.deadline - now)
             elif conn.stage == _READY and self.heartbeat.enabled:
                 delay = min(delay, self._heartbeat(conn, now))
-        if self._timers:
-            delay = min(delay, max(0.0, self._timers[0][0] - time.monotonic()))
         return delay
 
     def _heartbeat(self, conn: _Connection, now: float) -> float:
@@ -728,6 +747,7 @@ class Engine:
         if connector is not None:
             connector.conn = conn
         self._connections.add(conn)
+        self._due(conn.deadline)
         conn.connecting = connecting
         if not connecting:
             self._start_greeting(conn)
@@ -1011,6 +1031,7 @@ class Engine:
         if conn.connector is not None:
             conn.connector.renegotiated = False
         conn.next_ping = time.monotonic() + self.heartbeat.interval
+        self._due(conn.next_ping)
         peer = conn.peer
         with self.lock:
             if peer not in self.ready_peers:
@@ -1123,6 +1144,7 @@ class Engine:
         ttl = int.from_bytes(data[:2], "big") / 10.0
         if ttl > 0:
             conn.ttl_deadline = time.monotonic() + ttl
+            self._due(conn.ttl_deadline)
         if conn.finished:
             return  # our sending side is shut down (a close waiting for acknowledgements)
         if conn.out_bytes < _MAX_PENDING_REPLY_BYTES:
