@@ -7,6 +7,7 @@ later. The pattern layer, ``spark_zmq.patterns``, works without Spark.
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Optional
 
 if TYPE_CHECKING:
@@ -35,10 +36,12 @@ def register(spark: "Optional[SparkSession]" = None) -> "SparkSession":
 
 
 def _register_on_active_session() -> None:
-    try:
-        from pyspark.sql import SparkSession
-    except ImportError:  # the pattern layer is usable without pyspark
+    # A process that has not imported pyspark has no session to register on; importing it
+    # here would load Spark into relays, receiver processes and services that never use it.
+    if "pyspark.sql" not in sys.modules:
         return
+    from pyspark.sql import SparkSession
+
     if SparkSession.getActiveSession() is not None:
         register()
 

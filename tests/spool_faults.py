@@ -30,10 +30,10 @@ from typing import Callable, Optional
 
 import pyarrow as pa
 
-from spark_zmq.source.receiver import messages_to_batch
-from spark_zmq.source.spool import Spool
-from spark_zmq.source.spool_format import parse_segment_name
-from spark_zmq.source.spool_reader import read_range
+from spark_zmq.ingest.receiver import messages_to_batch
+from spark_zmq.ingest.spool import Spool
+from spark_zmq.ingest.spool_format import parse_segment_name
+from spark_zmq.ingest.spool_reader import read_range
 
 #: the os functions the spool's durability depends on; a crash can happen before any of them
 PATCHED = ("open", "write", "writev", "pwrite", "fsync", "ftruncate", "remove", "unlink", "replace", "mkdir")
@@ -364,7 +364,7 @@ def forkserver_context():
     ctx = multiprocessing.get_context("forkserver")
     # pandas too: building a spool batch (its timestamp column) imports it, 0.3 s a child
     ctx.set_forkserver_preload(
-        ["pyarrow", "numpy", "pandas", "spark_zmq.source.spool", "spark_zmq.source.receiver", "spool_faults"]
+        ["pyarrow", "numpy", "pandas", "spark_zmq.ingest.spool", "spark_zmq.ingest.receiver", "spool_faults"]
     )
     return ctx
 

@@ -35,10 +35,10 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from spark_zmq.source import arrow_guard
+from spark_zmq.ingest import arrow_guard
 from spark_zmq.source import decode as decode_module
 from spark_zmq.source.decode import Decoder, MalformedMessageError
-from spark_zmq.source.receiver import messages_to_batch
+from spark_zmq.ingest.receiver import messages_to_batch
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -375,7 +375,7 @@ def test_json_null_first_is_a_malformed_record_not_a_worker_crash():
     result = _run_isolated("""
         from pyspark.sql.types import StructType, StructField, LongType, StringType
         from spark_zmq.source.decode import Decoder
-        from spark_zmq.source.receiver import messages_to_batch
+        from spark_zmq.ingest.receiver import messages_to_batch
         schema = StructType([StructField("id", LongType()), StructField("_corrupt_record", StringType())])
         decoder = Decoder("json", schema, corrupt_column="_corrupt_record")
         batch = messages_to_batch([b"null", b'{"id": 1}', b"42"], None, "json", 0)
@@ -541,7 +541,7 @@ def test_arrow_null_string_view_with_a_negative_length_is_malformed_not_a_crash(
         import numpy as np, pyarrow as pa
         from pyspark.sql.types import StructType, StructField, StringType
         from spark_zmq.source.decode import Decoder
-        from spark_zmq.source.receiver import messages_to_batch
+        from spark_zmq.ingest.receiver import messages_to_batch
         views = np.array([1, 97, 0, 0, -65536, 32767, 0, 0, 1, 98, 0, 0], np.int32).tobytes()
         column = pa.Array.from_buffers(pa.string_view(), 3, [pa.py_buffer(bytes([0b101])), pa.py_buffer(views)])
         column.validate(full=True)  # valid to Arrow: null slots are not checked

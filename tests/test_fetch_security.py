@@ -15,10 +15,10 @@ import pyarrow as pa
 import pytest
 import zmq
 
-from spark_zmq.source import fetch
-from spark_zmq.source.fetch import FetchError, SpoolServer, fetch_range
-from spark_zmq.source.receiver import messages_to_batch
-from spark_zmq.source.spool import Spool
+from spark_zmq.ingest import fetch
+from spark_zmq.ingest.fetch import FetchError, SpoolServer, fetch_range
+from spark_zmq.ingest.receiver import messages_to_batch
+from spark_zmq.ingest.spool import Spool
 
 from zmqtest import rss_bytes, wait_until
 

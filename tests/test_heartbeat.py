@@ -308,7 +308,7 @@ def test_the_source_receive_buffer_option_reaches_the_receiving_socket():
     """``receiveBufferBytes`` is ZMQ_RCVBUF on the channel's socket (the bound on what the
     kernel holds for a receiver that stops or dies), for libzmq and our own engine."""
     from spark_zmq.options import SourceOptions
-    from spark_zmq.source.receiver import open_channel_socket
+    from spark_zmq.ingest.receiver import open_channel_socket
 
     for pattern in ("pull", "gather"):
         options = SourceOptions.parse({"endpoints": "@tcp://127.0.0.1:*", "pattern": pattern,

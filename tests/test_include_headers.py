@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from pyspark.sql.types import BooleanType, LongType, MapType, StringType, StructField, StructType
 
 from spark_zmq.options import OptionError, SourceOptions
-from spark_zmq.source import arrow_guard
+from spark_zmq.ingest import arrow_guard
 from spark_zmq.source import decode as decode_module
 from spark_zmq.source.decode import (
     ROW_KEY,
@@ -27,7 +27,7 @@ from spark_zmq.source.decode import (
     headers_column,
     headers_template,
 )
-from spark_zmq.source.receiver import messages_to_batch
+from spark_zmq.ingest.receiver import messages_to_batch
 from zmqtest import Producer, run_available_now
 
 pytestmark = pytest.mark.timeout(180)

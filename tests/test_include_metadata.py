@@ -21,7 +21,7 @@ from pyspark.sql.types import (DoubleType, IntegerType, LongType, StringType, St
 
 from spark_zmq.options import OptionError
 from spark_zmq.source.decode import Decoder, MalformedMessageError
-from spark_zmq.source.receiver import messages_to_batch
+from spark_zmq.ingest.receiver import messages_to_batch
 from zmqtest import Producer, run_available_now, wait_until
 
 pytestmark = pytest.mark.timeout(180)

@@ -211,7 +211,7 @@ def _latest(query):
 
 
 def test_sigterm_drains_into_the_spool_and_exits_0(tmp_path):
-    from spark_zmq.source.spool_reader import read_range
+    from spark_zmq.ingest.spool_reader import read_range
 
     data_port, listen_port = free_ports(2)
     spool = str(tmp_path / "spool")

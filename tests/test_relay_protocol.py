@@ -137,7 +137,7 @@ def test_a_receiver_process_relay_numbers_nothing_until_the_query_says_start(tmp
     nothing until ``start``: messages that arrive first wait in the socket, so the query can
     first move a recreated spool past its checkpoint (``advance``). They are then numbered
     from the checkpoint on, never below it."""
-    from spark_zmq.source.spool_reader import read_range
+    from spark_zmq.ingest.spool_reader import read_range
 
     data = free_ports(1)[0]
     options = SourceOptions.parse({"endpoints": f"@tcp://127.0.0.1:{data}", "spoolDir": str(tmp_path / "spool"),

@@ -12,9 +12,9 @@ import pytest
 import zmq
 
 from spark_zmq.patterns import Pull
-from spark_zmq.source.receiver import Receiver, messages_to_batch
-from spark_zmq.source.spool import Spool, SpoolBudget
-from spark_zmq.source.spool_reader import read_range
+from spark_zmq.ingest.receiver import Receiver, messages_to_batch
+from spark_zmq.ingest.spool import Spool, SpoolBudget
+from spark_zmq.ingest.spool_reader import read_range
 
 pytestmark = pytest.mark.timeout(60)
 

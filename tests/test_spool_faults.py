@@ -23,15 +23,15 @@ from dataclasses import dataclass
 
 import pytest
 
-from spark_zmq.source.spool import Spool, SpoolSecurityError
-from spark_zmq.source.spool_format import (
+from spark_zmq.ingest.spool import Spool, SpoolSecurityError
+from spark_zmq.ingest.spool_format import (
     RECORD_HEADER_SIZE,
     SEGMENT_HEADER_SIZE,
     DataLossError,
     encode_record_header,
     segment_name,
 )
-from spark_zmq.source.spool_reader import read_range, skip_loss
+from spark_zmq.ingest.spool_reader import read_range, skip_loss
 
 import spool_faults
 from spool_faults import batch, check_index, read_dict, runs

@@ -33,9 +33,9 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from spark_zmq.source.spool import Spool
-from spark_zmq.source.spool_format import DataLossError, parse_segment_name
-from spark_zmq.source.spool_reader import read_range, skip_loss
+from spark_zmq.ingest.spool import Spool
+from spark_zmq.ingest.spool_format import DataLossError, parse_segment_name
+from spark_zmq.ingest.spool_reader import read_range, skip_loss
 
 from spool_faults import batch, check_index, read_dict, runs, segment_names
 

@@ -75,10 +75,10 @@ from pyspark.sql.types import (  # noqa: E402
     TimestampType,
 )
 
-from spark_zmq.source import arrow_guard  # noqa: E402
+from spark_zmq.ingest import arrow_guard  # noqa: E402
 from spark_zmq.source import decode as decode_module  # noqa: E402
 from spark_zmq.source.decode import Decoder, MalformedMessageError  # noqa: E402
-from spark_zmq.source.receiver import messages_to_batch  # noqa: E402
+from spark_zmq.ingest.receiver import messages_to_batch  # noqa: E402
 
 TARGETS = ("json", "arrow", "arrow-count", "text", "zmtp")
 MODES = ("PERMISSIVE", "DROPMALFORMED", "FAILFAST")

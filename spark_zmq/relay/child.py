@@ -1,6 +1,6 @@
 """A query's receiver process (option ``receivers=processes``): a relay for one channel.
 
-Started by ``source.receiver_processes`` with ``python -m spark_zmq.relay.child``; its
+Started by ``processes`` with ``python -m spark_zmq.relay.child``; its
 configuration comes on stdin (a pickled ``SourceOptions`` for its one endpoint, and the
 key pairs of its listening port), never on the command line, where other users could
 read the keys. It prints the relay's ``ready`` line once its socket is bound, starts

@@ -11,10 +11,11 @@ from __future__ import annotations
 import itertools
 import json
 import time
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from ..patterns import Dealer, SocketClosedError
 from ..patterns.curve import Curve
+from .protocol import Op
 
 __all__ = ["RelayClient", "RelayError", "RelayBusyError", "RESEND_S"]
 
@@ -48,20 +49,21 @@ class RelayClient:
         self._ids = itertools.count(1)
         self._dealer = Dealer([f">{address}"], linger=0, hwm=64, curve=curve)
 
-    def call(self, op: str, timeout_s: Optional[float] = None, **fields: Any) -> dict[str, Any]:
+    def call(self, op: Union[Op, str], timeout_s: Optional[float] = None, **fields: Any) -> dict[str, Any]:
         """Send one request and return the relay's answer (``RelayError`` on an error reply
         or silence for ``timeout_s``, ``RelayBusyError`` when another query holds the lease)."""
+        op = Op(op)
         request_id = next(self._ids)
-        body = json.dumps({"op": op, "id": request_id, "session": self.session, **fields}).encode()
+        body = json.dumps({"op": op.value, "id": request_id, "session": self.session, **fields}).encode()
         deadline = time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise RelayError(self._silence(op))
+                raise RelayError(self._silence(op.value))
             try:
                 self._dealer.send([b"", body], timeout=remaining)
             except TimeoutError:
-                raise RelayError(self._silence(op)) from None
+                raise RelayError(self._silence(op.value)) from None
             resend_at = time.monotonic() + min(RESEND_S, remaining)
             while True:
                 wait = resend_at - time.monotonic()
@@ -74,7 +76,7 @@ class RelayClient:
                 answer = self._parse(frames)
                 if answer is None or answer.get("id") != request_id:
                     continue  # the answer to a request sent before (resent, or timed out)
-                return self._result(op, frames[1], answer)
+                return self._result(op.value, frames[1], answer)
 
     def _parse(self, frames: list[bytes]) -> Optional[dict]:
         if len(frames) != 3 or frames[0] != b"":

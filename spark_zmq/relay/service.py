@@ -8,12 +8,10 @@ is full it stops reading: ZeroMQ's high-water marks fill and PUSH producers bloc
 
 A query talks to it over ZeroMQ request-reply (DEALER to ROUTER, the Guide's chapter 3) on
 one ``--listen`` port:
-- its driver sends control requests, JSON objects with an ``"op"`` (``attach``, ``state``,
-  ``count``, ``end_within``, ``lost``, ``advance``, ``release``, ``locate``, ``start``,
-  ``detach``),
-  under a lease (``lease``) that lets one query at a time read the relay;
+- its driver sends control requests (``protocol``: JSON objects whose ``"op"`` is an
+  ``Op``) under a lease (``lease``) that lets one query at a time read the relay;
 - its executors fetch ``[start, end)`` of a channel exactly as they fetch from a driver
-  (``source.fetch``), unless they see the relay's spool directory, then they read it.
+  (``spark_zmq.ingest.fetch``), unless they see the relay's spool directory, then they read it.
 Every reply is ``[b"ok", json]`` or ``[b"error", text]``; control replies echo the
 request's ``"id"`` so a client that resends after a timeout can drop stale answers.
 
@@ -34,22 +32,15 @@ from typing import Any, Optional
 from ..options import SourceOptions
 from ..patterns import Router
 from ..patterns.curve import Curve
-from ..source.fetch import SpoolServer
-from ..source.ingest import IngestRuntime
+from ..ingest.fetch import SpoolServer
+from ..ingest.runtime import IngestRuntime
 from .lease import Lease
+from .protocol import LEASE_TTL_S, PROTOCOL, QUEUE, REQUEST_BYTES, Op
 
-__all__ = ["Relay", "LEASE_TTL_S", "REQUEST_BYTES", "PROTOCOL"]
+__all__ = ["Relay"]
 
 log = logging.getLogger(__name__)
 
-#: a reader that has not renewed its claim for this long loses it (see ``lease``)
-LEASE_TTL_S = 10.0
-#: the largest request the relay accepts (control requests carry an offset per channel)
-REQUEST_BYTES = 64 << 10
-#: replies queued for one peer at most (later ones are dropped; the peer resends)
-QUEUE = 16
-#: the control protocol's version: a reader refuses a relay that speaks another
-PROTOCOL = 1
 
 
 def _int(request: dict, key: str, *, optional: bool = False) -> Optional[int]:
@@ -107,55 +98,61 @@ class Relay:
         return [status, json.dumps(body).encode()]
 
     def _handle(self, request: dict) -> dict[str, Any]:
-        op, session = request.get("op"), request.get("session")
-        if op == "hello":  # no lease: what a client needs to know before it claims one
+        try:
+            op = Op(request.get("op"))
+        except ValueError:
+            raise ValueError(f"bad request: unknown op {request.get('op')!r}") from None
+        if op is Op.HELLO:  # no lease: what a client needs to know before it claims one
             return self._describe()
+        session = request.get("session")
         if not isinstance(session, str) or not 0 < len(session) <= 64:
             raise ValueError("bad request: 'session' must be a string of 1 to 64 characters")
-        if op == "detach":
+        if op is Op.DETACH:
             self.lease.release(session)
             return {}
         refusal = self.lease.claim(session)
         if refusal is not None:  # a clear refusal, not a failure
             return {"refused": {"idle": refusal.idle_s, "lapses": refusal.lapses_in_s}}
-        spool = self.ingest.spool
-        channels = spool.channels
-        if op == "attach":
+        if op is Op.ATTACH:
             log.info("relay: read by session %s", session)
             return {**self._describe(), **self._state()}
-        if op == "state":
+        if op is Op.STATE:
             return self._state()
-        if op == "start":
+        if op is Op.START:
             self.ingest.start()
             return self._state()
-        if op in ("count", "end_within", "lost", "advance", "locate"):
-            channel = _int(request, "channel")
-            if channel >= len(channels):
-                raise ValueError(f"bad request: channel {channel} (the relay has {len(channels)} channels)")
-            log_ = channels[channel]
-            if op == "advance":
-                log_.advance_to(_int(request, "offset"))
-                return {}
-            if op == "locate":
-                where = log_.locate(_int(request, "offset"))
-                return {"at": list(where) if where else None}
-            start, end = _int(request, "start"), _int(request, "end")
-            index = log_.snapshot()
-            if op == "count":
-                rows, nbytes = index.count_between(start, end)
-                return {"rows": rows, "bytes": nbytes}
-            if op == "end_within":
-                return {"end": index.end_within(start, end, _int(request, "rows", optional=True),
-                                                _int(request, "bytes", optional=True))}
-            return {"lost": [[r.first, r.end, r.describe(channel, max(start, r.first), min(end, r.end))]
-                             for r in index.lost_within(start, end)]}
-        if op == "release":
+        if op is Op.RELEASE:
             offsets = request.get("offsets")
             if not isinstance(offsets, dict):
                 raise ValueError("bad request: 'offsets' must be an object {channel: offset}")
             self.ingest.release({str(k): _int(offsets, k) for k in offsets})
             return self._state()
-        raise ValueError(f"bad request: unknown op {op!r}")
+        return self._channel_op(op, request)
+
+    def _channel_op(self, op: Op, request: dict) -> dict[str, Any]:
+        """The ops about one channel's offsets."""
+        channels = self.ingest.spool.channels
+        channel = _int(request, "channel")
+        if channel >= len(channels):
+            raise ValueError(f"bad request: channel {channel} (the relay has {len(channels)} channels)")
+        log_ = channels[channel]
+        if op is Op.ADVANCE:
+            log_.advance_to(_int(request, "offset"))
+            return {}
+        if op is Op.LOCATE:
+            where = log_.locate(_int(request, "offset"))
+            return {"at": list(where) if where else None}
+        start, end = _int(request, "start"), _int(request, "end")
+        index = log_.snapshot()
+        if op is Op.COUNT:
+            rows, nbytes = index.count_between(start, end)
+            return {"rows": rows, "bytes": nbytes}
+        if op is Op.END_WITHIN:
+            return {"end": index.end_within(start, end, _int(request, "rows", optional=True),
+                                            _int(request, "bytes", optional=True))}
+        assert op is Op.LOST, op
+        return {"lost": [[r.first, r.end, r.describe(channel, max(start, r.first), min(end, r.end))]
+                         for r in index.lost_within(start, end)]}
 
     def _describe(self) -> dict[str, Any]:
         spool = self.ingest.spool

@@ -16,11 +16,11 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
+from ..ingest.receiver import open_channel_socket
+from ..ingest.spool_format import SPOOL_SCHEMA, messages_to_batch
 from ..options import SourceOptions
 from .decode import decoder_for
 from .partitions import InlineMessages
-from .receiver import open_channel_socket
-from .spool_format import SPOOL_SCHEMA, messages_to_batch
 
 __all__ = ["ZmqBatchReader", "receive_bounded"]
 

@@ -50,9 +50,9 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 from pyspark.sql.types import MapType, StringType, StructType
 
+from ..ingest import arrow_guard
 from ..options import OptionError
 from ..schemas import arrow_schema
-from . import arrow_guard
 
 if TYPE_CHECKING:
     from ..options import SourceOptions

@@ -7,7 +7,7 @@ from typing import Optional
 
 from pyspark.sql.datasource import InputPartition
 
-from .fetch import FetchAccess
+from ..ingest.fetch import FetchAccess
 
 __all__ = ["SpoolRange", "InlineMessages"]
 

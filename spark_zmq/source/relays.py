@@ -1,6 +1,6 @@
 """A query's ingest when it reads relays (option ``relays``) instead of binding endpoints.
 
-``RelayIngest`` gives the stream reader what ``IngestRuntime`` gives it (channels with
+``RelayIngest`` gives the stream reader what ``LocalIngest`` gives it (channels with
 their offsets and index, the spool's identity, release, drain) for the channels of one
 or more relays (``spark_zmq.relay``), numbered one after another in the order of the
 ``relays`` option: relay A's channels 0..a-1 are the query's partitions 0..a-1, relay B's
@@ -24,11 +24,11 @@ from typing import Any, Optional
 
 from ..options import SourceOptions
 from ..relay.client import RelayBusyError, RelayClient, RelayError
-from ..relay.service import LEASE_TTL_S, PROTOCOL
-from .fetch import FetchAccess, advertised_host
+from ..ingest.fetch import FetchAccess, advertised_host
+from ..relay.processes import ReceiverProcesses, ReceiverTarget
+from ..relay.protocol import LEASE_TTL_S, PROTOCOL, Op
 from .ingest import needs_fetch_service
 from .partitions import SpoolRange
-from .receiver_processes import ReceiverProcesses, ReceiverTarget
 
 __all__ = ["RelayIngest", "RelayError", "RelayBusyError"]
 
@@ -87,24 +87,24 @@ class RelayChannel:
     def count_between(self, start: int, end: int) -> tuple[int, int]:
         if end <= start:
             return 0, 0
-        answer = self.relay.client.call("count", channel=self.local, start=int(start), end=int(end))
+        answer = self.relay.client.call(Op.COUNT, channel=self.local, start=int(start), end=int(end))
         return int(answer["rows"]), int(answer["bytes"])
 
     def end_within(self, start: int, limit: int, max_rows: Optional[int], max_bytes: Optional[int]) -> int:
         if max_rows is None and max_bytes is None:
             return limit
-        answer = self.relay.client.call("end_within", channel=self.local, start=int(start), end=int(limit),
+        answer = self.relay.client.call(Op.END_WITHIN, channel=self.local, start=int(start), end=int(limit),
                                         rows=max_rows, bytes=max_bytes)
         return int(answer["end"])
 
     def lost_within(self, start: int, end: int) -> list[_Lost]:
         if end <= start:
             return []
-        answer = self.relay.client.call("lost", channel=self.local, start=int(start), end=int(end))
+        answer = self.relay.client.call(Op.LOST, channel=self.local, start=int(start), end=int(end))
         return [_Lost(int(a), int(b), f"{text} ({self.relay.target.label})") for a, b, text in answer["lost"]]
 
     def advance_to(self, offset: int) -> None:
-        self.relay.client.call("advance", channel=self.local, offset=int(offset))
+        self.relay.client.call(Op.ADVANCE, channel=self.local, offset=int(offset))
 
 
 class RelayIngest:
@@ -163,7 +163,7 @@ class RelayIngest:
         last_idle = -1.0
         while True:
             try:
-                hello = client.call("attach")
+                hello = client.call(Op.ATTACH)
                 break
             except RelayBusyError as busy:
                 # A live holder renews every HEARTBEAT_S: watch it for a little longer than
@@ -200,7 +200,7 @@ class RelayIngest:
                         client = clients[relay.address] = RelayClient(
                             relay.address, self.session, curve=relay.target.curve, timeout_s=HEARTBEAT_S)
                     try:
-                        client.call("state")
+                        client.call(Op.STATE)
                     except RelayError:
                         pass  # the reader's own next call reports it
         finally:
@@ -231,12 +231,12 @@ class RelayIngest:
         """Let receiver processes receive, once the reader has checked the checkpoint
         (standalone relays receive already; for them this changes nothing)."""
         for relay in self.relays:
-            relay.state = relay.client.call("start")
+            relay.state = relay.client.call(Op.START)
         self.started = True
 
     def _refresh(self) -> None:
         for relay in self.relays:
-            relay.state = relay.client.call("state")
+            relay.state = relay.client.call(Op.STATE)
 
     def raise_if_failed(self) -> None:
         if self.processes is not None:
@@ -259,7 +259,7 @@ class RelayIngest:
             offsets = {str(c): int(end[str(relay.first_channel + c)]) for c in range(relay.channels)
                        if str(relay.first_channel + c) in end}
             if offsets:
-                relay.state = relay.client.call("release", offsets=offsets)
+                relay.state = relay.client.call(Op.RELEASE, offsets=offsets)
 
     def drain_until_idle(self, idle_s: float) -> None:
         while True:
@@ -275,7 +275,7 @@ class RelayIngest:
     def spool_range(self, channel: int, start: int, end: int) -> SpoolRange:
         view = self.channels[channel]
         relay = view.relay
-        where = relay.client.call("locate", channel=view.local, offset=int(start))["at"]
+        where = relay.client.call(Op.LOCATE, channel=view.local, offset=int(start))["at"]
         curve = relay.target.curve
         access = FetchAccess(
             relay.address, curve.server_key if curve is not None else None,
@@ -295,7 +295,7 @@ class RelayIngest:
             self._heartbeat.join(HEARTBEAT_S + 1)
         for relay in self.relays:
             try:
-                relay.client.call("detach", timeout_s=1.0)
+                relay.client.call(Op.DETACH, timeout_s=1.0)
             except RelayError:
                 pass
             relay.client.close()

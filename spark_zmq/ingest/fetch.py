@@ -39,7 +39,7 @@ from ..patterns.curve import Curve, KeyPair
 from .spool_format import SPOOL_SCHEMA, DataLossError
 from .spool_reader import raise_loss, read_range
 
-__all__ = ["SpoolServer", "FetchAccess", "fetch_range", "FetchError", "advertised_host"]
+__all__ = ["SpoolServer", "FetchAccess", "fetch_range", "FetchError", "advertised_host", "bind_address"]
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ def advertised_host() -> str:
         return "127.0.0.1"
 
 
-def _bind_address(host: str) -> str:
+def bind_address(host: str) -> str:
     """``host`` as an address libzmq can bind (a name is resolved; a wildcard refused)."""
     name = host.strip().strip("[]")
     if name in ("", "*", "0.0.0.0", "::"):
@@ -143,7 +143,7 @@ class SpoolServer:
         else:
             server_keys, client_keys = KeyPair.generate(), KeyPair.generate()
             self._router = Router(
-                f"@tcp://{_bind_address(host or advertised_host())}:*", hwm=QUEUE, linger=0, mandatory=True,
+                f"@tcp://{bind_address(host or advertised_host())}:*", hwm=QUEUE, linger=0, mandatory=True,
                 max_request_bytes=REQUEST_BYTES, curve=Curve.server(server_keys, frozenset({client_keys.public_key})),
             )
             self.access = FetchAccess(self._router.last_endpoint, server_keys.public_key, client_keys.public_key,

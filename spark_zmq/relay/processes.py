@@ -30,13 +30,13 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from ..ingest.fetch import bind_address
+from ..ingest.spool import private_dir
 from ..options import SourceOptions
 from ..patterns.curve import Curve, KeyPair
-from ..relay.client import RelayClient, RelayError
-from ..relay.service import LEASE_TTL_S
-from ..relay.run import read_ready
-from .fetch import _bind_address
-from .spool import private_dir
+from .client import RelayClient, RelayError
+from .protocol import LEASE_TTL_S, Op
+from .run import read_ready
 
 __all__ = ["ReceiverProcesses", "ReceiverTarget"]
 
@@ -200,7 +200,7 @@ class ReceiverProcesses:
         """Whether a query holds the receiver's lease now (``None``: it does not answer)."""
         client = RelayClient(target.address, uuid.uuid4().hex, curve=target.curve, timeout_s=5.0, label=target.label)
         try:
-            return bool(client.call("hello").get("held"))
+            return bool(client.call(Op.HELLO).get("held"))
         except RelayError:
             return None
         finally:
@@ -221,7 +221,7 @@ class ReceiverProcesses:
     def _start(self, channel: int, endpoint: str, child_options: SourceOptions, host: str,
                label: str) -> ReceiverTarget:
         server_keys, client_keys = KeyPair.generate(), KeyPair.generate()
-        config = {"options": child_options, "listen": f"tcp://{_bind_address(host)}:*",
+        config = {"options": child_options, "listen": f"tcp://{bind_address(host)}:*",
                   "server_keys": (server_keys.public_key, server_keys.secret_key),
                   "client_public": client_keys.public_key, "parent": os.getpid(),
                   "linger_s": self.options.receiver_linger_seconds}

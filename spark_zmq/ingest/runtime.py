@@ -1,0 +1,147 @@
+"""One ingest unit: spool, sockets, receivers, disk budget, and optionally the fetch service.
+
+A query's driver runs one inside the long-running Python process that hosts its stream
+reader (``spark_zmq.source.ingest``); a relay runs one as its core (``spark_zmq.relay``).
+
+Sockets are bound when the runtime is created, but receivers start only after the stream
+reader has checked the checkpoint against the spool (``start``): a recreated spool must
+learn where Spark's numbering is before it numbers a single message, or a message could
+get an offset Spark already used. Meanwhile libzmq queues what arrives (up to ``hwm``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Optional
+
+from ..options import SourceOptions
+from .fetch import SpoolServer
+from .receiver import Receiver, open_channel_socket
+from .spool import Spool, SpoolBudget
+
+__all__ = ["IngestRuntime"]
+
+
+class IngestRuntime:
+    """Spool + one receiver per endpoint (ingest channel); with ``serve_fetch``, the fetch
+    service too, for read tasks that cannot see the spool directory."""
+
+    def __init__(self, options: SourceOptions, *, serve_fetch: bool = False) -> None:
+        self.options = options
+        self.spool = Spool(
+            options.spool_dir, len(options.endpoints), fsync=options.spool_fsync, max_bytes=options.max_spool_bytes
+        )
+        self.budget = SpoolBudget(options.max_spool_bytes, self.spool.channels)
+        #: where the spool ended when this query started: startingOffsets=latest begins here,
+        #: whichever offset call (initialOffset or prepareForTriggerAvailableNow) came first.
+        self.start_offsets = self.spool.latest()
+        self.receivers: list[Receiver] = []
+        self.started = False
+        try:
+            for endpoint, channel_log in zip(options.endpoints, self.spool.channels):
+                socket = open_channel_socket(
+                    options.pattern, endpoint, hwm=options.hwm, topics=options.topics,
+                    max_message_bytes=options.max_message_bytes, curve=options.curve,
+                    heartbeat=options.heartbeat, rcvbuf=options.receive_buffer_bytes,
+                )
+                self.receivers.append(
+                    Receiver(
+                        socket, channel_log, self.budget, options.format,
+                        batch_bytes=min(8 << 20, options.max_spool_bytes // 4),
+                    )
+                )
+        except BaseException:
+            for receiver in self.receivers:
+                receiver.socket.close(linger=0)
+            self.spool.close()
+            raise
+        self.server: Optional[SpoolServer] = None
+        if serve_fetch:
+            try:
+                self.server = SpoolServer(
+                    options.spool_dir, host=options.spool_server_host, spool_id=self.spool.spool_id,
+                    locate=lambda channel, offset: self.spool.channels[channel].locate(offset),
+                    channels=len(self.spool.channels),
+                )
+            except BaseException:
+                for receiver in self.receivers:
+                    receiver.socket.close(linger=0)
+                self.spool.close()
+                raise
+
+    # -- what the stream reader uses (``source.relays.RelayIngest`` offers the same for relays) ------
+
+    @property
+    def spool_id(self) -> str:
+        return self.spool.spool_id
+
+    @property
+    def channels(self) -> list:
+        return self.spool.channels
+
+    @property
+    def where(self) -> str:
+        """The spool, for messages."""
+        return repr(self.options.spool_dir)
+
+    @property
+    def channel_names(self) -> list[str]:
+        return [str(endpoint) for endpoint in self.options.endpoints]
+
+    def earliest(self) -> dict[str, int]:
+        return self.spool.earliest()
+
+    def start(self) -> None:
+        """Start receiving (once the numbering is settled, see the module docstring)."""
+        if not self.started:
+            self.started = True
+            for receiver in self.receivers:
+                receiver.start()
+
+    def raise_if_failed(self) -> None:
+        for receiver in self.receivers:
+            if receiver.error is not None:
+                raise RuntimeError(
+                    f"the ZeroMQ receiver of channel {receiver.log.channel} "
+                    f"({self.options.endpoints[receiver.log.channel]}) failed: {receiver.error!r}"
+                ) from receiver.error
+
+    def drain_until_idle(self, idle_s: float) -> None:
+        """Wait until no receiver has taken a message for ``idle_s`` seconds (used to pin
+        the end of a Trigger.AvailableNow run at "what was there")."""
+        start = time.monotonic()
+        while True:
+            self.raise_if_failed()
+            last = max([start] + [r.last_receive for r in self.receivers])
+            remaining = last + idle_s - time.monotonic()
+            if remaining <= 0:
+                return
+            time.sleep(min(remaining, 0.05))
+
+    def rejected_handshakes(self) -> int:
+        """Handshakes the channels' sockets refused (CURVE), since the query started."""
+        return sum(receiver.rejected_handshakes for receiver in self.receivers)
+
+    def latest(self) -> dict[str, int]:
+        return self.spool.latest()
+
+    def release(self, end: dict[str, int]) -> None:
+        freed = 0
+        for channel_log in self.spool.channels:
+            offset = end.get(str(channel_log.channel))
+            if offset is not None:
+                freed += channel_log.release_before(int(offset))
+        if freed:
+            self.budget.released()
+
+    def stop(self, drain: bool = True) -> None:
+        """Stop the receivers (each spools what its socket still holds, unless the spool
+        is gone: ``drain=False``), then the rest."""
+        for receiver in self.receivers:
+            if self.started:
+                receiver.stop(drain=drain)
+            else:
+                receiver.socket.close(linger=0)
+        if self.server is not None:
+            self.server.close()
+        self.spool.close()

@@ -1,0 +1,93 @@
+"""The package's layers: what may import what, and pyspark only where Spark is used.
+
+Layers, bottom up: ``patterns`` (ZeroMQ only) < ``options`` < ``ingest`` (receive, spool,
+serve) < ``relay`` < ``source``; ``sink`` sits on ``patterns``, ``options`` and ``schemas``;
+the entry points (``datasource``, ``cli``, ``loadgen``, ``worker_env``, the package's
+``__init__``) may import anything. A module importing a layer above its own, or a layer it
+does not need, makes a cycle possible and drags Spark into processes that never run it
+(a relay, a receiver process, a worker service).
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+import spark_zmq
+
+pytestmark = pytest.mark.timeout(120)
+
+PACKAGE = pathlib.Path(spark_zmq.__file__).parent
+
+#: layer -> the layers it may import (besides itself)
+ALLOWED = {
+    "patterns": set(),
+    "options": {"patterns"},
+    "ingest": {"patterns", "options"},
+    "relay": {"ingest", "patterns", "options"},
+    "source": {"relay", "ingest", "patterns", "options", "schemas"},
+    "schemas": set(),
+    "sink": {"patterns", "options", "schemas"},
+}
+ENTRY_POINTS = {"__init__", "datasource", "cli", "loadgen", "worker_env"}
+
+#: modules a process that never runs Spark imports: none may load pyspark
+SPARK_FREE = ["spark_zmq", "spark_zmq.patterns", "spark_zmq.options", "spark_zmq.ingest.runtime",
+              "spark_zmq.ingest.fetch", "spark_zmq.ingest.spool_reader", "spark_zmq.relay.service",
+              "spark_zmq.relay.run", "spark_zmq.relay.child", "spark_zmq.relay.client",
+              "spark_zmq.relay.processes"]
+
+
+def _layer(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _imports(path: pathlib.Path) -> list[tuple[int, str]]:
+    """``(line, absolute module)`` of every import of the package in ``path``."""
+    module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    package = package.removesuffix(".__init__")
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            targets = [target] if node.module else [f"{target}.{alias.name}" for alias in node.names]
+            found += [(node.lineno, t) for t in targets]
+        elif isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+    return [(line, t) for line, t in found if t == "spark_zmq" or t.startswith("spark_zmq.")]
+
+
+def test_every_module_imports_only_its_own_layer_and_those_below():
+    wrong = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        own = _layer(".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts))
+        if own in ENTRY_POINTS:
+            continue
+        assert own in ALLOWED, f"{path}: a module outside every layer ({own}); add it to ALLOWED"
+        for line, target in _imports(path):
+            layer = _layer(target)
+            if layer != own and layer not in ALLOWED[own]:
+                wrong.append(f"{path.relative_to(PACKAGE.parent)}:{line} ({own}) imports {target} ({layer})")
+    assert not wrong, "imports against the layers:\n" + "\n".join(wrong)
+
+
+def test_the_spark_free_modules_never_load_pyspark():
+    code = ("import sys\n"
+            f"for name in {SPARK_FREE!r}:\n"
+            "    __import__(name)\n"
+            "loaded = sorted(m for m in sys.modules if m == 'pyspark' or m.startswith('pyspark.'))\n"
+            "print(','.join(loaded))\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "", f"pyspark loaded by {SPARK_FREE}: {result.stdout.strip()}"
