@@ -31,7 +31,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from . import loadgen
-from .options import OptionError, SourceOptions, _check_curve, _curve_of
+from .options import OptionError, SourceOptions, check_curve, curve_of
 from .patterns import DEFAULT_HEARTBEAT, Gather, Heartbeat, Pull, Sub, parse_endpoints
 from .patterns.curve import Curve, CurveError, KeyPair, load_authorized_keys, load_public_key
 from .patterns.curve import keygen as write_key_pair
@@ -104,14 +104,14 @@ def curve_from_flags(certificate: Optional[str], server_key: Optional[str], auth
     ``CurveError`` whose message and ``option`` name the flag at fault.
 
     Why here and not per caller: the CLI and the example jobs take the data source's CURVE
-    options as flags; they share the data source's rules (``options._check_curve``, run
+    options as flags; they share the data source's rules (``options.check_curve``, run
     first, so a wrong combination is reported before any file is read) with the option
     names turned into ``flags`` (e.g. the ``--sink-curve-*`` flags of a job)."""
     names = dict(zip(_CURVE_OPTIONS, flags))
     given = [None if v is None or not v.strip() else os.path.expanduser(v.strip())
              for v in (certificate, server_key, authorized_keys)]
     try:
-        _check_curve(dict(zip(("curve_certificate", "curve_server_key", "curve_authorized_keys"), given)))
+        check_curve(dict(zip(("curve_certificate", "curve_server_key", "curve_authorized_keys"), given)))
     except OptionError as exc:
         text = str(exc)
         for option, flag in names.items():
@@ -129,7 +129,7 @@ def curve_from_flags(certificate: Optional[str], server_key: Optional[str], auth
             loaded.append(None if value is None else load(value, flag))
         except CurveError as exc:
             raise CurveError(f"{flag}: {exc}", flag) from None
-    return _curve_of(*loaded)
+    return curve_of(*loaded)
 
 
 def _curve_flags(certificate: Optional[str], server_key: Optional[str],

@@ -32,6 +32,8 @@ from .patterns.endpoints import Endpoint, parse_endpoints, tcp_host_problem
 from .patterns.heartbeat import DEFAULT_HEARTBEAT, MAX_HEARTBEAT_S, MAX_TTL_S, Heartbeat
 
 __all__ = [
+    "check_curve",
+    "curve_of",
     "SourceOptions",
     "SinkOptions",
     "OptionError",
@@ -669,7 +671,7 @@ def parse_table(side: str, options: Mapping[Any, Any]) -> dict[str, Any]:
                 "unset or false)",
                 spec.name,
             )
-    _check_curve(parsed)
+    check_curve(parsed)
     if parsed.get("relays") and parsed["curve_certificate"] is not None and parsed["curve_server_key"] is None:
         raise OptionError(
             "with option 'relays' the query is a CURVE client of its relays: give 'curveServerKey' (the relays' "
@@ -678,7 +680,7 @@ def parse_table(side: str, options: Mapping[Any, Any]) -> dict[str, Any]:
     return parsed
 
 
-def _check_curve(parsed: dict[str, Any]) -> None:
+def check_curve(parsed: dict[str, Any]) -> None:
     """The CURVE options make sense together: a client needs its certificate and the
     server's key; a server needs its certificate and the keys it accepts."""
     certificate, server_key, authorized = (
@@ -710,7 +712,8 @@ def _check_curve(parsed: dict[str, Any]) -> None:
         )
 
 
-def _curve_of(certificate: Optional[KeyPair], server_key: Optional[bytes], authorized: Any) -> Optional[Curve]:
+def curve_of(certificate: Optional[KeyPair], server_key: Optional[bytes], authorized: Any) -> Optional[Curve]:
+    """The ``Curve`` of checked CURVE options: a client with a server key, else a server."""
     if certificate is None:
         return None
     if server_key is not None:
@@ -793,7 +796,7 @@ class SourceOptions:
     @property
     def curve(self) -> Optional[Curve]:
         """The receiving sockets' CURVE security, or ``None``."""
-        return _curve_of(self.curve_certificate, self.curve_server_key, self.curve_authorized_keys)
+        return curve_of(self.curve_certificate, self.curve_server_key, self.curve_authorized_keys)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "SourceOptions":
@@ -829,7 +832,7 @@ class SinkOptions:
     @property
     def curve(self) -> Optional[Curve]:
         """The sending sockets' CURVE security, or ``None``."""
-        return _curve_of(self.curve_certificate, self.curve_server_key, self.curve_authorized_keys)
+        return curve_of(self.curve_certificate, self.curve_server_key, self.curve_authorized_keys)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "SinkOptions":

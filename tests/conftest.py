@@ -7,10 +7,29 @@ import socket
 import sys
 
 import pytest
+from hypothesis import settings
+
+from spark_zmq import procstat
 
 # Workers must import the interpreter (and site-packages) running the tests.
 os.environ["PYSPARK_PYTHON"] = sys.executable
 os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+
+
+# Hypothesis: "ci" (the default) runs each property's full count of examples; "dev", for
+# the inner loop, a tenth of it (``examples`` in tests/zmqtest.py scales the counts tests
+# set themselves). Choose with --hypothesis-profile=dev.
+settings.register_profile("ci", max_examples=100, deadline=None)
+settings.register_profile("dev", max_examples=10, deadline=None)
+settings.load_profile(os.environ.get("SPARK_ZMQ_HYPOTHESIS_PROFILE", "ci"))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Markers follow from what a test uses, so ``-m "not spark"`` never starts Spark:
+    every test that asks for the ``spark`` fixture is marked ``spark``."""
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()) and item.get_closest_marker("spark") is None:
+            item.add_marker(pytest.mark.spark)
 
 
 @pytest.fixture(scope="session")
@@ -51,7 +70,7 @@ def _no_lingering_receivers():
     import signal
 
     for pid in _receiver_processes():
-        if _start_ticks(pid) >= started:
+        if procstat.start_ticks(pid) >= started:
             try:
                 os.kill(pid, signal.SIGTERM)
             except OSError:
@@ -63,24 +82,11 @@ def _boot_ticks_now() -> int:
         return int(float(f.read().split()[0]) * os.sysconf("SC_CLK_TCK"))
 
 
-def _start_ticks(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return int(f.read().rsplit(b")", 1)[1].split()[19])
-    except (OSError, ValueError, IndexError):
-        return -1
-
-
 def _receiver_processes() -> list:
     pids = []
     for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    if b"spark_zmq.relay.child" in f.read():
-                        pids.append(int(entry))
-            except OSError:
-                pass
+        if entry.isdigit() and b"spark_zmq.relay.child" in procstat.cmdline(int(entry)):
+            pids.append(int(entry))
     return pids
 
 

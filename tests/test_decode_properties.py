@@ -21,6 +21,7 @@ import textwrap
 import numpy as np
 import pyarrow as pa
 import pytest
+from zmqtest import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql.types import (
@@ -42,7 +43,7 @@ from spark_zmq.ingest.receiver import messages_to_batch
 
 pytestmark = pytest.mark.timeout(600)
 
-PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+PROPERTY = settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 MODES = ("PERMISSIVE", "DROPMALFORMED", "FAILFAST")
 FIRST = 1000  # first offset of the decoded batches: error messages must name first + index
 
@@ -443,10 +444,7 @@ def _first_batch(message: bytes) -> dict:
 
 
 def _layout(message: bytes) -> list:
-    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "tools"))
-    import fuzz
-
-    return fuzz._layout(message)
+    return arrow_guard.message_layout(message)
 
 
 def test_arrow_non_monotonic_offsets_never_reach_spark():
@@ -522,11 +520,9 @@ def _big_endian(message: bytes) -> bytes:
     is pointed at 4 bytes that hold 1: the count of its one-field ``fields`` vector."""
     entry = _layout(message)[0]
     meta = memoryview(message)[entry["meta"] :]
-    end = len(meta)
-    _, table, _ = arrow_guard._message_header(meta, end)
-    position, vtable, size = table
-    fields = arrow_guard._target(meta, end, table, 1)
-    assert size >= 6 and arrow_guard._read(arrow_guard._U32, meta, end, fields) == 1 and fields > position
+    position, vtable, size = entry["table"]
+    fields = entry["fields_at"]
+    assert size >= 6 and int.from_bytes(meta[fields : fields + 4], "little") == 1 and fields > position
     out = bytearray(message)
     at = entry["meta"] + vtable + 4
     out[at : at + 2] = (fields - position).to_bytes(2, "little")

@@ -28,11 +28,11 @@ from spark_zmq.source.decode import (
     headers_template,
 )
 from spark_zmq.ingest.receiver import messages_to_batch
-from zmqtest import Producer, run_available_now
+from zmqtest import Producer, run_available_now, examples
 
 pytestmark = pytest.mark.timeout(180)
 
-PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPERTY = settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 HEADERS = StructField("headers", MapType(StringType(), StringType(), True), True)
 SCHEMA = StructType([StructField("id", LongType(), True), HEADERS])
 MODES = ("PERMISSIVE", "DROPMALFORMED", "FAILFAST")

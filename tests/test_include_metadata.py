@@ -22,7 +22,7 @@ from pyspark.sql.types import (DoubleType, IntegerType, LongType, StringType, St
 from spark_zmq.options import OptionError
 from spark_zmq.source.decode import Decoder, MalformedMessageError
 from spark_zmq.ingest.receiver import messages_to_batch
-from zmqtest import Producer, run_available_now, wait_until
+from zmqtest import Producer, run_available_now, wait_until, examples
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -54,7 +54,7 @@ def _rows(decoder: Decoder, batch: pa.RecordBatch, channel: int = 3) -> list[dic
     return [row for out in decoder.decode(batch, channel, FIRST) for row in out.to_pylist()]
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(fmt_messages=st.one_of(st.tuples(st.just("json"), st.lists(_json_message, max_size=30)),
                               st.tuples(st.just("arrow"), st.lists(_arrow_message, max_size=12))),
        mode=st.sampled_from(["PERMISSIVE", "DROPMALFORMED", "FAILFAST"]),

@@ -2,6 +2,7 @@
 
 Layers, bottom up: ``patterns`` (ZeroMQ only) < ``options`` < ``ingest`` (receive, spool,
 serve) < ``relay`` < ``source``; ``sink`` sits on ``patterns``, ``options`` and ``schemas``;
+``procstat`` (what ``/proc`` says of a process) on nothing;
 the entry points (``datasource``, ``cli``, ``loadgen``, ``worker_env``, the package's
 ``__init__``) may import anything. A module importing a layer above its own, or a layer it
 does not need, makes a cycle possible and drags Spark into processes that never run it
@@ -25,11 +26,12 @@ PACKAGE = pathlib.Path(spark_zmq.__file__).parent
 
 #: layer -> the layers it may import (besides itself)
 ALLOWED = {
+    "procstat": set(),
     "patterns": set(),
     "options": {"patterns"},
     "ingest": {"patterns", "options"},
-    "relay": {"ingest", "patterns", "options"},
-    "source": {"relay", "ingest", "patterns", "options", "schemas"},
+    "relay": {"ingest", "patterns", "options", "procstat"},
+    "source": {"relay", "ingest", "patterns", "options", "schemas", "procstat"},
     "schemas": set(),
     "sink": {"patterns", "options", "schemas"},
 }

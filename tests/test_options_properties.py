@@ -10,6 +10,7 @@ import math
 import os
 
 import pytest
+from zmqtest import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -98,7 +99,7 @@ def _check(parse, table, options: dict) -> None:
                 item.encode("utf-8")
 
 
-_settings = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+_settings = settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @_settings

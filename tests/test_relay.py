@@ -16,6 +16,7 @@ import time
 import pytest
 
 from relaytest import RelayProcess, stop_relays
+from spark_zmq import procstat
 from zmqtest import Producer, free_ports, numbered, run_available_now, stop_all, wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
@@ -380,12 +381,9 @@ def _descendants(pid=None):
     children = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat", "rb") as f:
-                    parent = int(f.read().rsplit(b")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            children.setdefault(parent, []).append(int(entry))
+            parent = procstat.parent_of(int(entry))
+            if parent is not None:
+                children.setdefault(parent, []).append(int(entry))
     out, todo = [], [pid]
     while todo:
         for child in children.get(todo.pop(), []):
@@ -395,11 +393,7 @@ def _descendants(pid=None):
 
 
 def _cmdline(pid):
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read()
-    except OSError:
-        return b""
+    return b"\0".join(procstat.cmdline(pid))
 
 
 def test_a_relay_with_a_full_spool_holds_producers_back_and_loses_nothing(tmp_path):

@@ -17,7 +17,7 @@ from spark_zmq.relay.client import RelayBusyError, RelayClient, RelayError
 from spark_zmq.relay.lease import Lease
 from spark_zmq.relay.service import Relay
 
-from zmqtest import Producer, free_ports, numbered, wait_until
+from zmqtest import Producer, free_ports, numbered, wait_until, examples
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -121,7 +121,7 @@ _request = st.fixed_dictionaries(
               "offsets": _json, "rows": _json, "bytes": _json, "id": _json})
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(request=_request)
 def test_any_request_gets_a_json_answer_and_never_moves_offsets_backwards(relay, request):
     before = relay.ingest.spool.channels[0].next_offset

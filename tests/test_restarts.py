@@ -14,6 +14,8 @@ import os
 
 import pytest
 
+from spark_zmq import procstat
+
 from zmqtest import Producer, free_ports, wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
@@ -63,7 +65,7 @@ def test_stops_and_restarts_deliver_every_message_exactly_once(spark, tmp_path, 
             query.stop()
             at_stop = producer.sent
             pids = _lingering_pids(spool)
-            assert pids and all(_alive(pid) for pid in pids), "the receiver did not linger after the stop"
+            assert pids and all(procstat.is_alive(pid) for pid in pids), "the receiver did not linger after the stop"
             if spool_bytes != "1 MiB":
                 # the query is down; the lingering receiver keeps taking messages in
                 wait_until(lambda: producer.sent >= min(TOTAL, at_stop + 300), 60,
@@ -88,14 +90,6 @@ def _lingering_pids(spool: str) -> list[int]:
             with open(os.path.join(spool, name)) as f:
                 pids.append(json.load(f)["pid"])
     return pids
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
-    except OSError:
-        return False
 
 
 def _stop_lingering(spool: str) -> None:

@@ -16,6 +16,7 @@ import time
 
 import pytest
 
+from spark_zmq import procstat
 from zmqtest import Producer, dir_bytes, reader_pid, rss_bytes, stop_all, wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
@@ -110,8 +111,9 @@ def _reader_of(spool_dir: str, receivers: str) -> int:
         return reader_pid(spool_dir)
     with open(os.path.join(spool_dir, "receiver-0.state")) as f:
         child = json.load(f)["pid"]
-    with open(f"/proc/{child}/stat", "rb") as f:
-        return int(f.read().rsplit(b")", 1)[1].split()[1])
+    parent = procstat.parent_of(child)
+    assert parent is not None, f"receiver process {child} is gone"
+    return parent
 
 
 @pytest.mark.parametrize("receivers", ["threads", "processes"])

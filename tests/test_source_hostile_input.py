@@ -8,6 +8,8 @@ import json
 import pyarrow as pa
 import pytest
 
+from spark_zmq.ingest import arrow_guard
+
 from zmqtest import Producer, arrow_message, run_available_now
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
@@ -75,14 +77,8 @@ def _good(k: int, compression=None) -> bytes:
 
 def _compression_bomb() -> bytes:
     """A ~1 KB zstd message whose buffers claim 1 TiB decompressed."""
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-    import fuzz
-
     message = bytearray(_good(0, "zstd"))
-    for entry in fuzz._layout(bytes(message)):
+    for entry in arrow_guard.message_layout(bytes(message)):
         for _, offset, length in entry.get("buffers", []):
             if length >= 8:
                 at = entry["body"] + offset

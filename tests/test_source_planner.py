@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Optional
 
 import pytest
+from zmqtest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -58,7 +59,7 @@ def test_admit_moves_past_a_backlog_with_nothing_readable():
     assert end == {"0": 10}
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(st.lists(st.integers(1, 20), min_size=0, max_size=40), min_size=1, max_size=4),
        st.integers(1, 200), st.data())
 def test_admit_never_exceeds_the_caps_and_always_progresses(channels, cap, data):
@@ -75,7 +76,7 @@ def test_admit_never_exceeds_the_caps_and_always_progresses(channels, cap, data)
         assert admitted <= cap or sum(end[k] - start[k] for k in indexes) == 1
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.dictionaries(st.sampled_from("0123"), st.tuples(st.integers(0, 10**6), st.integers(0, 10**6)), min_size=1),
        st.integers(1, 16), st.integers(1, 1000))
 def test_split_covers_each_range_exactly_with_bounded_pieces(raw, min_partitions, max_messages):

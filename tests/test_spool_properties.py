@@ -29,6 +29,7 @@ import stat
 import tempfile
 
 import pytest
+from zmqtest import examples
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
@@ -182,7 +183,7 @@ class SpoolMachine(RuleBasedStateMachine):
 
 
 SpoolMachine.TestCase.settings = settings(
-    max_examples=100,
+    max_examples=examples(100),
     stateful_step_count=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],

@@ -17,6 +17,7 @@ import time
 from typing import Callable, Optional
 
 import pytest
+from zmqtest import examples
 import zmq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -598,7 +599,7 @@ def test_a_deleted_message_closes_the_connection_naming_the_gap(direction):
 
 
 @pytest.mark.timeout(60)
-@settings(max_examples=150, deadline=None, derandomize=True, database=None,
+@settings(max_examples=examples(150), deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(),
        messages=st.lists(st.tuples(st.sampled_from(["data", "more", "command"]), st.binary(max_size=64)),
@@ -775,7 +776,7 @@ def stage(name: str) -> tuple[Callable[[bytes], object], bytes]:
     return (lambda body: pair.client.decode(0, body)), pair.server.encode_command(b"\x04PONG")[1]
 
 
-HYPOTHESIS = settings(max_examples=200, deadline=None, derandomize=True, database=None,
+HYPOTHESIS = settings(max_examples=examples(200), deadline=None, derandomize=True, database=None,
                       suppress_health_check=[HealthCheck.too_slow])
 NAMES = (b"\x05HELLO", b"\x07WELCOME", b"\x08INITIATE", b"\x05READY", b"\x05ERROR", b"\x07MESSAGE")
 EXPECTED_SIZE = {"HELLO": 200, "WELCOME": 168, "INITIATE": 257, "READY": 30, "MESSAGE-C": 33, "MESSAGE-S": 33}

@@ -38,7 +38,7 @@ from spark_zmq.patterns.curve import Curve, KeyPair
 from spark_zmq.patterns.zmtp import engine as engine_module
 from spark_zmq.patterns.zmtp import wire
 from spark_zmq.patterns.zmtp.curve import CurveClient
-from spark_zmq.patterns.zmtp.engine import _HANDSHAKE_FRAME_LIMIT
+from spark_zmq.patterns.zmtp.engine import HANDSHAKE_FRAME_LIMIT
 from spark_zmq.patterns.zmtp.wire import COMMAND, LONG, MORE, ZmtpError
 
 AT_ONCE_S = 3.0  # "closed at once": far below the default handshake_ivl of 30 s
@@ -327,7 +327,7 @@ def test_a_70_kib_command_before_the_handshake_is_closed_at_once(make_gather):
     raw = Raw(gather)
     raw.greet()
     body = wire.command(b"READY", wire.encode_metadata({"Socket-Type": b"PUSH", "X-Pad": b"p" * (70 << 10)}))
-    assert len(body) > _HANDSHAKE_FRAME_LIMIT
+    assert len(body) > HANDSHAKE_FRAME_LIMIT
     try_send(raw, raw.frame(body, COMMAND) + raw.frame(b"smuggled"))
     assert raw.closed_by_peer()
     raw.close()

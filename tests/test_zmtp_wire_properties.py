@@ -16,6 +16,7 @@ import string
 import struct
 
 import pytest
+from zmqtest import examples
 import zmq
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -27,7 +28,7 @@ from spark_zmq.patterns.zmtp.wire import COMMAND, MORE, ZmtpError
 
 pytestmark = pytest.mark.timeout(120)
 
-FAST = settings(max_examples=300, deadline=None)
+FAST = settings(max_examples=examples(300), deadline=None)
 
 MECHANISMS = (b"NULL", b"PLAIN", b"CURVE")
 # what a GATHER accepts, and how it answers (Gather.peer_types)
@@ -251,7 +252,7 @@ def encode(item) -> bytes:
     return frame(wire.command(name, data), COMMAND)
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=examples(30), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.lists(items, max_size=30), st.booleans(), st.data())
 def test_chunked_null_frame_stream_over_tcp_delivers_exactly_the_messages_in_order(shared_gather, stream_items,
                                                                                      with_handshake, data):

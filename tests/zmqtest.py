@@ -274,3 +274,11 @@ def settled(read: Callable[[], int], what: str, settle: float = 0.5, timeout: fl
         if now != value:
             value, since = now, time.monotonic()
     return value
+
+
+def examples(n: int) -> int:
+    """``n`` Hypothesis examples under the "ci" profile, proportionally fewer under "dev"
+    (the inner loop's; see conftest), never fewer than 5."""
+    from hypothesis import settings
+
+    return max(5, n * settings.default.max_examples // 100)

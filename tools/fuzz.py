@@ -314,45 +314,12 @@ def arrow_batch(rng: random.Random) -> pa.RecordBatch:
     return pa.record_batch(columns)
 
 
-def _layout(message: bytes) -> list[dict]:
-    """Positions (in ``message``) of the metadata fields the bombs rewrite."""
-    out = []
-    pos = 0
-    end = len(message)
-    while pos + 8 <= end:
-        length = struct.unpack_from("<I", message, pos)[0]
-        pos += 4
-        if length == 0xFFFFFFFF:
-            length = struct.unpack_from("<I", message, pos)[0]
-            pos += 4
-        if length == 0 or pos + length > end:
-            break
-        meta = memoryview(message)[pos : pos + length]
-        header_type, header, body_length = arrow_guard._message_header(meta, length)
-        body = pos + length
-        entry = {"type": header_type, "body": body, "meta": pos}
-        batch = header
-        if header_type == 2:
-            data = arrow_guard._target(meta, length, header, 1)
-            batch = arrow_guard._table(meta, length, data) if data else None
-        if header_type in (2, 3) and batch:
-            entry["length_at"] = arrow_guard._field(meta, length, batch, 0)
-            count, at = arrow_guard._struct_vector(meta, length, arrow_guard._target(meta, length, batch, 1), 16)
-            entry["nodes"] = [pos + at + 16 * i for i in range(count)]
-            count, at = arrow_guard._struct_vector(meta, length, arrow_guard._target(meta, length, batch, 2), 16)
-            entry["buffers"] = [(pos + at + 16 * i, *struct.unpack_from("<qq", meta, at + 16 * i)) for i in range(count)]
-            entry["compressed"] = bool(arrow_guard._target(meta, length, batch, 3))
-        out.append(entry)
-        pos = body + body_length
-    return out
-
-
 def bomb(rng: random.Random) -> tuple[str, bytes]:
     """Messages built to make a reader allocate or loop without bound."""
     kind = rng.randrange(7)
     if kind == 0:  # compressed buffer claiming a huge uncompressed length
         message = bytearray(ipc([arrow_batch(rng)], rng.choice(("lz4", "zstd"))))
-        for entry in _layout(bytes(message)):
+        for entry in arrow_guard.message_layout(bytes(message)):
             for _, offset, length in entry.get("buffers", []):
                 if length >= 8 and rng.random() < 0.7:
                     claim = rng.choice((2**31, 5 << 30, 2**40, 2**62, 2**63 - 1, -2))
@@ -365,7 +332,7 @@ def bomb(rng: random.Random) -> tuple[str, bytes]:
         return "zstd-zeros", ipc([blob], "zstd")
     if kind == 2:  # rows claimed in metadata
         message = bytearray(ipc([arrow_batch(rng)], rng.choice((None, "zstd"))))
-        for entry in _layout(bytes(message)):
+        for entry in arrow_guard.message_layout(bytes(message)):
             targets = ([entry["length_at"]] if entry.get("length_at") else []) + entry.get("nodes", [])
             for at in targets:
                 if rng.random() < 0.6:
@@ -383,7 +350,7 @@ def bomb(rng: random.Random) -> tuple[str, bytes]:
     if kind == 5:  # a null child claiming 2**40 elements inside a list: metadata rewritten,
         # since building it for real would allocate the list's 2**40 / 8-byte validity
         message = bytearray(ipc([pa.record_batch({"l": pa.LargeListArray.from_arrays(pa.array([0, 1000], pa.int64()), pa.nulls(1000))})]))
-        for entry in _layout(bytes(message)):
+        for entry in arrow_guard.message_layout(bytes(message)):
             if entry["type"] == 3 and len(entry.get("nodes", ())) == 2 and len(entry["buffers"]) >= 2:
                 huge = (2**40).to_bytes(8, "little")
                 message[entry["nodes"][1] : entry["nodes"][1] + 16] = huge + huge  # length, null count

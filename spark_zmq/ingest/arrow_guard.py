@@ -70,6 +70,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 __all__ = [
+    "message_layout",
     "MAX_ROWS",
     "MAX_DECOMPRESSED_BYTES",
     "MAX_IPC_MESSAGES",
@@ -683,3 +684,47 @@ def _cast_cost(array: pa.Array, target: pa.DataType) -> int:
     if _is_binary_like(target):
         return n * (_width(target) + _TEXT_WIDTH)
     return n * _width(target)
+
+
+def message_layout(message: bytes) -> list[dict]:
+    """Where the metadata fields of each IPC message of ``message`` (an Arrow stream) are,
+    for fuzzers and tests that rewrite them: per message ``type`` (1 schema, 2 dictionary
+    batch, 3 record batch), ``meta`` and ``body`` (positions), and for batches
+    ``length_at`` (the row count), ``nodes`` and ``buffers`` (positions of the field nodes
+    and ``(position, offset, length)`` of the buffer entries) and ``compressed``; for a
+    schema, ``table`` (its flatbuffer table: position, vtable, size, relative to ``meta``)
+    and ``fields_at`` (its ``fields`` vector, relative to ``meta``). It stops at the first
+    message it cannot walk; it validates nothing (``check_stream`` does)."""
+    out = []
+    pos = 0
+    end = len(message)
+    while pos + 8 <= end:
+        length = struct.unpack_from("<I", message, pos)[0]
+        pos += 4
+        if length == 0xFFFFFFFF:
+            length = struct.unpack_from("<I", message, pos)[0]
+            pos += 4
+        if length == 0 or pos + length > end:
+            break
+        meta = memoryview(message)[pos : pos + length]
+        header_type, header, body_length = _message_header(meta, length)
+        body = pos + length
+        entry: dict = {"type": header_type, "body": body, "meta": pos}
+        batch: Optional[tuple[int, int, int]] = header
+        if header_type == 1:
+            entry["table"] = header
+            entry["fields_at"] = _target(meta, length, header, 1)
+        if header_type == 2:
+            data = _target(meta, length, header, 1)
+            batch = _table(meta, length, data) if data else None
+        if header_type in (2, 3) and batch:
+            entry["length_at"] = _field(meta, length, batch, 0)
+            count, at = _struct_vector(meta, length, _target(meta, length, batch, 1), 16)
+            entry["nodes"] = [pos + at + 16 * i for i in range(count)]
+            count, at = _struct_vector(meta, length, _target(meta, length, batch, 2), 16)
+            entry["buffers"] = [(pos + at + 16 * i, *struct.unpack_from("<qq", meta, at + 16 * i))
+                                for i in range(count)]
+            entry["compressed"] = bool(_target(meta, length, batch, 3))
+        out.append(entry)
+        pos = body + body_length
+    return out

@@ -44,7 +44,7 @@ def _short_repr(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _as_frame(data: Any, what: str) -> Message:
+def as_frame(data: Any, what: str) -> Message:
     """``data`` as a bytes-like frame, or a ``TypeError`` naming the value and what is valid."""
     if isinstance(data, (bytes, bytearray, memoryview)):
         return data
@@ -326,9 +326,9 @@ class PatternSocket:
                 )
             if not data:
                 raise ValueError("cannot send a message with no frames")
-            frames = [_as_frame(f, f"frame {i} of the message") for i, f in enumerate(data)]
+            frames = [as_frame(f, f"frame {i} of the message") for i, f in enumerate(data)]
         else:
-            frames = [_as_frame(data, "the message")]
+            frames = [as_frame(data, "the message")]
         if self.max_message_bytes is not None:
             for frame in frames:
                 if _frame_len(frame) > self.max_message_bytes:
@@ -364,7 +364,7 @@ class PatternSocket:
         limit = self.max_message_bytes
         for message in messages:
             if type(message) is not bytes:
-                _as_frame(message, "each message")  # raises for non-bytes-like values
+                as_frame(message, "each message")  # raises for non-bytes-like values
                 raise TypeError(f"send_many takes bytes messages, not {type(message).__name__}; use send()")
             if limit is not None and len(message) > limit:
                 self._frames(message)  # raises the max_message_bytes error
@@ -620,7 +620,7 @@ class PatternSocket:
         return f"<{type(self).__name__} {state}>"
 
 
-def _topic_bytes(topic: Union[str, bytes], option: str = "topics") -> bytes:
+def topic_bytes(topic: Union[str, bytes], option: str = "topics") -> bytes:
     if isinstance(topic, str):
         return topic.encode("utf-8")
     if isinstance(topic, (bytes, bytearray, memoryview)):
@@ -636,7 +636,7 @@ def topics_list(topics: Union[None, str, bytes, Iterable[Union[str, bytes]]], op
     if topics is None:
         return [b""]
     if isinstance(topics, (str, bytes, bytearray, memoryview)):
-        return [_topic_bytes(topics, option)]
+        return [topic_bytes(topics, option)]
     try:
         entries = list(topics)
     except TypeError:
@@ -644,4 +644,4 @@ def topics_list(topics: Union[None, str, bytes, Iterable[Union[str, bytes]]], op
             f"{option} must be a str or bytes prefix or a list of them (None = everything), "
             f"not {type(topics).__name__} {_short_repr(topics)}"
         ) from None
-    return [_topic_bytes(t, option) for t in entries] or [b""]
+    return [topic_bytes(t, option) for t in entries] or [b""]

@@ -29,7 +29,7 @@ from typing import Any, ClassVar, Iterable, Optional, Union
 
 import zmq
 
-from .base import PatternSocket, SocketClosedError, _topic_bytes, topics_list
+from .base import PatternSocket, SocketClosedError, topic_bytes, topics_list
 
 __all__ = ["Pub", "Sub", "XPub", "XSub", "Topics"]
 
@@ -69,7 +69,7 @@ class Sub(PatternSocket):
 
     def subscribe(self, topic: Union[str, bytes]) -> None:
         """Add a prefix subscription."""
-        topic_b = _topic_bytes(topic, "topic")
+        topic_b = topic_bytes(topic, "topic")
         self._acquire(None)
         try:
             self._socket.setsockopt(zmq.SUBSCRIBE, topic_b)
@@ -79,7 +79,7 @@ class Sub(PatternSocket):
 
     def unsubscribe(self, topic: Union[str, bytes]) -> None:
         """Remove a prefix subscription added earlier."""
-        topic_b = _topic_bytes(topic, "topic")
+        topic_b = topic_bytes(topic, "topic")
         self._acquire(None)
         try:
             self._socket.setsockopt(zmq.UNSUBSCRIBE, topic_b)
@@ -191,7 +191,7 @@ class XSub(PatternSocket):
                 sock.send(b"\x01" + topic)
 
     def subscribe(self, topic: Union[str, bytes], timeout: Optional[float] = None) -> None:
-        self.send(b"\x01" + _topic_bytes(topic, "topic"), timeout)
+        self.send(b"\x01" + topic_bytes(topic, "topic"), timeout)
 
     def unsubscribe(self, topic: Union[str, bytes], timeout: Optional[float] = None) -> None:
-        self.send(b"\x00" + _topic_bytes(topic, "topic"), timeout)
+        self.send(b"\x00" + topic_bytes(topic, "topic"), timeout)

@@ -22,12 +22,12 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from .scattergather import _ZmtpPatternSocket
+from .scattergather import ZmtpPatternSocket
 
 __all__ = ["ReroutingPush"]
 
 
-class ReroutingPush(_ZmtpPatternSocket):
+class ReroutingPush(ZmtpPatternSocket):
     """Round-robin sender to PULL peers (multipart allowed) that re-routes a departed peer's
     messages instead of dropping them. Connects by default; thread-safe."""
 

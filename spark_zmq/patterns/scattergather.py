@@ -37,7 +37,7 @@ from typing import Any, ClassVar, Optional, Sequence
 
 import zmq
 
-from .base import Frames, PatternSocket, _as_frame
+from .base import Frames, PatternSocket, as_frame
 from .curve import HANDSHAKE_FAILURES, HandshakeWatch
 from .endpoints import check_ipc_bind
 from .zmtp.engine import Engine
@@ -79,7 +79,7 @@ class EngineWatch(HandshakeWatch):
         return others
 
 
-class _ZmtpPatternSocket(PatternSocket):
+class ZmtpPatternSocket(PatternSocket):
     """A ``PatternSocket`` whose wire is this package's ZMTP engine, not a libzmq socket.
 
     It keeps the ``PatternSocket`` API (``send``, ``send_many``, ``recv``, ``recv_batch``,
@@ -213,7 +213,7 @@ class _ZmtpPatternSocket(PatternSocket):
         limit = self.max_message_bytes
         for message in messages:
             if type(message) is not bytes:
-                _as_frame(message, "each message")
+                as_frame(message, "each message")
                 raise TypeError(f"send_many takes bytes messages, not {type(message).__name__}; use send()")
             if limit is not None and len(message) > limit:
                 self._frames(message)
@@ -331,7 +331,7 @@ class _ZmtpPatternSocket(PatternSocket):
             pass
 
 
-class Scatter(_ZmtpPatternSocket):
+class Scatter(ZmtpPatternSocket):
     """Thread-safe round-robin sender of single-part messages to GATHER (and PULL) peers.
     Connects by default."""
 
@@ -343,7 +343,7 @@ class Scatter(_ZmtpPatternSocket):
     default_linger_ms: ClassVar[int] = 1000
 
 
-class Gather(_ZmtpPatternSocket):
+class Gather(ZmtpPatternSocket):
     """Thread-safe fair-queued receiver of single-part messages from SCATTER (and PUSH)
     peers. Binds by default."""
 

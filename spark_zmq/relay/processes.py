@@ -32,6 +32,7 @@ from typing import Any, Optional
 
 from ..ingest.fetch import bind_address
 from ..ingest.spool import private_dir
+from .. import procstat
 from ..options import SourceOptions
 from ..patterns.curve import Curve, KeyPair
 from .client import RelayClient, RelayError
@@ -75,14 +76,7 @@ class _Child:
 
 def _is_receiver_process(pid: int) -> bool:
     """Whether ``pid`` is a live receiver process (not a reused pid, not a zombie)."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            cmdline = f.read()
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            state = f.read().rsplit(b")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return b"spark_zmq.relay.child" in cmdline and state not in (b"Z", b"X")
+    return b"spark_zmq.relay.child" in procstat.cmdline(pid) and procstat.is_alive(pid)
 
 
 #: the source options a receiver process works with (the others are the reader's own:

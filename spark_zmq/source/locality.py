@@ -16,28 +16,14 @@ from __future__ import annotations
 import os
 from typing import Optional
 
+from .. import procstat
+
 __all__ = ["spark_master", "executors_share_host"]
 
 _SUBMIT_CLASS = b"org.apache.spark.deploy.SparkSubmit"
 _MAX_DEPTH = 8
 #: spark-submit options that take no value
 _FLAGS = frozenset({b"--verbose", b"--supervise", b"--help", b"--version", b"--usage-error"})
-
-
-def _parent(pid: int) -> Optional[int]:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return int(f.read().rsplit(b")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _cmdline(pid: int) -> list[bytes]:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().split(b"\0")
-    except OSError:
-        return []
 
 
 def master_from_command_line(args: list[bytes]) -> Optional[str]:
@@ -71,10 +57,10 @@ def spark_master(pid: Optional[int] = None) -> Optional[str]:
     for _ in range(_MAX_DEPTH):
         if current is None or current <= 1:
             return None
-        args = _cmdline(current)
+        args = procstat.cmdline(current)
         if _SUBMIT_CLASS in args:
             return master_from_command_line(args)
-        current = _parent(current)
+        current = procstat.parent_of(current)
     return None
 
 

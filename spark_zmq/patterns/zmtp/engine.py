@@ -66,7 +66,7 @@ _U64 = struct.Struct(">Q")
 _NATIVE_U64 = struct.Struct("=Q")  # kernel structures are in the host's byte order
 _READ_BYTES = 256 * 1024
 _WRITE_BATCH_BYTES = 256 * 1024
-_HANDSHAKE_FRAME_LIMIT = 64 * 1024  # nothing a handshake needs is larger; before auth, keep it small
+HANDSHAKE_FRAME_LIMIT = 64 * 1024  # nothing a handshake needs is larger; before auth, keep it small
 #: frames above this close the connection even without ``max_message_bytes``: a size field of
 #: 2**63 must not make a connection buffer forever (libzmq fails to allocate it and closes)
 _HARD_FRAME_LIMIT = 1 << 31
@@ -1013,7 +1013,7 @@ class Engine:
 
     def _handshake_frames(self, conn: _Connection, data: bytes, i: int) -> int:
         while conn.stage == _HANDSHAKE:
-            flags, start, end = self._frame_at(conn, data, i, _HANDSHAKE_FRAME_LIMIT)
+            flags, start, end = self._frame_at(conn, data, i, HANDSHAKE_FRAME_LIMIT)
             if end < 0:
                 return i
             if not flags & COMMAND or flags & MORE:

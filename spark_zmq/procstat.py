@@ -1,0 +1,56 @@
+"""What Linux's ``/proc`` says about a process: alive, parent, start time, command line.
+
+One place reads ``/proc/<pid>/stat`` because its second field (the command name, in
+parentheses) may itself hold spaces and parentheses: every later field is counted from
+the last ``)``. Each function answers "unknown" (``None``, ``False``, ``-1``, ``[]``) for a
+process that is gone or a system without ``/proc``, never raises.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+__all__ = ["is_alive", "parent_of", "start_ticks", "cmdline"]
+
+
+def _fields(pid: int) -> list[bytes]:
+    """The fields of ``/proc/<pid>/stat`` from the third (the state) on; ``[]`` if unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
+def is_alive(pid: int) -> bool:
+    """Whether ``pid`` runs (exists and is not a zombie waiting to be reaped)."""
+    fields = _fields(pid)
+    return bool(fields) and fields[0] not in (b"Z", b"X")
+
+
+def parent_of(pid: int) -> Optional[int]:
+    """The parent's pid, or ``None``."""
+    fields = _fields(pid)
+    try:
+        return int(fields[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def start_ticks(pid: int) -> int:
+    """When ``pid`` started, in clock ticks since boot (tells a reused pid from the
+    process it once was), or ``-1``."""
+    fields = _fields(pid)
+    try:
+        return int(fields[19])
+    except (IndexError, ValueError):
+        return -1
+
+
+def cmdline(pid: int) -> list[bytes]:
+    """The command line's arguments, or ``[]``."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().split(b"\0")
+    except OSError:
+        return []
