@@ -19,7 +19,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 import fuzz  # noqa: E402
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
 
 
 def test_fuzz_every_target_for_a_few_seconds_finds_nothing(tmp_path):

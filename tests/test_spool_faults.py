@@ -160,6 +160,7 @@ def check_append_after_recovery(log, spool_dir: str, spool_id: str, readable: di
 # -- a. truncation at every byte ------------------------------------------------------------------
 
 
+@pytest.mark.slow  # a fault matrix: every byte, every system call
 @pytest.mark.parametrize("which", ["last", "middle"])
 def test_truncation_at_every_byte_loses_only_the_torn_records_and_never_renumbers(fast_dir, which):
     built = build(os.path.join(fast_dir, "b"))
@@ -249,6 +250,7 @@ def _corrupt_positions(built: Built, name: str, stride: int) -> list[int]:
     return sorted(p for p in positions if p < built.sizes[name])
 
 
+@pytest.mark.slow  # a fault matrix: every byte, every system call
 @pytest.mark.parametrize("which", ["last", "middle"])
 def test_a_flipped_bit_anywhere_is_a_loss_never_another_message(fast_dir, which):
     built = build(os.path.join(fast_dir, "b"))
@@ -336,6 +338,7 @@ def test_a_message_that_embeds_a_record_header_cannot_replace_other_offsets(fast
 # -- c. SIGKILL at every system call ----------------------------------------------------------------
 
 
+@pytest.mark.slow  # a fault matrix: every byte, every system call
 @pytest.mark.parametrize("mode", ["before", "half"])
 def test_sigkill_at_every_system_call_loses_nothing_published(fast_dir, mode):
     """The writer's script is killed before its k-th system call (``before``) or halfway
