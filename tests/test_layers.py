@@ -93,3 +93,29 @@ def test_the_spark_free_modules_never_load_pyspark():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "", f"pyspark loaded by {SPARK_FREE}: {result.stdout.strip()}"
+
+
+def test_both_ingests_offer_everything_the_reader_uses_of_an_ingest():
+    """``source.ingest.Ingest`` is the reader's whole view of an ingest: the driver's own
+    (``LocalIngest``) and relays (``RelayIngest``) both offer every method and property of
+    it, and the reader uses nothing else of them."""
+    import inspect
+    import re
+
+    from spark_zmq.source import stream
+    from spark_zmq.source.ingest import Ingest, LocalIngest
+    from spark_zmq.source.relays import RelayIngest
+
+    members = {name for name, _ in inspect.getmembers(Ingest) if not name.startswith("_")}
+    data = set(Ingest.__annotations__)
+    assert {"spool_range", "latest", "release", "stop", "spool_id"} <= members and "channels" in data
+    for cls in (LocalIngest, RelayIngest):
+        missing = [name for name in members if not hasattr(cls, name)]
+        assert not missing, f"{cls.__name__} lacks {missing}"
+        source = "".join(inspect.getsource(k.__init__) for k in cls.__mro__[:-1] if "__init__" in vars(k))
+        unset = [name for name in data
+                 if not re.search(rf"self\.{name}\s*(:[^=\n]*)?=", source) and not hasattr(cls, name)]
+        assert not unset, f"{cls.__name__} never sets {unset}"
+    used = set(re.findall(r"\bruntime\.([a-z_]+)", inspect.getsource(stream)))
+    used |= set(re.findall(r"\bself\._runtime\.([a-z_]+)", inspect.getsource(stream)))
+    assert used <= members | data, f"the reader uses {sorted(used - members - data)} beyond the Ingest interface"

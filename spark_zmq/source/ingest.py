@@ -9,12 +9,80 @@ executors need the fetch service, and the read task for a range.
 
 from __future__ import annotations
 
+from typing import Any, Protocol, Sequence
+
 from ..ingest.runtime import IngestRuntime
 from ..options import SourceOptions
 from .locality import executors_share_host
 from .partitions import SpoolRange
 
-__all__ = ["LocalIngest", "needs_fetch_service"]
+__all__ = ["Ingest", "IngestChannel", "LocalIngest", "needs_fetch_service"]
+
+
+class IngestChannel(Protocol):
+    """One channel as the reader sees it: a spool's ``ChannelLog`` or a relay's channel."""
+
+    channel: int
+
+    @property
+    def next_offset(self) -> int: ...
+
+    @property
+    def earliest(self) -> int: ...
+
+    def snapshot(self) -> Any:
+        """An index with ``count_between``, ``end_within`` and ``lost_within``
+        (``planner.ChannelIndex``)."""
+        ...
+
+    def advance_to(self, offset: int) -> None: ...
+
+
+class Ingest(Protocol):
+    """What the stream reader needs of the ingest it reads: the driver's own spool and
+    receivers (``LocalIngest``) or relays, standalone or its receiver processes
+    (``relays.RelayIngest``). Offsets are ``{"<channel>": next offset}``."""
+
+    channels: Sequence[IngestChannel]
+    #: whether the channels receive (a spool must learn the checkpoint's numbering first)
+    started: bool
+    #: where each channel's spool ended when the query started (``startingOffsets=latest``)
+    start_offsets: dict[str, int]
+
+    @property
+    def spool_id(self) -> str: ...
+
+    @property
+    def where(self) -> str:
+        """The spool(s), for messages."""
+        ...
+
+    @property
+    def channel_names(self) -> list[str]: ...
+
+    def start(self) -> None:
+        """Start receiving, once the reader has checked the checkpoint."""
+        ...
+
+    def raise_if_failed(self) -> None: ...
+
+    def latest(self) -> dict[str, int]: ...
+
+    def earliest(self) -> dict[str, int]: ...
+
+    def release(self, end: dict[str, int]) -> None:
+        """Free what is below ``end`` (Spark has committed it)."""
+        ...
+
+    def drain_until_idle(self, idle_s: float) -> None: ...
+
+    def rejected_handshakes(self) -> int: ...
+
+    def spool_range(self, channel: int, start: int, end: int) -> SpoolRange:
+        """The read task for ``[start, end)`` of ``channel``."""
+        ...
+
+    def stop(self) -> None: ...
 
 
 def needs_fetch_service(spool_access: str) -> bool:

@@ -38,7 +38,7 @@ from ..ingest.spool_format import DataLossError
 from ..ingest.spool_reader import coalesce, loss_policy, read_range, sees_spool
 from ..options import SourceOptions
 from .decode import decoder_for
-from .ingest import LocalIngest
+from .ingest import Ingest, LocalIngest
 from .partitions import SpoolRange
 from .planner import admit, channel_offsets, split, spool_of, with_spool
 from .relays import RelayIngest
@@ -55,7 +55,7 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self.schema = schema
         decoder_for(options, schema)  # validate early
-        self._runtime: Optional[Union[LocalIngest, RelayIngest]] = None
+        self._runtime: Optional[Ingest] = None
         self._pinned_end: Optional[dict[str, int]] = None
         #: the end of the batch Spark planned last: what the progress's lag is measured from
         self._planned_end: Optional[dict[str, int]] = None
@@ -65,11 +65,11 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- driver: the spool and the checkpoint ------------------------------------------------------
 
-    def _ingest(self, *checkpointed: dict) -> Union[LocalIngest, RelayIngest]:
+    def _ingest(self, *checkpointed: dict) -> Ingest:
         """The runtime, created on first use; every call checks the offsets Spark passed."""
         if self._runtime is None:
             relayed = self.options.relays or self.options.receivers == "processes"
-            runtime = RelayIngest(self.options) if relayed else LocalIngest(self.options)
+            runtime: Ingest = RelayIngest(self.options) if relayed else LocalIngest(self.options)
             try:
                 for offsets in checkpointed:
                     self._reconcile(runtime, offsets)
@@ -84,7 +84,7 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._runtime.raise_if_failed()
         return self._runtime
 
-    def _reconcile(self, runtime: Union[LocalIngest, RelayIngest], offsets: dict) -> None:
+    def _reconcile(self, runtime: Ingest, offsets: dict) -> None:
         """Check offsets from Spark's checkpoint against the spool: same channels, same
         spool; a spool behind them continues numbering after them (never reusing an offset
         Spark has seen)."""
