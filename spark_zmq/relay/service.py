@@ -59,6 +59,7 @@ class Relay:
                  lease_ttl_s: float = LEASE_TTL_S, start_receivers: bool = True) -> None:
         self.options = options
         self.lease = Lease(lease_ttl_s)
+        self.control_requests = 0
         self._lock = threading.Lock()  # control requests against the reader's stop
         self.ingest = IngestRuntime(options)
         try:
@@ -85,6 +86,7 @@ class Relay:
     # -- control requests ------------------------------------------------------------------------
 
     def _control(self, request: dict) -> list[bytes]:
+        self.control_requests += 1
         reply_id = request.get("id")
         try:
             body = self._handle(request)
@@ -161,6 +163,8 @@ class Relay:
             "spoolDir": spool.spool_dir, "owner": spool.owner_id, "format": self.options.format,
             "pattern": self.options.pattern, "endpoints": [str(e) for e in self.options.endpoints],
             "held": self.lease.unheld_for() is None,
+            #: control requests answered so far (what planning a micro-batch costs in round trips)
+            "controlRequests": self.control_requests,
         }
 
     def _state(self) -> dict[str, Any]:
