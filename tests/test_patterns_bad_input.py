@@ -19,7 +19,7 @@ from spark_zmq.patterns import (
     parse_endpoints,
     socket_for,
 )
-from test_patterns_support import SOON_S, bind_spec, close_all, unbound_address
+from patterns_support import SOON_S, bind_spec, close_all, unbound_address
 
 pytestmark = pytest.mark.timeout(30)
 

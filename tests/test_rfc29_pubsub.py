@@ -61,7 +61,7 @@ import pytest
 import zmq
 
 from spark_zmq.patterns import PatternSocket, Pub, Sub, XPub, XSub
-from test_patterns_support import (
+from patterns_support import (
     PAYLOAD_1K,
     QUIET_S,
     SMALL_BUFFERS,

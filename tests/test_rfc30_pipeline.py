@@ -2,7 +2,7 @@
 
 One test per MUST/SHALL/SHOULD line that can be observed from outside, named after the
 line, over ``tcp://127.0.0.1`` and ``inproc://`` where both make sense. The scenarios live
-in ``test_patterns_support.py`` because 49/SCATTERGATHER repeats these lines for
+in ``patterns_support.py`` because 49/SCATTERGATHER repeats these lines for
 SCATTER/GATHER (same wire protocol).
 
 Lines not tested as written, and why:
@@ -28,7 +28,7 @@ from __future__ import annotations
 import pytest
 
 from spark_zmq.patterns import Pull, Push
-from test_patterns_support import (
+from patterns_support import (
     SOON_S,
     TRANSPORTS,
     bind_spec,

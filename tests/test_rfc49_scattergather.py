@@ -125,7 +125,7 @@ import zmq
 
 from spark_zmq.patterns import Gather, Scatter, SocketClosedError
 from spark_zmq.patterns.curve import ANY_KEY, Curve, KeyPair
-from test_patterns_support import (
+from patterns_support import (
     BINARY_MESSAGES,
     QUIET_S,
     SOON_S,
