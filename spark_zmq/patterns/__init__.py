@@ -5,7 +5,8 @@ GATHER sockets on the wire through this package's own ZMTP engine, because pyzmq
 lacks draft sockets), ``ReroutingPush`` (PUSH on that engine: a departed peer's messages go
 to the peers still there instead of being dropped), ``Pub``/``Sub``/
 ``XPub``/``XSub`` (29/PUBSUB), ``Req``/``Rep``/``Dealer``/``Router`` (request-reply, the
-Guide's chapter 3). Every class is ``Cls(endpoints, *, hwm=None, **options)``
+Guide's chapter 3) and ``Client``, the Guide's asynchronous client over a DEALER (request
+ids, replies in any order, resends on silence). Every class is ``Cls(endpoints, *, hwm=None, **options)``
 with ``send(data, timeout=None)``, ``recv(timeout=None)``, ``close()`` and ``with`` support;
 timeouts are seconds and raise the built-in ``TimeoutError``.
 
@@ -13,6 +14,7 @@ This package never imports Spark.
 """
 
 from .base import PatternSocket, SocketClosedError
+from .client import Client, RequestTimeoutError
 from .endpoints import Endpoint, parse_endpoints
 from .heartbeat import DEFAULT_HEARTBEAT, NO_HEARTBEAT, Heartbeat
 from .pipeline import Pull, Push
@@ -48,6 +50,8 @@ def socket_for(pattern: str) -> type[PatternSocket]:
 
 
 __all__ = [
+    "Client",
+    "RequestTimeoutError",
     "DEFAULT_HEARTBEAT",
     "Dealer",
     "Endpoint",

@@ -1,0 +1,205 @@
+"""The Guide's asynchronous client (chapter 3): many requests in flight, each with an id.
+
+A ``Client`` is a DEALER that sends ``[id, b"", body...]``: a REP worker (pyzmq, C,
+zeromq.js) takes everything up to the empty delimiter as the envelope and returns it with
+its reply, and a ROUTER worker that echoes the envelope does the same, so replies come
+back as ``[id, b"", reply...]``, in any order and from any worker. The id is what the
+client needs and nothing a worker has to know about.
+
+Why resends: ZeroMQ hides connections, so a request that a dead worker took with it, or
+that a broken connection dropped, simply never gets an answer. A request unanswered within
+``timeout`` is sent again with the same id (the DEALER round-robins it, so usually to
+another worker); a late answer to an earlier copy is dropped, so each request gets exactly
+one reply. After ``retries`` resends the request fails with ``RequestTimeoutError``.
+Calls are therefore at least once: the service must be idempotent.
+
+Not thread-safe: one client per thread (as one socket per thread).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator, Optional, Union
+
+from .endpoints import EndpointsSpec
+from .reqrep import Dealer
+
+__all__ = ["Client", "RequestTimeoutError"]
+
+#: the id frame: 8 bytes, big-endian
+_ID_BYTES = 8
+
+Body = Union[bytes, list[bytes]]
+
+
+class RequestTimeoutError(TimeoutError):
+    """A request got no reply within its timeout, on every attempt."""
+
+    def __init__(self, message: str, request_id: int, attempts: int) -> None:
+        super().__init__(message)
+        self.request_id = request_id
+        self.attempts = attempts
+
+
+@dataclass
+class _Pending:
+    frames: list[bytes]
+    due: float
+    attempts: int
+
+
+class Client:
+    """Requests with ids, replies in any order, resends on silence.
+
+    ``endpoints``: where the workers (or a broker's frontend) are, connected by default.
+    ``timeout``: seconds a request may wait for its reply before it is sent again;
+    ``retries``: how many times it is sent again before ``RequestTimeoutError``. Other
+    keyword options (``curve``, ``heartbeat``, ``hwm``, ``max_message_bytes`` for replies,
+    ...) are the DEALER's."""
+
+    def __init__(self, endpoints: EndpointsSpec, *, timeout: float = 5.0, retries: int = 2,
+                 **options: Any) -> None:
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) \
+                or timeout <= 0:
+            raise ValueError(f"timeout must be a finite number of seconds > 0, not {timeout!r}")
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+            raise ValueError(f"retries must be an integer >= 0, not {retries!r}")
+        options.setdefault("linger", 0)
+        # queue requests only to workers connected now: libzmq would otherwise keep a pipe
+        # to a dead worker's endpoint and round-robin requests (and resends) into it
+        options.setdefault("immediate", True)
+        self.timeout = float(timeout)
+        self.retries = retries
+        self._dealer = Dealer(endpoints, **options)
+        self._next_id = 1
+        self._pending: dict[int, _Pending] = {}
+        self._ready: dict[int, list[bytes]] = {}
+        #: replies that were not ``[id, b"", ...]`` of a request of ours (dropped)
+        self.malformed = 0
+        #: late replies to requests already answered or given up (dropped)
+        self.duplicates = 0
+        #: requests sent again after a timeout
+        self.resent = 0
+
+    @property
+    def in_flight(self) -> int:
+        """Requests sent and not yet answered (or given up)."""
+        return len(self._pending)
+
+    def send(self, body: Body, timeout: Optional[float] = None) -> int:
+        """Send one request (one frame or a list of frames); returns its id. ``timeout``
+        bounds the wait for a worker to take it (``TimeoutError``)."""
+        frames = [body] if isinstance(body, (bytes, bytearray, memoryview)) else list(body)
+        request_id = self._next_id
+        self._next_id += 1
+        message = [request_id.to_bytes(_ID_BYTES, "big"), b""] + [bytes(f) for f in frames]
+        self._dealer.send(message, timeout=timeout)
+        self._pending[request_id] = _Pending(message, time.monotonic() + self.timeout, 1)
+        return request_id
+
+    def recv(self, timeout: Optional[float] = None) -> tuple[int, list[bytes]]:
+        """The next reply, ``(request id, reply frames)``, whichever request it answers.
+        Resends overdue requests meanwhile; ``RequestTimeoutError`` when one has used up
+        its retries; ``TimeoutError`` when nothing came within ``timeout`` seconds."""
+        if self._ready:
+            request_id = next(iter(self._ready))
+            return request_id, self._ready.pop(request_id)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            self._resend_overdue()
+            if not self._pending:
+                raise ValueError("no request is waiting for a reply")
+            now = time.monotonic()
+            wait = min(p.due for p in self._pending.values()) - now
+            if deadline is not None:
+                if now >= deadline:
+                    raise TimeoutError(f"no reply within {timeout} s ({len(self._pending)} requests in flight)")
+                wait = min(wait, deadline - now)
+            try:
+                frames = self._dealer.recv_multipart(timeout=max(0.0, wait))
+            except TimeoutError:
+                continue
+            answered = self._take(frames)
+            if answered is not None:
+                return answered
+
+    def request(self, body: Body, timeout: Optional[float] = None) -> list[bytes]:
+        """Send one request and wait for its reply (other replies that come meanwhile are
+        kept for ``recv``)."""
+        request_id = self.send(body, timeout=timeout)
+        while True:
+            if request_id in self._ready:
+                return self._ready.pop(request_id)
+            answered, frames = self.recv()
+            if answered == request_id:
+                return frames
+            self._ready[answered] = frames
+
+    def map(self, bodies: Iterable[Body], max_in_flight: int = 16) -> Iterator[list[bytes]]:
+        """The replies to ``bodies``, in their order, with up to ``max_in_flight``
+        requests outstanding at a time."""
+        if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) or max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be an integer >= 1, not {max_in_flight!r}")
+        order: list[int] = []
+        got: dict[int, list[bytes]] = {}
+        source = iter(bodies)
+        exhausted = False
+        while True:
+            while not exhausted and len(order) - len(got) < max_in_flight:
+                try:
+                    order.append(self.send(next(source)))
+                except StopIteration:
+                    exhausted = True
+            while order and order[0] in got:
+                yield got.pop(order.pop(0))
+            if not order:
+                if exhausted:
+                    return
+                continue
+            answered, frames = self.recv()
+            got[answered] = frames
+
+    def _take(self, frames: list[bytes]) -> Optional[tuple[int, list[bytes]]]:
+        if len(frames) < 2 or len(frames[0]) != _ID_BYTES or frames[1] != b"":
+            self.malformed += 1
+            return None
+        request_id = int.from_bytes(frames[0], "big")
+        if self._pending.pop(request_id, None) is None:
+            if 0 < request_id < self._next_id:
+                self.duplicates += 1
+            else:
+                self.malformed += 1
+            return None
+        return request_id, frames[2:]
+
+    def _resend_overdue(self) -> None:
+        now = time.monotonic()
+        for request_id, pending in list(self._pending.items()):
+            if pending.due > now:
+                continue
+            if pending.attempts > self.retries:
+                del self._pending[request_id]
+                raise RequestTimeoutError(
+                    f"no reply to request {request_id} from {', '.join(map(str, self._dealer.endpoints))} within "
+                    f"{self.timeout:g} s, {pending.attempts} times (timeout {self.timeout:g} s, retries "
+                    f"{self.retries}): are the workers running and reachable?",
+                    request_id, pending.attempts,
+                )
+            try:
+                self._dealer.send(pending.frames, timeout=0)
+                self.resent += 1
+            except TimeoutError:
+                pass  # no worker takes it now: this wait counts all the same
+            pending.attempts += 1
+            pending.due = now + self.timeout
+
+    def close(self) -> None:
+        self._dealer.close(linger=0)
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,194 @@
+"""The asynchronous client (``spark_zmq.patterns.Client``) against workers nobody here wrote.
+
+Workers are plain pyzmq sockets on threads: REP workers that know nothing of request ids
+(the envelope carries them), a ROUTER worker that answers out of order, one that answers
+only every other request, one that dies holding requests, one that answers with garbage.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import zmq
+
+from spark_zmq.patterns import Client, RequestTimeoutError
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class Worker(threading.Thread):
+    """A pyzmq worker on its own thread: ``handle(socket, frames)`` answers (or not)."""
+
+    def __init__(self, context: zmq.Context, kind: int, handle, endpoint: str = "tcp://127.0.0.1:*") -> None:
+        super().__init__(daemon=True)
+        self.socket = context.socket(kind)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.bind(endpoint)
+        self.endpoint = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.handle = handle
+        self.seen = 0
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            if self.socket.poll(20):
+                frames = self.socket.recv_multipart()
+                self.seen += 1
+                if self.handle(self.socket, frames) is False:
+                    break
+        self.socket.close(0)
+
+
+class Workers:
+    """The test's context and the workers started in it (stopped after the test)."""
+
+    def __init__(self) -> None:
+        self.context = zmq.Context()
+        self.started: list[Worker] = []
+
+    def socket(self, kind: int) -> zmq.Socket:
+        return self.context.socket(kind)
+
+    def close(self) -> None:
+        for worker in self.started:
+            worker.stop.set()
+            worker.join(5)
+        self.context.term()
+
+
+@pytest.fixture
+def context():
+    workers = Workers()
+    yield workers
+    workers.close()
+
+
+def _start(workers: Workers, kind, handle) -> Worker:
+    worker = Worker(workers.context, kind, handle)
+    workers.started.append(worker)
+    worker.start()
+    return worker
+
+
+def _rep_upper(sock, frames):
+    sock.send_multipart([f.upper() for f in frames])
+
+
+def test_rep_workers_answer_requests_they_know_nothing_of_in_input_order(context):
+    workers = [_start(context, zmq.REP, _rep_upper) for _ in range(2)]
+    with Client([w.endpoint for w in workers], timeout=5) as client:
+        bodies = [b"req-%d" % i for i in range(500)]
+        replies = list(client.map(bodies, max_in_flight=32))
+        assert replies == [[b.upper()] for b in bodies]
+        assert client.resent == 0 and client.malformed == 0 and client.in_flight == 0
+    assert all(w.seen > 100 for w in workers), [w.seen for w in workers]  # round-robin
+
+
+def test_replies_in_any_order_come_out_in_input_order(context):
+    held: list[list[bytes]] = []
+
+    def reverse_tens(sock, frames):  # a ROUTER worker that answers ten at a time, reversed
+        held.append(frames)
+        if len(held) == 10:
+            for identity, *envelope_and_body in reversed(held):
+                sock.send_multipart([identity] + envelope_and_body[:-1] + [envelope_and_body[-1][::-1]])
+            held.clear()
+
+    worker = _start(context, zmq.ROUTER, reverse_tens)
+    with Client(worker.endpoint, timeout=5) as client:
+        bodies = [b"abc-%03d" % i for i in range(100)]
+        assert list(client.map(bodies, max_in_flight=10)) == [[b[::-1]] for b in bodies]
+        ids = [client.send(b"y%d" % i) for i in range(10)]
+        answers = [client.recv(timeout=5)[0] for _ in range(10)]
+        assert answers == ids[::-1]  # as they came: the last request's reply first
+
+
+def test_a_worker_that_answers_every_other_request_still_answers_every_request_once(context):
+    count = [0]
+
+    def every_other(sock, frames):
+        count[0] += 1
+        if count[0] % 2:
+            sock.send_multipart(frames)
+
+    worker = _start(context, zmq.ROUTER, every_other)
+    with Client(worker.endpoint, timeout=0.2, retries=6) as client:
+        bodies = [b"%d" % i for i in range(40)]
+        assert list(client.map(bodies, max_in_flight=8)) == [[b] for b in bodies]
+        assert client.resent > 0, "nothing was dropped: the test proved nothing"
+
+
+def test_late_duplicate_replies_are_dropped(context):
+    def twice_late(sock, frames):  # answers each request twice
+        sock.send_multipart(frames)
+        sock.send_multipart(frames)
+
+    worker = _start(context, zmq.ROUTER, twice_late)
+    with Client(worker.endpoint, timeout=5) as client:
+        bodies = [b"%d" % i for i in range(50)]
+        assert list(client.map(bodies, max_in_flight=5)) == [[b] for b in bodies]
+        client.request(b"last")
+        deadline = time.monotonic() + 5
+        while client.duplicates < 50 and time.monotonic() < deadline:
+            client.send(b"flush")
+            client.recv(timeout=5)
+        assert client.duplicates >= 50
+
+
+def test_a_worker_that_dies_holding_requests_costs_a_resend_to_the_other(context):
+    def dies_after_three(sock, frames):
+        return False if worker_a.seen >= 3 else None  # takes three requests, answers none, closes
+
+    worker_a = _start(context, zmq.ROUTER, dies_after_three)
+    worker_b = _start(context, zmq.REP, _rep_upper)
+    with Client([worker_a.endpoint, worker_b.endpoint], timeout=0.5, retries=3) as client:
+        bodies = [b"r%d" % i for i in range(30)]
+        assert list(client.map(bodies, max_in_flight=6)) == [[b.upper()] for b in bodies]
+        assert client.resent >= 1
+    assert worker_a.seen == 3
+
+
+def test_no_worker_is_a_clear_error_after_every_retry(context):
+    sock = context.socket(zmq.ROUTER)  # takes requests, never answers
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.bind("tcp://127.0.0.1:*")
+    endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
+    try:
+        with Client(endpoint, timeout=0.2, retries=2) as client:
+            started = time.monotonic()
+            with pytest.raises(RequestTimeoutError) as info:
+                client.request(b"hello")
+            took = time.monotonic() - started
+            assert info.value.attempts == 3 and info.value.request_id == 1
+            assert f"from >{endpoint}" in str(info.value) and "retries 2" in str(info.value)
+            assert 0.5 < took < 5
+            assert client.in_flight == 0
+    finally:
+        sock.close(0)
+
+
+def test_garbage_replies_are_counted_and_dropped(context):
+    def hostile(sock, frames):
+        identity = frames[0]
+        for junk in ([b"short", b"", b"x"], [b"\0" * 8, b"not-empty", b"x"], [b"\0" * 7 + b"\x63", b"", b"x"],
+                     [b"only-one-frame"]):
+            sock.send_multipart([identity] + junk)
+        sock.send_multipart(frames)
+
+    worker = _start(context, zmq.ROUTER, hostile)
+    with Client(worker.endpoint, timeout=5) as client:
+        assert client.request(b"real") == [b"real"]
+        assert client.malformed == 4
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"timeout": 0}, "timeout must be a finite number of seconds > 0"),
+    ({"timeout": float("inf")}, "timeout must be a finite number of seconds > 0"),
+    ({"retries": -1}, "retries must be an integer >= 0"),
+    ({"retries": 1.5}, "retries must be an integer >= 0"),
+])
+def test_bad_arguments_name_what_is_valid(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        Client("tcp://127.0.0.1:5", **kwargs)
