@@ -21,7 +21,7 @@ os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 # set themselves). Choose with --hypothesis-profile=dev.
 settings.register_profile("ci", max_examples=100, deadline=None)
 settings.register_profile("dev", max_examples=10, deadline=None)
-settings.load_profile(os.environ.get("SPARK_ZMQ_HYPOTHESIS_PROFILE", "ci"))
+settings.load_profile("ci")
 
 
 def pytest_collection_modifyitems(config, items):

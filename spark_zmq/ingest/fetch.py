@@ -169,7 +169,7 @@ class SpoolServer:
                 continue
             if len(frames) != 3 or frames[1] != b"":
                 continue  # not a DEALER request envelope: nothing to answer
-            reply = self._reply(frames[2]) + _echo(frames[2])
+            reply = self._reply(frames[2])
             try:
                 self._router.send([frames[0], b""] + reply, timeout=0)
             except (TimeoutError, ConnectionError):
@@ -196,13 +196,17 @@ class SpoolServer:
         return channel, start, end, spool_id or self.spool_id, bool(request.get("skipLoss"))
 
     def _reply(self, body: bytes) -> list[bytes]:
-        """The answer to one request; an error reply names offsets, never a file or path."""
+        """The answer to one request; a fetch answer ends with the request's id frame."""
         try:
             request = json.loads(body)
         except (ValueError, UnicodeDecodeError, RecursionError):
             return [b"error", b"bad request: not JSON"]
         if self._control is not None and isinstance(request, dict) and "op" in request:
             return self._control(request)
+        return self._fetch_reply(request) + _id_frame(request)
+
+    def _fetch_reply(self, request: object) -> list[bytes]:
+        """The answer to a fetch request; an error reply names offsets, never a file or path."""
         try:
             channel, start, end, spool_id, skip_loss = self._parse(request)
         except BadRequest as exc:
@@ -246,13 +250,9 @@ class SpoolServer:
         self._thread.join(5)
 
 
-def _echo(body: bytes) -> list[bytes]:
+def _id_frame(request: object) -> list[bytes]:
     """The request's ``id`` as a last reply frame, so a client that resent a request can
     tell the answer to this one from a late answer to an earlier one (none without an id)."""
-    try:
-        request = json.loads(body)
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        return []
     if not isinstance(request, dict) or "op" in request:
         return []  # a relay's control request: its answer carries its id in its body
     request_id = request.get("id")
