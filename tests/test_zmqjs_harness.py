@@ -171,7 +171,9 @@ def test_bad_arguments_exit_2_with_usage():
 def test_libzmq_scatter_does_not_deliver_to_pyzmq_pull(ctx):
     """libzmq checks the peer's socket type in the ZMTP handshake: SCATTER pairs only with
     GATHER, PULL only with PUSH.  The connection is accepted, then dropped, and nothing
-    arrives (the scatter even reports "sent": its queue is dropped with the connection)."""
+    arrives. The scatter reports "sent" when its sends came before the drop (its queue is
+    dropped with the connection), or a send timeout (exit 3) when the drop came first: a
+    race on a busy machine, and nothing arrives either way."""
     pull, endpoint = bound(ctx, zmq.PULL)
     monitor = pull.get_monitor_socket(zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED
                                       | zmq.EVENT_HANDSHAKE_SUCCEEDED)
@@ -182,5 +184,10 @@ def test_libzmq_scatter_does_not_deliver_to_pyzmq_pull(ctx):
             seen.append(recv_monitor_message(monitor)["event"])
         assert zmq.EVENT_ACCEPTED in seen and zmq.EVENT_HANDSHAKE_SUCCEEDED not in seen
         assert pull.poll(1000) == 0, "a libzmq SCATTER delivered to a PULL socket"
-        peer.stop()
+        try:
+            peer.stop()
+        except PeerError:
+            last = peer.events[-1] if peer.events else {}
+            assert peer.returncode == 3 and last.get("event") == "error" and "send" in last.get("message", ""), \
+                f"the peer failed otherwise than a send finding no GATHER: {last}"
     pull.disable_monitor()
