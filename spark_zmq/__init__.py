@@ -2,7 +2,8 @@
 
 ``import spark_zmq`` registers the ``zmq`` data source on the active SparkSession, if
 there is one; ``spark_zmq.register(spark)`` does it explicitly for a session created
-later. The pattern layer, ``spark_zmq.patterns``, works without Spark.
+later. ``spark_zmq.request(df, endpoints, ...)`` calls a ZeroMQ service for every row of a
+DataFrame. The pattern layer, ``spark_zmq.patterns``, works without Spark.
 """
 
 from __future__ import annotations
@@ -11,10 +12,11 @@ import sys
 from typing import TYPE_CHECKING, Optional
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 __version__ = "0.1.0"
-__all__ = ["register", "__version__"]
+__all__ = ["register", "request", "__version__"]
 
 
 def register(spark: "Optional[SparkSession]" = None) -> "SparkSession":
@@ -33,6 +35,18 @@ def register(spark: "Optional[SparkSession]" = None) -> "SparkSession":
     session.dataSource.register(ZmqDataSource)
     seed_worker_environment(session, ZmqDataSource.name())
     return session
+
+
+def request(df: "DataFrame", endpoints: "str | list[str]", *, reply_schema: "str | StructType | None" = None,
+            **options: object) -> "DataFrame":
+    """``df``'s columns followed by the reply of a ZeroMQ service called with its rows: one
+    output row per input row, in input order, for batch and streaming DataFrames. Options
+    (``format``, ``batchRows``, ``maxInFlight``, ``timeout``, ``retries``, ``mode``, CURVE,
+    ...) are keyword arguments; the README's "Calling services" lists them. Calls are at
+    least once: the service must be idempotent."""
+    from .service.transform import request as _request
+
+    return _request(df, endpoints, reply_schema=reply_schema, **options)
 
 
 def _register_on_active_session() -> None:

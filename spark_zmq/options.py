@@ -36,6 +36,8 @@ __all__ = [
     "curve_of",
     "SourceOptions",
     "SinkOptions",
+    "RequestOptions",
+    "REQUEST_OPTIONS",
     "OptionError",
     "OptionSpec",
     "SOURCE_OPTIONS",
@@ -60,11 +62,17 @@ INT32_MAX = (1 << 31) - 1
 INT64_MAX = (1 << 63) - 1
 #: the longest wait an option may ask for; longer waits are mistakes (ms given as s)
 MAX_SECONDS = 86_400.0
+#: rows one Arrow request may carry (what a reply may hold, too: the guard's limit per message)
+MAX_REQUEST_ROWS = 10_000_000
 
 # Keys Spark itself may pass along with the user's options.
 _SPARK_KEYS = frozenset({"path", "checkpointlocation", "queryname"})
 
-_SIDES = ("source", "sink")
+_SIDES = ("source", "sink", "request")
+#: what a duration's unit multiplies (``500ms``, ``5s``, ``1min``, ``1h``; none: seconds)
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+_DURATION = re.compile(r"([+-]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9][0-9_]*)(?:[eE][+-]?[0-9]+)?)\s*([a-z]*)",
+                       re.ASCII | re.IGNORECASE)
 _UNITS = {"kib": KiB, "mib": MiB, "gib": GiB, "tib": TiB}
 _INTEGER = re.compile(r"[+-]?[0-9][0-9_]*", re.ASCII)
 _BYTES = re.compile(r"([+-]?[0-9][0-9_]*)\s*([KMGT]iB)?", re.ASCII | re.IGNORECASE)
@@ -150,6 +158,8 @@ class OptionSpec:
             text = f"bytes, {_show_bytes(self.minimum)} to {_show_bytes(self.maximum)}"
         elif self.kind == "seconds":
             text = f"seconds, finite, {'>=' if self.allow_zero else '>'} 0 and <= {_show(self.maximum)}"
+        elif self.kind == "duration":
+            text = f"seconds (`5`), or with a unit (`500ms`, `5s`, `1min`); > 0 and <= {_show(self.maximum)} s"
         else:
             text = self.kind
         if self.range_note:
@@ -192,6 +202,10 @@ def _snk(name: str, kind: str, attr: str, doc: str, **kw: Any) -> OptionSpec:
     return OptionSpec(name=name, side="sink", kind=kind, attr=attr, doc=doc, **kw)
 
 
+def _req(name: str, kind: str, attr: str, doc: str, **kw: Any) -> OptionSpec:
+    return OptionSpec(name=name, side="request", kind=kind, attr=attr, doc=doc, **kw)
+
+
 
 def _curve_specs(make: Callable[..., OptionSpec]) -> tuple[OptionSpec, ...]:
     """The three CURVE options, the same on both sides (see the README's "Security")."""
@@ -211,10 +225,11 @@ def _curve_specs(make: Callable[..., OptionSpec]) -> tuple[OptionSpec, ...]:
 
 def _heartbeat_specs(make: Callable[..., OptionSpec], side: str) -> tuple[OptionSpec, ...]:
     """The three heartbeat options, the same on both sides (see the README's "Liveness")."""
-    who = ("a producer (or, for `sub`, the publisher)" if side == "source"
-           else "a consumer")
-    consequence = ("a connecting receiver reconnects" if side == "source"
-                   else "what it had not acknowledged goes to the other consumers")
+    who = {"source": "a producer (or, for `sub`, the publisher)", "sink": "a consumer",
+           "request": "a worker (or broker)"}[side]
+    consequence = {"source": "a connecting receiver reconnects",
+                   "sink": "what it had not acknowledged goes to the other consumers",
+                   "request": "its requests are resent to the others when their timeout comes"}[side]
     return (
         make("heartbeatInterval", "seconds", "heartbeat_interval", "ZMTP 3.1 heartbeats (RFC 37): seconds "
              "between the PINGs sent on every connection; `0` switches heartbeats and TCP keepalive off.",
@@ -363,7 +378,47 @@ SINK_OPTIONS: tuple[OptionSpec, ...] = (
     *_heartbeat_specs(_snk, "sink"),
 )
 
-_TABLES: dict[str, tuple[OptionSpec, ...]] = {"source": SOURCE_OPTIONS, "sink": SINK_OPTIONS}
+#: Every option of ``spark_zmq.request(df, endpoints, ...)`` (keyword arguments, camelCase or snake_case).
+REQUEST_OPTIONS: tuple[OptionSpec, ...] = (
+    _req("endpoints", "endpoints", "endpoints", "The service: its workers, or a broker's frontend (the positional "
+         "argument `endpoints`); every task connects a DEALER to all of them and round-robins its requests.",
+         required=True, default_doc="required", valid_doc=_ENDPOINTS_VALID),
+    _req("format", "choice", "format", "How rows become requests: `arrow` (up to `batchRows` rows per request, "
+         "an Arrow IPC stream of all of `df`'s columns; the reply one stream of as many rows with the "
+         "`reply_schema` columns), `json` (one row per request, a JSON object of all columns; the reply a JSON "
+         "object parsed with `reply_schema`), `raw`/`text` (the `value` column, one row per request; the reply is "
+         "one column, `reply` unless `reply_schema` names it).", default="arrow", default_doc="`arrow`",
+         choices=FORMATS),
+    _req("batchRows", "int", "batch_rows", "`arrow`: rows per request at most.", default=1000,
+         default_doc="1000", minimum=1, maximum=MAX_REQUEST_ROWS),
+    _req("maxInFlight", "int", "max_in_flight", "Requests a task has sent and not yet had answered.", default=4,
+         default_doc="4", minimum=1, maximum=10_000),
+    _req("timeout", "duration", "timeout", "How long one request waits for its reply before it is sent again "
+         "(with the same request id; a late reply to the earlier copy is dropped).", default=30.0,
+         default_doc="30s", minimum=0.0, maximum=MAX_SECONDS),
+    _req("retries", "int", "retries", "How many times an unanswered request is sent again before the task "
+         "fails (and Spark retries the task): a service that does not answer fails a task within "
+         "`timeout x (retries + 1)`.", default=2, default_doc="2", minimum=0, maximum=1000),
+    _req("mode", "choice", "mode", "A reply that does not fit (not Arrow or not JSON, a wrong row count or "
+         "schema, not UTF-8 for `text`, more than one frame, or the worker's error reply): `FAILFAST` fails the "
+         "task naming the request and why; `PERMISSIVE` gives its rows null reply columns.",
+         default="FAILFAST", default_doc="`FAILFAST`", choices=("FAILFAST", "PERMISSIVE")),
+    _req("columnNameOfCorruptRecord", "string", "corrupt_column", "`PERMISSIVE`: a string column of "
+         "`reply_schema` that receives, for a reply that did not fit, the raw reply (`json`) or why it did not "
+         "fit (`arrow`, `raw`, `text`).", default_doc="none", valid_doc="a string column of `reply_schema`"),
+    _req("maxMessageBytes", "bytes", "max_message_bytes", "Largest reply accepted (ZMQ_MAXMSGSIZE); a worker "
+         "that sends more is disconnected by ZeroMQ, so its request is resent and, answered the same way every "
+         "time, fails the task.", default=64 * MiB, default_doc="64 MiB", minimum=KiB, maximum=INT32_MAX),
+    _req("hwm", "int", "hwm", "ZeroMQ high-water mark of each task's DEALER, in messages.", default=1000,
+         default_doc="1000", minimum=1, maximum=INT32_MAX,
+         range_note="0 would make ZeroMQ's queue unlimited and memory unbounded"),
+    *_curve_specs(_req),
+    *_heartbeat_specs(_req, "request"),
+)
+
+_TABLES: dict[str, tuple[OptionSpec, ...]] = {
+    "source": SOURCE_OPTIONS, "sink": SINK_OPTIONS, "request": REQUEST_OPTIONS,
+}
 
 
 # -- parsing one value --------------------------------------------------------------------
@@ -441,6 +496,25 @@ def _parse_seconds(spec: OptionSpec, raw: str) -> float:
     if not math.isfinite(value) or too_low or (spec.maximum is not None and value > spec.maximum):
         raise _range_error(spec, raw)
     return value
+
+
+def _parse_duration(spec: OptionSpec, raw: str) -> float:
+    """Seconds as a number, or a number with a unit: ``500ms``, ``5s``, ``1min``, ``1h``."""
+    match = _DURATION.fullmatch(raw.strip())
+    unit = match.group(2).lower() if match else ""
+    if match is None or unit not in ("", *_DURATION_UNITS):
+        raise OptionError(
+            f"option {spec.name!r} = {_q(raw)} is not a duration; expected seconds as a number, or a number with "
+            f"a unit (ms, s, min, h), e.g. '5', '500ms', '5s', '1min'", spec.name,
+        )
+    seconds = float(match.group(1).replace("_", "")) * _DURATION_UNITS.get(unit, 1.0)
+    if not math.isfinite(seconds) or seconds <= (spec.minimum or 0.0) or \
+            (spec.maximum is not None and seconds > spec.maximum):
+        raise OptionError(
+            f"option {spec.name!r} = {_q(raw)} is out of range; expected more than 0 and at most "
+            f"{_show(spec.maximum)} seconds", spec.name,
+        )
+    return seconds
 
 
 def _parse_bool(spec: OptionSpec, raw: str) -> bool:
@@ -541,6 +615,7 @@ _PARSERS: dict[str, Callable[[OptionSpec, str], Any]] = {
     "int": _parse_int,
     "bytes": _parse_bytes,
     "seconds": _parse_seconds,
+    "duration": _parse_duration,
     "bool": _parse_bool,
     "choice": _parse_choice,
     "string": _parse_string,
@@ -656,7 +731,7 @@ def parse_table(side: str, options: Mapping[Any, Any]) -> dict[str, Any]:
             parsed[spec.attr] = list(default) if isinstance(default, tuple) else default
         else:
             parsed[spec.attr] = _PARSERS[spec.kind](spec, raw)
-    pattern, fmt = parsed["pattern"], parsed["format"]
+    pattern, fmt = parsed.get("pattern"), parsed["format"]
     for spec in table:
         if spec.only_for and pattern not in spec.only_for and parsed[spec.attr] not in (None, [], ()):
             raise OptionError(
@@ -840,9 +915,48 @@ class SinkOptions:
         return cls(**parse_table("sink", options))
 
 
+@dataclass(frozen=True)
+class RequestOptions:
+    """Validated options of ``spark_zmq.request(df, endpoints, ...)`` (see ``REQUEST_OPTIONS``)."""
+
+    endpoints: list[Endpoint]
+    format: str = "arrow"
+    batch_rows: int = 1000
+    max_in_flight: int = 4
+    timeout: float = 30.0
+    retries: int = 2
+    mode: str = "FAILFAST"
+    corrupt_column: Optional[str] = None
+    max_message_bytes: int = 64 * MiB
+    hwm: int = 1000
+    curve_certificate: Optional[KeyPair] = None
+    curve_server_key: Optional[bytes] = None
+    curve_authorized_keys: Any = field(default=None, repr=False)
+    heartbeat_interval: float = DEFAULT_HEARTBEAT.interval
+    heartbeat_timeout: float = DEFAULT_HEARTBEAT.timeout
+    heartbeat_ttl: float = DEFAULT_HEARTBEAT.ttl
+
+    KNOWN: ClassVar[tuple[str, ...]] = tuple(spec.name for spec in REQUEST_OPTIONS)
+
+    @property
+    def heartbeat(self) -> Heartbeat:
+        """The DEALER's heartbeats (``heartbeatInterval`` 0: none)."""
+        return Heartbeat(self.heartbeat_interval, self.heartbeat_timeout, self.heartbeat_ttl)
+
+    @property
+    def curve(self) -> Optional[Curve]:
+        """The DEALER's CURVE security, or ``None``."""
+        return curve_of(self.curve_certificate, self.curve_server_key, self.curve_authorized_keys)
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> "RequestOptions":
+        """Check every option (``OptionError`` names the first bad one)."""
+        return cls(**parse_table("request", options))
+
+
 def _check_tables() -> None:
     """The tables and the dataclasses must name the same attributes (checked at import)."""
-    for side, klass in (("source", SourceOptions), ("sink", SinkOptions)):
+    for side, klass in (("source", SourceOptions), ("sink", SinkOptions), ("request", RequestOptions)):
         attrs = [spec.attr for spec in _TABLES[side]]
         names = [f.name for f in fields(klass)]
         if sorted(attrs) != sorted(names) or len(set(attrs)) != len(attrs):
@@ -860,6 +974,7 @@ _check_tables()
 _TITLES = {
     "source": 'spark.readStream.format("zmq") / spark.read.format("zmq")',
     "sink": 'df.writeStream.format("zmq") / df.write.format("zmq")',
+    "request": "spark_zmq.request(df, endpoints, reply_schema=..., **options)",
 }
 
 
@@ -923,7 +1038,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         prog="python -m spark_zmq.options", description="The connector's options, generated from one table."
     )
     group = parser.add_mutually_exclusive_group(required=True)
-    group.add_argument("--markdown", choices=("source", "sink", "all"), nargs="?", const="all",
+    group.add_argument("--markdown", choices=("source", "sink", "request", "all"), nargs="?", const="all",
                        help="print the Markdown options table(s)")
     group.add_argument("--manual", action="store_true", help="print the plain-text manual (as help() shows it)")
     group.add_argument("--update-readme", metavar="README", help="rewrite the tables between the markers in README")

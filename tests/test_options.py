@@ -329,7 +329,7 @@ def test_default_spool_dir_is_deterministic_per_stream(monkeypatch, tmp_path):
 # -- generated documentation --------------------------------------------------------------
 
 
-@pytest.mark.parametrize("side", ["source", "sink"])
+@pytest.mark.parametrize("side", ["source", "sink", "request"])
 def test_readme_options_tables_are_the_generated_ones(side):
     text = README.read_text(encoding="utf-8")
     block = readme_block(text, side)
@@ -343,13 +343,13 @@ def test_readme_options_tables_are_the_generated_ones(side):
 def test_generator_command_line(tmp_path):
     out = subprocess.run([sys.executable, "-m", "spark_zmq.options", "--markdown"], capture_output=True,
                          text=True, timeout=60, check=True).stdout
-    assert out == markdown_table("source") + "\n" + markdown_table("sink")
+    assert out == "\n".join(markdown_table(side) for side in ("source", "sink", "request"))
     check = subprocess.run([sys.executable, "-m", "spark_zmq.options", "--check-readme", str(README)],
                            capture_output=True, text=True, timeout=60)
     assert check.returncode == 0, check.stderr
     stale = tmp_path / "README.md"
     stale.write_text("x\n<!-- options:source -->\n| old |\n<!-- /options:source -->\n"
-                     "<!-- options:sink -->\n<!-- /options:sink -->\n", encoding="utf-8")
+                     "<!-- options:sink -->\n<!-- /options:sink -->\n<!-- options:request -->\n<!-- /options:request -->\n", encoding="utf-8")
     check = subprocess.run([sys.executable, "-m", "spark_zmq.options", "--check-readme", str(stale)],
                            capture_output=True, text=True, timeout=60)
     assert check.returncode == 1 and "--update-readme" in check.stderr

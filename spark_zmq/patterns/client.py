@@ -149,9 +149,11 @@ class Client:
         while True:
             while not exhausted and len(order) - len(got) < max_in_flight:
                 try:
-                    order.append(self.send(next(source)))
+                    body = next(source)
                 except StopIteration:
                     exhausted = True
+                    break
+                order.append(self._send_bounded(body))
             while order and order[0] in got:
                 yield got.pop(order.pop(0))
             if not order:
@@ -160,6 +162,20 @@ class Client:
                 continue
             answered, frames = self.recv()
             got[answered] = frames
+
+    def _send_bounded(self, body: Body) -> int:
+        """``send``, waiting for a worker to take the request as long as a request may wait
+        for its reply (``timeout x (retries + 1)``), not forever: with ZMQ_IMMEDIATE a
+        DEALER that no worker is connected to blocks every send."""
+        wait = self.timeout * (self.retries + 1)
+        try:
+            return self.send(body, timeout=wait)
+        except TimeoutError:
+            raise RequestTimeoutError(
+                f"no worker at {', '.join(map(str, self._dealer.endpoints))} took request {self._next_id} within "
+                f"{wait:g} s (timeout {self.timeout:g} s x (retries {self.retries} + 1)): is any worker (or broker) "
+                "running and reachable?", self._next_id, 0,
+            ) from None
 
     def _take(self, frames: list[bytes]) -> Optional[tuple[int, list[bytes]]]:
         if len(frames) < 2 or len(frames[0]) != _ID_BYTES or frames[1] != b"":
