@@ -14,6 +14,12 @@ from spark_zmq import procstat
 # Workers must import the interpreter (and site-packages) running the tests.
 os.environ["PYSPARK_PYTHON"] = sys.executable
 os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+# Every process this test process starts (Spark's JVM, its Python workers, the receiver
+# processes they start, spark-submit jobs) inherits this mark, so the clean-up below stops
+# only this run's receivers: another pytest process on the machine (an xdist worker, a
+# second checkout's run) has receivers of its own that a test here must not kill.
+RUN_MARK = f"SPARK_ZMQ_TEST_RUN={os.getpid()}"
+os.environ["SPARK_ZMQ_TEST_RUN"] = str(os.getpid())
 
 
 # Hypothesis: "ci" (the default) runs each property's full count of examples; "dev", for
@@ -83,11 +89,21 @@ def _boot_ticks_now() -> int:
 
 
 def _receiver_processes() -> list:
+    """This run's receiver processes (see ``RUN_MARK``)."""
     pids = []
     for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
-        if entry.isdigit() and b"spark_zmq.relay.child" in procstat.cmdline(int(entry)):
+        if entry.isdigit() and b"spark_zmq.relay.child" in procstat.cmdline(int(entry)) \
+                and RUN_MARK.encode() in _environment(int(entry)):
             pids.append(int(entry))
     return pids
+
+
+def _environment(pid: int) -> list:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return f.read().split(b"\0")
+    except OSError:
+        return []
 
 
 @pytest.fixture(autouse=True)

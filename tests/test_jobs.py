@@ -175,6 +175,25 @@ def test_pipeline_stage_transforms_arrow_batches_between_two_zeromq_peers(tmp_pa
     assert max(t.num_rows for t in collected) <= 700
 
 
+def test_enrich_calls_a_rep_worker_for_every_row_and_writes_each_once(tmp_path, free_port):
+    from servicetest import ServiceWorker
+
+    inbound = f"tcp://127.0.0.1:{free_port}"
+    output = tmp_path / "enriched"
+    with ServiceWorker.start("--format", "arrow", "--bind", "tcp://127.0.0.1:*", "--column", "seq") as worker:
+        producer = _produce(inbound, "--format", "json", "--count", "3000")
+        result = _submit("jobs/enrich.py", "--input", "@" + inbound, "--schema", READINGS,
+                         "--service", worker.endpoint, "--reply-schema", "doubled long, worker string",
+                         "--batch-rows", "250", "--timeout", "20s", "--output", str(output),
+                         "--checkpoint", str(tmp_path / "checkpoint"), "--available-now", "--idle-timeout", "3")
+        _finish(producer)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "enrich: 3000 rows in" in result.stdout
+    table = pq.read_table(str(output)).sort_by("seq")
+    assert table["seq"].to_pylist() == list(range(3000))
+    assert table["doubled"].to_pylist() == [2 * s for s in range(3000)]
+
+
 #: a spark-defaults.conf in each form java.util.Properties (so Spark) reads: key<TAB>value,
 #: key=value, key : value, key value, a `!` comment and a continued line
 SPARK_DEFAULTS = ("# settings the conf check below expects back\n"
@@ -246,6 +265,11 @@ def test_spark_defaults_are_read_by_spark_in_every_properties_form(run, tmp_path
      "--schema"),
     ("jobs/pipeline_stage.py", ["--input", "@tcp://*:1", "--output", "tcp://h:2", "--checkpoint", "c",
                                 "--schema", "a long", "--rows-per-message", "-1"], "--rows-per-message must be > 0"),
+    ("jobs/enrich.py", ["--input", "@tcp://*:1", "--schema", "a long", "--service", "tcp://h:2",
+                        "--reply-schema", "b long", "--output", "o", "--checkpoint", "c", "--timeout", "soon"],
+     "--timeout"),
+    ("jobs/enrich.py", ["--input", "@tcp://*:1", "--schema", "a long", "--service", "tcp://h:2",
+                        "--reply-schema", "b long", "--checkpoint", "c"], "--output --push"),
 ])
 def test_jobs_reject_bad_arguments_with_usage_not_a_traceback(job, args, message):
     result = subprocess.run([sys.executable, job, *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
@@ -253,7 +277,7 @@ def test_jobs_reject_bad_arguments_with_usage_not_a_traceback(job, args, message
     assert "usage:" in result.stderr and message in result.stderr and "Traceback" not in result.stderr
 
 
-@pytest.mark.parametrize("job", ["quickstart", "zmq_to_parquet", "windowed_topics", "pipeline_stage"])
+@pytest.mark.parametrize("job", ["quickstart", "zmq_to_parquet", "windowed_topics", "pipeline_stage", "enrich"])
 def test_every_job_documents_its_arguments_in_help(job):
     result = subprocess.run([sys.executable, f"jobs/{job}.py", "--help"], cwd=ROOT, capture_output=True,
                             text=True, timeout=60)

@@ -27,9 +27,13 @@ import pyarrow as pa
 import zmq
 
 
+#: the request column the handlers double (``--column``)
+COLUMN = "x"
+
+
 def arrow_reply(body: bytes, name: str) -> bytes:
     table = pa.ipc.open_stream(io.BytesIO(body)).read_all()
-    doubled = pa.array([None if v is None else v * 2 for v in table.column("x").to_pylist()], pa.int64())
+    doubled = pa.array([None if v is None else v * 2 for v in table.column(COLUMN).to_pylist()], pa.int64())
     reply = pa.table({"doubled": doubled, "worker": pa.array([name] * table.num_rows, pa.string())})
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, reply.schema) as writer:
@@ -69,7 +73,8 @@ def answer(body: bytes, fmt: str, name: str) -> bytes:
         return arrow_reply(body, name)
     if fmt == "json":
         row = json.loads(body)
-        return json.dumps({"doubled": None if row.get("x") is None else row["x"] * 2, "worker": name}).encode()
+        value = row.get(COLUMN)
+        return json.dumps({"doubled": None if value is None else value * 2, "worker": name}).encode()
     return name.encode() + b":" + body
 
 
@@ -87,7 +92,10 @@ def main() -> int:
     parser.add_argument("--delay", type=float, default=0.0)
     parser.add_argument("--curve-secret-file", help="a CURVE server with this secret certificate (zmq.auth format)")
     parser.add_argument("--authorized", help="zmq.auth: the directory of client certificates it accepts")
+    parser.add_argument("--column", default="x", help="the request column the handlers double")
     args = parser.parse_args()
+    global COLUMN
+    COLUMN = args.column
     context = zmq.Context()
     if args.every_other and not args.router:
         raise SystemExit("--every-other needs --router (a REP socket must answer every request)")
