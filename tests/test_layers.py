@@ -2,7 +2,8 @@
 
 Layers, bottom up: ``patterns`` (ZeroMQ only) < ``options`` < ``ingest`` (receive, spool,
 serve) < ``relay`` < ``source``; ``sink`` sits on ``patterns``, ``options`` and ``schemas``;
-``procstat`` (what ``/proc`` says of a process) on nothing;
+``procstat`` (what ``/proc`` says of a process) on nothing; ``worker`` (a request-reply
+service's loop) on ``patterns``;
 the entry points (``datasource``, ``cli``, ``loadgen``, ``worker_env``, the package's
 ``__init__``) may import anything. A module importing a layer above its own, or a layer it
 does not need, makes a cycle possible and drags Spark into processes that never run it
@@ -34,6 +35,7 @@ ALLOWED = {
     "source": {"relay", "ingest", "patterns", "options", "schemas", "procstat"},
     "schemas": set(),
     "sink": {"patterns", "options", "schemas"},
+    "worker": {"patterns"},
 }
 ENTRY_POINTS = {"__init__", "datasource", "cli", "loadgen", "worker_env"}
 
@@ -41,7 +43,7 @@ ENTRY_POINTS = {"__init__", "datasource", "cli", "loadgen", "worker_env"}
 SPARK_FREE = ["spark_zmq", "spark_zmq.patterns", "spark_zmq.options", "spark_zmq.ingest.runtime",
               "spark_zmq.ingest.fetch", "spark_zmq.ingest.spool_reader", "spark_zmq.relay.service",
               "spark_zmq.relay.run", "spark_zmq.relay.child", "spark_zmq.relay.client",
-              "spark_zmq.relay.processes"]
+              "spark_zmq.relay.processes", "spark_zmq.patterns.broker", "spark_zmq.worker"]
 
 
 def _layer(module: str) -> str:
