@@ -114,11 +114,15 @@ class BrokerStats:
                 f"{self.handshakes_rejected} handshakes rejected")
 
 
-class _FrontendRouter(Router):
-    """The frontend: read only while the broker has room, so no ZMTP timeout (a peer whose
-    PONG waits unread behind a full queue is alive; see ``heartbeat``)."""
+class BrokerFrontend(Router):
+    """The broker's frontend: read only while the broker has room, so no ZMTP timeout (a
+    peer whose PONG waits unread behind a full queue is alive; see ``heartbeat``)."""
 
     heartbeat_zmtp_timeout: ClassVar[bool] = False
+
+
+class BrokerBackend(Router):
+    """The broker's backend (a ``Router`` named for its errors and log lines)."""
 
 
 class Broker:
@@ -147,10 +151,10 @@ class Broker:
             common["max_request_bytes"] = max_message_bytes
         if context is not None:
             common["context"] = context
-        self._frontend: Router = _FrontendRouter(frontend, curve=curve_frontend, **common)
+        self._frontend: Router = BrokerFrontend(frontend, curve=curve_frontend, **common)
         try:
             # the monitor's disconnections tell which workers are gone (see _on_disconnect)
-            self._backend: Router = Router(backend, curve=curve_backend, monitor=zmq.EVENT_DISCONNECTED, **common)
+            self._backend: Router = BrokerBackend(backend, curve=curve_backend, monitor=zmq.EVENT_DISCONNECTED, **common)
         except BaseException:
             self._frontend.close()
             raise
@@ -199,7 +203,7 @@ class Broker:
     def run(self, stop: Optional[threading.Event] = None, *,
             report: Optional[Callable[[BrokerStats], None]] = None, report_interval: float = 10.0) -> None:
         """Serve until ``stop`` is set or ``stop()`` is called, in the calling thread.
-        ``report(stats)`` is called every ``report_interval`` seconds (first right away).
+        ``report(stats)`` is called every ``report_interval`` seconds, the first time at once.
         Requests still waiting when it returns are dropped (their clients resend)."""
         if self._closed:
             raise RuntimeError("Broker is closed")
@@ -252,8 +256,6 @@ class Broker:
                 self._read_backend(back)
             if front in ready:
                 self._read_frontend(front)
-        if report is not None:
-            report(self.stats())
 
     def _read_monitors(self) -> None:
         if self._frontend.handshakes is not None:
