@@ -76,6 +76,8 @@ READY = b"READY"
 _BATCH = 256
 #: the loop checks for ``stop()`` at least this often (seconds)
 _WAKE_S = 0.1
+#: forgotten workers remembered, so a reply sent just before a disconnection still counts
+_DEPARTED_REMEMBERED = 10_000
 
 
 @dataclass(frozen=True)
@@ -163,10 +165,11 @@ class Broker:
         self._idle: collections.OrderedDict[bytes, None] = collections.OrderedDict()
         #: workers holding a request: identity -> when it was sent
         self._busy: dict[bytes, float] = {}
+        #: the connection (file descriptor) each worker came on, and the workers on each
         self._fd_of: dict[bytes, int] = {}
-        self._worker_at_fd: dict[int, bytes] = {}
-        #: disconnections still to come for connections already known to be gone
-        self._stale_fds: collections.Counter = collections.Counter()
+        self._workers_at_fd: dict[int, set[bytes]] = {}
+        #: workers forgotten lately -> whether one held a request then (see _on_worker_message)
+        self._departed: collections.OrderedDict[bytes, bool] = collections.OrderedDict()
         self._stop = threading.Event()
         self._running = threading.Lock()
         self._closed = False
@@ -277,6 +280,9 @@ class Broker:
 
     def _on_worker_message(self, frames: list) -> None:
         worker = frames[0].bytes
+        if worker in self._departed:
+            self._from_departed(worker, frames)
+            return
         was_busy = self._busy.pop(worker, None) is not None
         if len(frames) < 3 or len(frames[1]) != 0:
             # not from a REQ socket (which always sends the empty delimiter)
@@ -291,8 +297,7 @@ class Broker:
             self._register(worker, frames[-1])
             self._make_idle(worker)
             return
-        delimiter = _delimiter(payload)
-        if delimiter is None or delimiter == 0 or delimiter == len(payload) - 1:
+        if not _is_reply(payload):
             self._drop_from_worker(worker, was_busy, "a reply without [envelope, b'', body]")
             return
         if not was_busy:
@@ -303,10 +308,26 @@ class Broker:
             # is as good as any, and it now waits for work like a worker that said READY
             self._register(worker, frames[-1])
         self._make_idle(worker)
+        self._return(payload)
+
+    def _from_departed(self, worker: bytes, frames: list) -> None:
+        """A message read after its worker was forgotten: the connection closed right after
+        the worker sent it (libzmq still held it when the disconnection was read). A reply
+        still goes to its client, and the request was not lost after all; the worker
+        itself stays forgotten (its connection is gone)."""
+        if len(frames) >= 3 and len(frames[1]) == 0 and _is_reply(frames[2:]):
+            if self._departed.pop(worker):
+                self.requests_lost -= 1
+            self._return(frames[2:])
+
+    def _return(self, payload: list) -> None:
+        """Send a reply ``[envelope..., b"", reply...]`` to its client."""
+        # counted before the send: whoever sees the reply arrive sees it counted
+        self.replies_returned += 1
         try:
             self._frontend.zmq_socket.send_multipart(payload, zmq.NOBLOCK, copy=False)
-            self.replies_returned += 1
         except zmq.ZMQError as exc:
+            self.replies_returned -= 1
             if exc.errno not in (zmq.EHOSTUNREACH, zmq.EAGAIN):
                 raise
             # the client is gone, or is not reading: it resends if it still wants the reply
@@ -327,42 +348,42 @@ class Broker:
         self._idle[worker] = None
 
     def _register(self, worker: bytes, frame: zmq.Frame) -> None:
-        """Remember the connection a new worker came on (its file descriptor), so its
-        disconnection can be told from the monitor."""
+        """Remember the connection a new worker came on (its file descriptor), so that its
+        disconnection, which the monitor reports by descriptor, tells that it is gone.
+
+        A descriptor is reused once closed, so the disconnections are read first: one that
+        happened before this message arrived is then never taken for this worker's. A worker
+        whose own disconnection came first (it sent and died at once) stays listed until the
+        descriptor's next disconnection or its first request (EHOSTUNREACH)."""
+        self._read_monitors()
         try:
             fd = frame.get(zmq.SRCFD)
         except zmq.ZMQError:
             return
         if fd is None or fd < 0:
             return  # inproc: no descriptor; a gone worker is found by EHOSTUNREACH
-        previous = self._worker_at_fd.get(fd)
-        if previous is not None and previous != worker:
-            # the descriptor was closed and reused before its disconnection was read: the
-            # earlier worker is gone, and that disconnection, still to come, is not this one's
-            self._forget(previous)
-            self._stale_fds[fd] += 1
-        self._worker_at_fd[fd] = worker
+        self._workers_at_fd.setdefault(fd, set()).add(worker)
         self._fd_of[worker] = fd
 
     def _on_disconnect(self, fd: int) -> None:
-        if self._stale_fds[fd] > 0:
-            self._stale_fds[fd] -= 1
-            return
-        worker = self._worker_at_fd.get(fd)
-        if worker is not None:
-            self._forget(worker)
+        for worker in self._workers_at_fd.pop(fd, ()):
+            self._forget(worker, f"its connection (descriptor {fd}) closed")
 
-    def _forget(self, worker: bytes) -> None:
+    def _forget(self, worker: bytes, why: str) -> None:
+        log.debug("Broker: forgetting worker %r: %s", worker, why)
         known = worker in self._idle
         self._idle.pop(worker, None)
-        if self._busy.pop(worker, None) is not None:
-            known = True
+        was_busy = self._busy.pop(worker, None) is not None
+        if was_busy:
             self.requests_lost += 1
         fd = self._fd_of.pop(worker, None)
-        if fd is not None and self._worker_at_fd.get(fd) == worker:
-            del self._worker_at_fd[fd]
-        if known:
+        if fd is not None:
+            self._workers_at_fd.get(fd, set()).discard(worker)
+        if known or was_busy:
             self.workers_gone += 1
+            self._departed[worker] = was_busy
+            while len(self._departed) > _DEPARTED_REMEMBERED:
+                self._departed.popitem(last=False)
 
     def _dispatch(self) -> None:
         """Give waiting requests to idle workers, the one idle longest first."""
@@ -376,7 +397,7 @@ class Broker:
                     raise
                 # gone (EHOSTUNREACH), or an idle REQ with a full queue, which no working
                 # worker has: either way not a worker to wait for; the request stays first
-                self._forget(worker)
+                self._forget(worker, "unreachable" if exc.errno == zmq.EHOSTUNREACH else "its queue is full")
                 continue
             del self._idle[worker]
             self._busy[worker] = time.monotonic()
@@ -431,6 +452,12 @@ class Broker:
             return "<Broker closed>"
         return (f"<Broker frontend {','.join(map(str, self._frontend.endpoints))} "
                 f"backend {','.join(map(str, self._backend.endpoints))}>")
+
+
+def _is_reply(payload: list) -> bool:
+    """``[envelope (at least one frame)..., b"", reply (at least one frame)...]``."""
+    delimiter = _delimiter(payload)
+    return delimiter is not None and 0 < delimiter < len(payload) - 1
 
 
 def _delimiter(frames: list, start: int = 0) -> Optional[int]:
