@@ -50,7 +50,7 @@ import json
 import logging
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Protocol
 
 import pyarrow as pa
 import zmq
@@ -60,7 +60,7 @@ from .patterns.broker import READY
 from .patterns.curve import Curve
 from .patterns.endpoints import EndpointsSpec, parse_endpoints
 
-__all__ = ["serve", "WorkerStats", "ERROR", "FORMATS", "error_reply", "is_error_reply"]
+__all__ = ["serve", "StopFlag", "WorkerStats", "ERROR", "FORMATS", "error_reply", "is_error_reply"]
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +74,12 @@ _WAKE_S = 0.1
 _LINGER_MS = 2000
 
 Handler = Callable[[Any], Any]
+
+
+class StopFlag(Protocol):
+    """What ``stop`` may be: a ``threading.Event``, a ``multiprocessing.Event``, ..."""
+
+    def is_set(self) -> bool: ...
 
 
 class _BadRequest(ValueError):
@@ -185,7 +191,7 @@ def _answer(call: Callable[[Handler, bytes], bytes], handler: Handler, body: lis
 
 
 def serve(handler: Handler, endpoint: EndpointsSpec, *, format: str = "arrow", broker: bool = True,
-          curve: Optional[Curve] = None, stop: Optional[threading.Event] = None,
+          curve: Optional[Curve] = None, stop: Optional[StopFlag] = None,
           heartbeat: Optional[Heartbeat] = None, max_message_bytes: Optional[int] = None,
           on_ready: Optional[Callable[[list[str]], None]] = None,
           context: Optional[zmq.Context] = None) -> WorkerStats:
@@ -227,7 +233,7 @@ def serve(handler: Handler, endpoint: EndpointsSpec, *, format: str = "arrow", b
     return stats
 
 
-def _send(sock: Any, frames: list[bytes], stop: threading.Event) -> bool:
+def _send(sock: Any, frames: list[bytes], stop: StopFlag) -> bool:
     """Send, waiting in slices while no peer takes it; False if stopped first."""
     while True:
         try:
@@ -238,7 +244,7 @@ def _send(sock: Any, frames: list[bytes], stop: threading.Event) -> bool:
                 return False
 
 
-def _recv(sock: Any, stop: threading.Event, between: Callable[[], None] = lambda: None) -> Optional[list[bytes]]:
+def _recv(sock: Any, stop: StopFlag, between: Callable[[], None] = lambda: None) -> Optional[list[bytes]]:
     """Receive one message, waiting in slices (``between()`` after each); None if stopped."""
     while not stop.is_set():
         try:
@@ -248,7 +254,7 @@ def _recv(sock: Any, stop: threading.Event, between: Callable[[], None] = lambda
     return None
 
 
-def _serve_rep(sock: Rep, handler: Handler, call: Callable, stop: threading.Event, stats: WorkerStats) -> None:
+def _serve_rep(sock: Rep, handler: Handler, call: Callable, stop: StopFlag, stats: WorkerStats) -> None:
     while True:
         body = _recv(sock, stop)
         if body is None:
@@ -275,7 +281,7 @@ class _Connections:
         return new
 
 
-def _serve_broker(sock: Req, handler: Handler, call: Callable, stop: threading.Event, stats: WorkerStats) -> None:
+def _serve_broker(sock: Req, handler: Handler, call: Callable, stop: StopFlag, stats: WorkerStats) -> None:
     # relaxed: READY may be sent again while the socket waits for a request (a new
     # connection's broker does not know us; the request the old one would send never comes)
     sock.zmq_socket.setsockopt(zmq.REQ_RELAXED, 1)
