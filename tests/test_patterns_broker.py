@@ -21,7 +21,7 @@ import pytest
 import zmq
 import zmq.auth
 
-from spark_zmq.patterns import Broker, Client, RequestTimeoutError
+from spark_zmq.patterns import Broker, Client, Heartbeat, RequestTimeoutError
 from spark_zmq.patterns.curve import Curve, KeyPair, load_authorized_keys, load_public_key
 from zmqtest import free_ports, wait_until
 
@@ -200,6 +200,25 @@ def test_workers_join_and_leave_mid_run_and_every_request_is_answered(broker, wo
         assert first.line("served").startswith("served ") and first.process.wait(10) == 0
         running.wait(lambda s: s.workers_known == 1 and s.workers_gone == 2, "the broker to forget the two that left")
         assert answers(client, [b"d%d" % i for i in range(30)]) == {"w3": 30}
+
+
+def test_a_silent_worker_holding_a_request_is_dropped_by_heartbeats_and_its_request_resent(broker, workers):
+    """SIGSTOP: the worker's host still acknowledges TCP, only the ZMTP heartbeat (PINGs the
+    stopped process never answers) tells the broker it is gone."""
+    running = broker(heartbeat=Heartbeat(interval=0.1, timeout=0.6, ttl=1.0))
+    silent = workers(running.backend, "silent", "--delay", "30")
+    running.wait(lambda s: s.workers_known == 1, "the worker")
+    with Client(running.frontend, timeout=2.0, retries=3) as client:
+        request_id = client.send(b"question")
+        running.wait(lambda s: s.requests_in_flight == 1, "the request given to the worker")
+        os.kill(silent.process.pid, signal.SIGSTOP)
+        try:
+            running.wait(lambda s: s.workers_known == 0 and s.requests_lost == 1,
+                         "the silent worker dropped with its request")
+            workers(running.backend, "alive")
+            assert client.recv(timeout=20) == (request_id, [b"alive:question"])
+        finally:
+            os.kill(silent.process.pid, signal.SIGCONT)
 
 
 def test_a_req_client_and_an_id_client_and_a_deep_envelope_each_get_their_own_replies(broker, workers):

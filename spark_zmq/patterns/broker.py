@@ -222,7 +222,8 @@ class Broker:
         self.run()
 
     def stop(self) -> None:
-        """Ask the loop to end (from any thread or a signal handler); returns at once."""
+        """Ask the loop to end (from any thread or a signal handler); returns at once. Final:
+        ``run`` returns at once afterwards."""
         self._stop.set()
 
     def _stopping(self, stop: Optional[threading.Event]) -> bool:
