@@ -8,8 +8,9 @@
 Why a CLI: a connector is first tried from a shell; ``produce`` is the load generator the
 jobs, notebooks and benchmarks use (``spark_zmq.loadgen``), ``consume`` shows what a Spark
 job sends, ``broker`` is the load-balancing broker between request-reply clients (such as
-``spark_zmq.request``) and workers (``spark_zmq.worker.serve``). Built on typer (arguments, ``--help``, usage errors with exit code 2) and rich
-(live progress on stderr, so printed messages on stdout stay clean for pipes).
+``spark_zmq.patterns.Client``) and workers (``spark_zmq.worker.serve``). Built on typer
+(arguments, ``--help``, usage errors with exit code 2) and rich (live progress on stderr,
+so printed messages on stdout stay clean for pipes).
 
 ``--curve-certificate``, ``--curve-server-key`` and ``--curve-authorized-keys`` mean what
 the data source options ``curveCertificate``, ``curveServerKey`` and
@@ -423,8 +424,9 @@ def relay_command(
 
 @app.command("broker")
 def broker_command(
-    frontend: str = typer.Option(..., "--frontend", help="Where clients (DEALER or REQ, e.g. spark_zmq.request) "
-                                 "reach the broker: '@tcp://*:5559' binds (the default), '>tcp://host:port' connects."),
+    frontend: str = typer.Option(..., "--frontend", help="Where clients (DEALER or REQ, e.g. "
+                                 "spark_zmq.patterns.Client) reach the broker: '@tcp://*:5559' binds (the default), "
+                                 "'>tcp://host:port' connects."),
     backend: str = typer.Option(..., "--backend", help="Where workers (REQ, e.g. spark_zmq.worker.serve) reach the "
                                 "broker: '@tcp://*:5560' binds (the default), '>tcp://host:port' connects."),
     hwm: int = typer.Option(1000, "--hwm", min=1, help="Requests that may wait in the broker while no worker is "

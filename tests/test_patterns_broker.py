@@ -422,7 +422,8 @@ def test_cli_broker_serves_reports_status_and_exits_0_on_sigterm(workers):
 
 
 @pytest.mark.parametrize("args, code, message", [
-    (["--frontend", "@tcp://127.0.0.1:x", "--backend", "@tcp://127.0.0.1:1"], 2, "'--frontend': invalid ZeroMQ endpoint"),
+    (["--frontend", "@tcp://127.0.0.1:x", "--backend", "@tcp://127.0.0.1:1"], 2,
+     "'--frontend': invalid ZeroMQ endpoint"),
     (["--frontend", "@tcp://127.0.0.1:1", "--backend", "tcp//nowhere"], 2, "'--backend': invalid ZeroMQ endpoint"),
     (["--frontend", "@tcp://127.0.0.1:1", "--backend", "@tcp://127.0.0.1:2", "--hwm", "0"], 2, "--hwm"),
     (["--frontend", "@tcp://127.0.0.1:1", "--backend", "@tcp://127.0.0.1:2", "--curve-certificate", "x.key_secret"],

@@ -156,7 +156,8 @@ class Broker:
         self._frontend: Router = BrokerFrontend(frontend, curve=curve_frontend, **common)
         try:
             # the monitor's disconnections tell which workers are gone (see _on_disconnect)
-            self._backend: Router = BrokerBackend(backend, curve=curve_backend, monitor=zmq.EVENT_DISCONNECTED, **common)
+            self._backend: Router = BrokerBackend(backend, curve=curve_backend, monitor=zmq.EVENT_DISCONNECTED,
+                                                  **common)
         except BaseException:
             self._frontend.close()
             raise
