@@ -3,11 +3,14 @@
     spark-zmq produce tcp://127.0.0.1:5555 --count 100000 --rate 20000 --format json
     spark-zmq consume @tcp://*:5556 --format arrow --count 10
     spark-zmq keygen server --dir keys/      # CURVE: keys/server.key, keys/server.key_secret
+    spark-zmq broker --frontend @tcp://*:5559 --backend @tcp://*:5560   # request-reply broker
 
 Why a CLI: a connector is first tried from a shell; ``produce`` is the load generator the
 jobs, notebooks and benchmarks use (``spark_zmq.loadgen``), ``consume`` shows what a Spark
-job sends. Built on typer (arguments, ``--help``, usage errors with exit code 2) and rich
-(live progress on stderr, so printed messages on stdout stay clean for pipes).
+job sends, ``broker`` is the load-balancing broker between request-reply clients (such as
+``spark_zmq.patterns.Client``) and workers (``spark_zmq.worker.serve``). Built on typer
+(arguments, ``--help``, usage errors with exit code 2) and rich (live progress on stderr,
+so printed messages on stdout stay clean for pipes).
 
 ``--curve-certificate``, ``--curve-server-key`` and ``--curve-authorized-keys`` mean what
 the data source options ``curveCertificate``, ``curveServerKey`` and
@@ -20,7 +23,9 @@ from __future__ import annotations
 import enum
 import json
 import os
+import signal
 import sys
+import threading
 import time
 from typing import List, Optional, Sequence
 
@@ -32,7 +37,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from . import loadgen
 from .options import OptionError, SourceOptions, check_curve, curve_of
-from .patterns import DEFAULT_HEARTBEAT, Gather, Heartbeat, Pull, Sub, parse_endpoints
+from .patterns import DEFAULT_HEARTBEAT, Broker, BrokerStats, Gather, Heartbeat, Pull, Sub, parse_endpoints
 from .patterns.curve import Curve, CurveError, KeyPair, load_authorized_keys, load_public_key
 from .patterns.curve import keygen as write_key_pair
 
@@ -415,6 +420,77 @@ def relay_command(
         _error(f"{type(exc).__name__}: {exc}")
         raise typer.Exit(1) from None
     raise typer.Exit(code)
+
+
+@app.command("broker")
+def broker_command(
+    frontend: str = typer.Option(..., "--frontend", help="Where clients (DEALER or REQ, e.g. "
+                                 "spark_zmq.patterns.Client) reach the broker: '@tcp://*:5559' binds (the default), "
+                                 "'>tcp://host:port' connects."),
+    backend: str = typer.Option(..., "--backend", help="Where workers (REQ, e.g. spark_zmq.worker.serve) reach the "
+                                "broker: '@tcp://*:5560' binds (the default), '>tcp://host:port' connects."),
+    hwm: int = typer.Option(1000, "--hwm", min=1, help="Requests that may wait in the broker while no worker is "
+                            "idle; beyond that it stops reading clients (backpressure). Also the sockets' "
+                            "high-water marks."),
+    max_message_bytes: Optional[int] = typer.Option(None, "--max-message-bytes", min=1, help="Largest message "
+                                                    "accepted from a client or worker (a peer sending more is "
+                                                    "disconnected). Default: no limit."),
+    status_interval: float = typer.Option(10.0, "--status-interval", min=0.05, help="Seconds between status lines "
+                                          "on stderr."),
+    curve_certificate: Optional[str] = typer.Option(
+        None, metavar="FILE", rich_help_panel=_CURVE_PANEL,
+        help="The broker's secret certificate: with --curve-authorized-keys both the frontend and the backend are "
+             "CURVE servers accepting those client keys (clients' and workers')."),
+    curve_authorized_keys: Optional[str] = typer.Option(
+        None, metavar="DIR|*", rich_help_panel=_CURVE_PANEL,
+        help="Client and worker keys accepted: a directory of public certificates (*.key), or '*' for any key."),
+    heartbeat_interval: float = _hb_interval(),
+    heartbeat_timeout: float = _hb_timeout(),
+    heartbeat_ttl: float = _hb_ttl(),
+) -> None:
+    """Load-balance requests from clients to workers (the ZeroMQ Guide's LRU broker), until SIGTERM/SIGINT.
+    Prints a status line on stderr every --status-interval seconds."""
+    for flag, value in (("--frontend", frontend), ("--backend", backend)):
+        try:
+            parse_endpoints(value, default_bind=True)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint=f"'{flag}'") from None
+    if curve_certificate and not curve_authorized_keys:
+        raise typer.BadParameter("the broker is a CURVE server on both sides, which needs --curve-authorized-keys: "
+                                 "a directory of the clients' and workers' public certificate files ('*.key'), or "
+                                 "'*' to accept any key", param_hint="'--curve-certificate'")
+    curve = _curve_flags(curve_certificate, None, curve_authorized_keys)
+    heartbeat = _heartbeat_flags(heartbeat_interval, heartbeat_timeout, heartbeat_ttl)
+    try:
+        broker = Broker(frontend, backend, hwm=hwm, curve_frontend=curve, curve_backend=curve, heartbeat=heartbeat,
+                        max_message_bytes=max_message_bytes)
+    except Exception as exc:  # a bind error (port in use, address not local): the reason, not a trace
+        _error(exc.strerror if isinstance(exc, OSError) and exc.strerror else f"{type(exc).__name__}: {exc}")
+        raise typer.Exit(1) from None
+    stop = threading.Event()
+    stopped_by: list[str] = []
+
+    def on_signal(signum: int, frame: object) -> None:
+        stopped_by.append(signal.Signals(signum).name)
+        stop.set()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, on_signal)
+
+    def status(stats: BrokerStats) -> None:
+        print(f"broker: {stats.line()}", file=sys.stderr, flush=True)
+
+    security = f"; {curve.describe()} on both" if curve is not None else ""
+    print(f"broker: frontend {', '.join(broker.frontend_addresses) or frontend}, backend "
+          f"{', '.join(broker.backend_addresses) or backend}{security}", file=sys.stderr, flush=True)
+    with broker:
+        try:
+            broker.run(stop, report=status, report_interval=status_interval)
+        except Exception as exc:
+            _error(f"the broker failed: {type(exc).__name__}: {exc}")
+            raise typer.Exit(1) from None
+        print(f"broker: stopped ({stopped_by[0] if stopped_by else 'stop'}): {broker.stats().line()}",
+              file=sys.stderr, flush=True)
 
 
 @app.command("keygen")

@@ -3,7 +3,8 @@
 Layers, bottom up: ``patterns`` (ZeroMQ only) < ``options`` < ``ingest`` (receive, spool,
 serve) < ``relay`` < ``source``; ``sink`` sits on ``patterns``, ``options`` and ``schemas``;
 ``service`` (calling ZeroMQ services from Spark) on ``patterns``, ``options``, ``ingest``'s
-Arrow guard and ``schemas``; ``procstat`` (what ``/proc`` says of a process) on nothing;
+Arrow guard and ``schemas``; ``worker`` (a request-reply service's loop) on ``patterns``;
+``procstat`` (what ``/proc`` says of a process) on nothing;
 the entry points (``datasource``, ``cli``, ``loadgen``, ``worker_env``, the package's
 ``__init__``) may import anything. A module importing a layer above its own, or a layer it
 does not need, makes a cycle possible and drags Spark into processes that never run it
@@ -36,6 +37,7 @@ ALLOWED = {
     "schemas": set(),
     "sink": {"patterns", "options", "schemas"},
     "service": {"patterns", "options", "ingest", "schemas"},
+    "worker": {"patterns"},
 }
 ENTRY_POINTS = {"__init__", "datasource", "cli", "loadgen", "worker_env"}
 
@@ -43,7 +45,8 @@ ENTRY_POINTS = {"__init__", "datasource", "cli", "loadgen", "worker_env"}
 SPARK_FREE = ["spark_zmq", "spark_zmq.patterns", "spark_zmq.options", "spark_zmq.ingest.runtime",
               "spark_zmq.ingest.fetch", "spark_zmq.ingest.spool_reader", "spark_zmq.relay.service",
               "spark_zmq.relay.run", "spark_zmq.relay.child", "spark_zmq.relay.client",
-              "spark_zmq.relay.processes", "spark_zmq.service.call", "spark_zmq.service.codec"]
+              "spark_zmq.relay.processes", "spark_zmq.service.call", "spark_zmq.service.codec",
+              "spark_zmq.patterns.broker", "spark_zmq.worker"]
 
 
 def _layer(module: str) -> str:

@@ -191,3 +191,69 @@ def test_libzmq_scatter_does_not_deliver_to_pyzmq_pull(ctx):
             assert peer.returncode == 3 and last.get("event") == "error" and "send" in last.get("message", ""), \
                 f"the peer failed otherwise than a send finding no GATHER: {last}"
     pull.disable_monitor()
+
+
+# -- request-reply: libzmq's REP, and a libzmq REQ worker behind our broker -----------------
+
+
+@pytest.mark.parametrize("node_binds", [True, False], ids=["node-binds", "node-connects"])
+def test_our_client_against_a_node_rep_worker(node_binds):
+    """``Client`` (DEALER, id envelope) to libzmq's REP: the REP keeps the envelope, so each
+    reply comes back to its request, in input order through ``map``."""
+    from spark_zmq.patterns import Client
+
+    bodies = [b"req-%d" % i for i in range(50)]
+    if node_binds:
+        peer = NodePeer.start("rep", bind=[ANY_PORT], prefix="js:")
+        client = Client(peer.endpoints[0], timeout=10)
+    else:
+        from zmqtest import free_ports
+
+        endpoint = f"tcp://127.0.0.1:{free_ports(1)[0]}"
+        client = Client("@" + endpoint, timeout=10)
+        peer = NodePeer.start("rep", connect=[endpoint], prefix="js:")
+    with peer, client:
+        assert list(client.map(bodies, max_in_flight=8)) == [[b"js:" + body] for body in bodies]
+        assert client.resent == 0 and client.malformed == 0
+        assert peer.messages(50) == bodies
+        assert peer.stop() == {"event": "stopped", "count": 50}
+
+
+def test_a_node_rep_with_count_answers_that_many_then_exits():
+    from spark_zmq.patterns import Req
+
+    with NodePeer.start("rep", bind=[ANY_PORT], count=3) as peer, Req(peer.endpoints[0]) as req:
+        for i in range(3):
+            req.send([b"part-%d" % i, b"tail"], timeout=10)
+            assert req.recv_multipart(timeout=10) == [b"part-%d" % i, b"tail"]
+        assert peer.messages(3) == [[b"part-%d" % i, b"tail"] for i in range(3)]
+        assert peer.wait_event("done") == {"event": "done", "count": 3}
+        assert peer.wait_exit(10) == 0
+
+
+def test_node_req_workers_behind_our_broker_serve_our_clients():
+    """Workers nobody here wrote (libzmq REQ sockets that send READY and keep the envelope)
+    behind ``Broker``: a ``Client`` and a plain REQ client each get their own replies."""
+    import threading
+
+    from spark_zmq.patterns import Broker, Client, Req
+    from zmqtest import wait_until
+
+    with Broker("@" + ANY_PORT, "@" + ANY_PORT) as broker:
+        thread = threading.Thread(target=broker.run, daemon=True)
+        thread.start()
+        with NodePeer.start("req-worker", connect=broker.backend_addresses, prefix="a:") as a, \
+                NodePeer.start("req-worker", connect=broker.backend_addresses, prefix="b:") as b:
+            wait_until(lambda: broker.stats().workers_idle == 2, 20, "the node workers' READY")
+            bodies = [b"%d" % i for i in range(40)]
+            with Client(broker.frontend_addresses[0], timeout=10) as client, \
+                    Req(broker.frontend_addresses[0]) as req:
+                replies = list(client.map(bodies, max_in_flight=4))
+                assert [r[0][2:] for r in replies] == bodies
+                assert {r[0][:2] for r in replies} == {b"a:", b"b:"}  # both workers served
+                req.send(b"plain", timeout=10)
+                assert req.recv(timeout=10) in (b"a:plain", b"b:plain")
+            assert sorted(a.received + b.received) == sorted(bodies + [b"plain"])
+            assert broker.stats().replies_returned == 41 and broker.stats().malformed == 0
+        broker.stop()
+        thread.join(10)

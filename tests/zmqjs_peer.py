@@ -38,6 +38,9 @@ ZEROMQ_VERSION = "6.8.0"
 INSTALL_LOCK = ZMQJS_DIR / ".install.lock"
 SENDERS = ("scatter", "push")
 RECEIVERS = ("gather", "pull")
+#: answer requests with their body, ``prefix`` in front: a REP socket, or a REQ worker of a
+#: load-balancing broker (sends READY first, keeps the envelope)
+SERVERS = ("rep", "req-worker")
 
 # Loads the addon the way peer.js does and reports what the bundled libzmq can do.
 _PROBE_JS = (
@@ -152,8 +155,9 @@ def _key(value: Union[str, bytes]) -> str:
 
 
 class NodePeer:
-    """One running ``node peer.js``: a single libzmq socket of type scatter, gather, push
-    or pull.  Start it with :meth:`start`; use it as a context manager (always killed)."""
+    """One running ``node peer.js``: a single libzmq socket of type scatter, gather, push,
+    pull, rep or req-worker.  Start it with :meth:`start`; use it as a context manager
+    (always killed)."""
 
     def __init__(self, args: Sequence[str], kind: str) -> None:
         self.kind = kind
@@ -192,13 +196,16 @@ class NodePeer:
 
         ``bind``/``connect``: endpoints (a string is taken as one); ``tcp://127.0.0.1:*``
         binds a free port, see :attr:`endpoints`.  Senders (scatter, push) need ``count``
-        and send :func:`payload` (i, size, prefix) for i in 0..count-1.  ``send_timeout``
+        and send :func:`payload` (i, size, prefix) for i in 0..count-1.  Servers (rep,
+        req-worker) answer each request with its body, ``prefix`` in front, until ``count``
+        requests are answered (``done``) or :meth:`stop`; :meth:`messages` returns the
+        request bodies.  ``send_timeout``
         and ``linger`` are milliseconds.  CURVE: ``curve_server=SECRET`` (``curve_public``
         optional, derived with pyzmq when omitted), or ``curve_client=(PUBLIC, SECRET)``
         with ``curve_server_key=PUBLIC``; keys are Z85, str or bytes.
         """
-        if type not in SENDERS + RECEIVERS:
-            raise ValueError(f"type must be one of {SENDERS + RECEIVERS}, not {type!r}")
+        if type not in SENDERS + RECEIVERS + SERVERS:
+            raise ValueError(f"type must be one of {SENDERS + RECEIVERS + SERVERS}, not {type!r}")
         bind = [bind] if isinstance(bind, str) else list(bind)
         connect = [connect] if isinstance(connect, str) else list(connect)
         args = ["--type", type]
@@ -261,7 +268,7 @@ class NodePeer:
             event = json.loads(line)
         except ValueError:  # peer.js broke its contract: say so, keep draining
             event = {"event": "error", "message": f"stdout line is not JSON: {line!r}"}
-        if event.get("event") == "message":
+        if event.get("event") in ("message", "request"):  # a server's requests are its messages
             if "hex" in event:
                 self._messages.append(bytes.fromhex(event["hex"]))
             else:

@@ -6,14 +6,16 @@ lacks draft sockets), ``ReroutingPush`` (PUSH on that engine: a departed peer's 
 to the peers still there instead of being dropped), ``Pub``/``Sub``/
 ``XPub``/``XSub`` (29/PUBSUB), ``Req``/``Rep``/``Dealer``/``Router`` (request-reply, the
 Guide's chapter 3) and ``Client``, the Guide's asynchronous client over a DEALER (request
-ids, replies in any order, resends on silence). Every class is ``Cls(endpoints, *, hwm=None, **options)``
-with ``send(data, timeout=None)``, ``recv(timeout=None)``, ``close()`` and ``with`` support;
+ids, replies in any order, resends on silence) and ``Broker``, the Guide's load-balancing
+broker between such clients and REQ workers. Every socket class is
+``Cls(endpoints, *, hwm=None, **options)`` with ``send(data, timeout=None)``, ``recv(timeout=None)``, ``close()`` and ``with`` support;
 timeouts are seconds and raise the built-in ``TimeoutError``.
 
 This package never imports Spark.
 """
 
 from .base import PatternSocket, SocketClosedError
+from .broker import Broker, BrokerStats
 from .client import Client, RequestTimeoutError
 from .endpoints import Endpoint, parse_endpoints
 from .heartbeat import DEFAULT_HEARTBEAT, NO_HEARTBEAT, Heartbeat
@@ -50,6 +52,8 @@ def socket_for(pattern: str) -> type[PatternSocket]:
 
 
 __all__ = [
+    "Broker",
+    "BrokerStats",
     "Client",
     "RequestTimeoutError",
     "DEFAULT_HEARTBEAT",

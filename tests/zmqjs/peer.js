@@ -6,13 +6,17 @@
 // nobody here wrote.  tests/zmqjs_peer.py drives this program; run it by hand like:
 //
 //   node peer.js --type push --bind 'tcp://127.0.0.1:*' --count 3 --size 8
+//   node peer.js --type rep --bind 'tcp://127.0.0.1:*' --prefix 'js:'
+//   node peer.js --type req-worker --connect tcp://127.0.0.1:5560    # a broker's worker
 //
 // stdout: one JSON object per line, nothing else (warnings and usage go to stderr):
 //   {"event":"ready","endpoints":[...]}  after every bind/connect, before any traffic
 //   {"event":"message","hex":"..."}      receivers: one per message ("parts":[hex,...]
 //                                        instead of "hex" for a multipart message)
 //   {"event":"sent","count":N}           senders: everything was queued (then linger, exit 0)
-//   {"event":"done","count":N}           receivers: --count N messages arrived (exit 0)
+//   {"event":"request","hex":"..."}      servers: one per request, its body ("parts" if several)
+//   {"event":"done","count":N}           receivers: --count N messages arrived; servers:
+//                                        --count N requests answered (exit 0)
 //   {"event":"stopped","count":N}        a line "stop" (or EOF) on stdin (exit 0)
 //   {"event":"error","message":"..."}    a send timed out (exit 3) or the socket failed (exit 1)
 // Exit 2, with a usage line on stderr, for bad arguments.
@@ -20,12 +24,18 @@
 // Payload of message i (i = 0 .. count-1): PREFIX + ASCII decimal i + "-", then padded
 // with "x" up to --size bytes in total (prefix included); a --size smaller than that
 // leaves the message unpadded, so every message stays distinct and parseable.
+//
+// Servers answer each request with its body, PREFIX put in front of the first frame:
+//   rep         a REP socket (the envelope is libzmq's business)
+//   req-worker  a REQ socket that first sends the one frame "READY", then answers each
+//               request [envelope..., "", body...] with [envelope..., "", PREFIX+body...]:
+//               a worker of the Guide's load-balancing broker
 "use strict"
 
 const readline = require("readline")
 
 const USAGE =
-  "usage: node peer.js --type scatter|gather|push|pull (--bind EP | --connect EP)... " +
+  "usage: node peer.js --type scatter|gather|push|pull|rep|req-worker (--bind EP | --connect EP)... " +
   "[--count N] [--size B] [--prefix TEXT] [--sndhwm N] [--rcvhwm N] [--send-timeout MS] " +
   "[--linger MS] [--curve-server SECRET_Z85 [--curve-public PUBLIC_Z85]] " +
   "[--curve-client PUBLIC_Z85:SECRET_Z85 --curve-server-key PUBLIC_Z85]"
@@ -37,6 +47,7 @@ function usage(problem) {
 
 const SENDERS = new Set(["scatter", "push"])
 const RECEIVERS = new Set(["gather", "pull"])
+const SERVERS = new Set(["rep", "req-worker"])
 const Z85_KEY = /^[0-9a-zA-Z.\-:+=^!/*?&<>()[\]{}@%$#]{40}$/
 
 function parseArgs(argv) {
@@ -77,11 +88,15 @@ function parseArgs(argv) {
     }
   }
   const sender = SENDERS.has(opts.type)
-  if (!sender && !RECEIVERS.has(opts.type)) usage(`--type must be scatter, gather, push or pull`)
+  const server = SERVERS.has(opts.type)
+  if (!sender && !server && !RECEIVERS.has(opts.type)) {
+    usage(`--type must be scatter, gather, push, pull, rep or req-worker`)
+  }
   if (!opts.endpoints.length) usage("give at least one --bind or --connect")
   if (sender && opts.count === undefined) usage(`--type ${opts.type} needs --count`)
   for (const [field, flag] of [["size", "--size"], ["prefix", "--prefix"], ["sndhwm", "--sndhwm"],
     ["sendTimeout", "--send-timeout"]]) {
+    if (server && field === "prefix") continue // servers prefix their replies
     if (!sender && opts[field] !== undefined) usage(`${flag} is for senders (scatter, push)`)
   }
   if (sender && opts.rcvhwm !== undefined) usage("--rcvhwm is for receivers (gather, pull)")
@@ -89,6 +104,7 @@ function parseArgs(argv) {
   if (opts.curvePublic && !opts.curveSecret) usage("--curve-public needs --curve-server")
   if (!!opts.curveClient !== !!opts.curveServerKey) usage("--curve-client and --curve-server-key go together")
   opts.sender = sender
+  opts.server = server
   return opts
 }
 
@@ -131,6 +147,8 @@ function makeSocket(opts) {
   let Cls
   if (opts.type === "push") Cls = zmq.Push
   else if (opts.type === "pull") Cls = zmq.Pull
+  else if (opts.type === "rep") Cls = zmq.Reply
+  else if (opts.type === "req-worker") Cls = zmq.Request
   else {
     // zeromq/draft throws unless the addon was built with the draft API; it also emits a
     // process warning ("draft features are experimental"), which only reaches stderr.
@@ -221,6 +239,8 @@ async function main() {
     }
     if (stopping) return
     finish(0, { event: "sent", count })
+  } else if (opts.server) {
+    await serve(opts, sock, () => stopping, (n) => { count = n }, finish)
   } else {
     while (!stopping && (opts.count === undefined || count < opts.count)) {
       let msg
@@ -237,6 +257,48 @@ async function main() {
     }
     if (!stopping) finish(0, { event: "done", count })
   }
+}
+
+// Answer requests until --count of them are answered or "stop"; count(n) keeps the
+// count that "stopped" reports up to date.
+async function serve(opts, sock, stopping, setCount, finish) {
+  const prefix = Buffer.from(opts.prefix ?? "")
+  const worker = opts.type === "req-worker"
+  let answered = 0
+  try {
+    if (worker) await sock.send("READY")
+  } catch (err) {
+    if (stopping()) return
+    return finish(1, { event: "error", message: `send READY: ${err.message}` }, 0)
+  }
+  while (!stopping() && (opts.count === undefined || answered < opts.count)) {
+    let msg
+    try {
+      msg = await sock.receive()
+    } catch (err) {
+      if (stopping()) return
+      return finish(1, { event: "error", message: `receive: ${err.message}` }, 0)
+    }
+    let envelope = []
+    let body = msg
+    if (worker) {
+      const delimiter = msg.findIndex((frame) => frame.length === 0)
+      envelope = msg.slice(0, delimiter + 1) // none (-1): no envelope, all body
+      body = msg.slice(delimiter + 1)
+    }
+    emit(body.length === 1
+      ? { event: "request", hex: body[0].toString("hex") }
+      : { event: "request", parts: body.map((part) => part.toString("hex")) })
+    const reply = body.length ? [Buffer.concat([prefix, body[0]]), ...body.slice(1)] : [prefix]
+    try {
+      await sock.send([...envelope, ...reply])
+    } catch (err) {
+      if (stopping()) return
+      return finish(1, { event: "error", message: `send reply ${answered}: ${err.message}` }, 0)
+    }
+    setCount(++answered)
+  }
+  if (!stopping()) finish(0, { event: "done", count: answered })
 }
 
 main().catch((err) => {

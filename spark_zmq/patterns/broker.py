@@ -1,0 +1,471 @@
+"""The Guide's load-balancing broker (chapter 3, "lbbroker"): clients on a ROUTER frontend,
+REQ workers on a ROUTER backend, each request to the worker that has been idle longest.
+
+Why a broker at all: a ``Client`` can connect straight to REP workers, but its DEALER
+round-robins, so a slow worker gets as many requests as a fast one and requests queue up
+behind it while others are idle. The broker knows which workers are idle (a REQ worker
+asks for work by sending), so a request waits in the broker instead, and goes to the
+first worker free to take it. Workers come and go without clients knowing: only the
+broker's two endpoints are fixed.
+
+Wire (RFC 28 envelopes, as the Guide's chapter 3 draws them):
+
+- frontend, what a client sends: ``[envelope..., b"", body...]``. The frontend ROUTER puts
+  the client's identity in front, so a REQ client arrives as ``[client, b"", body]`` and a
+  ``Client`` (DEALER with a request id) as ``[client, id, b"", body]``. Everything up to
+  the first empty frame is the envelope; the broker keeps all of it and never looks
+  inside.
+- backend, what a worker (a REQ socket) sends: first the one frame ``b"READY"``, then each
+  reply as ``[envelope..., b"", reply...]``, the envelope exactly as the request carried
+  it. The worker's REQ adds and removes its own delimiter, so the worker sees requests as
+  ``[envelope..., b"", body...]``.
+
+Liveness: the backend uses ROUTER_MANDATORY, so a request sent to a worker whose
+connection is gone fails at once (EHOSTUNREACH) instead of vanishing; that worker is
+forgotten and the request goes to the next idle worker, or waits. Connections carry ZMTP
+heartbeats (the ``heartbeat`` option), so a worker that stops answering PINGs (a host that
+lost power, a half-open TCP connection) is disconnected too; the broker watches the
+backend's disconnections (the socket monitor, matched to workers by file descriptor) so
+that the counts of known workers and requests in flight stay true.
+
+What the broker does *not* do: keep a copy of a request a worker holds. A worker that dies
+holding a request loses it; the broker counts it (``requests_lost``) and the client's
+timeout sends it again (``Client`` resends with the same id), usually to another worker.
+So calls through the broker are at least once, never silently lost: the service must be
+idempotent, and a client drops the late duplicate of a reply it already has.
+
+Bounded memory: at most ``hwm`` requests wait in the broker while no worker is idle;
+beyond that it stops reading the frontend, libzmq's queues fill and clients' sends block
+(backpressure), as everywhere in this package. Because it then stops reading client
+connections on purpose, the frontend sends PINGs but does not drop a peer whose PONGs it
+has not read (see ``heartbeat``); the backend, always read, does.
+
+Never crashed by what peers send: a message that is not what a client or a worker may
+send (no delimiter, an empty envelope, no body, ``READY`` twice, a reply from a worker
+that holds no request) is dropped and counted in ``malformed``; a reply whose client is
+gone is dropped and counted in ``replies_undeliverable``.
+
+One thread runs the broker (``run``/``serve_forever``); ``stop()`` may be called from any
+thread (or a signal handler) and ends the loop within about 0.1 s.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar, Optional
+
+import zmq
+
+from .curve import Curve
+from .endpoints import EndpointsSpec
+from .heartbeat import Heartbeat
+from .reqrep import Router
+
+__all__ = ["Broker", "BrokerStats", "READY"]
+
+log = logging.getLogger(__name__)
+
+#: what a worker sends, as its first and only frame, to say it can take a request
+READY = b"READY"
+
+#: at most this many messages are read from one socket before the other is looked at
+_BATCH = 256
+#: the loop checks for ``stop()`` at least this often (seconds)
+_WAKE_S = 0.1
+#: forgotten workers remembered, so a reply sent just before a disconnection still counts
+_DEPARTED_REMEMBERED = 10_000
+
+
+@dataclass(frozen=True)
+class BrokerStats:
+    """A snapshot of a broker's counters."""
+
+    #: workers waiting for a request
+    workers_idle: int
+    #: workers that announced themselves and are still connected (idle or holding a request)
+    workers_known: int
+    #: requests received and not yet given to a worker (at most ``hwm``)
+    requests_waiting: int
+    #: requests a worker holds (sent to it, reply not yet back)
+    requests_in_flight: int
+    #: requests sent to a worker, in all
+    requests_forwarded: int
+    #: replies sent back to their client, in all
+    replies_returned: int
+    #: messages dropped because they were not what a client or worker may send
+    malformed: int
+    #: replies dropped because their client was gone (or not reading)
+    replies_undeliverable: int
+    #: requests a worker took with it when it disconnected (clients resend them)
+    requests_lost: int
+    #: workers that disconnected or could no longer be reached
+    workers_gone: int
+    #: CURVE handshakes refused on either side
+    handshakes_rejected: int
+
+    def line(self) -> str:
+        """One line for a log or a terminal."""
+        return (f"workers {self.workers_idle} idle / {self.workers_known} known; requests {self.requests_waiting} "
+                f"waiting, {self.requests_in_flight} in flight; {self.requests_forwarded} forwarded, "
+                f"{self.replies_returned} returned, {self.requests_lost} lost with a worker, "
+                f"{self.replies_undeliverable} undeliverable, {self.malformed} malformed, "
+                f"{self.handshakes_rejected} handshakes rejected")
+
+
+class BrokerFrontend(Router):
+    """The broker's frontend: read only while the broker has room, so no ZMTP timeout (a
+    peer whose PONG waits unread behind a full queue is alive; see ``heartbeat``)."""
+
+    heartbeat_zmtp_timeout: ClassVar[bool] = False
+
+
+class BrokerBackend(Router):
+    """The broker's backend (a ``Router`` named for its errors and log lines)."""
+
+
+class Broker:
+    """The least-recently-used queue between clients (``frontend``) and REQ workers
+    (``backend``). Both endpoints bind by default (``@``/``>`` choose).
+
+    ``hwm``: requests that may wait in the broker while no worker is idle (and the
+    sockets' high-water marks). ``curve_frontend``/``curve_backend``: a ``Curve`` for that
+    side (usually a server: clients or workers must hold an authorized key).
+    ``heartbeat``: the connections' liveness (``Heartbeat``; the default is on).
+    ``max_message_bytes``: the largest message accepted from a peer on either side
+    (libzmq disconnects a peer that sends more). ``context``: a ``zmq.Context`` for both
+    sockets (by default as ``PatternSocket`` chooses).
+    """
+
+    def __init__(self, frontend: EndpointsSpec, backend: EndpointsSpec, *, hwm: int = 1000,
+                 curve_frontend: Optional[Curve] = None, curve_backend: Optional[Curve] = None,
+                 heartbeat: Optional[Heartbeat] = None, max_message_bytes: Optional[int] = None,
+                 context: Optional[zmq.Context] = None) -> None:
+        if isinstance(hwm, bool) or not isinstance(hwm, int) or hwm < 1:
+            raise ValueError(f"option 'hwm' of Broker must be a positive integer (requests that may wait for a "
+                             f"worker), got {hwm!r}")
+        self.hwm = hwm
+        common: dict[str, Any] = {"hwm": hwm, "heartbeat": heartbeat, "mandatory": True}
+        if max_message_bytes is not None:
+            common["max_request_bytes"] = max_message_bytes
+        if context is not None:
+            common["context"] = context
+        self._frontend: Router = BrokerFrontend(frontend, curve=curve_frontend, **common)
+        try:
+            # the monitor's disconnections tell which workers are gone (see _on_disconnect)
+            self._backend: Router = BrokerBackend(backend, curve=curve_backend, monitor=zmq.EVENT_DISCONNECTED,
+                                                  **common)
+        except BaseException:
+            self._frontend.close()
+            raise
+        self._waiting: collections.deque = collections.deque()
+        #: idle workers, the one idle longest first
+        self._idle: collections.OrderedDict[bytes, None] = collections.OrderedDict()
+        #: workers holding a request: identity -> when it was sent
+        self._busy: dict[bytes, float] = {}
+        #: the connection (file descriptor) each worker came on, and the workers on each
+        self._fd_of: dict[bytes, int] = {}
+        self._workers_at_fd: dict[int, set[bytes]] = {}
+        #: workers forgotten lately -> whether one held a request then (see _on_worker_message)
+        self._departed: collections.OrderedDict[bytes, bool] = collections.OrderedDict()
+        self._stop = threading.Event()
+        self._running = threading.Lock()
+        self._closed = False
+        self.requests_forwarded = 0
+        self.replies_returned = 0
+        self.malformed = 0
+        self.replies_undeliverable = 0
+        self.requests_lost = 0
+        self.workers_gone = 0
+
+    # -- introspection ----------------------------------------------------------------------
+
+    @property
+    def frontend_addresses(self) -> list[str]:
+        """The frontend's bound addresses (a ``*`` port resolved)."""
+        return self._frontend.bound_addresses
+
+    @property
+    def backend_addresses(self) -> list[str]:
+        """The backend's bound addresses (a ``*`` port resolved)."""
+        return self._backend.bound_addresses
+
+    def stats(self) -> BrokerStats:
+        """The counters now (safe to call from another thread: a snapshot, possibly a few
+        messages old)."""
+        rejected = sum(s.handshakes.rejected for s in (self._frontend, self._backend) if s.handshakes is not None)
+        idle, busy = len(self._idle), len(self._busy)
+        return BrokerStats(idle, idle + busy, len(self._waiting), busy, self.requests_forwarded,
+                           self.replies_returned, self.malformed, self.replies_undeliverable, self.requests_lost,
+                           self.workers_gone, rejected)
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def run(self, stop: Optional[threading.Event] = None, *,
+            report: Optional[Callable[[BrokerStats], None]] = None, report_interval: float = 10.0) -> None:
+        """Serve until ``stop`` is set or ``stop()`` is called, in the calling thread.
+        ``report(stats)`` is called every ``report_interval`` seconds, the first time at once.
+        Requests still waiting when it returns are dropped (their clients resend)."""
+        if self._closed:
+            raise RuntimeError("Broker is closed")
+        if not self._running.acquire(blocking=False):
+            raise RuntimeError("Broker.run is already running in another thread")
+        try:
+            self._loop(stop, report, report_interval)
+        finally:
+            self._running.release()
+
+    def serve_forever(self) -> None:
+        """``run()`` until ``stop()``."""
+        self.run()
+
+    def stop(self) -> None:
+        """Ask the loop to end (from any thread or a signal handler); returns at once. Final:
+        ``run`` returns at once afterwards."""
+        self._stop.set()
+
+    def _stopping(self, stop: Optional[threading.Event]) -> bool:
+        return self._stop.is_set() or (stop is not None and stop.is_set())
+
+    def _loop(self, stop: Optional[threading.Event], report: Optional[Callable[[BrokerStats], None]],
+              report_interval: float) -> None:
+        front, back = self._frontend.zmq_socket, self._backend.zmq_socket
+        poller = zmq.Poller()
+        poller.register(back, zmq.POLLIN)
+        monitors = [s.handshakes.monitor for s in (self._frontend, self._backend) if s.handshakes is not None]
+        for monitor in monitors:
+            poller.register(monitor, zmq.POLLIN)
+        reading_front = False
+        next_report = time.monotonic()
+        while not self._stopping(stop):
+            if report is not None and time.monotonic() >= next_report:
+                report(self.stats())
+                next_report = time.monotonic() + report_interval
+            room = len(self._waiting) < self.hwm
+            if room != reading_front:
+                # backpressure: a full broker leaves client requests in libzmq's queues
+                if room:
+                    poller.register(front, zmq.POLLIN)
+                else:
+                    poller.unregister(front)
+                reading_front = room
+            wait_s = _WAKE_S if report is None else max(0.0, min(_WAKE_S, next_report - time.monotonic()))
+            ready = dict(poller.poll(int(wait_s * 1000)))
+            # disconnections first: a worker gone must not be given the next request, and a
+            # new connection may already reuse a gone one's file descriptor
+            self._read_monitors()
+            if back in ready:
+                self._read_backend(back)
+            if front in ready:
+                self._read_frontend(front)
+
+    def _read_monitors(self) -> None:
+        if self._frontend.handshakes is not None:
+            self._frontend.handshakes.poll()
+        for event, value, _ in self._backend.handshakes.poll():
+            if event == zmq.EVENT_DISCONNECTED:
+                self._on_disconnect(value)
+
+    # -- backend: workers -------------------------------------------------------------------
+
+    def _read_backend(self, back: zmq.Socket) -> None:
+        for _ in range(_BATCH):
+            try:
+                frames = back.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            self._on_worker_message(frames)
+            self._dispatch()
+
+    def _on_worker_message(self, frames: list) -> None:
+        worker = frames[0].bytes
+        if worker in self._departed:
+            self._from_departed(worker, frames)
+            return
+        was_busy = self._busy.pop(worker, None) is not None
+        if len(frames) < 3 or len(frames[1]) != 0:
+            # not from a REQ socket (which always sends the empty delimiter)
+            self._drop_from_worker(worker, was_busy, "no REQ delimiter")
+            return
+        payload = frames[2:]
+        if len(payload) == 1 and len(payload[0]) == len(READY) and payload[0].bytes == READY:
+            if was_busy or worker in self._idle:
+                # a worker restarting its loop while known: what it held is lost; keep it once
+                self._drop_from_worker(worker, was_busy, "READY from a worker already known")
+                return
+            self._register(worker, frames[-1])
+            self._make_idle(worker)
+            return
+        if not _is_reply(payload):
+            self._drop_from_worker(worker, was_busy, "a reply without [envelope, b'', body]")
+            return
+        if not was_busy:
+            if worker in self._idle:
+                self._drop_from_worker(worker, False, "a reply from a worker that holds no request")
+                return
+            # a worker that reconnected (a new identity) while it held a request: its reply
+            # is as good as any, and it now waits for work like a worker that said READY
+            self._register(worker, frames[-1])
+        self._make_idle(worker)
+        self._return(payload)
+
+    def _from_departed(self, worker: bytes, frames: list) -> None:
+        """A message read after its worker was forgotten: the connection closed right after
+        the worker sent it (libzmq still held it when the disconnection was read). A reply
+        still goes to its client, and the request was not lost after all; the worker
+        itself stays forgotten (its connection is gone)."""
+        if len(frames) >= 3 and len(frames[1]) == 0 and _is_reply(frames[2:]):
+            if self._departed.pop(worker):
+                self.requests_lost -= 1
+            self._return(frames[2:])
+
+    def _return(self, payload: list) -> None:
+        """Send a reply ``[envelope..., b"", reply...]`` to its client."""
+        # counted before the send: whoever sees the reply arrive sees it counted
+        self.replies_returned += 1
+        try:
+            self._frontend.zmq_socket.send_multipart(payload, zmq.NOBLOCK, copy=False)
+        except zmq.ZMQError as exc:
+            self.replies_returned -= 1
+            if exc.errno not in (zmq.EHOSTUNREACH, zmq.EAGAIN):
+                raise
+            # the client is gone, or is not reading: it resends if it still wants the reply
+            self.replies_undeliverable += 1
+
+    def _drop_from_worker(self, worker: bytes, was_busy: bool, why: str) -> None:
+        self.malformed += 1
+        if self.malformed <= 10:
+            log.warning("Broker: dropped a message from backend peer %r: %s%s", worker, why,
+                        " (further ones are counted, not logged)" if self.malformed == 10 else "")
+        if was_busy:
+            # its REQ has sent, so it waits for work again; the request it held is lost
+            self.requests_lost += 1
+            self._make_idle(worker)
+
+    def _make_idle(self, worker: bytes) -> None:
+        self._idle.pop(worker, None)
+        self._idle[worker] = None
+
+    def _register(self, worker: bytes, frame: zmq.Frame) -> None:
+        """Remember the connection a new worker came on (its file descriptor), so that its
+        disconnection, which the monitor reports by descriptor, tells that it is gone.
+
+        A descriptor is reused once closed, so the disconnections are read first: one that
+        happened before this message arrived is then never taken for this worker's. A worker
+        whose own disconnection came first (it sent and died at once) stays listed until the
+        descriptor's next disconnection or its first request (EHOSTUNREACH)."""
+        self._read_monitors()
+        try:
+            fd = frame.get(zmq.SRCFD)
+        except zmq.ZMQError:
+            return
+        if fd is None or fd < 0:
+            return  # inproc: no descriptor; a gone worker is found by EHOSTUNREACH
+        self._workers_at_fd.setdefault(fd, set()).add(worker)
+        self._fd_of[worker] = fd
+
+    def _on_disconnect(self, fd: int) -> None:
+        for worker in self._workers_at_fd.pop(fd, ()):
+            self._forget(worker, f"its connection (descriptor {fd}) closed")
+
+    def _forget(self, worker: bytes, why: str) -> None:
+        log.debug("Broker: forgetting worker %r: %s", worker, why)
+        known = worker in self._idle
+        self._idle.pop(worker, None)
+        was_busy = self._busy.pop(worker, None) is not None
+        if was_busy:
+            self.requests_lost += 1
+        fd = self._fd_of.pop(worker, None)
+        if fd is not None:
+            self._workers_at_fd.get(fd, set()).discard(worker)
+        if known or was_busy:
+            self.workers_gone += 1
+            self._departed[worker] = was_busy
+            while len(self._departed) > _DEPARTED_REMEMBERED:
+                self._departed.popitem(last=False)
+
+    def _dispatch(self) -> None:
+        """Give waiting requests to idle workers, the one idle longest first."""
+        back = self._backend.zmq_socket
+        while self._waiting and self._idle:
+            worker = next(iter(self._idle))
+            try:
+                back.send_multipart([worker, b""] + self._waiting[0], zmq.NOBLOCK, copy=False)
+            except zmq.ZMQError as exc:
+                if exc.errno not in (zmq.EHOSTUNREACH, zmq.EAGAIN):
+                    raise
+                # gone (EHOSTUNREACH), or an idle REQ with a full queue, which no working
+                # worker has: either way not a worker to wait for; the request stays first
+                self._forget(worker, "unreachable" if exc.errno == zmq.EHOSTUNREACH else "its queue is full")
+                continue
+            del self._idle[worker]
+            self._busy[worker] = time.monotonic()
+            self._waiting.popleft()
+            self.requests_forwarded += 1
+
+    # -- frontend: clients ------------------------------------------------------------------
+
+    def _read_frontend(self, front: zmq.Socket) -> None:
+        for _ in range(_BATCH):
+            if len(self._waiting) >= self.hwm:
+                return
+            try:
+                frames = front.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            delimiter = _delimiter(frames, start=1)
+            if delimiter is None or delimiter == len(frames) - 1:
+                self.malformed += 1
+                if self.malformed <= 10:
+                    log.warning("Broker: dropped a request from client %r: not [envelope, b'', body]%s",
+                                frames[0].bytes, " (further ones are counted, not logged)"
+                                if self.malformed == 10 else "")
+                continue
+            self._waiting.append(frames)
+            self._dispatch()
+
+    # -- lifetime -------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop the loop (waiting for it to return, if it runs in another thread) and close
+        both sockets. Idempotent."""
+        if self._closed:
+            return
+        self.stop()
+        with self._running:
+            if self._closed:
+                return
+            self._closed = True
+            self._waiting.clear()
+            self._frontend.close(linger=0)
+            self._backend.close(linger=0)
+
+    def __enter__(self) -> "Broker":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        if self._closed:
+            return "<Broker closed>"
+        return (f"<Broker frontend {','.join(map(str, self._frontend.endpoints))} "
+                f"backend {','.join(map(str, self._backend.endpoints))}>")
+
+
+def _is_reply(payload: list) -> bool:
+    """``[envelope (at least one frame)..., b"", reply (at least one frame)...]``."""
+    delimiter = _delimiter(payload)
+    return delimiter is not None and 0 < delimiter < len(payload) - 1
+
+
+def _delimiter(frames: list, start: int = 0) -> Optional[int]:
+    """The index of the first empty frame at or after ``start``, or None."""
+    for i in range(start, len(frames)):
+        if len(frames[i]) == 0:
+            return i
+    return None
+

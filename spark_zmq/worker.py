@@ -1,0 +1,312 @@
+"""Run a Python function as a ZeroMQ request-reply service: a broker worker or a REP server.
+
+Why: the other half of ``spark_zmq.request`` (and of any ``Client``) is a service that
+answers requests. Writing one correctly takes more than a REP loop: the envelope must go
+back unchanged, a handler's exception must not kill the service (a client would only see
+silence and resend the same poison request to the next worker), a wrong answer must be
+told from a right one, and a worker behind a broker must announce itself::
+
+    from spark_zmq.worker import serve
+
+    def score(batch: pyarrow.RecordBatch) -> pyarrow.RecordBatch:
+        ...                                       # one output row per input row
+
+    serve(score, "tcp://scoring-broker:5560")            # a worker of `spark-zmq broker`
+    serve(score, "@tcp://*:5555", broker=False)          # a REP server clients connect to
+
+Roles. ``broker=True`` (the default): a REQ socket, connecting by default, that first sends
+the one frame ``b"READY"`` and then answers each request the broker gives it (the Guide's
+load-balancing worker; see ``spark_zmq.patterns.broker``). If its connection to the broker
+is re-established (the broker restarted, or the network broke it), the worker sends
+``READY`` again, so the broker, which forgets a disconnected worker, knows it once more.
+``broker=False``: a REP socket, binding by default. Endpoints follow
+``spark_zmq.patterns.endpoints``: ``@`` binds, ``>`` connects.
+
+Formats (``format``), for a request body of one frame:
+
+- ``arrow``: the body is one Arrow IPC stream; the handler gets a ``pyarrow.RecordBatch``
+  (the stream's batches concatenated) and returns a ``RecordBatch`` or ``Table`` with as
+  many rows; the reply is one IPC stream.
+- ``json``: the body is one JSON object; the handler takes and returns a ``dict``; the
+  reply is its JSON text (UTF-8).
+- ``raw``: ``bytes -> bytes``.  ``text``: ``str -> str`` (UTF-8 both ways).
+
+Replies. A normal reply is ONE frame: the body. An error reply is TWO frames:
+``[b"ERROR", message]``, the message UTF-8 text naming what went wrong (the handler's
+exception type and text, a wrong row count, a body that is not valid for ``format``).
+A client tells them apart by the number of frames after the envelope; no body can be
+mistaken for an error. The worker logs each error and keeps serving.
+
+What ``stop`` does: when the event is set the worker finishes (and answers) the request in
+hand, if any, and returns within about 0.1 s; a handler that never returns cannot be
+stopped from here. SIGTERM handling is the caller's (set ``stop`` from a handler).
+Delivery is at least once: a client resends a request whose reply is late, so a request
+can be handled twice, and handlers should be idempotent.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Protocol
+
+import pyarrow as pa
+import zmq
+
+from .patterns import Heartbeat, Rep, Req
+from .patterns.broker import READY
+from .patterns.curve import Curve
+from .patterns.endpoints import EndpointsSpec, parse_endpoints
+
+__all__ = ["serve", "StopFlag", "WorkerStats", "ERROR", "FORMATS", "error_reply", "is_error_reply"]
+
+log = logging.getLogger(__name__)
+
+#: the first frame of an error reply (the second is the message)
+ERROR = b"ERROR"
+FORMATS = ("arrow", "json", "raw", "text")
+
+#: the loop checks ``stop`` at least this often (seconds)
+_WAKE_S = 0.1
+#: ms a closing worker keeps trying to deliver its last reply
+_LINGER_MS = 2000
+
+Handler = Callable[[Any], Any]
+
+
+class StopFlag(Protocol):
+    """What ``stop`` may be: a ``threading.Event``, a ``multiprocessing.Event``, ..."""
+
+    def is_set(self) -> bool: ...
+
+
+class _BadRequest(ValueError):
+    """The request itself is not valid for the format (not the handler's fault)."""
+
+
+@dataclass
+class WorkerStats:
+    """What a worker did: requests received, normal replies, error replies, and how often
+    it announced itself again after a reconnection (broker workers)."""
+
+    requests: int = 0
+    replies: int = 0
+    errors: int = 0
+    reannounced: int = 0
+
+
+def error_reply(message: str) -> list[bytes]:
+    """The frames of an error reply: ``[b"ERROR", message]``."""
+    return [ERROR, message.encode("utf-8", "replace")]
+
+
+def is_error_reply(frames: list[bytes]) -> bool:
+    """Whether reply ``frames`` (after the envelope) are an error reply."""
+    return len(frames) == 2 and frames[0] == ERROR
+
+
+# -- formats ------------------------------------------------------------------------------
+
+
+def _one_batch(body: bytes) -> pa.RecordBatch:
+    try:
+        reader = pa.ipc.open_stream(body)
+        batches = list(reader)
+    except (pa.ArrowException, ValueError, OSError) as exc:
+        raise _BadRequest(f"the request is not an Arrow IPC stream: {exc}") from None
+    if not batches:
+        return pa.RecordBatch.from_pylist([], schema=reader.schema)
+    return batches[0] if len(batches) == 1 else pa.concat_batches(batches)
+
+
+def _arrow(handler: Handler, body: bytes) -> bytes:
+    batch = _one_batch(body)
+    result = handler(batch)
+    if not isinstance(result, (pa.RecordBatch, pa.Table)):
+        raise TypeError(f"the handler returned {type(result).__name__}, not a pyarrow.RecordBatch or Table "
+                        f"(format 'arrow')")
+    if result.num_rows != batch.num_rows:
+        raise ValueError(f"the handler returned {result.num_rows} rows for a request of {batch.num_rows} rows "
+                         "(format 'arrow' answers one row per request row)")
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, result.schema) as writer:
+        writer.write(result)
+    return sink.getvalue().to_pybytes()
+
+
+def _json(handler: Handler, body: bytes) -> bytes:
+    try:
+        request = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise _BadRequest(f"the request is not JSON: {exc}") from None
+    if not isinstance(request, dict):
+        raise _BadRequest(f"the request is JSON {type(request).__name__}, not an object (format 'json')")
+    result = handler(request)
+    if not isinstance(result, dict):
+        raise TypeError(f"the handler returned {type(result).__name__}, not a dict (format 'json')")
+    return json.dumps(result, separators=(",", ":")).encode("utf-8")
+
+
+def _raw(handler: Handler, body: bytes) -> bytes:
+    result = handler(body)
+    if not isinstance(result, (bytes, bytearray, memoryview)):
+        raise TypeError(f"the handler returned {type(result).__name__}, not bytes (format 'raw')")
+    return bytes(result)
+
+
+def _text(handler: Handler, body: bytes) -> bytes:
+    try:
+        request = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _BadRequest(f"the request is not UTF-8 text: {exc}") from None
+    result = handler(request)
+    if not isinstance(result, str):
+        raise TypeError(f"the handler returned {type(result).__name__}, not str (format 'text')")
+    return result.encode("utf-8")
+
+
+_CALLS: dict[str, Callable[[Handler, bytes], bytes]] = {"arrow": _arrow, "json": _json, "raw": _raw, "text": _text}
+
+
+def _answer(call: Callable[[Handler, bytes], bytes], handler: Handler, body: list[bytes],
+            stats: WorkerStats) -> list[bytes]:
+    """The reply frames for request ``body``: the handler's answer, or an error reply."""
+    try:
+        if len(body) != 1:
+            raise _BadRequest(f"the request has {len(body)} body frames; one is expected")
+        reply = [call(handler, body[0])]
+        stats.replies += 1
+        return reply
+    except Exception as exc:  # the handler's or the request's fault: answer, keep serving
+        stats.errors += 1
+        text = str(exc) if isinstance(exc, _BadRequest) else f"{type(exc).__name__}: {exc}"
+        log.warning("worker: request %d answered with an error: %s", stats.requests, text,
+                    exc_info=not isinstance(exc, _BadRequest))
+        return error_reply(text)
+
+
+# -- the loop -----------------------------------------------------------------------------
+
+
+def serve(handler: Handler, endpoint: EndpointsSpec, *, format: str = "arrow", broker: bool = True,
+          curve: Optional[Curve] = None, stop: Optional[StopFlag] = None,
+          heartbeat: Optional[Heartbeat] = None, max_message_bytes: Optional[int] = None,
+          on_ready: Optional[Callable[[list[str]], None]] = None,
+          context: Optional[zmq.Context] = None) -> WorkerStats:
+    """Answer requests with ``handler`` until ``stop`` is set (see the module docstring).
+
+    ``curve``: the socket's CURVE security (usually a client of the broker's backend, or a
+    server for a REP that binds). ``heartbeat``, ``max_message_bytes`` (the largest request
+    accepted), ``context``: as for pattern sockets. ``on_ready(addresses)`` is called once
+    the socket is bound or connected (the bound addresses, a ``*`` port resolved, or the
+    endpoints connected to). Returns what the worker did."""
+    if not callable(handler):
+        raise TypeError(f"handler must be callable, not {type(handler).__name__}")
+    if format not in _CALLS:
+        raise ValueError(f"format must be one of {', '.join(FORMATS)}, not {format!r}")
+    if broker:
+        endpoints = parse_endpoints(endpoint, default_bind=False)
+        if len(endpoints) != 1:
+            raise ValueError(f"a broker worker connects to one broker backend, but {len(endpoints)} endpoints were "
+                             f"given ({', '.join(map(str, endpoints))}); run one worker per broker")
+    options: dict[str, Any] = {"linger": _LINGER_MS, "heartbeat": heartbeat, "curve": curve,
+                               "max_message_bytes": max_message_bytes}
+    if context is not None:
+        options["context"] = context
+    stop = stop or threading.Event()
+    stats = WorkerStats()
+    call = _CALLS[format]
+    if broker:
+        # the monitor's CONNECTED events tell when the connection to the broker is new
+        sock = Req(endpoint, monitor=zmq.EVENT_CONNECTED, **{k: v for k, v in options.items() if v is not None})
+    else:
+        sock = Rep(endpoint, **{k: v for k, v in options.items() if v is not None})
+    with sock:
+        if on_ready is not None:
+            on_ready(sock.bound_addresses or [e.address for e in sock.endpoints])
+        if broker:
+            _serve_broker(sock, handler, call, stop, stats)
+        else:
+            _serve_rep(sock, handler, call, stop, stats)
+    return stats
+
+
+def _send(sock: Any, frames: list[bytes], stop: StopFlag) -> bool:
+    """Send, waiting in slices while no peer takes it; False if stopped first."""
+    while True:
+        try:
+            sock.send(frames, timeout=_WAKE_S)
+            return True
+        except TimeoutError:
+            if stop.is_set():
+                return False
+
+
+def _recv(sock: Any, stop: StopFlag, between: Callable[[], None] = lambda: None) -> Optional[list[bytes]]:
+    """Receive one message, waiting in slices (``between()`` after each); None if stopped."""
+    while not stop.is_set():
+        try:
+            return sock.recv_multipart(timeout=_WAKE_S)
+        except TimeoutError:
+            between()
+    return None
+
+
+def _serve_rep(sock: Rep, handler: Handler, call: Callable, stop: StopFlag, stats: WorkerStats) -> None:
+    while True:
+        body = _recv(sock, stop)
+        if body is None:
+            return
+        stats.requests += 1
+        _send(sock, _answer(call, handler, body, stats), stop)
+
+
+class _Connections:
+    """Tells from the REQ socket's monitor when the connection to the broker is a new one."""
+
+    def __init__(self, sock: Req) -> None:
+        self.watch = sock.handshakes
+        self.connects = 0
+        self.seen = 0
+
+    def reconnected(self) -> bool:
+        """Whether a connection after the first one was made since the last call."""
+        for event, _, _ in self.watch.poll():
+            if event == zmq.EVENT_CONNECTED:
+                self.connects += 1
+        reconnects = max(0, self.connects - 1)  # the first connection is the one READY went to
+        new, self.seen = reconnects > self.seen, reconnects
+        return new
+
+
+def _serve_broker(sock: Req, handler: Handler, call: Callable, stop: StopFlag, stats: WorkerStats) -> None:
+    # relaxed: READY may be sent again while the socket waits for a request (a new
+    # connection's broker does not know us; the request the old one would send never comes)
+    sock.zmq_socket.setsockopt(zmq.REQ_RELAXED, 1)
+    connections = _Connections(sock)
+    if not _send(sock, [READY], stop):
+        return
+
+    def reannounce_if_reconnected() -> None:
+        if connections.reconnected():
+            stats.reannounced += 1
+            log.info("worker: connected to the broker again; announcing READY")
+            _send(sock, [READY], stop)
+
+    while True:
+        frames = _recv(sock, stop, reannounce_if_reconnected)
+        if frames is None:
+            return
+        stats.requests += 1
+        delimiter = next((i for i, frame in enumerate(frames) if not frame), None)
+        if delimiter is None:
+            reply = error_reply("the request has no envelope (no empty delimiter frame)")
+            stats.errors += 1
+        else:
+            reply = frames[:delimiter + 1] + _answer(call, handler, frames[delimiter + 1:], stats)
+        # a reconnection during the handler needs no READY: this reply goes on the new
+        # connection and announces the worker by itself (the broker takes a reply as readiness)
+        connections.reconnected()
+        _send(sock, reply, stop)
