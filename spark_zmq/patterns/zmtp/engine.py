@@ -52,24 +52,20 @@ import zmq
 
 from ..heartbeat import DEFAULT_HEARTBEAT, Heartbeat
 from . import transport
-from .null import NullMechanism
-from .wire import (
-    COMMAND, GREETING_SIZE, LONG, MORE, ZmtpError, command, error_from_command, frame_header, greeting,
-    parse_command, parse_greeting, socket_type_of,
+from .codec import (
+    COMMAND, HANDSHAKE_FRAME_LIMIT, HARD_FRAME_LIMIT, MORE, FrameTooLarge, ZmtpError, encode_messages, frame_header,
+    parse_frames,
 )
+from .null import NullMechanism
+from .wire import GREETING_SIZE, command, error_from_command, greeting, parse_command, parse_greeting, socket_type_of
 
-__all__ = ["Engine", "Peer"]
+__all__ = ["Engine", "Peer", "HANDSHAKE_FRAME_LIMIT"]
 
 log = logging.getLogger(__name__)
 
-_U64 = struct.Struct(">Q")
 _NATIVE_U64 = struct.Struct("=Q")  # kernel structures are in the host's byte order
 _READ_BYTES = 256 * 1024
 _WRITE_BATCH_BYTES = 256 * 1024
-HANDSHAKE_FRAME_LIMIT = 64 * 1024  # nothing a handshake needs is larger; before auth, keep it small
-#: frames above this close the connection even without ``max_message_bytes``: a size field of
-#: 2**63 must not make a connection buffer forever (libzmq fails to allocate it and closes)
-_HARD_FRAME_LIMIT = 1 << 31
 #: a peer's PINGs are answered while less than this is waiting to be written; beyond it a
 #: PING flood from a peer that does not read would grow the queue without bound
 _MAX_PENDING_REPLY_BYTES = 64 * 1024
@@ -972,32 +968,6 @@ class Engine:
             rest = memoryview(data)[i:]  # no copy: joined with the next chunks once the frame is whole
             conn.pending, conn.pending_len = [rest], len(rest)
 
-    def _frame_at(self, conn: _Connection, data: bytes, i: int, limit: Optional[int]) -> tuple[int, int, int]:
-        """``(flags, body start, body end)`` of the frame at ``i``, or ``end = -1`` with
-        ``conn.need`` set when it is not all there yet."""
-        n = len(data)
-        if n - i < 2:
-            conn.need = 2
-            return 0, 0, -1
-        flags = data[i]
-        if flags & LONG:
-            if n - i < 9:
-                conn.need = 9
-                return 0, 0, -1
-            size = _U64.unpack_from(data, i + 1)[0]
-            start = i + 9
-        else:
-            size = data[i + 1]
-            start = i + 2
-        if limit is not None and size > limit:
-            raise ZmtpError(f"a frame of {size} bytes exceeds the limit of {limit} bytes",
-                            zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL, zmq.PROTOCOL_ERROR_ZMTP_UNSPECIFIED)
-        end = start + size
-        if end > n:
-            conn.need = end - i
-            return flags, start, -1
-        return flags, start, end
-
     def _on_greeting(self, conn: _Connection, data: bytes) -> None:
         version, mechanism, _ = parse_greeting(data)
         ours = conn.mechanism
@@ -1013,15 +983,16 @@ class Engine:
 
     def _handshake_frames(self, conn: _Connection, data: bytes, i: int) -> int:
         while conn.stage == _HANDSHAKE:
-            flags, start, end = self._frame_at(conn, data, i, HANDSHAKE_FRAME_LIMIT)
-            if end < 0:
+            frames: list = []
+            i, conn.need, _ = parse_frames(data, i, HANDSHAKE_FRAME_LIMIT, frames, one=True)
+            if not frames:
                 return i
-            if not flags & COMMAND or flags & MORE:
+            frame = frames[0]
+            if type(frame) is not tuple or not frame[0] & COMMAND or frame[0] & MORE:
                 raise ZmtpError("a message frame before the handshake completed", zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL,
                                 zmq.PROTOCOL_ERROR_ZMTP_UNEXPECTED_COMMAND)
-            for body in conn.mechanism.on_command(data[start:end]):
+            for body in conn.mechanism.on_command(frame[1]):
                 conn.queue_frame(COMMAND, body)
-            i = end
             if conn.mechanism.ready:
                 self._on_ready(conn)
         return i
@@ -1041,35 +1012,40 @@ class Engine:
 
     def _message_frames(self, conn: _Connection, data: bytes, i: int) -> int:
         """Whole frames after the handshake: messages into the inbox, commands answered."""
-        limit = self.max_message_bytes if self.max_message_bytes is not None else _HARD_FRAME_LIMIT
         encrypted = conn.mechanism.name != b"NULL"
         overhead = 33 if encrypted else 0  # CURVE's MESSAGE: name, nonce, MAC and flags around the payload
-        limit += overhead
+        limit = (self.max_message_bytes if self.max_message_bytes is not None else HARD_FRAME_LIMIT) + overhead
+        frames: list = []
+        too_large = None
+        try:
+            i, conn.need, flagged = parse_frames(data, i, limit, frames)
+        except FrameTooLarge as exc:  # what came before it is still delivered, then the connection closes
+            too_large = ZmtpError(f"a message of {exc.size - overhead} bytes exceeds "
+                                  f"max_message_bytes={self.max_message_bytes or HARD_FRAME_LIMIT}")
+            flagged = 1
+        if frames:
+            if flagged or encrypted or conn.in_multipart:
+                self._frames_in_order(conn, frames, encrypted)
+            else:  # single-part messages only: the frames are the messages
+                self._deliver(conn, frames)
+        if too_large is not None:
+            raise too_large
+        return i
+
+    def _frames_in_order(self, conn: _Connection, frames: list, encrypted: bool) -> None:
+        """Frames with flags (``parse_frames``'s tuples) or sealed by CURVE, one by one:
+        commands answered, multipart messages dropped whole (49/SCATTERGATHER), messages
+        delivered (also those before a frame that fails)."""
         out: list[bytes] = []
         append = out.append
-        n = len(data)
         in_multipart = conn.in_multipart
-        unpack = _U64.unpack_from
         decode = conn.mechanism.decode
         try:
-            while n - i >= 2:
-                flags = data[i]
-                if flags & LONG:
-                    if n - i < 9:
-                        break
-                    size = unpack(data, i + 1)[0]
-                    start = i + 9
+            for frame in frames:
+                if type(frame) is tuple:
+                    flags, body = frame
                 else:
-                    size = data[i + 1]
-                    start = i + 2
-                end = start + size
-                if size > limit:
-                    raise ZmtpError(f"a message of {size - overhead} bytes exceeds "
-                                    f"max_message_bytes={self.max_message_bytes or _HARD_FRAME_LIMIT}")
-                if end > n:
-                    break
-                i = end
-                body = data[start:end]
+                    flags, body = 0, frame
                 if encrypted:
                     flags, body = decode(flags, body)
                 if flags & COMMAND:
@@ -1086,8 +1062,6 @@ class Engine:
             conn.in_multipart = in_multipart
             if out:
                 self._deliver(conn, out)
-        self._frame_at(conn, data, i, None)  # the frame at i is incomplete: sets conn.need
-        return i
 
     def _deliver(self, conn: _Connection, messages: list[bytes]) -> None:
         peer = conn.peer
@@ -1188,47 +1162,9 @@ class Engine:
                 size += len(message) if type(message) is not tuple else sum(map(len, message))
             if self.waiters:
                 self.cond.notify_all()
-        encode = conn.mechanism.encode
-        ends: list[int] = []
-        offset = conn.written
-        small: list[bytes] = []
-        if conn.mechanism.name == b"NULL":
-            for message in batch:
-                if type(message) is tuple:  # a multipart message: MORE on every frame but the last
-                    last = len(message) - 1
-                    for index, frame in enumerate(message):
-                        header = frame_header(len(frame), MORE if index < last else 0)
-                        small.append(header)
-                        small.append(frame)
-                        offset += len(header) + len(frame)
-                    ends.append(offset)
-                    continue
-                size = len(message)
-                header = bytes((0, size)) if size < 256 else b"\x02" + _U64.pack(size)
-                if size < 4096:
-                    small.append(header)
-                    small.append(message)
-                else:
-                    if small:
-                        conn.out.append(b"".join(small))
-                        small = []
-                    conn.out.append(header)
-                    conn.out.append(message)
-                offset += len(header) + size
-                ends.append(offset)
-        else:
-            for message in batch:
-                frames = message if type(message) is tuple else (message,)
-                last = len(frames) - 1
-                for index, frame in enumerate(frames):
-                    flags, body = encode(frame, index < last)
-                    header = frame_header(len(body), flags)
-                    small.append(header)
-                    small.append(body)
-                    offset += len(header) + len(body)
-                ends.append(offset)
-        if small:
-            conn.out.append(b"".join(small))
+        encode = None if conn.mechanism.name == b"NULL" else conn.mechanism.encode
+        ends = encode_messages(batch, conn.out, conn.written, encode)
+        offset = ends[-1]
         conn.out_bytes += offset - conn.written
         conn.inflight, conn.inflight_ends = batch, ends
         conn.batch_base = conn.sent_total
