@@ -57,6 +57,7 @@ from .codec import (
     parse_frames,
 )
 from .null import NullMechanism
+from .policies import FairQueue, RoundRobin
 from .wire import GREETING_SIZE, command, error_from_command, greeting, parse_command, parse_greeting, socket_type_of
 
 __all__ = ["Engine", "Peer", "HANDSHAKE_FRAME_LIMIT"]
@@ -292,10 +293,9 @@ class Engine:
         self.cond = threading.Condition(self.lock)
         #: the peers a message may be queued to, round-robin: those with a completed
         #: handshake and (unless ``immediate``) connect endpoints not refused by their peer
-        self.ready_peers: list[Peer] = []
-        self.rr = 0
+        self._lb = RoundRobin()
         #: peers with messages in their inbox, in fair-queue order
-        self.readable: collections.deque = collections.deque()
+        self._fq = FairQueue(hwm)
         self.orphans: collections.deque = collections.deque()
         self.discarded_multipart = 0
         #: messages sent again because a peer's TCP never acknowledged them before it left
@@ -356,7 +356,7 @@ class Engine:
         address = transport.parse_address(endpoint, bind=False)
         connector = _Connector(endpoint, address, self.socket_type)
         if not self.immediate:
-            self.ready_peers.append(connector.peer)
+            self._lb.add(connector.peer)
         self._commands.append(lambda: self._connect(connector))
 
     def start(self) -> None:
@@ -378,18 +378,19 @@ class Engine:
         self._commands.append(fn)
         self.wake()
 
+    @property
+    def ready_peers(self) -> list[Peer]:
+        """The peers a message may be queued to now, in round-robin order (lock held)."""
+        return self._lb.peers
+
+    @property
+    def readable(self) -> bool:
+        """Whether a received message waits (lock held)."""
+        return bool(self._fq)
+
     def next_peer_with_room(self) -> Optional[Peer]:
         """Round-robin over ready peers whose outbox is below the high-water mark (lock held)."""
-        peers = self.ready_peers
-        n = len(peers)
-        hwm = self.hwm
-        for step in range(n):
-            index = (self.rr + step) % n
-            peer = peers[index]
-            if hwm == 0 or len(peer.outbox) < hwm:
-                self.rr = (index + 1) % n
-                return peer
-        return None
+        return self._lb.next_with_room(self.hwm)
 
     def kick(self, peer: Peer) -> None:
         """Ask the I/O thread to write ``peer``'s outbox (lock held)."""
@@ -399,40 +400,18 @@ class Engine:
 
     def take_inbox(self, max_messages: int, max_bytes: Optional[int]) -> list[bytes]:
         """Up to ``max_messages`` received messages, fair-queued over peers (lock held)."""
-        out: list[bytes] = []
-        readable = self.readable
-        size = 0
-        limit = max_bytes if max_bytes is not None else 1 << 62
-        while readable and len(out) < max_messages and size < limit:
-            peer = readable.popleft()
-            inbox = peer.inbox
-            share = max(1, (max_messages - len(out)) // (len(readable) + 1))
-            if share >= len(inbox) and size + peer.inbox_bytes <= limit:
-                taken = list(inbox)  # the whole queue fits: one copy, no per-message work
-                inbox.clear()
-                size += peer.inbox_bytes
-                peer.inbox_bytes = 0
-            else:
-                taken = []
-                while inbox and len(taken) < share and size < limit:
-                    message = inbox.popleft()
-                    taken.append(message)
-                    size += len(message)
-                    peer.inbox_bytes -= len(message)
-            out.extend(taken)
-            if inbox:
-                readable.append(peer)
-            if peer.paused and not peer.resume_asked and len(inbox) <= self.hwm // 2:
-                peer.resume_asked = True
-                conn = peer.conn
-                if conn is not None:
-                    self.call_soon(lambda c=conn: self._resume(c))
-        return out
+        return self._fq.take(max_messages, max_bytes, self._ask_resume)
+
+    def _ask_resume(self, peer: Peer) -> None:
+        """``peer``'s inbox was drained below half its limit: read its connection again."""
+        conn = peer.conn
+        if conn is not None:
+            self.call_soon(lambda: self._resume(conn))
 
     def pending_outgoing(self) -> int:
         """Messages this socket still holds for sending (lock held)."""
         total = len(self.orphans)
-        peers = {peer.id: peer for peer in self.ready_peers}
+        peers = {peer.id: peer for peer in self._lb.peers}
         for conn in list(self._connections):
             peers[conn.peer.id] = conn.peer
             total += len(conn.inflight)
@@ -902,10 +881,9 @@ class Engine:
                 # a connect endpoint keeps its queue (49/SCATTERGATHER) and resends, on the
                 # next connection, what did not reach the kernel whole
                 peer.outbox.extendleft(reversed(unwritten))
-                if peer not in self.ready_peers:
-                    self.ready_peers.append(peer)
+                self._lb.add(peer)
             else:
-                self._drop_peer(peer)
+                self._lb.remove(peer)
                 if unwritten or peer.outbox:
                     self.orphans.extendleft(reversed(list(peer.outbox)))
                     self.orphans.extendleft(reversed(unwritten))
@@ -925,15 +903,6 @@ class Engine:
                 self._retry(connector)
         if self.orphans:
             self._serve_orphans()
-
-    def _drop_peer(self, peer: Peer) -> None:
-        """No more messages for ``peer`` (lock held)."""
-        if peer in self.ready_peers:
-            index = self.ready_peers.index(peer)
-            self.ready_peers.remove(peer)
-            if index < self.rr:
-                self.rr -= 1
-            self.rr = self.rr % len(self.ready_peers) if self.ready_peers else 0
 
     def _serve_orphans(self) -> None:
         for conn in list(self._connections):
@@ -1005,8 +974,7 @@ class Engine:
         self._due(conn.next_ping)
         peer = conn.peer
         with self.lock:
-            if peer not in self.ready_peers:
-                self.ready_peers.append(peer)
+            self._lb.add(peer)
             self.cond.notify_all()
         self._emit(zmq.EVENT_HANDSHAKE_SUCCEEDED, 0, conn.endpoint)
 
@@ -1068,16 +1036,10 @@ class Engine:
         if self.socket_type in (b"SCATTER", b"PUSH"):
             return  # a send-only socket ignores messages (a well-behaved peer sends none)
         with self.lock:
-            if not peer.inbox:
-                self.readable.append(peer)
-            peer.inbox.extend(messages)
-            peer.inbox_bytes += sum(map(len, messages))
-            if self.hwm and len(peer.inbox) >= self.hwm:
-                peer.paused = True
-                peer.resume_asked = False
+            paused = self._fq.deliver(peer, messages)
             if self.waiters:
                 self.cond.notify()
-        if peer.paused:
+        if paused:
             self._set_events(conn, (selectors.EVENT_WRITE if conn.out else 0))
 
     def _resume(self, conn: _Connection) -> None:
