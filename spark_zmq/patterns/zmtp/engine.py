@@ -46,7 +46,7 @@ import socket
 import struct
 import threading
 import time
-from typing import Callable, Optional
+from typing import Callable, Iterable, Optional
 
 import zmq
 
@@ -77,6 +77,10 @@ _TCP_INFO_BYTES_ACKED = 120
 _TCP_INFO_SIZE = 128
 _HAS_TCP_INFO = hasattr(socket, "TCP_INFO")
 _ACCEPT_RETRY_S = 0.2
+#: a caller waiting on the engine looks at its deadline and at ``check`` this often
+_WAIT_SLICE_S = 0.1
+#: a close waiting for TCP acknowledgements looks this often (they arrive without a wake-up)
+_ACK_POLL_S = 0.005
 #: how many heartbeat timeouts a peer that answers nothing may be kept for its host's TCP
 #: acknowledgements of our data alone
 _ACK_LIVENESS_TIMEOUTS = 3
@@ -247,8 +251,8 @@ class _Connection:
 
 class Engine:
     """One ZMTP socket's I/O thread and queues. Socket classes (``Scatter``, ``Gather``)
-    hold one and, under its ``cond``, call ``next_peer_with_room``/``kick`` to send,
-    ``take_inbox`` to receive and ``wait`` to block; everything else is internal.
+    hold one and call ``send_round_robin``, ``receive``, ``wait_readable``, ``drain`` and
+    ``release`` (each takes the lock itself); everything else is the engine's own.
     """
 
     def __init__(
@@ -383,24 +387,108 @@ class Engine:
         """The peers a message may be queued to now, in round-robin order (lock held)."""
         return self._lb.peers
 
-    @property
-    def readable(self) -> bool:
-        """Whether a received message waits (lock held)."""
-        return bool(self._fq)
+    def send_round_robin(self, messages: Iterable, timeout: Optional[float],
+                         check: Callable[[], None]) -> tuple[int, bool]:
+        """Queue ``messages`` in order, each to the next ready peer whose queue has room,
+        waiting while none has: at most ``timeout`` seconds for each message (``None``: no
+        limit). Returns ``(messages queued, whether a wait timed out)``: on a timeout, those
+        before the message that timed out were queued. ``check()`` runs before each message
+        and around each wait and may raise (the socket was closed); what was queued is
+        written all the same."""
+        lb, hwm = self._lb, self.hwm
+        sent = 0
+        kick: dict[int, Peer] = {}
+        with self.lock:
+            try:
+                for message in messages:
+                    deadline = None
+                    while True:
+                        check()
+                        peer = lb.next_with_room(hwm)
+                        if peer is not None:
+                            peer.outbox.append(message)
+                            kick[peer.id] = peer
+                            break
+                        for waiting in kick.values():
+                            self._kick(waiting)
+                        kick.clear()
+                        if deadline is None and timeout is not None:
+                            deadline = time.monotonic() + timeout
+                        if not self._wait_until(deadline, check):
+                            return sent, True
+                    sent += 1
+            finally:
+                for waiting in kick.values():
+                    self._kick(waiting)
+        return sent, False
 
-    def next_peer_with_room(self) -> Optional[Peer]:
-        """Round-robin over ready peers whose outbox is below the high-water mark (lock held)."""
-        return self._lb.next_with_room(self.hwm)
+    def receive(self, max_messages: int, max_bytes: Optional[int], deadline: Optional[float],
+                check: Callable[[], None]) -> list[bytes]:
+        """Up to ``max_messages`` received messages (and about ``max_bytes``), fair-queued
+        over the peers, waiting until ``deadline`` (monotonic seconds; ``None``: no limit)
+        for the first; ``[]`` when none came in time. ``check`` as in ``send_round_robin``."""
+        with self.lock:
+            while True:
+                check()
+                values = self._fq.take(max_messages, max_bytes, self._ask_resume)
+                if values:
+                    return values
+                if not self._wait_until(deadline, check):
+                    return []
 
-    def kick(self, peer: Peer) -> None:
+    def wait_readable(self, deadline: Optional[float], check: Callable[[], None]) -> bool:
+        """Whether a received message waits, waiting until ``deadline`` for one."""
+        with self.lock:
+            while not self._fq:
+                if not self._wait_until(deadline, check):
+                    return False
+            return True
+
+    def drain(self, deadline: Optional[float], confirm: bool) -> None:
+        """Wait until every message this socket holds reached the kernel and, with
+        ``confirm``, the peers' TCP acknowledged it; or until ``deadline`` (``None``: no
+        limit, but then not while no peer is there to take them: that would hang)."""
+        with self.lock:
+            while True:
+                holding = self.pending_outgoing() or self.out_bytes_pending()
+                unacknowledged = confirm and not holding and self.unconfirmed(finish=True)
+                if not holding and not unacknowledged:
+                    return
+                if not self._lb.peers and deadline is None:
+                    return
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return
+                # acknowledgements arrive without a wake-up: look again soon
+                slice_s = _ACK_POLL_S if unacknowledged else _WAIT_SLICE_S
+                self.wait(slice_s if remaining is None else min(slice_s, remaining))
+
+    def release(self, confirm: bool) -> tuple[int, int]:
+        """Wake every caller waiting on the engine (the socket is closing: their ``check``
+        raises) and count what is left: ``(messages never written, messages written that
+        the peers' TCP has not acknowledged)``, the second only with ``confirm``."""
+        with self.lock:
+            unsent = self.pending_outgoing()
+            unconfirmed = self.unconfirmed() if confirm else 0
+            self.cond.notify_all()
+        return unsent, unconfirmed
+
+    def _wait_until(self, deadline: Optional[float], check: Callable[[], None]) -> bool:
+        """Wait (lock held) a slice for the I/O thread to change something, unless
+        ``deadline`` passed (``False``); ``check()`` before and after."""
+        check()
+        now = time.monotonic()
+        if deadline is not None and now >= deadline:
+            return False
+        self.wait(_WAIT_SLICE_S if deadline is None else min(_WAIT_SLICE_S, deadline - now))
+        check()
+        return True
+
+    def _kick(self, peer: Peer) -> None:
         """Ask the I/O thread to write ``peer``'s outbox (lock held)."""
         conn = peer.conn
         if conn is not None and not conn.out:
             self.call_soon(lambda: self._flush(conn))
-
-    def take_inbox(self, max_messages: int, max_bytes: Optional[int]) -> list[bytes]:
-        """Up to ``max_messages`` received messages, fair-queued over peers (lock held)."""
-        return self._fq.take(max_messages, max_bytes, self._ask_resume)
 
     def _ask_resume(self, peer: Peer) -> None:
         """``peer``'s inbox was drained below half its limit: read its connection again."""
