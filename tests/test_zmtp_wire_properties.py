@@ -1,5 +1,5 @@
-"""Hypothesis properties of the ZMTP engine's parsers (``zmtp.wire``, ``NullMechanism``)
-and of its framing over a real TCP connection.
+"""Hypothesis properties of the ZMTP engine's parsers (``zmtp.wire``, ``zmtp.codec``,
+``NullMechanism``) and of its framing over a real TCP connection.
 
 Every parser sees a stranger's bytes first, so for each one: what the encoder makes parses
 back to what it was made from, and arbitrary bytes either parse or raise ``ZmtpError``
@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from spark_zmq.patterns import Gather
-from spark_zmq.patterns.zmtp import wire
+from spark_zmq.patterns.zmtp import codec, wire
 from spark_zmq.patterns.zmtp.null import NullMechanism
 from spark_zmq.patterns.zmtp.wire import COMMAND, MORE, ZmtpError
 
@@ -212,6 +212,131 @@ def test_null_on_command_accepts_a_ready_exactly_from_a_peer_type_and_answers_in
     assert name == b"READY"
     assert wire.parse_metadata(data) == {"socket-type": PEER_TYPES[socket_type.upper()]}
     assert mech.ready
+
+
+# -- frames (codec) -----------------------------------------------------------------------------
+
+frame_flags = st.sampled_from([0, MORE, COMMAND, MORE | COMMAND])
+frame_bodies = st.one_of(st.binary(max_size=300), st.builds(lambda n: b"\xab" * n, st.integers(250, 5000)))
+frame_lists = st.lists(st.tuples(frame_flags, frame_bodies), max_size=20)
+
+
+def parsed(flags: int, body: bytes):
+    """What ``parse_frames`` appends for a frame: the body alone when it has no MORE or
+    COMMAND flag, else ``(flags as on the wire, body)``."""
+    if not flags & (MORE | COMMAND):
+        return body
+    return (flags | (codec.LONG if len(body) >= 256 else 0), body)
+
+
+@FAST
+@given(frame_lists, st.binary(max_size=8))
+def test_parse_frames_reads_back_what_frame_header_encodes(frames, prefix):
+    stream = prefix + b"".join(codec.frame_header(len(body), flags) + body for flags, body in frames)
+    out: list = []
+    i, need, flagged = codec.parse_frames(stream, len(prefix), codec.HARD_FRAME_LIMIT, out)
+    assert out == [parsed(flags, body) for flags, body in frames]
+    assert (i, need) == (len(stream), 2)
+    assert flagged == sum(1 for flags, _ in frames if flags)
+
+
+@FAST
+@given(frame_lists.filter(bool))
+def test_parse_frames_one_at_a_time_reads_the_same_frames(frames):
+    stream = b"".join(codec.frame_header(len(body), flags) + body for flags, body in frames)
+    out: list = []
+    i = 0
+    for _ in frames:
+        before = len(out)
+        i, _, _ = codec.parse_frames(stream, i, codec.HANDSHAKE_FRAME_LIMIT, out, one=True)
+        assert len(out) == before + 1
+    assert out == [parsed(flags, body) for flags, body in frames] and i == len(stream)
+
+
+@FAST
+@given(frame_lists.filter(bool), st.data())
+def test_parse_frames_of_a_truncated_stream_stops_at_the_cut_and_says_what_it_needs(frames, data):
+    stream = b"".join(codec.frame_header(len(body), flags) + body for flags, body in frames)
+    cut = data.draw(st.integers(0, len(stream) - 1), label="cut")
+    out: list = []
+    i, need, _ = codec.parse_frames(stream[:cut], 0, codec.HARD_FRAME_LIMIT, out)
+    whole = [parsed(flags, body) for flags, body in frames]
+    assert out == whole[:len(out)] and len(out) < len(frames)
+    assert i <= cut and i + need > cut  # nothing parsed past the cut, and more is needed
+    # given what it asks for (the header first, then the body), the next frame comes whole
+    more: list = []
+    for _ in range(3):
+        end, need_next, _ = codec.parse_frames(stream[i:i + need], 0, codec.HARD_FRAME_LIMIT, more)
+        if more:
+            break
+        assert end == 0 and need_next > need
+        need = need_next
+    assert more == [whole[len(out)]] and end == need
+
+
+@FAST
+@given(st.lists(frame_bodies, max_size=5), st.integers(0, 2**64 - 1), st.integers(0, 300))
+def test_parse_frames_refuses_a_size_above_the_limit_before_its_body_arrives(before, size, limit):
+    assume(size > limit)
+    stream = b"".join(codec.frame_header(len(body)) + body for body in before if len(body) <= limit)
+    kept = [body for body in before if len(body) <= limit]
+    out: list = []
+    with pytest.raises(codec.FrameTooLarge) as raised:
+        codec.parse_frames(stream + codec.frame_header(size) + b"x", 0, limit, out)
+    assert (raised.value.size, raised.value.limit) == (size, limit)
+    assert isinstance(raised.value, ZmtpError) and out == kept
+
+
+@FAST
+@given(st.binary(max_size=200), st.integers(0, 1 << 20))
+def test_parse_frames_of_arbitrary_bytes_splits_within_them_or_raises_frame_too_large(data, limit):
+    out: list = []
+    try:
+        i, need, flagged = codec.parse_frames(data, 0, limit, out)
+    except codec.FrameTooLarge:
+        return
+    assert 0 <= i <= len(data) and need >= 2 and i + need > len(data)
+    assert sum(len(f[1] if type(f) is tuple else f) for f in out) <= len(data)
+
+
+@FAST
+@given(st.lists(st.one_of(frame_bodies, st.lists(frame_bodies, min_size=2, max_size=3).map(tuple)), min_size=1,
+                max_size=20), st.integers(0, 100), st.booleans())
+def test_encode_messages_writes_frames_parse_frames_reads_back(batch, offset, sealed):
+    chunks: list = []
+    encode = (lambda payload, more: (0, b"<" + payload + (b"+" if more else b"."))) if sealed else None
+    ends = codec.encode_messages(batch, chunks, offset, encode)
+    stream = b"".join(chunks)
+    assert len(ends) == len(batch) and ends[-1] == offset + len(stream)
+    out: list = []
+    codec.parse_frames(stream, 0, codec.HARD_FRAME_LIMIT, out)
+    expected = []
+    for message in batch:
+        frames = message if type(message) is tuple else (message,)
+        for index, frame in enumerate(frames):
+            more = index < len(frames) - 1
+            if sealed:
+                expected.append(b"<" + frame + (b"+" if more else b"."))
+            else:
+                expected.append(parsed(MORE if more else 0, frame))
+    assert out == expected
+    # each message ends where the frames parsed so far end
+    position, k = 0, 0
+    for message, end in zip(batch, ends):
+        for _ in (message if type(message) is tuple else (message,)):
+            position = codec.parse_frames(stream, position, codec.HARD_FRAME_LIMIT, [], one=True)[0]
+            k += 1
+        assert offset + position == end
+
+
+@FAST
+@given(st.integers(0, 2**64 - 1), st.integers(0, 255))
+def test_frame_header_is_the_rfc37_layout(size, flags):
+    header = codec.frame_header(size, flags)
+    if size < 256:
+        assert header == bytes((flags, size))
+    else:
+        assert header == bytes((flags | codec.LONG,)) + struct.pack(">Q", size)
 
 
 # -- the frame stream over TCP ------------------------------------------------------------------

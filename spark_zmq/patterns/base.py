@@ -338,14 +338,29 @@ class PatternSocket:
                     )
         return frames
 
+    def _check_can_send(self) -> None:
+        if not self.can_send:
+            raise TypeError(f"{type(self).__name__} only receives; it has no send()")
+
+    def _check_send_many(self, messages: Sequence[bytes]) -> None:
+        """What ``send_many`` takes, checked before anything is sent: ``bytes`` messages
+        within ``max_message_bytes``."""
+        self._check_can_send()
+        limit = self.max_message_bytes
+        for message in messages:
+            if type(message) is not bytes:
+                as_frame(message, "each message")  # raises for non-bytes-like values
+                raise TypeError(f"send_many takes bytes messages, not {type(message).__name__}; use send()")
+            if limit is not None and len(message) > limit:
+                self._frames(message)  # raises the max_message_bytes error
+
     def send(self, data: Frames, timeout: Optional[float] = None) -> None:
         """Send one message (bytes-like, or a list of frames where the pattern allows).
 
         Blocks while no peer is available (``timeout`` seconds at most, then
         ``TimeoutError``); never discards what it cannot queue.
         """
-        if not self.can_send:
-            raise TypeError(f"{type(self).__name__} only receives; it has no send()")
+        self._check_can_send()
         frames = self._frames(data)
         deadline = self._deadline(timeout)
         self._acquire(deadline)
@@ -359,15 +374,7 @@ class PatternSocket:
         sink's fast path. ``timeout`` bounds the wait for each message, as in ``send``;
         on ``TimeoutError`` the messages before it were sent (``sent`` attribute of the
         error says how many)."""
-        if not self.can_send:
-            raise TypeError(f"{type(self).__name__} only receives; it has no send()")
-        limit = self.max_message_bytes
-        for message in messages:
-            if type(message) is not bytes:
-                as_frame(message, "each message")  # raises for non-bytes-like values
-                raise TypeError(f"send_many takes bytes messages, not {type(message).__name__}; use send()")
-            if limit is not None and len(message) > limit:
-                self._frames(message)  # raises the max_message_bytes error
+        self._check_send_many(messages)
         self._acquire(self._deadline(timeout))
         sent = 0
         try:
@@ -430,12 +437,19 @@ class PatternSocket:
         ``recv_multipart`` to see every frame."""
         return self.recv_multipart(timeout)[-1]
 
-    def _start_recv(self, max_messages: int, timeout: Optional[float]) -> Optional[float]:
-        """Check a batch receive's arguments and take the lock; returns the deadline."""
+    def _check_can_recv(self) -> None:
         if not self.can_recv:
             raise TypeError(f"{type(self).__name__} only sends; it has no recv()")
+
+    def _check_recv(self, max_messages: int) -> None:
+        """A batch receive's arguments."""
+        self._check_can_recv()
         if max_messages < 1:
             raise ValueError(f"max_messages must be >= 1, got {max_messages!r}")
+
+    def _start_recv(self, max_messages: int, timeout: Optional[float]) -> Optional[float]:
+        """Check a batch receive's arguments and take the lock; returns the deadline."""
+        self._check_recv(max_messages)
         deadline = self._deadline(timeout)
         self._acquire(deadline)
         return deadline
@@ -554,8 +568,7 @@ class PatternSocket:
 
     def poll_recv(self, timeout: Optional[float] = 0.0) -> bool:
         """Whether a message is ready to receive, waiting up to ``timeout`` seconds for one."""
-        if not self.can_recv:
-            raise TypeError(f"{type(self).__name__} only sends; it has no recv()")
+        self._check_can_recv()
         deadline = self._deadline(timeout)
         self._acquire(deadline)
         try:

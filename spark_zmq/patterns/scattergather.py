@@ -37,15 +37,13 @@ from typing import Any, ClassVar, Optional, Sequence
 
 import zmq
 
-from .base import Frames, PatternSocket, as_frame
+from .base import Frames, PatternSocket
 from .curve import HANDSHAKE_FAILURES, HandshakeWatch
 from .endpoints import check_ipc_bind
 from .zmtp.engine import Engine
 
 __all__ = ["Scatter", "Gather"]
 
-_WAIT_SLICE_S = 0.1
-_ACK_POLL_S = 0.005
 _DEFAULT_HWM = 1000
 
 
@@ -179,27 +177,12 @@ class ZmtpPatternSocket(PatternSocket):
         """Multipart messages dropped whole since the socket was opened."""
         return self._engine.discarded_multipart
 
-    # -- waiting ----------------------------------------------------------------------------
-
-    def _wait_engine(self, deadline: Optional[float], what: str, sent: Optional[int] = None) -> None:
-        """Wait (engine lock held) for the engine to change something, bounded by ``deadline``."""
-        self._check_open()
-        now = time.monotonic()
-        if deadline is not None and now >= deadline:
-            exc = TimeoutError(f"{type(self).__name__}.{what} timed out{self._timeout_hint(what)}")
-            if sent is not None:
-                exc.sent = sent  # type: ignore[attr-defined]
-            raise exc
-        self._engine.wait(_WAIT_SLICE_S if deadline is None else min(_WAIT_SLICE_S, deadline - now))
-        self._check_open()
-
     # -- sending ----------------------------------------------------------------------------
 
     def send(self, data: Frames, timeout: Optional[float] = None) -> None:
         """Send one message: round-robin to a peer whose queue has room; blocks while none
         has (``timeout`` seconds at most, then ``TimeoutError``)."""
-        if not self.can_send:
-            raise TypeError(f"{type(self).__name__} only receives; it has no send()")
+        self._check_can_send()
         frames = self._frames(data)
         # the RFC says a sender SHALL NOT modify messages: a mutable buffer is copied now
         frames = [frame if type(frame) is bytes else bytes(frame) for frame in frames]
@@ -208,43 +191,16 @@ class ZmtpPatternSocket(PatternSocket):
     def send_many(self, messages: Sequence[bytes], timeout: Optional[float] = None) -> int:
         """Send ``bytes`` messages in order under one lock round-trip; ``timeout`` bounds the
         wait for each message; on ``TimeoutError`` its ``sent`` attribute says how many went."""
-        if not self.can_send:
-            raise TypeError(f"{type(self).__name__} only receives; it has no send()")
-        limit = self.max_message_bytes
-        for message in messages:
-            if type(message) is not bytes:
-                as_frame(message, "each message")
-                raise TypeError(f"send_many takes bytes messages, not {type(message).__name__}; use send()")
-            if limit is not None and len(message) > limit:
-                self._frames(message)
+        self._check_send_many(messages)
         return self._send_all(messages, timeout)
 
-    def _send_all(self, messages: Sequence[bytes], timeout: Optional[float]) -> int:
+    def _send_all(self, messages: Sequence, timeout: Optional[float]) -> int:
         self._deadline(timeout)  # validates
-        engine = self._engine
-        sent = 0
-        kick: dict[int, Any] = {}
-        with engine.cond:
-            try:
-                for message in messages:
-                    deadline = None
-                    while True:
-                        self._check_open()
-                        peer = engine.next_peer_with_room()
-                        if peer is not None:
-                            peer.outbox.append(message)
-                            kick[peer.id] = peer
-                            break
-                        for waiting in kick.values():
-                            engine.kick(waiting)
-                        kick.clear()
-                        if deadline is None:
-                            deadline = self._deadline(timeout)
-                        self._wait_engine(deadline, "send", sent)
-                    sent += 1
-            finally:
-                for waiting in kick.values():
-                    engine.kick(waiting)
+        sent, timed_out = self._engine.send_round_robin(messages, timeout, self._check_open)
+        if timed_out:
+            exc = TimeoutError(f"{type(self).__name__}.send timed out{self._timeout_hint('send')}")
+            exc.sent = sent  # type: ignore[attr-defined]
+            raise exc
         return sent
 
     # -- receiving --------------------------------------------------------------------------
@@ -255,33 +211,16 @@ class ZmtpPatternSocket(PatternSocket):
         """Up to ``max_messages`` messages (and about ``max_bytes``), fair-queued over the
         peers, waiting up to ``timeout`` for the first; ``(values, None)`` (no topics on a
         single-part socket)."""
-        if not self.can_recv:
-            raise TypeError(f"{type(self).__name__} only sends; it has no recv()")
-        if max_messages < 1:
-            raise ValueError(f"max_messages must be >= 1, got {max_messages!r}")
-        deadline = self._deadline(timeout)
-        engine = self._engine
-        with engine.cond:
-            while True:
-                self._check_open()
-                values = engine.take_inbox(max_messages, max_bytes)
-                if values:
-                    return values, None
-                self._wait_engine(deadline, "recv")
+        self._check_recv(max_messages)
+        values = self._engine.receive(max_messages, max_bytes, self._deadline(timeout), self._check_open)
+        if not values:
+            raise TimeoutError(f"{type(self).__name__}.recv timed out{self._timeout_hint('recv')}")
+        return values, None
 
     def poll_recv(self, timeout: Optional[float] = 0.0) -> bool:
         """Whether a message is ready to receive, waiting up to ``timeout`` seconds for one."""
-        if not self.can_recv:
-            raise TypeError(f"{type(self).__name__} only sends; it has no recv()")
-        deadline = self._deadline(timeout)
-        engine = self._engine
-        with engine.cond:
-            while not engine.readable:
-                try:
-                    self._wait_engine(deadline, "recv")
-                except TimeoutError:
-                    return False
-            return True
+        self._check_can_recv()
+        return self._engine.wait_readable(self._deadline(timeout), self._check_open)
 
     def recv_batch(
         self, max_messages: int, timeout: Optional[float] = None, max_bytes: Optional[int] = None
@@ -299,27 +238,11 @@ class ZmtpPatternSocket(PatternSocket):
         linger_ms = self._linger if linger is None else self._linger_ms(linger)
         engine = self._engine
         if self.can_send and linger_ms != 0:
-            deadline = None if linger_ms < 0 else time.monotonic() + linger_ms / 1000.0
-            with engine.cond:
-                while True:
-                    holding = engine.pending_outgoing() or engine.out_bytes_pending()
-                    unacknowledged = self._confirm and not holding and engine.unconfirmed(finish=True)
-                    if not holding and not unacknowledged:
-                        break
-                    if not engine.ready_peers and deadline is None:
-                        break  # nobody to deliver to, and waiting forever would hang close
-                    remaining = None if deadline is None else deadline - time.monotonic()
-                    if remaining is not None and remaining <= 0:
-                        break
-                    # acknowledgements arrive without a wake-up: look again soon
-                    slice_s = _ACK_POLL_S if unacknowledged else _WAIT_SLICE_S
-                    engine.wait(slice_s if remaining is None else min(slice_s, remaining))
-        with engine.cond:
-            self._closing = True
-            self.unsent = engine.pending_outgoing()
-            if self._confirm:
-                self.unconfirmed = engine.unconfirmed()
-            engine.cond.notify_all()
+            engine.drain(None if linger_ms < 0 else time.monotonic() + linger_ms / 1000.0, self._confirm)
+        self._closing = True  # before release() wakes the callers waiting on the engine
+        self.unsent, unconfirmed = engine.release(self._confirm)
+        if self._confirm:
+            self.unconfirmed = unconfirmed
         engine.stop()
         self._closed = True
 

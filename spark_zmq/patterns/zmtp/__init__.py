@@ -3,10 +3,14 @@ bundled libzmq lacks: SCATTER and GATHER (49/SCATTERGATHER are draft sockets in 
 
 Layers, each usable and testable on its own:
 
-* ``wire``: greeting, frames, commands and metadata as bytes (no I/O);
+* ``codec``: frames as bytes, the one parser and the one encoder (no I/O);
+* ``wire``: greeting, commands and metadata as bytes (no I/O);
 * ``null`` and ``curve``: the security mechanisms as sans-I/O state machines;
+* ``policies``: round-robin and fair queueing over peers (no I/O);
 * ``engine``: one I/O thread per socket that accepts, connects, reconnects, handshakes and
-  moves frames between TCP/IPC streams and per-peer queues.
+  moves frames between TCP/IPC streams and per-peer queues, built from ``connection``
+  (one connection's state), ``stream`` (the protocol on it), ``sessions`` (connections
+  coming and going) and ``poller`` (the thread's loop).
 
 Nothing here imports Spark.
 """

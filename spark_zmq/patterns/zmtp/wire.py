@@ -1,15 +1,18 @@
-"""ZMTP 3.1 on the wire: the greeting, frames, commands and metadata, as bytes (no I/O).
+"""ZMTP 3.1 on the wire: the greeting, commands and metadata, as bytes (no I/O); frames
+are ``codec``'s (its flags, ``frame_header`` and ``ZmtpError`` are re-exported here).
 
-Everything a peer sends is parsed here first, so every parser raises ``ZmtpError`` (and
-nothing else) on any input, and never allocates more than the input's size.
+Everything a peer sends is parsed here or in ``codec`` first, so every parser raises
+``ZmtpError`` (and nothing else) on any input, and never allocates more than the input's
+size.
 """
 
 from __future__ import annotations
 
 import struct
-from typing import Optional
 
 import zmq
+
+from .codec import COMMAND, LONG, MORE, ZmtpError, frame_header
 
 __all__ = [
     "ZmtpError", "GREETING_SIZE", "MORE", "LONG", "COMMAND", "greeting", "parse_greeting",
@@ -18,27 +21,8 @@ __all__ = [
 ]
 
 GREETING_SIZE = 64
-MORE, LONG, COMMAND = 0x01, 0x02, 0x04
 _MECHANISMS = (b"NULL", b"PLAIN", b"CURVE")
-_U64 = struct.Struct(">Q")
 _U32 = struct.Struct(">I")
-
-
-class ZmtpError(Exception):
-    """A peer broke ZMTP (or was refused): its connection is closed.
-
-    ``event`` and ``value`` are what libzmq's socket monitor would report for the same
-    failure (``zmq.EVENT_HANDSHAKE_FAILED_*`` and a ``zmq.PROTOCOL_ERROR_*`` or ZAP
-    status code), so one set of texts explains failures of both kinds of sockets.
-    ``reply`` is a command body to send before closing (an ERROR), or ``None``.
-    """
-
-    def __init__(self, text: str, event: int = zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL, value: int = 0,
-                 reply: Optional[bytes] = None) -> None:
-        super().__init__(text)
-        self.event = event
-        self.value = value
-        self.reply = reply
 
 
 def _protocol(text: str, value: int = zmq.PROTOCOL_ERROR_ZMTP_UNSPECIFIED) -> ZmtpError:
@@ -66,15 +50,6 @@ def parse_greeting(data: bytes) -> tuple[tuple[int, int], bytes, bool]:
     if mechanism not in _MECHANISMS:
         raise _protocol(f"unknown security mechanism {mechanism[:20]!r}", zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
     return version, mechanism, data[32] == 1
-
-
-# -- frames -----------------------------------------------------------------------------------
-
-def frame_header(size: int, flags: int = 0) -> bytes:
-    """The flags and size bytes before a frame body of ``size`` bytes."""
-    if size < 256:
-        return bytes((flags, size))
-    return bytes((flags | LONG,)) + _U64.pack(size)
 
 
 # -- commands ---------------------------------------------------------------------------------

@@ -1,0 +1,122 @@
+"""Who gets the next message: round-robin over peers with room (sending) and fair queueing
+over peers with messages (receiving), libzmq's ``lb`` and ``fq``.
+
+Both are plain data structures: the engine calls them with its lock held and does what
+they ask of the I/O thread (write a peer's queue, resume reading a peer) itself, so they
+know nothing of connections, threads or the wire.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import TYPE_CHECKING, Callable, Optional
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .connection import Peer
+
+__all__ = ["RoundRobin", "FairQueue"]
+
+
+class RoundRobin:
+    """The peers a message may be queued to, taken in turn (49/SCATTERGATHER, 30/PIPELINE:
+    round-robin over the peers that are available), skipping those at the high-water mark."""
+
+    __slots__ = ("peers", "_next")
+
+    def __init__(self) -> None:
+        self.peers: list[Peer] = []
+        self._next = 0
+
+    def __len__(self) -> int:
+        return len(self.peers)
+
+    def __contains__(self, peer: Peer) -> bool:
+        return peer in self.peers
+
+    def add(self, peer: Peer) -> None:
+        """``peer`` takes its turn after the others (nothing if it already has one)."""
+        if peer not in self.peers:
+            self.peers.append(peer)
+
+    def remove(self, peer: Peer) -> None:
+        """No more messages for ``peer``; the turn stays with the peer that had it."""
+        peers = self.peers
+        if peer in peers:
+            index = peers.index(peer)
+            peers.remove(peer)
+            if index < self._next:
+                self._next -= 1
+            self._next = self._next % len(peers) if peers else 0
+
+    def next_with_room(self, hwm: int) -> Optional[Peer]:
+        """The next peer whose outbox holds fewer than ``hwm`` messages (0: no limit), or
+        ``None`` when every one is full."""
+        peers = self.peers
+        n = len(peers)
+        for step in range(n):
+            index = (self._next + step) % n
+            peer = peers[index]
+            if hwm == 0 or len(peer.outbox) < hwm:
+                self._next = (index + 1) % n
+                return peer
+        return None
+
+
+class FairQueue:
+    """The peers with received messages, in turn (49/SCATTERGATHER: fair-queued input), and
+    their inboxes' high-water mark: a peer whose inbox is full is *paused* (the engine stops
+    reading it, so TCP holds its sender back) until a receiver drains it to half."""
+
+    __slots__ = ("readable", "hwm")
+
+    def __init__(self, hwm: int) -> None:
+        #: peers with messages in their inbox, in the order they get their next share
+        self.readable: collections.deque = collections.deque()
+        self.hwm = hwm
+
+    def __bool__(self) -> bool:
+        return bool(self.readable)
+
+    def deliver(self, peer: Peer, messages: list[bytes]) -> bool:
+        """Queue what ``peer`` sent; whether its inbox is now full (the engine stops reading it)."""
+        if not peer.inbox:
+            self.readable.append(peer)
+        peer.inbox.extend(messages)
+        peer.inbox_bytes += sum(map(len, messages))
+        if self.hwm and len(peer.inbox) >= self.hwm:
+            peer.paused = True
+            peer.resume_asked = False
+        return peer.paused
+
+    def take(self, max_messages: int, max_bytes: Optional[int], resume: Callable[[Peer], None]) -> list[bytes]:
+        """Up to ``max_messages`` messages (and about ``max_bytes``: at least one), a share
+        from each peer in turn; ``resume(peer)`` for each paused peer drained to half its
+        high-water mark."""
+        out: list[bytes] = []
+        readable = self.readable
+        size = 0
+        limit = max_bytes if max_bytes is not None else 1 << 62
+        half = self.hwm // 2
+        while readable and len(out) < max_messages and size < limit:
+            peer = readable.popleft()
+            inbox = peer.inbox
+            share = max(1, (max_messages - len(out)) // (len(readable) + 1))
+            if share >= len(inbox) and size + peer.inbox_bytes <= limit:
+                taken = list(inbox)  # the whole queue fits: one copy, no per-message work
+                inbox.clear()
+                size += peer.inbox_bytes
+                peer.inbox_bytes = 0
+            else:
+                taken = []
+                while inbox and len(taken) < share and size < limit:
+                    message = inbox.popleft()
+                    taken.append(message)
+                    size += len(message)
+                    peer.inbox_bytes -= len(message)
+            out.extend(taken)
+            if inbox:
+                readable.append(peer)
+            if peer.paused and not peer.resume_asked and len(inbox) <= half:
+                peer.resume_asked = True
+                resume(peer)
+        return out
