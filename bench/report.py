@@ -28,7 +28,7 @@ def _markdown(results: list[dict], smoke: bool, command: str) -> str:
              "connector runs |",
              "|---|---|---|---|---|---|---|---|"]
     for r in results:
-        if "median" not in r:
+        if "ratios" not in r:
             continue
         baselines = "<br>".join(f"{k}: {v:,.0f} (ratio {r['ratios'][k]:.2f})"
                                 for k, v in r["median"].items() if k != "connector")
@@ -48,6 +48,16 @@ def _markdown(results: list[dict], smoke: bool, command: str) -> str:
                           f"p95 {r['p95_ms']:.0f} ms, p99 {r['p99_ms']:.0f} ms (targets 250 / - / 1000 ms); "
                           f"median micro-batch {r['batch_ms']:.0f} ms, against {r['rate_source_batch_ms']:.0f} ms "
                           f"for Spark's own rate source into noop at the same rate"]
+        elif r["scenario"] == "reqrep-broker-lru":
+            m = r["median"]
+            lines += ["", f"Load balancing, four workers, one 10x slower: spark-zmq broker {m['broker']:.2f} s, plain "
+                          f"round-robin {m['round-robin']:.2f} s; broker/round-robin {r['time_ratio']:.2f} "
+                          f"(target <= {r['target']})"]
+        elif r["scenario"] == "reqrep-latency":
+            b, d = r["broker"], r["direct"]
+            lines += ["", f"One request at a time: through the broker p50 {b['p50_ms']:.3f} ms, p99 {b['p99_ms']:.3f} ms;"
+                          f" direct REQ/REP p50 {d['p50_ms']:.3f} ms, p99 {d['p99_ms']:.3f} ms (p50 ratio "
+                          f"{r['p50_ratio']:.2f})"]
         elif r["scenario"] == "backpressure":
             lines += ["", f"Backpressure: {r['messages']:,} messages ({r['payload_mb']:.0f} MiB) through a "
                           f"{r['max_spool_mb']:.0f} MiB spool: peak spool {r['peak_spool_mb']:.1f} MiB, receiver "

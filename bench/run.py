@@ -22,6 +22,12 @@ Scenarios (the benchmark issue's numbering):
                       the connector with CURVE (a ZAP-authenticated server on ingest, a client
                       on egress) vs the connector without it, and a bare pyzmq loop with CURVE
                       vs without it (libzmq's own cost of encryption, for scale).
+  8 reqrep-arrow,     spark_zmq.request over two echo workers (arrow: 1,000-row requests;
+    reqrep-json       json: one row per request), rows/s, vs one Python process sending the
+                      same requests over a bare pyzmq DEALER with as many in flight;
+    reqrep-broker-lru four workers, one 10x slower: spark-zmq broker's time over plain
+                      round-robin's (target <= 0.6);
+    reqrep-latency    one request at a time through the broker vs a direct REQ/REP round trip.
 Contenders run back to back, ``--reps`` times; the report gives medians, spread and the
 ratio against the named baseline, since absolute figures vary between machines. Results:
 results.json, report.md and chart.png in ``--out``.
@@ -45,12 +51,15 @@ import egress  # noqa: E402
 import ingest  # noqa: E402
 import latency  # noqa: E402
 import report  # noqa: E402
+import requestreply  # noqa: E402
 from common import HERE, spark_session  # noqa: E402
 
 FULL = {"raw": 1_000_000, "socket": 30_000, "arrow_messages": 400, "arrow_rows": 10_000, "latency_s": 10.0,
-        "bp_messages": 200_000, "scaling": 200_000}
+        "bp_messages": 200_000, "scaling": 200_000, "reqrep_arrow": 1_000_000, "reqrep_json": 20_000,
+        "reqrep_lru": 400, "reqrep_latency": 2_000}
 SMOKE = {"raw": 5_000, "socket": 2_000, "arrow_messages": 4, "arrow_rows": 1_000, "latency_s": 2.0,
-         "bp_messages": 5_000, "scaling": 5_000}
+         "bp_messages": 5_000, "scaling": 5_000, "reqrep_arrow": 10_000, "reqrep_json": 500,
+         "reqrep_lru": 40, "reqrep_latency": 100}
 
 
 #: each scenario's fair ceiling: the contender that does everything the connector must do
@@ -61,6 +70,7 @@ CEILINGS = {
     "bare pyzmq PULL": "the wire's ceiling: no Spark-side ceiling is measured for one row per message",
     "pull from libzmq PUSH": "the connector itself, fed by libzmq's PUSH instead of SCATTER",
     "connector without CURVE": "the connector itself without encryption",
+    "bare pyzmq DEALER": "the same requests to the same workers from one Python process, no Spark",
 }
 
 
@@ -150,6 +160,15 @@ def curve_cost(name: str, unit: str, keys: str, reps: int, connector: Callable[[
     }, reps, "connector without CURVE", None)
 
 
+def reqrep(spark, fmt: str, rows: int, reps: int) -> dict:
+    """``request()`` and the bare DEALER loop against the same two echo workers."""
+    with requestreply.workers(fmt, 2) as endpoints:
+        return compare(f"reqrep-{fmt}", "rows/s", {
+            "connector": lambda: requestreply.connector(spark, fmt, rows, 1000, endpoints),
+            "bare pyzmq DEALER": lambda: requestreply.bare_dealer(fmt, rows, 1000, endpoints),
+        }, reps, "bare pyzmq DEALER", 0.7)
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, one repetition: proves the command works")
@@ -217,6 +236,10 @@ def main(argv: list[str]) -> int:
         "curve-egress-arrow": lambda: curve_cost("curve-egress-arrow", "rows/s", keys, reps,
                                                  lambda: egress.connector(spark, m * r, "arrow", r),
                                                  "bare pyzmq PUSH", lambda: egress.bare_push(m * r, "arrow", r)),
+        "reqrep-arrow": lambda: reqrep(spark, "arrow", size["reqrep_arrow"], reps),
+        "reqrep-json": lambda: reqrep(spark, "json", size["reqrep_json"], reps),
+        "reqrep-broker-lru": lambda: requestreply.load_balancing(size["reqrep_lru"], reps),
+        "reqrep-latency": lambda: requestreply.latency(size["reqrep_latency"]),
         "scaling": lambda: scaling(spark, size["scaling"], reps),
         "latency": lambda: {"scenario": "latency", **latency.connector(spark, 10_000, size["latency_s"])},
         "backpressure": lambda: {"scenario": "backpressure", **backpressure.connector(
@@ -228,7 +251,7 @@ def main(argv: list[str]) -> int:
         if only and name not in only:
             continue
         result = run()
-        if name in ("latency", "backpressure"):  # (scaling prints its own lines)
+        if name in ("latency", "backpressure", "reqrep-broker-lru", "reqrep-latency"):  # (scaling prints its own)
             print(f"{name:18s} " + json.dumps({k: v for k, v in result.items() if k != "scenario"}), flush=True)
         results.append(result)
     spark.stop()

@@ -1,8 +1,9 @@
 """Service workers in their own processes, for the request-reply tests.
 
 ``ServiceWorker.start("--format", "arrow", "--bind", "tcp://127.0.0.1:*")`` runs
-tests/scripts/rep_worker.py (plain pyzmq, no spark_zmq code) and returns once it has bound
-or connected; ``wait_for("HOLDING")`` waits for a line it prints, so a test can kill it at
+tests/scripts/rep_worker.py (plain pyzmq, no spark_zmq code), ``ServiceWorker.serve(...)``
+tests/scripts/serve_worker.py (``spark_zmq.worker.serve``); both return once the worker has
+bound or connected; ``wait_for("HOLDING")`` waits for a line it prints, so a test can kill it at
 an exact moment without sleeping.
 """
 
@@ -18,6 +19,7 @@ import time
 from pathlib import Path
 
 WORKER = Path(__file__).resolve().parent / "scripts" / "rep_worker.py"
+SERVE = Path(__file__).resolve().parent / "scripts" / "serve_worker.py"
 
 
 class ServiceWorker:
@@ -29,10 +31,16 @@ class ServiceWorker:
         self.endpoint = self.wait_for("READY").split()[1]
 
     @classmethod
-    def start(cls, *args: str) -> "ServiceWorker":
-        proc = subprocess.Popen([sys.executable, str(WORKER), *args], stdout=subprocess.PIPE,
+    def start(cls, *args: str, script: Path = WORKER) -> "ServiceWorker":
+        """tests/scripts/rep_worker.py (plain pyzmq) with ``args``."""
+        proc = subprocess.Popen([sys.executable, str(script), *args], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
         return cls(proc)
+
+    @classmethod
+    def serve(cls, *args: str) -> "ServiceWorker":
+        """tests/scripts/serve_worker.py (``spark_zmq.worker.serve``) with ``args``."""
+        return cls.start(*args, script=SERVE)
 
     def _pump(self) -> None:
         for line in self.proc.stdout:

@@ -25,11 +25,10 @@ from typing import Iterator, Optional, Sequence
 import pyarrow as pa
 
 from ..ingest.arrow_guard import MalformedArrowError, read_batches
+from ..worker import is_error_reply
 
-__all__ = ["ERROR_TAG", "ReplyMismatch", "Unit", "RowCodec", "ArrowCodec", "ValueCodec", "codec_for"]
+__all__ = ["ReplyMismatch", "Unit", "RowCodec", "ArrowCodec", "ValueCodec", "codec_for"]
 
-#: first frame of a worker's error reply: ``[ERROR_TAG, utf-8 message]``
-ERROR_TAG = b"ERROR"
 #: how much of a bad reply an error message quotes
 _QUOTE = 80
 
@@ -39,7 +38,7 @@ class ReplyMismatch(ValueError):
 
 
 def _single_frame(frames: Sequence[bytes]) -> bytes:
-    if len(frames) == 2 and frames[0] == ERROR_TAG:
+    if is_error_reply(frames):
         text = bytes(frames[1])[:1000].decode("utf-8", "replace")
         raise ReplyMismatch(f"the service answered with an error: {text}")
     if len(frames) != 1:
