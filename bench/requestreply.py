@@ -105,6 +105,32 @@ def connector(spark, fmt: str, rows: int, batch_rows: int, endpoints: list[str])
     return rows / (time.perf_counter() - started)
 
 
+def spark_ceiling(spark, fmt: str, rows: int) -> float:
+    """Rows/s of the same plan with the call taken out: ``spark.range`` through a
+    ``mapInArrow`` that appends the reply column itself (for ``json``, also Spark's
+    ``to_json`` before and ``from_json`` after), into the same discarding sink. What Spark
+    costs the connector's data path, without ZeroMQ or a service."""
+    from pyspark.sql import functions as F
+
+    df = spark.range(0, rows, numPartitions=TASKS).selectExpr("id as x")
+
+    def echo(batches):
+        for batch in batches:
+            yield batch.append_column("y", batch.column(batch.schema.get_field_index(source)))
+
+    if fmt == "json":
+        df = df.withColumn("r", F.to_json(F.struct("x")))
+        source, schema = "r", "x long, r string, y string"
+    else:
+        source, schema = "x", "x long, y long"
+    out = df.mapInArrow(echo, schema)
+    if fmt == "json":
+        out = out.select("x", F.from_json("y", "y long").alias("p")).select("x", "p.y")
+    started = time.perf_counter()
+    out.write.format("noop").mode("overwrite").save()
+    return rows / (time.perf_counter() - started)
+
+
 def bare_dealer(fmt: str, rows: int, batch_rows: int, endpoints: list[str]) -> float:
     """Rows/s of one Python process sending the same requests over a pyzmq DEALER, with
     the connector's total number of requests in flight, replies matched by id."""

@@ -25,10 +25,10 @@ REPLY = "doubled long, worker string"
 class BrokerProcess:
     """``spark-zmq broker`` on two fixed ports (so a restarted one is found again)."""
 
-    def __init__(self, frontend: int, backend: int) -> None:
+    def __init__(self, frontend: int, backend: int, *flags: str) -> None:
         self.frontend, self.backend = f"tcp://127.0.0.1:{frontend}", f"tcp://127.0.0.1:{backend}"
         self.proc = subprocess.Popen([CLI, "broker", "--frontend", "@" + self.frontend, "--backend",
-                                      "@" + self.backend, "--status-interval", "0.5"],
+                                      "@" + self.backend, "--status-interval", "0.5", *flags],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         line = self.proc.stderr.readline()
         assert line.startswith("broker:"), line + self.proc.stderr.read()[-2000:]
@@ -119,3 +119,38 @@ def test_libzmq_rep_worker_through_zeromq_js(spark):
     with NodePeer.start("rep", bind=["tcp://127.0.0.1:*"], prefix="js:") as peer:
         rows = spark_zmq.request(numbers(spark, 500), peer.endpoints[0], format="text", max_in_flight=8).collect()
     assert [r.reply for r in rows] == [f"js:{i}" for i in range(500)]
+
+
+def test_a_curve_broker_serves_its_clients_and_refuses_the_others(spark, tmp_path):
+    """CURVE on both sides of the broker (keys from pyzmq's zmq.auth): the query with an
+    authorized key gets every reply; one with another key, or none, is refused and fails
+    within timeout x (retries + 1), naming the broker."""
+    import zmq.auth
+
+    keys, authorized = tmp_path / "keys", tmp_path / "authorized"
+    keys.mkdir()
+    authorized.mkdir()
+    broker_public, broker_secret = zmq.auth.create_certificates(str(keys), "broker")
+    for name in ("query", "worker"):
+        public, _ = zmq.auth.create_certificates(str(keys), name)
+        (authorized / f"{name}.key").write_bytes(open(public, "rb").read())
+    stranger_public, stranger_secret = zmq.auth.create_certificates(str(keys), "stranger")
+    frontend, backend = free_ports(2)
+    broker = BrokerProcess(frontend, backend, "--curve-certificate", broker_secret,
+                           "--curve-authorized-keys", str(authorized))
+    worker = ServiceWorker.serve(broker.backend, "--format", "arrow", "--name", "secure", "--curve-certificate",
+                                 str(keys / "worker.key_secret"), "--curve-server-key", broker_public)
+    try:
+        rows = spark_zmq.request(numbers(spark, 400), broker.frontend, reply_schema=REPLY, batch_rows=50,
+                                 curve_certificate=str(keys / "query.key_secret"),
+                                 curve_server_key=broker_public).collect()
+        assert_doubled(rows, 400)
+        assert {r.worker for r in rows} == {"secure"}
+        for credentials in (dict(curve_certificate=stranger_secret, curve_server_key=broker_public), {}):
+            refused = spark_zmq.request(numbers(spark, 10, 1), broker.frontend, reply_schema=REPLY, timeout=1,
+                                        retries=1, **credentials)
+            with pytest.raises(Exception, match=broker.frontend.replace(".", r"\.")):
+                refused.collect()
+    finally:
+        worker.kill(signal.SIGTERM)
+        assert broker.kill(signal.SIGTERM) == 0

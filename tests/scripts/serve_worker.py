@@ -31,6 +31,8 @@ def main() -> int:
     parser.add_argument("--name", default="w")
     parser.add_argument("--fail-on", type=int)
     parser.add_argument("--delay", type=float, default=0.0)
+    parser.add_argument("--curve-certificate", help="a CURVE client of the broker: this worker's secret certificate")
+    parser.add_argument("--curve-server-key", help="... and the broker's public certificate")
     args = parser.parse_args()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -63,7 +65,12 @@ def main() -> int:
         return done(f"{args.name}:{value}")
 
     handler = {"arrow": arrow, "json": json_row, "text": text}[args.format]
-    serve(handler, args.endpoint, format=args.format, broker=not args.rep, stop=stop,
+    curve = None
+    if args.curve_certificate:
+        from spark_zmq.patterns.curve import Curve, KeyPair, load_public_key
+
+        curve = Curve.client(KeyPair.from_certificate(args.curve_certificate), load_public_key(args.curve_server_key))
+    serve(handler, args.endpoint, format=args.format, broker=not args.rep, stop=stop, curve=curve,
           on_ready=lambda where: print(f"READY {where[0]}", flush=True))
     return 0
 
