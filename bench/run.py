@@ -28,6 +28,9 @@ Scenarios (the benchmark issue's numbering):
     reqrep-broker-lru four workers, one 10x slower: spark-zmq broker's time over plain
                       round-robin's (target <= 0.6);
     reqrep-latency    one request at a time through the broker vs a direct REQ/REP round trip.
+Needs: Java 17+ (Spark); for the gather scenarios, node and the ``zeromq`` package that
+tests/zmqjs installs (``cd tests/zmqjs && npm ci``): without them those scenarios are
+skipped with the reason, and the others run.
 Contenders run back to back, ``--reps`` times; the report gives medians, spread and the
 ratio against the named baseline, since absolute figures vary between machines. Results:
 results.json, report.md and chart.png in ``--out``.
@@ -160,6 +163,22 @@ def curve_cost(name: str, unit: str, keys: str, reps: int, connector: Callable[[
     }, reps, "connector without CURVE", None)
 
 
+#: scenarios whose producer is libzmq itself, through node's zeromq package
+NEEDS_NODE = ("gather-raw-100B", "gather-arrow")
+
+
+def node_missing() -> str | None:
+    """Why libzmq's own producer cannot run here, or ``None`` when it can."""
+    import shutil
+
+    if shutil.which("node") is None:
+        return "node is not installed (install Node.js, then: cd tests/zmqjs && npm ci)"
+    package = os.path.join(HERE, "..", "tests", "zmqjs", "node_modules", "zeromq", "package.json")
+    if not os.path.exists(package):
+        return "node's zeromq package is not installed: run  cd tests/zmqjs && npm ci --no-audit --no-fund"
+    return None
+
+
 def reqrep(spark, fmt: str, rows: int, reps: int) -> dict:
     """``request()`` and the bare DEALER loop against the same two echo workers."""
     with requestreply.workers(fmt, 2) as endpoints:
@@ -248,8 +267,12 @@ def main(argv: list[str]) -> int:
     }
     results = []
     started = time.time()
+    no_node = node_missing()
     for name, run in comparisons.items():
         if only and name not in only:
+            continue
+        if name in NEEDS_NODE and no_node:
+            print(f"{name:18s} skipped: {no_node}", flush=True)
             continue
         result = run()
         if name in ("latency", "backpressure", "reqrep-broker-lru", "reqrep-latency"):  # (scaling prints its own)
