@@ -30,12 +30,31 @@ settings.register_profile("dev", max_examples=10, deadline=None)
 settings.load_profile("ci")
 
 
+#: what a test's source names when it drives libzmq through node (tests/zmqjs_peer.py)
+_NODE_NAMES = ("NodePeer", "skip_unless_node", "_node_peers")
+
+
 def pytest_collection_modifyitems(config, items):
-    """Markers follow from what a test uses, so ``-m "not spark"`` never starts Spark:
-    every test that asks for the ``spark`` fixture is marked ``spark``."""
+    """Markers follow from what a test uses, so ``-m "not spark"`` never starts Spark and
+    ``-m "not node"`` never needs node: every test that asks for the ``spark`` fixture is
+    marked ``spark``; every test whose code, fixtures or parameters (a ``libzmq-...`` peer
+    kind) drive a node peer, ``node``."""
+    import inspect
+
     for item in items:
-        if "spark" in getattr(item, "fixturenames", ()) and item.get_closest_marker("spark") is None:
+        fixtures = getattr(item, "fixturenames", ())
+        if "spark" in fixtures and item.get_closest_marker("spark") is None:
             item.add_marker(pytest.mark.spark)
+        function = getattr(item, "function", None)
+        try:
+            source = inspect.getsource(function) if function is not None else ""
+        except (OSError, TypeError):
+            source = ""
+        callspec = getattr(item, "callspec", None)
+        libzmq_param = callspec is not None and any(str(v).startswith("libzmq") for v in callspec.params.values())
+        if any(name in source for name in _NODE_NAMES) or "_node_peers" in fixtures \
+                or any(f.startswith("node_") for f in fixtures) or libzmq_param:
+            item.add_marker(pytest.mark.node)
 
 
 @pytest.fixture(scope="session")
