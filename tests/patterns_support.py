@@ -16,9 +16,9 @@ from collections import Counter
 from typing import Callable, Iterable, Optional, Sequence
 
 import zmq
-from zmq.utils.monitor import recv_monitor_message
 
 from spark_zmq.patterns import PatternSocket
+from zmqtest import SocketEvents
 
 TRANSPORTS = ("tcp", "inproc")
 
@@ -97,32 +97,11 @@ def drain(sock: PatternSocket, quiet: float = QUIET_S, limit: int = 1_000_000) -
     return out
 
 
-class Monitor:
-    """A zmq socket monitor: count events, wait for the n-th one of a kind."""
+class Monitor(SocketEvents):
+    """A socket monitor whose waits default to ``SOON_S`` (see ``zmqtest.SocketEvents``)."""
 
-    def __init__(self, sock: PatternSocket | zmq.Socket) -> None:
-        raw = sock.zmq_socket if isinstance(sock, PatternSocket) else sock
-        self._raw = raw
-        self._mon = raw.get_monitor_socket()
-        self.seen: Counter[int] = Counter()
-
-    def wait_for(self, event: int, count: int = 1, timeout: float = SOON_S) -> None:
-        deadline = time.monotonic() + timeout
-        while self.seen[event] < count:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or not self._mon.poll(int(remaining * 1000) + 1):
-                raise AssertionError(
-                    f"monitor: saw {self.seen[event]} of {count} event(s) {event!r} within {timeout}s "
-                    f"(all events: {dict(self.seen)})"
-                )
-            self.seen[recv_monitor_message(self._mon)["event"]] += 1
-
-    def close(self) -> None:
-        try:
-            self._raw.disable_monitor()
-        except zmq.ZMQError:
-            pass
-        self._mon.close(linger=0)
+    def wait_for(self, event: int, count: int = 1, timeout: float = SOON_S) -> dict:
+        return super().wait_for(event, count, timeout)
 
 
 def prime_round_robin(sender: PatternSocket, receivers: Sequence[PatternSocket], timeout: float = SOON_S) -> None:

@@ -17,16 +17,14 @@ binding to port 0 (``tcp://127.0.0.1:*``, the proxy's ``listen_port=0``).
 
 from __future__ import annotations
 
-import collections
 import random
 import socket
 import struct
 import time
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Iterator, List, Optional, Tuple
 
 import pytest
 import zmq
-from zmq.utils.monitor import recv_monitor_message
 
 from faultproxy import (
     FLAG_COMMAND,
@@ -41,6 +39,7 @@ from faultproxy import (
     is_curve_message,
     is_data,
 )
+from zmqtest import SocketEvents
 
 MiB = 1024 * 1024
 
@@ -92,38 +91,6 @@ def nothing_arrives(sock: zmq.Socket, within: float) -> bool:
     return sock.poll(int(within * 1000)) == 0
 
 
-class Events:
-    """A socket monitor: wait (bounded) for an event, or count what came."""
-
-    def __init__(self, sock: zmq.Socket) -> None:
-        self._sock = sock
-        self._mon = sock.get_monitor_socket()
-        self.seen: Dict[int, int] = collections.Counter()
-        self.values: Dict[int, List[int]] = collections.defaultdict(list)
-
-    def _take(self, timeout: float) -> bool:
-        if not self._mon.poll(max(0, int(timeout * 1000))):
-            return False
-        event = recv_monitor_message(self._mon)
-        self.seen[event["event"]] += 1
-        self.values[event["event"]].append(event["value"])
-        return True
-
-    def wait(self, event: int, timeout: float, count: int = 1) -> bool:
-        """Whether ``count`` events ``event`` (in all) came within ``timeout``."""
-        deadline = time.monotonic() + timeout
-        while self.seen[event] < count:
-            left = deadline - time.monotonic()
-            if left <= 0 or not self._take(left):
-                return self.seen[event] >= count
-        return True
-
-    def pump(self) -> Dict[int, int]:
-        """Take what came so far, without waiting."""
-        while self._take(0):
-            pass
-        return self.seen
-
     def close(self) -> None:
         self._sock.disable_monitor()
         self._mon.close(linger=0)
@@ -170,14 +137,14 @@ def test_blackhole_is_silent_and_heals(ctx):
     with proxy:
         push.connect(proxy.endpoint)
         warm_up(push, pull)
-        push_events, pull_events = Events(push), Events(pull)
+        push_events, pull_events = SocketEvents(push), SocketEvents(pull)
         try:
             (conn,) = proxy.wait_for_connections(1, timeout=5)
             conn.blackhole()
             for i in range(10):
                 push.send(b"held %d" % i)
             assert nothing_arrives(pull, 1.0)
-            assert not pull_events.wait(zmq.EVENT_DISCONNECTED, 0.2)
+            assert not pull_events.came(zmq.EVENT_DISCONNECTED, timeout=0.2)
             assert push_events.pump()[zmq.EVENT_DISCONNECTED] == 0
             assert not conn.closed and conn.mode.kind == "blackhole"
             # Nothing was read: the messages wait in the kernel, and the hole heals.
@@ -212,14 +179,14 @@ def test_blackhole_detected_by_libzmq_heartbeats(ctx):
     with proxy:
         push.connect(proxy.endpoint)
         warm_up(push, pull)
-        push_events, pull_events = Events(push), Events(pull)
+        push_events, pull_events = SocketEvents(push), SocketEvents(pull)
         try:
             (conn,) = proxy.wait_for_connections(1, timeout=5)
             frames_before = conn.frames_down
             proxy.wait_for(lambda: conn.frames_down > frames_before, 5, "a PING going down")
             start = time.monotonic()
             proxy.blackhole_all()
-            assert pull_events.wait(zmq.EVENT_DISCONNECTED, 5.0), "heartbeats did not notice"
+            assert pull_events.came(zmq.EVENT_DISCONNECTED, timeout=5.0), "heartbeats did not notice"
             took = time.monotonic() - start
             assert took >= 0.3, f"disconnected after {took:.2f}s: not by the heartbeat timeout"
             # The PULL's FIN went into the hole too: the PUSH has heard nothing.
@@ -240,14 +207,14 @@ def test_reset_and_close_are_seen_at_once_and_libzmq_reconnects(ctx, how):
     with proxy:
         push.connect(proxy.endpoint)
         warm_up(push, pull)
-        push_events, pull_events = Events(push), Events(pull)
+        push_events, pull_events = SocketEvents(push), SocketEvents(pull)
         try:
             (conn,) = proxy.wait_for_connections(1, timeout=5)
             start = time.monotonic()
             getattr(conn, how)()
             assert conn.closed and how in (conn.close_reason or "")
-            assert push_events.wait(zmq.EVENT_DISCONNECTED, 2.0)
-            assert pull_events.wait(zmq.EVENT_DISCONNECTED, 2.0)
+            assert push_events.came(zmq.EVENT_DISCONNECTED, timeout=2.0)
+            assert pull_events.came(zmq.EVENT_DISCONNECTED, timeout=2.0)
             assert time.monotonic() - start < 2.0
             # libzmq reconnects through the proxy, and messages flow again.
             proxy.wait_for_connections(2, timeout=10)
@@ -266,7 +233,7 @@ def test_drop_direction_up_stops_messages_and_keeps_the_connection(ctx):
     with proxy:
         push.connect(proxy.endpoint)
         warm_up(push, pull)
-        push_events, pull_events = Events(push), Events(pull)
+        push_events, pull_events = SocketEvents(push), SocketEvents(pull)
         try:
             (conn,) = proxy.wait_for_connections(1, timeout=5)
             conn.drop_direction("up")
@@ -404,7 +371,7 @@ def test_curve_drop_message_box_is_a_lost_message(ctx):
     (``nonce <= last`` is an error) accepts a gap."""
     push, pull, proxy = curve_pair(ctx)
     with proxy:
-        pull_events = Events(pull)
+        pull_events = SocketEvents(pull)
         try:
             proxy.drop_frame("up", index=3, predicate=is_curve_message)
             push.connect(proxy.endpoint)
@@ -447,15 +414,15 @@ def test_curve_replay_is_reported_to_a_monitor(ctx):
     run in three with a monitor attached, never without one)."""
     push, pull, proxy = curve_pair(ctx)
     with proxy:
-        pull_events = Events(pull)
+        pull_events = SocketEvents(pull)
         try:
             proxy.duplicate_frame("up", index=3, predicate=is_curve_message)
             push.connect(proxy.endpoint)
             for i in range(10):
                 push.send(b"%d" % i)
             assert [recv(pull) for _ in range(4)] == [b"0", b"1", b"2", b"3"]
-            assert pull_events.wait(zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL, 5.0)
-            assert pull_events.values[zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL] == [
+            assert pull_events.came(zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL, timeout=5.0)
+            assert pull_events.values(zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL) == [
                 zmq.PROTOCOL_ERROR_ZMTP_INVALID_SEQUENCE]
             assert proxy.frames_duplicated == 1
         finally:

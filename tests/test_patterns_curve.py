@@ -13,6 +13,7 @@ import zmq
 
 from spark_zmq.patterns import Pull, Push
 from spark_zmq.patterns.curve import ANY_KEY, Curve, CurveError, KeyPair, load_public_key
+from zmqtest import SocketEvents
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -168,15 +169,11 @@ def test_a_flood_of_failed_handshakes_never_stalls_the_context_even_unread():
 
 # -- our ZMTP engine's CURVE (Scatter/Gather) against libzmq: strict short nonces --------------
 
-def _after_handshake(monitor) -> list:
+def _after_handshake(monitor: SocketEvents) -> list:
     """The connection events from the first successful handshake on (a connection our
     side closed before it, as when a Scatter first announces SCATTER to a PULL and tries
     PUSH next, does not count)."""
-    from zmq.utils.monitor import recv_monitor_message
-
-    seen = []
-    while monitor.poll(300):
-        seen.append(recv_monitor_message(monitor)["event"])
+    seen = monitor.quiet(0.3)
     assert zmq.EVENT_HANDSHAKE_SUCCEEDED in seen, seen
     return seen[seen.index(zmq.EVENT_HANDSHAKE_SUCCEEDED):]
 
@@ -209,7 +206,7 @@ def test_libzmq_push_with_heartbeats_to_our_curve_gather_keeps_one_connection():
     gather = Gather("@tcp://127.0.0.1:*", curve=Curve.server(server, frozenset({client.public_key})), linger=0)
     push = _libzmq_curve_socket(context, zmq.PUSH, client, server_key=server.public_key)
     push.sndtimeo = 10_000
-    monitor = push.get_monitor_socket(CONNECTION_EVENTS)
+    monitor = SocketEvents(push, CONNECTION_EVENTS)
     try:
         push.connect(gather.last_endpoint)
         sent, received = [], []
@@ -223,7 +220,7 @@ def test_libzmq_push_with_heartbeats_to_our_curve_gather_keeps_one_connection():
         assert received == sent
         assert _after_handshake(monitor) == [zmq.EVENT_HANDSHAKE_SUCCEEDED]
     finally:
-        push.disable_monitor()
+        monitor.close()
         push.close(0)
         gather.close(linger=0)
         context.destroy(linger=0)
@@ -238,7 +235,7 @@ def test_our_curve_scatter_to_a_libzmq_pull_with_heartbeats_keeps_one_connection
     server, client = KeyPair.generate(), KeyPair.generate()
     pull = _libzmq_curve_socket(context, zmq.PULL, server)
     pull.rcvtimeo = 10_000
-    monitor = pull.get_monitor_socket(CONNECTION_EVENTS)
+    monitor = SocketEvents(pull, CONNECTION_EVENTS)
     port = pull.bind_to_random_port("tcp://127.0.0.1")
     scatter = Scatter(f">tcp://127.0.0.1:{port}", curve=Curve.client(client, server.public_key), linger=0)
     try:
@@ -253,7 +250,7 @@ def test_our_curve_scatter_to_a_libzmq_pull_with_heartbeats_keeps_one_connection
         assert received == sent
         assert _after_handshake(monitor) == [zmq.EVENT_HANDSHAKE_SUCCEEDED]
     finally:
-        pull.disable_monitor()
+        monitor.close()
         scatter.close(linger=0)
         pull.close(0)
         context.destroy(linger=0)

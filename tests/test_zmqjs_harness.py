@@ -13,9 +13,9 @@ import time
 
 import pytest
 import zmq
-from zmq.utils.monitor import recv_monitor_message
 
 from zmqjs_peer import PEER_JS, ZMQJS_DIR, NodePeer, PeerError, payload, skip_unless_node
+from zmqtest import SocketEvents
 
 pytestmark = pytest.mark.timeout(20)
 
@@ -175,14 +175,10 @@ def test_libzmq_scatter_does_not_deliver_to_pyzmq_pull(ctx):
     dropped with the connection), or a send timeout (exit 3) when the drop came first: a
     race on a busy machine, and nothing arrives either way."""
     pull, endpoint = bound(ctx, zmq.PULL)
-    monitor = pull.get_monitor_socket(zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED
-                                      | zmq.EVENT_HANDSHAKE_SUCCEEDED)
+    monitor = SocketEvents(pull, zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED)
     with NodePeer.start("scatter", connect=[endpoint], count=5, linger=0) as peer:
-        seen = []
-        while zmq.EVENT_DISCONNECTED not in seen:
-            assert monitor.poll(10_000), f"no disconnect; monitor events so far: {seen}"
-            seen.append(recv_monitor_message(monitor)["event"])
-        assert zmq.EVENT_ACCEPTED in seen and zmq.EVENT_HANDSHAKE_SUCCEEDED not in seen
+        monitor.wait_for(zmq.EVENT_DISCONNECTED)
+        assert monitor.seen[zmq.EVENT_ACCEPTED] and not monitor.seen[zmq.EVENT_HANDSHAKE_SUCCEEDED]
         assert pull.poll(1000) == 0, "a libzmq SCATTER delivered to a PULL socket"
         try:
             peer.stop()
@@ -190,7 +186,7 @@ def test_libzmq_scatter_does_not_deliver_to_pyzmq_pull(ctx):
             last = peer.events[-1] if peer.events else {}
             assert peer.returncode == 3 and last.get("event") == "error" and "send" in last.get("message", ""), \
                 f"the peer failed otherwise than a send finding no GATHER: {last}"
-    pull.disable_monitor()
+    monitor.close()
 
 
 # -- request-reply: libzmq's REP, and a libzmq REQ worker behind our broker -----------------

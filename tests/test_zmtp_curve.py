@@ -17,13 +17,12 @@ import time
 from typing import Callable, Optional
 
 import pytest
-from zmqtest import examples
+from zmqtest import SocketEvents, examples
 import zmq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from nacl.bindings import crypto_box, crypto_box_afternm, crypto_box_beforenm, crypto_box_keypair, crypto_box_open
 from zmq.utils import z85
-from zmq.utils.monitor import recv_monitor_message
 
 from spark_zmq.patterns.zmtp import wire
 from spark_zmq.patterns.zmtp.curve import CurveClient, CurveSequenceError, CurveServer
@@ -312,7 +311,7 @@ def test_libzmq_client_messages_and_pings_decode_in_strict_sequence(ctx):
     push.sndtimeo = 10_000
     push.heartbeat_ivl = 10
     push.heartbeat_timeout = 10_000
-    monitor = push.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED)
+    monitor = SocketEvents(push, zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED)
     push.connect(f"tcp://127.0.0.1:{port}")
     mech = CurveServer(server_pub, server_sec, lambda key: True, declaring(b"PULL"), accepting(b"PUSH"))
     conn, _ = lsock.accept()
@@ -336,25 +335,11 @@ def test_libzmq_client_messages_and_pings_decode_in_strict_sequence(ctx):
     assert pings >= 3
     assert mech._rx_nonce == 2 + len(sent) + pings and mech.sequence_gaps == mech.replays == 0
     # libzmq took our PONGs (the nonces of our side stayed in step): still one connection
-    events = []
-    while monitor.poll(200):
-        events.append(recv_monitor_message(monitor)["event"])
+    events = monitor.quiet(0.2)
     assert events == [zmq.EVENT_HANDSHAKE_SUCCEEDED]
-    push.disable_monitor()
+    monitor.close()
     conn.close()
     lsock.close()
-
-
-def wait_event(monitor: zmq.Socket, event: int, seconds: float = 10) -> dict:
-    deadline = time.monotonic() + seconds
-    seen = []
-    while time.monotonic() < deadline:
-        if monitor.poll(100):
-            message = recv_monitor_message(monitor)
-            seen.append(message)
-            if message["event"] == event:
-                return message
-    raise AssertionError(f"no event {event} within {seconds}s; saw {seen}")
 
 
 @pytest.mark.timeout(30)
@@ -365,7 +350,7 @@ def test_our_refusal_is_reported_by_libzmq_as_zap_400(ctx):
     push.curve_serverkey = z85.encode(server_pub)
     push.curve_publickey, push.curve_secretkey = zmq.curve_keypair()
     push.linger = 0
-    monitor = push.get_monitor_socket(zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+    monitor = SocketEvents(push, zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
                                       | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
     push.connect(f"tcp://127.0.0.1:{port}")
     asked: list = []
@@ -376,9 +361,9 @@ def test_our_refusal_is_reported_by_libzmq_as_zap_400(ctx):
         Driver(conn, mech).handshake()
     assert (err.value.event, err.value.value, err.value.reply) == (AUTH, 400, b"\x05ERROR\x03400")
     assert len(asked) == 1
-    event = wait_event(monitor, zmq.EVENT_HANDSHAKE_FAILED_AUTH)
+    event = monitor.wait_for(zmq.EVENT_HANDSHAKE_FAILED_AUTH)
     assert event["value"] == 400
-    push.disable_monitor()
+    monitor.close()
     lsock.close()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import os
 import threading
 import time
@@ -282,3 +283,77 @@ def examples(n: int) -> int:
     from hypothesis import settings
 
     return max(5, n * settings.default.max_examples // 100)
+
+
+class SocketEvents:
+    """A libzmq socket monitor (``zmq_socket_monitor``) for tests: every event read is
+    counted in ``seen`` and kept in ``events`` (pyzmq's parsed dicts), and waits are
+    bounded. ``wait_for(event)`` returns once ``count`` such events came (or fails naming
+    what did come); ``quiet(seconds)`` reads until nothing comes for that long and returns
+    the event numbers read, for a test that checks that something did NOT happen."""
+
+    def __init__(self, sock: "zmq.Socket", events: int = zmq.EVENT_ALL) -> None:
+        from zmq.utils.monitor import recv_monitor_message
+
+        raw = getattr(sock, "zmq_socket", sock)  # a pattern class, or a pyzmq socket
+        self._raw = raw
+        self._recv = recv_monitor_message
+        self._mon = raw.get_monitor_socket(events)
+        self.seen: "collections.Counter[int]" = collections.Counter()
+        self.events: list[dict] = []
+
+    def _take(self, timeout: float) -> Optional[dict]:
+        if not self._mon.poll(max(0, int(timeout * 1000))):
+            return None
+        message = self._recv(self._mon)
+        self.seen[message["event"]] += 1
+        self.events.append(message)
+        return message
+
+    def wait_for(self, event: int, count: int = 1, timeout: float = 10.0) -> dict:
+        """The ``count``-th ``event`` (counting those already read), within ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while self.seen[event] < count:
+            left = deadline - time.monotonic()
+            if left <= 0 or self._take(left) is None:
+                raise AssertionError(f"socket monitor: {self.seen[event]} of {count} event(s) {event} within "
+                                     f"{timeout} s (events seen: {dict(self.seen)})")
+        return [m for m in self.events if m["event"] == event][count - 1]
+
+    def came(self, event: int, count: int = 1, timeout: float = 10.0) -> bool:
+        """Whether ``count`` events ``event`` (in all) came within ``timeout``."""
+        try:
+            self.wait_for(event, count, timeout)
+            return True
+        except AssertionError:
+            return False
+
+    def pump(self) -> "collections.Counter[int]":
+        """Read what came so far, without waiting; ``seen``."""
+        while self._take(0) is not None:
+            pass
+        return self.seen
+
+    def values(self, event: int) -> list[int]:
+        """The value of each ``event`` read so far (an errno, a protocol error, a descriptor)."""
+        return [m["value"] for m in self.events if m["event"] == event]
+
+    def quiet(self, seconds: float = 0.3) -> list[int]:
+        """The events read until none came for ``seconds``."""
+        start = len(self.events)
+        while self._take(seconds) is not None:
+            pass
+        return [m["event"] for m in self.events[start:]]
+
+    def close(self) -> None:
+        try:
+            self._raw.disable_monitor()
+        except zmq.ZMQError:
+            pass
+        self._mon.close(linger=0)
+
+    def __enter__(self) -> "SocketEvents":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
