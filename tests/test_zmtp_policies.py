@@ -107,3 +107,40 @@ def test_fair_queue_gives_each_peer_a_share():
     rest = fq.take(100, None, lambda peer: None)
     assert from_a + [m for m in rest if m.startswith(b"a")] == [b"a%d" % i for i in range(10)]
     assert from_b + [m for m in rest if m.startswith(b"b")] == [b"b%d" % i for i in range(10)]
+
+
+@FAST
+@given(st.integers(1, 5), st.integers(0, 6), st.lists(st.integers(0, 6), max_size=5), st.integers(0, 40),
+       st.integers(0, 4))
+def test_taking_whole_turns_queues_what_one_message_at_a_time_would(n, hwm, backlog, count, turn):
+    """``take_turns`` (the send path's batch step), then one ``next_with_room`` per message
+    for what it left, gives every peer the same messages in the same order, and leaves the
+    turn in the same place, as one ``next_with_room`` per message from the start."""
+    def ring():
+        lb = RoundRobin()
+        peers = [Peer() for _ in range(n)]
+        for peer, queued in zip(peers, backlog):
+            peer.outbox.extend([b"old"] * queued)
+        for peer in peers:
+            lb.add(peer)
+        for _ in range(turn):  # start mid-ring
+            lb._next = (lb._next + 1) % n
+        return lb, peers
+
+    messages = [b"m%d" % i for i in range(count)]
+    one_by_one, peers_a = ring()
+    for message in messages:
+        peer = one_by_one.next_with_room(hwm)
+        if peer is None:
+            break
+        peer.outbox.append(message)
+    batched, peers_b = ring()
+    queued, touched = batched.take_turns(messages, 0, hwm)
+    assert all(p in peers_b for p in touched) and queued <= count
+    for message in messages[queued:]:
+        peer = batched.next_with_room(hwm)
+        if peer is None:
+            break
+        peer.outbox.append(message)
+    assert [list(p.outbox) for p in peers_b] == [list(p.outbox) for p in peers_a]
+    assert batched._next == one_by_one._next

@@ -16,7 +16,7 @@ from pyspark.sql.types import BinaryType, StringType, StructType
 
 from ..options import SinkOptions
 
-__all__ = ["check_schema", "arrow_pieces", "arrow_message", "row_messages", "Message"]
+__all__ = ["check_schema", "arrow_pieces", "arrow_message", "row_messages", "row_payloads", "Message"]
 
 #: (topic frame or None, payload)
 Message = tuple[Optional[bytes], bytes]
@@ -90,6 +90,25 @@ def arrow_pieces(batch: pa.RecordBatch, options: SinkOptions) -> Iterator[tuple[
             yield topic, rows.slice(lo, step)
 
 
+def _value_payloads(batch: pa.RecordBatch, fmt: str) -> list:
+    values = batch.column("value")
+    if fmt == "text" or pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
+        values = values.cast(pa.large_string()).cast(pa.large_binary())
+    if values.null_count:
+        values = pc.fill_null(values, b"")
+    return values.to_pylist()
+
+
+def row_payloads(batch: pa.RecordBatch, options: SinkOptions) -> Optional[list[bytes]]:
+    """The payloads of ``raw``/``text`` rows without topics (``push``, ``scatter``), one
+    message each, a null value as an empty message; ``None`` for everything else, which
+    goes through ``row_messages``. No tuple or topic per message: the common egress path
+    costs one list of ``bytes``."""
+    if options.format not in ("raw", "text") or options.pattern == "pub":
+        return None
+    return _value_payloads(batch, options.format)
+
+
 def row_messages(batch: pa.RecordBatch, options: SinkOptions) -> Iterator[Message]:
     """One message per row: formats ``raw``, ``text`` and ``json`` (no metadata: a consumer
     cannot tell a retried task's copy of a row from the first one)."""
@@ -97,10 +116,7 @@ def row_messages(batch: pa.RecordBatch, options: SinkOptions) -> Iterator[Messag
     fixed_topic = options.topic.encode() if options.topic is not None else None
     topics: Optional[list] = batch.column("topic").to_pylist() if drop_topic else None
     if options.format in ("raw", "text"):
-        values = batch.column("value")
-        if options.format == "text" or pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
-            values = values.cast(pa.large_string()).cast(pa.large_binary())
-        payloads = values.to_pylist()
+        payloads = _value_payloads(batch, options.format)
     else:  # json: every row one object, without the topic column that routes it
         payloads = [
             json.dumps(row, default=_json_default, ensure_ascii=False).encode()

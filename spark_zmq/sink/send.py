@@ -139,23 +139,32 @@ class TaskSender:
                 except TimeoutError:
                     self.dropped += 1
             return
+        if all(topic is None for topic, _ in messages):
+            self.send_payloads([payload for _, payload in messages])
+            return
         try:
-            if all(topic is None for topic, _ in messages):
-                try:
-                    self.sent += self.socket.send_many([payload for _, payload in messages], timeout=self.timeout_s)
-                except TimeoutError as exc:
-                    self.sent += getattr(exc, "sent", 0)
-                    raise
-                return
             for topic, payload in messages:
                 self.socket.send(payload if topic is None else [topic, payload], timeout=self.timeout_s)
                 self.sent += 1
         except TimeoutError:
-            raise SinkTimeoutError(
-                f"no ZeroMQ peer at {self.where} took a message within sendTimeoutMs="
-                f"{self.options.send_timeout_ms} ({self.sent} sent by this task so far); "
-                "the consumers are absent or not keeping up" + self._rejection_note()
-            ) from None
+            raise self._timed_out() from None
+
+    def send_payloads(self, payloads: list[bytes]) -> None:
+        """Send single-part messages in order, through the socket's batch path (``push``
+        and ``scatter``; the rows of ``raw``/``text`` and the Arrow messages)."""
+        self._check_rejections()
+        try:
+            self.sent += self.socket.send_many(payloads, timeout=self.timeout_s)
+        except TimeoutError as exc:
+            self.sent += getattr(exc, "sent", 0)
+            raise self._timed_out() from None
+
+    def _timed_out(self) -> SinkTimeoutError:
+        return SinkTimeoutError(
+            f"no ZeroMQ peer at {self.where} took a message within sendTimeoutMs="
+            f"{self.options.send_timeout_ms} ({self.sent} sent by this task so far); "
+            "the consumers are absent or not keeping up" + self._rejection_note()
+        )
 
     @property
     def lost_peers(self) -> int:

@@ -20,7 +20,7 @@ from pyspark.sql.types import StructType
 from ..options import SinkOptions
 from ..schemas import arrow_schema
 from . import commit_record
-from .encode import arrow_message, arrow_pieces, check_schema, row_messages
+from .encode import arrow_message, arrow_pieces, check_schema, row_messages, row_payloads
 from .send import TaskSender
 
 __all__ = ["ZmqBatchWriter", "ZmqStreamWriter", "SinkCommit"]
@@ -99,7 +99,11 @@ def _write_task(options: SinkOptions, batches: Iterator[pa.RecordBatch], batch_i
                 if out:
                     sender.send(out)
             else:
-                sender.send(list(row_messages(batch, options)))
+                payloads = row_payloads(batch, options)
+                if payloads is not None:
+                    sender.send_payloads(payloads)
+                else:
+                    sender.send(list(row_messages(batch, options)))
             rows += batch.num_rows
         if held is not None:
             sender.send([encoded(held, last=True)])

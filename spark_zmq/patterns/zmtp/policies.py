@@ -62,6 +62,32 @@ class RoundRobin:
         return None
 
 
+    def take_turns(self, messages: list, start: int, hwm: int) -> tuple[int, list]:
+        """Queue ``messages[start:]`` in turn, as many as fit while every peer has room;
+        returns how many were queued and the peers that got some. The same peers get the same messages in the
+        same order as one ``next_with_room`` per message would give them: with ``room``
+        free places on the fullest peer, ``room x peers`` messages never fill any of them,
+        so no peer is skipped. Nothing is queued (``(0, [])``) when a peer is full: the
+        caller then goes message by message."""
+        peers = self.peers
+        n = len(peers)
+        left = len(messages) - start
+        if n == 0 or left <= 0:
+            return 0, []
+        room = min(hwm - len(p.outbox) for p in peers) if hwm else left
+        if room <= 0:
+            return 0, []
+        count = min(left, room * n)
+        first = self._next
+        touched = []
+        for k in range(min(n, count)):
+            peer = peers[(first + k) % n]
+            peer.outbox.extend(messages[start + k : start + count : n])
+            touched.append(peer)
+        self._next = (first + count) % n
+        return count, touched
+
+
 class FairQueue:
     """The peers with received messages, in turn (49/SCATTERGATHER: fair-queued input), and
     their inboxes' high-water mark: a peer whose inbox is full is *paused* (the engine stops
