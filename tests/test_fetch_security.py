@@ -17,6 +17,7 @@ import zmq
 
 from spark_zmq.ingest import fetch
 from spark_zmq.ingest.fetch import FetchError, SpoolServer, fetch_range
+from spark_zmq.ingest.loss import LossPolicy
 from spark_zmq.ingest.receiver import messages_to_batch
 from spark_zmq.ingest.spool import Spool
 
@@ -116,6 +117,24 @@ def test_damage_in_the_spool_is_reported_without_its_path(served):
         list(fetch_range(server.access, 0, 0, 2000, spool_id=spool.spool_id, timeout=30))
     assert "DataLossError" in f"{type(caught.value).__name__}: {caught.value}"
     assert spool.spool_dir not in str(caught.value) and segment not in str(caught.value)
+
+
+def test_a_task_that_skips_loss_gets_the_rest_and_the_driver_logs_the_file(served, caplog):
+    """``failOnDataLoss=false`` crosses the wire as ``skipLoss``; the server skips and logs
+    there (with the file), the task gets every readable message."""
+    spool, server = served
+    segment = sorted(os.listdir(os.path.join(spool.spool_dir, "ch-0")))[0]
+    path = os.path.join(spool.spool_dir, "ch-0", segment)
+    with open(path, "r+b") as f:
+        f.seek(os.path.getsize(path) // 2)
+        f.write(b"\x00" * 64)
+    with caplog.at_level("WARNING", logger="spark_zmq.ingest.loss"):
+        got = [v.as_py() for _, batch in fetch_range(server.access, 0, 0, 2000, spool_id=spool.spool_id, timeout=30,
+                                                     loss=LossPolicy(fail=False))
+               for v in batch.column(0)]
+    assert 0 < len(got) < 2000 and len(set(got)) == len(got)
+    assert all(v == b"m-%d" % int(v[2:]) for v in got)
+    assert "failOnDataLoss=false" in caplog.text and segment in caplog.text
 
 
 def test_a_peer_that_never_reads_its_replies_costs_bounded_memory(served):

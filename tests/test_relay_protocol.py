@@ -159,3 +159,32 @@ def test_a_receiver_process_relay_numbers_nothing_until_the_query_says_start(tmp
     finally:
         client.close()
         relay.stop()
+
+
+def test_losses_cross_the_wire_in_protocol_1s_form_and_read_back_as_loss_records(relay):
+    """A relay's loss goes over the wire as ``[first, end, words]`` (its offsets, the words
+    narrowed to the range asked), whatever type either side holds it in."""
+    from types import SimpleNamespace
+
+    from spark_zmq.ingest.loss import LostRange
+    from spark_zmq.source.relays import RelayChannel
+
+    relay.ingest.spool.channels[0].lost.append(LostRange(0, 10, 20, "record at byte 7: checksum mismatch",
+                                                         path="/spool/ch-0/0-0.seg"))
+    client = RelayClient(relay.listen, "holder", timeout_s=5)
+    dealer = _dealer(relay)
+    try:
+        client.call("attach")
+        dealer.send_multipart([b"", json.dumps({"op": "lost", "session": "holder", "id": 7, "channel": 0,
+                                                "start": 12, "end": 30}).encode()])
+        assert dealer.recv_multipart()[1:] == [b"ok", b'{"lost": [[10, 20, "offsets 12..20 of channel 0 in '
+                                                      b'/spool/ch-0/0-0.seg (record at byte 7: checksum mismatch)"]], '
+                                                      b'"id": 7}']
+        view = SimpleNamespace(client=client, first_channel=3, target=SimpleNamespace(label="relay at X"))
+        [loss] = RelayChannel(view, 0).lost_within(12, 30)
+        assert (loss.channel, loss.first, loss.end) == (3, 10, 20)
+        assert loss.within(12, 30).describe() == ("offsets 12..20 of channel 0 in /spool/ch-0/0-0.seg (record at byte "
+                                                  "7: checksum mismatch) (relay at X)")
+    finally:
+        dealer.close(0)
+        client.close()

@@ -10,7 +10,8 @@ from zmqtest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spark_zmq.source.planner import admit, channel_offsets, split, spool_of, with_spool
+from spark_zmq.source.offsets import ChannelOffsets, OffsetsFormatError
+from spark_zmq.source.planner import admit, split
 
 
 class RowsIndex:
@@ -35,35 +36,84 @@ class RowsIndex:
         return position
 
 
-def test_offsets_carry_the_spool_and_channel_keys_are_separate():
-    offsets = with_spool({"0": 5, "1": 7}, "ab" * 16)
-    assert spool_of(offsets) == "ab" * 16
-    assert channel_offsets({**offsets, "lag": {"records": 1}}) == {"0": 5, "1": 7}
-    assert spool_of({"0": 5}) is None  # checkpoints written before offsets named their spool
+#: offsets as the connector wrote them to Spark's offset log before ChannelOffsets (PySpark
+#: json.dumps the dict the reader returns): a query restarted from such a checkpoint reads them
+OLD_CHECKPOINT = '{"0": 1200, "1": 980, "10": 7, "2": 0, "spool": "0123456789abcdef0123456789abcdef"}'
+#: before offsets named their spool
+OLDEST_CHECKPOINT = '{"0": 5, "1": 7}'
+
+
+def test_offsets_read_a_checkpoint_written_before_and_write_the_same_text():
+    offsets = ChannelOffsets.from_json(OLD_CHECKPOINT)
+    assert dict(offsets) == {0: 1200, 1: 980, 2: 0, 10: 7}
+    assert offsets.spool == "0123456789abcdef0123456789abcdef"
+    # what the old code wrote for these offsets: channels in channel order, then the spool
+    assert offsets.to_json() == '{"0": 1200, "1": 980, "2": 0, "10": 7, "spool": "0123456789abcdef0123456789abcdef"}'
+    assert ChannelOffsets.from_json(offsets.to_json()) == offsets
+    oldest = ChannelOffsets.from_json(OLDEST_CHECKPOINT)
+    assert oldest.spool is None and dict(oldest) == {0: 5, 1: 7}
+    assert oldest.to_json() == OLDEST_CHECKPOINT
+
+
+def test_offsets_json_is_what_pyspark_writes_for_the_dict():
+    import json
+
+    offsets = ChannelOffsets({"1": 7, "0": 5}, "ab" * 16)
+    assert offsets.to_json() == json.dumps(offsets.to_dict()) == '{"0": 5, "1": 7, "spool": "%s"}' % ("ab" * 16)
+    assert ChannelOffsets.from_dict(json.loads(offsets.to_json())) == offsets
+
+
+@pytest.mark.parametrize("text, why", [
+    ("[1, 2]", "not a JSON object"),
+    ('{"0": 5', "not JSON"),
+    ('{"0": "5", "spool": "ab"}', "channel 0's offset"),
+    ('{"0": -1}', "channel 0's offset"),
+    ('{"0": 1.5}', "channel 0's offset"),
+    ('{"0": true}', "channel 0's offset"),
+    ('{"0": 5, "spool": 12}', "'spool' must be a spool id"),
+    ('{"0": 5, "lag": 3}', "unknown key 'lag'"),
+    ('{"spool": "ab"}', "no channel offsets"),
+])
+def test_a_corrupt_checkpoint_offset_is_an_error_naming_its_json(text, why):
+    with pytest.raises(OffsetsFormatError) as error:
+        ChannelOffsets.from_json(text)
+    assert text in str(error.value) and why in str(error.value) and "checkpointLocation" in str(error.value)
+
+
+def test_offsets_arithmetic():
+    start = ChannelOffsets({0: 5, 1: 7}, "s")
+    end = ChannelOffsets({0: 9, 1: 7, 2: 4}, "s")
+    assert start.ranges_to(end) == {0: (5, 9), 1: (7, 7), 2: (4, 4)}
+    assert start.count_to(end) == 4 and end.count_to(start) == 0
+    assert start.at_least({0: 6, 1: 2}) == ChannelOffsets({0: 6, 1: 7}, "s")
+    assert start.replace(1, 8) == ChannelOffsets({0: 5, 1: 8}, "s")
+    assert start.with_spool("t") != start and start.with_spool("t").spool == "t"
+    assert start.to_channel_dict() == {"0": 5, "1": 7}
+    assert hash(start) == hash(ChannelOffsets({"1": 7, "0": 5}, "s"))
 
 
 def test_admit_splits_the_cap_in_proportion_to_the_backlog():
-    indexes = {"0": RowsIndex([1] * 300), "1": RowsIndex([1] * 100)}
-    end = admit(indexes, {"0": 0, "1": 0}, {"0": 300, "1": 100}, 100, None)
-    assert end == {"0": 75, "1": 25}
+    indexes = {0: RowsIndex([1] * 300), 1: RowsIndex([1] * 100)}
+    end = admit(indexes, ChannelOffsets({0: 0, 1: 0}), ChannelOffsets({0: 300, 1: 100}), 100, None)
+    assert end == {0: 75, 1: 25}
 
 
 def test_admit_lets_one_message_through_when_it_alone_exceeds_the_cap():
-    end = admit({"0": RowsIndex([50, 1])}, {"0": 0}, {"0": 2}, 10, None)
-    assert end == {"0": 1}
+    end = admit({0: RowsIndex([50, 1])}, {0: 0}, {0: 2}, 10, None)
+    assert end == {0: 1}
 
 
 def test_admit_moves_past_a_backlog_with_nothing_readable():
     """Offsets the spool lost (an index with no rows there) must not stall the query."""
-    end = admit({"0": RowsIndex([0] * 10)}, {"0": 0}, {"0": 10}, 5, None)
-    assert end == {"0": 10}
+    end = admit({0: RowsIndex([0] * 10)}, {0: 0}, {0: 10}, 5, None)
+    assert end == {0: 10}
 
 
 @settings(max_examples=examples(200), deadline=None)
 @given(st.lists(st.lists(st.integers(1, 20), min_size=0, max_size=40), min_size=1, max_size=4),
        st.integers(1, 200), st.data())
 def test_admit_never_exceeds_the_caps_and_always_progresses(channels, cap, data):
-    indexes = {str(i): RowsIndex(rows) for i, rows in enumerate(channels)}
+    indexes = {i: RowsIndex(rows) for i, rows in enumerate(channels)}
     start = {k: data.draw(st.integers(0, len(ix.rows)), label=f"start {k}") for k, ix in indexes.items()}
     latest = {k: len(ix.rows) for k, ix in indexes.items()}
     end = admit(indexes, start, latest, cap, None)

@@ -37,7 +37,8 @@ import pyarrow as pa
 from ..patterns import Dealer, Router, SocketClosedError
 from ..patterns.curve import Curve, KeyPair
 from .spool_format import SPOOL_SCHEMA, DataLossError
-from .spool_reader import raise_loss, read_range
+from .loss import LossPolicy
+from .spool_reader import read_range
 
 __all__ = ["SpoolServer", "FetchAccess", "fetch_range", "FetchError", "advertised_host", "bind_address"]
 
@@ -229,8 +230,9 @@ class SpoolServer:
         sink = pa.BufferOutputStream()
         reached = start
         firsts: list[int] = []
-        skipped: list[str] = []
-        on_loss = skipped.append if skip_loss else raise_loss
+        # the read task's failOnDataLoss; skipped offsets are logged here, on the driver,
+        # where the files are (the task's error names offsets, never a path)
+        on_loss = LossPolicy(fail=not skip_loss)
         with pa.ipc.new_stream(sink, SPOOL_SCHEMA) as writer:
             for first, batch in read_range(self.spool_dir, channel, start, end, self._locate(channel, start),
                                            spool_id=spool_id, on_loss=on_loss):
@@ -241,8 +243,6 @@ class SpoolServer:
                     break
             else:
                 reached = end
-        for message in skipped:
-            log.warning("spool server skipped unreadable data (failOnDataLoss=false): %s", message)
         return [b"ok", str(reached).encode(), json.dumps(firsts).encode(), sink.getvalue().to_pybytes()]
 
     def close(self) -> None:
@@ -290,13 +290,16 @@ def _exchange(dealer: Dealer, request: dict, request_id: int, timeout: float, re
 
 def fetch_range(
     access: FetchAccess, channel: int, start: int, end: int, *, spool_id: Optional[str] = None,
-    skip_loss: bool = False, timeout: float = 120.0, resend_s: float = RESEND_S,
+    loss: Optional[LossPolicy] = None, timeout: float = 120.0, resend_s: float = RESEND_S,
 ) -> Iterator[tuple[int, pa.RecordBatch]]:
     """``(first offset, spool batch)`` covering ``[start, end)`` of a channel, fetched from
-    the driver (skipped offsets, with ``skip_loss``, are logged by the driver). A server
+    the driver. The server applies ``loss`` (default: fail) and logs what it skips: the
+    request carries only whether to skip (``skipLoss``), so it reads the same for any
+    server version. A server
     silent for ``timeout`` seconds (option ``fetchTimeout``) fails the task, naming it and
     the offsets; Spark retries the task."""
     endpoint = access.endpoint
+    skip_loss = loss is not None and not loss.fail
     ids = itertools.count(1)
     with Dealer(endpoint, linger=0, curve=access.curve()) as dealer:
         position = start

@@ -48,6 +48,7 @@ from typing import Callable, Optional
 import numpy as np
 import pyarrow as pa
 
+from .loss import LostRange
 from .spool_format import (
     SEGMENT_HEADER_SIZE,
     SPOOL_SCHEMA,
@@ -156,22 +157,6 @@ def read_spool_id(spool_dir: str) -> Optional[str]:
 
 
 @dataclass
-class LostRange:
-    """Offsets recovery found unreadable: a clear error, or skipped and counted."""
-
-    first: int
-    end: int
-    path: str
-    reason: str
-
-    def describe(self, channel: int, first: Optional[int] = None, end: Optional[int] = None) -> str:
-        """The loss in words; ``first``/``end`` narrow it to the part a batch asks for."""
-        first = self.first if first is None else first
-        end = self.end if end is None else end
-        return f"offsets {first}..{end} of channel {channel} in {self.path} ({self.reason})"
-
-
-@dataclass
 class _Segment:
     first: int
     seq: int
@@ -275,7 +260,7 @@ class ChannelLog:
                         self.segments[-1].path, self.segments[-1].tail_damage, self.segments[-1].end)
         self.lost.sort(key=lambda r: r.first)
         for lost in self.lost:
-            log.error("spool recovery: %s", lost.describe(self.channel))
+            log.error("spool recovery: %s", lost.describe())
         # Empty segments (a roll just before a stop, a crash right after creating one) hold
         # nothing; only the newest is kept, because it carries the numbering.
         empty = [s for s in self.segments[:-1]
@@ -327,7 +312,7 @@ class ChannelLog:
 
     def _lose(self, first: int, end: int, segment: _Segment, reason: str) -> None:
         if end > first:
-            self.lost.append(LostRange(first, end, segment.path, reason))
+            self.lost.append(LostRange(self.channel, first, end, reason, path=segment.path))
 
     # -- writing (the receiver thread) ---------------------------------------------------------
 

@@ -16,12 +16,12 @@ the range from the driver's spool server (``fetch``).
 from __future__ import annotations
 
 import bisect
-import logging
 import os
-from typing import Callable, Iterable, Iterator, Optional, Sequence
+from typing import Iterable, Iterator, Optional, Sequence
 
 import pyarrow as pa
 
+from .loss import LossPolicy, LostRange
 from .spool_format import (
     SEGMENT_HEADER_SIZE,
     DataLossError,
@@ -34,24 +34,11 @@ from .spool_format import (
     scan_records,
 )
 
-__all__ = ["read_range", "coalesce", "sees_spool", "DataLossError", "LossPolicy"]
+__all__ = ["read_range", "coalesce", "sees_spool", "DataLossError", "LossPolicy", "LostRange", "skip_loss"]
 
-log = logging.getLogger(__name__)
-
-#: what to do about offsets that cannot be read: raise (``failOnDataLoss=true``) or skip
-LossPolicy = Callable[[str], None]
-
-
-def raise_loss(message: str) -> None:
-    raise DataLossError(message + ". Set failOnDataLoss=false to skip such offsets (they are logged).")
-
-
-def skip_loss(message: str) -> None:
-    log.warning("skipping unreadable spool data (failOnDataLoss=false): %s", message)
-
-
-def loss_policy(fail_on_data_loss: bool) -> LossPolicy:
-    return raise_loss if fail_on_data_loss else skip_loss
+#: skip and log what cannot be read, counting it nowhere the user sees: for reading a
+#: spool known to be damaged (a query passes its own ``LossPolicy``)
+skip_loss = LossPolicy(fail=False)
 
 
 def sees_spool(spool_dir: str, owner_id: str) -> bool:
@@ -85,7 +72,7 @@ def read_range(
     hint: Optional[Sequence] = None,
     *,
     spool_id: Optional[str] = None,
-    on_loss: LossPolicy = raise_loss,
+    on_loss: Optional[LossPolicy] = None,
 ) -> Iterator[tuple[int, pa.RecordBatch]]:
     """Yield ``(first offset, spool batch)`` covering ``[start, end)`` of a channel, in
     offset order.
@@ -93,11 +80,13 @@ def read_range(
     ``hint`` (``ChannelLog.locate(start)``: segment file name and byte position) lets the
     read start at the record holding ``start`` instead of scanning its segment. With
     ``spool_id``, segments of any other spool are refused. Offsets that are missing or
-    unreadable go to ``on_loss`` (raise, or log and skip); the batches yielded then cover
-    the rest of the range.
+    unreadable go to ``on_loss`` (raise, the default, or log and skip); the batches yielded
+    then cover the rest of the range.
     """
     if end <= start:
         return
+    if on_loss is None:
+        on_loss = LossPolicy(fail=True)
     directory = os.path.join(spool_dir, f"ch-{channel}")
     segments = _segments(directory)
     # The segment holding ``start``: the last one that begins at or before it.
@@ -119,13 +108,14 @@ def read_range(
         except SpoolFormatError as exc:
             if first >= end:
                 break
-            on_loss(f"segment {path} of channel {channel} is unreadable ({exc})")
+            # its offsets show as a gap before the next readable record
+            on_loss(LostRange(channel, position, position, text=f"segment {path} of channel {channel} is unreadable ({exc})"))
             continue
         if spool_id is not None and header.spool_id.hex() != spool_id:
-            on_loss(
+            on_loss(LostRange(channel, position, end, text=(
                 f"offsets {position}..{end} of channel {channel} were planned on spool {spool_id}, but {path} "
                 f"belongs to spool {header.spool_id.hex()}: the spool directory {spool_dir!r} was recreated"
-            )
+            )))
             return
         byte_position = SEGMENT_HEADER_SIZE
         if hint and position == start and hint[0] == name:
@@ -147,21 +137,20 @@ def read_range(
             tail = None
             if record.first > position:
                 where = previous_tail if record.position == byte_position and previous_tail else path
-                on_loss(f"offsets {position}..{min(record.first, end)} of channel {channel} are missing "
-                        f"(unreadable in {where})")
+                on_loss(LostRange(channel, position, min(record.first, end),
+                                  text=f"offsets {position}..{min(record.first, end)} of channel {channel} are "
+                                       f"missing (unreadable in {where})"))
                 position = record.first
                 if position >= end:
                     return
             if record.damage is not None:
-                on_loss(f"offsets {record.first}..{record.end} of channel {channel} in {path}, record at byte "
-                        f"{record.position}: {record.damage}")
+                on_loss(_in_record(channel, path, record, record.damage))
                 position = record.end
                 continue
             try:
                 batch = read_body(view, record)
             except (pa.ArrowException, ValueError, OSError) as exc:
-                on_loss(f"offsets {record.first}..{record.end} of channel {channel} in {path}, record at byte "
-                        f"{record.position}: {exc}")
+                on_loss(_in_record(channel, path, record, exc))
                 position = record.end
                 continue
             lo, hi = position - record.first, min(end, record.end) - record.first
@@ -171,12 +160,20 @@ def read_range(
                 return
     if position < end:
         if tail is not None:
-            on_loss(f"offsets {position}..{end} of channel {channel} are missing (unreadable in {tail})")
+            on_loss(LostRange(channel, position, end,
+                              text=f"offsets {position}..{end} of channel {channel} are missing (unreadable in {tail})"))
             return
-        on_loss(
+        on_loss(LostRange(channel, position, end, text=(
             f"offsets {position}..{end} of channel {channel} are not in the spool {spool_dir!r} "
             "(deleted or pruned, or written on another machine: executors must see the driver's spoolDir)"
-        )
+        )))
+
+
+def _in_record(channel: int, path: str, record, damage: object) -> LostRange:
+    """A record whose offsets are known but whose bytes are damaged (or not our Arrow)."""
+    return LostRange(channel, record.first, record.end, text=(
+        f"offsets {record.first}..{record.end} of channel {channel} in {path}, record at byte {record.position}: "
+        f"{damage}"))
 
 
 def coalesce(

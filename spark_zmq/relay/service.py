@@ -153,8 +153,8 @@ class Relay:
             return {"end": index.end_within(start, end, _int(request, "rows", optional=True),
                                             _int(request, "bytes", optional=True))}
         assert op is Op.LOST, op
-        return {"lost": [[r.first, r.end, r.describe(channel, max(start, r.first), min(end, r.end))]
-                         for r in index.lost_within(start, end)]}
+        # protocol 1's form of a loss, whatever the reader's type for it: [first, end, words]
+        return {"lost": [[r.first, r.end, r.within(start, end).describe()] for r in index.lost_within(start, end)]}
 
     def _describe(self) -> dict[str, Any]:
         spool = self.ingest.spool

@@ -5,9 +5,8 @@ Pure functions over numbers and a channel index (anything with ``count_between``
 rule here is unit-tested on its own, as Spark's Kafka connector does with its offset
 range calculator.
 
-Offsets, as Spark checkpoints them: ``{"0": 1200, "1": 980, "spool": "<spool id>"}``, one
-key per ingest channel (the next message number, Kafka's meaning) and the identity of the
-spool those numbers refer to, so that a checkpoint paired with another spool is detected.
+Offsets here are ``{channel: next offset}`` mappings (``offsets.ChannelOffsets`` is one,
+and is what Spark checkpoints).
 """
 
 from __future__ import annotations
@@ -16,12 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Mapping, Optional, Protocol
 
-__all__ = [
-    "SPOOL_KEY", "channel_offsets", "with_spool", "spool_of", "admit", "split", "PlannedRange", "ChannelIndex",
-    "MAX_MESSAGES_PER_PARTITION", "MAX_BYTES_PER_PARTITION",
-]
-
-SPOOL_KEY = "spool"
+__all__ = ["admit", "split", "PlannedRange", "ChannelIndex", "MAX_MESSAGES_PER_PARTITION", "MAX_BYTES_PER_PARTITION"]
 
 # A read task covers at most this many messages and about this many bytes, so large
 # backlogs are read in parallel (Arrow messages hold many rows: 1,000 of them can be
@@ -36,29 +30,13 @@ class ChannelIndex(Protocol):
     def end_within(self, start: int, limit: int, max_rows: Optional[int], max_bytes: Optional[int]) -> int: ...
 
 
-def channel_offsets(offsets: Mapping) -> dict[str, int]:
-    """The per-channel part of an offsets dict (drops ``spool`` and report-only keys)."""
-    return {str(k): int(v) for k, v in offsets.items() if str(k).isdigit()}
-
-
-def with_spool(offsets: Mapping[str, int], spool_id: str) -> dict:
-    return {**{k: int(v) for k, v in offsets.items()}, SPOOL_KEY: spool_id}
-
-
-def spool_of(offsets: Mapping) -> Optional[str]:
-    """The spool id an offsets dict refers to (``None`` for checkpoints written before
-    offsets carried one)."""
-    value = offsets.get(SPOOL_KEY)
-    return str(value) if value else None
-
-
 def admit(
-    indexes: Mapping[str, ChannelIndex],
-    start: Mapping[str, int],
-    latest: Mapping[str, int],
+    indexes: Mapping[int, ChannelIndex],
+    start: Mapping[int, int],
+    latest: Mapping[int, int],
     max_rows: Optional[int],
     max_bytes: Optional[int],
-) -> dict[str, int]:
+) -> dict[int, int]:
     """The end offsets of the next batch under ``max_rows``/``max_bytes``.
 
     The caps are split across channels in proportion to their backlog (as Kafka does), and
@@ -94,8 +72,8 @@ class PlannedRange:
 
 
 def split(
-    ranges: Mapping[str, tuple[int, int]],
-    bytes_in: Mapping[str, int],
+    ranges: Mapping[int, tuple[int, int]],
+    bytes_in: Mapping[int, int],
     min_partitions: Optional[int] = None,
     max_messages: int = MAX_MESSAGES_PER_PARTITION,
     max_bytes: int = MAX_BYTES_PER_PARTITION,

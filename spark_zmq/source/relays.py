@@ -19,12 +19,12 @@ import logging
 import threading
 import time
 import uuid
-from dataclasses import dataclass
 from typing import Any, Optional
 
 from ..options import SourceOptions
 from ..relay.client import RelayBusyError, RelayClient, RelayError
 from ..ingest.fetch import FetchAccess, advertised_host
+from ..ingest.loss import LostRange
 from ..relay.processes import ReceiverProcesses, ReceiverTarget
 from ..relay.protocol import LEASE_TTL_S, PROTOCOL, Op
 from .ingest import needs_fetch_service
@@ -36,16 +36,6 @@ log = logging.getLogger(__name__)
 
 #: how often the reader renews its claims on its relays (well inside the lease's ttl)
 HEARTBEAT_S = LEASE_TTL_S / 5
-
-
-@dataclass(frozen=True)
-class _Lost:
-    first: int
-    end: int
-    text: str
-
-    def describe(self, channel: int, first: Optional[int] = None, end: Optional[int] = None) -> str:
-        return self.text
 
 
 class _Relay:
@@ -97,11 +87,15 @@ class RelayChannel:
                                         rows=max_rows, bytes=max_bytes)
         return int(answer["end"])
 
-    def lost_within(self, start: int, end: int) -> list[_Lost]:
+    def lost_within(self, start: int, end: int) -> list[LostRange]:
+        """The relay's losses in ``[start, end)``. The wire carries ``[first, end, words]``
+        per loss (protocol 1), the words naming the relay's channel and file: they are kept
+        as they are, with the relay named after them."""
         if end <= start:
             return []
         answer = self.relay.client.call(Op.LOST, channel=self.local, start=int(start), end=int(end))
-        return [_Lost(int(a), int(b), f"{text} ({self.relay.target.label})") for a, b, text in answer["lost"]]
+        return [LostRange(self.channel, int(a), int(b), text=f"{text} ({self.relay.target.label})")
+                for a, b, text in answer["lost"]]
 
     def advance_to(self, offset: int) -> None:
         self.relay.client.call(Op.ADVANCE, channel=self.local, offset=int(offset))

@@ -1,8 +1,8 @@
 """``spark.readStream.format("zmq")``: replayable offsets over brokerless ZeroMQ.
 
 Offsets are ``{"<channel>": <next message number>, "spool": "<spool id>"}`` (see
-``planner``). Spark writes them to its offset log before a batch runs; the spool keeps
-every message until Spark commits past it. So a retried task, a lost executor or a driver
+``offsets.ChannelOffsets``, their codec). Spark writes them to its offset log before a
+batch runs; the spool keeps every message until Spark commits past it. So a retried task, a lost executor or a driver
 restarted from the checkpoint reads exactly the same messages for the same batch:
 exactly-once into Spark for everything the connector received.
 
@@ -12,15 +12,16 @@ restart) and ``read`` (each task checks the spool id of every segment it opens).
 checkpoint paired with another or a recreated spool, a checkpoint behind the spool's
 earliest offset and offsets the spool cannot read are a ``DataLossError`` that names the
 channel, the offsets and the spool, or, with ``failOnDataLoss=false``, skipped, logged and
-counted (``dataLoss`` in the query progress's ``latestOffset``). Never a renumbering:
-a spool that is behind a checkpoint continues numbering after it.
+counted (``dataLoss`` in the query progress's ``latestOffset``): the option's
+``ingest.loss.LossPolicy``, one on the driver and one in each read task. Never a
+renumbering: a spool that is behind a checkpoint continues numbering after it.
 """
 
 from __future__ import annotations
 
 import logging
 import socket
-from typing import Iterator, Optional, Sequence, Union
+from typing import Iterator, Mapping, Optional, Sequence, Union
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -34,13 +35,15 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from ..ingest.fetch import FetchError, fetch_range
+from ..ingest.loss import LossPolicy, LostRange
 from ..ingest.spool_format import DataLossError
-from ..ingest.spool_reader import coalesce, loss_policy, read_range, sees_spool
+from ..ingest.spool_reader import coalesce, read_range, sees_spool
 from ..options import SourceOptions
 from .decode import decoder_for
 from .ingest import Ingest, LocalIngest
 from .partitions import SpoolRange
-from .planner import admit, channel_offsets, split, spool_of, with_spool
+from .offsets import ChannelOffsets
+from .planner import admit, split
 from .relays import RelayIngest
 
 __all__ = ["ZmqStreamReader"]
@@ -56,16 +59,16 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.schema = schema
         decoder_for(options, schema)  # validate early
         self._runtime: Optional[Ingest] = None
-        self._pinned_end: Optional[dict[str, int]] = None
+        self._pinned_end: Optional[ChannelOffsets] = None
         #: the end of the batch Spark planned last: what the progress's lag is measured from
-        self._planned_end: Optional[dict[str, int]] = None
-        #: messages skipped as lost (failOnDataLoss=false), reported in the progress
-        self._lost = 0
+        self._planned_end: Optional[ChannelOffsets] = None
+        #: failOnDataLoss on the driver; what it skips is reported in the progress
+        self._loss = LossPolicy.from_option(options.fail_on_data_loss, counted=True)
         self._foreign_spools_seen: set[str] = set()
 
     # -- driver: the spool and the checkpoint ------------------------------------------------------
 
-    def _ingest(self, *checkpointed: dict) -> Ingest:
+    def _ingest(self, *checkpointed: ChannelOffsets) -> Ingest:
         """The runtime, created on first use; every call checks the offsets Spark passed."""
         if self._runtime is None:
             relayed = self.options.relays or self.options.receivers == "processes"
@@ -84,20 +87,20 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._runtime.raise_if_failed()
         return self._runtime
 
-    def _reconcile(self, runtime: Ingest, offsets: dict) -> None:
+    def _reconcile(self, runtime: Ingest, offsets: ChannelOffsets) -> None:
         """Check offsets from Spark's checkpoint against the spool: same channels, same
         spool; a spool behind them continues numbering after them (never reusing an offset
         Spark has seen)."""
-        channels = channel_offsets(offsets)
+        channels = offsets.to_channel_dict()
         expected = [str(c) for c in range(len(runtime.channels))]
         source = "relays" if self.options.relays else "endpoints"
         if set(channels) != set(expected):
             raise ValueError(
-                f"the checkpoint's offsets name channels {sorted(channels)} but option {source!r} "
+                f"the checkpoint's offsets name channels {sorted(channels, key=int)} but option {source!r} "
                 f"({', '.join(runtime.channel_names)}) defines channels {expected}: "
                 f"a query's {source} cannot change across restarts; use a new checkpointLocation"
             )
-        theirs, ours = spool_of(offsets), runtime.spool_id
+        theirs, ours = offsets.spool, runtime.spool_id
         foreign = theirs is not None and theirs != ours
         if foreign and theirs not in self._foreign_spools_seen:
             message = (
@@ -105,7 +108,7 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 f"{runtime.where} is spool {ours} (it was deleted and recreated, or belongs to "
                 "another query): the messages of the checkpointed spool that Spark had not processed are lost"
             )
-            if self.options.fail_on_data_loss:
+            if self._loss.fail:
                 raise DataLossError(
                     message + ". Set failOnDataLoss=false to continue on this spool after the checkpoint's offsets, "
                     "or start the query with a new checkpointLocation"
@@ -113,7 +116,7 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             log.warning("%s; continuing on spool %s after the checkpoint's offsets (failOnDataLoss=false)", message, ours)
             self._foreign_spools_seen.add(theirs)
         for channel_log in runtime.channels:
-            wanted = channels[str(channel_log.channel)]
+            wanted = offsets[channel_log.channel]
             if wanted > channel_log.next_offset:
                 if runtime.started and not foreign:
                     log.warning("channel %d: the checkpoint is at offset %d, ahead of the spool's %d: the spool lost "
@@ -121,26 +124,21 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                 channel_log.next_offset)
                 if foreign:
                     # Messages this (other) spool numbered below the checkpoint will never be read.
-                    below = channel_log.snapshot().count_between(channel_log.earliest, wanted)[0]
+                    earliest = channel_log.earliest
+                    below = channel_log.snapshot().count_between(earliest, wanted)[0]
                     if below:
-                        self._lose(below, f"channel {channel_log.channel}: {below} messages spool {ours} holds below "
-                                          f"the checkpoint's offset {wanted}")
+                        self._loss.lose(LostRange(
+                            channel_log.channel, earliest, wanted, messages=below,
+                            text=f"channel {channel_log.channel}: {below} messages spool {ours} holds below the "
+                                 f"checkpoint's offset {wanted}"))
                 channel_log.advance_to(wanted)
-
-    def _lose(self, count: int, message: str) -> None:
-        """Offsets that cannot be delivered: an error, or (failOnDataLoss=false) logged and counted."""
-        if self.options.fail_on_data_loss:
-            raise DataLossError(message + ". Set failOnDataLoss=false to skip them (they are logged and counted).")
-        self._lost += count
-        log.warning("skipping %d messages (failOnDataLoss=false): %s", count, message)
 
     # -- driver: offsets -----------------------------------------------------------------------
 
     def initialOffset(self) -> dict:
         runtime = self._ingest()
-        if self.options.starting_offsets == "earliest":
-            return with_spool(runtime.earliest(), runtime.spool_id)
-        return with_spool(runtime.start_offsets, runtime.spool_id)
+        start = runtime.earliest() if self.options.starting_offsets == "earliest" else runtime.start_offsets
+        return ChannelOffsets(start, runtime.spool_id).to_dict()
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_rows_per_trigger is not None:
@@ -150,38 +148,39 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        runtime = self._ingest(start)
-        begin = channel_offsets(start)
+        begin = ChannelOffsets.from_dict(start)
+        runtime = self._ingest(begin)
         # Spark asks for the next batch only after the batch ending at ``start`` is in its
         # commit log, but calls commit() only once it has a next batch to run. Releasing
         # here is what lets a full spool drain when the receivers are the ones waiting.
-        runtime.release(begin)
+        runtime.release(begin.to_channel_dict())
         for channel_log in runtime.channels:
-            key = str(channel_log.channel)
-            if begin[key] < channel_log.earliest:
-                self._lose(channel_log.earliest - begin[key],
-                           f"Spark resumes channel {channel_log.channel} at offset {begin[key]}, but the spool "
-                           f"{runtime.where} starts at {channel_log.earliest} (spool deleted or pruned)")
-                begin[key] = channel_log.earliest
-        latest = self._pinned_end if self._pinned_end is not None else runtime.latest()
-        latest = {k: max(v, begin[k]) for k, v in latest.items()}
+            channel, earliest = channel_log.channel, channel_log.earliest
+            if begin[channel] < earliest:
+                self._loss.lose(LostRange(
+                    channel, begin[channel], earliest,
+                    text=f"Spark resumes channel {channel} at offset {begin[channel]}, but the spool "
+                         f"{runtime.where} starts at {earliest} (spool deleted or pruned)"))
+                begin = begin.replace(channel, earliest)
+        latest = self._pinned_end if self._pinned_end is not None else ChannelOffsets(runtime.latest())
+        latest = latest.at_least(begin)
         if isinstance(limit, ReadAllAvailable):
             end = latest
         else:
             # Spark passes one ReadLimit; a second cap configured through options still applies.
             max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else self.options.max_rows_per_trigger
             max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else self.options.max_bytes_per_trigger
-            indexes = {str(c.channel): c.snapshot() for c in runtime.channels}
-            end = admit(indexes, begin, latest, max_rows, max_bytes)
+            indexes = {c.channel: c.snapshot() for c in runtime.channels}
+            end = ChannelOffsets(admit(indexes, begin, latest, max_rows, max_bytes))
         self._planned_end = end
-        return with_spool(end, runtime.spool_id)
+        return end.with_spool(runtime.spool_id).to_dict()
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Pin the end at what was there: whatever producers had queued for us, drained
         until the channels are idle for ``timeout`` seconds."""
         runtime = self._ingest()
         runtime.drain_until_idle(self.options.timeout)
-        self._pinned_end = runtime.latest()
+        self._pinned_end = ChannelOffsets(runtime.latest())
 
     def reportLatestOffset(self) -> Optional[dict]:
         """What the receivers have spooled, per channel, plus ``"lag"``: the records and
@@ -193,49 +192,52 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._runtime is None:
             return None
         latest = self._runtime.latest()
-        planned = self._planned_end or {}
+        planned: Mapping[int, int] = self._planned_end or {}
         records = nbytes = 0
         for channel_log in self._runtime.channels:
-            key = str(channel_log.channel)
-            rows, size = channel_log.snapshot().count_between(int(planned.get(key, channel_log.earliest)), latest[key])
+            rows, size = channel_log.snapshot().count_between(planned.get(channel_log.channel, channel_log.earliest),
+                                                              latest[str(channel_log.channel)])
             records, nbytes = records + rows, nbytes + size
         report: dict = {**latest, "spool": self._runtime.spool_id, "lag": {"records": records, "bytes": nbytes}}
-        if self._lost:
-            report["dataLoss"] = {"records": self._lost}
+        if self._loss.lost:
+            report["dataLoss"] = {"records": self._loss.lost}
         if self.options.curve is not None:
             report["rejectedHandshakes"] = self._runtime.rejected_handshakes()
         return report
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        runtime = self._ingest(start, end)
+        begin, finish = ChannelOffsets.from_dict(start), ChannelOffsets.from_dict(end)
+        runtime = self._ingest(begin, finish)
         spool_id = runtime.spool_id
-        begin, finish = channel_offsets(start), channel_offsets(end)
-        if spool_of(end) not in (None, spool_id):
+        if finish.spool not in (None, spool_id):
             # A batch planned on another spool (Spark re-runs it after a restart): its
             # messages are not in this spool, whatever offsets this spool has given out.
-            self._lose(sum(max(0, finish[k] - begin.get(k, finish[k])) for k in finish),
-                       f"the batch {begin}..{finish} was planned on spool {spool_of(end)}, which the spool "
-                       f"{runtime.where} no longer is (it is spool {spool_id})")
+            why = (f"the batch {begin.to_channel_dict()}..{finish.to_channel_dict()} was planned on spool "
+                   f"{finish.spool}, which the spool {runtime.where} no longer is (it is spool {spool_id})")
+            for channel, (lo, hi) in begin.ranges_to(finish).items():
+                if hi > lo:
+                    self._loss.lose(LostRange(channel, lo, hi, text=why))
             return []
-        ranges: dict[str, tuple[int, int]] = {}
-        nbytes: dict[str, int] = {}
+        ranges: dict[int, tuple[int, int]] = {}
+        nbytes: dict[int, int] = {}
         for channel_log in runtime.channels:
-            key = str(channel_log.channel)
-            lo, hi = begin.get(key, finish[key]), finish[key]
+            channel = channel_log.channel
+            lo, hi = begin.get(channel, finish[channel]), finish[channel]
             if hi <= lo:
                 continue
-            if lo < channel_log.earliest:
-                self._lose(min(hi, channel_log.earliest) - lo,
-                           f"offsets {lo}..{min(hi, channel_log.earliest)} of channel {key} are no longer in the spool "
-                           f"{runtime.where}, which starts at {channel_log.earliest}")
-                lo = min(hi, channel_log.earliest)
+            earliest = channel_log.earliest
+            if lo < earliest:
+                self._loss.lose(LostRange(
+                    channel, lo, min(hi, earliest),
+                    text=f"offsets {lo}..{min(hi, earliest)} of channel {channel} are no longer in the spool "
+                         f"{runtime.where}, which starts at {earliest}"))
+                lo = min(hi, earliest)
             index = channel_log.snapshot()
             for lost in index.lost_within(lo, hi):
-                first, last = max(lo, lost.first), min(hi, lost.end)
-                self._lose(last - first, lost.describe(channel_log.channel, first, last))
+                self._loss.lose(lost.within(lo, hi))
             if hi > lo:
-                ranges[key] = (lo, hi)
-                nbytes[key] = index.count_between(lo, hi)[1]
+                ranges[channel] = (lo, hi)
+                nbytes[channel] = index.count_between(lo, hi)[1]
         parts: list[InputPartition] = []
         for piece in split(ranges, nbytes, self.options.min_partitions):
             parts.append(runtime.spool_range(piece.channel, piece.start, piece.end))
@@ -243,7 +245,7 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict) -> None:
         if self._runtime is not None:
-            self._runtime.release(channel_offsets(end))
+            self._runtime.release(ChannelOffsets.from_dict(end).to_channel_dict())
 
     def stop(self) -> None:
         if self._runtime is not None:
@@ -263,7 +265,7 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if mode == "local" or (mode == "auto" and sees_spool(partition.spool_dir, partition.owner_id)):
             return read_range(partition.spool_dir, partition.channel_in_spool, partition.start, partition.end, partition.hint,
                               spool_id=partition.spool_id or None,
-                              on_loss=loss_policy(self.options.fail_on_data_loss))
+                              on_loss=LossPolicy.from_option(self.options.fail_on_data_loss))
         if partition.fetch is None:
             raise FetchError(
                 f"this executor ({socket.gethostname()}) cannot see the driver's spool directory, and the driver "
@@ -271,5 +273,6 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 "set option spoolAccess=fetch (and spoolServerHost to the driver's address executors reach)"
             )
         return fetch_range(partition.fetch, partition.channel_in_spool, partition.start, partition.end,
-                           spool_id=partition.spool_id or None, skip_loss=not self.options.fail_on_data_loss,
+                           spool_id=partition.spool_id or None,
+                           loss=LossPolicy.from_option(self.options.fail_on_data_loss),
                            timeout=self.options.fetch_timeout)
