@@ -194,7 +194,10 @@ class Connection:
         if acked is None:
             unacked.clear()
             return
-        while unacked and unacked[0][0] <= acked:
+        if unacked[-1][0] <= acked:  # all of it (a consumer that keeps up): no step per message
+            unacked.clear()
+            return
+        while unacked[0][0] <= acked:
             unacked.popleft()
 
     # -- heartbeat clock (RFC 37) -----------------------------------------------------------

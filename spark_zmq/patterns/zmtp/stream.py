@@ -32,6 +32,9 @@ log = logging.getLogger("spark_zmq.patterns.zmtp.engine")
 
 _READ_BYTES = 256 * 1024
 _WRITE_BATCH_BYTES = 256 * 1024
+#: messages taken from a peer's queue per step of a refill (the batch may pass
+#: _WRITE_BATCH_BYTES by at most one run's worth)
+_REFILL_RUN = 64
 #: a peer's PINGs are answered while less than this is waiting to be written; beyond it a
 #: PING flood from a peer that does not read would grow the queue without bound
 _MAX_PENDING_REPLY_BYTES = 64 * 1024
@@ -338,12 +341,16 @@ class _Stream:
             source = self.orphans if self.orphans else peer.outbox
             if not source:
                 return False
-            batch: list[bytes] = []
+            batch: list = []
             size = 0
+            take = source.popleft
             while source and size < _WRITE_BATCH_BYTES:
-                message = source.popleft()
-                batch.append(message)
-                size += len(message) if type(message) is not tuple else sum(map(len, message))
+                # a run of messages at a time, their sizes summed after (one Python step per
+                # run, not per message); a multipart message is sized frame by frame
+                run = [take() for _ in range(min(len(source), _REFILL_RUN))]
+                batch += run
+                size += sum(map(len, run)) if tuple not in set(map(type, run)) else \
+                    sum(len(m) if type(m) is not tuple else sum(map(len, m)) for m in run)
             if self.waiters:
                 self.cond.notify_all()
         encode = None if conn.mechanism.name == b"NULL" else conn.mechanism.encode
@@ -361,7 +368,7 @@ class _Stream:
             if not conn.out:
                 if conn.inflight and conn.track_acks:  # written whole: unconfirmed until acknowledged
                     base = conn.batch_base
-                    conn.unacked.extend(zip([base + end for end in conn.inflight_ends], conn.inflight))
+                    conn.unacked.extend(zip(map(base.__add__, conn.inflight_ends), conn.inflight))
                     conn.trim_acked()
                 conn.inflight, conn.inflight_ends = [], []
                 conn.written = 0
