@@ -37,7 +37,7 @@ from ..ingest.fetch import FetchError, fetch_range
 from ..ingest.spool_format import DataLossError
 from ..ingest.spool_reader import coalesce, loss_policy, read_range, sees_spool
 from ..options import SourceOptions
-from .decode import decoder_for
+from .decoders import decoder_for
 from .ingest import Ingest, LocalIngest
 from .partitions import SpoolRange
 from .planner import admit, channel_offsets, split, spool_of, with_spool
