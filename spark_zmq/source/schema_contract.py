@@ -4,10 +4,11 @@ contract whose write side is ``sink/encode.py`` (``check_schema``).
 - ``raw``, ``text``: the fixed schema of ``schemas.fixed_schema`` (``value`` binary or
   string, then ``topic``, ``partition``, ``offset``, ``timestamp``); a declared schema may
   name only those columns (checked as the messages are decoded).
-- ``json``, ``arrow``: the declared ``.schema(...)``, which Spark takes as it is: columns
-  the options fill are declared, never added. ``columnNameOfCorruptRecord`` (json) takes
-  effect only when the schema has that column. The json reader refuses column types
-  pyarrow's JSON reader cannot produce (``decoders.json``).
+- ``json``, ``arrow``: the declared ``.schema(...)`` (without one, ``default_schema``
+  refuses the read), which Spark takes as it is: columns the options fill are declared,
+  never added. ``columnNameOfCorruptRecord`` (json) takes effect only when the schema
+  has that column. The json decoder refuses column types pyarrow's JSON reader cannot
+  produce (``decoders/json.py``).
 - ``includeMetadata`` (json, arrow): the last four columns are exactly
   ``METADATA_COLUMNS``, and no message column has one of their names.
 - ``includeHeaders`` (arrow): one column ``headers map<string,string>`` anywhere.
@@ -20,15 +21,19 @@ column is wrong, hence ``OptionError``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import pyarrow as pa
 from pyspark.sql.types import MapType, StringType, StructType
 
 from ..options import OptionError
-from ..schemas import arrow_schema
+from ..schemas import arrow_schema, fixed_schema
 
-__all__ = ["HEADERS_COLUMN", "METADATA_COLUMNS", "ReadLayout", "read_layout", "headers_field", "metadata_fields"]
+if TYPE_CHECKING:
+    from ..options import SourceOptions
+
+__all__ = ["HEADERS_COLUMN", "METADATA_COLUMNS", "ReadLayout", "default_schema", "read_layout", "headers_field",
+           "metadata_fields"]
 
 #: the declared column ``includeHeaders`` fills
 HEADERS_COLUMN = "headers"
@@ -42,6 +47,22 @@ def _names(names: list[str], limit: int = 12) -> str:
     if not names:
         return "no columns"
     return ", ".join(names[:limit]) + (f", ... ({len(names)} columns)" if len(names) > limit else "")
+
+
+def default_schema(options: "SourceOptions") -> StructType:
+    """The schema of a read that declares none: the fixed one of ``raw``/``text``; the
+    other formats need ``.schema(...)`` (``OptionError`` with an example to copy)."""
+    schema = fixed_schema(options.format)
+    if schema is None:
+        example, extra = "sensor string, reading double", ""
+        if options.include_headers:  # Spark takes a declared schema as it is: headers included
+            example += ", headers map<string,string>"
+            extra = " and, for option 'includeHeaders', the column it fills"
+        raise OptionError(
+            f"format {options.format!r} needs the schema of the messages{extra}: "
+            f"spark.readStream.format('zmq').schema('{example}')..."
+        )
+    return schema
 
 
 def headers_field(fmt: str, schema: StructType) -> int:
