@@ -17,7 +17,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from .options import OptionError, SinkOptions, SourceOptions, manual
-from .schemas import fixed_schema
+from .source.schema_contract import default_schema
 
 __all__ = ["ZmqDataSource"]
 
@@ -72,18 +72,7 @@ class ZmqDataSource(DataSource):
         return "zmq"
 
     def schema(self) -> StructType:
-        options = SourceOptions.parse(self.options)  # validates every option first
-        schema = fixed_schema(options.format)
-        if schema is None:
-            example, extra = "sensor string, reading double", ""
-            if options.include_headers:  # Spark takes a declared schema as it is: headers included
-                example += ", headers map<string,string>"
-                extra = " and, for option 'includeHeaders', the column it fills"
-            raise OptionError(
-                f"format {options.format!r} needs the schema of the messages{extra}: "
-                f"spark.readStream.format('zmq').schema('{example}')..."
-            )
-        return schema
+        return default_schema(SourceOptions.parse(self.options))  # validates every option first
 
     def reader(self, schema: StructType) -> DataSourceReader:
         from .source.batch import ZmqBatchReader

@@ -13,6 +13,7 @@ called malformed, and ``count_rows`` never raises and counts valid messages exac
 from __future__ import annotations
 
 import json
+import pickle
 import re
 import subprocess
 import sys
@@ -37,8 +38,21 @@ from pyspark.sql.types import (
 )
 
 from spark_zmq.ingest import arrow_guard
-from spark_zmq.source import decode as decode_module
-from spark_zmq.source.decode import Decoder, MalformedMessageError
+from spark_zmq.options import OptionError, SourceOptions
+from spark_zmq.schemas import fixed_schema
+from spark_zmq.source.decoders import (
+    ArrowDecoder,
+    DecodeError,
+    Decoder,
+    JsonDecoder,
+    MalformedMessageError,
+    RawDecoder,
+    SchemaMismatchError,
+    TextDecoder,
+    decoder_for,
+    make_decoder,
+)
+from spark_zmq.source.decoders import json as json_decoder
 from spark_zmq.ingest.receiver import messages_to_batch
 
 pytestmark = pytest.mark.timeout(600)
@@ -165,9 +179,9 @@ def json_messages(draw) -> tuple[list, list]:
 @given(json_messages(), st.sampled_from(MODES), st.booleans(), st.sampled_from([1 << 20, 64, 1]))
 def test_json_decode_follows_mode_for_any_messages(case, mode, with_corrupt_column, min_block):
     messages, valid = case
-    decoder = Decoder("json", JSON_SCHEMA, mode=mode, corrupt_column="_corrupt" if with_corrupt_column else None)
-    default_block = decode_module._MIN_JSON_BLOCK
-    decode_module._MIN_JSON_BLOCK = min_block  # small blocks: many block starts in pyarrow's reader
+    decoder = make_decoder("json", JSON_SCHEMA, mode=mode, corrupt_column="_corrupt" if with_corrupt_column else None)
+    default_block = json_decoder._MIN_JSON_BLOCK
+    json_decoder._MIN_JSON_BLOCK = min_block  # small blocks: many block starts in pyarrow's reader
     try:
         out = decode_all(decoder, messages, "json")
     except MalformedMessageError as exc:
@@ -175,7 +189,7 @@ def test_json_decode_follows_mode_for_any_messages(case, mode, with_corrupt_colu
         assert failed_index(exc) not in valid, "a valid object was reported malformed"
         return
     finally:
-        decode_module._MIN_JSON_BLOCK = default_block
+        json_decoder._MIN_JSON_BLOCK = default_block
     rows = check_batches(out, decoder)
     assert decoder.malformed <= len(messages) - len(valid)
     if mode == "PERMISSIVE":
@@ -204,19 +218,19 @@ def test_json_values_that_are_not_objects_are_malformed_wherever_they_are(values
     good = b'{"id": 7, "name": "ok"}'
     bad = [json.dumps(v).encode() for v in values]
     messages = [good] * position + bad + [good]
-    decoder = Decoder("json", JSON_SCHEMA, corrupt_column="_corrupt")
+    decoder = make_decoder("json", JSON_SCHEMA, corrupt_column="_corrupt")
     table = pa.Table.from_batches(decode_all(decoder, messages, "json"))
     assert table.num_rows == len(messages) and decoder.malformed == len(bad)
     assert table.column("_corrupt").to_pylist() == [None] * position + [b.decode() for b in bad] + [None]
     with pytest.raises(MalformedMessageError) as info:
-        decode_all(Decoder("json", JSON_SCHEMA, mode="FAILFAST"), messages, "json")
+        decode_all(make_decoder("json", JSON_SCHEMA, mode="FAILFAST"), messages, "json")
     assert failed_index(info.value) == position
 
 
 @PROPERTY
 @given(st.lists(st.binary(max_size=64), min_size=1, max_size=20), st.sampled_from(MODES))
 def test_json_decode_of_arbitrary_bytes(messages, mode):
-    decoder = Decoder("json", JSON_SCHEMA, mode=mode, corrupt_column="_corrupt")
+    decoder = make_decoder("json", JSON_SCHEMA, mode=mode, corrupt_column="_corrupt")
     try:
         rows = check_batches(decode_all(decoder, messages, "json"), decoder)
     except MalformedMessageError:
@@ -231,10 +245,8 @@ def test_json_decode_of_arbitrary_bytes(messages, mode):
 @PROPERTY
 @given(st.lists(st.binary(max_size=40) | st.text(max_size=20).map(str.encode), min_size=1, max_size=30))
 def test_text_replaces_invalid_utf8_and_raw_passes_bytes_through(messages):
-    from spark_zmq.schemas import fixed_schema
-
     for fmt in ("raw", "text"):
-        decoder = Decoder(fmt, fixed_schema(fmt))
+        decoder = make_decoder(fmt, fixed_schema(fmt))
         out = decode_all(decoder, messages, fmt)
         assert check_batches(out, decoder) == len(messages)
         values = [v for b in out for v in b.column("value").to_pylist()]
@@ -322,7 +334,7 @@ def test_count_rows_and_read_batches_agree_with_pyarrow_on_valid_messages(stream
     reference = pa.ipc.open_stream(message).read_all()
     got = arrow_guard.read_batches(message)
     assert pa.Table.from_batches(got, schema=reference.schema).equals(reference)
-    decoder = Decoder("arrow", spark, mode="FAILFAST")
+    decoder = make_decoder("arrow", spark, mode="FAILFAST")
     out = decode_all(decoder, [message], "arrow")
     assert check_batches(out, decoder) == rows
     converted = [row for b in out for row in b.to_pylist()]
@@ -340,7 +352,7 @@ def test_arrow_decode_of_mutated_messages_follows_mode(data, mode):
         arrow_guard.read_batches(broken)
     except arrow_guard.MalformedArrowError:
         pass
-    decoder = Decoder("arrow", spark, mode=mode)
+    decoder = make_decoder("arrow", spark, mode=mode)
     try:
         out = decode_all(decoder, [message, broken, message], "arrow")
     except MalformedMessageError as exc:
@@ -357,7 +369,7 @@ def test_arrow_decode_of_mutated_messages_follows_mode(data, mode):
 def test_arrow_arbitrary_bytes(message, mode):
     assert arrow_guard.count_rows(message) >= 1
     assert arrow_guard.count_rows(b"\xff\xff\xff\xff" + message) >= 1
-    decoder = Decoder("arrow", StructType([StructField("i", LongType())]), mode=mode)
+    decoder = make_decoder("arrow", StructType([StructField("i", LongType())]), mode=mode)
     try:
         check_batches(decode_all(decoder, [message, b"\xff\xff\xff\xff" + message], "arrow"), decoder)
     except MalformedMessageError:
@@ -375,10 +387,10 @@ def _run_isolated(code: str) -> subprocess.CompletedProcess:
 def test_json_null_first_is_a_malformed_record_not_a_worker_crash():
     result = _run_isolated("""
         from pyspark.sql.types import StructType, StructField, LongType, StringType
-        from spark_zmq.source.decode import Decoder
+        from spark_zmq.source.decoders import make_decoder
         from spark_zmq.ingest.receiver import messages_to_batch
         schema = StructType([StructField("id", LongType()), StructField("_corrupt_record", StringType())])
-        decoder = Decoder("json", schema, corrupt_column="_corrupt_record")
+        decoder = make_decoder("json", schema, corrupt_column="_corrupt_record")
         batch = messages_to_batch([b"null", b'{"id": 1}', b"42"], None, "json", 0)
         print([row for b in decoder.decode(batch, 0, 0) for row in b.to_pylist()])
     """)
@@ -389,22 +401,52 @@ def test_json_null_first_is_a_malformed_record_not_a_worker_crash():
 @pytest.mark.parametrize("value", [b"null", b"42", b"[]", b'"text"', b"true"])
 def test_json_non_object_after_the_first_message_fails_failfast(value):
     with pytest.raises(MalformedMessageError, match=r"offset 1001 .*not an object"):
-        decode_all(Decoder("json", JSON_SCHEMA, mode="FAILFAST"), [b'{"id": 1}', value, b'{"id": 2}'], "json")
+        decode_all(make_decoder("json", JSON_SCHEMA, mode="FAILFAST"), [b'{"id": 1}', value, b'{"id": 2}'], "json")
 
 
 def test_json_object_larger_than_the_default_block_parses():
     big = json.dumps({"id": 5, "name": "x" * (3 << 20)}).encode()
-    decoder = Decoder("json", JSON_SCHEMA, mode="FAILFAST")
+    decoder = make_decoder("json", JSON_SCHEMA, mode="FAILFAST")
     rows = [r for b in decode_all(decoder, [b'{"id": 1}', big], "json") for r in b.to_pylist()]
     assert [r["id"] for r in rows] == [1, 5] and len(rows[1]["name"]) == 3 << 20
 
 
+def test_failfast_errors_locate_the_message_and_are_no_option_errors():
+    """A read task's errors are its own (``DecodeError``), never ``OptionError``, and name
+    the message's channel and offset as attributes too, for json and arrow alike."""
+    with pytest.raises(MalformedMessageError) as info:
+        decode_all(make_decoder("json", JSON_SCHEMA, mode="FAILFAST"), [b'{"id": 1}', b"42"], "json")
+    assert (info.value.channel, info.value.offset) == (2, FIRST + 1)
+    assert isinstance(info.value, DecodeError) and not isinstance(info.value, OptionError)
+    with pytest.raises(MalformedMessageError) as info:
+        decode_all(make_decoder("arrow", StructType([StructField("i", LongType())])), [b"not arrow"], "arrow")
+    assert (info.value.channel, info.value.offset) == (2, FIRST)
+    again = pickle.loads(pickle.dumps(info.value))
+    assert (str(again), again.channel, again.offset) == (str(info.value), 2, FIRST)
+
+
+def test_raw_schema_naming_a_column_the_format_lacks_fails_on_decode():
+    decoder = make_decoder("raw", StructType([StructField("value", BinaryType()), StructField("key", StringType())]))
+    with pytest.raises(SchemaMismatchError, match="column 'key' is not produced by format 'raw'; its columns are "
+                                                  "value, topic, partition, offset, timestamp"):
+        decode_all(decoder, [b"x"], "raw")
+
+
+def test_one_decoder_class_per_format():
+    for fmt, cls in [("raw", RawDecoder), ("text", TextDecoder), ("json", JsonDecoder), ("arrow", ArrowDecoder)]:
+        schema = fixed_schema(fmt) or StructType([StructField("id", LongType())])
+        options = SourceOptions.parse({"endpoints": "@tcp://127.0.0.1:5999", "format": fmt})
+        assert type(decoder_for(options, schema)) is cls and type(make_decoder(fmt, schema)) is cls
+    with pytest.raises(ValueError, match="no decoder for format 'csv'"):
+        make_decoder("csv", StructType([]))
+
+
 def test_json_message_over_max_message_bytes_is_malformed():
-    decoder = Decoder("json", JSON_SCHEMA, mode="DROPMALFORMED", max_message_bytes=1024)
+    decoder = make_decoder("json", JSON_SCHEMA, mode="DROPMALFORMED", max_message_bytes=1024)
     rows = [r for b in decode_all(decoder, [b'{"id": 1}', json.dumps({"id": 2, "name": "x" * 2000}).encode()], "json") for r in b.to_pylist()]
     assert [r["id"] for r in rows] == [1] and decoder.malformed == 1
     with pytest.raises(MalformedMessageError, match="exceeds maxMessageBytes"):
-        decode_all(Decoder("json", JSON_SCHEMA, mode="FAILFAST", max_message_bytes=1024), [b"{" + b" " * 2000 + b"}"], "json")
+        decode_all(make_decoder("json", JSON_SCHEMA, mode="FAILFAST", max_message_bytes=1024), [b"{" + b" " * 2000 + b"}"], "json")
 
 
 @pytest.mark.parametrize("message", [
@@ -414,7 +456,7 @@ def test_json_message_over_max_message_bytes_is_malformed():
 ])
 def test_json_hostile_objects_follow_mode(message):
     for mode in MODES:
-        decoder = Decoder("json", JSON_SCHEMA, mode=mode, corrupt_column="_corrupt")
+        decoder = make_decoder("json", JSON_SCHEMA, mode=mode, corrupt_column="_corrupt")
         try:
             out = decode_all(decoder, [b'{"id": 0}', message], "json")
         except MalformedMessageError as exc:
@@ -426,7 +468,7 @@ def test_json_hostile_objects_follow_mode(message):
 
 def test_json_deep_nesting_in_an_ignored_field_parses_on_the_fast_path():
     deep = b'{"id": 3, "other": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
-    rows = [r for b in decode_all(Decoder("json", JSON_SCHEMA, mode="FAILFAST"), [deep], "json") for r in b.to_pylist()]
+    rows = [r for b in decode_all(make_decoder("json", JSON_SCHEMA, mode="FAILFAST"), [deep], "json") for r in b.to_pylist()]
     assert rows[0]["id"] == 3
 
 
@@ -434,7 +476,7 @@ def test_json_map_columns_are_refused_when_the_decoder_is_made():
     from pyspark.sql.types import MapType
 
     with pytest.raises(ValueError, match="cannot decode the declared schema"):
-        Decoder("json", StructType([StructField("m", MapType(StringType(), LongType()))]))
+        make_decoder("json", StructType([StructField("m", MapType(StringType(), LongType()))]))
 
 
 def _first_batch(message: bytes) -> dict:
@@ -454,15 +496,15 @@ def test_arrow_non_monotonic_offsets_never_reach_spark():
     at = entry["body"] + offset + 4
     message[at : at + 4] = (5).to_bytes(4, "little")  # offsets 0, 5, 4, 6
     schema = StructType([StructField("s", StringType())])
-    decoder = Decoder("arrow", schema, mode="DROPMALFORMED")
+    decoder = make_decoder("arrow", schema, mode="DROPMALFORMED")
     assert decode_all(decoder, [bytes(message)], "arrow") == [] and decoder.malformed == 1
     with pytest.raises(MalformedMessageError, match="offset 1000 cannot be read .*[Oo]ffset"):
-        decode_all(Decoder("arrow", schema, mode="FAILFAST"), [bytes(message)], "arrow")
+        decode_all(make_decoder("arrow", schema, mode="FAILFAST"), [bytes(message)], "arrow")
 
 
 def test_arrow_invalid_utf8_in_a_string_column_never_reaches_spark():
     message = ipc([pa.record_batch({"s": pa.array(["ab", "cd"])})]).replace(b"abcd", b"a\xffcd")
-    decoder = Decoder("arrow", StructType([StructField("s", StringType())]), mode="DROPMALFORMED")
+    decoder = make_decoder("arrow", StructType([StructField("s", StringType())]), mode="DROPMALFORMED")
     assert decode_all(decoder, [message], "arrow") == [] and decoder.malformed == 1
 
 
@@ -509,7 +551,7 @@ def test_arrow_unreadable_messages_are_dropped_under_dropmalformed(make):
         bad = _big_endian(good)
     else:
         bad = good[: len(good) // 2]
-    decoder = Decoder("arrow", StructType([StructField("id", LongType())]), mode="DROPMALFORMED")
+    decoder = make_decoder("arrow", StructType([StructField("id", LongType())]), mode="DROPMALFORMED")
     out = decode_all(decoder, [good, bad, good], "arrow")
     assert [r["id"] for b in out for r in b.to_pylist()] == [1, 2, 1, 2] and decoder.malformed == 1
 
@@ -536,7 +578,7 @@ def test_arrow_null_string_view_with_a_negative_length_is_malformed_not_a_crash(
     result = _run_isolated("""
         import numpy as np, pyarrow as pa
         from pyspark.sql.types import StructType, StructField, StringType
-        from spark_zmq.source.decode import Decoder
+        from spark_zmq.source.decoders import make_decoder
         from spark_zmq.ingest.receiver import messages_to_batch
         views = np.array([1, 97, 0, 0, -65536, 32767, 0, 0, 1, 98, 0, 0], np.int32).tobytes()
         column = pa.Array.from_buffers(pa.string_view(), 3, [pa.py_buffer(bytes([0b101])), pa.py_buffer(views)])
@@ -545,7 +587,7 @@ def test_arrow_null_string_view_with_a_negative_length_is_malformed_not_a_crash(
         with pa.ipc.new_stream(sink, pa.schema([("s", pa.string_view())])) as writer:
             writer.write_batch(pa.record_batch([column], names=["s"]))
         good = sink.getvalue().to_pybytes().replace(views, np.array([1, 97, 0, 0, 0, 0, 0, 0, 1, 98, 0, 0], np.int32).tobytes())
-        decoder = Decoder("arrow", StructType([StructField("s", StringType())]), mode="DROPMALFORMED")
+        decoder = make_decoder("arrow", StructType([StructField("s", StringType())]), mode="DROPMALFORMED")
         batch = messages_to_batch([sink.getvalue().to_pybytes(), good], None, "arrow", 0)
         print([row for b in decoder.decode(batch, 0, 0) for row in b.to_pylist()], decoder.malformed)
     """)
@@ -554,14 +596,14 @@ def test_arrow_null_string_view_with_a_negative_length_is_malformed_not_a_crash(
 
 
 def test_arrow_not_null_columns_refuse_nulls():
-    decoder = Decoder("arrow", StructType([StructField("id", LongType(), False)]), mode="DROPMALFORMED")
+    decoder = make_decoder("arrow", StructType([StructField("id", LongType(), False)]), mode="DROPMALFORMED")
     out = decode_all(decoder, [ipc([pa.record_batch({"id": pa.array([1, None])})]), ipc([pa.record_batch({"id": pa.array([3])})])], "arrow")
     assert [r["id"] for b in out for r in b.to_pylist()] == [3]
 
 
 def test_arrow_list_view_columns_convert_to_valid_lists():
     message = ipc([pa.record_batch({"l": pa.array([[1, 2], None, []], pa.list_view(pa.int32()))})], "lz4")
-    decoder = Decoder("arrow", StructType([StructField("l", ArrayType(IntegerType()))]), mode="FAILFAST")
+    decoder = make_decoder("arrow", StructType([StructField("l", ArrayType(IntegerType()))]), mode="FAILFAST")
     out = decode_all(decoder, [message], "arrow")
     check_batches(out, decoder)
     assert [r["l"] for b in out for r in b.to_pylist()] == [[1, 2], None, []]

@@ -18,12 +18,13 @@ from pyspark.sql.types import BooleanType, LongType, MapType, StringType, Struct
 
 from spark_zmq.options import OptionError, SourceOptions
 from spark_zmq.ingest import arrow_guard
-from spark_zmq.source import decode as decode_module
-from spark_zmq.source.decode import (
+from spark_zmq.source.decoders import base as decoders_base
+from spark_zmq.source.decoders import (
     ROW_KEY,
     Decoder,
     MalformedMessageError,
     decoder_for,
+    make_decoder,
     headers_column,
     headers_template,
 )
@@ -107,7 +108,7 @@ def test_decoded_rows_carry_their_message_metadata_and_position(meta, sizes, com
         start += size
     message = ipc(batches, meta, compression)
     plain = ipc([ids(100, 102)])
-    decoder = Decoder("arrow", SCHEMA, mode="FAILFAST", include_headers=True)
+    decoder = make_decoder("arrow", SCHEMA, mode="FAILFAST", include_headers=True)
     rows = rows_of(decode(decoder, [message, plain]))
     assert [r["id"] for r in rows] == list(range(start)) + [100, 101]
     for r in rows[:start]:
@@ -133,7 +134,7 @@ def test_hostile_messages_only_ever_follow_mode(data, mode):
             del message[pos : pos + data.draw(st.integers(1, 32))]
         else:
             message[pos:pos] = data.draw(st.sampled_from(ARROW_TOKENS) | st.binary(min_size=1, max_size=8))
-    decoder = Decoder("arrow", SCHEMA, mode=mode, include_headers=True)
+    decoder = make_decoder("arrow", SCHEMA, mode=mode, include_headers=True)
     try:
         out = decode(decoder, [bytes(message)])
     except MalformedMessageError:
@@ -149,8 +150,8 @@ def test_a_message_whose_headers_would_exceed_the_cap_is_malformed():
     message = ipc([many], {b"k": b"v" * 4096})  # ~80 MB of headers from a 60 KB message
     cap = 16 * 1024 * 1024  # max_body_bytes for maxMessageBytes = 1 MiB
     with pytest.raises(MalformedMessageError, match="headers column would copy about"):
-        decode(Decoder("arrow", SCHEMA, mode="FAILFAST", include_headers=True, max_message_bytes=1 << 20), [message])
-    dropping = Decoder("arrow", SCHEMA, mode="DROPMALFORMED", include_headers=True, max_message_bytes=1 << 20)
+        decode(make_decoder("arrow", SCHEMA, mode="FAILFAST", include_headers=True, max_message_bytes=1 << 20), [message])
+    dropping = make_decoder("arrow", SCHEMA, mode="DROPMALFORMED", include_headers=True, max_message_bytes=1 << 20)
     assert dropping.max_body_bytes == cap
     assert decode(dropping, [message, ipc([ids(0, 2)], {b"k": b"v"})])[0].num_rows == 2
     assert dropping.malformed == 1
@@ -163,16 +164,16 @@ def test_a_message_without_metadata_is_never_over_the_cap():
     message = ipc([tiny])
     assert len(message) < 16 * 1024
     schema = StructType([StructField("flag", BooleanType()), HEADERS])
-    decoder = Decoder("arrow", schema, mode="FAILFAST", include_headers=True, max_message_bytes=16 * 1024)
+    decoder = make_decoder("arrow", schema, mode="FAILFAST", include_headers=True, max_message_bytes=16 * 1024)
     assert decoder.max_body_bytes == 256 * 1024 < 50_000 * len(ROW_KEY)
     rows = rows_of(decode(decoder, [message]))
     assert len(rows) == 50_000 and rows[-1]["headers"] == {ROW_KEY: "49999"}
 
 
 def test_large_outputs_are_split_and_row_positions_run_on(monkeypatch):
-    monkeypatch.setattr(decode_module, "_MAX_OUTPUT_BATCH_BYTES", 4096)
+    monkeypatch.setattr(decoders_base, "_MAX_OUTPUT_BATCH_BYTES", 4096)
     message = ipc([ids(0, 300), ids(300, 500)], {b"spark_zmq.sequence": b"7"})
-    out = decode(Decoder("arrow", SCHEMA, include_headers=True), [message])
+    out = decode(make_decoder("arrow", SCHEMA, include_headers=True), [message])
     assert len(out) > 2
     rows = rows_of(out)
     assert [r["id"] for r in rows] == list(range(500))
@@ -181,7 +182,7 @@ def test_large_outputs_are_split_and_row_positions_run_on(monkeypatch):
 
 def test_a_schema_of_headers_only_counts_the_message_rows():
     schema = StructType([StructField("headers", MapType(StringType(), StringType(), False), False)])
-    out = decode(Decoder("arrow", schema, include_headers=True), [ipc([ids(0, 2), ids(2, 3)], {b"a": b"b"})])
+    out = decode(make_decoder("arrow", schema, include_headers=True), [ipc([ids(0, 2), ids(2, 3)], {b"a": b"b"})])
     assert [dict(r["headers"]) for b in out for r in b.to_pylist()] == [
         {"a": "b", ROW_KEY: str(i)} for i in range(3)]
 
@@ -189,7 +190,7 @@ def test_a_schema_of_headers_only_counts_the_message_rows():
 def test_without_the_option_a_headers_column_is_read_from_the_message_as_before():
     column = pa.array([[("from", "message")]], pa.map_(pa.string(), pa.string()))
     message = ipc([pa.record_batch({"id": pa.array([1], pa.int64()), "headers": column})], {b"k": b"v"})
-    out = decode(Decoder("arrow", SCHEMA), [message])
+    out = decode(make_decoder("arrow", SCHEMA), [message])
     assert rows_of(out) == [{"id": 1, "headers": {"from": "message"}}]
     assert arrow_guard.read_batches(message)[0].num_rows == 1  # read_batches itself is unchanged
 

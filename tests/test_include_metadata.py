@@ -20,7 +20,7 @@ from pyspark.sql.types import (DoubleType, IntegerType, LongType, StringType, St
                                TimestampType)
 
 from spark_zmq.options import OptionError
-from spark_zmq.source.decode import Decoder, MalformedMessageError
+from spark_zmq.source.decoders import Decoder, MalformedMessageError, make_decoder
 from spark_zmq.ingest.receiver import messages_to_batch
 from zmqtest import Producer, run_available_now, wait_until, examples
 
@@ -63,8 +63,8 @@ def test_each_row_carries_its_own_messages_metadata(fmt_messages, mode, topics):
     fmt, messages = fmt_messages
     topic_frames = [b"t%d" % (i % 3) for i in range(len(messages))] if topics else None
     batch = messages_to_batch(messages, topic_frames, fmt, 1_700_000_000_000_000)
-    plain = Decoder(fmt, StructType(DATA), mode=mode)
-    with_meta = Decoder(fmt, StructType(DATA + METADATA), mode=mode, include_metadata=True)
+    plain = make_decoder(fmt, StructType(DATA), mode=mode)
+    with_meta = make_decoder(fmt, StructType(DATA + METADATA), mode=mode, include_metadata=True)
     try:
         expected = _rows(plain, batch)
     except MalformedMessageError as exc:
@@ -97,10 +97,10 @@ def test_each_row_carries_its_own_messages_metadata(fmt_messages, mode, topics):
 ])
 def test_a_schema_without_the_columns_last_or_with_a_clash_is_refused(fields, fragment):
     with pytest.raises(OptionError, match="option 'includeMetadata'") as error:
-        Decoder("json", StructType(fields), include_metadata=True)
+        make_decoder("json", StructType(fields), include_metadata=True)
     assert fragment in str(error.value)
     with pytest.raises(OptionError, match="applies to formats 'json' and 'arrow'"):
-        Decoder("text", StructType(DATA + METADATA), include_metadata=True)
+        make_decoder("text", StructType(DATA + METADATA), include_metadata=True)
 
 
 @pytest.mark.spark

@@ -14,14 +14,14 @@ the decoder's contract) belongs to. Offending inputs are saved under ``--out`` a
 replayed with ``--replay FILE``.
 
 Targets:
-  json         Decoder("json") on batches of 1-40 messages: valid objects, mutations,
+  json         the json decoder on batches of 1-40 messages: valid objects, mutations,
                non-objects (null first), NUL, invalid UTF-8, deep nesting, huge numbers
-  arrow        Decoder("arrow") on batches of 1-6 Arrow IPC messages: valid streams
+  arrow        the arrow decoder on batches of 1-6 Arrow IPC messages: valid streams
                (compressed lz4/zstd, string/binary/list/dictionary/view/nested/null
                columns), bit flips, truncation, extension, rewritten metadata fields,
                compression bombs, expansion bombs; and arrow_guard.read_batches alone
   arrow-count  arrow_guard.count_rows on the same kinds of messages (never raises)
-  text         Decoder("raw"/"text") on arbitrary bytes
+  text         the raw/text decoders on arbitrary bytes
   zmtp         a Gather (our ZMTP 3.1 engine, tcp://127.0.0.1) fed by a hostile client: random
                garbage, mutated greetings, valid and mutated NULL handshakes and frame streams
                (multipart, PING, unknown commands, ERROR), huge 8-byte size fields, CURVE
@@ -76,8 +76,8 @@ from pyspark.sql.types import (  # noqa: E402
 )
 
 from spark_zmq.ingest import arrow_guard  # noqa: E402
-from spark_zmq.source import decode as decode_module  # noqa: E402
-from spark_zmq.source.decode import Decoder, MalformedMessageError  # noqa: E402
+from spark_zmq.source.decoders import Decoder, MalformedMessageError, make_decoder  # noqa: E402
+from spark_zmq.source.decoders import json as json_decoder  # noqa: E402
 from spark_zmq.ingest.receiver import messages_to_batch  # noqa: E402
 
 TARGETS = ("json", "arrow", "arrow-count", "text", "zmtp")
@@ -699,7 +699,7 @@ def run_case(case: Case) -> None:
             raise Unclear(f"count_rows says {rows}, the message holds {real} rows")
         return
     if case.target == "text":
-        decoder = Decoder(p["format"], _fixed(p["format"]))
+        decoder = make_decoder(p["format"], _fixed(p["format"]))
         batch = messages_to_batch(case.messages, None, p["format"], 0)
         try:
             out = list(decoder.decode(batch, 0, 0))
@@ -714,9 +714,9 @@ def run_case(case: Case) -> None:
                 raise Unclear(f"value {value!r} differs from {expected!r}")
         return
     if case.target == "json":
-        decode_module._MIN_JSON_BLOCK = p.get("min_block", 1 << 20)
-        decoder = Decoder("json", JSON_SCHEMA, mode=p["mode"], corrupt_column="_corrupt" if p["corrupt"] else None,
-                          max_message_bytes=p["max_message_bytes"])
+        json_decoder._MIN_JSON_BLOCK = p.get("min_block", 1 << 20)
+        decoder = make_decoder("json", JSON_SCHEMA, mode=p["mode"], corrupt_column="_corrupt" if p["corrupt"] else None,
+                               max_message_bytes=p["max_message_bytes"])
     else:
         for message in case.messages:
             try:
@@ -725,7 +725,7 @@ def run_case(case: Case) -> None:
                 pass
             except BaseException as exc:  # noqa: BLE001
                 raise Unclear(f"read_batches raised {type(exc).__name__}: {exc}") from None
-        decoder = Decoder("arrow", ARROW_TARGETS[p["schema"]], mode=p["mode"], max_message_bytes=p["max_message_bytes"])
+        decoder = make_decoder("arrow", ARROW_TARGETS[p["schema"]], mode=p["mode"], max_message_bytes=p["max_message_bytes"])
     must_parse = _must_parse(case, decoder)
     batch = messages_to_batch(case.messages, None, case.target, 0)
     try:

@@ -19,7 +19,7 @@ from pyspark.sql.types import StructType
 from ..ingest.receiver import open_channel_socket
 from ..ingest.spool_format import SPOOL_SCHEMA, messages_to_batch
 from ..options import SourceOptions
-from .decode import decoder_for
+from .decoders import decoder_for
 from .partitions import InlineMessages
 
 __all__ = ["ZmqBatchReader", "receive_bounded"]

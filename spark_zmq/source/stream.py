@@ -39,7 +39,7 @@ from ..ingest.loss import LossPolicy, LostRange
 from ..ingest.spool_format import DataLossError
 from ..ingest.spool_reader import coalesce, read_range, sees_spool
 from ..options import SourceOptions
-from .decode import decoder_for
+from .decoders import decoder_for
 from .ingest import Ingest, LocalIngest
 from .partitions import SpoolRange
 from .offsets import ChannelOffsets
