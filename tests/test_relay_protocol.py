@@ -114,11 +114,13 @@ _json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow
                      max_leaves=10)
 _request = st.fixed_dictionaries(
     {"op": st.sampled_from(["hello", "attach", "state", "count", "end_within", "lost", "advance", "release",
-                            "locate", "detach", "other"]),
+                            "locate", "describe", "detach", "other"]),
      "session": st.one_of(st.just("fuzz"), _json)},
     optional={"channel": _json | st.integers(-2, 3), "start": _json | st.integers(-2, 10 ** 20),
               "end": _json | st.integers(-2, 10 ** 20), "offset": _json | st.integers(-2, 10 ** 20),
-              "offsets": _json, "rows": _json, "bytes": _json, "id": _json})
+              "offsets": _json, "rows": _json, "bytes": _json, "id": _json,
+              "ranges": _json | st.dictionaries(st.sampled_from(["0", "1", "-1", "x", "00", "9" * 7]),
+                                                st.lists(_json | st.integers(-2, 10 ** 20), max_size=3), max_size=3)})
 
 
 @settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -187,4 +189,24 @@ def test_losses_cross_the_wire_in_protocol_1s_form_and_read_back_as_loss_records
                                                   "7: checksum mismatch) (relay at X)")
     finally:
         dealer.close(0)
+        client.close()
+
+
+def test_describe_answers_counts_losses_and_hints_of_several_ranges_in_one_request(relay):
+    """DESCRIBE: what COUNT, LOST and LOCATE answer for a range, for each range asked, in
+    one round trip; the loss in protocol 1's form, as LOST gives it."""
+    from spark_zmq.ingest.loss import LostRange
+
+    relay.ingest.spool.channels[0].lost.append(LostRange(0, 10, 20, "checksum mismatch", path="/spool/x.seg"))
+    client = RelayClient(relay.listen, "holder", timeout_s=5)
+    try:
+        client.call("attach")
+        single = {op: client.call(op, channel=0, start=12, end=30) for op in ("count", "lost")}
+        at = client.call("locate", channel=0, offset=12)["at"]
+        [got] = client.call("describe", ranges={"0": [12, 30]})["ranges"].values()
+        assert got == {"rows": single["count"]["rows"], "bytes": single["count"]["bytes"], "at": at,
+                       "lost": single["lost"]["lost"]}
+        with pytest.raises(RelayError, match="bad request"):
+            client.call("describe", ranges={"5": [0, 1]})
+    finally:
         client.close()

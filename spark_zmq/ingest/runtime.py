@@ -12,14 +12,35 @@ get an offset Spark already used. Meanwhile libzmq queues what arrives (up to ``
 from __future__ import annotations
 
 import time
-from typing import Optional
+from dataclasses import dataclass
+from typing import Any, Optional
 
 from ..options import SourceOptions
 from .fetch import SpoolServer
+from .loss import LostRange
 from .receiver import Receiver, open_channel_socket
 from .spool import Spool, SpoolBudget
 
-__all__ = ["IngestRuntime"]
+__all__ = ["IngestRuntime", "RangeInfo", "describe_range"]
+
+
+@dataclass(frozen=True)
+class RangeInfo:
+    """What planning needs of one channel's ``[start, end)``: its messages and payload
+    bytes, the losses inside it, and where ``start`` lies in the spool (a read task's hint)."""
+
+    rows: int
+    bytes: int
+    lost: list[LostRange]
+    hint: tuple = ()
+
+
+def describe_range(log: Any, start: int, end: int) -> RangeInfo:
+    """``RangeInfo`` of ``[start, end)`` of a ``ChannelLog``, from one index snapshot."""
+    index = log.snapshot()
+    rows, nbytes = index.count_between(start, end) if end > start else (0, 0)
+    lost = index.lost_within(start, end) if end > start else []
+    return RangeInfo(rows, nbytes, lost, tuple(log.locate(start) or ()))
 
 
 class IngestRuntime:
@@ -74,6 +95,10 @@ class IngestRuntime:
     @property
     def spool_id(self) -> str:
         return self.spool.spool_id
+
+    def describe(self, ranges: dict[int, tuple[int, int]]) -> dict[int, RangeInfo]:
+        """``RangeInfo`` of each channel's range, ``{channel: (start, end)}``."""
+        return {c: describe_range(self.spool.channels[c], lo, hi) for c, (lo, hi) in ranges.items()}
 
     @property
     def channels(self) -> list:

@@ -47,3 +47,6 @@ class Op(str, enum.Enum):
     LOCATE = "locate"
     #: free the spool below the committed offsets
     RELEASE = "release"
+    #: for several channels' ranges at once: messages, bytes, losses and the read hint of
+    #: each (``COUNT``, ``LOST`` and ``LOCATE`` in one round trip per micro-batch)
+    DESCRIBE = "describe"

@@ -33,7 +33,7 @@ from ..options import SourceOptions
 from ..patterns import Router
 from ..patterns.curve import Curve
 from ..ingest.fetch import SpoolServer
-from ..ingest.runtime import IngestRuntime
+from ..ingest.runtime import IngestRuntime, describe_range
 from .lease import Lease
 from .protocol import LEASE_TTL_S, PROTOCOL, QUEUE, REQUEST_BYTES, Op
 
@@ -129,7 +129,27 @@ class Relay:
                 raise ValueError("bad request: 'offsets' must be an object {channel: offset}")
             self.ingest.release({str(k): _int(offsets, k) for k in offsets})
             return self._state()
+        if op is Op.DESCRIBE:
+            return self._describe_ranges(request)
         return self._channel_op(op, request)
+
+    def _describe_ranges(self, request: dict) -> dict[str, Any]:
+        """``{"ranges": {"<channel>": [start, end]}}`` -> per channel ``rows``, ``bytes``,
+        ``lost`` (protocol 1's ``[first, end, words]``) and ``at`` (as ``LOCATE``)."""
+        ranges = request.get("ranges")
+        channels = self.ingest.spool.channels
+        if not isinstance(ranges, dict) or len(ranges) > len(channels):
+            raise ValueError("bad request: 'ranges' must be an object {channel: [start, end]}")
+        out: dict[str, Any] = {}
+        for key, bounds in ranges.items():
+            channel = int(key) if isinstance(key, str) and key.isdigit() and len(key) < 6 else len(channels)
+            if channel >= len(channels) or not isinstance(bounds, list) or len(bounds) != 2:
+                raise ValueError(f"bad request: range {key!r}: {bounds!r} (the relay has {len(channels)} channels)")
+            start, end = _int({"start": bounds[0]}, "start"), _int({"end": bounds[1]}, "end")
+            info = describe_range(channels[channel], start, end)
+            out[str(channel)] = {"rows": info.rows, "bytes": info.bytes, "at": list(info.hint) or None,
+                                 "lost": [[r.first, r.end, r.within(start, end).describe()] for r in info.lost]}
+        return {"ranges": out}
 
     def _channel_op(self, op: Op, request: dict) -> dict[str, Any]:
         """The ops about one channel's offsets."""

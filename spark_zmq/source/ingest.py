@@ -9,9 +9,9 @@ executors need the fetch service, and the read task for a range.
 
 from __future__ import annotations
 
-from typing import Any, Protocol, Sequence
+from typing import Any, Optional, Protocol, Sequence
 
-from ..ingest.runtime import IngestRuntime
+from ..ingest.runtime import IngestRuntime, RangeInfo
 from ..options import SourceOptions
 from .locality import executors_share_host
 from .partitions import SpoolRange
@@ -78,8 +78,14 @@ class Ingest(Protocol):
 
     def rejected_handshakes(self) -> int: ...
 
-    def spool_range(self, channel: int, start: int, end: int) -> SpoolRange:
-        """The read task for ``[start, end)`` of ``channel``."""
+    def describe(self, ranges: dict[int, tuple[int, int]]) -> dict[int, RangeInfo]:
+        """Messages, bytes, losses and read hint of each channel's ``(start, end)``: what
+        planning a micro-batch needs, in one call (one round trip per relay)."""
+        ...
+
+    def spool_range(self, channel: int, start: int, end: int, hint: Optional[tuple] = None) -> SpoolRange:
+        """The read task for ``[start, end)`` of ``channel`` (``hint``: where ``start``
+        lies, from ``describe``; else looked up)."""
         ...
 
     def stop(self) -> None: ...
@@ -100,10 +106,10 @@ class LocalIngest(IngestRuntime):
     def __init__(self, options: SourceOptions) -> None:
         super().__init__(options, serve_fetch=needs_fetch_service(options.spool_access))
 
-    def spool_range(self, channel: int, start: int, end: int) -> SpoolRange:
+    def spool_range(self, channel: int, start: int, end: int, hint: Optional[tuple] = None) -> SpoolRange:
         """The read task for ``[start, end)`` of ``channel``."""
         return SpoolRange(
             self.options.spool_dir, channel, start, end, self.spool.owner_id,
             self.server.access if self.server is not None else None,
-            self.spool.channels[channel].locate(start) or (), self.spool.spool_id,
+            hint if hint is not None else (self.spool.channels[channel].locate(start) or ()), self.spool.spool_id,
         )

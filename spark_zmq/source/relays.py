@@ -25,6 +25,7 @@ from ..options import SourceOptions
 from ..relay.client import RelayBusyError, RelayClient, RelayError
 from ..ingest.fetch import FetchAccess, advertised_host
 from ..ingest.loss import LostRange
+from ..ingest.runtime import RangeInfo
 from ..relay.processes import ReceiverProcesses, ReceiverTarget
 from ..relay.protocol import LEASE_TTL_S, PROTOCOL, Op
 from .ingest import needs_fetch_service
@@ -266,10 +267,44 @@ class RelayIngest:
     def rejected_handshakes(self) -> int:
         return sum(int(relay.state.get("rejected", 0)) for relay in self.relays)
 
-    def spool_range(self, channel: int, start: int, end: int) -> SpoolRange:
+    def describe(self, ranges: dict[int, tuple[int, int]]) -> dict[int, RangeInfo]:
+        """``RangeInfo`` of each channel's range: one ``DESCRIBE`` per relay holding any
+        (a relay that does not know the op answers it with ``COUNT``, ``LOST``, ``LOCATE``)."""
+        out: dict[int, RangeInfo] = {}
+        by_relay: dict[int, dict[str, list[int]]] = {}
+        for channel, (lo, hi) in ranges.items():
+            view = self.channels[channel]
+            by_relay.setdefault(id(view.relay), {})[str(view.local)] = [int(lo), int(hi)]
+        for relay in self.relays:
+            asked = by_relay.get(id(relay))
+            if not asked:
+                continue
+            try:
+                answer = relay.client.call(Op.DESCRIBE, ranges=asked)["ranges"]
+            except RelayError as exc:
+                if "unknown op" not in str(exc):
+                    raise
+                answer = None  # a relay of before DESCRIBE
+            for local, (lo, hi) in asked.items():
+                channel = relay.first_channel + int(local)
+                view = self.channels[channel]
+                if answer is None:
+                    rows, nbytes = view.count_between(lo, hi)
+                    at = relay.client.call(Op.LOCATE, channel=view.local, offset=lo)["at"]
+                    out[channel] = RangeInfo(rows, nbytes, view.lost_within(lo, hi), tuple(at or ()))
+                    continue
+                got = answer[local]
+                out[channel] = RangeInfo(
+                    int(got["rows"]), int(got["bytes"]),
+                    [LostRange(channel, int(a), int(b), text=f"{text} ({relay.target.label})")
+                     for a, b, text in got["lost"]],
+                    tuple(got["at"] or ()))
+        return out
+
+    def spool_range(self, channel: int, start: int, end: int, hint: Optional[tuple] = None) -> SpoolRange:
         view = self.channels[channel]
         relay = view.relay
-        where = relay.client.call(Op.LOCATE, channel=view.local, offset=int(start))["at"]
+        where = hint if hint is not None else relay.client.call(Op.LOCATE, channel=view.local, offset=int(start))["at"]
         curve = relay.target.curve
         access = FetchAccess(
             relay.address, curve.server_key if curve is not None else None,

@@ -193,11 +193,14 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return None
         latest = self._runtime.latest()
         planned: Mapping[int, int] = self._planned_end or {}
-        records = nbytes = 0
+        backlog = {}
         for channel_log in self._runtime.channels:
-            rows, size = channel_log.snapshot().count_between(planned.get(channel_log.channel, channel_log.earliest),
-                                                              latest[str(channel_log.channel)])
-            records, nbytes = records + rows, nbytes + size
+            lo, hi = planned.get(channel_log.channel, channel_log.earliest), latest[str(channel_log.channel)]
+            if hi > lo:
+                backlog[channel_log.channel] = (lo, hi)
+        described = self._runtime.describe(backlog) if backlog else {}
+        records = sum(info.rows for info in described.values())
+        nbytes = sum(info.bytes for info in described.values())
         report: dict = {**latest, "spool": self._runtime.spool_id, "lag": {"records": records, "bytes": nbytes}}
         if self._loss.lost:
             report["dataLoss"] = {"records": self._loss.lost}
@@ -219,7 +222,6 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     self._loss.lose(LostRange(channel, lo, hi, text=why))
             return []
         ranges: dict[int, tuple[int, int]] = {}
-        nbytes: dict[int, int] = {}
         for channel_log in runtime.channels:
             channel = channel_log.channel
             lo, hi = begin.get(channel, finish[channel]), finish[channel]
@@ -232,15 +234,21 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     text=f"offsets {lo}..{min(hi, earliest)} of channel {channel} are no longer in the spool "
                          f"{runtime.where}, which starts at {earliest}"))
                 lo = min(hi, earliest)
-            index = channel_log.snapshot()
-            for lost in index.lost_within(lo, hi):
-                self._loss.lose(lost.within(lo, hi))
             if hi > lo:
                 ranges[channel] = (lo, hi)
-                nbytes[channel] = index.count_between(lo, hi)[1]
+        # one call for every channel's counts, losses and read hints (a relay: one round trip)
+        described = runtime.describe(ranges)
+        nbytes: dict[int, int] = {}
+        for channel, (lo, hi) in ranges.items():
+            info = described[channel]
+            for lost in info.lost:
+                self._loss.lose(lost.within(lo, hi))
+            nbytes[channel] = info.bytes
         parts: list[InputPartition] = []
         for piece in split(ranges, nbytes, self.options.min_partitions):
-            parts.append(runtime.spool_range(piece.channel, piece.start, piece.end))
+            first = piece.start == ranges[piece.channel][0]
+            parts.append(runtime.spool_range(piece.channel, piece.start, piece.end,
+                                             described[piece.channel].hint if first else None))
         return parts
 
     def commit(self, end: dict) -> None:
