@@ -21,8 +21,9 @@ def test_bench_smoke_run_writes_its_report(tmp_path):
     rows = {r["scenario"]: r for r in json.loads((tmp_path / "results.json").read_text())["results"]}
     assert set(rows) == {"ingest-arrow", "ingest-raw-100B", "ingest-raw-1KB", "egress-raw-100B", "egress-arrow",
                          "scaling", "latency", "backpressure", "curve-ingest-raw-100B", "curve-ingest-arrow",
-                         "curve-egress-raw-100B", "curve-egress-arrow", "gather-raw-100B", "gather-arrow"}
-    compared = [r for r in rows.values() if "median" in r]
+                         "curve-egress-raw-100B", "curve-egress-arrow", "gather-raw-100B", "gather-arrow",
+                         "reqrep-arrow", "reqrep-json", "reqrep-broker-lru", "reqrep-latency"}
+    compared = [r for r in rows.values() if "ratios" in r]
     assert all(v > 0 for r in compared for v in r["median"].values())
     assert len(rows["ingest-raw-100B"]["median"]) == 3  # connector, bare pyzmq, Spark's socket source
     assert rows["backpressure"]["lost"] == 0
@@ -35,6 +36,9 @@ def test_bench_smoke_run_writes_its_report(tmp_path):
     # every scenario names its fair ceiling; Arrow egress is measured against Spark's own
     assert all(r["ceiling"] in r["median"] and r["ceiling_why"] for r in compared)
     assert rows["egress-arrow"]["ceiling"] == "Python Arrow writer, discarding"
+    assert all(rows[name]["versus"] == "bare pyzmq DEALER" for name in ("reqrep-arrow", "reqrep-json"))
+    assert rows["reqrep-broker-lru"]["time_ratio"] > 0
+    assert 0 < rows["reqrep-latency"]["broker"]["p50_ms"] <= rows["reqrep-latency"]["broker"]["p99_ms"]
     assert "fair ceiling" in (tmp_path / "report.md").read_text()
     assert "| scenario |" in (tmp_path / "report.md").read_text()
     assert (tmp_path / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
