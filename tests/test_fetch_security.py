@@ -52,8 +52,14 @@ def _dealer(server: SpoolServer, keys=None, server_key=None) -> zmq.Socket:
 
 
 def _ask(dealer: zmq.Socket, request, timeout_ms: int = 1500):
+    """The answer, or ``None`` if none came (or the request could not even be queued: a
+    DEALER whose only connection failed its handshake has no pipe to queue it to)."""
     body = request if isinstance(request, bytes) else json.dumps(request).encode()
-    dealer.send_multipart([b"", body])
+    dealer.sndtimeo = timeout_ms
+    try:
+        dealer.send_multipart([b"", body])
+    except zmq.Again:
+        return None
     if not dealer.poll(timeout_ms):
         return None
     return dealer.recv_multipart()[1:]  # after the empty delimiter

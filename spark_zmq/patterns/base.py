@@ -416,13 +416,19 @@ class PatternSocket:
         while True:
             try:
                 send_frame(0)
-                break
             except zmq.Again:
                 self._wait(zmq.POLLOUT, deadline, "send")
-        # Once a message's first frame is accepted libzmq accepts the rest (the high-water
-        # mark counts whole messages), so these never raise EAGAIN.
-        for i in range(1, last + 1):
-            send_frame(i)
+                continue
+            try:
+                # Once a message's first frame is accepted libzmq accepts the rest (the
+                # high-water mark counts whole messages), except when the pipe it was going
+                # to is terminated in between (its peer left): libzmq then drops the frames
+                # written so far and answers EAGAIN, meaning "send the whole message again".
+                for i in range(1, last + 1):
+                    send_frame(i)
+                return
+            except zmq.Again:
+                continue
 
     # -- receiving ------------------------------------------------------------------------
 
