@@ -822,8 +822,29 @@ def default_spool_dir(pattern: str, endpoints: Sequence[Endpoint], fmt: str, top
 # -- the validated option objects -----------------------------------------------------------
 
 
+class _SocketSettings:
+    """The heartbeat and CURVE settings every side's sockets take, from its options."""
+
+    heartbeat_interval: float
+    heartbeat_timeout: float
+    heartbeat_ttl: float
+    curve_certificate: Optional[KeyPair]
+    curve_server_key: Optional[bytes]
+    curve_authorized_keys: Any
+
+    @property
+    def heartbeat(self) -> Heartbeat:
+        """The sockets' heartbeats (``heartbeatInterval`` 0: none)."""
+        return Heartbeat(self.heartbeat_interval, self.heartbeat_timeout, self.heartbeat_ttl)
+
+    @property
+    def curve(self) -> Optional[Curve]:
+        """The sockets' CURVE security, or ``None``."""
+        return curve_of(self.curve_certificate, self.curve_server_key, self.curve_authorized_keys)
+
+
 @dataclass(frozen=True)
-class SourceOptions:
+class SourceOptions(_SocketSettings):
     """Validated options of ``spark.readStream/read.format("zmq")`` (see ``SOURCE_OPTIONS``)."""
 
     pattern: str
@@ -863,16 +884,6 @@ class SourceOptions:
 
     KNOWN: ClassVar[tuple[str, ...]] = tuple(spec.name for spec in SOURCE_OPTIONS)
 
-    @property
-    def heartbeat(self) -> Heartbeat:
-        """The receiving sockets' heartbeats (``heartbeatInterval`` 0: none)."""
-        return Heartbeat(self.heartbeat_interval, self.heartbeat_timeout, self.heartbeat_ttl)
-
-    @property
-    def curve(self) -> Optional[Curve]:
-        """The receiving sockets' CURVE security, or ``None``."""
-        return curve_of(self.curve_certificate, self.curve_server_key, self.curve_authorized_keys)
-
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "SourceOptions":
         """Check every option (``OptionError`` names the first bad one)."""
@@ -880,7 +891,7 @@ class SourceOptions:
 
 
 @dataclass(frozen=True)
-class SinkOptions:
+class SinkOptions(_SocketSettings):
     """Validated options of ``df.writeStream/write.format("zmq")`` (see ``SINK_OPTIONS``)."""
 
     pattern: str
@@ -899,16 +910,6 @@ class SinkOptions:
 
     KNOWN: ClassVar[tuple[str, ...]] = tuple(spec.name for spec in SINK_OPTIONS)
 
-    @property
-    def heartbeat(self) -> Heartbeat:
-        """The sending sockets' heartbeats (``heartbeatInterval`` 0: none)."""
-        return Heartbeat(self.heartbeat_interval, self.heartbeat_timeout, self.heartbeat_ttl)
-
-    @property
-    def curve(self) -> Optional[Curve]:
-        """The sending sockets' CURVE security, or ``None``."""
-        return curve_of(self.curve_certificate, self.curve_server_key, self.curve_authorized_keys)
-
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "SinkOptions":
         """Check every option (``OptionError`` names the first bad one)."""
@@ -916,7 +917,7 @@ class SinkOptions:
 
 
 @dataclass(frozen=True)
-class RequestOptions:
+class RequestOptions(_SocketSettings):
     """Validated options of ``spark_zmq.request(df, endpoints, ...)`` (see ``REQUEST_OPTIONS``)."""
 
     endpoints: list[Endpoint]
@@ -937,16 +938,6 @@ class RequestOptions:
     heartbeat_ttl: float = DEFAULT_HEARTBEAT.ttl
 
     KNOWN: ClassVar[tuple[str, ...]] = tuple(spec.name for spec in REQUEST_OPTIONS)
-
-    @property
-    def heartbeat(self) -> Heartbeat:
-        """The DEALER's heartbeats (``heartbeatInterval`` 0: none)."""
-        return Heartbeat(self.heartbeat_interval, self.heartbeat_timeout, self.heartbeat_ttl)
-
-    @property
-    def curve(self) -> Optional[Curve]:
-        """The DEALER's CURVE security, or ``None``."""
-        return curve_of(self.curve_certificate, self.curve_server_key, self.curve_authorized_keys)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "RequestOptions":
