@@ -109,6 +109,32 @@ def test_a_silent_relay_is_a_clear_error_within_the_timeout():
         client.close()
 
 
+
+@pytest.mark.timeout(30)
+def test_a_relay_known_to_be_gone_is_reported_at_the_next_resend_not_after_the_timeout():
+    """A receiver process that died between the reader's check and its request: the
+    client's watch (the process's exit code) names it within one resend, instead of
+    a silence of the whole ``relayTimeout`` (seen in CI: 30 s and the wrong reason)."""
+    import time
+
+    from spark_zmq.relay.client import RESEND_S
+
+    checks = []
+
+    def watch():
+        checks.append(time.monotonic())
+        if len(checks) > 1:
+            raise RuntimeError("the receiver process of channel 0 exited: killed by signal 9")
+
+    client = RelayClient(f"tcp://127.0.0.1:{free_ports(1)[0]}", "s", timeout_s=600, watch=watch)
+    try:
+        started = time.monotonic()
+        with pytest.raises(RuntimeError, match="exited: killed by signal 9"):
+            client.call("state")
+        assert time.monotonic() - started < RESEND_S * 5
+    finally:
+        client.close()
+
 _json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
                      lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
                      max_leaves=10)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 import time
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 from ..patterns import Dealer, SocketClosedError
 from ..patterns.curve import Curve
@@ -40,8 +40,11 @@ class RelayClient:
     """Control requests to the relay at ``address`` under ``session``'s lease."""
 
     def __init__(self, address: str, session: str, *, curve: Optional[Curve] = None, timeout_s: float = 30.0,
-                 label: Optional[str] = None) -> None:
+                 label: Optional[str] = None, watch: Optional[Callable[[], None]] = None) -> None:
         self.address = address
+        #: called before each (re)send; raises when the relay is known to be gone (a receiver
+        #: process that exited), so its silence is reported as what it is, at once
+        self._watch = watch
         #: what the relay is, for messages ("relay at tcp://...", "receiver process of channel 0 ...")
         self.label = label or f"relay at {address}"
         self.session = session
@@ -57,6 +60,8 @@ class RelayClient:
         body = json.dumps({"op": op.value, "id": request_id, "session": self.session, **fields}).encode()
         deadline = time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
         while True:
+            if self._watch is not None:
+                self._watch()
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise RelayError(self._silence(op.value))

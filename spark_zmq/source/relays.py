@@ -124,7 +124,8 @@ class RelayIngest:
                 targets = self.processes.targets
             for target in targets:
                 client = RelayClient(target.address, self.session, curve=target.curve, timeout_s=options.relay_timeout,
-                                     label=target.label)
+                                     label=target.label,
+                                     watch=self.processes.raise_if_failed if self.processes is not None else None)
                 try:
                     hello = self._attach(client)
                 except RelayBusyError as busy:
@@ -325,8 +326,8 @@ class RelayIngest:
         for relay in self.relays:
             try:
                 relay.client.call(Op.DETACH, timeout_s=1.0)
-            except RelayError:
-                pass
+            except RuntimeError:
+                pass  # silent, or a receiver process that exited (its watch says so)
             relay.client.close()
         self.relays = []
         if self.processes is not None:
