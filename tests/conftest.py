@@ -11,6 +11,9 @@ from hypothesis import settings
 
 from spark_zmq import procstat
 
+# The shared helpers (tests/helpers) are imported by name from every test folder.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "helpers"))
+
 # Workers must import the interpreter (and site-packages) running the tests.
 os.environ["PYSPARK_PYTHON"] = sys.executable
 os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
@@ -23,28 +26,33 @@ os.environ["SPARK_ZMQ_TEST_RUN"] = str(os.getpid())
 
 
 # Hypothesis: "ci" (the default) runs each property's full count of examples; "dev", for
-# the inner loop, a tenth of it (``examples`` in tests/zmqtest.py scales the counts tests
+# the inner loop, a tenth of it (``examples`` in tests/helpers/zmqtest.py scales the counts tests
 # set themselves). Choose with --hypothesis-profile=dev.
 settings.register_profile("ci", max_examples=100, deadline=None)
 settings.register_profile("dev", max_examples=10, deadline=None)
 settings.load_profile("ci")
 
 
-#: what a test's source names when it drives libzmq through node (tests/zmqjs_peer.py)
+#: what a test's source names when it drives libzmq through node (tests/helpers/zmqjs_peer.py)
 _NODE_NAMES = ("NodePeer", "skip_unless_node", "_node_peers")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     """Markers follow from what a test uses, so ``-m "not spark"`` never starts Spark and
     ``-m "not node"`` never needs node: every test that asks for the ``spark`` fixture is
     marked ``spark``; every test whose code, fixtures or parameters (a ``libzmq-...`` peer
-    kind) drive a node peer, ``node``."""
+    kind) drive a node peer, ``node``. Every ``spark`` test is also in one xdist group, so
+    a parallel run (``-n 2 --dist loadgroup``, the default) has one Spark session, in one
+    worker, while the other worker runs everything else."""
     import inspect
 
     for item in items:
         fixtures = getattr(item, "fixturenames", ())
         if "spark" in fixtures and item.get_closest_marker("spark") is None:
             item.add_marker(pytest.mark.spark)
+        if item.get_closest_marker("spark") is not None:
+            item.add_marker(pytest.mark.xdist_group("spark"))
         function = getattr(item, "function", None)
         try:
             source = inspect.getsource(function) if function is not None else ""

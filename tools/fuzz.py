@@ -627,7 +627,7 @@ def gen_zmtp(rng: random.Random) -> Case:
             data = handshake + b"".join(_zmtp_frame(b, f) for item in items for f, b in _zmtp_item_frames(item)) + huge
             outcome = "ok"
             # without a limit a huge size is waited for (the 2**63 case is an engine bug,
-            # pinned by tests/test_zmtp_hostile.py)
+            # pinned by tests/zmtp/test_zmtp_hostile.py)
             must_close = _zmtp_closes(items, limit) or (limit is not None and size > limit)
     elif r < 0.9:
         kind, gather, outcome, expect = "curve-static", "curve", "refused", []

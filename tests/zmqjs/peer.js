@@ -3,7 +3,7 @@
 //
 // Its prebuilt libzmq 4.3.5 has the draft API (real SCATTER/GATHER) and CURVE, which the
 // pyzmq wheel used by the project lacks, so tests can check the connector against a peer
-// nobody here wrote.  tests/zmqjs_peer.py drives this program; run it by hand like:
+// nobody here wrote.  tests/helpers/zmqjs_peer.py drives this program; run it by hand like:
 //
 //   node peer.js --type push --bind 'tcp://127.0.0.1:*' --count 3 --size 8
 //   node peer.js --type rep --bind 'tcp://127.0.0.1:*' --prefix 'js:'

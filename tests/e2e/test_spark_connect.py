@@ -13,7 +13,7 @@ from zmqtest import free_ports
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(400)]
 
-SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "connect_roundtrip.py")
+SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "connect_roundtrip.py")
 
 
 def test_source_and_sink_through_a_spark_connect_session(tmp_path):

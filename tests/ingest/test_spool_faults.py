@@ -350,7 +350,7 @@ def test_sigkill_at_every_system_call_loses_nothing_published(fast_dir, mode):
     assert rows[-1][2] == "(script completed)"
     for call in ("open(", "writev(", "write(", "fsync(", "remove(", "replace(", "ftruncate(", "mkdir("):
         assert any(s.startswith(call) for s in steps), f"no crash at a {call}...) step: {steps}"
-    # (print the matrix with: python tests/spool_faults.py)
+    # (print the matrix with: python tests/helpers/spool_faults.py)
     assert all(result.startswith("ok") for *_, result in rows)
 
 

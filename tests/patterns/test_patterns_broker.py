@@ -1,6 +1,6 @@
 """The load-balancing broker (``spark_zmq.patterns.Broker`` and ``spark-zmq broker``) on real
 sockets, with workers nobody here wrote: plain pyzmq REQ workers in processes of their own
-(tests/broker_worker.py), so one can be killed with SIGKILL while it holds a request.
+(tests/scripts/broker_worker.py), so one can be killed with SIGKILL while it holds a request.
 
 Each test waits on what it can observe (the broker's counters, a worker's output), never on
 a sleep.
@@ -27,7 +27,7 @@ from zmqtest import free_ports, wait_until
 
 pytestmark = pytest.mark.timeout(90)
 
-WORKER_PY = os.path.join(os.path.dirname(__file__), "broker_worker.py")
+WORKER_PY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "broker_worker.py")
 CLI = os.path.join(os.path.dirname(sys.executable), "spark-zmq")
 ANY = "@tcp://127.0.0.1:*"
 
@@ -55,7 +55,7 @@ class RunningBroker:
 
 
 class WorkerProcess:
-    """tests/broker_worker.py in a process of its own; its stdout lines are collected."""
+    """tests/scripts/broker_worker.py in a process of its own; its stdout lines are collected."""
 
     def __init__(self, backend: str, name: str, *args: str) -> None:
         self.name = name

@@ -18,8 +18,8 @@ import threading
 import time
 from pathlib import Path
 
-WORKER = Path(__file__).resolve().parent / "scripts" / "rep_worker.py"
-SERVE = Path(__file__).resolve().parent / "scripts" / "serve_worker.py"
+WORKER = Path(__file__).resolve().parents[1] / "scripts" / "rep_worker.py"
+SERVE = Path(__file__).resolve().parents[1] / "scripts" / "serve_worker.py"
 
 
 class ServiceWorker:

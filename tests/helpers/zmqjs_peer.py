@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Iterable, Optional, Sequence, Union
 
-ZMQJS_DIR = Path(__file__).resolve().parent / "zmqjs"
+ZMQJS_DIR = Path(__file__).resolve().parents[1] / "zmqjs"
 PEER_JS = ZMQJS_DIR / "peer.js"
 ZEROMQ_VERSION = "6.8.0"
 INSTALL_LOCK = ZMQJS_DIR / ".install.lock"

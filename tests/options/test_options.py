@@ -43,7 +43,7 @@ from spark_zmq.patterns import Pull, parse_endpoints
 
 pytestmark = pytest.mark.timeout(60)
 
-README = pathlib.Path(__file__).resolve().parent.parent / "README.md"
+README = pathlib.Path(__file__).resolve().parents[2] / "README.md"
 SRC = {"endpoints": "@tcp://127.0.0.1:5999"}
 SNK = {"endpoints": "tcp://127.0.0.1:5999"}
 

@@ -33,7 +33,7 @@ EXPECTED = {
         "plots": 1,
     },
 }
-NOTEBOOKS = sorted(glob.glob(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "notebooks", "*.ipynb")))
+NOTEBOOKS = sorted(glob.glob(os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "notebooks", "*.ipynb")))
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 

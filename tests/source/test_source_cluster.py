@@ -16,7 +16,7 @@ import pytest
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
-SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "cluster_stream.py")
+SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "cluster_stream.py")
 
 
 def test_stream_read_with_executors_in_separate_processes(free_port, tmp_path):

@@ -24,7 +24,7 @@ from zmqtest import established_tcp, free_ports, settled, wait_until
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/net/tcp"), reason="needs /proc/net/tcp")
 
-CONSUMER = os.path.join(os.path.dirname(__file__), "scripts", "pull_consumer.py")
+CONSUMER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "pull_consumer.py")
 ROWS = 100_000
 SIZE = 100  # bytes per message: 8 digits of the row number, then filler
 WIRE = SIZE + 2  # a ZMTP frame of it

@@ -11,7 +11,7 @@ import pytest
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def test_bench_smoke_run_writes_its_report(tmp_path):

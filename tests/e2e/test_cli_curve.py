@@ -18,7 +18,7 @@ from zmq.auth.thread import ThreadAuthenticator
 
 pytestmark = pytest.mark.timeout(120)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CLI = os.path.join(os.path.dirname(sys.executable), "spark-zmq")
 
 

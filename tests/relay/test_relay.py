@@ -65,7 +65,7 @@ def test_one_query_reads_two_relays_and_a_second_query_is_refused(spark, tmp_pat
         stop_relays(relays)
 
 
-SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "relay_query.py")
+SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "relay_query.py")
 
 
 def _application(relays, tmp_path):

@@ -1,4 +1,4 @@
-"""The zeromq.js peer harness (tests/zmqjs_peer.py + tests/zmqjs/peer.js) against plain pyzmq.
+"""The zeromq.js peer harness (tests/helpers/zmqjs_peer.py + tests/zmqjs/peer.js) against plain pyzmq.
 
 These prove the harness before other tests lean on it: libzmq's own PUSH/PULL talk to
 pyzmq both ways, the draft SCATTER/GATHER sockets exist and talk to each other, CURVE works
@@ -249,6 +249,9 @@ def test_node_req_workers_behind_our_broker_serve_our_clients():
                 assert {r[0][:2] for r in replies} == {b"a:", b"b:"}  # both workers served
                 req.send(b"plain", timeout=10)
                 assert req.recv(timeout=10) in (b"a:plain", b"b:plain")
+            # a worker reports what it got on its stdout, read by a thread of ours: the reply
+            # can be back before that line is
+            wait_until(lambda: len(a.received + b.received) >= 41, 20, "the workers' reports of 41 requests")
             assert sorted(a.received + b.received) == sorted(bodies + [b"plain"])
             assert broker.stats().replies_returned == 41 and broker.stats().malformed == 0
         broker.stop()

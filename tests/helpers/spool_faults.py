@@ -15,7 +15,7 @@ every spool operation, so the parent knows what was published when the child die
     K <k> <mode> <call>       killed at step k (the step's system call, described)
     DONE <steps>              the script completed after <steps> counted system calls
 
-``python tests/spool_faults.py`` prints the crash matrix (every k, both modes).
+``python tests/helpers/spool_faults.py`` prints the crash matrix (every k, both modes).
 """
 
 from __future__ import annotations

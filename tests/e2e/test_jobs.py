@@ -19,7 +19,7 @@ from spark_zmq.patterns import XPub
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SPARK_SUBMIT = os.path.join(os.path.dirname(pyspark.__file__), "bin", "spark-submit")
 CLI = os.path.join(os.path.dirname(sys.executable), "spark-zmq")
 READINGS = "seq long, sensor string, ts double, reading double"

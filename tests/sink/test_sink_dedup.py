@@ -28,7 +28,7 @@ from pyspark.sql import functions as F
 from spark_zmq.patterns import Pull
 from zmqtest import stop_all, wait_until
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "docs" / "examples" / "dedup_consumer.py"
 ROWS_PER_FILE = 6000
 FILES = 2

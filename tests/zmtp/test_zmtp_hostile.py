@@ -815,7 +815,7 @@ def test_running_out_of_file_descriptors_neither_spins_nor_floods_the_log():
     import sys
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     child = subprocess.Popen([sys.executable, "-c", _LOW_FD_GATHER], cwd=root, stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, text=True)
     clients: list = []

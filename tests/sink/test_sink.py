@@ -199,7 +199,7 @@ def test_pub_counts_and_reports_what_a_slow_subscriber_could_not_take(free_port,
     driver logs the count, so received + dropped = rows written. Arrow messages are
     numbered before they are sent: what arrives has unique sequence numbers, and the
     numbers missing are exactly the drops (a dedup key is never carried by two rows)."""
-    script = os.path.join(os.path.dirname(__file__), "scripts", "pub_drops.py")
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "pub_drops.py")
     result = subprocess.run([sys.executable, script, str(free_port), "20000", fmt], capture_output=True, text=True,
                             timeout=280)
     assert result.returncode == 0, result.stderr[-3000:]
