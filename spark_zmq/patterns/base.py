@@ -17,8 +17,9 @@ from typing import Any, ClassVar, Iterable, Optional, Sequence, Union
 
 import zmq
 
-from .curve import HANDSHAKE_FAILURES, Curve, HandshakeWatch, open_monitor, secure_context
+from .curve import Curve, secure_context
 from .endpoints import Endpoint, EndpointsSpec, check_ipc_bind, parse_endpoints
+from .handshakes import HANDSHAKE_FAILURES, HandshakeWatch, open_monitor
 from .heartbeat import Heartbeat, heartbeat_option
 from .rcvmore import rcvmore_check
 

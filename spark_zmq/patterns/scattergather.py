@@ -38,8 +38,8 @@ from typing import Any, ClassVar, Optional, Sequence
 import zmq
 
 from .base import Frames, PatternSocket
-from .curve import HANDSHAKE_FAILURES, HandshakeWatch
 from .endpoints import check_ipc_bind
+from .handshakes import HANDSHAKE_FAILURES, HandshakeWatch
 from .zmtp.engine import Engine
 
 __all__ = ["Scatter", "Gather"]
