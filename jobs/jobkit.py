@@ -139,7 +139,7 @@ def curve_options(p: argparse.ArgumentParser, args: argparse.Namespace, prefix: 
     --{prefix}curve-certificate once another of these flags is given (a stage's one
     identity on both sides). Paths become absolute: Spark's processes run elsewhere."""
     from spark_zmq.cli import curve_from_flags
-    from spark_zmq.patterns.curve import ANY_KEY, CurveError
+    from spark_zmq.patterns.curve_keys import ANY_KEY, CurveError
 
     attr = prefix.replace("-", "_")
     given = [getattr(args, f"{attr}curve_{name}") for name in ("certificate", "server_key", "authorized_keys")]

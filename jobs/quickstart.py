@@ -64,7 +64,8 @@ def producer_curve(parser: argparse.ArgumentParser, args: argparse.Namespace):
     """The built-in producer's CURVE client settings matching the source's flags (``None``
     without CURVE); a producer the source would refuse is a usage error now, not a quickstart
     that waits for readings that never arrive."""
-    from spark_zmq.patterns.curve import ANY_KEY, Curve, CurveError, KeyPair, load_authorized_keys
+    from spark_zmq.patterns.curve import Curve
+    from spark_zmq.patterns.curve_keys import ANY_KEY, CurveError, KeyPair, load_authorized_keys
 
     if not args.curve:
         if args.producer_curve_certificate:

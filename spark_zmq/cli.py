@@ -38,8 +38,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from . import loadgen
 from .options import OptionError, SourceOptions, check_curve, curve_of
 from .patterns import DEFAULT_HEARTBEAT, Broker, BrokerStats, Gather, Heartbeat, Pull, Sub, parse_endpoints
-from .patterns.curve import Curve, CurveError, KeyPair, load_authorized_keys, load_public_key
-from .patterns.curve import keygen as write_key_pair
+from .patterns.curve import Curve
+from .patterns.curve_keys import CurveError, KeyPair, load_authorized_keys, load_public_key
+from .patterns.curve_keys import keygen as write_key_pair
 
 app = typer.Typer(
     name="spark-zmq",

@@ -27,7 +27,8 @@ import textwrap
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, ClassVar, Mapping, Optional, Sequence, Union
 
-from .patterns.curve import Curve, CurveError, KeyPair, load_authorized_keys, load_public_key
+from .patterns.curve import Curve
+from .patterns.curve_keys import CurveError, KeyPair, load_authorized_keys, load_public_key
 from .patterns.endpoints import Endpoint, parse_endpoints, tcp_host_problem
 from .patterns.heartbeat import DEFAULT_HEARTBEAT, MAX_HEARTBEAT_S, MAX_TTL_S, Heartbeat
 

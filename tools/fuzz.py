@@ -779,7 +779,8 @@ def _zmtp_gather(name: str):
     pair = _zmtp_state.get(name)
     if pair is None:
         from spark_zmq.patterns import Gather, Scatter
-        from spark_zmq.patterns.curve import Curve, KeyPair
+        from spark_zmq.patterns.curve import Curve
+        from spark_zmq.patterns.curve_keys import KeyPair
         from zmq.utils import z85
 
         limit, hwm, curve = ZMTP_GATHERS[name]

@@ -35,7 +35,8 @@ from typing import Callable, Iterator, Optional
 import pyarrow as pa
 
 from ..patterns import Dealer, Router, SocketClosedError
-from ..patterns.curve import Curve, KeyPair
+from ..patterns.curve import Curve
+from ..patterns.curve_keys import KeyPair
 from .spool_format import SPOOL_SCHEMA, DataLossError
 from .loss import LossPolicy
 from .spool_reader import read_range

@@ -1,4 +1,5 @@
-"""The shared machinery of every pattern class: options, endpoints, bounded waits.
+"""The base of every pattern class (``PatternSocket``): making the socket, bounded waits,
+sending, receiving, closing; ``socket_options`` checks its arguments, ``frames`` its messages.
 
 Why a layer over pyzmq at all: the connector needs the same few things from every socket
 (CZMQ-style endpoints, validated options, ``TimeoutError`` instead of ``zmq.Again``, a
@@ -13,19 +14,19 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, ClassVar, Iterable, Optional, Sequence, Union
+from typing import Any, ClassVar, Optional, Sequence
 
 import zmq
 
-from .curve import HANDSHAKE_FAILURES, Curve, HandshakeWatch, open_monitor, secure_context
-from .endpoints import Endpoint, EndpointsSpec, check_ipc_bind, parse_endpoints
-from .heartbeat import Heartbeat, heartbeat_option
+from .curve import Curve, secure_context
+from .endpoints import Endpoint, EndpointsSpec, attach
+from .frames import Frames, Message, as_frame, check_bytes_messages, flatten, frame_len, too_large
+from .handshakes import HANDSHAKE_FAILURES, HandshakeWatch, open_monitor
+from .heartbeat import Heartbeat
 from .rcvmore import rcvmore_check
+from .socket_options import check_common, set_common_options, timeout_deadline
 
-__all__ = ["PatternSocket", "SocketClosedError", "Message", "Frames"]
-
-Message = Union[bytes, bytearray, memoryview]
-Frames = Union[Message, Sequence[Message]]
+__all__ = ["PatternSocket", "SocketClosedError"]
 
 # A blocked call re-checks for close() at least this often (seconds), so close() from
 # another thread never waits on a call that would otherwise block forever.
@@ -37,32 +38,6 @@ _ZERO_COPY_MIN_BYTES = 65536
 
 class SocketClosedError(RuntimeError):
     """The socket was closed (possibly by another thread) while a call used it."""
-
-
-def _short_repr(value: Any, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def as_frame(data: Any, what: str) -> Message:
-    """``data`` as a bytes-like frame, or a ``TypeError`` naming the value and what is valid."""
-    if isinstance(data, (bytes, bytearray, memoryview)):
-        return data
-    if isinstance(data, zmq.Frame):
-        return data.buffer
-    if isinstance(data, str):
-        raise TypeError(
-            f"{what} must be bytes-like (bytes, bytearray, memoryview), not str {_short_repr(data)}; "
-            f"encode it first, e.g. {data[:20]!r}.encode()"
-        )
-    raise TypeError(
-        f"{what} must be bytes-like (bytes, bytearray, memoryview), "
-        f"not {type(data).__name__} {_short_repr(data)}"
-    )
-
-
-def _frame_len(frame: Message) -> int:
-    return frame.nbytes if isinstance(frame, memoryview) else len(frame)
 
 
 class PatternSocket:
@@ -89,18 +64,6 @@ class PatternSocket:
     single_part: ClassVar[bool] = False
     default_linger_ms: ClassVar[int] = 0
 
-    _OPTIONS: ClassVar[tuple[str, ...]] = (
-        "linger",
-        "reconnect_ivl",
-        "max_message_bytes",
-        "immediate",
-        "rcvbuf",
-        "sndbuf",
-        "context",
-        "monitor",
-        "curve",
-        "heartbeat",
-    )
     #: libzmq's heartbeat timeout on this socket type (see ``heartbeat``: not for a receiver
     #: that applies backpressure, which would drop live peers with what their buffers hold)
     heartbeat_zmtp_timeout: ClassVar[bool] = True
@@ -119,19 +82,7 @@ class PatternSocket:
         self._rcvmore = rcvmore_check(self._socket) if self.can_recv else None
         try:
             sock = self._socket
-            sock.setsockopt(zmq.LINGER, self._linger_ms(options.get("linger", self.default_linger_ms)))
-            if hwm is not None:
-                sock.setsockopt(zmq.SNDHWM, hwm)
-                sock.setsockopt(zmq.RCVHWM, hwm)
-            if options.get("reconnect_ivl") is not None:
-                sock.setsockopt(zmq.RECONNECT_IVL, self._positive_int("reconnect_ivl", options["reconnect_ivl"]))
-            if self.max_message_bytes is not None:
-                sock.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)
-            if options.get("immediate"):
-                sock.setsockopt(zmq.IMMEDIATE, 1)
-            for name, opt in (("rcvbuf", zmq.RCVBUF), ("sndbuf", zmq.SNDBUF)):
-                if options.get(name) is not None:
-                    sock.setsockopt(opt, self._positive_int(name, options[name]))
+            set_common_options(sock, options, hwm, self.max_message_bytes, self.default_linger_ms)
             self.heartbeat.apply(sock, zmtp_timeout=self.heartbeat_zmtp_timeout)
             self._configure(sock, options)
             if curve is not None:
@@ -146,7 +97,9 @@ class PatternSocket:
             )
             self._bound: list[str] = []
             for endpoint in self._endpoints:
-                self._attach(sock, endpoint)
+                bound = attach(sock, endpoint, type(self).__name__)
+                if bound is not None:
+                    self._bound.append(bound)
         except BaseException:
             self._release(linger=0)
             self._closed = True
@@ -160,32 +113,12 @@ class PatternSocket:
         """Validate what every pattern class takes (option names, endpoints, ``hwm``,
         ``max_message_bytes``, ``curve``); sets ``_endpoints`` and ``max_message_bytes``,
         returns ``(hwm, curve)``."""
-        unknown = sorted(set(options) - set(self._extra_options()) - set(self._OPTIONS))
-        if unknown:
-            valid = ", ".join(("hwm",) + self._OPTIONS + tuple(self._extra_options()))
-            raise TypeError(
-                f"unknown option(s) {', '.join(map(repr, unknown))} for {type(self).__name__}; "
-                f"valid options: {valid}"
-            )
-        self._endpoints: list[Endpoint] = parse_endpoints(endpoints, default_bind=self.default_bind)
-        self.max_message_bytes: Optional[int] = self._positive_int(
-            "max_message_bytes", options.get("max_message_bytes"), allow_none=True
-        )
-        hwm = self._positive_int("hwm", hwm, allow_none=True, allow_zero=True)
+        checked = check_common(type(self).__name__, endpoints, hwm, options, self.default_bind, self._extra_options())
+        self._endpoints: list[Endpoint] = checked.endpoints
+        self.max_message_bytes: Optional[int] = checked.max_message_bytes
         #: liveness of every connection (``heartbeat.Heartbeat``; the default is on)
-        self.heartbeat: Heartbeat = heartbeat_option(options.get("heartbeat"))
-        curve: Optional[Curve] = options.get("curve")
-        if curve is not None and not isinstance(curve, Curve):
-            raise TypeError(f"option 'curve' must be a spark_zmq.patterns.curve.Curve, not {type(curve).__name__}")
-        return hwm, curve
-
-    def _bind_error(self, address: str, code: int, reason: str) -> OSError:
-        """The ``OSError`` for a failed bind, naming the socket class and the address."""
-        return OSError(
-            code,
-            f"cannot bind {type(self).__name__} to {address!r}: {reason}"
-            + (" (is another process or query already bound to it?)" if code == zmq.EADDRINUSE else ""),
-        )
+        self.heartbeat: Heartbeat = checked.heartbeat
+        return checked.hwm, checked.curve
 
     @classmethod
     def _extra_options(cls) -> tuple[str, ...]:
@@ -194,42 +127,6 @@ class PatternSocket:
 
     def _configure(self, sock: zmq.Socket, options: dict[str, Any]) -> None:
         """Subclass hook, run before bind/connect (subscriptions, socket-type options)."""
-
-    @staticmethod
-    def _positive_int(name: str, value: Any, *, allow_none: bool = False, allow_zero: bool = False) -> Any:
-        if value is None and allow_none:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int) or value < (0 if allow_zero else 1):
-            bound = "a non-negative" if allow_zero else "a positive"
-            raise ValueError(f"option {name!r} must be {bound} integer, got {value!r}")
-        return value
-
-    @staticmethod
-    def _linger_ms(value: Any) -> int:
-        """ZMQ_LINGER: ``-1`` (wait forever), ``0`` (discard at once) or milliseconds."""
-        if isinstance(value, bool) or not isinstance(value, int) or value < -1:
-            raise ValueError(
-                f"option 'linger' must be an integer number of milliseconds >= 0, or -1 to wait "
-                f"forever, got {value!r}"
-            )
-        return value
-
-    def _attach(self, sock: zmq.Socket, endpoint: Endpoint) -> None:
-        if endpoint.bind:
-            # libzmq unlinks an ipc path before binding: never let it delete a user's file
-            check_ipc_bind(endpoint.address, type(self).__name__)
-            try:
-                sock.bind(endpoint.address)
-            except zmq.ZMQError as exc:
-                raise self._bind_error(endpoint.address, exc.errno, exc.strerror) from exc
-            self._bound.append(sock.getsockopt_string(zmq.LAST_ENDPOINT))
-        else:
-            try:
-                sock.connect(endpoint.address)
-            except zmq.ZMQError as exc:
-                raise OSError(
-                    exc.errno, f"cannot connect {type(self).__name__} to {endpoint.address!r}: {exc.strerror}"
-                ) from exc
 
     # -- introspection ----------------------------------------------------------------------
 
@@ -303,16 +200,6 @@ class PatternSocket:
             return f" (no peer available on {', '.join(map(str, self._endpoints))})"
         return ""
 
-    @staticmethod
-    def _deadline(timeout: Optional[float]) -> Optional[float]:
-        if timeout is None:
-            return None
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-            raise TypeError(f"timeout must be None or a number of seconds >= 0, got {timeout!r}")
-        if timeout < 0:
-            raise ValueError(f"timeout must be None or >= 0 seconds, got {timeout!r}")
-        return time.monotonic() + timeout
-
     _closing = False
 
     # -- sending --------------------------------------------------------------------------
@@ -331,11 +218,8 @@ class PatternSocket:
             frames = [as_frame(data, "the message")]
         if self.max_message_bytes is not None:
             for frame in frames:
-                if _frame_len(frame) > self.max_message_bytes:
-                    raise ValueError(
-                        f"message of {_frame_len(frame)} bytes exceeds max_message_bytes="
-                        f"{self.max_message_bytes}; peers with the same limit would disconnect"
-                    )
+                if frame_len(frame) > self.max_message_bytes:
+                    raise too_large(frame_len(frame), self.max_message_bytes)
         return frames
 
     def _check_can_send(self) -> None:
@@ -346,13 +230,7 @@ class PatternSocket:
         """What ``send_many`` takes, checked before anything is sent: ``bytes`` messages
         within ``max_message_bytes``."""
         self._check_can_send()
-        limit = self.max_message_bytes
-        for message in messages:
-            if type(message) is not bytes:
-                as_frame(message, "each message")  # raises for non-bytes-like values
-                raise TypeError(f"send_many takes bytes messages, not {type(message).__name__}; use send()")
-            if limit is not None and len(message) > limit:
-                self._frames(message)  # raises the max_message_bytes error
+        check_bytes_messages(messages, self.max_message_bytes)
 
     def send(self, data: Frames, timeout: Optional[float] = None) -> None:
         """Send one message (bytes-like, or a list of frames where the pattern allows).
@@ -362,7 +240,7 @@ class PatternSocket:
         """
         self._check_can_send()
         frames = self._frames(data)
-        deadline = self._deadline(timeout)
+        deadline = timeout_deadline(timeout)
         self._acquire(deadline)
         try:
             self._send_locked(frames, deadline)
@@ -375,7 +253,7 @@ class PatternSocket:
         on ``TimeoutError`` the messages before it were sent (``sent`` attribute of the
         error says how many)."""
         self._check_send_many(messages)
-        self._acquire(self._deadline(timeout))
+        self._acquire(timeout_deadline(timeout))
         sent = 0
         try:
             send, NOBLOCK = self._socket.send, zmq.NOBLOCK
@@ -386,7 +264,7 @@ class PatternSocket:
                         break
                     except zmq.Again:
                         try:
-                            self._wait(zmq.POLLOUT, self._deadline(timeout), "send")
+                            self._wait(zmq.POLLOUT, timeout_deadline(timeout), "send")
                         except TimeoutError as exc:
                             exc.sent = sent  # type: ignore[attr-defined]
                             raise
@@ -456,7 +334,7 @@ class PatternSocket:
     def _start_recv(self, max_messages: int, timeout: Optional[float]) -> Optional[float]:
         """Check a batch receive's arguments and take the lock; returns the deadline."""
         self._check_recv(max_messages)
-        deadline = self._deadline(timeout)
+        deadline = timeout_deadline(timeout)
         self._acquire(deadline)
         return deadline
 
@@ -518,7 +396,8 @@ class PatternSocket:
             if type(self)._recv_one_nowait is not PatternSocket._recv_one_nowait:
                 # a subclass filters or sets messages aside there (XPub): one receive path,
                 # so no hook is bypassed; the frame-by-frame fast path is for the rest
-                return self._flatten(self._recv_batch_locked(max_messages, deadline, max_bytes))
+                messages = self._recv_batch_locked(max_messages, deadline, max_bytes)
+                return flatten(messages, self._discard_multipart if self.single_part else None)
             values: list[bytes] = []
             topics: Optional[list[Optional[bytes]]] = None
             limit = max_bytes if max_bytes is not None else 1 << 62
@@ -553,29 +432,10 @@ class PatternSocket:
         finally:
             self._lock.release()
 
-    def _flatten(self, messages: list[list[bytes]]) -> tuple[list[bytes], Optional[list[Optional[bytes]]]]:
-        """``recv_values``'s ``(values, topics)`` of whole messages."""
-        values: list[bytes] = []
-        topics: Optional[list[Optional[bytes]]] = None
-        for message in messages:
-            if len(message) > 1:
-                if self.single_part:
-                    self._discard_multipart()
-                    continue
-                if topics is None:
-                    topics = [None] * len(values)
-                topics.append(message[0])
-                values.append(message[1] if len(message) == 2 else b"".join(message[1:]))
-            else:
-                if topics is not None:
-                    topics.append(None)
-                values.append(message[0])
-        return values, topics
-
     def poll_recv(self, timeout: Optional[float] = 0.0) -> bool:
         """Whether a message is ready to receive, waiting up to ``timeout`` seconds for one."""
         self._check_can_recv()
-        deadline = self._deadline(timeout)
+        deadline = timeout_deadline(timeout)
         self._acquire(deadline)
         try:
             try:
@@ -637,30 +497,3 @@ class PatternSocket:
     def __repr__(self) -> str:
         state = "closed" if self._closed else ",".join(map(str, self._endpoints))
         return f"<{type(self).__name__} {state}>"
-
-
-def topic_bytes(topic: Union[str, bytes], option: str = "topics") -> bytes:
-    if isinstance(topic, str):
-        return topic.encode("utf-8")
-    if isinstance(topic, (bytes, bytearray, memoryview)):
-        return bytes(topic)
-    raise TypeError(
-        f"{option} entries must be str or bytes (a subscription prefix), "
-        f"not {type(topic).__name__} {_short_repr(topic)}"
-    )
-
-
-def topics_list(topics: Union[None, str, bytes, Iterable[Union[str, bytes]]], option: str = "topics") -> list[bytes]:
-    """Normalise ``topics`` (a str/bytes prefix, an iterable of them, or None = everything)."""
-    if topics is None:
-        return [b""]
-    if isinstance(topics, (str, bytes, bytearray, memoryview)):
-        return [topic_bytes(topics, option)]
-    try:
-        entries = list(topics)
-    except TypeError:
-        raise TypeError(
-            f"{option} must be a str or bytes prefix or a list of them (None = everything), "
-            f"not {type(topics).__name__} {_short_repr(topics)}"
-        ) from None
-    return [topic_bytes(t, option) for t in entries] or [b""]

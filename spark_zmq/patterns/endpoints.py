@@ -5,7 +5,8 @@ names the offending text, instead of surfacing later as an opaque ``ZMQError`` (
 for a connect, never surfacing at all: libzmq retries a bad address forever).
 
 ``check_ipc_bind`` exists because libzmq unlinks an ``ipc://`` path before binding it:
-without the check, binding ``ipc:///some/file`` silently deletes that file.
+without the check, binding ``ipc:///some/file`` silently deletes that file. ``attach``
+binds or connects a socket to one endpoint, with errors naming the socket and the address.
 """
 
 from __future__ import annotations
@@ -20,7 +21,10 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Iterable, Optional, Sequence, Union
 
-__all__ = ["Endpoint", "parse_endpoints", "EndpointsSpec", "check_ipc_bind", "tcp_host_problem"]
+import zmq
+
+__all__ = ["Endpoint", "parse_endpoints", "EndpointsSpec", "check_ipc_bind", "tcp_host_problem", "attach",
+           "bind_error"]
 
 EndpointsSpec = Union[str, Sequence[str]]
 
@@ -187,6 +191,32 @@ def check_ipc_bind(address: str, owner: str = "socket") -> None:
         "ZeroMQ would delete it to bind. Remove it yourself or choose another ipc path",
     )
 
+
+def bind_error(owner: str, address: str, code: int, reason: str) -> OSError:
+    """The ``OSError`` for a failed bind, naming the socket class ``owner`` and the address."""
+    return OSError(
+        code,
+        f"cannot bind {owner} to {address!r}: {reason}"
+        + (" (is another process or query already bound to it?)" if code == zmq.EADDRINUSE else ""),
+    )
+
+
+def attach(sock: zmq.Socket, endpoint: Endpoint, owner: str) -> Optional[str]:
+    """Bind or connect ``sock`` (of the socket class ``owner``) to ``endpoint``; returns the
+    address bound (a ``*`` port resolved), ``None`` for a connect."""
+    if endpoint.bind:
+        # libzmq unlinks an ipc path before binding: never let it delete a user's file
+        check_ipc_bind(endpoint.address, owner)
+        try:
+            sock.bind(endpoint.address)
+        except zmq.ZMQError as exc:
+            raise bind_error(owner, endpoint.address, exc.errno, exc.strerror) from exc
+        return sock.getsockopt_string(zmq.LAST_ENDPOINT)
+    try:
+        sock.connect(endpoint.address)
+    except zmq.ZMQError as exc:
+        raise OSError(exc.errno, f"cannot connect {owner} to {endpoint.address!r}: {exc.strerror}") from exc
+    return None
 
 def _socket_file_in_use(path: str) -> bool:
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

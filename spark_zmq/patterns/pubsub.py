@@ -29,7 +29,9 @@ from typing import Any, ClassVar, Iterable, Optional, Union
 
 import zmq
 
-from .base import PatternSocket, SocketClosedError, topic_bytes, topics_list
+from .base import PatternSocket, SocketClosedError
+from .frames import topic_bytes, topics_list
+from .socket_options import timeout_deadline
 
 __all__ = ["Pub", "Sub", "XPub", "XSub", "Topics"]
 
@@ -152,7 +154,7 @@ class XPub(PatternSocket):
         arrive meanwhile; those stay queued for ``recv()`` (in memory: an application that
         receives data upstream should call ``recv()`` too).
         """
-        deadline = self._deadline(timeout)
+        deadline = timeout_deadline(timeout)
         self._acquire(deadline)
         try:
             while True:

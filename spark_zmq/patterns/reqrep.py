@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Optional
 import zmq
 
 from .base import PatternSocket
+from .socket_options import positive_int
 
 __all__ = ["Req", "Rep", "Dealer", "Router"]
 
@@ -68,7 +69,7 @@ class Router(PatternSocket):
             sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         if options.get("max_request_bytes") is not None:
             # before bind: a listener copies the socket's options when it is created
-            sock.setsockopt(zmq.MAXMSGSIZE, self._positive_int("max_request_bytes", options["max_request_bytes"]))
+            sock.setsockopt(zmq.MAXMSGSIZE, positive_int("max_request_bytes", options["max_request_bytes"]))
 
     def _send_locked(self, frames: list, deadline: Optional[float]) -> None:
         try:

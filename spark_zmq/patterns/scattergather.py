@@ -37,9 +37,11 @@ from typing import Any, ClassVar, Optional, Sequence
 
 import zmq
 
-from .base import Frames, PatternSocket
-from .curve import HANDSHAKE_FAILURES, HandshakeWatch
-from .endpoints import check_ipc_bind
+from .base import PatternSocket
+from .endpoints import bind_error, check_ipc_bind
+from .frames import Frames
+from .handshakes import HANDSHAKE_FAILURES, HandshakeWatch
+from .socket_options import check_linger, positive_int, timeout_deadline
 from .zmtp.engine import Engine
 
 __all__ = ["Scatter", "Gather"]
@@ -97,16 +99,16 @@ class ZmtpPatternSocket(PatternSocket):
     def __init__(self, endpoints, *, hwm: Optional[int] = None, **options: Any) -> None:
         self._closed = True
         hwm, curve = self._check_common(endpoints, hwm, options)
-        self._linger = self._linger_ms(options.get("linger", self.default_linger_ms))
+        self._linger = check_linger(options.get("linger", self.default_linger_ms))
         # ZMQ_HANDSHAKE_IVL: a peer that has not completed its handshake after this many ms
         # is disconnected (libzmq's default, 30 s), so idle strangers cannot pile up
-        handshake_ms = self._positive_int("handshake_ivl", options.get("handshake_ivl", 30_000))
+        handshake_ms = positive_int("handshake_ivl", options.get("handshake_ivl", 30_000))
         reconnect_ms = options.get("reconnect_ivl")
         if reconnect_ms is not None:
-            self._positive_int("reconnect_ivl", reconnect_ms)
+            positive_int("reconnect_ivl", reconnect_ms)
         for name in ("rcvbuf", "sndbuf"):
             if options.get(name) is not None:
-                self._positive_int(name, options[name])
+                positive_int(name, options[name])
         wanted = int(options.get("monitor") or 0)
         self.handshakes: Optional[HandshakeWatch] = (
             EngineWatch(wanted, is_server=curve is None or curve.is_server, label=type(self).__name__)
@@ -143,7 +145,8 @@ class ZmtpPatternSocket(PatternSocket):
                     try:
                         self._bound.append(self._engine.bind(endpoint.address))
                     except OSError as exc:
-                        raise self._bind_error(endpoint.address, exc.errno, exc.strerror or str(exc)) from exc
+                        raise bind_error(type(self).__name__, endpoint.address, exc.errno,
+                                         exc.strerror or str(exc)) from exc
                 else:
                     self._engine.connect(endpoint.address)
             self._engine.start()
@@ -195,7 +198,7 @@ class ZmtpPatternSocket(PatternSocket):
         return self._send_all(messages, timeout)
 
     def _send_all(self, messages: Sequence, timeout: Optional[float]) -> int:
-        self._deadline(timeout)  # validates
+        timeout_deadline(timeout)  # validates
         sent, timed_out = self._engine.send_round_robin(messages, timeout, self._check_open)
         if timed_out:
             exc = TimeoutError(f"{type(self).__name__}.send timed out{self._timeout_hint('send')}")
@@ -212,7 +215,7 @@ class ZmtpPatternSocket(PatternSocket):
         peers, waiting up to ``timeout`` for the first; ``(values, None)`` (no topics on a
         single-part socket)."""
         self._check_recv(max_messages)
-        values = self._engine.receive(max_messages, max_bytes, self._deadline(timeout), self._check_open)
+        values = self._engine.receive(max_messages, max_bytes, timeout_deadline(timeout), self._check_open)
         if not values:
             raise TimeoutError(f"{type(self).__name__}.recv timed out{self._timeout_hint('recv')}")
         return values, None
@@ -220,7 +223,7 @@ class ZmtpPatternSocket(PatternSocket):
     def poll_recv(self, timeout: Optional[float] = 0.0) -> bool:
         """Whether a message is ready to receive, waiting up to ``timeout`` seconds for one."""
         self._check_can_recv()
-        return self._engine.wait_readable(self._deadline(timeout), self._check_open)
+        return self._engine.wait_readable(timeout_deadline(timeout), self._check_open)
 
     def recv_batch(
         self, max_messages: int, timeout: Optional[float] = None, max_bytes: Optional[int] = None
@@ -235,7 +238,7 @@ class ZmtpPatternSocket(PatternSocket):
         for what it holds to reach the kernel. ``unsent`` counts what was left."""
         if self._closed:
             return
-        linger_ms = self._linger if linger is None else self._linger_ms(linger)
+        linger_ms = self._linger if linger is None else check_linger(linger)
         engine = self._engine
         if self.can_send and linger_ms != 0:
             engine.drain(None if linger_ms < 0 else time.monotonic() + linger_ms / 1000.0, self._confirm)

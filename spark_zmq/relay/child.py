@@ -13,7 +13,8 @@ from __future__ import annotations
 import pickle
 import sys
 
-from ..patterns.curve import Curve, KeyPair
+from ..patterns.curve import Curve
+from ..patterns.curve_keys import KeyPair
 from .run import serve
 
 

@@ -34,7 +34,8 @@ from ..ingest.fetch import bind_address
 from ..ingest.spool import private_dir
 from .. import procstat
 from ..options import SourceOptions
-from ..patterns.curve import Curve, KeyPair
+from ..patterns.curve import Curve
+from ..patterns.curve_keys import KeyPair
 from .client import RelayClient, RelayError
 from .protocol import LEASE_TTL_S, Op
 from .run import read_ready

@@ -12,7 +12,7 @@ from collections import Counter
 
 import pytest
 
-from spark_zmq.patterns.curve import KeyPair, keygen
+from spark_zmq.patterns.curve_keys import KeyPair, keygen
 from zmqjs_peer import NodePeer, payload, skip_unless_node
 from zmqtest import stop_all, wait_until
 

@@ -11,7 +11,7 @@ import zmq
 import zmq.auth
 
 from spark_zmq.options import OptionError, SinkOptions, SourceOptions
-from spark_zmq.patterns.curve import ANY_KEY, keygen
+from spark_zmq.patterns.curve_keys import ANY_KEY, keygen
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -12,7 +12,8 @@ import pytest
 import zmq
 
 from spark_zmq.patterns import Pull, Push
-from spark_zmq.patterns.curve import ANY_KEY, Curve, CurveError, KeyPair, load_public_key
+from spark_zmq.patterns.curve import Curve
+from spark_zmq.patterns.curve_keys import ANY_KEY, CurveError, KeyPair, load_public_key
 from zmqtest import SocketEvents
 
 pytestmark = pytest.mark.timeout(60)

@@ -124,7 +124,8 @@ import pytest
 import zmq
 
 from spark_zmq.patterns import Gather, Scatter, SocketClosedError
-from spark_zmq.patterns.curve import ANY_KEY, Curve, KeyPair
+from spark_zmq.patterns.curve import Curve
+from spark_zmq.patterns.curve_keys import ANY_KEY, KeyPair
 from patterns_support import (
     BINARY_MESSAGES,
     QUIET_S,

@@ -67,7 +67,8 @@ def main() -> int:
     handler = {"arrow": arrow, "json": json_row, "text": text}[args.format]
     curve = None
     if args.curve_certificate:
-        from spark_zmq.patterns.curve import Curve, KeyPair, load_public_key
+        from spark_zmq.patterns.curve import Curve
+        from spark_zmq.patterns.curve_keys import KeyPair, load_public_key
 
         curve = Curve.client(KeyPair.from_certificate(args.curve_certificate), load_public_key(args.curve_server_key))
     serve(handler, args.endpoint, format=args.format, broker=not args.rep, stop=stop, curve=curve,

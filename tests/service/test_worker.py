@@ -16,7 +16,8 @@ import zmq
 import zmq.auth
 
 from spark_zmq.patterns import Broker, Client
-from spark_zmq.patterns.curve import Curve, KeyPair, load_authorized_keys, load_public_key
+from spark_zmq.patterns.curve import Curve
+from spark_zmq.patterns.curve_keys import KeyPair, load_authorized_keys, load_public_key
 from spark_zmq.worker import ERROR, WorkerStats, is_error_reply, serve
 from zmqtest import free_ports, wait_until
 

@@ -25,7 +25,8 @@ from nacl.bindings import crypto_box, crypto_box_afternm, crypto_box_beforenm, c
 from zmq.utils import z85
 
 from spark_zmq.patterns.zmtp import wire
-from spark_zmq.patterns.zmtp.curve import CurveClient, CurveSequenceError, CurveServer
+from spark_zmq.patterns.zmtp.curve import CurveClient, CurveServer
+from spark_zmq.patterns.zmtp.curve_message import CurveSequenceError
 from spark_zmq.patterns.zmtp.wire import COMMAND, MORE, ZmtpError
 
 PROTOCOL, AUTH = zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL, zmq.EVENT_HANDSHAKE_FAILED_AUTH

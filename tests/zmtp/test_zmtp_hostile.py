@@ -34,7 +34,8 @@ from nacl.bindings import crypto_box_keypair
 from zmq.utils import z85
 
 from spark_zmq.patterns import Gather, Scatter
-from spark_zmq.patterns.curve import Curve, KeyPair
+from spark_zmq.patterns.curve import Curve
+from spark_zmq.patterns.curve_keys import KeyPair
 from spark_zmq.patterns.zmtp import engine as engine_module
 from spark_zmq.patterns.zmtp import wire
 from spark_zmq.patterns.zmtp.curve import CurveClient

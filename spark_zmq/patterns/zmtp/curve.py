@@ -1,6 +1,7 @@
 """The CURVE security mechanism (RFC 26/CurveZMQ inside RFC 37/ZMTP 3.1), as libzmq 4.3.5 speaks it.
 
-Two sans-I/O state machines with the interface of ``NullMechanism`` (``null.py``):
+Two sans-I/O state machines with the interface of ``NullMechanism`` (``null.py``), on the
+MESSAGE codec both share (``curve_message.CurveMechanism``):
 
 * ``CurveClient`` sends HELLO, answers the server's WELCOME with INITIATE (long-term key,
   vouch and our metadata), then checks the server's READY;
@@ -47,7 +48,6 @@ ends (Python cannot wipe the memory itself).
 from __future__ import annotations
 
 import hmac
-import struct
 from typing import Callable, ClassVar, Optional
 
 import zmq
@@ -65,27 +65,31 @@ from nacl.bindings import (
 from nacl.exceptions import CryptoError
 
 from .null import Accept, Declare
-from .wire import COMMAND, MORE, ZmtpError, encode_metadata, error_command, error_from_command, parse_metadata
+from .curve_message import (
+    CLIENT_MESSAGE_PREFIX,
+    SERVER_MESSAGE_PREFIX,
+    SHORT_NONCE,
+    CurveMechanism,
+    check_key,
+    protocol_error,
+)
+from .wire import ZmtpError, encode_metadata, error_command, error_from_command, parse_metadata
 
-__all__ = ["CurveClient", "CurveServer", "CurveSequenceError", "Authorize", "KEY_SIZE"]
+__all__ = ["CurveClient", "CurveServer", "Authorize"]
 
 #: decides whether a client's long-term public key (32 raw bytes) may connect
 Authorize = Callable[[bytes], bool]
-
-KEY_SIZE = 32
 
 _HELLO = b"\x05HELLO"
 _WELCOME = b"\x07WELCOME"
 _INITIATE = b"\x08INITIATE"
 _READY = b"\x05READY"
 _ERROR = b"\x05ERROR"
-_MESSAGE = b"\x07MESSAGE"
 
 _HELLO_SIZE = 200            # name 6, version 2, padding 72, C' 32, nonce 8, box 80
 _WELCOME_SIZE = 168          # name 8, long nonce 16, box 144
 _INITIATE_MIN = 257          # name 9, cookie 96, nonce 8, box >= 144
 _READY_MIN = 30              # name 6, nonce 8, box >= 16
-_MESSAGE_MIN = 33            # name 8, nonce 8, box >= 17 (MAC + flags)
 _VERSION = b"\x01\x00"
 _PADDING = bytes(72)
 _SIGNATURE = bytes(64)
@@ -93,88 +97,36 @@ _SIGNATURE = bytes(64)
 _HELLO_PREFIX = b"CurveZMQHELLO---"
 _INITIATE_PREFIX = b"CurveZMQINITIATE"
 _READY_PREFIX = b"CurveZMQREADY---"
-_CLIENT_PREFIX = b"CurveZMQMESSAGEC"
-_SERVER_PREFIX = b"CurveZMQMESSAGES"
 _WELCOME_LONG = b"WELCOME-"
 _COOKIE_LONG = b"COOKIE--"
 _VOUCH_LONG = b"VOUCH---"
 
-_U64 = struct.Struct(">Q")
-_pack = _U64.pack
-_unpack_from = _U64.unpack_from
-_MAX_NONCE = (1 << 64) - 1
-
-# first byte of a MESSAGE box: the flags (libzmq's msg_t::more = 1, msg_t::command = 2)
-_FLAG_BYTES = (b"\x00", b"\x01")
-_COMMAND_FLAG_BYTE = b"\x02"
-# inner flags -> the frame flags ``decode`` reports (wire.MORE, wire.COMMAND, as NullMechanism)
-_INNER_TO_FRAME = (0, MORE, COMMAND, MORE | COMMAND)
-
-_PROTOCOL = zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+_unpack_from = SHORT_NONCE.unpack_from
 
 # states
 _START, _EXPECT_WELCOME, _EXPECT_READY = "start", "expecting WELCOME", "expecting READY"
 _EXPECT_HELLO, _EXPECT_INITIATE = "expecting HELLO", "expecting INITIATE"
-_READY_STATE, _FAILED = "ready", "failed"
-
-
-def _error(text: str, value: int) -> ZmtpError:
-    return ZmtpError(text, _PROTOCOL, value)
-
-
-class CurveSequenceError(ZmtpError):
-    """A MESSAGE whose short nonce is not the previous one plus one: the connection must
-    close (``event`` ``EVENT_HANDSHAKE_FAILED_PROTOCOL``, ``value``
-    ``PROTOCOL_ERROR_ZMTP_INVALID_SEQUENCE``, as libzmq reports a replay).
-
-    ``expected`` and ``received`` are the short nonces. A replay (``received < expected``:
-    ``replay`` is true, ``missing`` 0) is refused before its box is opened, as libzmq does;
-    a gap (``missing = received - expected`` MESSAGEs deleted in transit or tampered with)
-    only once the MESSAGE proved authentic."""
-
-    def __init__(self, expected: int, received: int) -> None:
-        self.expected = expected
-        self.received = received
-        self.replay = received < expected
-        self.missing = 0 if self.replay else received - expected
-        if self.replay:
-            text = (f"MESSAGE short nonce {received}, expected {expected}: replayed or reordered "
-                    "(its nonce was already used)")
-        else:
-            text = (f"MESSAGE short nonce {received}, expected {expected}: {self.missing} "
-                    f"message{'s' if self.missing != 1 else ''} missing: deleted in transit or tampered with")
-        super().__init__(text, _PROTOCOL, zmq.PROTOCOL_ERROR_ZMTP_INVALID_SEQUENCE)
-
-
-def _check_key(value: bytes, what: str) -> bytes:
-    """A 32-byte key argument, checked (the message never shows the key)."""
-    if not isinstance(value, (bytes, bytearray, memoryview)):
-        raise TypeError(f"the CURVE {what} must be 32 raw bytes, not {type(value).__name__}")
-    raw = bytes(value)
-    if len(raw) != KEY_SIZE:
-        raise ValueError(f"the CURVE {what} must be 32 raw bytes, got {len(raw)} "
-                         "(decode Z85 text with zmq.utils.z85.decode first)")
-    return raw
+_READY_STATE = "ready"  # (the failed state is curve_message's)
 
 
 def _check_structure(body: bytes) -> None:
     """libzmq's ``check_basic_command_structure``: a name size, and a name that fits."""
     if len(body) <= 1 or len(body) <= body[0]:
-        raise _error("malformed command frame", zmq.PROTOCOL_ERROR_ZMTP_MALFORMED_COMMAND_UNSPECIFIED)
+        raise protocol_error("malformed command frame", zmq.PROTOCOL_ERROR_ZMTP_MALFORMED_COMMAND_UNSPECIFIED)
 
 
 def _open(box: bytes, nonce: bytes, public: bytes, secret: bytes, what: str) -> bytes:
     try:
         return crypto_box_open(box, nonce, public, secret)
     except CryptoError:
-        raise _error(f"cannot open the {what}", zmq.PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC) from None
+        raise protocol_error(f"cannot open the {what}", zmq.PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC) from None
 
 
 def _open_afternm(box: bytes, nonce: bytes, key: bytes, what: str) -> bytes:
     try:
         return crypto_box_open_afternm(box, nonce, key)
     except CryptoError:
-        raise _error(f"cannot open the {what}", zmq.PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC) from None
+        raise protocol_error(f"cannot open the {what}", zmq.PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC) from None
 
 
 def _precompute(public: bytes, secret: bytes) -> bytes:
@@ -183,147 +135,10 @@ def _precompute(public: bytes, secret: bytes) -> bytes:
     try:
         return crypto_box_beforenm(public, secret)
     except CryptoError:
-        raise _error("the peer's short-term key is unusable", zmq.PROTOCOL_ERROR_ZMTP_KEY_EXCHANGE) from None
+        raise protocol_error("the peer's short-term key is unusable", zmq.PROTOCOL_ERROR_ZMTP_KEY_EXCHANGE) from None
 
 
-class _Curve:
-    """What both sides share: the MESSAGE codec after the handshake."""
-
-    __slots__ = ("ready", "peer_metadata", "sequence_gaps", "missing_messages", "replays", "_public", "_secret",
-                 "_declare", "_accept", "_state", "_key", "_precom", "_tx_prefix", "_rx_prefix", "_tx_nonce",
-                 "_rx_nonce", "__weakref__")
-
-    name: ClassVar[bytes] = b"CURVE"
-    as_server: ClassVar[bool] = False
-
-    def __init__(self, public_key: bytes, secret_key: bytes, declare: Declare, accept: Accept, tx_prefix: bytes,
-                 rx_prefix: bytes, state: str) -> None:
-        self._public = _check_key(public_key, "public key")
-        self._secret = _check_key(secret_key, "secret key")
-        self.ready = False
-        self.peer_metadata: dict[str, bytes] = {}
-        self._declare = declare
-        self._accept = accept
-        self._state = state
-        # crypto_box_beforenm(peer's C'/S', our c'/s'): ``_precom`` during the handshake,
-        # ``_key`` only once ready, so that encode/decode need no other state check
-        self._precom: Optional[bytes] = None
-        self._key: Optional[bytes] = None
-        self._tx_prefix = tx_prefix
-        self._rx_prefix = rx_prefix
-        self._tx_nonce = 1                    # next short nonce we send (libzmq starts at 1)
-        self._rx_nonce = 0                    # last short nonce the peer sent (INITIATE's, READY's, a MESSAGE's)
-        #: authentic MESSAGEs whose nonce skipped ahead (0 or 1: the connection closes on the
-        #: first), how many MESSAGEs those gaps skipped, and MESSAGEs refused as replayed or
-        #: reordered (checked before the box, as libzmq does: a forged old nonce counts too)
-        self.sequence_gaps = 0
-        self.missing_messages = 0
-        self.replays = 0
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self._state}>"
-
-    # -- handshake plumbing ---------------------------------------------------------------
-
-    def on_command(self, body: bytes) -> list[bytes]:
-        """One command frame of the handshake; returns the command bodies to send."""
-        try:
-            return self._on_command(bytes(body))
-        except BaseException:
-            self._fail()
-            raise
-
-    def _on_command(self, body: bytes) -> list[bytes]:  # pragma: no cover - overridden
-        raise NotImplementedError
-
-    def _fail(self) -> None:
-        self.ready = False
-        self._state = _FAILED
-        self._key = self._precom = None
-        self._forget()
-
-    def _forget(self) -> None:
-        """Drop the handshake's secrets (overridden)."""
-
-    def _next_nonce(self) -> bytes:
-        nonce = self._tx_nonce
-        if nonce > _MAX_NONCE:  # 2**64 commands on one connection: RFC 26 forbids more
-            raise _error("short nonces exhausted", zmq.PROTOCOL_ERROR_ZMTP_UNSPECIFIED)
-        self._tx_nonce = nonce + 1
-        return _pack(nonce)
-
-    def _unexpected(self, body: bytes) -> ZmtpError:
-        name = body[1:1 + body[0]] if body else b""
-        return _error(f"unexpected command {name[:20]!r} while {self._state} (CURVE)",
-                      zmq.PROTOCOL_ERROR_ZMTP_UNEXPECTED_COMMAND)
-
-    # -- after the handshake: the hot path --------------------------------------------------
-
-    def encode(self, payload: bytes, more: bool = False) -> tuple[int, bytes]:
-        """``(frame flags, frame body)`` of one message frame: a MESSAGE command in a plain
-        data frame (frame flags 0, as libzmq sends it; MORE travels inside the box)."""
-        key = self._key
-        if key is None:
-            raise _error("CURVE encode before the handshake is done", zmq.PROTOCOL_ERROR_ZMTP_UNSPECIFIED)
-        nonce = self._tx_nonce
-        self._tx_nonce = nonce + 1
-        short = _pack(nonce)  # struct.error past 2**64-1: unreachable (RFC 26 forbids it)
-        return 0, _MESSAGE + short + crypto_box_afternm(_FLAG_BYTES[1 if more else 0] + payload,
-                                                        self._tx_prefix + short, key)
-
-    def encode_command(self, body: bytes) -> tuple[int, bytes]:
-        """``(frame flags, frame body)`` of a command after the handshake (PING, PONG): the
-        command body sealed in a MESSAGE with the COMMAND flag inside the box."""
-        key = self._key
-        if key is None:
-            raise _error("CURVE encode before the handshake is done", zmq.PROTOCOL_ERROR_ZMTP_UNSPECIFIED)
-        short = self._next_nonce()
-        return 0, _MESSAGE + short + crypto_box_afternm(_COMMAND_FLAG_BYTE + body, self._tx_prefix + short, key)
-
-    def decode(self, flags: int, body: bytes) -> tuple[int, bytes]:
-        """``(MORE/COMMAND flags, payload)`` of a received frame (a MESSAGE command); the
-        flags are ``wire.MORE``/``wire.COMMAND`` as ``NullMechanism.decode`` reports them,
-        taken from inside the box (the frame's own flags carry nothing under CURVE).
-
-        The short nonce must be the last one accepted plus one, else ``CurveSequenceError``
-        (a ``ZmtpError``): a replay is refused before the box is opened, as libzmq does; a
-        gap only once the box proved authentic, so that only a real deletion counts in
-        ``sequence_gaps`` (a forged nonce fails the box: ``CRYPTOGRAPHIC``)."""
-        if len(body) < _MESSAGE_MIN or body[:8] != _MESSAGE or self._key is None:
-            raise self._bad_message(body)
-        nonce = _unpack_from(body, 8)[0]
-        if nonce <= self._rx_nonce:  # libzmq's check, before the box (and its code: INVALID_SEQUENCE)
-            self.replays += 1
-            raise CurveSequenceError(self._rx_nonce + 1, nonce)
-        try:
-            plain = crypto_box_open_afternm(body[16:], self._rx_prefix + body[8:16], self._key)
-        except CryptoError:
-            raise _error("cannot open a MESSAGE box (wrong key or altered)",
-                         zmq.PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC) from None
-        if nonce != self._rx_nonce + 1:
-            # authentic, so its sender did number the skipped MESSAGEs: they were deleted
-            # on the way (stricter than libzmq); a forged nonce failed the box above
-            self.sequence_gaps += 1
-            self.missing_messages += nonce - self._rx_nonce - 1
-            raise CurveSequenceError(self._rx_nonce + 1, nonce)
-        self._rx_nonce = nonce  # only once authentic and in sequence: a forged nonce cannot move it
-        return _INNER_TO_FRAME[plain[0] & 0x03], plain[1:]
-
-    def _bad_message(self, body: bytes) -> ZmtpError:
-        """Why ``body`` is not a MESSAGE we can open, in libzmq's order of checks."""
-        if self._key is None:
-            return _error("CURVE decode before the handshake is done", zmq.PROTOCOL_ERROR_ZMTP_UNSPECIFIED)
-        size = len(body)
-        if size <= 1 or size <= body[0]:
-            return _error("malformed command frame", zmq.PROTOCOL_ERROR_ZMTP_MALFORMED_COMMAND_UNSPECIFIED)
-        if size < 8 or body[:8] != _MESSAGE:
-            return _error("expected a MESSAGE command after the CURVE handshake",
-                          zmq.PROTOCOL_ERROR_ZMTP_UNEXPECTED_COMMAND)
-        return _error(f"MESSAGE command of {size} bytes, at least {_MESSAGE_MIN} expected",
-                      zmq.PROTOCOL_ERROR_ZMTP_MALFORMED_COMMAND_MESSAGE)
-
-
-class CurveClient(_Curve):
+class CurveClient(CurveMechanism):
     """The CURVE client (``as_server = False``): knows the server's long-term public key."""
 
     __slots__ = ("_server", "_cn_public", "_cn_secret")
@@ -332,8 +147,8 @@ class CurveClient(_Curve):
 
     def __init__(self, public_key: bytes, secret_key: bytes, server_key: bytes,
                  declare: Declare, accept: Accept) -> None:
-        super().__init__(public_key, secret_key, declare, accept, _CLIENT_PREFIX, _SERVER_PREFIX, _START)
-        self._server = _check_key(server_key, "server key")
+        super().__init__(public_key, secret_key, declare, accept, CLIENT_MESSAGE_PREFIX, SERVER_MESSAGE_PREFIX, _START)
+        self._server = check_key(server_key, "server key")
         # our short-term key pair (C', c'): one per connection, never stored
         self._cn_public, self._cn_secret = crypto_box_keypair()
 
@@ -343,13 +158,13 @@ class CurveClient(_Curve):
     def start(self) -> list[bytes]:
         """Command bodies to send once the greetings are exchanged: HELLO."""
         if self._state != _START:
-            raise _error("CURVE client started twice", zmq.PROTOCOL_ERROR_ZMTP_UNSPECIFIED)
+            raise protocol_error("CURVE client started twice", zmq.PROTOCOL_ERROR_ZMTP_UNSPECIFIED)
         short = self._next_nonce()
         try:
             signature = crypto_box(_SIGNATURE, _HELLO_PREFIX + short, self._server, self._cn_secret)
         except CryptoError:  # a weak (low-order) server key, given by our own configuration
             self._fail()
-            raise _error("the CURVE server key is unusable", zmq.PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC) from None
+            raise protocol_error("the CURVE server key is unusable", zmq.PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC) from None
         self._state = _EXPECT_WELCOME
         return [_HELLO + _VERSION + _PADDING + self._cn_public + short + signature]
 
@@ -366,13 +181,13 @@ class CurveClient(_Curve):
     def _on_error(self, body: bytes) -> None:
         # ERROR = name, reason size, reason; a 3-digit reason is a ZAP status code
         if len(body) < 7 or body[6] > len(body) - 7:
-            raise _error("malformed ERROR command", zmq.PROTOCOL_ERROR_ZMTP_MALFORMED_COMMAND_ERROR)
+            raise protocol_error("malformed ERROR command", zmq.PROTOCOL_ERROR_ZMTP_MALFORMED_COMMAND_ERROR)
         raise error_from_command(body[6:], is_server=False)
 
     def _on_welcome(self, body: bytes) -> list[bytes]:
         if len(body) != _WELCOME_SIZE:
             # libzmq 4.3.5 reports this one as PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC
-            raise _error(f"WELCOME command of {len(body)} bytes, expected {_WELCOME_SIZE}",
+            raise protocol_error(f"WELCOME command of {len(body)} bytes, expected {_WELCOME_SIZE}",
                          zmq.PROTOCOL_ERROR_ZMTP_MALFORMED_COMMAND_WELCOME)
         # Box [S' + cookie](S->C')
         plain = _open(body[24:], _WELCOME_LONG + body[8:24], self._server, self._cn_secret,
@@ -384,7 +199,8 @@ class CurveClient(_Curve):
         try:
             vouch = crypto_box(self._cn_public + self._server, _VOUCH_LONG + vouch_nonce, server_cn, self._secret)
         except CryptoError:
-            raise _error("the server's short-term key is unusable", zmq.PROTOCOL_ERROR_ZMTP_KEY_EXCHANGE) from None
+            raise protocol_error("the server's short-term key is unusable",
+                                 zmq.PROTOCOL_ERROR_ZMTP_KEY_EXCHANGE) from None
         # we declare before we know the server's metadata: it comes in READY
         metadata = encode_metadata(self._declare(None))
         short = self._next_nonce()
@@ -394,7 +210,7 @@ class CurveClient(_Curve):
 
     def _on_ready(self, body: bytes) -> list[bytes]:
         if len(body) < _READY_MIN:
-            raise _error(f"READY command of {len(body)} bytes, at least {_READY_MIN} expected",
+            raise protocol_error(f"READY command of {len(body)} bytes, at least {_READY_MIN} expected",
                          zmq.PROTOCOL_ERROR_ZMTP_MALFORMED_COMMAND_READY)
         short = body[6:14]
         plain = _open_afternm(body[14:], _READY_PREFIX + short, self._precom, "READY box")
@@ -409,7 +225,7 @@ class CurveClient(_Curve):
         return []
 
 
-class CurveServer(_Curve):
+class CurveServer(CurveMechanism):
     """The CURVE server (``as_server = True``): knows its own long-term key pair and decides,
     with ``authorize``, which client long-term public keys may connect."""
 
@@ -420,7 +236,8 @@ class CurveServer(_Curve):
 
     def __init__(self, public_key: bytes, secret_key: bytes, authorize: Authorize,
                  declare: Declare, accept: Accept) -> None:
-        super().__init__(public_key, secret_key, declare, accept, _SERVER_PREFIX, _CLIENT_PREFIX, _EXPECT_HELLO)
+        super().__init__(public_key, secret_key, declare, accept, SERVER_MESSAGE_PREFIX, CLIENT_MESSAGE_PREFIX,
+                         _EXPECT_HELLO)
         self._authorize = authorize
         self._cn_client: Optional[bytes] = None     # C'
         self._cn_public: Optional[bytes] = None     # S'
@@ -447,20 +264,20 @@ class CurveServer(_Curve):
 
     def _on_hello(self, body: bytes) -> list[bytes]:
         if len(body) != _HELLO_SIZE:
-            raise _error(f"HELLO command of {len(body)} bytes, expected {_HELLO_SIZE}",
+            raise protocol_error(f"HELLO command of {len(body)} bytes, expected {_HELLO_SIZE}",
                          zmq.PROTOCOL_ERROR_ZMTP_MALFORMED_COMMAND_HELLO)
         if body[6:8] != _VERSION:
-            raise _error(f"CurveZMQ version {body[6]}.{body[7]}, expected 1.0",
+            raise protocol_error(f"CurveZMQ version {body[6]}.{body[7]}, expected 1.0",
                          zmq.PROTOCOL_ERROR_ZMTP_MALFORMED_COMMAND_HELLO)
         if body[8:80] != _PADDING:  # stricter than libzmq (which ignores the padding)
-            raise _error("HELLO anti-amplification padding is not zero",
+            raise protocol_error("HELLO anti-amplification padding is not zero",
                          zmq.PROTOCOL_ERROR_ZMTP_MALFORMED_COMMAND_HELLO)
         cn_client, short = body[80:112], body[112:120]
         # signature = Box [64 * %x0](C'->S): proves the client knows our public key
         signature = _open(body[120:200], _HELLO_PREFIX + short, cn_client, self._secret,
                           "HELLO signature box (the client has the wrong server key?)")
         if signature != _SIGNATURE:  # stricter than libzmq
-            raise _error("HELLO signature box does not hold 64 zeros", zmq.PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC)
+            raise protocol_error("HELLO signature box does not hold 64 zeros", zmq.PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC)
         self._rx_nonce = _unpack_from(short)[0]
         self._cn_client = cn_client
         self._cn_public, self._cn_secret = crypto_box_keypair()
@@ -476,20 +293,20 @@ class CurveServer(_Curve):
 
     def _on_initiate(self, body: bytes) -> list[bytes]:
         if len(body) < _INITIATE_MIN:
-            raise _error(f"INITIATE command of {len(body)} bytes, at least {_INITIATE_MIN} expected",
+            raise protocol_error(f"INITIATE command of {len(body)} bytes, at least {_INITIATE_MIN} expected",
                          zmq.PROTOCOL_ERROR_ZMTP_MALFORMED_COMMAND_INITIATE)
         # the cookie: only we could have sealed it, for this connection's C' and s'
         try:
             cookie = crypto_secretbox_open(body[25:105], _COOKIE_LONG + body[9:25], self._cookie_key)
         except CryptoError:
-            raise _error("cannot open the INITIATE cookie", zmq.PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC) from None
+            raise protocol_error("cannot open the INITIATE cookie", zmq.PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC) from None
         if not hmac.compare_digest(cookie, self._cn_client + self._cn_secret):
-            raise _error("the INITIATE cookie is not this connection's", zmq.PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC)
+            raise protocol_error("the INITIATE cookie is not this connection's", zmq.PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC)
         self._cookie_key = None  # RFC 26: discard the cookie key once INITIATE is valid
         short = body[105:113]
         nonce = _unpack_from(short)[0]
         if nonce <= self._rx_nonce:  # stricter than libzmq (RFC 26: "SHALL verify")
-            raise _error(f"INITIATE short nonce {nonce} is not above HELLO's {self._rx_nonce}",
+            raise protocol_error(f"INITIATE short nonce {nonce} is not above HELLO's {self._rx_nonce}",
                          zmq.PROTOCOL_ERROR_ZMTP_INVALID_SEQUENCE)
         key = _precompute(self._cn_client, self._cn_secret)
         # Box [C + vouch + metadata](C'->S')
@@ -498,9 +315,9 @@ class CurveServer(_Curve):
         # vouch = Box [C',S](C->S'): the owner of C vouches for C', for this server
         vouch = _open(vouch_box, _VOUCH_LONG + vouch_nonce, client_key, self._cn_secret, "INITIATE vouch box")
         if not hmac.compare_digest(vouch[:32], self._cn_client):
-            raise _error("the vouch is for another short-term key", zmq.PROTOCOL_ERROR_ZMTP_KEY_EXCHANGE)
+            raise protocol_error("the vouch is for another short-term key", zmq.PROTOCOL_ERROR_ZMTP_KEY_EXCHANGE)
         if not hmac.compare_digest(vouch[32:], self._public):  # stricter than libzmq
-            raise _error("the vouch is for another server", zmq.PROTOCOL_ERROR_ZMTP_KEY_EXCHANGE)
+            raise protocol_error("the vouch is for another server", zmq.PROTOCOL_ERROR_ZMTP_KEY_EXCHANGE)
         self._rx_nonce = nonce
         metadata = parse_metadata(plain[128:])  # ZmtpError(INVALID_METADATA) if malformed
         self.peer_metadata = metadata

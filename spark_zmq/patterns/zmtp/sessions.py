@@ -196,7 +196,7 @@ class _Sessions:
             self._emit(exc.event, exc.value, conn.endpoint)
         else:
             if getattr(exc, "missing", 0) and not getattr(exc, "replay", True):
-                # a CURVE stream skipped messages (curve.CurveSequenceError): tampering or loss
+                # a CURVE stream skipped messages (curve_message.CurveSequenceError): tampering or loss
                 self.sequence_gaps += 1
             log.warning("%s: closing the connection of %s: %s", self.label, conn.address, exc)
         self._close(conn, requeue=True)

@@ -1,0 +1,132 @@
+"""The arguments every pattern socket takes: option names, option values, timeouts.
+
+Each is checked before any socket exists, with an error naming the option (or argument)
+and what is valid; ``set_common_options`` then gives libzmq the options it implements.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Iterable, NamedTuple, Optional
+
+import zmq
+
+from .curve import Curve
+from .endpoints import Endpoint, EndpointsSpec, parse_endpoints
+from .heartbeat import Heartbeat, heartbeat_option
+
+__all__ = [
+    "COMMON_OPTIONS",
+    "CommonOptions",
+    "check_common",
+    "check_option_names",
+    "positive_int",
+    "check_linger",
+    "timeout_deadline",
+    "set_common_options",
+]
+
+#: the options every pattern class takes (``hwm`` is an argument of its own)
+COMMON_OPTIONS: tuple[str, ...] = (
+    "linger",
+    "reconnect_ivl",
+    "max_message_bytes",
+    "immediate",
+    "rcvbuf",
+    "sndbuf",
+    "context",
+    "monitor",
+    "curve",
+    "heartbeat",
+)
+
+
+class CommonOptions(NamedTuple):
+    """What every pattern class takes, checked (``check_common``)."""
+
+    endpoints: list[Endpoint]
+    hwm: Optional[int]
+    max_message_bytes: Optional[int]
+    heartbeat: Heartbeat
+    curve: Optional[Curve]
+
+
+def check_common(
+    owner: str, endpoints: EndpointsSpec, hwm: Optional[int], options: dict[str, Any], default_bind: bool,
+    extra_options: Iterable[str] = (),
+) -> CommonOptions:
+    """Validate what every pattern class takes (option names, endpoints, ``hwm``,
+    ``max_message_bytes``, ``heartbeat``, ``curve``) for the socket class ``owner``, which
+    also takes ``extra_options``."""
+    check_option_names(owner, options, COMMON_OPTIONS + tuple(extra_options))
+    parsed = parse_endpoints(endpoints, default_bind=default_bind)
+    max_message_bytes = positive_int("max_message_bytes", options.get("max_message_bytes"), allow_none=True)
+    hwm = positive_int("hwm", hwm, allow_none=True, allow_zero=True)
+    heartbeat = heartbeat_option(options.get("heartbeat"))
+    curve: Optional[Curve] = options.get("curve")
+    if curve is not None and not isinstance(curve, Curve):
+        raise TypeError(f"option 'curve' must be a spark_zmq.patterns.curve.Curve, not {type(curve).__name__}")
+    return CommonOptions(parsed, hwm, max_message_bytes, heartbeat, curve)
+
+
+def check_option_names(owner: str, options: Iterable[str], valid: tuple[str, ...]) -> None:
+    """A ``TypeError`` naming the socket class ``owner`` if ``options`` holds a name not in ``valid``."""
+    unknown = sorted(set(options) - set(valid))
+    if unknown:
+        raise TypeError(
+            f"unknown option(s) {', '.join(map(repr, unknown))} for {owner}; "
+            f"valid options: {', '.join(('hwm',) + valid)}"
+        )
+
+
+def positive_int(name: str, value: Any, *, allow_none: bool = False, allow_zero: bool = False) -> Any:
+    """``value`` checked as an integer option ``name`` (> 0, or >= 0 with ``allow_zero``;
+    ``None`` allowed with ``allow_none``), else a ``ValueError`` naming it."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < (0 if allow_zero else 1):
+        bound = "a non-negative" if allow_zero else "a positive"
+        raise ValueError(f"option {name!r} must be {bound} integer, got {value!r}")
+    return value
+
+
+def check_linger(value: Any) -> int:
+    """ZMQ_LINGER: ``-1`` (wait forever), ``0`` (discard at once) or milliseconds."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+        raise ValueError(
+            f"option 'linger' must be an integer number of milliseconds >= 0, or -1 to wait "
+            f"forever, got {value!r}"
+        )
+    return value
+
+
+def timeout_deadline(timeout: Optional[float]) -> Optional[float]:
+    """The ``time.monotonic()`` deadline of a call's ``timeout`` (seconds; ``None`` = none)."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"timeout must be None or a number of seconds >= 0, got {timeout!r}")
+    if timeout < 0:
+        raise ValueError(f"timeout must be None or >= 0 seconds, got {timeout!r}")
+    return time.monotonic() + timeout
+
+
+def set_common_options(
+    sock: zmq.Socket, options: dict[str, Any], hwm: Optional[int], max_message_bytes: Optional[int],
+    default_linger_ms: int,
+) -> None:
+    """Give ``sock`` (before bind/connect) the libzmq options of ``COMMON_OPTIONS``: linger,
+    high-water marks, reconnect interval, message size limit, immediate, kernel buffers."""
+    sock.setsockopt(zmq.LINGER, check_linger(options.get("linger", default_linger_ms)))
+    if hwm is not None:
+        sock.setsockopt(zmq.SNDHWM, hwm)
+        sock.setsockopt(zmq.RCVHWM, hwm)
+    if options.get("reconnect_ivl") is not None:
+        sock.setsockopt(zmq.RECONNECT_IVL, positive_int("reconnect_ivl", options["reconnect_ivl"]))
+    if max_message_bytes is not None:
+        sock.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)
+    if options.get("immediate"):
+        sock.setsockopt(zmq.IMMEDIATE, 1)
+    for name, opt in (("rcvbuf", zmq.RCVBUF), ("sndbuf", zmq.SNDBUF)):
+        if options.get(name) is not None:
+            sock.setsockopt(opt, positive_int(name, options[name]))
