@@ -192,5 +192,6 @@ def register_ceilings(spark) -> None:
 
     cloudpickle.register_pickle_by_value(ceilings)
     cloudpickle.register_pickle_by_value(payloads)
-    spark.dataSource.register(ceilings.MemoryArrowSource)
-    spark.dataSource.register(ceilings.DiscardArrowSink)
+    for source in (ceilings.MemoryArrowSource, ceilings.MemoryRowsSource, ceilings.MemoryStampedSource,
+                   ceilings.DiscardArrowSink):
+        spark.dataSource.register(source)

@@ -1,17 +1,22 @@
 """Egress scenarios: ``df.write.format("zmq")`` vs a bare pyzmq PUSH loop sending the same
-bytes, and (Arrow) vs a Python Arrow writer that discards its rows (Spark's ceiling).
+bytes, and vs a Python Arrow writer that discards its rows (Spark's ceiling).
 
-Each returns messages/s (raw) or rows/s (arrow), timed until the sender has handed every
-message to the network (the bare loop's ``Context.term``, the write's return, which
-follows the sink's flush); a consumer process drains them.
+Each returns messages/s (raw) or rows/s (arrow) over the receiving side's window: the
+consumer process's first message to its last (for the discarding writer, its first batch
+to the end of its last, across tasks). What a write costs outside that window (for Spark,
+a write job's fixed cost: planning, task launch, the commit; for the bare loop, about 0)
+is elapsed minus window, recorded in ``FIXED_COSTS`` for the report, not mixed into the rate.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
+from typing import Optional
 
 import pyarrow as pa
 import zmq
@@ -20,22 +25,41 @@ import curvekeys
 import payloads
 from common import HERE, register_ceilings
 
+#: one entry per measured write: contender, curve, messages, rows, elapsed_s, window_s,
+#: fixed_s (elapsed minus window); run.py empties it before an egress scenario and files
+#: it with the scenario's result (compare()'s contenders return only their rate)
+FIXED_COSTS: list[dict] = []
+
+
+def _record(contender: str, rows: int, messages: int, elapsed: float, window: float) -> float:
+    """File one write's timing in ``FIXED_COSTS``; return its rate over ``window``."""
+    FIXED_COSTS.append({"contender": contender, "curve": bool(curvekeys.current()), "rows": rows,
+                        "messages": messages, "elapsed_s": elapsed, "window_s": window, "fixed_s": elapsed - window})
+    return rows / max(window, 1e-9)
+
 
 class Consumer:
     """``bench/consumer.py`` in its own process; ``endpoint`` once it has bound."""
 
     def __init__(self, kind: str, expected: int) -> None:
         self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "consumer.py"), kind, str(expected)],
-                                     stdout=subprocess.PIPE, text=True)
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.endpoint = f"tcp://127.0.0.1:{int(self.proc.stdout.readline())}"
 
-    def wait(self) -> None:
-        if self.proc.stdout.readline().strip() != "done" or self.proc.wait(120) != 0:
+    def wait(self) -> tuple[float, float]:
+        """Until it has everything; its ``time.time()`` at the first message and the last.
+        Then it is told to go (it stayed bound for anything sent after the data)."""
+        window = self.proc.stdout.readline().split()
+        done = self.proc.stdout.readline().strip() == "done"
+        self.proc.stdin.close()
+        if not done or self.proc.wait(120) != 0 or len(window) != 2:
             raise RuntimeError("the benchmark consumer did not receive everything")
+        return float(window[0]), float(window[1])
 
 
 def bare_push(count: int, kind: str, arg: int) -> float:
-    """Messages (raw) or rows (arrow, ``count`` rows in messages of ``arg`` rows) per second."""
+    """Messages (raw) or rows (arrow, ``count`` rows in messages of ``arg`` rows) per second
+    over the consumer's window; elapsed: the first send to ``Context.term``'s return."""
     messages = count if kind == "raw" else count // arg
     payload = payloads.raw(arg) if kind == "raw" else payloads.arrow_message(arg)
     consumer = Consumer(kind, count)
@@ -45,14 +69,14 @@ def bare_push(count: int, kind: str, arg: int) -> float:
     if curvekeys.current():
         curvekeys.secure_client(push, curvekeys.current())
     push.connect(consumer.endpoint)
-    started = time.perf_counter()
+    started = time.time()
     for _ in range(messages):
         push.send(payload, copy=len(payload) < 65536)
     push.close(linger=-1)
     context.term()
-    elapsed = time.perf_counter() - started
-    consumer.wait()
-    return count / elapsed
+    elapsed = time.time() - started
+    first, last = consumer.wait()
+    return _record("bare pyzmq PUSH", count, messages, elapsed, last - first)
 
 
 def _frame(spark, count: int, kind: str, arg: int):
@@ -70,32 +94,43 @@ def connector(spark, count: int, kind: str, arg: int) -> float:
     or the Arrow scenario's rows in messages of ``arg`` rows."""
     df = _frame(spark, count, kind, arg)
     _zmq_write(df.limit(arg), kind, arg, arg)  # warm-up: Python workers started, modules imported
-    elapsed = _zmq_write(df, kind, arg, count)
+    timing: dict = {}
+    rate = _zmq_write(df, kind, arg, count, timing)
     df.unpersist()
-    return count / elapsed
+    _record("connector", count, count if kind == "raw" else count // arg, timing["elapsed"], timing["window"])
+    return rate
 
 
-def _zmq_write(df, kind: str, arg: int, expected: int) -> float:
+def _zmq_write(df, kind: str, arg: int, expected: int, timing: Optional[dict] = None) -> float:
+    """One ``save()`` into a consumer; ``expected`` rows per second over the consumer's
+    window. ``timing`` gets ``elapsed`` (the whole ``save()``) and ``window``."""
     consumer = Consumer(kind, expected)
-    started = time.perf_counter()
+    started = time.time()
     writer = (df.write.format("zmq").mode("append").option("endpoints", consumer.endpoint)
               .option("format", kind).option("rowsPerMessage", str(arg)))
     if curvekeys.current():
         writer = writer.options(**curvekeys.sink_options(curvekeys.current()))
     writer.save()
-    elapsed = time.perf_counter() - started
-    consumer.wait()
-    return elapsed
+    elapsed = time.time() - started
+    first, last = consumer.wait()
+    if timing is not None:
+        timing.update(elapsed=elapsed, window=last - first)
+    return expected / max(last - first, 1e-9)
 
 
 def discard_writer(spark, count: int, kind: str, arg: int) -> float:
     """The same DataFrame into a Python Arrow writer that drops it: what any Python sink
-    pays before it sends a byte."""
+    pays before it sends a byte. Rate over its first batch to the end of its last (the
+    writer's commit files them, option ``timing``); elapsed: the whole ``save()``."""
     register_ceilings(spark)
     df = _frame(spark, count, kind, arg)
     df.limit(arg).write.format("bench_discard").mode("append").save()  # warm-up
-    started = time.perf_counter()
-    df.write.format("bench_discard").mode("append").save()
-    elapsed = time.perf_counter() - started
+    timing = os.path.join(tempfile.mkdtemp(prefix="spark-zmq-bench-"), "timing.json")
+    started = time.time()
+    df.write.format("bench_discard").mode("append").option("timing", timing).save()
+    elapsed = time.time() - started
     df.unpersist()
-    return count / elapsed
+    with open(timing) as f:
+        window = json.load(f)
+    return _record("Python Arrow writer, discarding", count, count if kind == "raw" else count // arg, elapsed,
+                   window["last"] - window["first"])

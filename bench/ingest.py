@@ -156,6 +156,30 @@ def memory_source(spark, count: int, rows: int) -> float:
     return count * rows / (finished - started)
 
 
+def memory_rows(spark, count: int, size: int) -> float:
+    """Spark's ceiling for one row per message: ``ceilings.MemoryRowsSource`` yields the
+    rows the connector's ``raw`` format yields (same read tasks, same batch sizes) from
+    memory into the same ``noop`` sink, msgs/s. It offers ``WARM_UP_MESSAGES["raw"]``
+    messages, as many as the connector's warm-up, then ``count`` more at once when the
+    run starts (a file appears)."""
+    register_ceilings(spark)
+    work = tempfile.mkdtemp(prefix="spark-zmq-bench-")
+    go = os.path.join(work, "go")
+    warm = WARM_UP_MESSAGES["raw"]
+    query = (spark.readStream.format("bench_memory_rows").option("messages", str(count)).option("size", str(size))
+             .option("warm", str(warm)).option("go", go).load().writeStream.format("noop")
+             .option("checkpointLocation", os.path.join(work, "ckpt")).trigger(processingTime="0 seconds").start())
+    try:
+        wait_started(query)
+        wait_for_rows(query, warm)
+        started = time.time()
+        open(go, "w").close()
+        finished = wait_for_rows(query, warm + count)
+    finally:
+        query.stop()
+    return count / (finished - started)
+
+
 def socket_source(spark, count: int, size: int) -> float:
     """Spark's built-in ``socket`` source fed the same payloads as text lines over TCP."""
     server = socket.socket()

@@ -25,12 +25,20 @@ def test_bench_smoke_run_writes_its_report(tmp_path):
                          "reqrep-arrow", "reqrep-json", "reqrep-broker-lru", "reqrep-latency"}
     compared = [r for r in rows.values() if "ratios" in r]
     assert all(v > 0 for r in compared for v in r["median"].values())
-    assert len(rows["ingest-raw-100B"]["median"]) == 3  # connector, bare pyzmq, Spark's socket source
+    # connector, in-memory Python source, bare pyzmq, Spark's socket source (+ libzmq's C test where it builds)
+    assert len(rows["ingest-raw-100B"]["median"]) == 4 + (rows["ingest-raw-100B"]["wire_limit_skipped"] is None)
+    assert all(rows[name]["ceiling"] == "in-memory Python source" and rows[name]["ceiling_target"] == 0.85
+               and rows[name]["versus"] == "bare pyzmq PULL" for name in ("ingest-raw-100B", "ingest-raw-1KB"))
     assert rows["backpressure"]["lost"] == 0
     assert all(len(rows[name]["median"]) == 4 and rows[name]["versus"] == "connector without CURVE"
                for name in rows if name.startswith("curve-"))
     assert all(rows[name]["versus"] == "pull from libzmq PUSH" for name in ("gather-raw-100B", "gather-arrow"))
     assert 0 < rows["latency"]["p50_ms"] <= rows["latency"]["p99_ms"]
+    floor = rows["latency"]["python_source_floor"]
+    assert 0 < floor["p50_ms"] <= floor["p99_ms"]
+    # egress: rates over the consumer's window, each write's fixed cost beside them
+    assert set(rows["egress-arrow"]["fixed_cost_s"]) == {"connector", "bare pyzmq PUSH", "Python Arrow writer, discarding"}
+    assert "connector, CURVE" in rows["curve-egress-raw-100B"]["fixed_cost_s"]
     assert sorted(rows["scaling"]["channels"]) == ["1", "2", "3", "4"]
     assert set(rows["scaling"]["contenders"]) == {"threads", "processes", "relays"}
     # every scenario names its fair ceiling; Arrow egress is measured against Spark's own
@@ -40,5 +48,7 @@ def test_bench_smoke_run_writes_its_report(tmp_path):
     assert rows["reqrep-broker-lru"]["time_ratio"] > 0
     assert 0 < rows["reqrep-latency"]["broker"]["p50_ms"] <= rows["reqrep-latency"]["broker"]["p99_ms"]
     assert "fair ceiling" in (tmp_path / "report.md").read_text()
+    assert "egress-raw-100B: Spark's fixed cost of a write job: median" in (tmp_path / "report.md").read_text()
+    assert "Python-source floor" in (tmp_path / "report.md").read_text()
     assert "| scenario |" in (tmp_path / "report.md").read_text()
     assert (tmp_path / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

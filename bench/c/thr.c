@@ -1,0 +1,57 @@
+/* The wire's limit: libzmq's local_thr/remote_thr (perf/ in libzmq) in one tiny program.
+ *
+ *   thr local  ENDPOINT SIZE COUNT   bind PULL, receive COUNT messages, print msgs/s
+ *   thr remote ENDPOINT SIZE COUNT   connect PUSH, send COUNT messages of SIZE bytes
+ *
+ * As local_thr: the clock starts at the first message and stops at the last. "local"
+ * binds ENDPOINT (tcp://127.0.0.1:* picks a port) and prints the endpoint it bound first.
+ * High-water marks as the Python bench's sockets (100,000). Built by bench/wire.py. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <zmq.h>
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 5) {
+        fprintf(stderr, "usage: thr local|remote ENDPOINT SIZE COUNT\n");
+        return 2;
+    }
+    int local = strcmp(argv[1], "local") == 0, hwm = 100000;
+    size_t size = (size_t)atol(argv[3]);
+    long count = atol(argv[4]);
+    void *ctx = zmq_ctx_new();
+    void *s = zmq_socket(ctx, local ? ZMQ_PULL : ZMQ_PUSH);
+    zmq_setsockopt(s, local ? ZMQ_RCVHWM : ZMQ_SNDHWM, &hwm, sizeof hwm);
+    char *buf = calloc(size ? size : 1, 1);
+    if (local) {
+        char endpoint[256];
+        size_t len = sizeof endpoint;
+        if (zmq_bind(s, argv[2]) != 0) { perror("zmq_bind"); return 1; }
+        zmq_getsockopt(s, ZMQ_LAST_ENDPOINT, endpoint, &len);
+        printf("%s\n", endpoint);
+        fflush(stdout);
+        double start = 0;
+        for (long i = 0; i < count; i++) {
+            if (zmq_recv(s, buf, size, 0) < 0) { perror("zmq_recv"); return 1; }
+            if (i == 0) start = now();
+        }
+        double elapsed = now() - start;
+        printf("%.1f\n", elapsed > 0 ? count / elapsed : 0.0);
+    } else {
+        if (zmq_connect(s, argv[2]) != 0) { perror("zmq_connect"); return 1; }
+        memset(buf, 'x', size);
+        for (long i = 0; i < count; i++)
+            if (zmq_send(s, buf, size, 0) < 0) { perror("zmq_send"); return 1; }
+    }
+    zmq_close(s);  /* linger: everything sent before the context ends */
+    zmq_ctx_term(ctx);
+    free(buf);
+    return 0;
+}
