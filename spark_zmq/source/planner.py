@@ -36,14 +36,19 @@ def admit(
     latest: Mapping[int, int],
     max_rows: Optional[int],
     max_bytes: Optional[int],
+    backlog: Optional[Mapping[int, tuple[int, int]]] = None,
 ) -> dict[int, int]:
     """The end offsets of the next batch under ``max_rows``/``max_bytes``.
 
     The caps are split across channels in proportion to their backlog (as Kafka does), and
     at least one message always gets through, so a query never stalls on a message larger
-    than the cap.
+    than the cap. ``backlog``: each channel's (rows, bytes) between ``start`` and ``latest``
+    when the caller has them already (a relay answers them for every channel at once);
+    a channel missing from it is counted through its index.
     """
-    backlog = {k: indexes[k].count_between(int(start[k]), int(latest[k])) for k in latest}
+    known = backlog or {}
+    backlog = {k: known[k] if k in known else indexes[k].count_between(int(start[k]), int(latest[k]))
+               for k in latest}
     total_rows = sum(r for r, _ in backlog.values())
     total_bytes = sum(b for _, b in backlog.values())
     end = {}
