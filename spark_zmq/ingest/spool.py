@@ -38,17 +38,24 @@ import errno
 import fcntl
 import logging
 import os
-import stat
 import threading
 import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-import numpy as np
 import pyarrow as pa
 
 from .loss import LostRange
+from .spool_files import (
+    ID_FILE,
+    SpoolLockedError,
+    SpoolSecurityError,
+    fsync_dir,
+    private_dir,
+    read_spool_id,
+    write_atomically,
+)
 from .spool_format import (
     SEGMENT_HEADER_SIZE,
     SPOOL_SCHEMA,
@@ -66,6 +73,7 @@ from .spool_format import (
     scan_records,
     segment_name,
 )
+from .spool_index import BatchEntry, IndexSnapshot, Segment, batch_entry
 
 __all__ = [
     "SPOOL_SCHEMA", "Spool", "ChannelLog", "SpoolBudget", "LostRange", "SpoolLockedError", "SpoolSecurityError",
@@ -73,136 +81,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-_ID_FILE = "SPOOL_ID"
-
-
-class SpoolLockedError(RuntimeError):
-    """Another live process owns this spool directory."""
-
-
-class SpoolSecurityError(PermissionError):
-    """The spool directory (or a file in it) is not private to the user running the query."""
-
-
-def private_dir(path: str, *, fsync_parent: bool = False) -> None:
-    """Create ``path`` (mode 0700) or check an existing one: a real directory (not a
-    symlink), owned by this user; group/other permissions are removed."""
-    parent = os.path.dirname(path)
-    if parent and not os.path.isdir(parent):
-        os.makedirs(parent, mode=0o700, exist_ok=True)
-    try:
-        os.mkdir(path, 0o700)
-        if fsync_parent:
-            _fsync_dir(parent or ".")
-    except FileExistsError:
-        pass
-    st = os.lstat(path)
-    if stat.S_ISLNK(st.st_mode):
-        raise SpoolSecurityError(
-            f"spool directory {path!r} is a symbolic link; the spool refuses to follow it "
-            "(someone could have planted it): remove it or choose another 'spoolDir'"
-        )
-    if not stat.S_ISDIR(st.st_mode):
-        raise SpoolSecurityError(f"spool directory {path!r} exists and is not a directory: choose another 'spoolDir'")
-    if st.st_uid != os.geteuid():
-        raise SpoolSecurityError(
-            f"spool directory {path!r} belongs to uid {st.st_uid}, not to this user (uid {os.geteuid()}): "
-            "the spool must be private to the user running the query; choose another 'spoolDir'"
-        )
-    if st.st_mode & 0o077:
-        os.chmod(path, 0o700)
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_atomically(directory: str, name: str, data: bytes, fsync: bool = True) -> None:
-    tmp = os.path.join(directory, f".{name}.{os.getpid()}.tmp")
-    try:
-        os.unlink(tmp)
-    except FileNotFoundError:
-        pass
-    fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-    try:
-        os.write(fd, data)
-        if fsync:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, os.path.join(directory, name))
-    if fsync:
-        _fsync_dir(directory)
-
-
-def read_spool_id(spool_dir: str) -> Optional[str]:
-    """The spool's identity (32 hex digits), ``None`` when there is no readable one."""
-    try:
-        fd = open_private(os.path.join(spool_dir, _ID_FILE), os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        text = os.read(fd, 64).decode("ascii", "replace").strip()
-    finally:
-        os.close(fd)
-    try:
-        return uuid.UUID(hex=text).hex
-    except ValueError:
-        return None
-
-
-@dataclass
-class _Segment:
-    first: int
-    seq: int
-    path: str
-    size: int = 0
-    end: int = 0  # offset after its last message
-    #: recovery found unreadable bytes after the last complete record (why, where)
-    tail_damage: Optional[str] = None
-
-    @property
-    def name(self) -> str:
-        return os.path.basename(self.path)
-
-
-@dataclass
-class _BatchEntry:
-    """What the driver keeps per spooled batch: enough for admission control, no payload."""
-
-    first: int
-    count: int
-    bytes_cum: np.ndarray  # cumulative payload bytes, per message
-    rows_cum: Optional[np.ndarray]  # cumulative rows per message; None when 1 row/message
-    segment: _Segment
-    position: int  # byte position of the record in its segment
-
-    @property
-    def end(self) -> int:
-        return self.first + self.count
-
-    def rows_upto(self, n: int) -> int:
-        """Rows in the first ``n`` messages of this batch."""
-        if n <= 0:
-            return 0
-        return int(self.rows_cum[n - 1]) if self.rows_cum is not None else n
-
-    def bytes_upto(self, n: int) -> int:
-        return int(self.bytes_cum[n - 1]) if n > 0 else 0
-
-
-def _entry(batch: pa.RecordBatch, first: int, segment: _Segment, position: int) -> _BatchEntry:
-    values = batch.column(0)
-    offsets = np.frombuffer(values.buffers()[1], dtype=np.int64)[values.offset : values.offset + len(values) + 1]
-    bytes_cum = offsets[1:] - offsets[0]
-    rows = batch.column(3).to_numpy(zero_copy_only=False)
-    rows_cum = None if bool((rows == 1).all()) else np.cumsum(np.maximum(rows, 0), dtype=np.int64)
-    return _BatchEntry(first, batch.num_rows, bytes_cum.astype(np.int64, copy=True), rows_cum, segment, position)
 
 
 @dataclass
@@ -214,8 +92,8 @@ class ChannelLog:
     spool_id: str
     fsync: bool = False
     segment_bytes: int = 64 << 20
-    entries: list[_BatchEntry] = field(default_factory=list)
-    segments: list[_Segment] = field(default_factory=list)
+    entries: list[BatchEntry] = field(default_factory=list)
+    segments: list[Segment] = field(default_factory=list)
     next_offset: int = 0
     #: offsets recovery could not read (torn in the middle, corrupt), in offset order
     lost: list[LostRange] = field(default_factory=list)
@@ -242,7 +120,7 @@ class ChannelLog:
         found.sort()
         self._next_seq = max((seq for _, seq, _ in found), default=-1) + 1
         for first, seq, path in found:
-            segment = _Segment(first=first, seq=seq, path=path, end=first)
+            segment = Segment(first=first, seq=seq, path=path, end=first)
             self._recover_segment(segment)
             self.segments.append(segment)
             self.next_offset = max(self.next_offset, segment.end)
@@ -270,7 +148,7 @@ class ChannelLog:
         self.segments = [s for s in self.segments if s not in empty]
         self._firsts = [e.first for e in self.entries]
 
-    def _recover_segment(self, segment: _Segment) -> None:
+    def _recover_segment(self, segment: Segment) -> None:
         view = map_segment(segment.path)
         if view is None:
             return
@@ -304,13 +182,13 @@ class ChannelLog:
             else:
                 try:
                     batch = read_body(view, record)
-                    self.entries.append(_entry(batch, record.first, segment, record.position))
+                    self.entries.append(batch_entry(batch, record.first, segment, record.position))
                 except Exception as exc:  # a checksummed body that is not our Arrow: still a loss, not a crash
                     self._lose(record.first, record.end, segment, f"record at byte {record.position}: {exc}")
             offset = record.end
         segment.end = offset
 
-    def _lose(self, first: int, end: int, segment: _Segment, reason: str) -> None:
+    def _lose(self, first: int, end: int, segment: Segment, reason: str) -> None:
         if end > first:
             self.lost.append(LostRange(self.channel, first, end, reason, path=segment.path))
 
@@ -351,7 +229,7 @@ class ChannelLog:
                     pass  # the torn record is where this segment's readable data ends
                 self._close_segment()
                 raise
-            entry = _entry(batch, self.next_offset, segment, position)
+            entry = batch_entry(batch, self.next_offset, segment, position)
             segment.size = position + written
             self.next_offset += batch.num_rows
             segment.end = self.next_offset
@@ -376,12 +254,12 @@ class ChannelLog:
                 raise OSError(errno.ENOSPC, f"short write of the segment header of {path}")
             if self.fsync:
                 os.fsync(fd)
-                _fsync_dir(self.dir)
+                fsync_dir(self.dir)
         except BaseException:
             os.close(fd)
             raise
         self._fd = fd
-        self.segments.append(_Segment(first=self.next_offset, seq=seq, path=path, size=SEGMENT_HEADER_SIZE, end=self.next_offset))
+        self.segments.append(Segment(first=self.next_offset, seq=seq, path=path, size=SEGMENT_HEADER_SIZE, end=self.next_offset))
 
     def _close_segment(self) -> None:
         if self._fd is not None:
@@ -444,74 +322,13 @@ class ChannelLog:
             self.lost = [r for r in self.lost if r.end > offset]
         return freed
 
-    def _delete(self, segment: _Segment) -> None:
+    def _delete(self, segment: Segment) -> None:
         try:
             os.remove(segment.path)
         except FileNotFoundError:
             pass
         if self.fsync:
-            _fsync_dir(self.dir)
-
-
-@dataclass
-class IndexSnapshot:
-    """A channel's index at one moment: what the planner reads (no locks, no files)."""
-
-    entries: list[_BatchEntry]
-    firsts: list[int]
-    lost: list[LostRange]
-
-    def _from(self, start: int) -> int:
-        return max(0, bisect.bisect_right(self.firsts, start) - 1)
-
-    def count_between(self, start: int, end: int) -> tuple[int, int]:
-        """(rows, payload bytes) in ``[start, end)``."""
-        rows = nbytes = 0
-        for entry in self.entries[self._from(start) :]:
-            if entry.first >= end:
-                break
-            lo, hi = max(start, entry.first), min(end, entry.end)
-            if lo >= hi:
-                continue
-            a, b = lo - entry.first, hi - entry.first
-            rows += entry.rows_upto(b) - entry.rows_upto(a)
-            nbytes += entry.bytes_upto(b) - entry.bytes_upto(a)
-        return rows, nbytes
-
-    def end_within(self, start: int, limit: int, max_rows: Optional[int], max_bytes: Optional[int]) -> int:
-        """The furthest offset ``e <= limit`` such that ``[start, e)`` holds at most
-        ``max_rows`` rows and ``max_bytes`` payload bytes (``None`` = no cap)."""
-        if max_rows is None and max_bytes is None:
-            return limit
-        rows_left = max_rows if max_rows is not None else 1 << 62
-        bytes_left = max_bytes if max_bytes is not None else 1 << 62
-        position = start
-        for entry in self.entries[self._from(start) :]:
-            if position >= limit:
-                break
-            if entry.end <= position:
-                continue
-            skip = max(0, position - entry.first)
-            stop = min(entry.end, limit) - entry.first
-            if stop <= skip:
-                break
-            base_rows, base_bytes = entry.rows_upto(skip), entry.bytes_upto(skip)
-            rows_all = entry.rows_upto(stop) - base_rows
-            bytes_all = entry.bytes_upto(stop) - base_bytes
-            if rows_all <= rows_left and bytes_all <= bytes_left:
-                rows_left -= rows_all
-                bytes_left -= bytes_all
-                position = entry.first + stop
-                continue
-            # Only part of this batch fits: find how many messages do.
-            rows_cum = entry.rows_cum if entry.rows_cum is not None else np.arange(1, entry.count + 1)
-            fit_rows = int(np.searchsorted(rows_cum, base_rows + rows_left, side="right"))
-            fit_bytes = int(np.searchsorted(entry.bytes_cum, base_bytes + bytes_left, side="right"))
-            return entry.first + max(skip, min(fit_rows, fit_bytes, stop))
-        return position
-
-    def lost_within(self, start: int, end: int) -> list[LostRange]:
-        return [r for r in self.lost if r.first < end and r.end > start]
+            fsync_dir(self.dir)
 
 
 class Spool:
@@ -562,7 +379,7 @@ class Spool:
             # A fresh id per owning process: a read task that finds this id in OWNER knows it
             # sees this very spool (not a stale directory of the same name on another host).
             self.owner_id = uuid.uuid4().hex
-            _write_atomically(spool_dir, "OWNER", self.owner_id.encode(), fsync=False)
+            write_atomically(spool_dir, "OWNER", self.owner_id.encode(), fsync=False)
             segment_bytes = max(1 << 20, min(64 << 20, max_bytes // 8))
             self.channels = [
                 ChannelLog(spool_dir, c, self.spool_id, fsync=fsync, segment_bytes=segment_bytes) for c in range(channels)
@@ -587,7 +404,7 @@ class Spool:
         if existing is not None:
             return existing
         spool_id = uuid.uuid4().hex
-        _write_atomically(self.spool_dir, _ID_FILE, spool_id.encode(), fsync=True)
+        write_atomically(self.spool_dir, ID_FILE, spool_id.encode(), fsync=True)
         return spool_id
 
     def latest(self) -> dict[str, int]:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from ..ingest.fetch import bind_address
-from ..ingest.spool import private_dir
+from ..ingest.spool_files import private_dir
 from .. import procstat
 from ..options import SourceOptions
 from ..patterns.curve import Curve

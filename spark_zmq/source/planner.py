@@ -1,7 +1,7 @@
 """Planning maths for the stream reader: offsets, admission control, the partition split.
 
 Pure functions over numbers and a channel index (anything with ``count_between`` and
-``end_within``, see ``spool.IndexSnapshot``): no Spark, no sockets, no files, so every
+``end_within``, see ``spool_index.IndexSnapshot``): no Spark, no sockets, no files, so every
 rule here is unit-tested on its own, as Spark's Kafka connector does with its offset
 range calculator.
 

@@ -335,7 +335,7 @@ def test_readme_options_tables_are_the_generated_ones(side):
     block = readme_block(text, side)
     assert block is not None, f"README.md lacks the <!-- options:{side} --> markers"
     assert block == markdown_table(side), (
-        f"README.md's {side} options table differs from the table in spark_zmq/options.py; "
+        f"README.md's {side} options table differs from the table in spark_zmq/options/table.py; "
         "run: python -m spark_zmq.options --update-readme README.md"
     )
 

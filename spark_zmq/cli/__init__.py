@@ -1,0 +1,53 @@
+"""``spark-zmq``: send and receive test traffic from a terminal.
+
+    spark-zmq produce tcp://127.0.0.1:5555 --count 100000 --rate 20000 --format json
+    spark-zmq consume @tcp://*:5556 --format arrow --count 10
+    spark-zmq keygen server --dir keys/      # CURVE: keys/server.key, keys/server.key_secret
+    spark-zmq broker --frontend @tcp://*:5559 --backend @tcp://*:5560   # request-reply broker
+
+Why a CLI: a connector is first tried from a shell; ``produce`` is the load generator the
+jobs, notebooks and benchmarks use (``spark_zmq.loadgen``), ``consume`` shows what a Spark
+job sends, ``broker`` is the load-balancing broker between request-reply clients (such as
+``spark_zmq.patterns.Client``) and workers (``spark_zmq.worker.serve``). Built on typer
+(arguments, ``--help``, usage errors with exit code 2) and rich (live progress on stderr,
+so printed messages on stdout stay clean for pipes).
+
+``--curve-certificate``, ``--curve-server-key`` and ``--curve-authorized-keys`` mean what
+the data source options ``curveCertificate``, ``curveServerKey`` and
+``curveAuthorizedKeys`` mean, and are checked by the same rules (``curve_from_flags``),
+so a key pair can be tried from a shell before a job uses it.
+
+The subcommands live by group (``traffic``: produce, consume; ``services``: relay,
+broker; ``keys``: keygen), what they share in ``flags`` and ``console``; this module
+assembles them into ``app``.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from .flags import CURVE_FLAGS, ConsumePattern, Format, ProducePattern, curve_from_flags
+from .keys import keygen_command
+from .services import broker_command, relay_command
+from .traffic import consume, produce
+
+__all__ = ["app", "main", "curve_from_flags", "CURVE_FLAGS", "ProducePattern", "ConsumePattern", "Format",
+           "produce", "consume", "relay_command", "broker_command", "keygen_command"]
+
+app = typer.Typer(
+    name="spark-zmq",
+    help="Send and receive ZeroMQ test traffic for spark-zmq jobs.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.command()(produce)
+app.command()(consume)
+app.command("relay")(relay_command)
+app.command("broker")(broker_command)
+app.command("keygen")(keygen_command)
+
+
+def main() -> None:
+    """Entry point of the ``spark-zmq`` console script."""
+    app()

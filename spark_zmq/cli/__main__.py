@@ -1,0 +1,7 @@
+"""``python -m spark_zmq.cli``: the ``spark-zmq`` command."""
+
+import sys
+
+from . import main
+
+sys.exit(main())

@@ -1,0 +1,131 @@
+"""What the subcommands share of their flags: the choices (patterns, formats), the
+``--curve-*`` and ``--heartbeat-*`` flags and the endpoint checks.
+
+Why together: a flag means the same in every subcommand and is checked by the same rules
+as the data source option it stands for (``curve_from_flags`` runs the options' CURVE
+checks), so a bad value is the same usage error (exit code 2) wherever it is given.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+from typing import Optional, Sequence
+
+import typer
+
+from ..options import OptionError, check_curve, curve_of
+from ..patterns import DEFAULT_HEARTBEAT, Heartbeat, parse_endpoints
+from ..patterns.curve import Curve
+from ..patterns.curve_keys import CurveError, KeyPair, load_authorized_keys, load_public_key
+
+__all__ = ["ProducePattern", "ConsumePattern", "Format", "CURVE_FLAGS", "CURVE_PANEL", "HEARTBEAT_PANEL",
+           "heartbeat_from_flags", "heartbeat_interval_option", "heartbeat_timeout_option", "heartbeat_ttl_option",
+           "curve_from_flags", "checked_curve_flags", "check_endpoints"]
+
+
+class ProducePattern(str, enum.Enum):
+    push = "push"
+    scatter = "scatter"
+    pub = "pub"
+
+
+class ConsumePattern(str, enum.Enum):
+    pull = "pull"
+    gather = "gather"
+    sub = "sub"
+
+
+class Format(str, enum.Enum):
+    raw = "raw"
+    text = "text"
+    json = "json"
+    arrow = "arrow"
+
+
+#: the CLI flags of the data source options curveCertificate, curveServerKey, curveAuthorizedKeys
+CURVE_FLAGS = ("--curve-certificate", "--curve-server-key", "--curve-authorized-keys")
+_CURVE_OPTIONS = ("curveCertificate", "curveServerKey", "curveAuthorizedKeys")
+#: the --help panels the CURVE and heartbeat flags are listed under
+CURVE_PANEL = "CURVE security (see 'spark-zmq keygen')"
+HEARTBEAT_PANEL = "Liveness (ZMTP heartbeats)"
+
+
+def heartbeat_from_flags(interval: float, timeout: float, ttl: float) -> Heartbeat:
+    """The --heartbeat-* flags as a ``Heartbeat`` (a bad value names its flag)."""
+    for flag, value in (("--heartbeat-interval", interval), ("--heartbeat-timeout", timeout),
+                        ("--heartbeat-ttl", ttl)):
+        try:
+            Heartbeat(**{**DEFAULT_HEARTBEAT.__dict__, flag[len("--heartbeat-"):]: value})
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc).replace("heartbeat ", ""), param_hint=f"'{flag}'") from None
+    return Heartbeat(interval, timeout, ttl)
+
+
+def heartbeat_interval_option() -> float:
+    """The ``--heartbeat-interval`` flag of a subcommand."""
+    return typer.Option(DEFAULT_HEARTBEAT.interval, "--heartbeat-interval", rich_help_panel=HEARTBEAT_PANEL,
+                        help="Seconds between PINGs on every connection; 0 switches heartbeats off.")
+
+
+def heartbeat_timeout_option() -> float:
+    """The ``--heartbeat-timeout`` flag of a subcommand."""
+    return typer.Option(DEFAULT_HEARTBEAT.timeout, "--heartbeat-timeout", rich_help_panel=HEARTBEAT_PANEL,
+                        help="Seconds a peer may stay silent after a PING before its connection counts as broken.")
+
+
+def heartbeat_ttl_option() -> float:
+    """The ``--heartbeat-ttl`` flag of a subcommand."""
+    return typer.Option(DEFAULT_HEARTBEAT.ttl, "--heartbeat-ttl", rich_help_panel=HEARTBEAT_PANEL,
+                        help="The TTL our PINGs ask of the peer (0: none), at most 6553.5.")
+
+
+def curve_from_flags(certificate: Optional[str], server_key: Optional[str], authorized_keys: Optional[str],
+                     flags: Sequence[str] = CURVE_FLAGS) -> Optional[Curve]:
+    """The ``Curve`` that the three CURVE flags describe (``None`` without any), or
+    ``CurveError`` whose message and ``option`` name the flag at fault.
+
+    Why here and not per caller: the CLI and the example jobs take the data source's CURVE
+    options as flags; they share the data source's rules (``options.check_curve``, run
+    first, so a wrong combination is reported before any file is read) with the option
+    names turned into ``flags`` (e.g. the ``--sink-curve-*`` flags of a job)."""
+    names = dict(zip(_CURVE_OPTIONS, flags))
+    given = [None if v is None or not v.strip() else os.path.expanduser(v.strip())
+             for v in (certificate, server_key, authorized_keys)]
+    try:
+        check_curve(dict(zip(("curve_certificate", "curve_server_key", "curve_authorized_keys"), given)))
+    except OptionError as exc:
+        text = str(exc)
+        for option, flag in names.items():
+            text = text.replace(f"option '{option}'", flag).replace(f"options '{option}'", flag)
+            text = text.replace(f"'{option}'", flag)
+        raise CurveError(text, names.get(exc.option or "", exc.option)) from None
+    cert_path, key_text, authorized_text = given
+    if cert_path is None:
+        return None
+    loads = ((KeyPair.from_certificate, cert_path, flags[0]), (load_public_key, key_text, flags[1]),
+             (load_authorized_keys, authorized_text, flags[2]))
+    loaded = []
+    for load, value, flag in loads:
+        try:
+            loaded.append(None if value is None else load(value, flag))
+        except CurveError as exc:
+            raise CurveError(f"{flag}: {exc}", flag) from None
+    return curve_of(*loaded)
+
+
+def checked_curve_flags(certificate: Optional[str], server_key: Optional[str],
+                        authorized_keys: Optional[str]) -> Optional[Curve]:
+    """``curve_from_flags`` for a command: a bad value is a usage error (exit 2)."""
+    try:
+        return curve_from_flags(certificate, server_key, authorized_keys)
+    except CurveError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+def check_endpoints(endpoints: str, default_bind: bool) -> None:
+    """A bad ``ENDPOINTS`` argument is a usage error (exit 2), before any socket is opened."""
+    try:
+        parse_endpoints(endpoints, default_bind=default_bind)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="'ENDPOINTS'") from None

@@ -1,0 +1,184 @@
+"""``spark-zmq relay`` and ``broker``: the long-running services, until SIGTERM/SIGINT.
+
+``relay`` receives and spools for Spark queries (``spark_zmq.relay``); ``broker`` is the
+load-balancing broker between request-reply clients and workers.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from typing import Optional
+
+import typer
+from rich.markup import escape
+
+from ..options import OptionError, SourceOptions
+from ..patterns import Broker, BrokerStats, parse_endpoints
+from .console import err_console, print_error
+from .flags import (
+    CURVE_PANEL,
+    HEARTBEAT_PANEL,
+    ConsumePattern,
+    Format,
+    checked_curve_flags,
+    heartbeat_from_flags,
+    heartbeat_interval_option,
+    heartbeat_timeout_option,
+    heartbeat_ttl_option,
+)
+
+__all__ = ["relay_command", "broker_command"]
+
+
+def relay_command(
+    endpoints: str = typer.Option(..., "--endpoints", "-e", help="Where to receive, as the source option "
+                                  "'endpoints' (each endpoint one channel; pull/gather bind by default)."),
+    listen: str = typer.Option(..., "--listen", "-l", help="Where queries reach this relay, e.g. "
+                               "'tcp://10.0.0.5:7000' (the source option 'relays' names it)."),
+    spool_dir: str = typer.Option(..., "--spool-dir", help="The spool's directory (created 0700; kept across "
+                                  "restarts: what it holds is served after a restart)."),
+    pattern: ConsumePattern = typer.Option(ConsumePattern.pull, help="pull, gather, or sub."),
+    format: Format = typer.Option(Format.raw, "--format", "-f", help="The format queries read: arrow messages are "
+                                  "counted by rows, others by messages (queries must match arrow or not)."),
+    topics: Optional[str] = typer.Option(None, help="sub: comma-separated subscription prefixes."),
+    max_spool_bytes: Optional[str] = typer.Option(None, help="Disk the spool may use before the relay stops reading "
+                                                  "(backpressure), e.g. '10 GiB'. Default 1 GiB."),
+    hwm: Optional[int] = typer.Option(None, help="Receive high-water mark per socket (messages). Default 10000."),
+    max_message_bytes: Optional[str] = typer.Option(None, help="Largest message accepted. Default 64 MiB."),
+    fsync: bool = typer.Option(False, help="fsync every spooled batch (survives a machine crash)."),
+    curve_certificate: Optional[str] = typer.Option(
+        None, metavar="FILE", rich_help_panel=CURVE_PANEL,
+        help="The relay's secret certificate. With --curve-authorized-keys both the receiving sockets and the "
+             "--listen port are CURVE servers accepting those client keys (producers' and queries')."),
+    curve_server_key: Optional[str] = typer.Option(
+        None, metavar="FILE|Z85", rich_help_panel=CURVE_PANEL,
+        help="The receiving sockets are CURVE clients of this server key (e.g. sub to a CURVE pub)."),
+    curve_authorized_keys: Optional[str] = typer.Option(
+        None, metavar="DIR|*", rich_help_panel=CURVE_PANEL,
+        help="Client keys accepted: a directory of public certificates (*.key), or '*' for any key."),
+    heartbeat_interval: Optional[str] = typer.Option(None, "--heartbeat-interval", rich_help_panel=HEARTBEAT_PANEL,
+                                                     help="Seconds between PINGs on every connection (receiving "
+                                                          "and --listen); 0 switches heartbeats off. Default 2."),
+    heartbeat_timeout: Optional[str] = typer.Option(None, "--heartbeat-timeout", rich_help_panel=HEARTBEAT_PANEL,
+                                                    help="Seconds a peer may stay silent after a PING. Default 10."),
+    heartbeat_ttl: Optional[str] = typer.Option(None, "--heartbeat-ttl", rich_help_panel=HEARTBEAT_PANEL,
+                                                help="The TTL our PINGs ask of the peer (0: none). Default 10."),
+) -> None:
+    """Receive and spool ZeroMQ messages for Spark queries, until SIGTERM/SIGINT (then drain and exit 0).
+    Queries read it with the source option relays=<--listen address>."""
+    from ..relay.run import serve
+
+    raw = {"pattern": pattern.value, "endpoints": endpoints, "format": format.value, "spoolDir": spool_dir,
+           "topics": topics, "maxSpoolBytes": max_spool_bytes, "hwm": None if hwm is None else str(hwm),
+           "maxMessageBytes": max_message_bytes, "spoolFsync": str(fsync).lower(), "spoolAccess": "local",
+           "curveCertificate": curve_certificate, "curveServerKey": curve_server_key,
+           "curveAuthorizedKeys": curve_authorized_keys, "heartbeatInterval": heartbeat_interval,
+           "heartbeatTimeout": heartbeat_timeout, "heartbeatTtl": heartbeat_ttl}
+    flags = {"endpoints": "--endpoints", "spoolDir": "--spool-dir", "topics": "--topics",
+             "maxSpoolBytes": "--max-spool-bytes", "hwm": "--hwm", "maxMessageBytes": "--max-message-bytes",
+             "curveCertificate": "--curve-certificate", "curveServerKey": "--curve-server-key",
+             "curveAuthorizedKeys": "--curve-authorized-keys", "pattern": "--pattern", "format": "--format",
+             "heartbeatInterval": "--heartbeat-interval", "heartbeatTimeout": "--heartbeat-timeout",
+             "heartbeatTtl": "--heartbeat-ttl"}
+    raw["spoolDir"] = os.path.abspath(os.path.expanduser(spool_dir))
+    try:
+        options = SourceOptions.parse({k: v for k, v in raw.items() if v is not None})
+    except OptionError as exc:
+        text = str(exc)
+        for option, flag in flags.items():
+            text = text.replace(f"option '{option}'", flag).replace(f"'{option}'", flag)
+        hint = flags.get(exc.option or "")
+        if hint and text.startswith(hint + ": "):
+            text = text[len(hint) + 2:]
+        raise typer.BadParameter(text, param_hint=f"'{hint}'" if hint else None) from None
+    try:
+        listen_endpoint = parse_endpoints(listen, default_bind=True)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="'--listen'") from None
+    if len(listen_endpoint) != 1 or not listen_endpoint[0].bind:
+        raise typer.BadParameter("one address to listen on, e.g. 'tcp://10.0.0.5:7000'", param_hint="'--listen'")
+    curve = options.curve
+    listen_curve = curve if curve is not None and curve.is_server else None
+    address = listen_endpoint[0].address
+    if listen_curve is None and not address.startswith(("ipc://", "inproc://", "tcp://127.", "tcp://localhost:")):
+        err_console.print(f"[yellow]warning:[/] {escape(address)} serves the spool without CURVE: anyone who "
+                          "reaches it can read the messages (see --curve-certificate / --curve-authorized-keys)")
+    try:
+        code = serve(options, address, listen_curve)
+    except Exception as exc:  # a bind error, a locked spool: the reason, not a trace
+        print_error(f"{type(exc).__name__}: {exc}")
+        raise typer.Exit(1) from None
+    raise typer.Exit(code)
+
+
+def broker_command(
+    frontend: str = typer.Option(..., "--frontend", help="Where clients (DEALER or REQ, e.g. "
+                                 "spark_zmq.patterns.Client) reach the broker: '@tcp://*:5559' binds (the default), "
+                                 "'>tcp://host:port' connects."),
+    backend: str = typer.Option(..., "--backend", help="Where workers (REQ, e.g. spark_zmq.worker.serve) reach the "
+                                "broker: '@tcp://*:5560' binds (the default), '>tcp://host:port' connects."),
+    hwm: int = typer.Option(1000, "--hwm", min=1, help="Requests that may wait in the broker while no worker is "
+                            "idle; beyond that it stops reading clients (backpressure). Also the sockets' "
+                            "high-water marks."),
+    max_message_bytes: Optional[int] = typer.Option(None, "--max-message-bytes", min=1, help="Largest message "
+                                                    "accepted from a client or worker (a peer sending more is "
+                                                    "disconnected). Default: no limit."),
+    status_interval: float = typer.Option(10.0, "--status-interval", min=0.05, help="Seconds between status lines "
+                                          "on stderr."),
+    curve_certificate: Optional[str] = typer.Option(
+        None, metavar="FILE", rich_help_panel=CURVE_PANEL,
+        help="The broker's secret certificate: with --curve-authorized-keys both the frontend and the backend are "
+             "CURVE servers accepting those client keys (clients' and workers')."),
+    curve_authorized_keys: Optional[str] = typer.Option(
+        None, metavar="DIR|*", rich_help_panel=CURVE_PANEL,
+        help="Client and worker keys accepted: a directory of public certificates (*.key), or '*' for any key."),
+    heartbeat_interval: float = heartbeat_interval_option(),
+    heartbeat_timeout: float = heartbeat_timeout_option(),
+    heartbeat_ttl: float = heartbeat_ttl_option(),
+) -> None:
+    """Load-balance requests from clients to workers (the ZeroMQ Guide's LRU broker), until SIGTERM/SIGINT.
+    Prints a status line on stderr every --status-interval seconds."""
+    for flag, value in (("--frontend", frontend), ("--backend", backend)):
+        try:
+            parse_endpoints(value, default_bind=True)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint=f"'{flag}'") from None
+    if curve_certificate and not curve_authorized_keys:
+        raise typer.BadParameter("the broker is a CURVE server on both sides, which needs --curve-authorized-keys: "
+                                 "a directory of the clients' and workers' public certificate files ('*.key'), or "
+                                 "'*' to accept any key", param_hint="'--curve-certificate'")
+    curve = checked_curve_flags(curve_certificate, None, curve_authorized_keys)
+    heartbeat = heartbeat_from_flags(heartbeat_interval, heartbeat_timeout, heartbeat_ttl)
+    try:
+        broker = Broker(frontend, backend, hwm=hwm, curve_frontend=curve, curve_backend=curve, heartbeat=heartbeat,
+                        max_message_bytes=max_message_bytes)
+    except Exception as exc:  # a bind error (port in use, address not local): the reason, not a trace
+        print_error(exc.strerror if isinstance(exc, OSError) and exc.strerror else f"{type(exc).__name__}: {exc}")
+        raise typer.Exit(1) from None
+    stop = threading.Event()
+    stopped_by: list[str] = []
+
+    def on_signal(signum: int, frame: object) -> None:
+        stopped_by.append(signal.Signals(signum).name)
+        stop.set()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, on_signal)
+
+    def status(stats: BrokerStats) -> None:
+        print(f"broker: {stats.line()}", file=sys.stderr, flush=True)
+
+    security = f"; {curve.describe()} on both" if curve is not None else ""
+    print(f"broker: frontend {', '.join(broker.frontend_addresses) or frontend}, backend "
+          f"{', '.join(broker.backend_addresses) or backend}{security}", file=sys.stderr, flush=True)
+    with broker:
+        try:
+            broker.run(stop, report=status, report_interval=status_interval)
+        except Exception as exc:
+            print_error(f"the broker failed: {type(exc).__name__}: {exc}")
+            raise typer.Exit(1) from None
+        print(f"broker: stopped ({stopped_by[0] if stopped_by else 'stop'}): {broker.stats().line()}",
+              file=sys.stderr, flush=True)

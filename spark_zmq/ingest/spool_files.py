@@ -1,0 +1,105 @@
+"""The spool directory's files outside the segments: privacy, atomic writes, the identity.
+
+Why apart from the log: the spool's directory must be private to its user (0700
+directories, 0600 files, never following a symlink planted in place of the directory or
+of a file in it) and its small files (``SPOOL_ID``, ``OWNER``) are replaced whole or not
+at all. Those rules are file handling, not the log's numbering, and the receiver
+processes' parent (``relay.processes``) uses them for directories of its own.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import uuid
+from typing import Optional
+
+from .spool_format import open_private
+
+__all__ = ["ID_FILE", "SpoolLockedError", "SpoolSecurityError", "private_dir", "fsync_dir", "write_atomically",
+           "read_spool_id"]
+
+#: the file holding the spool's identity, written once when the spool is created
+ID_FILE = "SPOOL_ID"
+
+
+class SpoolLockedError(RuntimeError):
+    """Another live process owns this spool directory."""
+
+
+class SpoolSecurityError(PermissionError):
+    """The spool directory (or a file in it) is not private to the user running the query."""
+
+
+def private_dir(path: str, *, fsync_parent: bool = False) -> None:
+    """Create ``path`` (mode 0700) or check an existing one: a real directory (not a
+    symlink), owned by this user; group/other permissions are removed."""
+    parent = os.path.dirname(path)
+    if parent and not os.path.isdir(parent):
+        os.makedirs(parent, mode=0o700, exist_ok=True)
+    try:
+        os.mkdir(path, 0o700)
+        if fsync_parent:
+            fsync_dir(parent or ".")
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        raise SpoolSecurityError(
+            f"spool directory {path!r} is a symbolic link; the spool refuses to follow it "
+            "(someone could have planted it): remove it or choose another 'spoolDir'"
+        )
+    if not stat.S_ISDIR(st.st_mode):
+        raise SpoolSecurityError(f"spool directory {path!r} exists and is not a directory: choose another 'spoolDir'")
+    if st.st_uid != os.geteuid():
+        raise SpoolSecurityError(
+            f"spool directory {path!r} belongs to uid {st.st_uid}, not to this user (uid {os.geteuid()}): "
+            "the spool must be private to the user running the query; choose another 'spoolDir'"
+        )
+    if st.st_mode & 0o077:
+        os.chmod(path, 0o700)
+
+
+def fsync_dir(path: str) -> None:
+    """fsync a directory, so the files created, renamed or deleted in it survive a crash."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomically(directory: str, name: str, data: bytes, fsync: bool = True) -> None:
+    """Write ``directory/name`` whole or not at all (a private temporary file renamed over
+    it), so a crash never leaves a half-written file behind."""
+    tmp = os.path.join(directory, f".{name}.{os.getpid()}.tmp")
+    try:
+        os.unlink(tmp)
+    except FileNotFoundError:
+        pass
+    fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    try:
+        os.write(fd, data)
+        if fsync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, os.path.join(directory, name))
+    if fsync:
+        fsync_dir(directory)
+
+
+def read_spool_id(spool_dir: str) -> Optional[str]:
+    """The spool's identity (32 hex digits), ``None`` when there is no readable one."""
+    try:
+        fd = open_private(os.path.join(spool_dir, ID_FILE), os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        text = os.read(fd, 64).decode("ascii", "replace").strip()
+    finally:
+        os.close(fd)
+    try:
+        return uuid.UUID(hex=text).hex
+    except ValueError:
+        return None

@@ -1,0 +1,289 @@
+"""Parsing one option value by its kind: integers, byte sizes, seconds, durations, booleans,
+choices, strings, lists, hosts, paths, CURVE keys, relay addresses and endpoints.
+
+Why one parser per kind: every value is checked the same way wherever its option is
+declared, and every refusal is an ``OptionError`` naming the option, the value (shortened
+by ``quote``) and what is valid.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from typing import Any, Callable, Optional
+
+from ..patterns.curve_keys import CurveError, KeyPair, load_authorized_keys, load_public_key
+from ..patterns.endpoints import Endpoint, parse_endpoints, tcp_host_problem
+from .spec import GiB, KiB, MiB, TiB, OptionError, OptionSpec, quote, show, show_bytes
+
+__all__ = ["PARSERS", "parse_endpoints_value"]
+
+#: what a duration's unit multiplies (``500ms``, ``5s``, ``1min``, ``1h``; none: seconds)
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+_DURATION = re.compile(r"([+-]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9][0-9_]*)(?:[eE][+-]?[0-9]+)?)\s*([a-z]*)",
+                       re.ASCII | re.IGNORECASE)
+_UNITS = {"kib": KiB, "mib": MiB, "gib": GiB, "tib": TiB}
+_INTEGER = re.compile(r"[+-]?[0-9][0-9_]*", re.ASCII)
+_BYTES = re.compile(r"([+-]?[0-9][0-9_]*)\s*([KMGT]iB)?", re.ASCII | re.IGNORECASE)
+_DECIMAL = re.compile(r"[+-]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9][0-9_]*)(?:[eE][+-]?[0-9]+)?", re.ASCII)
+# More digits than this cannot be within any range declared here, and converting them is
+# slow (Python refuses beyond 4300 digits with a ValueError of its own).
+_MAX_DIGITS = 40
+
+
+def _range_error(spec: OptionSpec, raw: str) -> OptionError:
+    what = {"int": "an integer", "bytes": "a number of bytes", "seconds": "a finite number of seconds"}[spec.kind]
+    if spec.kind == "seconds":
+        bounds = f"{'>=' if spec.allow_zero else '>'} {show(spec.minimum)} and <= {show(spec.maximum)}"
+    elif spec.kind == "bytes":
+        bounds = f"from {show_bytes(spec.minimum)} to {show_bytes(spec.maximum)}"
+    else:
+        bounds = f"from {show(spec.minimum)} to {show(spec.maximum)}"
+    note = f" ({spec.range_note})" if spec.range_note else ""
+    return OptionError(f"option {spec.name!r} = {quote(raw)} is out of range; expected {what} {bounds}{note}",
+                       spec.name)
+
+
+def _check_int_range(spec: OptionSpec, raw: str, value: int) -> int:
+    if (spec.minimum is not None and value < spec.minimum) or (spec.maximum is not None and value > spec.maximum):
+        raise _range_error(spec, raw)
+    return value
+
+
+def _digits_to_int(spec: OptionSpec, raw: str, digits: str) -> int:
+    digits = digits.replace("_", "")
+    if len(digits.lstrip("+-").lstrip("0")) > _MAX_DIGITS:
+        raise _range_error(spec, raw)
+    return int(digits)
+
+
+def _parse_int(spec: OptionSpec, raw: str) -> int:
+    text = raw.strip()
+    if not _INTEGER.fullmatch(text):
+        raise OptionError(
+            f"option {spec.name!r} = {quote(raw)} is not an integer; expected an integer from "
+            f"{show(spec.minimum)} to {show(spec.maximum)} (digits, '_' allowed between them)",
+            spec.name,
+        )
+    return _check_int_range(spec, raw, _digits_to_int(spec, raw, text))
+
+
+def _parse_bytes(spec: OptionSpec, raw: str) -> int:
+    match = _BYTES.fullmatch(raw.strip())
+    if match is None:
+        raise OptionError(
+            f"option {spec.name!r} = {quote(raw)} is not a number of bytes; expected an integer from "
+            f"{show_bytes(spec.minimum)} to {show_bytes(spec.maximum)}, optionally with a suffix "
+            "KiB, MiB, GiB or TiB (e.g. '64MiB')",
+            spec.name,
+        )
+    value = _digits_to_int(spec, raw, match.group(1))
+    unit = match.group(2)
+    return _check_int_range(spec, raw, value * _UNITS[unit.lower()] if unit else value)
+
+
+def _parse_seconds(spec: OptionSpec, raw: str) -> float:
+    text = raw.strip()
+    if not _DECIMAL.fullmatch(text):
+        if text.lower().lstrip("+-") in ("inf", "infinity", "nan"):  # numbers, but never valid here
+            raise _range_error(spec, raw)
+        raise OptionError(
+            f"option {spec.name!r} = {quote(raw)} is not a number; expected seconds, a finite number "
+            f"{'>=' if spec.allow_zero else '>'} {show(spec.minimum)} and <= {show(spec.maximum)} (e.g. '5' or '0.5')",
+            spec.name,
+        )
+    value = float(text.replace("_", ""))
+    low = spec.minimum or 0.0
+    too_low = value < low if spec.allow_zero else value <= low
+    if not math.isfinite(value) or too_low or (spec.maximum is not None and value > spec.maximum):
+        raise _range_error(spec, raw)
+    return value
+
+
+def _parse_duration(spec: OptionSpec, raw: str) -> float:
+    """Seconds as a number, or a number with a unit: ``500ms``, ``5s``, ``1min``, ``1h``."""
+    match = _DURATION.fullmatch(raw.strip())
+    unit = match.group(2).lower() if match else ""
+    if match is None or unit not in ("", *_DURATION_UNITS):
+        raise OptionError(
+            f"option {spec.name!r} = {quote(raw)} is not a duration; expected seconds as a number, or a number with "
+            f"a unit (ms, s, min, h), e.g. '5', '500ms', '5s', '1min'", spec.name,
+        )
+    seconds = float(match.group(1).replace("_", "")) * _DURATION_UNITS.get(unit, 1.0)
+    if not math.isfinite(seconds) or seconds <= (spec.minimum or 0.0) or \
+            (spec.maximum is not None and seconds > spec.maximum):
+        raise OptionError(
+            f"option {spec.name!r} = {quote(raw)} is out of range; expected more than 0 and at most "
+            f"{show(spec.maximum)} seconds", spec.name,
+        )
+    return seconds
+
+
+def _parse_bool(spec: OptionSpec, raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in ("true", "1", "yes"):
+        return True
+    if value in ("false", "0", "no"):
+        return False
+    raise OptionError(f"option {spec.name!r} = {quote(raw)} is not a boolean; expected true or false", spec.name)
+
+
+def _parse_choice(spec: OptionSpec, raw: str) -> str:
+    value = raw.strip()
+    if value.isascii():
+        for choice in spec.choices:
+            if value.lower() == choice.lower():
+                return choice
+    raise OptionError(
+        f"option {spec.name!r} = {quote(raw)} is not valid; valid values: {', '.join(spec.choices)}", spec.name
+    )
+
+
+def _utf8(spec: OptionSpec, raw: str, value: str) -> str:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise OptionError(f"option {spec.name!r} = {quote(raw)} is not valid UTF-8 text", spec.name) from None
+    return value
+
+
+def _parse_string(spec: OptionSpec, raw: str) -> Optional[str]:
+    if spec.attr == "topic":  # a topic is sent as given: '' is the empty topic frame
+        return _utf8(spec, raw, raw)
+    return _utf8(spec, raw, raw) if raw else None
+
+
+def _parse_list(spec: OptionSpec, raw: str) -> list[str]:
+    return [_utf8(spec, raw, t) for t in (part.strip() for part in raw.split(",")) if t]
+
+
+def _parse_host(spec: OptionSpec, raw: str) -> Optional[str]:
+    host = raw.strip()
+    if not host:
+        return None
+    if host.strip("[]") in ("*", "0.0.0.0", "::"):
+        problem: Optional[str] = (
+            "a wildcard address would accept fetch requests on every interface; name the driver's address"
+        )
+    else:
+        problem = tcp_host_problem(host)
+    if problem:
+        raise OptionError(f"option {spec.name!r} = {quote(raw)} is not valid: {problem}", spec.name)
+    return host
+
+
+def _parse_path(spec: OptionSpec, raw: str) -> str:
+    text = raw.strip()
+    if "\x00" in text:
+        raise OptionError(f"option {spec.name!r} = {quote(raw)} contains a NUL character; give an absolute path",
+                          spec.name)
+    try:
+        os.fsencode(text)
+    except UnicodeEncodeError:
+        raise OptionError(f"option {spec.name!r} = {quote(raw)} cannot be encoded as a file name", spec.name) from None
+    path = os.path.expanduser(text)
+    if not os.path.isabs(path):
+        raise OptionError(
+            f"option {spec.name!r} = {quote(raw)} is a relative path; give an absolute path (Spark runs the "
+            "connector's processes in other working directories, and a restarted query must find the same "
+            "directory)",
+            spec.name,
+        )
+    return os.path.normpath(path)
+
+
+def _curve_value(spec: OptionSpec, raw: str, load: Callable[[str, str], Any]) -> Any:
+    text = raw.strip()
+    if "\x00" in text:
+        raise OptionError(f"option {spec.name!r} = {quote(raw)} contains a NUL character", spec.name)
+    try:
+        return load(os.path.expanduser(text), spec.name)
+    except CurveError as exc:
+        raise OptionError(f"option {spec.name!r}: {exc}", spec.name) from None
+
+
+def _parse_certificate(spec: OptionSpec, raw: str) -> KeyPair:
+    return _curve_value(spec, raw, KeyPair.from_certificate)
+
+
+def _parse_public_key(spec: OptionSpec, raw: str) -> bytes:
+    return _curve_value(spec, raw, load_public_key)
+
+
+def _parse_authorized(spec: OptionSpec, raw: str) -> Any:
+    return _curve_value(spec, raw, load_authorized_keys)
+
+
+#: the parser of each kind but ``endpoints`` (``parse_endpoints_value``: it reads other options)
+PARSERS: dict[str, Callable[[OptionSpec, str], Any]] = {
+    "int": _parse_int,
+    "bytes": _parse_bytes,
+    "seconds": _parse_seconds,
+    "duration": _parse_duration,
+    "bool": _parse_bool,
+    "choice": _parse_choice,
+    "string": _parse_string,
+    "list": _parse_list,
+    "host": _parse_host,
+    "path": _parse_path,
+    "certificate": _parse_certificate,
+    "publickey": _parse_public_key,
+    "authorized": _parse_authorized,
+}
+
+
+def _parse_relays(spec: OptionSpec, raw: str) -> list[str]:
+    """Relay addresses: where a relay's ``--listen`` is, connected to (never bound)."""
+    try:
+        endpoints = parse_endpoints(raw, default_bind=False)
+    except ValueError as exc:
+        raise OptionError(f"option {spec.name!r}: {exc}", spec.name) from None
+    addresses = []
+    for endpoint in endpoints:
+        if endpoint.bind or endpoint.address.split("://", 1)[0] not in ("tcp", "ipc"):
+            raise OptionError(
+                f"option {spec.name!r}: {str(endpoint)!r} is not a relay address; expected the address a relay "
+                "listens on, e.g. 'tcp://relay-host:7000' or 'ipc:///run/spark-zmq/a.sock' (a query connects to "
+                "its relays)", spec.name,
+            )
+        if endpoint.address in addresses:
+            raise OptionError(f"option {spec.name!r}: relay {endpoint.address!r} is given twice", spec.name)
+        addresses.append(endpoint.address)
+    return addresses
+
+
+PARSERS["relays"] = _parse_relays
+
+
+def parse_endpoints_value(spec: OptionSpec, raw: Optional[str], parsed: dict[str, Any],
+                          relays_raw: Optional[str] = None) -> list[Endpoint]:
+    """The ``endpoints`` option (``raw``, ``None`` when unset), checked against ``relays``
+    and, for the default bind or connect, the ``pattern`` already in ``parsed``."""
+    if spec.side == "source" and relays_raw is not None and relays_raw.strip():
+        if raw is not None and raw.strip():
+            raise OptionError(
+                "options 'endpoints' and 'relays' exclude each other: a query either receives on its own "
+                "endpoints or reads relays that receive for it", "relays",
+            )
+        return []
+    if raw is None or not raw.strip():
+        relays = " (or option 'relays': the addresses of spark-zmq relays)" if spec.side == "source" else ""
+        raise OptionError(
+            f"option {spec.name!r} is required: a comma-separated list of ZeroMQ endpoints, "
+            f"e.g. '@tcp://*:5555' to bind or '>tcp://host:5555' to connect{relays}",
+            spec.name,
+        )
+    default_bind = spec.side == "source" and parsed.get("pattern") != "sub"
+    try:
+        endpoints = parse_endpoints(raw, default_bind=default_bind)
+    except ValueError as exc:
+        raise OptionError(f"option {spec.name!r}: {exc}", spec.name) from None
+    seen: set[str] = set()
+    for endpoint in endpoints:
+        if endpoint.bind and endpoint.address in seen:
+            raise OptionError(
+                f"option {spec.name!r}: {endpoint.address!r} is bound twice; each endpoint is bound once", spec.name
+            )
+        seen.add(endpoint.address)
+    return endpoints
