@@ -37,6 +37,7 @@ def connector(spark, count: int, size: int, spool_bytes: int, rows_per_trigger: 
     work = tempfile.mkdtemp(prefix="spark-zmq-bench-")
     spool = os.path.join(work, "spool")
     query = (spark.readStream.format("zmq").option("endpoints", f"@tcp://127.0.0.1:{port}").option("spoolDir", spool)
+             .option("receiverLingerSeconds", "0")  # receivers stop with the query, not 5 min later
              .option("maxSpoolBytes", str(spool_bytes)).option("maxRowsPerTrigger", str(rows_per_trigger)).load()
              .writeStream.format("noop").option("checkpointLocation", os.path.join(work, "ckpt"))
              .trigger(processingTime="500 milliseconds").start())

@@ -62,7 +62,10 @@ def connector(spark, count: int, kind: str, arg: int, channels: int = 1, pattern
         else:
             reader = (spark.readStream.format("zmq").option("pattern", pattern)
                       .option("endpoints", ",".join(f"@tcp://127.0.0.1:{p}" for p in ports))
-                      .option("receivers", receivers).option("spoolDir", os.path.join(work, "spool")))
+                      .option("receivers", receivers).option("spoolDir", os.path.join(work, "spool"))
+                      # receiver processes stop with the query: lingering ones (the default 300 s)
+                      # would spin beside every contender that runs after
+                      .option("receiverLingerSeconds", "0"))
         if kind == "arrow":
             reader = reader.option("format", "arrow").schema(payloads.ARROW_DDL)
         if curvekeys.current():

@@ -57,7 +57,7 @@ def connector(spark, rate: float, seconds: float) -> dict:
     in_port = free_port()
     work = tempfile.mkdtemp(prefix="spark-zmq-bench-")
     query = (spark.readStream.format("zmq").option("endpoints", f"@tcp://127.0.0.1:{in_port}").option("format", "text")
-             .option("spoolDir", os.path.join(work, "spool")).load().select("value")
+             .option("spoolDir", os.path.join(work, "spool")).option("receiverLingerSeconds", "0").load().select("value")
              .writeStream.format("zmq").option("endpoints", collector.endpoint).option("format", "text")
              .option("checkpointLocation", os.path.join(work, "ckpt")).trigger(processingTime="0 seconds").start())
     try:
