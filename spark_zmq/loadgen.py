@@ -44,8 +44,6 @@ ARROW_SCHEMA = pa.schema(
     [("seq", pa.int64()), ("sensor", pa.string()), ("ts", pa.float64()), ("reading", pa.float64())]
 )
 _SEQ = struct.Struct(">q")
-#: the longest a CURVE client waits after its last send for its first handshake to end
-_HANDSHAKE_WAIT_S = 5.0
 
 
 class HandshakeRejectedError(ConnectionError):
@@ -148,9 +146,10 @@ def produce(
     on close so that queued messages still leave (libzmq drops them after that).
 
     ``curve`` makes the socket a CURVE client or server. A client that has seen no
-    successful handshake by its last send waits up to 5 s (out of ``linger``) for the
-    handshakes to end; if every endpoint refused it, the run ends at once with
-    ``HandshakeRejectedError``. Rejections are counted in the result either way.
+    successful handshake by its last send waits (up to ``linger``) for the handshakes to
+    end, since nothing it queued can leave before one does; if every endpoint refused it,
+    the run ends at once with ``HandshakeRejectedError``. Rejections are counted in the
+    result either way.
     """
     if pattern not in PATTERNS:
         raise ValueError(f"unknown pattern {pattern!r} for producing; valid patterns: {', '.join(PATTERNS)}")
@@ -210,7 +209,9 @@ def produce(
                 if client and not handshakes_ok and messages:
                     # queued messages leave only after a handshake: wait for one outcome per endpoint
                     waited_from = time.monotonic()
-                    deadline = waited_from + min(linger, _HANDSHAKE_WAIT_S)
+                    # the whole linger: a refusal that comes late (a busy server) is still
+                    # reported, and a success leaves the rest of the linger for delivery
+                    deadline = waited_from + linger
                     while not handshakes_ok and watch.rejected < peers and time.monotonic() < deadline:
                         handshakes_ok += len(watch.poll(deadline - time.monotonic()))
                     waited = time.monotonic() - waited_from
