@@ -482,6 +482,20 @@ def test_handshake_and_10000_messages_both_ways():
 
 
 @pytest.mark.timeout(30)
+def test_a_batch_encodes_to_the_same_frames_as_one_message_at_a_time():
+    """``encode_batch`` (the engine's batched send path) and ``encode`` per message give the
+    same frames on the same nonce sequence, and a command between batches keeps it."""
+    pair = Pair().connect()
+    bodies = [payload(i, i % 300) for i in range(500)]
+    frames = pair.client.encode_batch(bodies[:250]) + [pair.client.encode(b)[1] for b in bodies[250:400]]
+    ping = pair.client.encode_command(b"\x04PING\x00\x0aabc")[1]
+    frames += pair.client.encode_batch(bodies[400:])
+    assert [pair.server.decode(0, f) for f in frames[:400]] == [(0, b) for b in bodies[:400]]
+    assert pair.server.decode(0, ping) == (COMMAND, b"\x04PING\x00\x0aabc")
+    assert [pair.server.decode(0, f) for f in frames[400:]] == [(0, b) for b in bodies[400:]]
+
+
+@pytest.mark.timeout(30)
 def test_commands_after_the_handshake():
     pair = Pair().connect()
     flags, frame = pair.client.encode_command(b"\x04PING\x00\x0aabc")

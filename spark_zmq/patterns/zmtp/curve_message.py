@@ -182,6 +182,23 @@ class CurveMechanism:
         return 0, _MESSAGE + short + crypto_box_easy_afternm(_FLAG_BYTES[1 if more else 0] + payload,
                                                              self._tx_prefix + short, key)
 
+    def encode_batch(self, payloads: list) -> list[bytes]:
+        """The frame bodies ``encode`` gives for each of ``payloads`` (single-frame
+        messages, no MORE), in order, in one loop: the engine's batched send path, where a
+        method call per message is a third of the cost of sealing it."""
+        key = self._key
+        if key is None:
+            raise protocol_error("CURVE encode before the handshake is done", zmq.PROTOCOL_ERROR_ZMTP_UNSPECIFIED)
+        nonce, prefix, flag, seal, pack = self._tx_nonce, self._tx_prefix, _FLAG_BYTES[0], crypto_box_easy_afternm, _pack
+        bodies = []
+        append = bodies.append
+        for payload in payloads:
+            short = pack(nonce)
+            nonce += 1
+            append(_MESSAGE + short + seal(flag + payload, prefix + short, key))
+        self._tx_nonce = nonce
+        return bodies
+
     def encode_command(self, body: bytes) -> tuple[int, bytes]:
         """``(frame flags, frame body)`` of a command after the handshake (PING, PONG): the
         command body sealed in a MESSAGE with the COMMAND flag inside the box."""

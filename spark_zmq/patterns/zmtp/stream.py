@@ -354,7 +354,7 @@ class _Stream:
             if self.waiters:
                 self.cond.notify_all()
         encode = None if conn.mechanism.name == b"NULL" else conn.mechanism.encode
-        ends = encode_messages(batch, conn.out, conn.written, encode)
+        ends = encode_messages(batch, conn.out, conn.written, encode, getattr(conn.mechanism, "encode_batch", None))
         offset = ends[-1]
         conn.out_bytes += offset - conn.written
         conn.inflight, conn.inflight_ends = batch, ends
