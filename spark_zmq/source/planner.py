@@ -47,12 +47,12 @@ def admit(
     a channel missing from it is counted through its index.
     """
     known = backlog or {}
-    backlog = {k: known[k] if k in known else indexes[k].count_between(int(start[k]), int(latest[k]))
-               for k in latest}
-    total_rows = sum(r for r, _ in backlog.values())
-    total_bytes = sum(b for _, b in backlog.values())
+    counts = {k: known[k] if k in known else indexes[k].count_between(int(start[k]), int(latest[k]))
+              for k in latest}
+    total_rows = sum(r for r, _ in counts.values())
+    total_bytes = sum(b for _, b in counts.values())
     end = {}
-    for k, (rows, nbytes) in backlog.items():
+    for k, (rows, nbytes) in counts.items():
         if rows == 0:
             # Nothing readable (an empty backlog, or only offsets the spool lost): move past
             # it, so the batch reports the loss instead of the query stalling on it.
@@ -62,7 +62,7 @@ def admit(
         bytes_cap = None if max_bytes is None else math.floor(max_bytes * nbytes / max(total_bytes, 1))
         end[k] = indexes[k].end_within(int(start[k]), int(latest[k]), rows_cap, bytes_cap)
     if all(end[k] <= int(start[k]) for k in end) and total_rows:
-        busiest = max(backlog, key=lambda k: backlog[k][0])
+        busiest = max(counts, key=lambda k: counts[k][0])
         end[busiest] = int(start[busiest]) + 1
     return end
 

@@ -172,7 +172,9 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else self.options.max_bytes_per_trigger
             indexes = {c.channel: c.snapshot() for c in runtime.channels}
             pending = {c: (lo, hi) for c, (lo, hi) in begin.ranges_to(latest).items() if hi > lo}
-            counted = {c: (info.rows, info.bytes) for c, info in runtime.describe(pending).items()} if pending else {}
+            counted = {c: (0, 0) for c in latest}  # nothing between start and latest: nothing to ask
+            if pending:
+                counted.update((c, (info.rows, info.bytes)) for c, info in runtime.describe(pending).items())
             end = ChannelOffsets(admit(indexes, begin, latest, max_rows, max_bytes, backlog=counted))
         self._planned_end = end
         return end.with_spool(runtime.spool_id).to_dict()
