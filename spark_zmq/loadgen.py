@@ -118,6 +118,33 @@ def payloads(format: str, count: int, *, size: int = 100, rows_per_message: int 
             yield sink.getvalue().to_pybytes(), rows_per_message
 
 
+# how often a CURVE client whose send waits checks whether every endpoint refused it
+_REFUSAL_CHECK_S = 0.25
+
+
+class _Handshakes:
+    """A CURVE socket's handshake outcomes so far: ``accepted`` (from the monitor's events)
+    and the watch's rejections, against the number of endpoints."""
+
+    def __init__(self, watch, peers: int) -> None:
+        self.watch, self.peers, self.accepted = watch, peers, 0
+
+    def poll(self, timeout: float = 0.0) -> None:
+        """Take the monitor's pending events, waiting up to ``timeout`` seconds for one."""
+        self.accepted += len(self.watch.poll(timeout))
+
+    @property
+    def all_refused(self) -> bool:
+        """Every endpoint refused the client and none accepted it: nothing queued can leave."""
+        return not self.accepted and self.watch.rejected >= self.peers
+
+    def error(self, messages: int) -> HandshakeRejectedError:
+        return HandshakeRejectedError(
+            f"{self.watch.rejected} CURVE handshake(s) rejected and none accepted, so none of the {messages} "
+            f"messages can be delivered; last: {self.watch.last_rejection}"
+        )
+
+
 def produce(
     endpoints: str,
     *,
@@ -169,12 +196,35 @@ def produce(
     client = curve is not None and not curve.is_server
     options: dict = {"curve": curve, "monitor": zmq.EVENT_HANDSHAKE_SUCCEEDED} if curve is not None else {}
     options["heartbeat"] = heartbeat
-    handshakes_ok = 0
     rejected, last_rejection = 0, None
     try:
         with PATTERNS[pattern](endpoints, hwm=hwm, linger=int(linger * 1000), reconnect_ivl=50,
                                context=context, **options) as sock:
-            watch = sock.handshakes if curve is not None else None
+            outcomes = _Handshakes(sock.handshakes, peers) if curve is not None else None
+            refusals = outcomes if client else None
+
+            def send_all(batch: list[bytes]) -> None:
+                """``send_many``; for a CURVE client, in slices that end with the refusal
+                instead of blocking for good: a refused connection never takes what is queued."""
+                if refusals is None:
+                    sock.send_many(batch, timeout=send_timeout)
+                    return
+                deadline = None if send_timeout is None else time.monotonic() + send_timeout
+                while batch:
+                    slice_s = _REFUSAL_CHECK_S if deadline is None else min(
+                        _REFUSAL_CHECK_S, max(0.0, deadline - time.monotonic()))
+                    try:
+                        sock.send_many(batch, timeout=slice_s)
+                        return
+                    except TimeoutError as exc:
+                        batch = batch[exc.sent:]  # type: ignore[attr-defined]
+                        refusals.poll()
+                        if refusals.all_refused:
+                            sock.close(linger=0)
+                            raise refusals.error(messages) from None
+                        if deadline is not None and time.monotonic() >= deadline:
+                            raise
+
             batch: list[bytes] = []
             for payload, payload_rows in payloads(format, count, size=size, rows_per_message=rows_per_message,
                                                   start=start):
@@ -183,16 +233,16 @@ def produce(
                 elif rate is None:
                     batch.append(payload)
                     if len(batch) >= 256:
-                        sock.send_many(batch, timeout=send_timeout)
-                        batch.clear()
+                        send_all(batch)
+                        batch = []
                 else:
-                    sock.send(payload, timeout=send_timeout)
+                    send_all([payload])
                 messages += 1
                 rows += payload_rows
                 total_bytes += len(payload)
                 if messages % 256 == 0:
-                    if watch is not None:
-                        handshakes_ok += len(watch.poll())
+                    if outcomes is not None:
+                        outcomes.poll()
                     if on_progress is not None:
                         on_progress(messages)
                     if stop is not None and stop():
@@ -202,26 +252,23 @@ def produce(
                     if ahead > 0:
                         time.sleep(ahead)  # pacing the load, not synchronisation
             if batch:
-                sock.send_many(batch, timeout=send_timeout)
-            if watch is not None:
-                handshakes_ok += len(watch.poll())
+                send_all(batch)
+            if outcomes is not None:
+                outcomes.poll()
                 waited = 0.0
-                if client and not handshakes_ok and messages:
-                    # queued messages leave only after a handshake: wait for one outcome per endpoint
+                if client and not outcomes.accepted and messages:
+                    # queued messages leave only after a handshake: wait for one outcome per
+                    # endpoint, the whole linger: a refusal that comes late (a busy server) is
+                    # still reported, and a success leaves the rest of the linger for delivery
                     waited_from = time.monotonic()
-                    # the whole linger: a refusal that comes late (a busy server) is still
-                    # reported, and a success leaves the rest of the linger for delivery
                     deadline = waited_from + linger
-                    while not handshakes_ok and watch.rejected < peers and time.monotonic() < deadline:
-                        handshakes_ok += len(watch.poll(deadline - time.monotonic()))
+                    while not outcomes.accepted and not outcomes.all_refused and time.monotonic() < deadline:
+                        outcomes.poll(deadline - time.monotonic())
                     waited = time.monotonic() - waited_from
-                rejected, last_rejection = watch.rejected, watch.last_rejection
-                if client and rejected >= peers and not handshakes_ok:
+                rejected, last_rejection = outcomes.watch.rejected, outcomes.watch.last_rejection
+                if client and outcomes.all_refused:
                     sock.close(linger=0)  # nothing queued can ever leave: do not linger over it
-                    raise HandshakeRejectedError(
-                        f"{rejected} CURVE handshake(s) rejected and none accepted, so none of the {messages} "
-                        f"messages can be delivered; last: {last_rejection}"
-                    )
+                    raise outcomes.error(messages)
                 sock.close(linger=max(0, int((linger - waited) * 1000)))
     finally:
         context.term()

@@ -168,6 +168,24 @@ def test_a_consumer_that_got_everything_still_reports_the_refused_stranger(free_
                         err.strip().splitlines()[-1]), err
 
 
+def test_a_refused_producer_whose_queue_is_full_fails_instead_of_blocking_forever(free_port, keys):
+    """A refused client's queue never drains: with more messages than its high-water mark, the
+    send blocks before the run ends. It must still end with the refusal (this hung: the send
+    waited for room that a refused connection never makes, whatever the linger)."""
+    consumer = _consumer(f"@tcp://127.0.0.1:{free_port}", "--count", "1", "--timeout", "30",
+                         "--curve-certificate", keys["server_secret"], "--curve-authorized-keys", keys["authorized"])
+    _listening(free_port)
+    try:
+        stranger = _cli("produce", f"tcp://127.0.0.1:{free_port}", "--no-progress", "--count", "300",
+                        "--hwm", "10", "--curve-server-key", keys["server_public"],
+                        "--curve-certificate", keys["stranger_secret"], timeout=60)
+    finally:
+        consumer.kill()
+        consumer.communicate()
+    assert stranger.returncode == 1
+    assert "CURVE handshake(s) rejected and none accepted" in _flat(stranger.stderr), stranger.stderr
+
+
 def test_a_server_accepting_any_key_takes_a_client_it_has_never_seen(free_port, keys):
     consumer = _consumer(f"@tcp://127.0.0.1:{free_port}", "--count", "500", "--timeout", "60",
                          "--curve-certificate", keys["server_secret"], "--curve-authorized-keys", "*")
