@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import itertools
 import socket
 import struct
 import threading
@@ -24,7 +25,8 @@ from hypothesis import strategies as st
 from nacl.bindings import crypto_box, crypto_box_afternm, crypto_box_beforenm, crypto_box_keypair, crypto_box_open
 from zmq.utils import z85
 
-from spark_zmq.patterns.zmtp import wire
+from spark_zmq.patterns.zmtp import curve_batch, wire
+from spark_zmq.patterns.zmtp.codec import frame_header, parse_frames
 from spark_zmq.patterns.zmtp.curve import CurveClient, CurveServer
 from spark_zmq.patterns.zmtp.curve_message import CurveSequenceError
 from spark_zmq.patterns.zmtp.wire import COMMAND, MORE, ZmtpError
@@ -482,17 +484,40 @@ def test_handshake_and_10000_messages_both_ways():
 
 
 @pytest.mark.timeout(30)
+def _bodies(frames: bytes, ends: list[int]) -> list[bytes]:
+    """The frame bodies in ``encode_batch``'s joined frames, checked against its ends."""
+    out: list = []
+    assert parse_frames(frames, 0, 1 << 40, out) == (len(frames), 2, 0)
+    assert ends == list(itertools.accumulate(len(frame_header(len(b))) + len(b) for b in out))
+    return out
+
+
 def test_a_batch_encodes_to_the_same_frames_as_one_message_at_a_time():
     """``encode_batch`` (the engine's batched send path) and ``encode`` per message give the
-    same frames on the same nonce sequence, and a command between batches keeps it."""
+    same frames on the same nonce sequence, and a command between batches keeps it; sizes
+    on both sides of the short/long frame header (a body is the payload + 33 bytes)."""
     pair = Pair().connect()
-    bodies = [payload(i, i % 300) for i in range(500)]
-    frames = pair.client.encode_batch(bodies[:250]) + [pair.client.encode(b)[1] for b in bodies[250:400]]
+    bodies = [payload(i, i % 300) for i in range(500)] + [b"", b"x" * 222, b"y" * 223, b"z" * 70_000]
+    frames = _bodies(*pair.client.encode_batch(bodies[:250])) + [pair.client.encode(b)[1] for b in bodies[250:400]]
     ping = pair.client.encode_command(b"\x04PING\x00\x0aabc")[1]
-    frames += pair.client.encode_batch(bodies[400:])
+    frames += _bodies(*pair.client.encode_batch(bodies[400:]))
     assert [pair.server.decode(0, f) for f in frames[:400]] == [(0, b) for b in bodies[:400]]
     assert pair.server.decode(0, ping) == (COMMAND, b"\x04PING\x00\x0aabc")
     assert [pair.server.decode(0, f) for f in frames[400:]] == [(0, b) for b in bodies[400:]]
+
+
+def test_the_batched_seal_and_its_fallback_give_the_same_bytes(monkeypatch):
+    """Without libsodium's box at hand (another PyNaCl layout) the batch is sealed one
+    message at a time: the same bytes, the same nonces after it."""
+    batched, fallback = Pair().connect(), Pair().connect()
+    fallback.client._key, fallback.client._tx_prefix = batched.client._key, batched.client._tx_prefix
+    bodies = [payload(i, (i * 37) % 400) for i in range(300)]
+    monkeypatch.setattr(curve_batch, "_seal", None)
+    expected = fallback.client.encode_batch(bodies)
+    monkeypatch.undo()
+    assert curve_batch.available()
+    assert batched.client.encode_batch(bodies) == expected
+    assert batched.client.encode(b"next") == fallback.client.encode(b"next")
 
 
 @pytest.mark.timeout(30)

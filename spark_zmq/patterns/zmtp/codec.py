@@ -135,7 +135,7 @@ def parse_frames(data: bytes, i: int, limit: int, out: list, one: bool = False) 
 
 def encode_messages(batch: list, chunks, offset: int,
                     encode: Optional[Callable[[bytes, bool], tuple[int, bytes]]] = None,
-                    encode_batch: Optional[Callable[[list], list[bytes]]] = None) -> list[int]:
+                    encode_batch: Optional[Callable[[list], tuple[bytes, list[int]]]] = None) -> list[int]:
     """Append the frames of ``batch`` (each a ``bytes`` message or a tuple of frames, MORE
     on every frame but the last) to ``chunks``, the buffers to write; returns, per
     message, ``offset`` plus the bytes written up to its end.
@@ -144,10 +144,12 @@ def encode_messages(batch: list, chunks, offset: int,
     sends the payloads as they are (NULL). Small messages are joined into one buffer, so a
     batch of many costs few ``sendmsg`` entries; a large one is sent from its own buffer.
     ``encode_batch`` (``CurveMechanism.encode_batch``): ``encode`` over a whole batch of
-    single-frame messages at once; its bodies are plain frames, framed as NULL's are.
+    single-frame messages at once, giving the frames joined and each message's end.
     """
     if encode_batch is not None and batch and tuple not in set(map(type, batch)):
-        return encode_messages(encode_batch(batch), chunks, offset)
+        frames, ends = encode_batch(batch)
+        chunks.append(frames)
+        return list(map(offset.__add__, ends))
     if encode is None and batch:
         lengths = list(map(len, batch))
         if max(lengths) < 256 and tuple not in set(map(type, batch)):
