@@ -41,6 +41,9 @@ def _markdown(results: list[dict], smoke: bool, command: str) -> str:
     skipped = next((r["wire_limit_skipped"] for r in results if r.get("wire_limit_skipped")), None)
     if skipped:
         notes.append(wire_line(skipped))
+    library = next((r["wire_library"] for r in results if r.get("wire_library")), None)
+    if library:
+        notes.append(f"wire's limit (libzmq C local_thr/remote_thr): built against {library}")
     if notes:
         lines += [""] + [f"- {note}" for note in notes]
     for r in results:

@@ -12,7 +12,7 @@ Scenarios (the benchmark issue's numbering):
     ingest-raw-1KB    the rows the connector yields, from memory, in the same read tasks and
                       batch sizes (Spark's ceiling) vs a bare pyzmq PULL loop vs Spark's
                       socket source fed the same payloads as lines (and, where a C compiler
-                      and zmq.h are present, libzmq's C throughput test: the wire's limit);
+                      and a libzmq are present, libzmq's C throughput test: the wire's limit);
   3 egress-raw-100B,  df.write.format("zmq") vs a bare pyzmq PUSH loop sending the same bytes
     egress-arrow      vs a Python Arrow writer that discards (Spark's ceiling); rates over the
                       receiving side's first to last message, and beside them each write's
@@ -42,7 +42,8 @@ discarding writer for egress); the wire's (a bare pyzmq loop, libzmq's C test) w
 is the limit; the connector itself for SCATTER and CURVE.
 Needs: Java 17+ (Spark); for the gather scenarios, node and the ``zeromq`` package that
 tests/zmqjs installs (``cd tests/zmqjs && npm ci``); for the wire's limit, a C compiler and
-libzmq's headers (Debian: ``apt-get install libzmq3-dev``). Without them those scenarios
+libzmq's headers (Debian: ``apt-get install libzmq3-dev``) or else the libzmq pyzmq's wheel
+bundles (bench/c/zmq_abi.h declares what the test uses). Without them those scenarios
 (or that contender) are skipped with the reason, and the others run.
 Contenders run back to back, ``--reps`` times; the report gives medians, spread and the
 ratio against the named baseline, since absolute figures vary between machines. Results:
@@ -155,6 +156,8 @@ def one_row_ingest(spark, name: str, count: int, size: int, socket_count: int, r
     row = compare(name, "msgs/s", contenders, reps, "bare pyzmq PULL", 0.5, ceiling="in-memory Python source",
                   ceiling_target=0.85)
     row["wire_limit_skipped"] = no_wire
+    if no_wire is None:
+        row["wire_library"] = wire.library()
     return row
 
 

@@ -1,13 +1,16 @@
 """The wire's limit: libzmq's own C throughput test (``local_thr``/``remote_thr``, here
 ``bench/c/thr.c``), one PUSH process to one PULL process over loopback TCP, no Python.
 
-Only where a C compiler and libzmq's headers and library are present (Debian:
-``apt-get install libzmq3-dev``); ``missing()`` says why not otherwise, and the bench
-reports that instead. The program is compiled into a temporary directory at run time.
+Needs a C compiler. It builds against the system's libzmq where its headers are present
+(Debian: ``apt-get install libzmq3-dev``), else against the libzmq that pyzmq's wheel
+bundles (``pyzmq.libs/libzmq-*.so``), declared by ``bench/c/zmq_abi.h``; ``missing()``
+says why not when neither works, and the bench reports that instead. The program is
+compiled into a temporary directory at run time; ``library()`` says which libzmq it used.
 """
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 import subprocess
@@ -25,15 +28,35 @@ def _compiler() -> Optional[str]:
     return next((path for path in map(shutil.which, ("cc", "gcc", "clang")) if path), None)
 
 
+def _bundled_libzmq() -> Optional[str]:
+    """The libzmq shared library inside pyzmq's wheel, if this pyzmq bundles one."""
+    import zmq
+
+    site = os.path.dirname(os.path.dirname(zmq.__file__))
+    found = sorted(glob.glob(os.path.join(site, "pyzmq.libs", "libzmq*.so*")))
+    return found[0] if found else None
+
+
+def _link_args(cc: str) -> Optional[list[str]]:
+    """How to build against a libzmq: the system's (``zmq.h``, ``-lzmq``) or pyzmq's."""
+    probe = subprocess.run([cc, "-E", "-x", "c", "-"], input="#include <zmq.h>\n", capture_output=True, text=True)
+    if probe.returncode == 0:
+        return ["-lzmq"]
+    bundled = _bundled_libzmq()
+    if bundled is None:
+        return None
+    libdir = os.path.dirname(bundled)
+    return ["-DTHR_ZMQ_ABI", bundled, f"-Wl,-rpath,{libdir}"]
+
+
 def missing() -> Optional[str]:
-    """Why the C test cannot run here, or ``None`` when it can (a compiler, ``zmq.h``, and
-    ``-lzmq`` links)."""
+    """Why the C test cannot run here, or ``None`` when it can (a compiler, and a libzmq
+    to build against: the system's headers and library, or pyzmq's bundled library)."""
     cc = _compiler()
     if cc is None:
         return "no C compiler (install gcc or clang)"
-    probe = subprocess.run([cc, "-E", "-x", "c", "-"], input="#include <zmq.h>\n", capture_output=True, text=True)
-    if probe.returncode != 0:
-        return "no zmq.h (install libzmq3-dev)"
+    if _link_args(cc) is None:
+        return "no zmq.h (install libzmq3-dev) and no libzmq bundled with pyzmq"
     try:
         _build()
     except RuntimeError as e:
@@ -44,13 +67,21 @@ def missing() -> Optional[str]:
 def _build() -> str:
     """``bench/c/thr.c`` compiled (once per process) into a temporary directory."""
     if "thr" not in _built:
+        cc = _compiler()
+        link = _link_args(cc) or ["-lzmq"]
         out = os.path.join(tempfile.mkdtemp(prefix="spark-zmq-bench-thr-"), "thr")
-        result = subprocess.run([_compiler(), "-O2", "-o", out, os.path.join(HERE, "c", "thr.c"), "-lzmq"],
+        result = subprocess.run([cc, "-O2", "-o", out, os.path.join(HERE, "c", "thr.c"), *link],
                                 capture_output=True, text=True)
+        _built["library"] = "pyzmq's bundled libzmq" if "-DTHR_ZMQ_ABI" in link else "the system's libzmq"
         if result.returncode != 0:
             raise RuntimeError(f"bench/c/thr.c did not build: {result.stderr.strip()[-300:]}")
         _built["thr"] = out
     return _built["thr"]
+
+
+def library() -> str:
+    """Which libzmq the C test was built against (after ``missing()`` returned ``None``)."""
+    return _built.get("library", "")
 
 
 def throughput(count: int, size: int) -> float:

@@ -5,12 +5,17 @@
  *
  * As local_thr: the clock starts at the first message and stops at the last. "local"
  * binds ENDPOINT (tcp://127.0.0.1:* picks a port) and prints the endpoint it bound first.
- * High-water marks as the Python bench's sockets (100,000). Built by bench/wire.py. */
+ * High-water marks as the Python bench's sockets (100,000). Built by bench/wire.py, against the
+ * system's libzmq (zmq.h) or else the one pyzmq bundles (zmq_abi.h, -DTHR_ZMQ_ABI). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#ifdef THR_ZMQ_ABI
+#include "zmq_abi.h"  /* pyzmq's bundled libzmq: see bench/wire.py */
+#else
 #include <zmq.h>
+#endif
 
 static double now(void) {
     struct timespec t;
