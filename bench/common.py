@@ -6,6 +6,7 @@ import datetime as dt
 import os
 import signal
 import socket
+import shutil
 import subprocess
 import sys
 import time
@@ -163,8 +164,27 @@ def wait_for_rows(query, rows: int, timeout: float = 600) -> float:
         if query.exception() is not None:
             raise RuntimeError(f"benchmark query failed: {query.exception()}")
         if time.monotonic() > deadline:
-            raise TimeoutError(f"the query processed {total} of {rows} rows in {timeout} s")
+            raise TimeoutError(f"the query processed {total} of {rows} rows in {timeout} s\n{stall_report(query)}")
         time.sleep(0.1)
+
+
+def stall_report(query) -> str:
+    """What a stalled run leaves to go on: the sources' last reported offsets (the
+    connector's include ``lag``, what was received but not planned yet) and, where py-spy
+    is installed, the stacks of the processes that host the streaming readers."""
+    lines = []
+    last = query.lastProgress or {}
+    for source in last.get("sources", []):
+        lines.append(f"source {source.get('description', '?')}: latestOffset {source.get('latestOffset')}, "
+                     f"endOffset {source.get('endOffset')}")
+    if shutil.which("py-spy"):
+        runners = subprocess.run(["pgrep", "-f", "python_streaming_source_runner"], capture_output=True, text=True)
+        for pid in runners.stdout.split():
+            dump = subprocess.run(["py-spy", "dump", "--pid", pid], capture_output=True, text=True, timeout=60)
+            lines.append(f"py-spy dump of the streaming reader's process {pid}:\n{dump.stdout or dump.stderr}")
+    else:
+        lines.append("(install py-spy for the reader process's stacks here)")
+    return "\n".join(lines)
 
 
 def finished_at(progress: dict) -> float:
