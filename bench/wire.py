@@ -10,6 +10,7 @@ compiled into a temporary directory at run time; ``library()`` says which libzmq
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
 import shutil
@@ -37,16 +38,18 @@ def _bundled_libzmq() -> Optional[str]:
     return found[0] if found else None
 
 
-def _link_args(cc: str) -> Optional[list[str]]:
-    """How to build against a libzmq: the system's (``zmq.h``, ``-lzmq``) or pyzmq's."""
+@functools.lru_cache(maxsize=None)
+def _link_args(cc: str) -> Optional[tuple[str, ...]]:
+    """How to build against a libzmq: the system's (``zmq.h``, ``-lzmq``) or pyzmq's
+    (probed once: ``missing()`` and ``_build()`` both ask)."""
     probe = subprocess.run([cc, "-E", "-x", "c", "-"], input="#include <zmq.h>\n", capture_output=True, text=True)
     if probe.returncode == 0:
-        return ["-lzmq"]
+        return ("-lzmq",)
     bundled = _bundled_libzmq()
     if bundled is None:
         return None
     libdir = os.path.dirname(bundled)
-    return ["-DTHR_ZMQ_ABI", bundled, f"-Wl,-rpath,{libdir}"]
+    return ("-DTHR_ZMQ_ABI", bundled, f"-Wl,-rpath,{libdir}")
 
 
 def missing() -> Optional[str]:
@@ -68,13 +71,13 @@ def _build() -> str:
     """``bench/c/thr.c`` compiled (once per process) into a temporary directory."""
     if "thr" not in _built:
         cc = _compiler()
-        link = _link_args(cc) or ["-lzmq"]
+        link = _link_args(cc) or ("-lzmq",)
         out = os.path.join(tempfile.mkdtemp(prefix="spark-zmq-bench-thr-"), "thr")
         result = subprocess.run([cc, "-O2", "-o", out, os.path.join(HERE, "c", "thr.c"), *link],
                                 capture_output=True, text=True)
-        _built["library"] = "pyzmq's bundled libzmq" if "-DTHR_ZMQ_ABI" in link else "the system's libzmq"
         if result.returncode != 0:
             raise RuntimeError(f"bench/c/thr.c did not build: {result.stderr.strip()[-300:]}")
+        _built["library"] = "pyzmq's bundled libzmq" if "-DTHR_ZMQ_ABI" in link else "the system's libzmq"
         _built["thr"] = out
     return _built["thr"]
 

@@ -217,7 +217,11 @@ def produce(
                         sock.send_many(batch, timeout=slice_s)
                         return
                     except TimeoutError as exc:
-                        batch = batch[exc.sent:]  # type: ignore[attr-defined]
+                        sent = exc.sent  # type: ignore[attr-defined]
+                        batch = batch[sent:]
+                        if sent and send_timeout is not None:
+                            # send_timeout bounds the wait for each message, as send_many's does
+                            deadline = time.monotonic() + send_timeout
                         refusals.poll()
                         if refusals.all_refused:
                             sock.close(linger=0)

@@ -483,7 +483,6 @@ def test_handshake_and_10000_messages_both_ways():
         assert pair.client.decode(flags, memoryview(frame)) == ((0 if more else MORE), body[::-1])
 
 
-@pytest.mark.timeout(30)
 def _bodies(frames: bytes, ends: list[int]) -> list[bytes]:
     """The frame bodies in ``encode_batch``'s joined frames, checked against its ends."""
     out: list = []
@@ -492,6 +491,7 @@ def _bodies(frames: bytes, ends: list[int]) -> list[bytes]:
     return out
 
 
+@pytest.mark.timeout(30)
 def test_a_batch_encodes_to_the_same_frames_as_one_message_at_a_time():
     """``encode_batch`` (the engine's batched send path) and ``encode`` per message give the
     same frames on the same nonce sequence, and a command between batches keeps it; sizes
@@ -506,6 +506,7 @@ def test_a_batch_encodes_to_the_same_frames_as_one_message_at_a_time():
     assert [pair.server.decode(0, f) for f in frames[400:]] == [(0, b) for b in bodies[400:]]
 
 
+@pytest.mark.timeout(30)
 def test_the_batched_seal_and_its_fallback_give_the_same_bytes(monkeypatch):
     """Without libsodium's box at hand (another PyNaCl layout) the batch is sealed one
     message at a time: the same bytes, the same nonces after it."""
