@@ -78,11 +78,28 @@ def messages_to_batch(
     if fmt == "arrow":
         rows = pa.array([_arrow_rows(v) for v in values], pa.int32())
     else:
-        rows = pa.array(np.ones(n, dtype=np.int32))
-    timestamps = pa.array(np.full(n, received_us, dtype="datetime64[us]")).cast(pa.timestamp("us", tz="UTC"))
+        rows = pa.Array.from_buffers(pa.int32(), n, [None, _ones(n)])
+    # every message of a batch has the same receive time: one 8-byte value repeated
+    timestamps = pa.Array.from_buffers(_TIMESTAMP, n, [None, pa.py_buffer(_INT64.pack(received_us) * n)])
     return pa.RecordBatch.from_arrays(
         [pa.array(values, pa.large_binary()), topic_array, timestamps, rows], schema=SPOOL_SCHEMA
     )
+
+
+_TIMESTAMP = SPOOL_SCHEMA.field("timestamp").type
+_INT64 = struct.Struct("<q")
+_ONES = pa.py_buffer(np.ones(1 << 14, dtype=np.int32))
+
+
+def _ones(n: int) -> pa.Buffer:
+    """An int32 buffer of at least ``n`` ones (the rows column of one-row messages). Why
+    shared: at a modest rate a receiver writes small batches often, and building the
+    constant columns cost it more than the messages (Arrow arrays over it are immutable)."""
+    global _ONES
+    ones = _ONES  # (receivers on several threads: each returns the buffer it checked)
+    if n > len(ones) // 4:
+        ones = _ONES = pa.py_buffer(np.ones(max(n, len(ones) // 2), dtype=np.int32))
+    return ones
 
 
 SEGMENT_SUFFIX = ".seg"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 
 import pytest
 import zmq
@@ -132,6 +133,41 @@ def test_a_receiver_survives_a_disk_that_refuses_writes_and_loses_nothing(tmp_pa
             assert receiver.error is None
         assert _values(read_range(str(tmp_path / "spool"), 0, 0, 100, spool_id=spool.spool_id)) == [
             b"d-%d" % i for i in range(100)]
+    finally:
+        receiver.stop()
+        push.close(linger=0)
+        spool.close()
+
+
+def test_a_steady_trickle_is_spooled_in_few_writes_and_every_message_kept(tmp_path, free_port):
+    """At a modest rate the socket empties after every few messages; the receiver must not
+    write a record per few messages (each costs an Arrow batch, a record and an index entry)
+    but at most one per ``min_write_interval_s`` while the socket keeps emptying, and lose
+    nothing. The producer sends 2 messages every half millisecond for about a second:
+    about 2,000 bursts, against at most about 500 writes allowed."""
+    endpoint = f"tcp://127.0.0.1:{free_port}"
+    spool = Spool(str(tmp_path / "spool"), 1)
+    log = spool.channels[0]
+    pull = Pull("@" + endpoint, hwm=10_000)
+    receiver = Receiver(pull, log, SpoolBudget(1 << 30, spool.channels), "raw").start()
+    push = zmq.Context.instance().socket(zmq.PUSH)
+    push.connect(endpoint)
+    pace = threading.Event()  # never set: its wait paces the producer
+    try:
+        started = time.monotonic()
+        sent = 0
+        while time.monotonic() - started < 1.0:
+            push.send(b"t-%d" % sent)
+            push.send(b"t-%d" % (sent + 1))
+            sent += 2
+            pace.wait(0.0005)
+        while log.next_offset < sent and not pace.wait(0.01):
+            assert time.monotonic() - started < 30, f"only {log.next_offset} of {sent} messages spooled"
+        elapsed = time.monotonic() - started
+        assert receiver.writes <= elapsed / receiver.min_write_interval_s + 2, (
+            f"{receiver.writes} spool writes in {elapsed:.2f} s for {sent} messages")
+        assert _values(read_range(str(tmp_path / "spool"), 0, 0, sent, spool_id=spool.spool_id)) == [
+            b"t-%d" % i for i in range(sent)]
     finally:
         receiver.stop()
         push.close(linger=0)
