@@ -229,34 +229,41 @@ def produce(
                         if deadline is not None and time.monotonic() >= deadline:
                             raise
 
-            batch: list[bytes] = []
-            for payload, payload_rows in payloads(format, count, size=size, rows_per_message=rows_per_message,
-                                                  start=start):
-                if pattern == "pub":
-                    sock.send([topic_bytes[messages % len(topic_bytes)], payload])
-                elif rate is None:
-                    batch.append(payload)
-                    if len(batch) >= 256:
-                        send_all(batch)
-                        batch = []
-                else:
-                    send_all([payload])
-                messages += 1
-                rows += payload_rows
-                total_bytes += len(payload)
-                if messages % 256 == 0:
-                    if outcomes is not None:
-                        outcomes.poll()
-                    if on_progress is not None:
-                        on_progress(messages)
-                    if stop is not None and stop():
-                        break
-                if rate is not None:
-                    ahead = started + messages / rate - time.monotonic()
-                    if ahead > 0:
-                        time.sleep(ahead)  # pacing the load, not synchronisation
-            if batch:
-                send_all(batch)
+            try:
+                batch: list[bytes] = []
+                for payload, payload_rows in payloads(format, count, size=size, rows_per_message=rows_per_message,
+                                                      start=start):
+                    if pattern == "pub":
+                        sock.send([topic_bytes[messages % len(topic_bytes)], payload])
+                    elif rate is None:
+                        batch.append(payload)
+                        if len(batch) >= 256:
+                            send_all(batch)
+                            batch = []
+                    else:
+                        send_all([payload])
+                    messages += 1
+                    rows += payload_rows
+                    total_bytes += len(payload)
+                    if messages % 256 == 0:
+                        if outcomes is not None:
+                            outcomes.poll()
+                        if on_progress is not None:
+                            on_progress(messages)
+                        if stop is not None and stop():
+                            break
+                    if rate is not None:
+                        ahead = started + messages / rate - time.monotonic()
+                        if ahead > 0:
+                            time.sleep(ahead)  # pacing the load, not synchronisation
+                if batch:
+                    send_all(batch)
+            except TimeoutError:
+                # the run has failed: what is still queued gets send_timeout to leave, not the
+                # whole linger (a peer that took nothing for that long is unlikely to take it)
+                if send_timeout is not None:
+                    sock.close(linger=int(min(linger, send_timeout) * 1000))
+                raise
             if outcomes is not None:
                 outcomes.poll()
                 waited = 0.0

@@ -54,6 +54,16 @@ def test_consume_gives_up_after_idle_timeout_with_exit_1(free_port):
     assert "received 0 of 5 messages" in result.stderr
 
 
+def test_produce_whose_send_times_out_exits_1_without_lingering_its_30_s(free_port):
+    """Nobody takes the messages: the queue (--hwm 10) fills and the next send waits
+    --send-timeout (1 s), then fails. What is still queued gets that long again to leave,
+    not the default 30 s linger: the command ends in seconds, with exit 1 and the reason."""
+    result = _cli("produce", f"tcp://127.0.0.1:{free_port}", "--no-progress", "--count", "100", "--hwm", "10",
+                  "--send-timeout", "1", timeout=25)
+    assert result.returncode == 1, result.stderr
+    assert "timed out" in result.stderr
+
+
 def test_consume_on_a_port_in_use_fails_clearly(free_port):
     holder = zmq.Context.instance().socket(zmq.PULL)
     holder.bind(f"tcp://127.0.0.1:{free_port}")
