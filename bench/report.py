@@ -59,11 +59,14 @@ def _markdown(results: list[dict], smoke: bool, command: str) -> str:
                           f"for Spark's own rate source into noop at the same rate"]
             floor = r.get("python_source_floor")
             if floor:
-                ratio = r["p50_ms"] / floor["p50_ms"]
+                ratio = r.get("p50_ratio", r["p50_ms"] / floor["p50_ms"])
+                pairs = r.get("p50_ratios")
+                runs = (f" (the median of {len(pairs)} runs of each, alternately; each pair's ratio: "
+                        + ", ".join(f"{x:.2f}" for x in pairs) + ")") if pairs and len(pairs) > 1 else ""
                 lines += ["", f"Python-source floor at the same rate (a Python source offering the same stamped rows "
                               f"by wall clock, same zmq sink and collector): p50 {floor['p50_ms']:.0f} ms, p95 "
                               f"{floor['p95_ms']:.0f} ms, p99 {floor['p99_ms']:.0f} ms, median micro-batch "
-                              f"{floor['batch_ms']:.0f} ms; connector p50 / floor p50 {ratio:.2f} (target <= 1.2"
+                              f"{floor['batch_ms']:.0f} ms; connector p50 / floor p50 {ratio:.2f}{runs} (target <= 1.2"
                               f"{', met' if ratio <= 1.2 else ', missed'})"]
         elif r["scenario"] == "reqrep-broker-lru":
             m = r["median"]

@@ -20,7 +20,7 @@ Scenarios (the benchmark issue's numbering):
                       launch and commit);
   4 latency           10,000 msgs/s through pull -> Spark -> push; p50/p95/p99, beside the
                       floor of any Python source: one offering the same stamped rows by wall
-                      clock into the same sink;
+                      clock into the same sink (the two alternately, ``--reps`` times each);
   5 backpressure      a producer far faster than a throttled query: receiver memory, spool
                       size against maxSpoolBytes, messages lost;
   6 scaling           one-row ingest (raw, 100 B) by channels, msgs/s and CPU per message:
@@ -318,7 +318,7 @@ def main(argv: list[str]) -> int:
         "reqrep-broker-lru": lambda: requestreply.load_balancing(size["reqrep_lru"], reps),
         "reqrep-latency": lambda: requestreply.latency(size["reqrep_latency"]),
         "scaling": lambda: scaling(spark, size["scaling"], reps),
-        "latency": lambda: {"scenario": "latency", **latency.connector(spark, 10_000, size["latency_s"])},
+        "latency": lambda: {"scenario": "latency", **latency.measure(spark, 10_000, size["latency_s"], reps)},
         "backpressure": lambda: {"scenario": "backpressure", **backpressure.connector(
             spark, size["bp_messages"], 1024, spool_bytes=16 << 20, rows_per_trigger=20_000)},
     }
