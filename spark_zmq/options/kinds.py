@@ -198,6 +198,11 @@ def _curve_value(spec: OptionSpec, raw: str, load: Callable[[str, str], Any]) ->
     if "\x00" in text:
         raise OptionError(f"option {spec.name!r} = {quote(raw)} contains a NUL character", spec.name)
     try:
+        os.fsencode(text)  # a lone surrogate: no file can have this name, no key holds it
+    except UnicodeEncodeError:
+        raise OptionError(f"option {spec.name!r} = {quote(raw)} cannot be encoded as a file name or a key",
+                          spec.name) from None
+    try:
         return load(os.path.expanduser(text), spec.name)
     except CurveError as exc:
         raise OptionError(f"option {spec.name!r}: {exc}", spec.name) from None

@@ -125,3 +125,11 @@ def test_damaged_certificate_files_are_refused(certs, tmp_path):
         path.write_bytes(content)
         text = _refused("curveCertificate", ".", curveCertificate=str(path), curveAuthorizedKeys="*")
         assert name in text
+
+
+@pytest.mark.parametrize("option", ["curveCertificate", "curveServerKey", "curveAuthorizedKeys"])
+def test_a_name_with_a_lone_surrogate_is_refused_naming_the_option(option):
+    """Found by the parsing property test: os.stat raised UnicodeEncodeError, not an
+    OptionError, for a certificate path holding a lone surrogate."""
+    with pytest.raises(OptionError, match=f"option '{option}'.*cannot be encoded"):
+        SourceOptions.parse({"endpoints": "@tcp://127.0.0.1:5999", option: "/a/\ud800"})
