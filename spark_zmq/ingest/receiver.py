@@ -69,8 +69,7 @@ class Receiver:
     #: receiving process more CPU than the messages: about a third of a core at 10,000
     #: msgs/s, taken from Spark on a small machine. 2 ms is far below a micro-batch's
     #: duration; a receive cut short by ``batch_messages`` (the socket still holds more)
-    #: never waits, so a fast producer is not held back (nor, in effect, one cut short by
-    #: ``batch_bytes``: writing that many bytes takes longer than the interval).
+    #: or ``batch_bytes`` never waits, so a fast producer is not held back.
     min_write_interval_s = 0.002
 
     def __init__(
@@ -147,7 +146,8 @@ class Receiver:
                     continue
                 if not values:  # only discarded (multipart on GATHER) messages arrived
                     continue
-                emptied = len(values) < self.batch_messages
+                # cut short by neither limit: the socket was empty (bytes counted only then)
+                emptied = len(values) < self.batch_messages and sum(map(len, values)) < self.batch_bytes
                 written_at = time.monotonic()
                 self._spool(values, topics)
                 self.writes += 1
