@@ -53,19 +53,29 @@ class Range(InputPartition):
 
 
 class MemoryArrowReader(DataSourceStreamReader):
-    """Offsets count messages: ``WARM_UP`` at first, ``count`` more at once when the ``go``
-    file exists. ``read`` decodes the very IPC message the connector's benchmark sends, held in
-    memory (it travels to the workers with the reader), as the connector decodes each one."""
+    """Offsets count messages: ``WARM_UP`` at first, ``count`` more when the ``go`` file
+    exists: at once, or with the option ``chunks`` (a JSON list of message counts that add
+    up to ``count``) one chunk more at each ``latestOffset`` call, i.e. one chunk per
+    micro-batch: the micro-batches the connector's run had, replayed. ``read`` decodes the
+    very IPC message the connector's benchmark sends, held in memory (it travels to the
+    workers with the reader), as the connector decodes each one."""
 
     def __init__(self, options) -> None:
         self.count, self.rows, self.go = int(options["messages"]), int(options["rows"]), options["go"]
+        self.chunks = json.loads(options["chunks"]) if options.get("chunks") else None
+        self.offered = 0
         self.message = arrow_message(self.rows)
 
     def initialOffset(self) -> dict:
         return {"n": 0}
 
     def latestOffset(self) -> dict:
-        return {"n": WARM_UP + (self.count if os.path.exists(self.go) else 0)}
+        if os.path.exists(self.go):
+            if self.chunks is None:
+                self.offered = self.count
+            elif self.chunks:
+                self.offered = min(self.count, self.offered + self.chunks.pop(0))
+        return {"n": WARM_UP + self.offered}
 
     def partitions(self, start: dict, end: dict):
         lo, hi = start["n"], end["n"]
@@ -150,12 +160,14 @@ class MemoryRowsReader(DataSourceStreamReader):
         return {"n": self.warm + (self.count if os.path.exists(self.go) else 0)}
 
     def partitions(self, start: dict, end: dict) -> list:
+        from spark_zmq.source.locality import local_cores
         from spark_zmq.source.planner import split
 
         lo, hi = start["n"], end["n"]
         if hi <= lo:
             return []
-        return [Piece(p.channel, p.start, p.end) for p in split({0: (lo, hi)}, {0: (hi - lo) * self.size})]
+        return [Piece(p.channel, p.start, p.end)
+                for p in split({0: (lo, hi)}, {0: (hi - lo) * self.size}, slots=local_cores())]
 
     def read(self, partition: Piece) -> Iterator:
         import numpy as np
@@ -228,12 +240,14 @@ class MemoryStampedReader(DataSourceStreamReader):
         return {"n": min(self.count, int(self.rate * (time.time() - self.origin)))}
 
     def partitions(self, start: dict, end: dict) -> list:
+        from spark_zmq.source.locality import local_cores
         from spark_zmq.source.planner import split
 
         lo, hi = start["n"], end["n"]
         if hi <= lo:
             return []
-        return [Stamped(p.start, p.end, self.origin, self.rate) for p in split({0: (lo, hi)}, {0: (hi - lo) * 17})]
+        return [Stamped(p.start, p.end, self.origin, self.rate)
+                for p in split({0: (lo, hi)}, {0: (hi - lo) * 17}, slots=local_cores())]
 
     def read(self, partition: Stamped) -> Iterator:
         import numpy as np

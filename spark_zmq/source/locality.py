@@ -18,7 +18,7 @@ from typing import Optional
 
 from .. import procstat
 
-__all__ = ["spark_master", "executors_share_host"]
+__all__ = ["spark_master", "executors_share_host", "local_cores"]
 
 _SUBMIT_CLASS = b"org.apache.spark.deploy.SparkSubmit"
 _MAX_DEPTH = 8
@@ -68,3 +68,24 @@ def executors_share_host(master: Optional[str] = None) -> bool:
     """``True`` only when the master is known to run every executor on this host."""
     master = master if master is not None else spark_master()
     return master is not None and master.strip().lower().startswith("local")
+
+
+def local_cores(master: Optional[str] = None) -> Optional[int]:
+    """The task slots of a local master (``local`` 1, ``local[N]`` and ``local[N,F]`` N,
+    ``local[*]`` this machine's cores, ``local-cluster[W,C,M]`` W x C), or ``None`` for any
+    other master or none known: read tasks are then cut by size alone. Why: each read task
+    costs Spark a fixed ~0.1 s (launch, a Python worker's set-up); cutting a backlog into
+    more tasks than there are slots only adds those."""
+    master = (master if master is not None else spark_master() or "").strip().lower()
+    if master == "local":
+        return 1
+    for prefix in ("local-cluster[", "local["):
+        if master.startswith(prefix) and master.endswith("]"):
+            fields = [f.strip() for f in master[len(prefix):-1].split(",")]
+            try:
+                if prefix == "local-cluster[":
+                    return max(1, int(fields[0]) * int(fields[1])) if len(fields) == 3 else None
+                return (os.cpu_count() or 1) if fields[0] == "*" else max(1, int(fields[0]))
+            except ValueError:
+                return None
+    return None

@@ -43,6 +43,7 @@ from .decoders import decoder_for
 from .ingest import Ingest, LocalIngest
 from .partitions import SpoolRange
 from .offsets import ChannelOffsets
+from .locality import local_cores
 from .planner import admit, split
 from .relays import RelayIngest
 
@@ -65,6 +66,8 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         #: failOnDataLoss on the driver; what it skips is reported in the progress
         self._loss = LossPolicy.from_option(options.fail_on_data_loss, counted=True)
         self._foreign_spools_seen: set[str] = set()
+        #: the task slots of a local master, once looked up (``_slots``); False: not yet
+        self._local_slots: Union[int, None, bool] = False
 
     # -- driver: the spool and the checkpoint ------------------------------------------------------
 
@@ -249,11 +252,17 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 self._loss.lose(lost.within(lo, hi))
             nbytes[channel] = info.bytes
         parts: list[InputPartition] = []
-        for piece in split(ranges, nbytes, self.options.min_partitions):
+        for piece in split(ranges, nbytes, self.options.min_partitions, slots=self._slots()):
             first = piece.start == ranges[piece.channel][0]
             parts.append(runtime.spool_range(piece.channel, piece.start, piece.end,
                                              described[piece.channel].hint if first else None))
         return parts
+
+    def _slots(self) -> Optional[int]:
+        """The task slots of a local master (``locality.local_cores``), looked up once."""
+        if self._local_slots is False:
+            self._local_slots = local_cores()
+        return self._local_slots  # type: ignore[return-value]
 
     def commit(self, end: dict) -> None:
         if self._runtime is not None:
@@ -269,7 +278,10 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Union[Iterator[tuple], Iterator[pa.RecordBatch]]:
         assert isinstance(partition, SpoolRange)
         decoder = decoder_for(self.options, self.schema)
-        for first, batch in coalesce(self._spool_batches(partition)):
+        batches = self._spool_batches(partition)
+        # one row per message: join the spool's small batches first; an Arrow message is
+        # decoded on its own anyway, so joining would only copy every message once more
+        for first, batch in (batches if decoder.fmt == "arrow" else coalesce(batches)):
             yield from decoder.decode(batch, partition.channel, first)
 
     def _spool_batches(self, partition: SpoolRange) -> Iterator[tuple[int, pa.RecordBatch]]:

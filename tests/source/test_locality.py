@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
-from spark_zmq.source.locality import executors_share_host, master_from_command_line, spark_master
+from spark_zmq.source.locality import executors_share_host, local_cores, master_from_command_line, spark_master
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -33,3 +35,12 @@ def test_not_a_spark_submit_command_line():
                                             ("yarn", False), ("spark://h:7077", False), ("k8s://https://x", False)])
 def test_only_local_masters_share_the_driver_host(master, shared):
     assert executors_share_host(master) is shared
+
+
+@pytest.mark.parametrize("master, slots", [
+    ("local", 1), ("local[2]", 2), ("LOCAL[4]", 4), ("local[3,2]", 3), ("local[*]", os.cpu_count() or 1),
+    ("local[*,4]", os.cpu_count() or 1), ("local-cluster[2,3,1024]", 6), ("spark://host:7077", None), ("yarn", None),
+    ("k8s://https://api:443", None), ("local[x]", None), ("local-cluster[2]", None), ("", None),
+])
+def test_the_task_slots_of_a_local_master_and_none_for_others(master, slots):
+    assert local_cores(master) == slots

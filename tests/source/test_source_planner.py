@@ -150,3 +150,33 @@ def test_split_cuts_by_bytes_too():
 def test_split_gives_at_least_min_partitions(min_partitions):
     pieces = split({"0": (0, 10), "1": (5, 15)}, {}, min_partitions)
     assert len(pieces) >= (min_partitions or 1)
+
+
+def test_with_the_slots_known_a_backlog_is_shared_by_them_not_cut_into_32_mb_tasks():
+    """Spark's rule for files: 140 MB on 2 slots is 2 tasks of 70 MB (by size alone it
+    would be 5 of 32 MB, each costing Spark a task's fixed start-up)."""
+    assert len(split({"0": (0, 400)}, {"0": 140 << 20}, None)) == 5
+    assert len(split({"0": (0, 400)}, {"0": 140 << 20}, None, slots=2)) == 2
+    # no task over 128 MB, however few the slots
+    assert len(split({"0": (0, 4000)}, {"0": 1 << 30}, None, slots=2)) == 8
+    # nor under 4 MB, however many
+    assert len(split({"0": (0, 400)}, {"0": 8 << 20}, None, slots=64)) == 2
+    # the message cap and minPartitions still hold
+    assert len(split({"0": (0, 600_000)}, {"0": 60 << 20}, None, slots=2)) == 3
+    assert len(split({"0": (0, 400)}, {"0": 140 << 20}, 6, slots=2)) == 6
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(st.dictionaries(st.sampled_from("0123"), st.tuples(st.integers(0, 10**6), st.integers(0, 10**6)), min_size=1),
+       st.integers(0, 1 << 34), st.integers(1, 256))
+def test_split_with_slots_covers_each_range_exactly(raw, total_bytes, slots):
+    ranges = {k: (min(a, b), max(a, b)) for k, (a, b) in raw.items()}
+    nbytes = {k: total_bytes // len(ranges) for k in ranges}
+    pieces = split(ranges, nbytes, None, slots=slots)
+    for k, (lo, hi) in ranges.items():
+        mine = sorted((p.start, p.end) for p in pieces if p.channel == int(k))
+        covered = lo
+        for a, b in mine:
+            assert a == covered and b > a
+            covered = b
+        assert covered == (hi if hi > lo else lo)
