@@ -6,6 +6,7 @@ timed from the moment the data is offered to the moment Spark (or the bare loop)
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import tempfile
@@ -29,7 +30,7 @@ WARM_UP_MESSAGES = {"raw": 100_000, "arrow": 40}
 
 def connector(spark, count: int, kind: str, arg: int, channels: int = 1, pattern: str = "pull",
               producer: Callable[[str, int, str, int], Producer] = Producer, receivers: str = "threads",
-              relays: int = 0, cpu: Optional[dict] = None) -> float:
+              relays: int = 0, cpu: Optional[dict] = None, pacing: Optional[list] = None) -> float:
     """``readStream.format("zmq")`` (``pattern`` pull or gather, ``raw`` or ``arrow``) into a
     ``noop`` sink; ``channels`` endpoints, each fed ``count / channels`` messages by its own
     ``producer`` (a bare pyzmq PUSH process by default; ``libzmq_producer("scatter")`` for
@@ -43,7 +44,9 @@ def connector(spark, count: int, kind: str, arg: int, channels: int = 1, pattern
     microseconds per message: ``total_us_per_msg`` (every descendant of this process but
     the producers: Spark's JVM, its Python workers, relays) and ``receiving_us_per_msg``
     (the relay processes with ``processes`` or ``relays``; with threads the Python process
-    that hosts the stream reader and its receiver threads, whose pid the spool's lock holds)."""
+    that hosts the stream reader and its receiver threads, whose pid the spool's lock holds).
+    ``pacing``: a list to fill with the run's micro-batches, in messages each (the last
+    one's count up to the run's end), for ``memory_source`` to replay."""
     if relays:
         if channels not in (1, relays):
             raise ValueError(f"with relays every relay has one channel: channels={channels}, relays={relays}")
@@ -84,6 +87,8 @@ def connector(spark, count: int, kind: str, arg: int, channels: int = 1, pattern
             started = min(p.go() for p in procs)
             rows = per_channel * channels * (arg if kind == "arrow" else 1)
             finished = wait_for_rows(query, warm + rows)
+            if pacing is not None:
+                pacing[:] = micro_batches(query.recentProgress, warm, rows, arg if kind == "arrow" else 1)
             if cpu is not None:
                 after = cpu_tree.snapshot(follow=before)
                 messages = per_channel * channels
@@ -136,16 +141,34 @@ def bare_pull(count: int, kind: str, arg: int) -> float:
     return rows / elapsed
 
 
-def memory_source(spark, count: int, rows: int) -> float:
+def micro_batches(progress: list[dict], warm: int, rows: int, rows_per_message: int) -> list[int]:
+    """The messages of each micro-batch that took the run's ``rows`` after the ``warm``
+    rows of the warm-up (the last cut where the run's rows end)."""
+    out, seen = [], 0
+    for p in sorted(progress, key=lambda p: p["batchId"]):
+        n = p["numInputRows"]
+        run_rows = min(seen + n, warm + rows) - max(seen, warm)
+        seen += n
+        if run_rows > 0:
+            out.append(run_rows // rows_per_message)
+    return out
+
+
+def memory_source(spark, count: int, rows: int, pacing: Optional[list] = None) -> float:
     """Spark's ceiling for Arrow from Python: a Python streaming data source whose read()
     yields the same record batches from memory, into the same ``noop`` sink. It offers 20
-    warm-up messages, then ``count`` more at once when the run starts (a file appears)."""
+    warm-up messages, then ``count`` more when the run starts (a file appears): at once, or
+    with ``pacing`` (the connector's micro-batches, in messages: ``connector(pacing=)``) in
+    as many micro-batches of the same sizes."""
     import ceilings
 
     register_ceilings(spark)
     work = tempfile.mkdtemp(prefix="spark-zmq-bench-")
     go = os.path.join(work, "go")
-    query = (spark.readStream.format("bench_memory_arrow").option("messages", str(count)).option("rows", str(rows))
+    reader = spark.readStream.format("bench_memory_arrow")
+    if pacing:
+        reader = reader.option("chunks", json.dumps(list(pacing)))
+    query = (reader.option("messages", str(count)).option("rows", str(rows))
              .option("go", go).load().writeStream.format("noop")
              .option("checkpointLocation", os.path.join(work, "ckpt")).trigger(processingTime="0 seconds").start())
     try:
@@ -154,6 +177,11 @@ def memory_source(spark, count: int, rows: int) -> float:
         started = time.time()
         open(go, "w").close()
         finished = wait_for_rows(query, (ceilings.WARM_UP + count) * rows)
+        if pacing:
+            replayed = micro_batches(query.recentProgress, ceilings.WARM_UP * rows, count * rows, rows)
+            if replayed != list(pacing):  # the ceiling is only fair if Spark took the chunks as offered
+                print(f"note: the paced in-memory source ran micro-batches of {replayed} messages, "
+                      f"the connector's were {list(pacing)}", flush=True)
     finally:
         query.stop()
     return count * rows / (finished - started)

@@ -82,7 +82,11 @@ SMOKE = {"raw": 5_000, "socket": 2_000, "arrow_messages": 4, "arrow_rows": 1_000
 
 #: each scenario's fair ceiling: the contender that does everything the connector must do
 #: except the connector's own work, and why it is the fairest one measured
+PACED = "in-memory Python source, the connector's micro-batches"
 CEILINGS = {
+    PACED: "Spark's ceiling for Arrow: a Python source yielding the same batches from memory, offered in as many "
+           "micro-batches of the same sizes as the connector's run just before had (the producer's messages arrive "
+           "while Spark runs, so the connector's first micro-batch takes only part of them)",
     "in-memory Python source": "Spark's ceiling: a Python source yielding from memory what the connector's read "
                                "yields (Arrow: the same batches; raw: the same rows, read tasks and batch sizes)",
     "Python Arrow writer, discarding": "Spark's ceiling: a Python Arrow writer that discards the same rows",
@@ -271,12 +275,14 @@ def main(argv: list[str]) -> int:
     if no_wire and (not only or only & {"ingest-raw-100B", "ingest-raw-1KB"}):
         print(report.wire_line(no_wire), flush=True)
 
+    arrow_pacing: list[int] = []  # the last connector run's micro-batches, replayed by PACED
     comparisons = {
         "ingest-arrow": lambda: compare("ingest-arrow", "rows/s", {
-            "connector": lambda: ingest.connector(spark, m, "arrow", r),
+            "connector": lambda: ingest.connector(spark, m, "arrow", r, pacing=arrow_pacing),
+            PACED: lambda: ingest.memory_source(spark, m, r, pacing=arrow_pacing),
             "in-memory Python source": lambda: ingest.memory_source(spark, m, r),
             "bare pyzmq PULL + decode": lambda: ingest.bare_pull(m, "arrow", r),
-        }, reps, "in-memory Python source", 0.8),
+        }, reps, PACED, 0.8),
         "ingest-raw-100B": lambda: one_row_ingest(spark, "ingest-raw-100B", n, 100, size["socket"], reps, no_wire),
         "ingest-raw-1KB": lambda: one_row_ingest(spark, "ingest-raw-1KB", n, 1024, size["socket"], reps, no_wire),
         "gather-raw-100B": lambda: compare("gather-raw-100B", "msgs/s", {
