@@ -173,15 +173,21 @@ def _parse_host(spec: OptionSpec, raw: str) -> Optional[str]:
     return host
 
 
+def _refuse_unencodable(spec: OptionSpec, raw: str, text: str, what: str) -> None:
+    """An ``OptionError`` for text no file name (and no key) can hold: a lone surrogate,
+    which ``os.stat`` and ``open`` would answer with ``UnicodeEncodeError``."""
+    try:
+        os.fsencode(text)
+    except UnicodeEncodeError:
+        raise OptionError(f"option {spec.name!r} = {quote(raw)} cannot be encoded as {what}", spec.name) from None
+
+
 def _parse_path(spec: OptionSpec, raw: str) -> str:
     text = raw.strip()
     if "\x00" in text:
         raise OptionError(f"option {spec.name!r} = {quote(raw)} contains a NUL character; give an absolute path",
                           spec.name)
-    try:
-        os.fsencode(text)
-    except UnicodeEncodeError:
-        raise OptionError(f"option {spec.name!r} = {quote(raw)} cannot be encoded as a file name", spec.name) from None
+    _refuse_unencodable(spec, raw, text, "a file name")
     path = os.path.expanduser(text)
     if not os.path.isabs(path):
         raise OptionError(
@@ -197,11 +203,7 @@ def _curve_value(spec: OptionSpec, raw: str, load: Callable[[str, str], Any]) ->
     text = raw.strip()
     if "\x00" in text:
         raise OptionError(f"option {spec.name!r} = {quote(raw)} contains a NUL character", spec.name)
-    try:
-        os.fsencode(text)  # a lone surrogate: no file can have this name, no key holds it
-    except UnicodeEncodeError:
-        raise OptionError(f"option {spec.name!r} = {quote(raw)} cannot be encoded as a file name or a key",
-                          spec.name) from None
+    _refuse_unencodable(spec, raw, text, "a file name or a key")
     try:
         return load(os.path.expanduser(text), spec.name)
     except CurveError as exc:
