@@ -101,6 +101,12 @@ class ChannelLog:
     def __post_init__(self) -> None:
         self.dir = os.path.join(self.spool_dir, f"ch-{self.channel}")
         private_dir(self.dir, fsync_parent=self.fsync)
+        # Two locks, so that the driver's calls (latest, earliest, snapshot, release) never
+        # wait for a write: ``_write_lock`` serialises the writers (the receiver thread; a
+        # stop's close) and is held through a record's serialising, checksum, write and
+        # fsync; ``_lock`` guards the index (segments, entries, offsets) and is held only to
+        # read it or to publish a written record. Order: ``_write_lock``, then ``_lock``.
+        self._write_lock = threading.Lock()
         self._lock = threading.Lock()
         self._fd: Optional[int] = None
         self._next_seq = 0
@@ -197,10 +203,11 @@ class ChannelLog:
     def advance_to(self, offset: int) -> None:
         """Continue numbering at ``offset`` (a checkpoint that is ahead of this spool: the
         offsets in between were seen by Spark and are never given to other messages)."""
-        with self._lock:
+        with self._write_lock:
             if offset > self.next_offset:
                 self._close_segment()
-                self.next_offset = offset
+                with self._lock:
+                    self.next_offset = offset
                 self._open_segment()
 
     def append(self, batch: pa.RecordBatch) -> None:
@@ -209,7 +216,7 @@ class ChannelLog:
         cut off where possible, and the next append starts a new segment."""
         if batch.num_rows == 0:
             return
-        with self._lock:
+        with self._write_lock:  # only writers change the newest segment and next_offset
             if self._fd is None or self.segments[-1].size >= self.segment_bytes:
                 self._open_segment()
             segment = self.segments[-1]
@@ -230,15 +237,16 @@ class ChannelLog:
                 self._close_segment()
                 raise
             entry = batch_entry(batch, self.next_offset, segment, position)
-            segment.size = position + written
-            self.next_offset += batch.num_rows
-            segment.end = self.next_offset
-            self.entries.append(entry)
-            self._firsts.append(entry.first)
+            with self._lock:  # publish
+                segment.size = position + written
+                self.next_offset += batch.num_rows
+                segment.end = self.next_offset
+                self.entries.append(entry)
+                self._firsts.append(entry.first)
 
     def roll(self) -> None:
         """Start a new segment now, so the current one becomes releasable by a commit."""
-        with self._lock:
+        with self._write_lock:
             if self._fd is not None and self.segments[-1].end > self.segments[-1].first:
                 self._open_segment()
 
@@ -246,7 +254,7 @@ class ChannelLog:
         self._close_segment()
         seq = self._next_seq
         self._next_seq += 1
-        path = os.path.join(self.dir, segment_name(self.next_offset, seq))
+        path = os.path.join(self.dir, segment_name(self.next_offset, seq))  # (writers only: see _write_lock)
         fd = open_private(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
         try:
             header = encode_segment_header(SegmentHeader(self.channel, self.next_offset, seq, bytes.fromhex(self.spool_id)))
@@ -259,7 +267,9 @@ class ChannelLog:
             os.close(fd)
             raise
         self._fd = fd
-        self.segments.append(Segment(first=self.next_offset, seq=seq, path=path, size=SEGMENT_HEADER_SIZE, end=self.next_offset))
+        with self._lock:
+            self.segments.append(Segment(first=self.next_offset, seq=seq, path=path, size=SEGMENT_HEADER_SIZE,
+                                         end=self.next_offset))
 
     def _close_segment(self) -> None:
         if self._fd is not None:
@@ -267,7 +277,7 @@ class ChannelLog:
             os.close(fd)
 
     def close(self) -> None:
-        with self._lock:
+        with self._write_lock:
             self._close_segment()
 
     # -- reading the index (the driver) --------------------------------------------------------
@@ -305,12 +315,8 @@ class ChannelLog:
     def release_before(self, offset: int) -> int:
         """Delete the segments (never the newest) whose every offset is below ``offset``.
         Returns the bytes freed."""
-        freed = 0
         with self._lock:
             doomed = [s for s in self.segments[:-1] if s.end <= offset]
-            for segment in doomed:
-                self._delete(segment)
-                freed += segment.size
             if doomed:
                 gone = {id(s) for s in doomed}
                 self.segments = [s for s in self.segments if id(s) not in gone]
@@ -320,7 +326,11 @@ class ChannelLog:
                 del self.entries[:keep]
                 del self._firsts[:keep]
             self.lost = [r for r in self.lost if r.end > offset]
-        return freed
+        # the files go outside the lock: unlinking a large file (its cached pages freed) is
+        # slow, and the receiver publishes its next record meanwhile
+        for segment in doomed:
+            self._delete(segment)
+        return sum(segment.size for segment in doomed)
 
     def _delete(self, segment: Segment) -> None:
         try:

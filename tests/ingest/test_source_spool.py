@@ -139,6 +139,58 @@ def test_a_receiver_survives_a_disk_that_refuses_writes_and_loses_nothing(tmp_pa
         spool.close()
 
 
+def test_the_drivers_calls_never_wait_for_a_stalled_spool_write(tmp_path, monkeypatch):
+    """A write that stalls (a slow disk, an fsync on a busy one) held the channel's lock,
+    and the driver's offset calls (latestOffset's earliest and release, the planner's
+    snapshot, the budget) waited for it: 40-170 ms per micro-batch at Arrow rates. They
+    must answer from the index while the write is stuck, and the stuck record must not be
+    published before it is written."""
+    import spark_zmq.ingest.spool as spool_module
+
+    spool = Spool(str(tmp_path), 1, max_bytes=1 << 30)
+    log = spool.channels[0]
+    budget = SpoolBudget(1 << 30, spool.channels)
+    log.append(messages_to_batch([b"m-0", b"m-1"], None, "raw", 0))
+    log.roll()  # a second segment, so that a release has a file to delete
+    log.append(messages_to_batch([b"m-2"], None, "raw", 0))
+    entered, go = threading.Event(), threading.Event()
+    real_writev = spool_module.os.writev
+
+    def stalled_writev(fd, buffers):  # the disk's answer, injected where the spool meets it
+        entered.set()
+        go.wait(30)
+        return real_writev(fd, buffers)
+
+    monkeypatch.setattr(spool_module.os, "writev", stalled_writev)
+    writer = threading.Thread(target=log.append, args=(messages_to_batch([b"m-3", b"m-4"], None, "raw", 0),))
+    writer.start()
+    try:
+        assert entered.wait(10)
+        answers = {}
+
+        def driver():
+            answers["latest"] = spool.latest()
+            answers["earliest"] = log.earliest
+            answers["snapshot"] = len(log.snapshot().entries)
+            answers["used"] = budget.used()
+            answers["locate"] = log.locate(2)
+            answers["freed"] = log.release_before(2)
+
+        calls = threading.Thread(target=driver, daemon=True)
+        calls.start()
+        calls.join(10)
+        assert not calls.is_alive(), "the driver's calls waited for the stalled write"
+        assert answers["latest"] == {"0": 3} and answers["snapshot"] == 2 and answers["locate"] is not None
+        assert answers["freed"] > 0 and log.earliest == 2
+    finally:
+        go.set()
+        writer.join(10)
+    monkeypatch.undo()
+    assert spool.latest() == {"0": 5}
+    assert _values(read_range(str(tmp_path), 0, 2, 5, spool_id=spool.spool_id)) == [b"m-2", b"m-3", b"m-4"]
+    spool.close()
+
+
 def test_a_steady_trickle_is_spooled_in_few_writes_and_every_message_kept(tmp_path, free_port):
     """At a modest rate the socket empties after every few messages; the receiver must not
     write a record per few messages (each costs an Arrow batch, a record and an index entry)
