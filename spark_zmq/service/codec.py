@@ -64,6 +64,9 @@ class Unit:
     #: for one-row-per-request units: the rows that were sent (nulls are not)
     sent_rows: Optional[list[int]] = None
     replies: list = field(default_factory=list)
+    #: whether this unit holds the last rows of its input batch (the caller joins a
+    #: batch's units back into one output batch: see ``ServiceCall``)
+    closes_batch: bool = True
 
     @property
     def complete(self) -> bool:
@@ -124,7 +127,8 @@ class ArrowCodec(RowCodec):
             sink = pa.BufferOutputStream()
             with pa.ipc.new_stream(sink, rows.schema) as writer:
                 writer.write_batch(rows)
-            yield Unit(rows, first_row + start, [sink.getvalue().to_pybytes()])
+            yield Unit(rows, first_row + start, [sink.getvalue().to_pybytes()],
+                       closes_batch=start + self.batch_rows >= batch.num_rows)
 
     def reply(self, frames: Sequence[bytes], unit: Unit) -> object:
         body = _single_frame(frames)
