@@ -35,6 +35,11 @@ _WAIT_SLICE_S = 0.1
 # Frames at least this large (immutable ``bytes`` only) are handed to libzmq without a copy.
 _ZERO_COPY_MIN_BYTES = 65536
 
+# send/recv flags as plain ints: pyzmq's constants are ``IntFlag`` members, and combining
+# them (``NOBLOCK | SNDMORE``) builds a new enum member each time, 2 us per frame here
+_NOBLOCK = int(zmq.NOBLOCK)
+_NOBLOCK_SNDMORE = int(zmq.NOBLOCK | zmq.SNDMORE)
+
 
 class SocketClosedError(RuntimeError):
     """The socket was closed (possibly by another thread) while a call used it."""
@@ -256,7 +261,7 @@ class PatternSocket:
         self._acquire(timeout_deadline(timeout))
         sent = 0
         try:
-            send, NOBLOCK = self._socket.send, zmq.NOBLOCK
+            send, NOBLOCK = self._socket.send, _NOBLOCK
             for message in messages:
                 while True:
                     try:
@@ -285,28 +290,21 @@ class PatternSocket:
         """
         sock = self._socket
         last = len(frames) - 1
-
-        def send_frame(i: int) -> None:
-            frame = frames[i]
-            zero_copy = type(frame) is bytes and len(frame) >= _ZERO_COPY_MIN_BYTES
-            sock.send(frame, zmq.NOBLOCK | (zmq.SNDMORE if i < last else 0), copy=not zero_copy)
-
         while True:
+            i = 0
             try:
-                send_frame(0)
-            except zmq.Again:
-                self._wait(zmq.POLLOUT, deadline, "send")
-                continue
-            try:
-                # Once a message's first frame is accepted libzmq accepts the rest (the
-                # high-water mark counts whole messages), except when the pipe it was going
-                # to is terminated in between (its peer left): libzmq then drops the frames
-                # written so far and answers EAGAIN, meaning "send the whole message again".
-                for i in range(1, last + 1):
-                    send_frame(i)
+                for i, frame in enumerate(frames):
+                    zero_copy = type(frame) is bytes and len(frame) >= _ZERO_COPY_MIN_BYTES
+                    sock.send(frame, _NOBLOCK_SNDMORE if i < last else _NOBLOCK, copy=not zero_copy)
                 return
             except zmq.Again:
-                continue
+                if i == 0:  # no peer can take it: wait (bounded) until one can
+                    self._wait(zmq.POLLOUT, deadline, "send")
+                # else: once a message's first frame is accepted libzmq accepts the rest
+                # (the high-water mark counts whole messages), except when the pipe it was
+                # going to is terminated in between (its peer left): libzmq then drops the
+                # frames written so far and answers EAGAIN, meaning "send the whole message
+                # again"
 
     # -- receiving ------------------------------------------------------------------------
 
@@ -405,7 +403,7 @@ class PatternSocket:
             received_any = False
             sock = self._socket
             recv, more = sock.recv, self._rcvmore
-            NOBLOCK = zmq.NOBLOCK
+            NOBLOCK = _NOBLOCK
             while len(values) < max_messages and size < limit:
                 try:
                     frame = recv(NOBLOCK)
@@ -451,10 +449,15 @@ class PatternSocket:
 
     def _recv_one_nowait(self) -> Optional[list[bytes]]:
         """One whole message or ``None`` if nothing is queued (subclasses filter here)."""
+        sock = self._socket
         try:
-            return self._socket.recv_multipart(zmq.NOBLOCK)
+            frames = [sock.recv(_NOBLOCK)]
         except zmq.Again:
             return None
+        more = self._rcvmore
+        while more():  # (a message's parts arrive together: the rest is there)
+            frames.append(sock.recv(_NOBLOCK))
+        return frames
 
     # -- lifetime -------------------------------------------------------------------------
 

@@ -74,6 +74,9 @@ class Client:
         self.retries = retries
         self._dealer = Dealer(endpoints, **options)
         self._next_id = 1
+        # in due order: a request is sent (or resent) with the latest due of all, since
+        # every wait is the same ``timeout``, and a resent one moves to the end, so the
+        # first entry is always the next one due
         self._pending: dict[int, _Pending] = {}
         self._ready: dict[int, list[bytes]] = {}
         #: replies that were not ``[id, b"", ...]`` of a request of ours (dropped)
@@ -112,7 +115,7 @@ class Client:
             if not self._pending:
                 raise ValueError("no request is waiting for a reply")
             now = time.monotonic()
-            wait = min(p.due for p in self._pending.values()) - now
+            wait = next(iter(self._pending.values())).due - now
             if deadline is not None:
                 if now >= deadline:
                     raise TimeoutError(f"no reply within {timeout} s ({len(self._pending)} requests in flight)")
@@ -192,24 +195,29 @@ class Client:
 
     def _resend_overdue(self) -> None:
         now = time.monotonic()
-        for request_id, pending in list(self._pending.items()):
-            if pending.due > now:
-                continue
-            if pending.attempts > self.retries:
-                del self._pending[request_id]
+        pending = self._pending
+        while pending:
+            request_id = next(iter(pending))
+            entry = pending[request_id]
+            if entry.due > now:
+                return  # (due order: the rest are due later)
+            if entry.attempts > self.retries:
+                del pending[request_id]
                 raise RequestTimeoutError(
                     f"no reply to request {request_id} from {', '.join(map(str, self._dealer.endpoints))} within "
-                    f"{self.timeout:g} s, {pending.attempts} times (timeout {self.timeout:g} s, retries "
+                    f"{self.timeout:g} s, {entry.attempts} times (timeout {self.timeout:g} s, retries "
                     f"{self.retries}): are the workers running and reachable?",
-                    request_id, pending.attempts,
+                    request_id, entry.attempts,
                 )
             try:
-                self._dealer.send(pending.frames, timeout=0)
+                self._dealer.send(entry.frames, timeout=0)
                 self.resent += 1
             except TimeoutError:
                 pass  # no worker takes it now: this wait counts all the same
-            pending.attempts += 1
-            pending.due = now + self.timeout
+            entry.attempts += 1
+            entry.due = now + self.timeout
+            del pending[request_id]  # to the end: the latest due now
+            pending[request_id] = entry
 
     def close(self) -> None:
         self._dealer.close(linger=0)
