@@ -191,6 +191,56 @@ def test_the_drivers_calls_never_wait_for_a_stalled_spool_write(tmp_path, monkey
     spool.close()
 
 
+def test_the_driver_reads_and_releases_while_the_receiver_writes_and_rolls(tmp_path):
+    """Writes and the index take separate locks, so the driver plans, reads and releases
+    while a record is being written. A writer appends 3,000 messages with a new segment
+    every few records while the driver reads every published range as Spark's tasks would
+    and releases behind itself: every read is exact, and what is released is deleted
+    without ever touching the segment being written."""
+    import os
+
+    spool = Spool(str(tmp_path), 1, max_bytes=1 << 30)
+    log = spool.channels[0]
+    log.segment_bytes = 4096  # a roll every few records: many segments to release
+    total = 3000
+    rng = random.Random(11)
+    sizes = []
+    while sum(sizes) < total:
+        sizes.append(min(rng.randint(1, 5), total - sum(sizes)))
+
+    def write():
+        first = 0
+        for n in sizes:
+            log.append(messages_to_batch([b"m-%d" % k for k in range(first, first + n)], None, "raw", 0))
+            first += n
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    committed, idle = 0, threading.Event()
+    try:
+        while committed < total:
+            latest = spool.latest()["0"]
+            if latest == committed:
+                assert writer.is_alive(), f"the writer stopped at {latest} of {total}"
+                idle.wait(0.001)
+                continue
+            end = min(latest, committed + rng.randint(1, 60))
+            hint = log.locate(committed)
+            assert hint is not None
+            got = _values(read_range(str(tmp_path), 0, committed, end, hint, spool_id=spool.spool_id))
+            assert got == [b"m-%d" % k for k in range(committed, end)], (committed, end)
+            committed = end
+            log.release_before(committed)
+    finally:
+        writer.join(30)
+    assert log.next_offset == total and log.segments[-1].seq > 10  # it did roll, many times
+    names = sorted(n for n in os.listdir(log.dir) if n.endswith(".seg"))
+    assert names == sorted(s.name for s in log.segments)  # released files gone, none else
+    assert _values(read_range(str(tmp_path), 0, log.earliest, total, spool_id=spool.spool_id)) == [
+        b"m-%d" % k for k in range(log.earliest, total)]
+    spool.close()
+
+
 def test_a_steady_trickle_is_spooled_in_few_writes_and_every_message_kept(tmp_path, free_port):
     """At a modest rate the socket empties after every few messages; the receiver must not
     write a record per few messages (each costs an Arrow batch, a record and an index entry)
