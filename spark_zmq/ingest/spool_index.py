@@ -70,7 +70,11 @@ def batch_entry(batch: pa.RecordBatch, first: int, segment: Segment, position: i
     values = batch.column(0)
     offsets = np.frombuffer(values.buffers()[1], dtype=np.int64)[values.offset : values.offset + len(values) + 1]
     bytes_cum = offsets[1:] - offsets[0]
-    rows = batch.column(3).to_numpy(zero_copy_only=False)
+    counts = batch.column(3)
+    if counts.null_count:  # (never written so: a spool batch's row counts have no nulls)
+        rows = counts.to_numpy(zero_copy_only=False)
+    else:  # a view of the buffer: Array.to_numpy imports pandas in a receiving process (see spool_format)
+        rows = np.frombuffer(counts.buffers()[1], dtype=np.int32)[counts.offset : counts.offset + len(counts)]
     rows_cum = None if bool((rows == 1).all()) else np.cumsum(np.maximum(rows, 0), dtype=np.int64)
     return BatchEntry(first, batch.num_rows, bytes_cum.astype(np.int64, copy=True), rows_cum, segment, position)
 

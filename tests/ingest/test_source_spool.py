@@ -241,6 +241,49 @@ def test_the_driver_reads_and_releases_while_the_receiver_writes_and_rolls(tmp_p
     spool.close()
 
 
+def test_a_receiving_process_never_imports_pandas(tmp_path):
+    """pyarrow's ``pa.array`` imports pandas the first time it runs in a process (to check
+    whether its argument is a pandas object): a third of a second of CPU at a receiver's
+    first batch and 38 MiB for the life of every receiving process, relay children
+    included. Receiving and spooling every format, topics and all, must not need it."""
+    import subprocess
+    import sys
+
+    import pyarrow as pa
+
+    sink = pa.BufferOutputStream()
+    batch = pa.record_batch({"x": pa.array([1, 2, 3], pa.int64())})
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    message = tmp_path / "message.arrows"
+    message.write_bytes(sink.getvalue().to_pybytes())
+    code = f"""
+import sys
+import spark_zmq.relay.child, spark_zmq.ingest.receiver
+from spark_zmq.ingest.spool import Spool
+from spark_zmq.ingest.spool_format import messages_to_batch
+spool = Spool({str(tmp_path / "spool")!r}, 1)
+log = spool.channels[0]
+arrow = open({str(message)!r}, "rb").read()
+log.append(messages_to_batch([b"a", b"bc"], None, "raw", 1))
+log.append(messages_to_batch([b"a", b"bc", b""], [b"t", None, b"u"], "raw", 1))
+log.append(messages_to_batch([b"v"], [b"\\xff"], "text", 1))
+log.append(messages_to_batch([arrow, b"not arrow"], None, "arrow", 1))
+assert log.next_offset == 2 + 3 + 1 + 2, log.next_offset  # offsets count messages
+spool.close()
+print("pandas" in sys.modules)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "False", "the receiving side imported pandas"
+    spool = Spool(str(tmp_path / "spool"), 1)
+    got = list(read_range(str(tmp_path / "spool"), 0, 0, 6, spool_id=spool.spool_id))
+    assert _values(got) == [b"a", b"bc", b"a", b"bc", b"", b"v"]
+    topics = [t for _, b in got for t in b.column("topic").to_pylist()]
+    assert topics == [None, None, "t", None, "u", "\ufffd"]
+    spool.close()
+
+
 def test_a_steady_trickle_is_spooled_in_few_writes_and_every_message_kept(tmp_path, free_port):
     """At a modest rate the socket empties after every few messages; the receiver must not
     write a record per few messages (each costs an Arrow batch, a record and an index entry)
