@@ -70,8 +70,8 @@ class Client:
         # queue requests only to workers connected now: libzmq would otherwise keep a pipe
         # to a dead worker's endpoint and round-robin requests (and resends) into it
         options.setdefault("immediate", True)
-        self.timeout = float(timeout)
-        self.retries = retries
+        self._timeout = float(timeout)
+        self._retries = retries
         self._dealer = Dealer(endpoints, **options)
         self._next_id = 1
         # in due order: a request is sent (or resent) with the latest due of all, since
@@ -85,6 +85,18 @@ class Client:
         self.duplicates = 0
         #: requests sent again after a timeout
         self.resent = 0
+
+    @property
+    def timeout(self) -> float:
+        """Seconds a request waits for its reply before it is sent again. Read-only: the
+        pending requests are kept in due order on the promise that every wait is this long,
+        so changing it with requests in flight would make resends late."""
+        return self._timeout
+
+    @property
+    def retries(self) -> int:
+        """How many times a request is sent again before ``RequestTimeoutError``."""
+        return self._retries
 
     @property
     def in_flight(self) -> int:

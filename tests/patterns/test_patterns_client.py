@@ -192,3 +192,14 @@ def test_garbage_replies_are_counted_and_dropped(context):
 def test_bad_arguments_name_what_is_valid(kwargs, message):
     with pytest.raises(ValueError, match=message):
         Client("tcp://127.0.0.1:5", **kwargs)
+
+
+def test_timeout_and_retries_cannot_change_under_requests_in_flight():
+    """Pending requests are kept in due order on the promise that every wait is the
+    same ``timeout``; a timeout changed with requests in flight would make resends late."""
+    with Client("tcp://127.0.0.1:5", timeout=0.5, retries=1) as client:
+        assert (client.timeout, client.retries) == (0.5, 1)
+        with pytest.raises(AttributeError):
+            client.timeout = 10.0
+        with pytest.raises(AttributeError):
+            client.retries = 5
