@@ -63,7 +63,7 @@ from .spool_format import (
     SegmentHeader,
     SpoolFormatError,
     decode_segment_header,
-    encode_record_header,
+    RecordEncoder,
     encode_segment_header,
     header_seed,
     map_segment,
@@ -112,6 +112,7 @@ class ChannelLog:
         self._next_seq = 0
         self._firsts: list[int] = []  # entries' first offsets, for bisection
         self._seed = header_seed(bytes.fromhex(self.spool_id))
+        self._encoder = RecordEncoder()  # writers only (``_write_lock``)
         self._recover()
 
     # -- recovery -------------------------------------------------------------------------
@@ -220,12 +221,11 @@ class ChannelLog:
             if self._fd is None or self.segments[-1].size >= self.segment_bytes:
                 self._open_segment()
             segment = self.segments[-1]
-            body = batch.serialize()
-            header = encode_record_header(self.next_offset, batch.num_rows, body, self._seed)
+            record, size = self._encoder.encode(self.next_offset, batch, self._seed)
             position = segment.size
             try:
-                written = os.writev(self._fd, [header, body])
-                if written != len(header) + body.size:
+                written = os.writev(self._fd, record)
+                if written != size:
                     raise OSError(errno.ENOSPC, f"short write to {segment.path}")
                 if self.fsync:
                     os.fsync(self._fd)

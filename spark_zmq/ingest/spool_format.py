@@ -50,7 +50,7 @@ from . import arrow_guard
 
 __all__ = [
     "SPOOL_SCHEMA", "DataLossError", "SpoolFormatError", "SegmentHeader", "Record", "segment_name", "parse_segment_name",
-    "encode_segment_header", "decode_segment_header", "encode_record_header", "scan_records", "map_segment",
+    "encode_segment_header", "decode_segment_header", "encode_record_header", "RecordEncoder", "scan_records", "map_segment",
     "messages_to_batch", "SEGMENT_HEADER_SIZE", "RECORD_HEADER_SIZE", "checksum", "body_checksum", "open_private", "header_seed", "read_body",
 ]
 
@@ -219,9 +219,68 @@ def header_seed(spool_id: bytes) -> int:
 
 
 def encode_record_header(first: int, count: int, body: pa.Buffer, seed: int = 0) -> bytes:
-    head = _RECORD_HEADER.pack(_RECORD_MAGIC, _VERSION, 0, first, count, body.size, body_checksum(body), 0)
+    """The header of a record whose body is ``body`` (a batch's serialised IPC message)."""
+    return _record_header(first, count, body.size, body_checksum(body), seed)
+
+
+def _record_header(first: int, count: int, size: int, body_sum: int, seed: int) -> bytes:
+    head = _RECORD_HEADER.pack(_RECORD_MAGIC, _VERSION, 0, first, count, size, body_sum, 0)
     crc = checksum(head[: _RECORD_HEADER.size - 4], seed)
     return (head[: _RECORD_HEADER.size - 4] + struct.pack("<I", crc)).ljust(RECORD_HEADER_SIZE, b"\0")
+
+
+class _Pieces:
+    """A write-only file for pyarrow's IPC writer that keeps what it is given. pyarrow
+    hands a batch's buffers to a Python file as ``pa.Buffer`` views of the batch's own
+    memory (no copy) and the framing (marker, length, metadata, padding) as bytes."""
+
+    closed = False
+
+    def __init__(self) -> None:
+        self.pieces: list = []
+
+    def write(self, data) -> int:
+        self.pieces.append(data)
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+
+class RecordEncoder:
+    """A spool batch as a record, ``[header, *body pieces]``, for one ``writev``: the body
+    is the bytes ``RecordBatch.serialize()`` returns, but left in place as pyarrow's IPC
+    writer produces them instead of copied into one buffer.
+
+    Why: ``serialize`` copies every byte of the batch once more, after ``recv`` and the
+    column's join and before the write's own copy into the page cache: 12% of a
+    receiving thread's samples with 370 KB Arrow messages. One stream writer is kept for
+    the log's life: it writes the schema once (on the first batch, here at construction)
+    and then nothing but each batch's message, since the spool schema has no
+    dictionaries."""
+
+    def __init__(self) -> None:
+        self._sink = _Pieces()
+        self._writer = pa.ipc.new_stream(pa.PythonFile(self._sink, mode="w"), SPOOL_SCHEMA)
+        # the schema, once (an empty batch of nulls: ``from_pylist`` would import pandas)
+        self._writer.write_batch(pa.RecordBatch.from_arrays([pa.nulls(0, f.type) for f in SPOOL_SCHEMA],
+                                                            schema=SPOOL_SCHEMA))
+        self._sink.pieces.clear()
+
+    def encode(self, first: int, batch: pa.RecordBatch, seed: int) -> tuple[list, int]:
+        """``([header, *pieces], total bytes)`` of the record holding ``batch`` at ``first``."""
+        sink = self._sink
+        sink.pieces = pieces = []
+        self._writer.write_batch(batch)
+        hasher = xxhash.xxh3_64()  # ``body_checksum``, over the pieces
+        size = 0
+        for piece in pieces:
+            hasher.update(piece)
+            size += len(piece)
+        if size % 8 or bytes(pieces[0][:4]) != b"\xff\xff\xff\xff":
+            raise AssertionError(f"pyarrow's IPC writer produced an unexpected message ({size} bytes)")
+        return [_record_header(first, batch.num_rows, size, hasher.intdigest(), seed), *pieces], \
+            RECORD_HEADER_SIZE + size
 
 
 @dataclass
