@@ -556,6 +556,27 @@ def test_arrow_unreadable_messages_are_dropped_under_dropmalformed(make):
     assert [r["id"] for b in out for r in b.to_pylist()] == [1, 2, 1, 2] and decoder.malformed == 1
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_arrow_messages_are_read_where_a_sliced_spool_batch_holds_them_and_a_null_one_is_malformed(mode):
+    """The decoder reads each message as a slice of the column's data buffer: in a batch a
+    read task sliced (a range starting inside a record) the offsets are the slice's, and
+    a null message (a spool no receiver wrote) is malformed, never a crash or another
+    message's rows."""
+    messages = [ipc([pa.record_batch({"id": pa.array([10 * i, 10 * i + 1], pa.int64())})]) for i in range(4)]
+    column = pa.array([messages[0], messages[1], None, messages[3]], pa.large_binary())
+    spool = messages_to_batch(messages, None, "arrow", 0)
+    spool = pa.RecordBatch.from_arrays([column] + spool.columns[1:], schema=spool.schema)
+    decoder = make_decoder("arrow", StructType([StructField("id", LongType())]), mode=mode)
+    sliced = spool.slice(1)  # offsets FIRST + 1 .. FIRST + 3
+    if mode == "DROPMALFORMED":
+        out = list(decoder.decode(sliced, 2, FIRST + 1))
+        assert [r["id"] for b in out for r in b.to_pylist()] == [10, 11, 30, 31] and decoder.malformed == 1
+        return
+    with pytest.raises(MalformedMessageError, match="null message") as info:
+        list(decoder.decode(sliced, 2, FIRST + 1))
+    assert failed_index(info.value) == 2
+
+
 def _big_endian(message: bytes) -> bytes:
     """``message`` with its schema marked big-endian. pyarrow writes no such streams and
     omits the default (little) endianness field, so the schema table's vtable entry for it

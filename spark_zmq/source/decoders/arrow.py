@@ -42,18 +42,22 @@ class ArrowDecoder(Decoder):
     def _messages(self, batch: pa.RecordBatch, channel: int, first: int) -> Iterator[tuple[pa.RecordBatch, int]]:
         """Each message's output batches, with the message's index in ``batch``."""
         values = batch.column(0)
+        # each message as a zero-copy slice of the column's data: ``values[i].as_buffer()``
+        # copies the message into a scalar first (a tenth of a read task's samples at 370 KB)
+        offsets, _ = base._offsets_and_data(values)
+        data = values.buffers()[2]
+        valid = None if values.null_count == 0 else values.is_valid().to_numpy(zero_copy_only=False)
         for i in range(len(values)):
-            scalar = values[i]
             headers: Optional[Headers] = None
             try:
-                if not scalar.is_valid:
+                if valid is not None and not valid[i]:
                     raise arrow_guard.MalformedArrowError("null message")
+                start = int(offsets[i])
+                message = data.slice(start, int(offsets[i + 1]) - start) if data is not None else pa.py_buffer(b"")
                 if self.headers_at is None:
-                    decoded = arrow_guard.read_batches(
-                        scalar.as_buffer(), schema=self.target, max_body_bytes=self.max_body_bytes
-                    )
+                    decoded = arrow_guard.read_batches(message, schema=self.target, max_body_bytes=self.max_body_bytes)
                 else:
-                    decoded, headers = self._read_with_headers(scalar.as_buffer())
+                    decoded, headers = self._read_with_headers(message)
             except arrow_guard.MalformedArrowError as exc:
                 # Arrow has no corrupt-record column to fall back on: anything but
                 # DROPMALFORMED fails, so a schema mismatch is never silently nulled.
