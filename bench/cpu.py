@@ -83,8 +83,10 @@ def used(before: Snapshot, after: Snapshot, include: Callable[[Process], bool] =
     its parent, so ``include`` should accept the parents of such processes too."""
     ticks = 0
     for key, process in after.items():
-        if include(process):
-            earlier = before.get(key)
+        earlier = before.get(key)
+        # judged as it was at the first snapshot when it was alive then: a process that has
+        # exited and not yet been reaped (a producer done sending) shows an empty cmdline
+        if include(earlier if earlier is not None else process):
             ticks += process.own + process.reaped - (earlier.own + earlier.reaped if earlier else 0)
     for key, process in before.items():
         if key not in after and include(process):
