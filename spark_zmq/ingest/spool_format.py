@@ -272,6 +272,7 @@ class RecordEncoder:
         sink = self._sink
         sink.pieces = pieces = []
         self._writer.write_batch(batch)
+        sink.pieces = []  # the caller's list holds the batch's buffers, until its write
         hasher = xxhash.xxh3_64()  # ``body_checksum``, over the pieces
         size = 0
         for piece in pieces:
