@@ -131,7 +131,7 @@ class Receiver:
         emptied = False  # whether the last receive took everything the socket held
         try:
             while not self._stop.is_set():
-                self.budget.wait_for_room(self.log, self._stop, idle=watch.poll if watch is not None else None)
+                room = self.budget.wait_for_room(self.log, self._stop, idle=watch.poll if watch is not None else None)
                 if self._stop.is_set():
                     break
                 if watch is not None:
@@ -140,14 +140,16 @@ class Receiver:
                 if emptied and pause > 0 and self._stop.wait(pause):
                     break  # (the messages that came meanwhile are the stop's drain's)
                 try:
-                    values, topics = self.socket.recv_values(self.batch_messages, timeout=_POLL_S, max_bytes=self.batch_bytes)
+                    # at most the room left (payload bytes; the record adds its framing)
+                    limit = min(self.batch_bytes, room)
+                    values, topics = self.socket.recv_values(self.batch_messages, timeout=_POLL_S, max_bytes=limit)
                 except TimeoutError:
                     emptied = False  # nothing came for a while: the next message is written at once
                     continue
                 if not values:  # only discarded (multipart on GATHER) messages arrived
                     continue
                 # cut short by neither limit: the socket was empty (bytes counted only then)
-                emptied = len(values) < self.batch_messages and sum(map(len, values)) < self.batch_bytes
+                emptied = len(values) < self.batch_messages and sum(map(len, values)) < limit
                 written_at = time.monotonic()
                 self._spool(values, topics)
                 self.writes += 1

@@ -448,19 +448,24 @@ class SpoolBudget:
         return sum(channel.size_bytes for channel in self._logs)
 
     def wait_for_room(self, channel: ChannelLog, stop: threading.Event, poll_s: float = 0.1,
-                      idle: Optional[Callable[[], object]] = None) -> None:
-        """Return when the spool has room (or at a stop); ``idle`` runs at every wake-up
-        meanwhile (the receiver reads its socket monitor there, see ``HandshakeWatch``)."""
-        if self.used() < self.max_bytes:
-            return
-        # Close the active segment so a commit can delete it: otherwise the segment being
-        # written could be the only one, never released, and the spool would stay full.
-        channel.roll()
-        with self._room:
-            while not stop.is_set() and self.used() >= self.max_bytes:
-                self._room.wait(poll_s)
-                if idle is not None:
-                    idle()
+                      idle: Optional[Callable[[], object]] = None) -> int:
+        """Wait until the spool has room (or a stop); ``idle`` runs at every wake-up
+        meanwhile (the receiver reads its socket monitor there, see ``HandshakeWatch``).
+        Returns the payload bytes one channel may receive now: its share of the room left
+        (at least 1), so that a receive batch ends the spool at most one message past
+        the budget, not one whole batch (8 MiB) past it."""
+        used = self.used()
+        if used >= self.max_bytes:
+            # Close the active segment so a commit can delete it: otherwise the segment being
+            # written could be the only one, never released, and the spool would stay full.
+            channel.roll()
+            with self._room:
+                while not stop.is_set() and used >= self.max_bytes:
+                    self._room.wait(poll_s)
+                    if idle is not None:
+                        idle()
+                    used = self.used()
+        return max(1, (self.max_bytes - used) // max(1, len(self._logs)))
 
     def released(self) -> None:
         with self._room:

@@ -96,6 +96,38 @@ def test_a_stop_spools_what_the_socket_already_holds(tmp_path):
         spool.close()
 
 
+def test_a_receive_batch_takes_the_spool_at_most_a_message_past_its_budget(tmp_path):
+    """The budget is checked before each receive, and a receive takes at most the room
+    left: with 2 MB queued in the socket and a 256 KiB budget, the spool ends one message
+    (plus the last record's framing) past it, not one 8 MiB receive batch past it."""
+    endpoint = f"inproc://room-{random.getrandbits(32)}"
+    spool = Spool(str(tmp_path / "spool"), 1)
+    log = spool.channels[0]
+    budget = SpoolBudget(256 << 10, spool.channels)
+    pull = Pull("@" + endpoint, hwm=10_000)
+    push = zmq.Context.instance().socket(zmq.PUSH)
+    push.setsockopt(zmq.SNDHWM, 10_000)
+    push.connect(endpoint)
+    for i in range(2000):  # inproc: all of it sits in the receiver's pipe before it starts
+        push.send(b"%08d" % i + b"x" * 992, zmq.NOBLOCK)
+    receiver = Receiver(pull, log, budget, "raw").start()
+    try:
+        deadline = threading.Event()
+        while budget.used() < budget.max_bytes and not deadline.wait(0.01):
+            assert receiver.error is None and log.next_offset < 2000
+        used, spooled = budget.used(), log.next_offset
+        # one 1,000-byte message, and the framing of the records (offsets, times, headers)
+        assert used <= budget.max_bytes + 1000 + 16 * 1024, f"the spool took {used} bytes of a {budget.max_bytes} budget"
+        assert 200 <= spooled < 300
+    finally:
+        receiver.stop()
+        push.close(linger=0)
+        spool.close()
+    # nothing was lost: the stop spooled what the socket still held, in order
+    got = _values(read_range(str(tmp_path / "spool"), 0, 0, log.next_offset, spool_id=spool.spool_id))
+    assert got == [b"%08d" % i + b"x" * 992 for i in range(2000)]
+
+
 def test_a_receiver_survives_a_disk_that_refuses_writes_and_loses_nothing(tmp_path):
     """A failed append (disk full) publishes nothing; the receiver holds the batch, stops
     reading, and retries until the disk accepts it."""
