@@ -44,6 +44,11 @@ def secure_server(sock: zmq.Socket, root: str) -> None:
     sock.curve_server = True
 
 
+def server_secret_z85(root: str) -> str:
+    """The server's secret key in Z85, for the C consumer (``THR_CURVE_SECRET``)."""
+    return zmq.auth.load_certificate(os.path.join(root, "server.key_secret"))[1].decode()
+
+
 def source_options(root: str) -> dict[str, str]:
     return {"curveCertificate": os.path.join(root, "server.key_secret"),
             "curveAuthorizedKeys": os.path.join(root, "authorized")}

@@ -6,6 +6,12 @@ consumer process's first message to its last (for the discarding writer, its fir
 to the end of its last, across tasks). What a write costs outside that window (for Spark,
 a write job's fixed cost: planning, task launch, the commit; for the bare loop, about 0)
 is elapsed minus window, recorded in ``FIXED_COSTS`` for the report, not mixed into the rate.
+
+The consumer of one-row (``raw``) messages is libzmq's C program (``bench/c/thr.c``'s
+``sink``) where it builds, else ``bench/consumer.py``: a Python receive loop takes about
+1 us a message, as long as a bare pyzmq PUSH loop takes to send one, so with it every
+contender ran at the consumer's speed and the ratios said nothing about the senders.
+Arrow messages are few and large; their rows are counted by ``bench/consumer.py``.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import zmq
 
 import curvekeys
 import payloads
+import wire
 from common import HERE, register_ceilings
 
 #: one entry per measured write: contender, curve, messages, rows, elapsed_s, window_s,
@@ -38,13 +45,29 @@ def _record(contender: str, rows: int, messages: int, elapsed: float, window: fl
     return rows / max(window, 1e-9)
 
 
+def consumer_name(kind: str) -> str:
+    """Which consumer the egress scenarios of ``kind`` use here (for the report)."""
+    if kind == "raw" and wire.missing() is None:
+        return f"libzmq's C PULL ({wire.library()})"
+    return "a pyzmq PULL loop in Python (bench/consumer.py)" + (
+        f"; the C consumer is not here: {wire.missing()}" if kind == "raw" else "")
+
+
 class Consumer:
-    """``bench/consumer.py`` in its own process; ``endpoint`` once it has bound."""
+    """The consumer in its own process (``consumer_name``); ``endpoint`` once it has bound."""
 
     def __init__(self, kind: str, expected: int) -> None:
-        self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "consumer.py"), kind, str(expected)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        self.endpoint = f"tcp://127.0.0.1:{int(self.proc.stdout.readline())}"
+        if kind == "raw" and wire.missing() is None:
+            env = dict(os.environ)
+            if curvekeys.current():
+                env["THR_CURVE_SECRET"] = curvekeys.server_secret_z85(curvekeys.current())
+            self.proc = subprocess.Popen(wire.consumer_command(expected), stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, text=True, env=env)
+            self.endpoint = self.proc.stdout.readline().strip()
+        else:
+            self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "consumer.py"), kind, str(expected)],
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            self.endpoint = f"tcp://127.0.0.1:{int(self.proc.stdout.readline())}"
 
     def wait(self) -> tuple[float, float]:
         """Until it has everything; its ``time.time()`` at the first message and the last.

@@ -95,7 +95,8 @@ def fixed_cost_line(r: dict) -> str:
     others = "; ".join(f"{k}: {v['median_s']:.3f} s" for k, v in costs.items() if k != main)
     return (f"{r['scenario']}: Spark's fixed cost of a write job: median {c['median_s']:.3f} s over "
             f"{c['messages']:,} messages{rows} ({main}; elapsed minus the consumer's first-to-last window, "
-            f"not in the rate)" + (f"; same measure for {others}" if others else ""))
+            f"not in the rate)" + (f"; same measure for {others}" if others else "") +
+            (f"; consumer: {r['consumer']}" if r.get("consumer") else ""))
 
 
 def wire_line(reason: str) -> str:

@@ -128,7 +128,8 @@ def compare(name: str, unit: str, contenders: dict[str, Callable[[], float]], re
 def fixed_costs(run: Callable[[], dict]) -> Callable[[], dict]:
     """An egress comparison with what each write cost outside the consumer's window
     (``egress.FIXED_COSTS``) filed under ``fixed_cost_s`` by contender (", CURVE" when
-    encrypted): median seconds, every run, messages per write. Printed as one line."""
+    encrypted): median seconds, every run, messages per write; and which process consumed
+    (``consumer``: libzmq's C PULL for one-row messages where it builds). Printed as one line."""
     def wrapped() -> dict:
         egress.FIXED_COSTS.clear()
         row = run()
@@ -140,6 +141,7 @@ def fixed_costs(run: Callable[[], dict]) -> Callable[[], dict]:
         for cost in costs.values():
             cost["median_s"] = statistics.median(cost["runs_s"])
         row["fixed_cost_s"] = costs
+        row["consumer"] = egress.consumer_name("arrow" if row["scenario"].endswith("arrow") else "raw")
         print(report.fixed_cost_line(row), flush=True)
         return row
     return wrapped

@@ -82,6 +82,13 @@ def _build() -> str:
     return _built["thr"]
 
 
+def consumer_command(count: int) -> list[str]:
+    """``thr sink``: the egress scenarios' consumer of ``count`` messages of any size (see
+    ``bench/c/thr.c``), a CURVE server when the environment gives it a key. Call after
+    ``missing()`` returned ``None``."""
+    return [_build(), "sink", "tcp://127.0.0.1:*", str(count)]
+
+
 def library() -> str:
     """Which libzmq the C test was built against (after ``missing()`` returned ``None``)."""
     return _built.get("library", "")
