@@ -3,7 +3,8 @@
 ``Push``/``Pull`` (30/PIPELINE), ``Scatter``/``Gather`` (49/SCATTERGATHER, real SCATTER and
 GATHER sockets on the wire through this package's own ZMTP engine, because pyzmq's libzmq
 lacks draft sockets), ``ReroutingPush`` (PUSH on that engine: a departed peer's messages go
-to the peers still there instead of being dropped), ``Pub``/``Sub``/
+to the peers still there instead of being dropped), ``ZmtpPull`` (PULL on that engine: less
+work per message than libzmq through pyzmq, multipart bounded as a whole), ``Pub``/``Sub``/
 ``XPub``/``XSub`` (29/PUBSUB), ``Req``/``Rep``/``Dealer``/``Router`` (request-reply, the
 Guide's chapter 3) and ``Client``, the Guide's asynchronous client over a DEALER (request
 ids, replies in any order, resends on silence) and ``Broker``, the Guide's load-balancing
@@ -24,6 +25,7 @@ from .pubsub import Pub, Sub, XPub, XSub
 from .reqrep import Dealer, Rep, Req, Router
 from .reroutingpush import ReroutingPush
 from .scattergather import Gather, Scatter
+from .zmtppull import ZmtpPull
 
 PATTERNS: dict[str, type[PatternSocket]] = {
     "push": Push,
@@ -76,6 +78,7 @@ __all__ = [
     "Sub",
     "XPub",
     "XSub",
+    "ZmtpPull",
     "parse_endpoints",
     "socket_for",
 ]

@@ -39,7 +39,7 @@ import zmq
 
 from .base import PatternSocket
 from .endpoints import bind_error, check_ipc_bind
-from .frames import Frames
+from .frames import Frames, flatten
 from .handshakes import HANDSHAKE_FAILURES, HandshakeWatch
 from .socket_options import check_linger, positive_int, timeout_deadline
 from .zmtp.engine import Engine
@@ -135,6 +135,7 @@ class ZmtpPatternSocket(PatternSocket):
             sndbuf=options.get("sndbuf"),
             immediate=bool(options.get("immediate")),
             on_event=self.handshakes.push if isinstance(self.handshakes, EngineWatch) else None,
+            multipart=self.can_recv and not self.single_part,
         )
         self._bound: list[str] = []
         self._closed = False
@@ -210,14 +211,17 @@ class ZmtpPatternSocket(PatternSocket):
 
     def recv_values(
         self, max_messages: int, timeout: Optional[float] = None, max_bytes: Optional[int] = None
-    ) -> tuple[list[bytes], None]:
+    ) -> tuple[list[bytes], Optional[list[Optional[bytes]]]]:
         """Up to ``max_messages`` messages (and about ``max_bytes``), fair-queued over the
-        peers, waiting up to ``timeout`` for the first; ``(values, None)`` (no topics on a
-        single-part socket)."""
+        peers, waiting up to ``timeout`` for the first; ``(values, topics)`` as
+        ``PatternSocket.recv_values`` (``topics`` is ``None`` when every message had one
+        frame, always so on a single-part socket)."""
         self._check_recv(max_messages)
         values = self._engine.receive(max_messages, max_bytes, timeout_deadline(timeout), self._check_open)
         if not values:
             raise TimeoutError(f"{type(self).__name__}.recv timed out{self._timeout_hint('recv')}")
+        if not self.single_part and tuple in set(map(type, values)):  # multipart messages: as Pull's
+            return flatten([list(m) if type(m) is tuple else [m] for m in values])
         return values, None
 
     def poll_recv(self, timeout: Optional[float] = 0.0) -> bool:
@@ -228,8 +232,11 @@ class ZmtpPatternSocket(PatternSocket):
     def recv_batch(
         self, max_messages: int, timeout: Optional[float] = None, max_bytes: Optional[int] = None
     ) -> list[list[bytes]]:
-        values, _ = self.recv_values(max_messages, timeout, max_bytes)
-        return [[value] for value in values]
+        self._check_recv(max_messages)
+        values = self._engine.receive(max_messages, max_bytes, timeout_deadline(timeout), self._check_open)
+        if not values:
+            raise TimeoutError(f"{type(self).__name__}.recv timed out{self._timeout_hint('recv')}")
+        return [list(value) if type(value) is tuple else [value] for value in values]
 
     # -- lifetime ---------------------------------------------------------------------------
 

@@ -122,6 +122,11 @@ class Connection:
         #: the sending side was shut down (``finish``): the peer acknowledges a FIN at once
         self.finished = False
         self.in_multipart = False
+        #: a multipart message being assembled (sockets that take them): its frames so far,
+        #: their bytes, and their cost against the size limit (``_Stream._add_part``)
+        self.parts: list[bytes] = []
+        self.parts_bytes = 0
+        self.parts_cost = 0
         self.deadline = time.monotonic() + engine.handshake_ivl_s
         self.events = 0
         self.sent_metadata = False

@@ -90,8 +90,11 @@ class Engine(_Sessions, _Stream):
         sndbuf: Optional[int] = None,
         immediate: bool = False,
         on_event: Optional[Callable[[int, int, str], None]] = None,
+        multipart: bool = False,
     ) -> None:
         self.socket_type = socket_type
+        #: received multipart messages are delivered (as tuples of frames), not dropped
+        self.multipart = multipart
         self.peer_types = peer_types
         self.label = label
         self.hwm = hwm

@@ -103,12 +103,14 @@ class FairQueue:
     def __bool__(self) -> bool:
         return bool(self.readable)
 
-    def deliver(self, peer: Peer, messages: list[bytes]) -> bool:
-        """Queue what ``peer`` sent; whether its inbox is now full (the engine stops reading it)."""
+    def deliver(self, peer: Peer, messages: list, nbytes: Optional[int] = None) -> bool:
+        """Queue what ``peer`` sent (``bytes``; tuples of frames, whose bytes ``nbytes``
+        then counts, on a socket that takes multipart messages); whether its inbox is now
+        full (the engine stops reading it)."""
         if not peer.inbox:
             self.readable.append(peer)
         peer.inbox.extend(messages)
-        peer.inbox_bytes += sum(map(len, messages))
+        peer.inbox_bytes += sum(map(len, messages)) if nbytes is None else nbytes
         if self.hwm and len(peer.inbox) >= self.hwm:
             peer.paused = True
             peer.resume_asked = False
@@ -137,8 +139,9 @@ class FairQueue:
                 while inbox and len(taken) < share and size < limit:
                     message = inbox.popleft()
                     taken.append(message)
-                    size += len(message)
-                    peer.inbox_bytes -= len(message)
+                    n = len(message) if type(message) is not tuple else sum(map(len, message))
+                    size += n
+                    peer.inbox_bytes -= n
             out.extend(taken)
             if inbox:
                 readable.append(peer)

@@ -39,6 +39,9 @@ _REFILL_RUN = 64
 #: PING flood from a peer that does not read would grow the queue without bound
 _MAX_PENDING_REPLY_BYTES = 64 * 1024
 _IOV_MAX = 512
+#: bytes a frame of a multipart message being assembled counts for beyond its body (a
+#: Python ``bytes`` and its list slot), so empty frames cannot pile up without limit
+PART_OVERHEAD = 64
 #: PING flood and malformed heartbeat warnings: at most this many per connection
 _HEARTBEAT_WARNINGS = 1
 
@@ -207,12 +210,15 @@ class _Stream:
 
     def _frames_in_order(self, conn: Connection, frames: list, encrypted: bool) -> None:
         """Frames with flags (``parse_frames``'s tuples) or sealed by CURVE, one by one:
-        commands answered, multipart messages dropped whole (49/SCATTERGATHER), messages
-        delivered (also those before a frame that fails)."""
-        out: list[bytes] = []
+        commands answered, multipart messages dropped whole (49/SCATTERGATHER) or, on a
+        socket that takes them (``multipart``), delivered as a tuple of their frames once
+        the last one came; messages delivered (also those before a frame that fails)."""
+        out: list = []
         append = out.append
         in_multipart = conn.in_multipart
         decode = conn.mechanism.decode
+        multipart = self.multipart
+        joined = 0  # bytes of the multipart messages in ``out``, beyond len() of the tuples
         try:
             for frame in frames:
                 if type(frame) is tuple:
@@ -225,23 +231,48 @@ class _Stream:
                     self._on_command(conn, body)
                     continue
                 if flags & MORE or in_multipart:
-                    # a multipart message: a single-part socket drops it whole (49/SCATTERGATHER)
                     in_multipart = bool(flags & MORE)
-                    if not in_multipart:
+                    if multipart:
+                        self._add_part(conn, body)
+                        if not in_multipart:
+                            append(tuple(conn.parts))
+                            joined += conn.parts_bytes
+                            conn.parts, conn.parts_bytes = [], 0
+                    elif not in_multipart:
+                        # a single-part socket drops a multipart message whole (49/SCATTERGATHER)
                         self.discarded_multipart += 1
                     continue
                 append(body)
         finally:
             conn.in_multipart = in_multipart
             if out:
-                self._deliver(conn, out)
+                self._deliver(conn, out, None if not joined else
+                              sum(len(m) if type(m) is not tuple else 0 for m in out) + joined)
 
-    def _deliver(self, conn: Connection, messages: list[bytes]) -> None:
+    def _add_part(self, conn: Connection, body: bytes) -> None:
+        """One frame of a multipart message being assembled. The whole message is held
+        until its last frame, so its size is bounded: its frames' bytes plus
+        ``PART_OVERHEAD`` per frame (what a frame costs us in memory, so a stream of empty
+        frames is bounded too) may not pass ``max_message_bytes`` (else 2 GiB); past it
+        the connection closes, as for a frame that is too large."""
+        conn.parts.append(body)
+        conn.parts_bytes += len(body)
+        conn.parts_cost += len(body) + PART_OVERHEAD
+        limit = self.max_message_bytes if self.max_message_bytes is not None else HARD_FRAME_LIMIT
+        if conn.parts_cost > limit:
+            parts = len(conn.parts)
+            conn.parts, conn.parts_bytes, conn.parts_cost = [], 0, 0
+            raise ZmtpError(f"a multipart message exceeds max_message_bytes={limit} at its frame {parts} "
+                            f"(its frames' bytes plus {PART_OVERHEAD} per frame count)")
+
+    def _deliver(self, conn: Connection, messages: list, nbytes: Optional[int] = None) -> None:
+        """Queue ``messages`` (``bytes``, or tuples of frames on a ``multipart`` socket, whose
+        bytes the caller counts in ``nbytes``) in the peer's inbox."""
         peer = conn.peer
         if self.socket_type in (b"SCATTER", b"PUSH"):
             return  # a send-only socket ignores messages (a well-behaved peer sends none)
         with self.lock:
-            paused = self._fq.deliver(peer, messages)
+            paused = self._fq.deliver(peer, messages, nbytes)
             if self.waiters:
                 self.cond.notify()
         if paused:

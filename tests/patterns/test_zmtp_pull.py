@@ -1,0 +1,148 @@
+"""ZmtpPull: PULL on the package's ZMTP engine, against peers nobody here wrote.
+
+It must keep libzmq's PULL contract where the connector relies on it (fair-queued input
+from PUSH peers, multipart messages whole, ``recv_values``' topics, CURVE with the keys of
+``zmq.auth``) and bound what a hostile peer can make it hold: a multipart message counts
+as a whole against ``max_message_bytes``, empty frames included.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import zmq
+import zmq.auth
+
+from spark_zmq.patterns import Pull, ZmtpPull
+from spark_zmq.patterns.curve import Curve
+from spark_zmq.patterns.curve_keys import KeyPair
+from spark_zmq.patterns.zmtp.stream import PART_OVERHEAD
+from zmqjs_peer import NodePeer, payload, skip_unless_node
+from zmqtest import SocketEvents
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def ctx():
+    context = zmq.Context()
+    yield context
+    context.destroy(linger=0)
+
+
+def _receive(sock, count: int, timeout: float = 10.0) -> tuple[list[bytes], list]:
+    """``count`` messages' values and topics (``None`` for single-part ones)."""
+    values: list[bytes] = []
+    topics: list = []
+    while len(values) < count:
+        got, got_topics = sock.recv_values(count - len(values), timeout=timeout)
+        values += got
+        topics += got_topics if got_topics is not None else [None] * len(got)
+    return values, topics
+
+
+@pytest.mark.parametrize("cls", [Pull, ZmtpPull])
+def test_single_and_multipart_messages_come_out_as_from_libzmq_pull(ctx, cls):
+    """The same sends give the same ``recv_values`` and ``recv_batch`` on both sockets."""
+    sock = cls("@tcp://127.0.0.1:*")
+    try:
+        push = ctx.socket(zmq.PUSH)
+        push.connect(sock.last_endpoint)
+        push.send(b"one")
+        push.send_multipart([b"topic", b"pay", b"load"])
+        push.send_multipart([b"t2", b""])
+        push.send(b"")
+        values, topics = _receive(sock, 4)
+        assert values == [b"one", b"payload", b"", b""]
+        assert topics == [None, b"topic", b"t2", None]
+        push.send_multipart([b"a", b"b"])
+        push.send(b"c")
+        batch: list = []
+        while len(batch) < 2:
+            batch += sock.recv_batch(2 - len(batch), timeout=10)
+        assert batch == [[b"a", b"b"], [b"c"]]
+    finally:
+        sock.close(linger=0)
+
+
+def test_takes_a_libzmq_push_peer_both_ways():
+    """libzmq's own PUSH (zeromq.js) connecting to us, and us connecting to it."""
+    skip_unless_node()
+    sock = ZmtpPull("@tcp://127.0.0.1:*")
+    try:
+        with NodePeer.start("push", connect=[sock.last_endpoint], count=200, size=100, prefix="a") as node:
+            assert _receive(sock, 200)[0] == [payload(i, 100, "a") for i in range(200)]
+            node.wait_sent()
+    finally:
+        sock.close(linger=0)
+    with NodePeer.start("push", bind=["tcp://127.0.0.1:*"], count=200, size=100, prefix="b") as node:
+        sock = ZmtpPull(">" + node.endpoints[0])
+        try:
+            assert _receive(sock, 200)[0] == [payload(i, 100, "b") for i in range(200)]
+        finally:
+            sock.close(linger=0)
+
+
+def test_a_multipart_message_is_bounded_as_a_whole(ctx):
+    """libzmq bounds each frame; a peer could send frames under the limit forever. Here the
+    message's frames count together (each also ``PART_OVERHEAD``): past the limit the
+    connection closes, what came before is delivered, and the peer, reconnected, is heard."""
+    limit = 4096
+    sock = ZmtpPull("@tcp://127.0.0.1:*", max_message_bytes=limit)
+    try:
+        push = ctx.socket(zmq.PUSH)
+        events = SocketEvents(push, zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED)
+        push.connect(sock.last_endpoint)
+        fits = limit // PART_OVERHEAD - 1
+        push.send_multipart([b"ok"] + [b""] * (fits - 2) + [b"end"])  # just under: delivered
+        push.send(b"before")
+        assert _receive(sock, 2) == ([b"end", b"before"], [b"ok", None])
+        push.send_multipart([b""] * (10 * fits))  # empty frames only: still bounded
+        events.wait_for(zmq.EVENT_DISCONNECTED)
+        events.wait_for(zmq.EVENT_HANDSHAKE_SUCCEEDED, count=2)
+        push.send_multipart([b"big", b"x" * (limit // 2), b"y" * (limit // 2)])  # each frame fits, not the sum
+        events.wait_for(zmq.EVENT_DISCONNECTED, count=2)
+        events.wait_for(zmq.EVENT_HANDSHAKE_SUCCEEDED, count=3)
+        push.send(b"after")
+        assert _receive(sock, 1) == ([b"after"], [None])
+        events.close()
+        push.close(0)
+    finally:
+        sock.close(linger=0)
+
+
+def test_curve_server_with_zmq_auth_certificates(ctx, tmp_path):
+    """A pyzmq CURVE PUSH with keys made by ``zmq.auth``: an authorized one is heard, an
+    unknown one is refused and counted."""
+    keys = str(tmp_path)
+    zmq.auth.create_certificates(keys, "server")
+    zmq.auth.create_certificates(keys, "client")
+    zmq.auth.create_certificates(keys, "stranger")
+    server_public, server_secret = zmq.auth.load_certificate(os.path.join(keys, "server.key_secret"))
+    client_public, client_secret = zmq.auth.load_certificate(os.path.join(keys, "client.key_secret"))
+    curve = Curve.server(KeyPair(server_public, server_secret), frozenset({client_public}))
+    sock = ZmtpPull("@tcp://127.0.0.1:*", curve=curve)
+    try:
+        def client(name: str) -> zmq.Socket:
+            push = ctx.socket(zmq.PUSH)
+            push.curve_publickey, push.curve_secretkey = zmq.auth.load_certificate(
+                os.path.join(keys, f"{name}.key_secret"))
+            push.curve_serverkey = server_public
+            push.connect(sock.last_endpoint)
+            return push
+
+        stranger = client("stranger")
+        stranger.send(b"from a stranger")
+        trusted = client("client")
+        trusted.send_multipart([b"topic", b"secret"])
+        trusted.send(b"plain")
+        assert _receive(sock, 2) == ([b"secret", b"plain"], [b"topic", None])
+        while not sock.handshakes.rejected:
+            sock.handshakes.poll(0.5)
+        with pytest.raises(TimeoutError):
+            sock.recv_values(1, timeout=0.3)
+        stranger.close(0)
+        trusted.close(0)
+    finally:
+        sock.close(linger=0)
