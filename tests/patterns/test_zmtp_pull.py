@@ -146,3 +146,20 @@ def test_curve_server_with_zmq_auth_certificates(ctx, tmp_path):
         trusted.close(0)
     finally:
         sock.close(linger=0)
+
+
+def test_the_connector_receives_pull_on_the_engine_but_curve_and_inproc_on_libzmq():
+    """The source's choice (``open_channel_socket``): the engine for plain tcp/ipc, libzmq's
+    ``Pull`` where it is faster (CURVE: decryption in C) or the only one that can (inproc)."""
+    from spark_zmq.ingest.receiver import open_channel_socket
+    from spark_zmq.patterns.endpoints import parse_endpoints
+
+    keys = KeyPair.generate()
+    cases = [("@tcp://127.0.0.1:*", None, ZmtpPull), ("@tcp://127.0.0.1:*", Curve.server(keys, "*"), Pull),
+             ("@inproc://zmtp-pull-choice", None, Pull)]
+    for endpoint, curve, expected in cases:
+        sock = open_channel_socket("pull", parse_endpoints(endpoint, default_bind=True)[0], hwm=10, topics=[], curve=curve)
+        try:
+            assert type(sock) is expected, (endpoint, curve)
+        finally:
+            sock.close(linger=0)
