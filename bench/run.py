@@ -15,7 +15,8 @@ Scenarios (the benchmark issue's numbering):
                       and a libzmq are present, libzmq's C throughput test: the wire's limit);
   3 egress-raw-100B,  df.write.format("zmq") vs a bare pyzmq PUSH loop sending the same bytes
     egress-arrow      vs a Python Arrow writer that discards (Spark's ceiling); rates over the
-                      receiving side's first to last message, and beside them each write's
+                      receiving side's first to last message (for one-row messages libzmq's C
+                      PULL, bench/c/thr.c, where it builds), and beside them each write's
                       fixed cost (elapsed minus that window: for Spark a write job's planning,
                       launch and commit);
   4 latency           10,000 msgs/s through pull -> Spark -> push; p50/p95/p99, beside the
