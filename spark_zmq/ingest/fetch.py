@@ -151,12 +151,13 @@ class SpoolServer:
             self.access = FetchAccess(self._router.last_endpoint, server_keys.public_key, client_keys.public_key,
                                       client_keys.secret_key)
             self.endpoint = self.access.endpoint
+        self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="zmq-spool-server", daemon=True)
         self._thread.start()
 
     def _serve(self) -> None:
         watch = self._router.handshakes
-        while True:
+        while not self._stopping.is_set():
             try:
                 frames = self._router.recv_multipart(timeout=0.1)
             except TimeoutError:
@@ -247,8 +248,11 @@ class SpoolServer:
         return [b"ok", str(reached).encode(), json.dumps(firsts).encode(), sink.getvalue().to_pybytes()]
 
     def close(self) -> None:
-        self._router.close(linger=0)
+        """Stop the serving thread, then close its socket: closing first raced the thread's
+        read of the socket's monitor (a ``ZMQError`` on a closed socket in that thread)."""
+        self._stopping.set()
         self._thread.join(5)
+        self._router.close(linger=0)
 
 
 def _id_frame(request: object) -> list[bytes]:
