@@ -123,7 +123,8 @@ def add_curve(p: argparse.ArgumentParser, prefix: str = "",
                        help="this side's secret certificate file (NAME.key_secret); option curveCertificate")
     group.add_argument(f"--{prefix}curve-server-key", metavar="FILE|Z85",
                        help="as a CURVE client: the server's public key, its certificate file (NAME.key) or "
-                            "40-character Z85 text; option curveServerKey")
+                            "40-character Z85 text (Z85 may begin with '-': then write "
+                            f"--{prefix}curve-server-key=KEY); option curveServerKey")
     group.add_argument(f"--{prefix}curve-authorized-keys", metavar="DIR|*",
                        help="as a CURVE server: a directory of the clients' public certificates (*.key), or '*' "
                             "for any client key (encryption only); option curveAuthorizedKeys")

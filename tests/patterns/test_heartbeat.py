@@ -17,7 +17,7 @@ import pytest
 import zmq
 
 from faultproxy import FaultProxy
-from spark_zmq.patterns import Gather, Heartbeat, NO_HEARTBEAT, Pull, Scatter, Sub
+from spark_zmq.patterns import Gather, Heartbeat, NO_HEARTBEAT, Pull, Scatter, Sub, ZmtpPull
 from spark_zmq.patterns.zmtp.wire import command, frame_header, greeting
 from zmqtest import Trickle, wait_until
 
@@ -51,7 +51,7 @@ def _blackhole_the_live_connection(proxy: FaultProxy) -> int:
     return len(proxy.connections)
 
 
-@pytest.mark.parametrize("cls", [Gather, Sub], ids=["gather", "sub"])
+@pytest.mark.parametrize("cls", [Gather, ZmtpPull, Sub], ids=["gather", "zmtp-pull", "sub"])
 def test_a_connecting_receiver_reconnects_after_its_producer_goes_silent(cls):
     """A producer behind a black hole: the receiver notices within its heartbeat timeout,
     reconnects, and messages flow again (without heartbeats it would wait forever)."""
