@@ -108,8 +108,10 @@ class MemoryRowsSource(DataSource):
     Pacing: ``warm`` messages at first, then ``messages`` more at once when the ``go`` file
     exists (as ``bench_memory_arrow``). The connector is fed live, but by a producer faster
     than Spark drains it, so Spark works through a backlog either way; offering the backlog
-    at once leaves it the fewest micro-batches, which is what a ceiling should do.
-    Options: ``messages``, ``size``, ``warm``, ``go``.
+    at once leaves it the fewest micro-batches, which is what a ceiling should do. With
+    ``chunks`` (as ``bench_memory_arrow``'s) it offers them in the connector's
+    micro-batches instead: how much of the gap is the micro-batches' own cost.
+    Options: ``messages``, ``size``, ``warm``, ``go``, ``chunks``.
     """
 
     @classmethod
@@ -152,12 +154,19 @@ class MemoryRowsReader(DataSourceStreamReader):
     def __init__(self, options) -> None:
         self.count, self.size = int(options["messages"]), int(options["size"])
         self.warm, self.go = int(options["warm"]), options["go"]
+        self.chunks = json.loads(options["chunks"]) if options.get("chunks") else None
+        self.offered = 0
 
     def initialOffset(self) -> dict:
         return {"n": 0}
 
     def latestOffset(self) -> dict:
-        return {"n": self.warm + (self.count if os.path.exists(self.go) else 0)}
+        if os.path.exists(self.go):
+            if self.chunks is None:
+                self.offered = self.count
+            elif self.chunks:
+                self.offered = min(self.count, self.offered + self.chunks.pop(0))
+        return {"n": self.warm + self.offered}
 
     def partitions(self, start: dict, end: dict) -> list:
         from spark_zmq.source.locality import local_cores

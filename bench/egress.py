@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -27,6 +28,7 @@ from typing import Optional
 import pyarrow as pa
 import zmq
 
+import cpu as cpu_tree
 import curvekeys
 import payloads
 import wire
@@ -38,10 +40,14 @@ from common import HERE, register_ceilings
 FIXED_COSTS: list[dict] = []
 
 
-def _record(contender: str, rows: int, messages: int, elapsed: float, window: float) -> float:
-    """File one write's timing in ``FIXED_COSTS``; return its rate over ``window``."""
+def _record(contender: str, rows: int, messages: int, elapsed: float, window: float, cpu_s: float) -> float:
+    """File one write's timing in ``FIXED_COSTS``; return its rate over ``window``.
+    ``cpu_s``: the CPU seconds the write cost every process, the consumer's included
+    (filed as ``cpu_us_per_msg``), less a write job's fixed CPU where Spark writes (that of a
+    write of one message's rows just before), as the rate leaves out its fixed time."""
     FIXED_COSTS.append({"contender": contender, "curve": bool(curvekeys.current()), "rows": rows,
-                        "messages": messages, "elapsed_s": elapsed, "window_s": window, "fixed_s": elapsed - window})
+                        "messages": messages, "elapsed_s": elapsed, "window_s": window, "fixed_s": elapsed - window,
+                        "cpu_us_per_msg": cpu_s / messages * 1e6})
     return rows / max(window, 1e-9)
 
 
@@ -71,11 +77,13 @@ class Consumer:
 
     def wait(self) -> tuple[float, float]:
         """Until it has everything; its ``time.time()`` at the first message and the last.
-        Then it is told to go (it stayed bound for anything sent after the data)."""
+        Then it is told to go (it stayed bound for anything sent after the data), and
+        ``cpu_s`` is the CPU it used in all, I/O threads included."""
         window = self.proc.stdout.readline().split()
         done = self.proc.stdout.readline().strip() == "done"
         self.proc.stdin.close()
-        if not done or self.proc.wait(120) != 0 or len(window) != 2:
+        code, self.cpu_s = wire.reap(self.proc, 120)
+        if not done or code != 0 or len(window) != 2:
             raise RuntimeError("the benchmark consumer did not receive everything")
         return float(window[0]), float(window[1])
 
@@ -92,14 +100,22 @@ def bare_push(count: int, kind: str, arg: int) -> float:
     if curvekeys.current():
         curvekeys.secure_client(push, curvekeys.current())
     push.connect(consumer.endpoint)
+    cpu_before = _own_cpu()  # this process: the loop and libzmq's I/O thread
     started = time.time()
     for _ in range(messages):
         push.send(payload, copy=len(payload) < 65536)
     push.close(linger=-1)
     context.term()
     elapsed = time.time() - started
+    sender_cpu = _own_cpu() - cpu_before
     first, last = consumer.wait()
-    return _record("bare pyzmq PUSH", count, messages, elapsed, last - first)
+    return _record("bare pyzmq PUSH", count, messages, elapsed, last - first, sender_cpu + consumer.cpu_s)
+
+
+def _own_cpu() -> float:
+    """CPU seconds this process has used, every thread's."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _frame(spark, count: int, kind: str, arg: int):
@@ -117,17 +133,22 @@ def connector(spark, count: int, kind: str, arg: int) -> float:
     or the Arrow scenario's rows in messages of ``arg`` rows."""
     df = _frame(spark, count, kind, arg)
     _zmq_write(df.limit(arg), kind, arg, arg)  # warm-up: Python workers started, modules imported
+    fixed: dict = {}
+    _zmq_write(df.limit(arg), kind, arg, arg, fixed)  # a write job's fixed CPU, left out of cpu_s below
     timing: dict = {}
     rate = _zmq_write(df, kind, arg, count, timing)
     df.unpersist()
-    _record("connector", count, count if kind == "raw" else count // arg, timing["elapsed"], timing["window"])
+    _record("connector", count, count if kind == "raw" else count // arg, timing["elapsed"], timing["window"],
+            timing["cpu_s"] - fixed["cpu_s"])
     return rate
 
 
 def _zmq_write(df, kind: str, arg: int, expected: int, timing: Optional[dict] = None) -> float:
     """One ``save()`` into a consumer; ``expected`` rows per second over the consumer's
-    window. ``timing`` gets ``elapsed`` (the whole ``save()``) and ``window``."""
+    window. ``timing`` gets ``elapsed`` (the whole ``save()``), ``window`` and ``cpu_s``
+    (what the save cost Spark's JVM, its Python workers and the consumer)."""
     consumer = Consumer(kind, expected)
+    spark_side = cpu_tree.snapshot()
     started = time.time()
     writer = (df.write.format("zmq").mode("append").option("endpoints", consumer.endpoint)
               .option("format", kind).option("rowsPerMessage", str(arg)))
@@ -135,9 +156,10 @@ def _zmq_write(df, kind: str, arg: int, expected: int, timing: Optional[dict] = 
         writer = writer.options(**curvekeys.sink_options(curvekeys.current()))
     writer.save()
     elapsed = time.time() - started
+    spark_cpu = cpu_tree.used(spark_side, cpu_tree.snapshot(follow=spark_side), lambda p: p.pid != consumer.proc.pid)
     first, last = consumer.wait()
     if timing is not None:
-        timing.update(elapsed=elapsed, window=last - first)
+        timing.update(elapsed=elapsed, window=last - first, cpu_s=spark_cpu + consumer.cpu_s)
     return expected / max(last - first, 1e-9)
 
 
@@ -148,12 +170,17 @@ def discard_writer(spark, count: int, kind: str, arg: int) -> float:
     register_ceilings(spark)
     df = _frame(spark, count, kind, arg)
     df.limit(arg).write.format("bench_discard").mode("append").save()  # warm-up
+    spark_side = cpu_tree.snapshot()
+    df.limit(arg).write.format("bench_discard").mode("append").save()  # a write job's fixed CPU, left out below
+    fixed_cpu = cpu_tree.used(spark_side, cpu_tree.snapshot(follow=spark_side))
     timing = os.path.join(tempfile.mkdtemp(prefix="spark-zmq-bench-"), "timing.json")
+    spark_side = cpu_tree.snapshot()
     started = time.time()
     df.write.format("bench_discard").mode("append").option("timing", timing).save()
     elapsed = time.time() - started
+    spark_cpu = cpu_tree.used(spark_side, cpu_tree.snapshot(follow=spark_side)) - fixed_cpu
     df.unpersist()
     with open(timing) as f:
         window = json.load(f)
     return _record("Python Arrow writer, discarding", count, count if kind == "raw" else count // arg, elapsed,
-                   window["last"] - window["first"])
+                   window["last"] - window["first"], spark_cpu)

@@ -100,7 +100,9 @@ def connector(spark, count: int, kind: str, arg: int, channels: int = 1, pattern
                     with open(os.path.join(work, "spool", "LOCK")) as lock:
                         reader_pid = int(lock.read().strip())
                     receiving = cpu_tree.used(before, after, lambda p: p.pid == reader_pid)
+                producing = cpu_tree.used(before, after, lambda p: not cpu_tree.not_producer(p))
                 cpu.update({"messages": messages, "total_us_per_msg": total / messages * 1e6,
+                            "producer_us_per_msg": producing / messages * 1e6,
                             "receiving_us_per_msg": receiving / messages * 1e6,
                             "receiving": "relay processes" if relayed else "the reader's process"})
             for proc in procs:
@@ -187,25 +189,41 @@ def memory_source(spark, count: int, rows: int, pacing: Optional[list] = None) -
     return count * rows / (finished - started)
 
 
-def memory_rows(spark, count: int, size: int) -> float:
+def memory_rows(spark, count: int, size: int, cpu: Optional[dict] = None, pacing: Optional[list] = None) -> float:
     """Spark's ceiling for one row per message: ``ceilings.MemoryRowsSource`` yields the
     rows the connector's ``raw`` format yields (same read tasks, same batch sizes) from
     memory into the same ``noop`` sink, msgs/s. It offers ``WARM_UP_MESSAGES["raw"]``
     messages, as many as the connector's warm-up, then ``count`` more at once when the
-    run starts (a file appears)."""
+    run starts (a file appears). ``cpu``: a dict to fill with ``total_us_per_msg``, the
+    CPU every descendant of this process (Spark's JVM and Python workers) spent on the
+    timed section, per message: what Spark's own part of one-row ingest costs. ``pacing``:
+    the connector's micro-batches (``connector(pacing=)``), offered in as many micro-batches
+    of the same sizes instead of at once."""
     register_ceilings(spark)
     work = tempfile.mkdtemp(prefix="spark-zmq-bench-")
     go = os.path.join(work, "go")
     warm = WARM_UP_MESSAGES["raw"]
-    query = (spark.readStream.format("bench_memory_rows").option("messages", str(count)).option("size", str(size))
+    reader = spark.readStream.format("bench_memory_rows")
+    if pacing:
+        reader = reader.option("chunks", json.dumps(list(pacing)))
+    query = (reader.option("messages", str(count)).option("size", str(size))
              .option("warm", str(warm)).option("go", go).load().writeStream.format("noop")
              .option("checkpointLocation", os.path.join(work, "ckpt")).trigger(processingTime="0 seconds").start())
     try:
         wait_started(query)
         wait_for_rows(query, warm)
+        before = cpu_tree.snapshot() if cpu is not None else {}
         started = time.time()
         open(go, "w").close()
         finished = wait_for_rows(query, warm + count)
+        if pacing:
+            replayed = micro_batches(query.recentProgress, warm, count, 1)
+            if replayed != list(pacing):
+                print(f"note: the paced in-memory rows source ran micro-batches of {replayed} messages, "
+                      f"the connector's were {list(pacing)}", flush=True)
+        if cpu is not None:
+            spent = cpu_tree.used(before, cpu_tree.snapshot(follow=before))
+            cpu.update({"messages": count, "total_us_per_msg": spent / count * 1e6})
     finally:
         query.stop()
     return count / (finished - started)

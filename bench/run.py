@@ -85,9 +85,10 @@ SMOKE = {"raw": 5_000, "socket": 2_000, "arrow_messages": 4, "arrow_rows": 1_000
 #: except the connector's own work, and why it is the fairest one measured
 PACED = "in-memory Python source, the connector's micro-batches"
 CEILINGS = {
-    PACED: "Spark's ceiling for Arrow: a Python source yielding the same batches from memory, offered in as many "
-           "micro-batches of the same sizes as the connector's run just before had (the producer's messages arrive "
-           "while Spark runs, so the connector's first micro-batch takes only part of them)",
+    PACED: "Spark's ceiling in the connector's pacing: a Python source yielding the same batches (Arrow) or rows "
+           "(one row per message) from memory, offered in as many micro-batches of the same sizes as the connector's "
+           "run just before had (the producer's messages arrive while Spark runs, so the connector's first "
+           "micro-batch takes only part of them)",
     "in-memory Python source": "Spark's ceiling: a Python source yielding from memory what the connector's read "
                                "yields (Arrow: the same batches; raw: the same rows, read tasks and batch sizes)",
     "Python Arrow writer, discarding": "Spark's ceiling: a Python Arrow writer that discards the same rows",
@@ -139,32 +140,104 @@ def fixed_costs(run: Callable[[], dict]) -> Callable[[], dict]:
             label = entry["contender"] + (", CURVE" if entry["curve"] else "")
             cost = costs.setdefault(label, {"runs_s": [], "messages": entry["messages"], "rows": entry["rows"]})
             cost["runs_s"].append(entry["fixed_s"])
+        for entry in egress.FIXED_COSTS:
+            label = entry["contender"] + (", CURVE" if entry["curve"] else "")
+            costs[label].setdefault("cpu_us_per_msg_runs", []).append(entry["cpu_us_per_msg"])
         for cost in costs.values():
             cost["median_s"] = statistics.median(cost["runs_s"])
+            cost["cpu_us_per_msg"] = statistics.median(cost["cpu_us_per_msg_runs"])
         row["fixed_cost_s"] = costs
+        if row["scenario"].startswith("curve-egress"):
+            row["cpu_budget"] = curve_budget(row)
+            print(report.curve_budget_line(row), flush=True)
         row["consumer"] = egress.consumer_name("arrow" if row["scenario"].endswith("arrow") else "raw")
         print(report.fixed_cost_line(row), flush=True)
         return row
     return wrapped
 
 
+def measured(fn: Callable[[dict], float], into: list[dict]) -> Callable[[], float]:
+    """``fn`` given a fresh dict to fill with its CPU figures, appended to ``into``."""
+    def run() -> float:
+        cpu: dict = {}
+        into.append(cpu)
+        return fn(cpu)
+    return run
+
+
+def cpu_budget(row: dict, cpu: dict[str, list[dict]]) -> dict:
+    """Whether the one-row target (``ceiling_target`` of the in-memory source) fits in this
+    machine's cores at all: at that rate, the cores that Spark's own part (the ceiling's
+    CPU per message) and libzmq's C sender and receiver (the cheapest a message can be
+    sent and received: ``wire.throughput``) need together, before any of the connector's
+    own work (its framing, spool and read). Medians of each contender's runs."""
+    def median(contender: str, key: str) -> float:
+        return statistics.median(c[key] for c in cpu[contender])
+
+    target_rate = row["ceiling_target"] * row["median"]["in-memory Python source"]
+    budget = {"cores": os.cpu_count(), "target_msgs_per_s": target_rate,
+              "spark_us_per_msg": median("in-memory Python source", "total_us_per_msg"),
+              "connector_us_per_msg": median("connector", "total_us_per_msg"),
+              "receiving_us_per_msg": median("connector", "receiving_us_per_msg"),
+              "producer_us_per_msg": median("connector", "producer_us_per_msg")}
+    parts = budget["spark_us_per_msg"]
+    if cpu.get(wire.NAME):
+        budget["c_sender_us_per_msg"] = median(wire.NAME, "sender_us_per_msg")
+        budget["c_receiver_us_per_msg"] = median(wire.NAME, "receiver_us_per_msg")
+        parts += budget["c_sender_us_per_msg"] + budget["c_receiver_us_per_msg"]
+    budget["cores_needed"] = target_rate * parts / 1e6
+    # what the cores leave a message for all the connector's own work (receive, spool, read)
+    # once Spark's part and the cheapest sender (libzmq's C one where it builds) are paid
+    budget["left_for_connector_us_per_msg"] = (budget["cores"] / target_rate * 1e6 - budget["spark_us_per_msg"]
+                                               - budget.get("c_sender_us_per_msg", 0.0))
+    return budget
+
+
+#: the performance issue's target for every CURVE scenario, against the connector without CURVE
+CURVE_TARGET = 0.6
+
+
+def curve_budget(row: dict) -> dict:
+    """Whether a CURVE egress target fits in this machine's cores at all: at
+    ``CURVE_TARGET`` of the connector without CURVE, the cores that the connector without
+    CURVE (its CPU per message, every process, the consumer's included) and libzmq's own
+    CURVE (sealing and opening in C: the bare pyzmq PUSH loop's CPU per message with CURVE
+    less without, sender and consumer) need together: the least CURVE can add."""
+    costs = row["fixed_cost_s"]
+    target_rate = CURVE_TARGET * row["median"]["connector without CURVE"]
+    plain = costs["connector"]["cpu_us_per_msg"]
+    libzmq_curve = costs["bare pyzmq PUSH, CURVE"]["cpu_us_per_msg"] - costs["bare pyzmq PUSH"]["cpu_us_per_msg"]
+    return {"cores": os.cpu_count(), "target": CURVE_TARGET, "target_per_s": target_rate,
+            "without_curve_us_per_msg": plain, "libzmq_curve_us_per_msg": libzmq_curve,
+            "with_curve_us_per_msg": costs["connector, CURVE"]["cpu_us_per_msg"],
+            "cores_needed": target_rate * (plain + libzmq_curve) / 1e6}
+
+
 def one_row_ingest(spark, name: str, count: int, size: int, socket_count: int, reps: int, no_wire: str | None) -> dict:
     """One row per message of ``size`` bytes: the connector against Spark's ceiling (the
     in-memory rows source; the issue's target 0.85) and, as before, against a bare pyzmq
-    PULL (target 0.5); Spark's socket source, and libzmq's C test where it builds."""
+    PULL (target 0.5); Spark's socket source, and libzmq's C test where it builds. The
+    row's ``cpu_budget`` (``cpu_budget``) says whether the target fits in the cores."""
+    cpu: dict[str, list[dict]] = {"connector": [], "in-memory Python source": [], wire.NAME: []}
+    pacing: list[int] = []  # the last connector run's micro-batches, replayed by PACED
     contenders = {
-        "connector": lambda: ingest.connector(spark, count, "raw", size),
-        "in-memory Python source": lambda: ingest.memory_rows(spark, count, size),
+        "connector": measured(lambda c: ingest.connector(spark, count, "raw", size, cpu=c, pacing=pacing),
+                              cpu["connector"]),
+        "in-memory Python source": measured(lambda c: ingest.memory_rows(spark, count, size, cpu=c),
+                                            cpu["in-memory Python source"]),
+        PACED: lambda: ingest.memory_rows(spark, count, size, pacing=pacing),
         "bare pyzmq PULL": lambda: ingest.bare_pull(count, "raw", size),
         "Spark socket source": lambda: ingest.socket_source(spark, socket_count, size),
     }
     if no_wire is None:
-        contenders[wire.NAME] = lambda: wire.throughput(count, size)
+        contenders[wire.NAME] = measured(lambda c: wire.throughput(count, size, cpu=c), cpu[wire.NAME])
     row = compare(name, "msgs/s", contenders, reps, "bare pyzmq PULL", 0.5, ceiling="in-memory Python source",
                   ceiling_target=0.85)
     row["wire_limit_skipped"] = no_wire
     if no_wire is None:
         row["wire_library"] = wire.library()
+    row["cpu_budget"] = cpu_budget(row, cpu)
+    print(report.budget_line(row), flush=True)
     return row
 
 

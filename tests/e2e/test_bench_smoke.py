@@ -25,10 +25,25 @@ def test_bench_smoke_run_writes_its_report(tmp_path):
                          "reqrep-arrow", "reqrep-json", "reqrep-broker-lru", "reqrep-latency"}
     compared = [r for r in rows.values() if "ratios" in r]
     assert all(v > 0 for r in compared for v in r["median"].values())
-    # connector, in-memory Python source, bare pyzmq, Spark's socket source (+ libzmq's C test where it builds)
-    assert len(rows["ingest-raw-100B"]["median"]) == 4 + (rows["ingest-raw-100B"]["wire_limit_skipped"] is None)
+    # connector, in-memory Python source (at once and in the connector's micro-batches), bare pyzmq, Spark's
+    # socket source (+ libzmq's C test where it builds)
+    assert len(rows["ingest-raw-100B"]["median"]) == 5 + (rows["ingest-raw-100B"]["wire_limit_skipped"] is None)
+    assert "in-memory Python source, the connector's micro-batches" in rows["ingest-raw-1KB"]["median"]
     assert all(rows[name]["ceiling"] == "in-memory Python source" and rows[name]["ceiling_target"] == 0.85
                and rows[name]["versus"] == "bare pyzmq PULL" for name in ("ingest-raw-100B", "ingest-raw-1KB"))
+    # the one-row target against the cores: Spark's part, the producer's and (where it builds) libzmq's C sides
+    for name in ("ingest-raw-100B", "ingest-raw-1KB"):
+        budget = rows[name]["cpu_budget"]
+        assert budget["cores"] == os.cpu_count() and budget["cores_needed"] > 0
+        assert budget["spark_us_per_msg"] > 0 and budget["connector_us_per_msg"] > 0
+        assert budget["producer_us_per_msg"] > 0
+        assert ("c_sender_us_per_msg" in budget) == (rows[name]["wire_limit_skipped"] is None)
+    assert "ingest-raw-100B: CPU budget of the target" in (tmp_path / "report.md").read_text()
+    # CURVE egress against the cores: the connector without CURVE plus libzmq's own cost of CURVE
+    curve_budget = rows["curve-egress-raw-100B"]["cpu_budget"]
+    assert curve_budget["target"] == 0.6 and curve_budget["cores"] == os.cpu_count()
+    assert {"without_curve_us_per_msg", "libzmq_curve_us_per_msg", "with_curve_us_per_msg"} <= set(curve_budget)
+    assert "curve-egress-raw-100B: CPU budget of the target" in (tmp_path / "report.md").read_text()
     assert rows["backpressure"]["lost"] == 0
     assert all(len(rows[name]["median"]) == 4 and rows[name]["versus"] == "connector without CURVE"
                for name in rows if name.startswith("curve-"))
