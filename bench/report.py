@@ -101,6 +101,12 @@ def fixed_cost_line(r: dict) -> str:
             (f"; consumer: {r['consumer']}" if r.get("consumer") else ""))
 
 
+def _cores(b: dict) -> str:
+    """A CPU budget's verdict: the cores the target needs against the machine's."""
+    return f"{b['cores_needed']:.2f} cores, {'more than' if b['cores_needed'] > b['cores'] else 'within'} this " \
+           f"machine's {b['cores']}"
+
+
 def budget_line(r: dict) -> str:
     """The one-row target against the machine's cores (``run.cpu_budget``), as one line."""
     b = r["cpu_budget"]
@@ -108,10 +114,9 @@ def budget_line(r: dict) -> str:
     if "c_sender_us_per_msg" in b:
         parts += (f" + libzmq's C sender {b['c_sender_us_per_msg']:.2f} + C receiver "
                   f"{b['c_receiver_us_per_msg']:.2f} (local_thr/remote_thr's own CPU)")
-    fits = "more than" if b["cores_needed"] > b["cores"] else "within"
     return (f"{r['scenario']}: CPU budget of the target ({r['ceiling_target']} of the in-memory source, "
-            f"{b['target_msgs_per_s']:,.0f} msgs/s): {parts} = {b['cores_needed']:.2f} cores, {fits} this machine's "
-            f"{b['cores']}, before any work of the connector's own; that leaves "
+            f"{b['target_msgs_per_s']:,.0f} msgs/s): {parts} = {_cores(b)}, before any work of the connector's own; "
+            f"that leaves "
             f"{b['left_for_connector_us_per_msg']:.2f} us a message for all of the connector's receive, spool and "
             f"read; the connector's run: {b['connector_us_per_msg']:.2f} us a message over every process but the "
             f"producer ({b['receiving_us_per_msg']:.2f} in the receiving process), the producer's own "
@@ -121,13 +126,12 @@ def budget_line(r: dict) -> str:
 def curve_budget_line(r: dict) -> str:
     """A CURVE egress target against the machine's cores (``run.curve_budget``), as one line."""
     b = r["cpu_budget"]
-    fits = "more than" if b["cores_needed"] > b["cores"] else "within"
     return (f"{r['scenario']}: CPU budget of the target ({b['target']} of the connector without CURVE, "
             f"{b['target_per_s']:,.0f} {r['unit'].split('/')[0]}/s): the connector without CURVE "
             f"{b['without_curve_us_per_msg']:.2f} us of CPU a message (every process, the consumer's included) + "
             f"libzmq's own CURVE {b['libzmq_curve_us_per_msg']:.2f} (sealing and opening in C: the bare pyzmq PUSH "
-            f"loop with CURVE less without, sender and consumer) = {b['cores_needed']:.2f} cores, {fits} this "
-            f"machine's {b['cores']}; the connector with CURVE: {b['with_curve_us_per_msg']:.2f} us a message")
+            f"loop with CURVE less without, sender and consumer) = {_cores(b)}; the connector with CURVE: "
+            f"{b['with_curve_us_per_msg']:.2f} us a message")
 
 
 def wire_line(reason: str) -> str:
