@@ -120,7 +120,8 @@ def budget_line(r: dict) -> str:
             f"{b['left_for_connector_us_per_msg']:.2f} us a message for all of the connector's receive, spool and "
             f"read; the connector's run: {b['connector_us_per_msg']:.2f} us a message over every process but the "
             f"producer ({b['receiving_us_per_msg']:.2f} in the receiving process), the producer's own "
-            f"{b['producer_us_per_msg']:.2f}")
+            f"{b['producer_us_per_msg']:.2f}; the in-memory source in the connector's micro-batches: "
+            f"{b.get('paced_spark_us_per_msg', float('nan')):.2f}")
 
 
 def curve_budget_line(r: dict) -> str:

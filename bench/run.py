@@ -177,6 +177,7 @@ def cpu_budget(row: dict, cpu: dict[str, list[dict]]) -> dict:
     target_rate = row["ceiling_target"] * row["median"]["in-memory Python source"]
     budget = {"cores": os.cpu_count(), "target_msgs_per_s": target_rate,
               "spark_us_per_msg": median("in-memory Python source", "total_us_per_msg"),
+              "paced_spark_us_per_msg": median(PACED, "total_us_per_msg"),
               "connector_us_per_msg": median("connector", "total_us_per_msg"),
               "receiving_us_per_msg": median("connector", "receiving_us_per_msg"),
               "producer_us_per_msg": median("connector", "producer_us_per_msg")}
@@ -218,14 +219,14 @@ def one_row_ingest(spark, name: str, count: int, size: int, socket_count: int, r
     in-memory rows source; the issue's target 0.85) and, as before, against a bare pyzmq
     PULL (target 0.5); Spark's socket source, and libzmq's C test where it builds. The
     row's ``cpu_budget`` (``cpu_budget``) says whether the target fits in the cores."""
-    cpu: dict[str, list[dict]] = {"connector": [], "in-memory Python source": [], wire.NAME: []}
+    cpu: dict[str, list[dict]] = {"connector": [], "in-memory Python source": [], PACED: [], wire.NAME: []}
     pacing: list[int] = []  # the last connector run's micro-batches, replayed by PACED
     contenders = {
         "connector": measured(lambda c: ingest.connector(spark, count, "raw", size, cpu=c, pacing=pacing),
                               cpu["connector"]),
         "in-memory Python source": measured(lambda c: ingest.memory_rows(spark, count, size, cpu=c),
                                             cpu["in-memory Python source"]),
-        PACED: lambda: ingest.memory_rows(spark, count, size, pacing=pacing),
+        PACED: measured(lambda c: ingest.memory_rows(spark, count, size, cpu=c, pacing=pacing), cpu[PACED]),
         "bare pyzmq PULL": lambda: ingest.bare_pull(count, "raw", size),
         "Spark socket source": lambda: ingest.socket_source(spark, socket_count, size),
     }
