@@ -313,9 +313,14 @@ def test_a_worker_that_answers_garbage_loses_its_request_to_a_resend(broker, wor
 
 
 def test_requests_wait_bounded_by_hwm_then_all_are_served(broker, workers):
-    running = broker(hwm=5)
+    # heartbeats that cannot expire while the broker holds the client back: a full broker
+    # reads no client PINGs, and a client whose heartbeat timeout passed meanwhile (a busy
+    # machine starting the worker late) drops its connection and waits out its request
+    # timeout before resending (docs/request-reply.md); this test is about the hwm
+    patient = Heartbeat(interval=2.0, timeout=300.0, ttl=300.0)
+    running = broker(hwm=5, heartbeat=patient)
     padding = b"x" * 100_000  # large, so the kernel's socket buffers fill after a few dozen
-    with Client(running.frontend, timeout=30, hwm=10) as client:
+    with Client(running.frontend, timeout=30, hwm=10, heartbeat=patient) as client:
         sent = 0
         try:
             while sent < 2000:  # until backpressure stops the sender
