@@ -147,7 +147,7 @@ def fixed_costs(run: Callable[[], dict]) -> Callable[[], dict]:
             cost["median_s"] = statistics.median(cost["runs_s"])
             cost["cpu_us_per_msg"] = statistics.median(cost["cpu_us_per_msg_runs"])
         row["fixed_cost_s"] = costs
-        if row["scenario"].startswith("curve-egress"):
+        if row["scenario"].startswith("curve-egress") and row["unit"] == "msgs/s":  # the one target missed
             row["cpu_budget"] = curve_budget(row)
             print(report.curve_budget_line(row), flush=True)
         row["consumer"] = egress.consumer_name("arrow" if row["scenario"].endswith("arrow") else "raw")
