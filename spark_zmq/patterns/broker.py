@@ -45,6 +45,13 @@ send (no delimiter, an empty envelope, no body, ``READY`` twice, a reply from a 
 that holds no request) is dropped and counted in ``malformed``; a reply whose client is
 gone is dropped and counted in ``replies_undeliverable``.
 
+Never throws away finished work because a client paused: a reply whose client is
+connected but not reading (libzmq's queue to it full: a garbage-collection pause, a busy
+machine) is held and sent again each turn of the loop, for up to ``reply_timeout``
+seconds; only then is it dropped (``replies_undeliverable``, and the client resends).
+While ``hwm`` replies are held the broker gives workers no new request, so held replies
+stay bounded too (at most ``hwm`` plus those the busy workers return).
+
 One thread runs the broker (``run``/``serve_forever``); ``stop()`` may be called from any
 thread (or a signal handler) and ends the loop within about 0.1 s.
 """
@@ -53,6 +60,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import math
 import threading
 import time
 from dataclasses import dataclass
@@ -76,6 +84,8 @@ READY = b"READY"
 _BATCH = 256
 #: the loop checks for ``stop()`` at least this often (seconds)
 _WAKE_S = 0.1
+#: how often replies held for a client that is not reading are tried again (seconds)
+_HELD_RETRY_S = 0.01
 #: forgotten workers remembered, so a reply sent just before a disconnection still counts
 _DEPARTED_REMEMBERED = 10_000
 
@@ -98,7 +108,7 @@ class BrokerStats:
     replies_returned: int
     #: messages dropped because they were not what a client or worker may send
     malformed: int
-    #: replies dropped because their client was gone (or not reading)
+    #: replies dropped because their client was gone, or did not read for ``reply_timeout``
     replies_undeliverable: int
     #: requests a worker took with it when it disconnected (clients resend them)
     requests_lost: int
@@ -106,12 +116,14 @@ class BrokerStats:
     workers_gone: int
     #: CURVE handshakes refused on either side
     handshakes_rejected: int
+    #: replies kept for a client that is not reading now (its queue in the broker is full)
+    replies_held: int = 0
 
     def line(self) -> str:
         """One line for a log or a terminal."""
         return (f"workers {self.workers_idle} idle / {self.workers_known} known; requests {self.requests_waiting} "
                 f"waiting, {self.requests_in_flight} in flight; {self.requests_forwarded} forwarded, "
-                f"{self.replies_returned} returned, {self.requests_lost} lost with a worker, "
+                f"{self.replies_returned} returned, {self.replies_held} held, {self.requests_lost} lost with a worker, "
                 f"{self.replies_undeliverable} undeliverable, {self.malformed} malformed, "
                 f"{self.handshakes_rejected} handshakes rejected")
 
@@ -135,6 +147,8 @@ class Broker:
     sockets' high-water marks). ``curve_frontend``/``curve_backend``: a ``Curve`` for that
     side (usually a server: clients or workers must hold an authorized key).
     ``heartbeat``: the connections' liveness (``Heartbeat``; the default is on).
+    ``reply_timeout``: seconds a reply is held for a connected client that is not reading
+    before it is dropped (the client's own timeout then resends the request).
     ``max_message_bytes``: the largest message accepted from a peer on either side
     (libzmq disconnects a peer that sends more). ``context``: a ``zmq.Context`` for both
     sockets (by default as ``PatternSocket`` chooses).
@@ -143,11 +157,16 @@ class Broker:
     def __init__(self, frontend: EndpointsSpec, backend: EndpointsSpec, *, hwm: int = 1000,
                  curve_frontend: Optional[Curve] = None, curve_backend: Optional[Curve] = None,
                  heartbeat: Optional[Heartbeat] = None, max_message_bytes: Optional[int] = None,
-                 context: Optional[zmq.Context] = None) -> None:
+                 context: Optional[zmq.Context] = None, reply_timeout: float = 30.0) -> None:
         if isinstance(hwm, bool) or not isinstance(hwm, int) or hwm < 1:
             raise ValueError(f"option 'hwm' of Broker must be a positive integer (requests that may wait for a "
                              f"worker), got {hwm!r}")
+        if isinstance(reply_timeout, bool) or not isinstance(reply_timeout, (int, float)) \
+                or not math.isfinite(reply_timeout) or reply_timeout < 0:
+            raise ValueError(f"option 'reply_timeout' of Broker must be a finite number of seconds >= 0 (how long "
+                             f"a reply waits for a client that is not reading), got {reply_timeout!r}")
         self.hwm = hwm
+        self.reply_timeout = float(reply_timeout)
         common: dict[str, Any] = {"hwm": hwm, "heartbeat": heartbeat, "mandatory": True}
         if max_message_bytes is not None:
             common["max_request_bytes"] = max_message_bytes
@@ -162,6 +181,8 @@ class Broker:
             self._frontend.close()
             raise
         self._waiting: collections.deque = collections.deque()
+        #: replies whose client was not reading: (drop after, payload), oldest first
+        self._held: collections.deque = collections.deque()
         #: idle workers, the one idle longest first
         self._idle: collections.OrderedDict[bytes, None] = collections.OrderedDict()
         #: workers holding a request: identity -> when it was sent
@@ -200,7 +221,7 @@ class Broker:
         idle, busy = len(self._idle), len(self._busy)
         return BrokerStats(idle, idle + busy, len(self._waiting), busy, self.requests_forwarded,
                            self.replies_returned, self.malformed, self.replies_undeliverable, self.requests_lost,
-                           self.workers_gone, rejected)
+                           self.workers_gone, rejected, len(self._held))
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -208,7 +229,8 @@ class Broker:
             report: Optional[Callable[[BrokerStats], None]] = None, report_interval: float = 10.0) -> None:
         """Serve until ``stop`` is set or ``stop()`` is called, in the calling thread.
         ``report(stats)`` is called every ``report_interval`` seconds, the first time at once.
-        Requests still waiting when it returns are dropped (their clients resend)."""
+        Requests still waiting, and replies held, when it returns are dropped (their clients
+        resend)."""
         if self._closed:
             raise RuntimeError("Broker is closed")
         if not self._running.acquire(blocking=False):
@@ -253,7 +275,13 @@ class Broker:
                     poller.unregister(front)
                 reading_front = room
             wait_s = _WAKE_S if report is None else max(0.0, min(_WAKE_S, next_report - time.monotonic()))
+            if self._held:
+                # libzmq tells no per-client room: try the held replies again soon
+                wait_s = min(wait_s, _HELD_RETRY_S)
             ready = dict(poller.poll(int(wait_s * 1000)))
+            if self._held:
+                self._send_held()
+                self._dispatch()
             # disconnections first: a worker gone must not be given the next request, and a
             # new connection may already reuse a gone one's file descriptor
             self._read_monitors()
@@ -323,17 +351,48 @@ class Broker:
             self._return(frames[2:])
 
     def _return(self, payload: list) -> None:
-        """Send a reply ``[envelope..., b"", reply...]`` to its client."""
+        """Send a reply ``[envelope..., b"", reply...]`` to its client, or hold it while
+        the client is not reading (behind the replies held already, so each client gets its
+        replies in the order the workers sent them)."""
+        if self._held or not self._try_send(payload):
+            if self.reply_timeout == 0:
+                self.replies_undeliverable += 1  # holding is off
+                return
+            self._held.append((time.monotonic() + self.reply_timeout, payload))
+
+    def _try_send(self, payload: list) -> bool:
+        """One attempt: True once sent (or dropped because its client is gone), False when
+        the client's queue is full."""
         # counted before the send: whoever sees the reply arrive sees it counted
         self.replies_returned += 1
         try:
             self._frontend.zmq_socket.send_multipart(payload, zmq.NOBLOCK, copy=False)
+            return True
         except zmq.ZMQError as exc:
             self.replies_returned -= 1
-            if exc.errno not in (zmq.EHOSTUNREACH, zmq.EAGAIN):
+            if exc.errno == zmq.EAGAIN:
+                return False
+            if exc.errno != zmq.EHOSTUNREACH:
                 raise
-            # the client is gone, or is not reading: it resends if it still wants the reply
+            # the client is gone: it resends if it comes back and still wants the reply
             self.replies_undeliverable += 1
+            return True
+
+    def _send_held(self) -> None:
+        """Try each held reply once, oldest first; drop those held for ``reply_timeout``."""
+        now = time.monotonic()
+        for _ in range(len(self._held)):
+            drop_after, payload = self._held.popleft()
+            if self._try_send(payload):
+                continue
+            if now >= drop_after:
+                self.replies_undeliverable += 1
+                if self.replies_undeliverable <= 10:
+                    log.warning("Broker: dropped a reply to client %r: it read nothing for %g s%s",
+                                payload[0].bytes, self.reply_timeout,
+                                " (further ones are counted, not logged)" if self.replies_undeliverable == 10 else "")
+                continue
+            self._held.append((drop_after, payload))
 
     def _drop_from_worker(self, worker: bytes, was_busy: bool, why: str) -> None:
         self.malformed += 1
@@ -390,7 +449,8 @@ class Broker:
     def _dispatch(self) -> None:
         """Give waiting requests to idle workers, the one idle longest first."""
         back = self._backend.zmq_socket
-        while self._waiting and self._idle:
+        # replies a client does not read bound what the broker holds: no new work meanwhile
+        while self._waiting and self._idle and len(self._held) < self.hwm:
             worker = next(iter(self._idle))
             try:
                 back.send_multipart([worker, b""] + self._waiting[0], zmq.NOBLOCK, copy=False)
@@ -440,6 +500,7 @@ class Broker:
                 return
             self._closed = True
             self._waiting.clear()
+            self._held.clear()
             self._frontend.close(linger=0)
             self._backend.close(linger=0)
 

@@ -47,7 +47,10 @@ class RunningBroker:
         return self.broker.stats()
 
     def wait(self, predicate, what: str, timeout: float = 20):
-        return wait_until(lambda: predicate(self.broker.stats()), timeout, f"{what} (broker: {self.broker.stats()})")
+        try:
+            return wait_until(lambda: predicate(self.broker.stats()), timeout, what)
+        except AssertionError as exc:  # the counters when it gave up, not when it began
+            raise AssertionError(f"{exc} (broker: {self.broker.stats()})") from None
 
     def close(self) -> None:
         self.broker.close()
@@ -321,20 +324,74 @@ def test_requests_wait_bounded_by_hwm_then_all_are_served(broker, workers):
     running = broker(hwm=5, heartbeat=patient)
     padding = b"x" * 100_000  # large, so the kernel's socket buffers fill after a few dozen
     with Client(running.frontend, timeout=30, hwm=10, heartbeat=patient) as client:
-        sent = 0
-        try:
-            while sent < 2000:  # until backpressure stops the sender
-                client.send(b"%d-" % sent + padding, timeout=0.5)
-                sent += 1
-        except TimeoutError:
-            pass
+        sent = _fill_until_blocked(client, padding)
         assert 5 <= sent < 2000
         running.wait(lambda s: s.requests_waiting == 5, "the broker's queue full")
         assert running.stats().requests_waiting == 5  # never more than hwm
         workers(running.backend, "late")
-        got = {client.recv(timeout=30)[0] for _ in range(sent)}  # each id once
+        got = set()
+        for _ in range(sent):
+            try:
+                got.add(client.recv(timeout=30)[0])  # each id once
+            except TimeoutError as exc:
+                raise AssertionError(f"{exc}; broker: {running.stats()}") from None
         assert got == set(range(1, sent + 1))
         assert client.resent == 0
+
+
+def _fill_until_blocked(client: Client, padding: bytes, limit: int = 2000) -> int:
+    """Requests until backpressure stops the sender (the broker's queue and the kernels'
+    buffers full); how many were sent."""
+    sent = 0
+    try:
+        while sent < limit:
+            client.send(b"%d-" % sent + padding, timeout=0.5)
+            sent += 1
+    except TimeoutError:
+        pass
+    return sent
+
+
+def test_a_client_that_pauses_reading_loses_no_reply(broker, workers):
+    """A client that reads nothing for a while (a pause, a busy machine) while a worker
+    answers its requests: replies past its queue in the broker are held, not dropped, and
+    the broker gives the worker no new request while ``hwm`` of them are held. Once the
+    client reads, every reply comes, none resent."""
+    running = broker(hwm=5)
+    requests = 40  # small; their 2 MB replies overflow every buffer on the way back
+    with Client(running.frontend, timeout=300, hwm=10) as client:
+        for i in range(requests):
+            client.send(b"%d" % i, timeout=10)
+        workers(running.backend, "w", "--reply-bytes", str(2 << 20))
+        # the client reads nothing until the broker holds hwm replies it cannot deliver
+        running.wait(lambda s: s.replies_held >= 5 or s.replies_undeliverable > 0, "replies held", timeout=60)
+        stats = running.stats()
+        assert stats.replies_undeliverable == 0, stats
+        assert stats.requests_forwarded < requests and stats.requests_in_flight <= 1, stats  # no new work meanwhile
+        got = set()
+        for _ in range(requests):
+            try:
+                got.add(client.recv(timeout=30)[0])
+            except TimeoutError as exc:
+                raise AssertionError(f"{exc}; broker: {running.stats()}") from None
+        assert got == set(range(1, requests + 1))
+        assert client.resent == 0
+        assert running.stats().replies_undeliverable == 0
+
+
+def test_replies_held_for_a_client_that_never_reads_are_dropped_after_reply_timeout(broker, workers):
+    """``reply_timeout`` bounds how long a reply waits for a client that is connected and
+    reads nothing: then it is dropped and counted, and the broker serves again."""
+    running = broker(hwm=5, reply_timeout=0.5)
+    requests = 40
+    with Client(running.frontend, timeout=300, hwm=10) as client:
+        for i in range(requests):
+            client.send(b"%d" % i, timeout=10)
+        workers(running.backend, "w", "--reply-bytes", str(2 << 20))
+        running.wait(lambda s: s.replies_undeliverable >= 5 and s.replies_held == 0 and s.requests_in_flight == 0
+                     and s.requests_forwarded == requests, "held replies dropped, all requests served", timeout=60)
+        stats = running.stats()
+        assert stats.replies_returned + stats.replies_undeliverable == requests, stats
 
 
 def test_curve_frontend_serves_an_authorized_client_and_refuses_the_others(broker, workers, tmp_path):

@@ -1,12 +1,13 @@
 """A broker worker written with plain pyzmq (nothing of spark_zmq), run as its own process
 by the broker tests::
 
-    python broker_worker.py BACKEND NAME [--delay S] [--hold-after N]
+    python broker_worker.py BACKEND NAME [--delay S] [--hold-after N] [--reply-bytes N]
 
 It connects a REQ socket to BACKEND, sends ``READY``, then answers each request
 ``[envelope..., b"", body]`` with ``[envelope..., b"", NAME:body]`` after ``--delay``
 seconds. With ``--hold-after N`` it takes its N-th request and never answers it (prints
-``holding BODY`` and waits to be killed). SIGTERM: it finishes the request in hand and
+``holding BODY`` and waits to be killed). With ``--reply-bytes N`` each reply is padded
+with ``.`` to N bytes (large replies from small requests). SIGTERM: it finishes the request in hand and
 exits 0, printing ``served N``. stdout: ``ready``, then those lines.
 """
 
@@ -26,6 +27,7 @@ def main() -> int:
     parser.add_argument("name")
     parser.add_argument("--delay", type=float, default=0.0)
     parser.add_argument("--hold-after", type=int, default=0)
+    parser.add_argument("--reply-bytes", type=int, default=0)
     args = parser.parse_args()
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
@@ -49,7 +51,8 @@ def main() -> int:
         if args.delay:
             time.sleep(args.delay)
         delimiter = frames.index(b"")
-        sock.send_multipart(frames[:delimiter + 1] + [name + frames[-1]])
+        reply = name + frames[-1]
+        sock.send_multipart(frames[:delimiter + 1] + [reply.ljust(args.reply_bytes, b".")])
     print(f"served {served}", flush=True)
     sock.close()
     context.term()
