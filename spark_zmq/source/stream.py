@@ -45,6 +45,7 @@ from .partitions import SpoolRange
 from .offsets import ChannelOffsets
 from .locality import local_cores
 from .planner import admit, split
+from .query_start import QueryStart
 from .relays import RelayIngest
 
 __all__ = ["ZmqStreamReader"]
@@ -68,6 +69,9 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._foreign_spools_seen: set[str] = set()
         #: the task slots of a local master, once looked up (``_slots``); False: not yet
         self._local_slots: Union[int, None, bool] = False
+        #: the first batch's start, kept in the spool directory until Spark commits a batch
+        self._query_start = QueryStart(options.spool_dir)
+        self._start_forgotten = False
 
     # -- driver: the spool and the checkpoint ------------------------------------------------------
 
@@ -139,8 +143,14 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- driver: offsets -----------------------------------------------------------------------
 
     def initialOffset(self) -> dict:
+        """Where a query without a checkpoint begins; the same answer on every call until
+        Spark commits a batch, across restarts too (``query_start``)."""
         runtime = self._ingest()
-        start = runtime.earliest() if self.options.starting_offsets == "earliest" else runtime.start_offsets
+        channels = [str(c.channel) for c in runtime.channels]
+        start = self._query_start.recall(runtime.spool_id, channels)
+        if start is None:
+            start = runtime.earliest() if self.options.starting_offsets == "earliest" else runtime.start_offsets
+            self._query_start.remember(runtime.spool_id, dict(start))
         return ChannelOffsets(start, runtime.spool_id).to_dict()
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -265,6 +275,9 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._local_slots  # type: ignore[return-value]
 
     def commit(self, end: dict) -> None:
+        if not self._start_forgotten:
+            self._query_start.forget()  # a batch is in Spark's commit log: its start with it
+            self._start_forgotten = True
         if self._runtime is not None:
             self._runtime.release(ChannelOffsets.from_dict(end).to_channel_dict())
 

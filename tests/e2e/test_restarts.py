@@ -74,7 +74,13 @@ def test_stops_and_restarts_deliver_every_message_exactly_once(spark, tmp_path, 
             query = _start(spark, port, spool, ckpt, out, spool_bytes, receivers="processes")
             assert _lingering_pids(spool) == pids  # attached to, not replaced
         producer.finish(240)
-        wait_until(lambda: len(_rows(spark, out)) >= TOTAL, 240, f"all {TOTAL} rows")
+        try:
+            wait_until(lambda: len(_rows(spark, out)) >= TOTAL or query.exception() is not None, 240,
+                       f"all {TOTAL} rows")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}: {len(_rows(spark, out))} rows; query {query.status}, last progress "
+                                 f"{query.lastProgress}; spool {_spool_listing(spool)}") from None
+        assert query.exception() is None, query.exception()
         rows = _rows(spark, out)
         assert len(rows) == TOTAL, f"{len(rows) - len(set(rows))} duplicates"
         assert set(rows) == set(range(TOTAL))
@@ -131,6 +137,76 @@ def test_a_restart_after_the_linger_loses_at_most_what_the_buffers_held(spark, t
     finally:
         query.stop()
         _stop_lingering(spool)
+
+
+@pytest.mark.parametrize("receivers", ["threads", "processes"])
+def test_a_query_that_fails_in_its_first_batch_restarts_it_from_the_same_start(spark, tmp_path, receivers):
+    """The first batch fails (Spark has it in its offset log, not in its commit log) and
+    the query restarts from its checkpoint: Spark asks ``initialOffset`` again and re-runs
+    batch 0 from the answer. The spool has numbered what the receivers took meanwhile, so
+    the spool's latest offset would skip the first batch's messages; every message arrives,
+    exactly once."""
+    (port,) = free_ports(1)
+    spool, ckpt = str(tmp_path / "spool"), str(tmp_path / "ckpt")
+    first, more = 500, 500
+    failed_once = threading.Event()
+
+    def burst_then_more():
+        for seq, message in enumerate(_messages(first + more)):
+            if seq == first:
+                failed_once.wait(120)  # the rest once the first query has failed
+            yield message
+
+    producer = Producer(f"tcp://127.0.0.1:{port}", burst_then_more(), hwm=100)
+    producer.start()
+    got: dict[int, list[int]] = {}  # batch id -> its rows (a re-run batch replaces its rows)
+
+    def sink(batch, batch_id: int) -> None:
+        seqs = [r[0] for r in batch.collect()]
+        if batch_id == 0 and not failed_once.is_set():
+            assert seqs, "the first batch must hold messages for this test to mean anything"
+            failed_once.set()
+            raise RuntimeError("the first batch fails, once")
+        got[batch_id] = seqs
+
+    def start(trigger: dict):
+        reader = (spark.readStream.format("zmq").option("endpoints", f"@tcp://127.0.0.1:{port}")
+                  .option("format", "json").schema(SCHEMA).option("spoolDir", spool).option("receivers", receivers)
+                  .option("timeout", "2"))
+        return (reader.load().select("seq").writeStream.foreachBatch(sink).option("checkpointLocation", ckpt)
+                .trigger(**trigger).start())
+
+    # availableNow: the first batch holds what the producer had queued, whatever the timing
+    query = start({"availableNow": True})
+    try:
+        with pytest.raises(Exception, match="the first batch fails"):
+            query.awaitTermination(180)
+        assert failed_once.is_set()
+        query = start({"processingTime": "0 seconds"})
+        producer.finish(120)
+        try:
+            wait_until(lambda: sum(map(len, got.values())) >= first + more or query.exception() is not None, 180,
+                       f"{first + more} rows")
+        except AssertionError as exc:
+            rows = sorted(r for seqs in got.values() for r in seqs)
+            raise AssertionError(f"{exc}: {len(rows)} rows, from {rows[:1]} to {rows[-1:]}") from None
+        assert query.exception() is None, query.exception()
+        rows = [r for seqs in got.values() for r in seqs]
+        assert len(rows) == len(set(rows)), f"{len(rows) - len(set(rows))} duplicates"
+        assert set(rows) == set(range(first + more)), f"missing {sorted(set(range(first + more)) - set(rows))[:5]}..."
+    finally:
+        query.stop()
+        _stop_lingering(spool)
+
+
+def _spool_listing(spool: str) -> dict[str, int]:
+    """The spool's files and their sizes, for a failure's message."""
+    listing = {}
+    for root, _, files in os.walk(spool):
+        for name in files:
+            path = os.path.join(root, name)
+            listing[os.path.relpath(path, spool)] = os.path.getsize(path)
+    return listing
 
 
 def _lingering_pids(spool: str) -> list[int]:
