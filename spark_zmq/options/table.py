@@ -71,9 +71,13 @@ def _heartbeat_specs(make: Callable[..., OptionSpec], side: str) -> tuple[Option
     consequence = {"source": "a connecting receiver reconnects",
                    "sink": "what it had not acknowledged goes to the other consumers",
                    "request": "its requests are resent to the others when their timeout comes"}[side]
+    # receive-only sockets PING a silent producer only, without a TTL (README's "Liveness")
+    quiet = (" `pull` and `gather` PING only a producer that has been silent this long while they read, "
+             "and `pull` with CURVE or over `inproc://` sends none.") if side == "source" else ""
+    no_ttl = " `pull` and `gather` send no TTL." if side == "source" else ""
     return (
         make("heartbeatInterval", "seconds", "heartbeat_interval", "ZMTP 3.1 heartbeats (RFC 37): seconds "
-             "between the PINGs sent on every connection; `0` switches heartbeats and TCP keepalive off.",
+             f"between the PINGs sent on every connection; `0` switches heartbeats and TCP keepalive off.{quiet}",
              default=DEFAULT_HEARTBEAT.interval, default_doc=f"{DEFAULT_HEARTBEAT.interval:g}", minimum=0.0,
              maximum=MAX_HEARTBEAT_S, allow_zero=True),
         make("heartbeatTimeout", "seconds", "heartbeat_timeout", f"Seconds {who} may stay silent after a PING "
@@ -82,7 +86,7 @@ def _heartbeat_specs(make: Callable[..., OptionSpec], side: str) -> tuple[Option
              default=DEFAULT_HEARTBEAT.timeout, default_doc=f"{DEFAULT_HEARTBEAT.timeout:g}", minimum=0.0,
              maximum=MAX_HEARTBEAT_S),
         make("heartbeatTtl", "seconds", "heartbeat_ttl", "The TTL our PINGs carry: the peer may drop the "
-             "connection when it hears nothing from us for this long (`0`: no TTL).",
+             f"connection when it hears nothing from us for this long (`0`: no TTL).{no_ttl}",
              default=DEFAULT_HEARTBEAT.ttl, default_doc=f"{DEFAULT_HEARTBEAT.ttl:g}", minimum=0.0,
              maximum=MAX_TTL_S, allow_zero=True, range_note="16 bits of deciseconds on the wire"),
     )

@@ -72,6 +72,8 @@ class PatternSocket:
     #: libzmq's heartbeat timeout on this socket type (see ``heartbeat``: not for a receiver
     #: that applies backpressure, which would drop live peers with what their buffers hold)
     heartbeat_zmtp_timeout: ClassVar[bool] = True
+    #: whether libzmq sends PINGs of its own on this socket (``Heartbeat.apply``)
+    heartbeat_pings: ClassVar[bool] = True
 
     def __init__(self, endpoints: EndpointsSpec, *, hwm: Optional[int] = None, **options: Any) -> None:
         self._closed = True  # until the socket exists, so __del__/close are safe
@@ -88,7 +90,7 @@ class PatternSocket:
         try:
             sock = self._socket
             set_common_options(sock, options, hwm, self.max_message_bytes, self.default_linger_ms)
-            self.heartbeat.apply(sock, zmtp_timeout=self.heartbeat_zmtp_timeout)
+            self.heartbeat.apply(sock, zmtp_timeout=self.heartbeat_zmtp_timeout, pings=self.heartbeat_pings)
             self._configure(sock, options)
             if curve is not None:
                 self._zap = curve.apply(sock)

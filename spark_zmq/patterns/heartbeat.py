@@ -13,13 +13,24 @@ TCP keepalive and ``TCP_USER_TIMEOUT`` (libzmq's ``ZMQ_TCP_MAXRT``) are the seco
 kernel drops a connection whose peer host stops acknowledging what we send (our PINGs
 included) within ``timeout``, whatever the application on either side does.
 
-One exception, on purpose: a libzmq *receiving* socket that applies backpressure (``Pull``)
-stops reading its connections when its queue is full, and libzmq would then take the
-peer's unread PONGs for silence and drop a live connection together with what the kernel
-buffers hold. Such sockets send PINGs with a TTL and use the kernel timeout, but no ZMTP
-timeout (``zmtp_timeout=False`` in :meth:`Heartbeat.apply`). The ZMTP engine of
-``Scatter``/``Gather`` has no such problem: it does not count silence while it is itself
-not reading.
+Receiving sockets are careful in two ways, because a producer must never lose what its
+buffers hold to our heartbeats:
+
+- a receiver applying backpressure stops reading, so its peer's answers wait unread:
+  silence is not counted then. libzmq's PULL cannot be told so and would drop a live
+  producer, so ``Pull`` sets no ZMTP timeout (``zmtp_timeout=False`` in
+  :meth:`Heartbeat.apply`); the package's engine simply does not judge a peer it holds back;
+- a byte of ours that sits unread in a producer when it exits (a PING that arrived after
+  its I/O thread last read) makes the producer's kernel reset the connection instead of
+  closing it, and a reset destroys what both kernels still buffer: the producer's
+  untransmitted data and our unread data, megabytes when the receiver was holding it
+  back. So the engine's receive-only sockets (``ZmtpPull``, ``Gather``) PING only a peer
+  that has been silent for a whole interval while they read (one that sends is alive, one
+  silent that long has nothing in flight), with no TTL (libzmq drops a connection when
+  nothing follows a PING within its TTL, and these sockets stay quiet while a peer
+  streams); and libzmq's ``Pull``, whose PINGs go out on a timer whatever the peer does,
+  sends none (``pings=False``): it answers its peers' PINGs, and TCP keepalive watches
+  the host.
 """
 
 from __future__ import annotations
@@ -72,16 +83,18 @@ class Heartbeat:
     def _ms(seconds: float) -> int:
         return max(1, int(round(seconds * 1000)))
 
-    def apply(self, sock: zmq.Socket, *, zmtp_timeout: bool = True) -> None:
-        """Set libzmq's heartbeat and keepalive options on ``sock`` (before bind/connect)."""
+    def apply(self, sock: zmq.Socket, *, zmtp_timeout: bool = True, pings: bool = True) -> None:
+        """Set libzmq's heartbeat and keepalive options on ``sock`` (before bind/connect);
+        with ``pings=False`` only keepalive and the kernel's timeout (see the module)."""
         if not self.enabled:
             return
-        sock.setsockopt(zmq.HEARTBEAT_IVL, self._ms(self.interval))
-        # 0 = no timeout (libzmq's default -1 would mean "the interval")
-        sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, self._ms(self.timeout) if zmtp_timeout else 0)
-        if self.ttl > 0:
-            # libzmq sends TTL in deciseconds and rejects values that do not fit 16 bits
-            sock.setsockopt(zmq.HEARTBEAT_TTL, min(int(self.ttl * 1000) // 100 * 100, 6_553_500))
+        if pings:
+            sock.setsockopt(zmq.HEARTBEAT_IVL, self._ms(self.interval))
+            # 0 = no timeout (libzmq's default -1 would mean "the interval")
+            sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, self._ms(self.timeout) if zmtp_timeout else 0)
+            if self.ttl > 0:
+                # libzmq sends TTL in deciseconds and rejects values that do not fit 16 bits
+                sock.setsockopt(zmq.HEARTBEAT_TTL, min(int(self.ttl * 1000) // 100 * 100, 6_553_500))
         sock.setsockopt(zmq.TCP_KEEPALIVE, 1)
         idle, intvl, count = self.keepalive
         sock.setsockopt(zmq.TCP_KEEPALIVE_IDLE, idle)

@@ -43,3 +43,4 @@ class Pull(PatternSocket):
     default_bind: ClassVar[bool] = True
     can_recv: ClassVar[bool] = True
     heartbeat_zmtp_timeout: ClassVar[bool] = False  # backpressure: see heartbeat.py
+    heartbeat_pings: ClassVar[bool] = False  # a producer's exit: see heartbeat.py

@@ -136,6 +136,7 @@ class ZmtpPatternSocket(PatternSocket):
             immediate=bool(options.get("immediate")),
             on_event=self.handshakes.push if isinstance(self.handshakes, EngineWatch) else None,
             multipart=self.can_recv and not self.single_part,
+            receive_only=self.can_recv and not self.can_send,
         )
         self._bound: list[str] = []
         self._closed = False

@@ -141,8 +141,10 @@ class Connection:
         self.ping_deadline: Optional[float] = None
         self.ttl_deadline: Optional[float] = None
         self.acked_at_ping: Optional[int] = None
-        #: when the peer last sent anything (monotonic seconds)
+        #: when the peer last sent anything, and when we last resumed reading it after
+        #: backpressure (monotonic seconds)
         self.heard = time.monotonic()
+        self.resumed = 0.0
         self.heartbeat_warnings = 0
         # last: the application's threads may look at ``peer.conn`` (and its ``out``) at once
         self.peer.conn = self
@@ -240,11 +242,22 @@ class Connection:
             return "no traffic from the peer within the TTL of its own heartbeat PING"
         return None
 
-    def ping_due(self, now: float, heartbeat: Heartbeat) -> bool:
+    def ping_due(self, now: float, heartbeat: Heartbeat, silent_only: bool = False) -> bool:
         """Whether our next PING is due; if so, the one after it is scheduled and, unless an
-        answer is already awaited, the peer's silence counts from now."""
+        answer is already awaited, the peer's silence counts from now.
+
+        ``silent_only`` (receive-only sockets): a PING is due only once the peer has been
+        silent for a whole interval while we read it. A peer that sends is alive, and bytes
+        of ours sitting unread in a producer when it exits make its kernel reset the
+        connection, destroying what both kernels buffer: so never while it streams to us
+        or while we hold it back (it may have a full send buffer then)."""
         if now < self.next_ping:
             return False
+        if silent_only:
+            quiet_since = max(self.heard, self.resumed)
+            if self.peer.paused or now - quiet_since < heartbeat.interval:
+                self.next_ping = now + heartbeat.interval if self.peer.paused else quiet_since + heartbeat.interval
+                return False
         self.next_ping = now + heartbeat.interval
         if self.ping_deadline is None:
             self.ping_deadline = now + heartbeat.timeout

@@ -91,8 +91,12 @@ class Engine(_Sessions, _Stream):
         immediate: bool = False,
         on_event: Optional[Callable[[int, int, str], None]] = None,
         multipart: bool = False,
+        receive_only: bool = False,
     ) -> None:
         self.socket_type = socket_type
+        #: a socket that only receives (PULL, GATHER): it PINGs a peer only after a whole
+        #: interval of silence while reading, and with no TTL (``Connection.ping_due``)
+        self.receive_only = receive_only
         #: received multipart messages are delivered (as tuples of frames), not dropped
         self.multipart = multipart
         self.peer_types = peer_types
@@ -103,7 +107,10 @@ class Engine(_Sessions, _Stream):
         self.handshake_ivl_s = handshake_ivl_s
         self.curve = curve
         self.heartbeat = heartbeat
-        self._ping = command(b"PING", heartbeat.ttl_field)
+        # no TTL from a receive-only socket: libzmq arms a peer's TTL timer at each PING
+        # and drops the connection when nothing follows within it, and such a socket stays
+        # quiet for as long as its peer streams to it
+        self._ping = command(b"PING", b"\x00\x00" if receive_only else heartbeat.ttl_field)
         #: acknowledged bytes past a PING that prove a live consumer: more than our own
         #: PINGs can account for within one timeout
         self._ack_liveness_bytes = 1024 + (int(heartbeat.timeout / heartbeat.interval) + 2) * 64 \

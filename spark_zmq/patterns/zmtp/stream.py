@@ -283,6 +283,7 @@ class _Stream:
         with self.lock:
             peer.paused = False
             peer.resume_asked = False
+        conn.resumed = time.monotonic()  # its silence counts from now, not from the pause
         if conn.stage == CLOSED:
             return
         self._set_events(conn, selectors.EVENT_READ | (selectors.EVENT_WRITE if conn.out else 0))
@@ -340,7 +341,7 @@ class _Stream:
             self.heartbeat_timeouts += 1
             self._fail(conn, ZmtpError(expired, zmq.EVENT_DISCONNECTED, errno.ETIMEDOUT))
             return 1.0
-        if conn.ping_due(now, self.heartbeat) and conn.out_bytes < _MAX_PENDING_REPLY_BYTES and not conn.finished:
+        if conn.ping_due(now, self.heartbeat, self.receive_only) and conn.out_bytes < _MAX_PENDING_REPLY_BYTES and not conn.finished:
             # (a peer that does not read what we queued gets no more PINGs, nor one whose
             # sending side we shut down at close; silence still counts from the first)
             conn.queue_command(self._ping)
