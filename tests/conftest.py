@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import sys
 
 import pytest
@@ -144,10 +143,11 @@ def _close_test_producers():
 
 @pytest.fixture
 def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now (for endpoints a Spark process binds)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port free on 127.0.0.1 right now (for endpoints a Spark process binds), below
+    the ephemeral range (``zmqtest.free_ports`` says why)."""
+    from zmqtest import free_ports
+
+    return free_ports(1)[0]
 
 
 @pytest.fixture
