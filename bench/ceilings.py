@@ -52,6 +52,19 @@ class Range(InputPartition):
         self.start, self.end = start, end
 
 
+def offered_now(go: str, count: int, offered: int, chunks: Optional[list]) -> int:
+    """How many of ``count`` messages an in-memory reader offers past its warm-up: none
+    before the ``go`` file exists; then all at once, or (``chunks``) one chunk more per
+    ``latestOffset`` call, the connector's micro-batches replayed (``chunks`` is consumed)."""
+    if not os.path.exists(go):
+        return offered
+    if chunks is None:
+        return count
+    if chunks:
+        return min(count, offered + chunks.pop(0))
+    return offered
+
+
 class MemoryArrowReader(DataSourceStreamReader):
     """Offsets count messages: ``WARM_UP`` at first, ``count`` more when the ``go`` file
     exists: at once, or with the option ``chunks`` (a JSON list of message counts that add
@@ -70,11 +83,7 @@ class MemoryArrowReader(DataSourceStreamReader):
         return {"n": 0}
 
     def latestOffset(self) -> dict:
-        if os.path.exists(self.go):
-            if self.chunks is None:
-                self.offered = self.count
-            elif self.chunks:
-                self.offered = min(self.count, self.offered + self.chunks.pop(0))
+        self.offered = offered_now(self.go, self.count, self.offered, self.chunks)
         return {"n": WARM_UP + self.offered}
 
     def partitions(self, start: dict, end: dict):
@@ -161,11 +170,7 @@ class MemoryRowsReader(DataSourceStreamReader):
         return {"n": 0}
 
     def latestOffset(self) -> dict:
-        if os.path.exists(self.go):
-            if self.chunks is None:
-                self.offered = self.count
-            elif self.chunks:
-                self.offered = min(self.count, self.offered + self.chunks.pop(0))
+        self.offered = offered_now(self.go, self.count, self.offered, self.chunks)
         return {"n": self.warm + self.offered}
 
     def partitions(self, start: dict, end: dict) -> list:

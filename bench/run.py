@@ -138,11 +138,10 @@ def fixed_costs(run: Callable[[], dict]) -> Callable[[], dict]:
         costs: dict[str, dict] = {}
         for entry in egress.FIXED_COSTS:
             label = entry["contender"] + (", CURVE" if entry["curve"] else "")
-            cost = costs.setdefault(label, {"runs_s": [], "messages": entry["messages"], "rows": entry["rows"]})
+            cost = costs.setdefault(label, {"runs_s": [], "cpu_us_per_msg_runs": [], "messages": entry["messages"],
+                                            "rows": entry["rows"]})
             cost["runs_s"].append(entry["fixed_s"])
-        for entry in egress.FIXED_COSTS:
-            label = entry["contender"] + (", CURVE" if entry["curve"] else "")
-            costs[label].setdefault("cpu_us_per_msg_runs", []).append(entry["cpu_us_per_msg"])
+            cost["cpu_us_per_msg_runs"].append(entry["cpu_us_per_msg"])
         for cost in costs.values():
             cost["median_s"] = statistics.median(cost["runs_s"])
             cost["cpu_us_per_msg"] = statistics.median(cost["cpu_us_per_msg_runs"])

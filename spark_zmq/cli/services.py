@@ -126,6 +126,10 @@ def broker_command(
     max_message_bytes: Optional[int] = typer.Option(None, "--max-message-bytes", min=1, help="Largest message "
                                                     "accepted from a client or worker (a peer sending more is "
                                                     "disconnected). Default: no limit."),
+    reply_timeout: float = typer.Option(30.0, "--reply-timeout", min=0.0, max=86400.0, help="Seconds a reply waits "
+                                        "in the broker for a connected client that is not reading; then it is "
+                                        "dropped (counted undeliverable) and the client's own timeout resends the "
+                                        "request. 0 drops it at once."),
     status_interval: float = typer.Option(10.0, "--status-interval", min=0.05, help="Seconds between status lines "
                                           "on stderr."),
     curve_certificate: Optional[str] = typer.Option(
@@ -154,7 +158,7 @@ def broker_command(
     heartbeat = heartbeat_from_flags(heartbeat_interval, heartbeat_timeout, heartbeat_ttl)
     try:
         broker = Broker(frontend, backend, hwm=hwm, curve_frontend=curve, curve_backend=curve, heartbeat=heartbeat,
-                        max_message_bytes=max_message_bytes)
+                        max_message_bytes=max_message_bytes, reply_timeout=reply_timeout)
     except Exception as exc:  # a bind error (port in use, address not local): the reason, not a trace
         print_error(exc.strerror if isinstance(exc, OSError) and exc.strerror else f"{type(exc).__name__}: {exc}")
         raise typer.Exit(1) from None

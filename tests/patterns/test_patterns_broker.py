@@ -484,11 +484,19 @@ def test_cli_broker_serves_reports_status_and_exits_0_on_sigterm(workers):
             process.wait(10)
 
 
+@pytest.mark.parametrize("reply_timeout", [-1, float("nan"), float("inf"), True, "30"])
+def test_a_bad_reply_timeout_is_refused_naming_the_option(reply_timeout):
+    with pytest.raises(ValueError, match="option 'reply_timeout' of Broker must be a finite number of seconds >= 0"):
+        Broker("@tcp://127.0.0.1:*", "@tcp://127.0.0.1:*", reply_timeout=reply_timeout)
+
+
 @pytest.mark.parametrize("args, code, message", [
     (["--frontend", "@tcp://127.0.0.1:x", "--backend", "@tcp://127.0.0.1:1"], 2,
      "'--frontend': invalid ZeroMQ endpoint"),
     (["--frontend", "@tcp://127.0.0.1:1", "--backend", "tcp//nowhere"], 2, "'--backend': invalid ZeroMQ endpoint"),
     (["--frontend", "@tcp://127.0.0.1:1", "--backend", "@tcp://127.0.0.1:2", "--hwm", "0"], 2, "--hwm"),
+    (["--frontend", "@tcp://127.0.0.1:1", "--backend", "@tcp://127.0.0.1:2", "--reply-timeout", "-1"], 2,
+     "--reply-timeout"),
     (["--frontend", "@tcp://127.0.0.1:1", "--backend", "@tcp://127.0.0.1:2", "--curve-certificate", "x.key_secret"],
      2, "needs --curve-authorized-keys"),
 ])
