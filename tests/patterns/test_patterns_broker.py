@@ -24,6 +24,7 @@ import zmq.auth
 from spark_zmq.patterns import Broker, Client, Heartbeat, RequestTimeoutError
 from spark_zmq.patterns.curve import Curve
 from spark_zmq.patterns.curve_keys import KeyPair, load_authorized_keys, load_public_key
+from loadhelper import busy  # noqa: F401  (a fixture: CPU load beside the timing-sensitive tests)
 from zmqtest import free_ports, wait_until
 
 pytestmark = pytest.mark.timeout(90)
@@ -315,7 +316,7 @@ def test_a_worker_that_answers_garbage_loses_its_request_to_a_resend(broker, wor
         assert client.resent >= 1
 
 
-def test_requests_wait_bounded_by_hwm_then_all_are_served(broker, workers):
+def test_requests_wait_bounded_by_hwm_then_all_are_served(broker, workers, busy):
     # heartbeats that cannot expire while the broker holds the client back: a full broker
     # reads no client PINGs, and a client whose heartbeat timeout passed meanwhile (a busy
     # machine starting the worker late) drops its connection and waits out its request
@@ -352,7 +353,7 @@ def _fill_until_blocked(client: Client, padding: bytes, limit: int = 2000) -> in
     return sent
 
 
-def test_a_client_that_pauses_reading_loses_no_reply(broker, workers):
+def test_a_client_that_pauses_reading_loses_no_reply(broker, workers, busy):
     """A client that reads nothing for a while (a pause, a busy machine) while a worker
     answers its requests: replies past its queue in the broker are held, not dropped, and
     the broker gives the worker no new request while ``hwm`` of them are held. Once the
@@ -379,7 +380,7 @@ def test_a_client_that_pauses_reading_loses_no_reply(broker, workers):
         assert running.stats().replies_undeliverable == 0
 
 
-def test_replies_held_for_a_client_that_never_reads_are_dropped_after_reply_timeout(broker, workers):
+def test_replies_held_for_a_client_that_never_reads_are_dropped_after_reply_timeout(broker, workers, busy):
     """``reply_timeout`` bounds how long a reply waits for a client that is connected and
     reads nothing: then it is dropped and counted, and the broker serves again."""
     running = broker(hwm=5, reply_timeout=0.5)
