@@ -143,22 +143,18 @@ def test_a_restart_after_the_linger_loses_at_most_what_the_buffers_held(spark, t
 def test_a_query_that_fails_in_its_first_batch_restarts_it_from_the_same_start(spark, tmp_path, receivers):
     """The first batch fails (Spark has it in its offset log, not in its commit log) and
     the query restarts from its checkpoint: Spark asks ``initialOffset`` again and re-runs
-    batch 0 from the answer. The spool has numbered what the receivers took meanwhile, so
-    the spool's latest offset would skip the first batch's messages; every message arrives,
-    exactly once."""
+    batch 0 from the answer. The spool has numbered the first batch's messages by then, so
+    the spool's latest offset would skip them; every message arrives, exactly once.
+
+    The producer sends nothing after the first query has failed: with ``receivers=threads``
+    what is in flight when a receiver closes is lost (README, "Guarantees"), which is not
+    what this test is about."""
     (port,) = free_ports(1)
     spool, ckpt = str(tmp_path / "spool"), str(tmp_path / "ckpt")
-    first, more = 500, 500
-    failed_once = threading.Event()
-
-    def burst_then_more():
-        for seq, message in enumerate(_messages(first + more)):
-            if seq == first:
-                failed_once.wait(120)  # the rest once the first query has failed
-            yield message
-
-    producer = Producer(f"tcp://127.0.0.1:{port}", burst_then_more(), hwm=100)
+    total = 500
+    producer = Producer(f"tcp://127.0.0.1:{port}", _messages(total), hwm=100)
     producer.start()
+    failed_once = threading.Event()
     got: dict[int, list[int]] = {}  # batch id -> its rows (a re-run batch replaces its rows)
 
     def sink(batch, batch_id: int) -> None:
@@ -176,24 +172,24 @@ def test_a_query_that_fails_in_its_first_batch_restarts_it_from_the_same_start(s
         return (reader.load().select("seq").writeStream.foreachBatch(sink).option("checkpointLocation", ckpt)
                 .trigger(**trigger).start())
 
-    # availableNow: the first batch holds what the producer had queued, whatever the timing
+    # availableNow: the first batch holds what the producer sent (it drains until idle)
     query = start({"availableNow": True})
     try:
         with pytest.raises(Exception, match="the first batch fails"):
             query.awaitTermination(180)
         assert failed_once.is_set()
-        query = start({"processingTime": "0 seconds"})
         producer.finish(120)
+        query = start({"processingTime": "0 seconds"})
         try:
-            wait_until(lambda: sum(map(len, got.values())) >= first + more or query.exception() is not None, 180,
-                       f"{first + more} rows")
+            wait_until(lambda: sum(map(len, got.values())) >= total or query.exception() is not None, 180,
+                       f"{total} rows")
         except AssertionError as exc:
             rows = sorted(r for seqs in got.values() for r in seqs)
             raise AssertionError(f"{exc}: {len(rows)} rows, from {rows[:1]} to {rows[-1:]}") from None
         assert query.exception() is None, query.exception()
         rows = [r for seqs in got.values() for r in seqs]
         assert len(rows) == len(set(rows)), f"{len(rows) - len(set(rows))} duplicates"
-        assert set(rows) == set(range(first + more)), f"missing {sorted(set(range(first + more)) - set(rows))[:5]}..."
+        assert set(rows) == set(range(total)), f"missing {sorted(set(range(total)) - set(rows))[:5]}..."
     finally:
         query.stop()
         _stop_lingering(spool)
