@@ -16,18 +16,18 @@ that earlier start too: it reads more of what the spool holds, never less.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-from typing import Optional, Sequence
+from typing import Optional
 
 from ..ingest.spool_files import private_dir, write_atomically
+from .offsets import ChannelOffsets, OffsetsFormatError
 
 __all__ = ["QueryStart"]
 
 log = logging.getLogger(__name__)
 
-#: the file in ``spoolDir``
+#: the file in ``spoolDir``: the offsets as Spark's offset log holds them (``ChannelOffsets``)
 FILE_NAME = "query-start.json"
 #: larger is not a file of ours
 _MAX_BYTES = 1 << 16
@@ -41,9 +41,9 @@ class QueryStart:
         self.spool_dir = spool_dir
         self.path = os.path.join(spool_dir, FILE_NAME)
 
-    def recall(self, spool_id: str, channels: Sequence[str]) -> Optional[dict[str, int]]:
-        """The offsets remembered for this spool and these channels, or None (none kept,
-        another spool's, or a file that is not one of ours: logged and ignored)."""
+    def recall(self, spool_id: str, channels: int) -> Optional[ChannelOffsets]:
+        """The offsets remembered for this spool and its ``channels`` channels, or None
+        (none kept, another spool's, or a file that is not one of ours: logged and ignored)."""
         try:
             with open(self.path, "rb") as f:
                 data = f.read(_MAX_BYTES + 1)
@@ -52,25 +52,23 @@ class QueryStart:
         except OSError as exc:
             log.warning("cannot read %s (%s): the query starts at the spool's latest offsets", self.path, exc)
             return None
-        try:
-            if len(data) > _MAX_BYTES:
-                raise ValueError(f"larger than {_MAX_BYTES} bytes")
-            kept = json.loads(data)
-            offsets = kept["offsets"]
-            if not isinstance(kept.get("spool"), str) or not isinstance(offsets, dict) or not all(
-                    isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in offsets.values()):
-                raise ValueError("not {'spool': id, 'offsets': {channel: offset >= 0}}")
-        except (ValueError, KeyError, TypeError) as exc:
-            log.warning("ignoring %s: %s", self.path, exc)
+        if len(data) > _MAX_BYTES:
+            log.warning("ignoring %s: larger than %d bytes", self.path, _MAX_BYTES)
             return None
-        if kept["spool"] != spool_id or sorted(offsets) != sorted(channels):
+        try:
+            kept = ChannelOffsets.from_json(data)
+        except OffsetsFormatError:
+            log.warning("ignoring %s: not this source's offsets ({\"<channel>\": <offset>, ..., \"spool\": \"<id>\"})",
+                        self.path)
+            return None
+        if kept.spool != spool_id or set(kept) != set(range(channels)):
             return None  # another spool's (recreated) or other channels: not this query's start
-        return {channel: int(offset) for channel, offset in offsets.items()}
+        return kept
 
-    def remember(self, spool_id: str, offsets: dict[str, int]) -> None:
-        """Keep ``offsets`` (written whole or not at all)."""
+    def remember(self, offsets: ChannelOffsets) -> None:
+        """Keep ``offsets`` (with their spool; written whole or not at all)."""
         private_dir(self.spool_dir)
-        write_atomically(self.spool_dir, FILE_NAME, json.dumps({"spool": spool_id, "offsets": offsets}).encode())
+        write_atomically(self.spool_dir, FILE_NAME, offsets.to_json().encode())
 
     def forget(self) -> None:
         """Spark has committed a batch: the start is in its checkpoint now."""

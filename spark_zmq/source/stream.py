@@ -146,12 +146,12 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Where a query without a checkpoint begins; the same answer on every call until
         Spark commits a batch, across restarts too (``query_start``)."""
         runtime = self._ingest()
-        channels = [str(c.channel) for c in runtime.channels]
-        start = self._query_start.recall(runtime.spool_id, channels)
+        start = self._query_start.recall(runtime.spool_id, len(runtime.channels))
         if start is None:
-            start = runtime.earliest() if self.options.starting_offsets == "earliest" else runtime.start_offsets
-            self._query_start.remember(runtime.spool_id, dict(start))
-        return ChannelOffsets(start, runtime.spool_id).to_dict()
+            start = ChannelOffsets(runtime.earliest() if self.options.starting_offsets == "earliest"
+                                   else runtime.start_offsets, runtime.spool_id)
+            self._query_start.remember(start)
+        return start.to_dict()
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_rows_per_trigger is not None:
