@@ -1,4 +1,5 @@
-"""What Linux's ``/proc`` says about a process: alive, parent, start time, command line.
+"""What Linux's ``/proc`` says about a process: alive, parent, start time, command line,
+environment.
 
 One place reads ``/proc/<pid>/stat`` because its second field (the command name, in
 parentheses) may itself hold spaces and parentheses: every later field is counted from
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-__all__ = ["is_alive", "parent_of", "start_ticks", "cmdline"]
+__all__ = ["is_alive", "parent_of", "start_ticks", "cmdline", "environ"]
 
 
 def _fields(pid: int) -> list[bytes]:
@@ -54,3 +55,14 @@ def cmdline(pid: int) -> list[bytes]:
             return f.read().split(b"\0")
     except OSError:
         return []
+
+
+def environ(pid: int) -> dict[str, str]:
+    """The environment ``pid`` started with (readable for our own user's processes), or ``{}``."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            entries = f.read().split(b"\0")
+    except OSError:
+        return {}
+    pairs = (entry.decode("utf-8", "replace").partition("=") for entry in entries if b"=" in entry)
+    return {name: value for name, _, value in pairs}

@@ -63,9 +63,11 @@ def relay_command(
                                                      help="Seconds between PINGs on every connection (receiving "
                                                           "and --listen); 0 switches heartbeats off. Default 2."),
     heartbeat_timeout: Optional[str] = typer.Option(None, "--heartbeat-timeout", rich_help_panel=HEARTBEAT_PANEL,
-                                                    help="Seconds a peer may stay silent after a PING. Default 10."),
+                                                    help="Seconds a producer may stay silent after a PING before its "
+                                                         "connection is closed (closing loses what it has in "
+                                                         "flight). Default 300."),
     heartbeat_ttl: Optional[str] = typer.Option(None, "--heartbeat-ttl", rich_help_panel=HEARTBEAT_PANEL,
-                                                help="The TTL our PINGs ask of the peer (0: none). Default 10."),
+                                                help="The TTL our PINGs ask of the peer (0: none). Default 300."),
 ) -> None:
     """Receive and spool ZeroMQ messages for Spark queries, until SIGTERM/SIGINT (then drain and exit 0).
     Queries read it with the source option relays=<--listen address>."""

@@ -30,9 +30,11 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Optional
+import errno
+from typing import Callable, Iterator, Optional, TypeVar
 
 import pyarrow as pa
+import zmq
 
 from ..patterns import Dealer, Router, SocketClosedError
 from ..patterns.curve import Curve
@@ -41,7 +43,8 @@ from .spool_format import SPOOL_SCHEMA, DataLossError
 from .loss import LossPolicy
 from .spool_reader import read_range
 
-__all__ = ["SpoolServer", "FetchAccess", "fetch_range", "FetchError", "advertised_host", "bind_address"]
+__all__ = ["SpoolServer", "FetchAccess", "fetch_range", "FetchError", "bind_address", "listen_candidates", "bind_first",
+           "CONNECT_S"]
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +58,12 @@ QUEUE = 4
 #: interval plus timeout, so a connection that went silent has been replaced by then
 RESEND_S = 15.0
 _INT64_MAX = (1 << 63) - 1
+#: how long a read task waits for its connection to the spool server to complete its
+#: handshake before it fails: a wrong address or a closed port is then an error within
+#: seconds that names the address and the options to set, not ``fetchTimeout``'s silence
+CONNECT_S = 10.0
+
+T = TypeVar("T")
 
 
 class FetchError(RuntimeError):
@@ -63,17 +72,6 @@ class FetchError(RuntimeError):
 
 class BadRequest(ValueError):
     """A fetch request that is not one (answered with a short error, never served)."""
-
-
-def advertised_host() -> str:
-    """The address executors should use to reach this host: SPARK_LOCAL_IP if set (Spark's
-    own override), else the host's resolved name."""
-    if os.environ.get("SPARK_LOCAL_IP"):
-        return os.environ["SPARK_LOCAL_IP"]
-    try:
-        return socket.gethostbyname(socket.gethostname())
-    except OSError:
-        return "127.0.0.1"
 
 
 def bind_address(host: str) -> str:
@@ -91,6 +89,34 @@ def bind_address(host: str) -> str:
         return socket.gethostbyname(name)
     except OSError as exc:
         raise ValueError(f"cannot resolve spoolServerHost {host!r}: {exc}") from None
+
+
+def listen_candidates(host: str, ports: Optional[tuple[int, int]] = None) -> list[str]:
+    """The endpoints a fetch service may bind, in order: any free port of ``host``, or each
+    port of the inclusive range ``ports`` (option ``spoolServerPort``)."""
+    address = bind_address(host)
+    if ports is None:
+        return [f"tcp://{address}:*"]
+    return [f"tcp://{address}:{port}" for port in range(ports[0], ports[1] + 1)]
+
+
+def bind_first(candidates: list[str], bind: Callable[[str], T], *, what: str = "the spool fetch service") -> T:
+    """``bind(endpoint)`` of the first candidate whose port is free. Why not pyzmq's
+    ``bind_to_random_port``: it tries ports at random, so a range exactly as large as the
+    receivers that share it may be reported full; in order, it always fits."""
+    for i, endpoint in enumerate(candidates):
+        try:
+            return bind(endpoint)
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE or len(candidates) == 1:
+                raise
+            if i == len(candidates) - 1:
+                ports = candidates[0].rsplit(":", 1)[1] + (
+                    f"-{candidates[-1].rsplit(':', 1)[1]}" if len(candidates) > 1 else "")
+                raise OSError(errno.EADDRINUSE, f"{what} cannot listen: every port of option spoolServerPort "
+                              f"({ports}) is in use on {candidates[0].split('://', 1)[1].rsplit(':', 1)[0]}; give "
+                              "a larger range (one port per receiver process) or free them") from None
+    raise ValueError("no endpoint to bind")
 
 
 @dataclass(frozen=True)
@@ -123,6 +149,7 @@ class SpoolServer:
         self,
         spool_dir: str,
         host: Optional[str] = None,
+        ports: Optional[tuple[int, int]] = None,
         locate: Optional[Callable[[int, int], Optional[tuple[str, int]]]] = None,
         spool_id: Optional[str] = None,
         channels: int = 1,
@@ -144,10 +171,12 @@ class SpoolServer:
             self.endpoint = router.last_endpoint
         else:
             server_keys, client_keys = KeyPair.generate(), KeyPair.generate()
-            self._router = Router(
-                f"@tcp://{bind_address(host or advertised_host())}:*", hwm=QUEUE, linger=0, mandatory=True,
+            if host is None:
+                raise ValueError("the spool fetch service needs the address executors use (spoolServerHost)")
+            self._router = bind_first(listen_candidates(host, ports), lambda endpoint: Router(
+                "@" + endpoint, hwm=QUEUE, linger=0, mandatory=True,
                 max_request_bytes=REQUEST_BYTES, curve=Curve.server(server_keys, frozenset({client_keys.public_key})),
-            )
+            ))
             self.access = FetchAccess(self._router.last_endpoint, server_keys.public_key, client_keys.public_key,
                                       client_keys.secret_key)
             self.endpoint = self.access.endpoint
@@ -293,6 +322,32 @@ def _exchange(dealer: Dealer, request: dict, request_id: int, timeout: float, re
             return reply[:-1] if echoed is not None else reply
 
 
+def _await_handshake(dealer: Dealer, access: FetchAccess, within: float, what: str) -> None:
+    """Return once the connection to the spool server has completed its ZeroMQ handshake;
+    fail within ``within`` seconds naming the address and what to set when it does not
+    (a wrong advertised address, a firewall, a server that is gone), or at once when the
+    server refused our key."""
+    watch = dealer.handshakes
+    assert watch is not None  # the Dealer is made with a monitor
+    deadline = time.monotonic() + within
+    while (remaining := deadline - time.monotonic()) > 0:
+        for event, _, _ in watch.poll(min(remaining, 0.5)):
+            if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                return
+        if watch.rejected:
+            raise FetchError(f"{access.server_name}'s spool server at {access.endpoint} refused this executor "
+                             f"({what}){watch.failure_note()}")
+    if access.server_name == "the driver":
+        hint = ("the driver advertises this address: set option spoolServerHost to the driver's address that "
+                "executors reach (Spark's spark.driver.host is used when set), and let this port through any "
+                "firewall from the executors to the driver (option spoolServerPort fixes it)")
+    else:
+        hint = "is the relay running, and is its --listen address reachable from the executors?"
+    raise FetchError(f"cannot reach {access.server_name}'s spool server at {access.endpoint} from this executor "
+                     f"({socket.gethostname()}) within {within:.0f} s: no connection completed its handshake "
+                     f"({what}); {hint}")
+
+
 def fetch_range(
     access: FetchAccess, channel: int, start: int, end: int, *, spool_id: Optional[str] = None,
     loss: Optional[LossPolicy] = None, timeout: float = 120.0, resend_s: float = RESEND_S,
@@ -306,8 +361,9 @@ def fetch_range(
     endpoint = access.endpoint
     skip_loss = loss is not None and not loss.fail
     ids = itertools.count(1)
-    with Dealer(endpoint, linger=0, curve=access.curve()) as dealer:
+    with Dealer(endpoint, linger=0, curve=access.curve(), monitor=zmq.EVENT_HANDSHAKE_SUCCEEDED) as dealer:
         position = start
+        _await_handshake(dealer, access, min(CONNECT_S, timeout), f"channel {channel}, offsets {start}..{end}")
 
         def silence() -> str:
             note = dealer.handshakes.failure_note() if dealer.handshakes is not None else ""

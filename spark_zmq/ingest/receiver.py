@@ -131,6 +131,13 @@ class Receiver:
             return
 
     @property
+    def broken_connections(self) -> int:
+        """Connections of this channel that broke (not closed in order by their producer),
+        with what the producer had in flight on them; counted on the package's engine
+        (``pull`` without CURVE, ``gather``), 0 on libzmq's sockets, which do not say."""
+        return int(getattr(self.socket, "broken_connections", 0))
+
+    @property
     def rejected_handshakes(self) -> int:
         """Handshakes this channel's socket refused or failed (CURVE), so far."""
         return self.socket.handshakes.rejected if self.socket.handshakes is not None else 0

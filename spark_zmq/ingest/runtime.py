@@ -45,9 +45,10 @@ def describe_range(log: Any, start: int, end: int) -> RangeInfo:
 
 class IngestRuntime:
     """Spool + one receiver per endpoint (ingest channel); with ``serve_fetch``, the fetch
-    service too, for read tasks that cannot see the spool directory."""
+    service too, for read tasks that cannot see the spool directory, listening on
+    ``fetch_host`` (the caller's answer to "which address do executors use")."""
 
-    def __init__(self, options: SourceOptions, *, serve_fetch: bool = False) -> None:
+    def __init__(self, options: SourceOptions, *, serve_fetch: bool = False, fetch_host: Optional[str] = None) -> None:
         self.options = options
         self.spool = Spool(
             options.spool_dir, len(options.endpoints), fsync=options.spool_fsync, max_bytes=options.max_spool_bytes
@@ -80,7 +81,8 @@ class IngestRuntime:
         if serve_fetch:
             try:
                 self.server = SpoolServer(
-                    options.spool_dir, host=options.spool_server_host, spool_id=self.spool.spool_id,
+                    options.spool_dir, host=fetch_host or options.spool_server_host,
+                    ports=options.spool_server_port, spool_id=self.spool.spool_id,
                     locate=lambda channel, offset: self.spool.channels[channel].locate(offset),
                     channels=len(self.spool.channels),
                 )
@@ -142,6 +144,10 @@ class IngestRuntime:
             if remaining <= 0:
                 return
             time.sleep(min(remaining, 0.05))
+
+    def broken_connections(self) -> int:
+        """Producer connections that broke with data possibly in flight, since the start."""
+        return sum(receiver.broken_connections for receiver in self.receivers)
 
     def rejected_handshakes(self) -> int:
         """Handshakes the channels' sockets refused (CURVE), since the query started."""

@@ -222,6 +222,20 @@ def _parse_authorized(spec: OptionSpec, raw: str) -> Any:
     return _curve_value(spec, raw, load_authorized_keys)
 
 
+_PORTS = re.compile(r"\s*([0-9]{1,5})\s*(?:-\s*([0-9]{1,5})\s*)?", re.ASCII)
+
+
+def _parse_ports(spec: OptionSpec, raw: str) -> tuple[int, int]:
+    """A TCP port (``7100``) or an inclusive range (``7100-7107``), as ``(first, last)``."""
+    match = _PORTS.fullmatch(raw)
+    first = int(match.group(1)) if match else 0
+    last = int(match.group(2)) if match and match.group(2) else first
+    if not match or not 1 <= first <= last <= 65535:
+        raise OptionError(f"option {spec.name!r} = {quote(raw)} is not a port or a port range; expected a TCP "
+                          "port from 1 to 65535 (e.g. '7100') or an inclusive range (e.g. '7100-7107')", spec.name)
+    return first, last
+
+
 #: the parser of each kind but ``endpoints`` (``parse_endpoints_value``: it reads other options)
 PARSERS: dict[str, Callable[[OptionSpec, str], Any]] = {
     "int": _parse_int,
@@ -233,6 +247,7 @@ PARSERS: dict[str, Callable[[OptionSpec, str], Any]] = {
     "string": _parse_string,
     "list": _parse_list,
     "host": _parse_host,
+    "ports": _parse_ports,
     "path": _parse_path,
     "certificate": _parse_certificate,
     "publickey": _parse_public_key,

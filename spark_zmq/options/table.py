@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ..patterns.heartbeat import DEFAULT_HEARTBEAT, MAX_HEARTBEAT_S, MAX_TTL_S
+from ..patterns.heartbeat import DEFAULT_HEARTBEAT, MAX_HEARTBEAT_S, MAX_TTL_S, RECEIVER_HEARTBEAT
 from .spec import GiB, INT32_MAX, INT64_MAX, KiB, MiB, OptionSpec
 from .spool_dir import default_spool_dir
 
@@ -75,19 +75,23 @@ def _heartbeat_specs(make: Callable[..., OptionSpec], side: str) -> tuple[Option
     quiet = (" `pull` and `gather` PING only a producer that has been silent this long while they read, "
              "and `pull` with CURVE or over `inproc://` sends none.") if side == "source" else ""
     no_ttl = " `pull` and `gather` send no TTL." if side == "source" else ""
+    # the source closes a silent producer late: closing destroys what the producer has in flight
+    default = RECEIVER_HEARTBEAT if side == "source" else DEFAULT_HEARTBEAT
+    blink = (" Long by default: closing a producer's connection loses what it has in flight, so a network "
+             "outage shorter than this costs nothing.") if side == "source" else ""
     return (
         make("heartbeatInterval", "seconds", "heartbeat_interval", "ZMTP 3.1 heartbeats (RFC 37): seconds "
              f"between the PINGs sent on every connection; `0` switches heartbeats and TCP keepalive off.{quiet}",
-             default=DEFAULT_HEARTBEAT.interval, default_doc=f"{DEFAULT_HEARTBEAT.interval:g}", minimum=0.0,
+             default=default.interval, default_doc=f"{default.interval:g}", minimum=0.0,
              maximum=MAX_HEARTBEAT_S, allow_zero=True),
         make("heartbeatTimeout", "seconds", "heartbeat_timeout", f"Seconds {who} may stay silent after a PING "
              f"before its connection counts as broken ({consequence}); also the kernel's limit "
-             "(`TCP_USER_TIMEOUT`, keepalive) for unacknowledged data.",
-             default=DEFAULT_HEARTBEAT.timeout, default_doc=f"{DEFAULT_HEARTBEAT.timeout:g}", minimum=0.0,
+             f"(`TCP_USER_TIMEOUT`, keepalive) for unacknowledged data.{blink}",
+             default=default.timeout, default_doc=f"{default.timeout:g}", minimum=0.0,
              maximum=MAX_HEARTBEAT_S),
         make("heartbeatTtl", "seconds", "heartbeat_ttl", "The TTL our PINGs carry: the peer may drop the "
              f"connection when it hears nothing from us for this long (`0`: no TTL).{no_ttl}",
-             default=DEFAULT_HEARTBEAT.ttl, default_doc=f"{DEFAULT_HEARTBEAT.ttl:g}", minimum=0.0,
+             default=default.ttl, default_doc=f"{default.ttl:g}", minimum=0.0,
              maximum=MAX_TTL_S, allow_zero=True, range_note="16 bits of deciseconds on the wire"),
     )
 
@@ -169,8 +173,13 @@ SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
          "see the driver's `spoolDir`, else fetched from the driver over DEALER/ROUTER), `local`, `fetch`.",
          default="auto", default_doc="`auto`", choices=("auto", "local", "fetch")),
     _src("spoolServerHost", "host", "spool_server_host", "The driver address executors use to fetch spool "
-         "ranges; the fetch service listens only there.", default_doc="`SPARK_LOCAL_IP`, else the host's address",
+         "ranges; the fetch service listens only there.", default_doc="Spark's own answer for the driver: "
+         "`spark.driver.host`, else `SPARK_LOCAL_IP`, else the host's address on the route to Spark's master",
          valid_doc="host name or IP address, not a wildcard"),
+    _src("spoolServerPort", "ports", "spool_server_port", "The TCP port of the spool fetch service, so a "
+         "firewall between executors and the driver can let it through: one port, or a range `first-last` (with "
+         "`receivers=processes` each endpoint's receiver process listens on a port of its own, so give at least as "
+         "many ports as endpoints).", default_doc="any free port", valid_doc="`7100` or `7100-7107`"),
     _src("mode", "choice", "mode", "Malformed messages: `PERMISSIVE` keeps the row (raw text in the "
          "corrupt-record column if the schema has it), `DROPMALFORMED` drops it, `FAILFAST` fails the query. "
          "For `arrow`, anything but `DROPMALFORMED` fails on an unreadable message.",

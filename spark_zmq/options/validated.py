@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Mapping, Optional
 from ..patterns.curve import Curve
 from ..patterns.curve_keys import KeyPair
 from ..patterns.endpoints import Endpoint
-from ..patterns.heartbeat import DEFAULT_HEARTBEAT, Heartbeat
+from ..patterns.heartbeat import DEFAULT_HEARTBEAT, RECEIVER_HEARTBEAT, Heartbeat
 from .curve_rules import curve_of
 from .kinds import PARSERS
 from .parse import parse_table
@@ -67,6 +67,7 @@ class SourceOptions(_SocketSettings):
     hwm: int
     spool_access: str = "auto"
     spool_server_host: Optional[str] = None
+    spool_server_port: Optional[tuple[int, int]] = None
     max_message_bytes: int = 64 * MiB
     curve_certificate: Optional[KeyPair] = None
     curve_server_key: Optional[bytes] = None
@@ -79,9 +80,9 @@ class SourceOptions(_SocketSettings):
     receivers: str = "processes"
     receiver_linger_seconds: float = 300.0
     receive_buffer_bytes: Optional[int] = None
-    heartbeat_interval: float = DEFAULT_HEARTBEAT.interval
-    heartbeat_timeout: float = DEFAULT_HEARTBEAT.timeout
-    heartbeat_ttl: float = DEFAULT_HEARTBEAT.ttl
+    heartbeat_interval: float = RECEIVER_HEARTBEAT.interval
+    heartbeat_timeout: float = RECEIVER_HEARTBEAT.timeout
+    heartbeat_ttl: float = RECEIVER_HEARTBEAT.ttl
 
     KNOWN: ClassVar[tuple[str, ...]] = tuple(spec.name for spec in SOURCE_OPTIONS)
 

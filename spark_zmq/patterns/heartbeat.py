@@ -42,7 +42,7 @@ from typing import Optional
 
 import zmq
 
-__all__ = ["Heartbeat", "DEFAULT_HEARTBEAT", "NO_HEARTBEAT", "MAX_TTL_S"]
+__all__ = ["Heartbeat", "DEFAULT_HEARTBEAT", "RECEIVER_HEARTBEAT", "NO_HEARTBEAT", "MAX_TTL_S"]
 
 #: the PING's TTL field is 16 bits of deciseconds (RFC 37)
 MAX_TTL_S = 6553.5
@@ -129,6 +129,16 @@ class Heartbeat:
 
 #: what every socket of this package uses unless told otherwise (see the README's "Liveness")
 DEFAULT_HEARTBEAT = Heartbeat()
+#: what the source's receiving sockets use unless told otherwise. Why a timeout this long:
+#: ZeroMQ has no acknowledgements, so closing a producer's connection destroys what its
+#: kernel and ours still hold (a producer that sent during a network outage has it all in
+#: its send buffer, and its kernel resends it once the path is back, unless we closed).
+#: A path that is silent for a minute or two, then comes back, must cost nothing; TCP's
+#: own retransmissions back off to 120 s, so a blink of two minutes may stay silent for
+#: nearly four. The interval stays short (PINGs keep a NAT's or firewall's state of an
+#: idle connection alive), and a peer whose host came back without the connection (a
+#: reboot, a NAT that forgot it) answers our next PING with a reset, noticed at once.
+RECEIVER_HEARTBEAT = Heartbeat(interval=2.0, timeout=300.0, ttl=300.0)
 #: no heartbeats, no keepalive: the socket notices only connections that break
 NO_HEARTBEAT = Heartbeat(interval=0.0)
 

@@ -172,6 +172,12 @@ class ZmtpPatternSocket(PatternSocket):
         return self._engine.resent
 
     @property
+    def broken_connections(self) -> int:
+        """Connections that ended other than by the peer's orderly close (a reset, a
+        timeout, a protocol error), with whatever the peer had in flight on them."""
+        return self._engine.broken_connections
+
+    @property
     def lost_peers(self) -> int:
         """Connections that broke, since the socket was opened, while they held messages of
         this socket (queued, being written, or not yet acknowledged by the peer's TCP)."""

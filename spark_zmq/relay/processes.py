@@ -30,7 +30,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ..ingest.fetch import bind_address
+from ..ingest.fetch import listen_candidates
 from ..ingest.spool_files import private_dir
 from .. import procstat
 from ..options import SourceOptions
@@ -216,7 +216,7 @@ class ReceiverProcesses:
     def _start(self, channel: int, endpoint: str, child_options: SourceOptions, host: str,
                label: str) -> ReceiverTarget:
         server_keys, client_keys = KeyPair.generate(), KeyPair.generate()
-        config = {"options": child_options, "listen": f"tcp://{bind_address(host)}:*",
+        config = {"options": child_options, "listen": listen_candidates(host, self.options.spool_server_port),
                   "server_keys": (server_keys.public_key, server_keys.secret_key),
                   "client_public": client_keys.public_key, "parent": os.getpid(),
                   "linger_s": self.options.receiver_linger_seconds}
@@ -228,8 +228,9 @@ class ReceiverProcesses:
             except RuntimeError as exc:
                 # a lingering receiver whose spool directory was deleted notices within
                 # half a second and frees the port: try again for a moment
-                if "Address already in use" not in str(exc) or time.monotonic() > deadline:
-                    if "Address already in use" in str(exc):
+                in_use = "Address already in use" in str(exc) or "is in use" in str(exc)
+                if not in_use or time.monotonic() > deadline:
+                    if in_use:
                         raise RuntimeError(f"{exc}; a stopped query's receiver process keeps its port for "
                                            "receiverLingerSeconds unless a query with the same spoolDir and options "
                                            "attaches to it") from None

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Optional
+from typing import Union, Optional
 
 from ..options import SourceOptions
 from ..patterns.curve import Curve
@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 _WATCH_S = 0.5
 
 
-def serve(options: SourceOptions, listen: str, listen_curve: Optional[Curve] = None,
+def serve(options: SourceOptions, listen: Union[str, list[str]], listen_curve: Optional[Curve] = None,
           parent_pid: Optional[int] = None, start_receivers: bool = True, linger_s: float = 0.0) -> int:
     """Run a relay until SIGTERM/SIGINT (returns 0) or a receiver failure (returns 1).
     With ``parent_pid`` (a query's receiver process) it also stops, draining, once no

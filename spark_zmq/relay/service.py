@@ -27,12 +27,12 @@ import json
 import logging
 import threading
 import time
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from ..options import SourceOptions
 from ..patterns import Router
 from ..patterns.curve import Curve
-from ..ingest.fetch import SpoolServer
+from ..ingest.fetch import SpoolServer, bind_first
 from ..ingest.runtime import IngestRuntime, describe_range
 from .lease import Lease
 from .protocol import LEASE_TTL_S, PROTOCOL, QUEUE, REQUEST_BYTES, Op
@@ -55,7 +55,7 @@ def _int(request: dict, key: str, *, optional: bool = False) -> Optional[int]:
 class Relay:
     """Receivers + spool (an ``IngestRuntime``) + the ROUTER that serves them to one query."""
 
-    def __init__(self, options: SourceOptions, listen: str, *, listen_curve: Optional[Curve] = None,
+    def __init__(self, options: SourceOptions, listen: Union[str, list[str]], *, listen_curve: Optional[Curve] = None,
                  lease_ttl_s: float = LEASE_TTL_S, start_receivers: bool = True) -> None:
         self.options = options
         self.lease = Lease(lease_ttl_s)
@@ -63,12 +63,16 @@ class Relay:
         self._lock = threading.Lock()  # control requests against the reader's stop
         self.ingest = IngestRuntime(options)
         try:
-            router = Router([listen], hwm=QUEUE, linger=0, mandatory=True, max_request_bytes=REQUEST_BYTES,
-                            curve=listen_curve, heartbeat=options.heartbeat)
+            # ``listen``: one endpoint, or candidates of which the first free one is bound
+            # (a query's receiver process under option spoolServerPort)
+            candidates = [listen] if isinstance(listen, str) else list(listen)
+            router = bind_first(candidates, lambda endpoint: Router(
+                [endpoint], hwm=QUEUE, linger=0, mandatory=True, max_request_bytes=REQUEST_BYTES,
+                curve=listen_curve, heartbeat=options.heartbeat), what="the receiver process's fetch port")
         except BaseException:
             self.ingest.stop()
             raise
-        self.listen = router.last_endpoint or listen
+        self.listen = router.last_endpoint or candidates[0]
         # A standalone relay numbers on from where its spool is: it has no checkpoint to
         # wait for. A query's own receiver process (start_receivers=False) waits for the
         # query's "start", sent once the reader has checked its checkpoint against the
@@ -199,6 +203,7 @@ class Relay:
             "latest": [c.next_offset for c in spool.channels], "earliest": [c.earliest for c in spool.channels],
             "errors": errors, "idle": time.monotonic() - last,
             "rejected": self.ingest.rejected_handshakes(),
+            "broken": self.ingest.broken_connections(),
         }
 
     # -- life ------------------------------------------------------------------------------------

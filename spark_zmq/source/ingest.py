@@ -13,6 +13,7 @@ from typing import Any, Optional, Protocol, Sequence
 
 from ..ingest.runtime import IngestRuntime, RangeInfo
 from ..options import SourceOptions
+from .driver_host import fetch_service_host
 from .locality import executors_share_host
 from .partitions import SpoolRange
 
@@ -78,6 +79,10 @@ class Ingest(Protocol):
 
     def rejected_handshakes(self) -> int: ...
 
+    def broken_connections(self) -> int:
+        """Producer connections that broke with data possibly in flight, so far."""
+        ...
+
     def describe(self, ranges: dict[int, tuple[int, int]]) -> dict[int, RangeInfo]:
         """Messages, bytes, losses and read hint of each channel's ``(start, end)``: what
         planning a micro-batch needs, in one call (one round trip per relay)."""
@@ -104,7 +109,9 @@ class LocalIngest(IngestRuntime):
     """The driver's spool and receivers, serving read tasks."""
 
     def __init__(self, options: SourceOptions) -> None:
-        super().__init__(options, serve_fetch=needs_fetch_service(options.spool_access))
+        serve_fetch = needs_fetch_service(options.spool_access)
+        super().__init__(options, serve_fetch=serve_fetch,
+                         fetch_host=fetch_service_host(options.spool_server_host) if serve_fetch else None)
 
     def spool_range(self, channel: int, start: int, end: int, hint: Optional[tuple] = None) -> SpoolRange:
         """The read task for ``[start, end)`` of ``channel``."""

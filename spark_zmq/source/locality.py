@@ -18,7 +18,7 @@ from typing import Optional
 
 from .. import procstat
 
-__all__ = ["spark_master", "executors_share_host", "local_cores"]
+__all__ = ["spark_master", "spark_conf", "submit_process", "executors_share_host", "local_cores"]
 
 _SUBMIT_CLASS = b"org.apache.spark.deploy.SparkSubmit"
 _MAX_DEPTH = 8
@@ -26,42 +26,89 @@ _MAX_DEPTH = 8
 _FLAGS = frozenset({b"--verbose", b"--supervise", b"--help", b"--version", b"--usage-error"})
 
 
-def master_from_command_line(args: list[bytes]) -> Optional[str]:
-    """The master a SparkSubmit command line names (the last one wins, as in spark-submit).
+def conf_from_command_line(args: list[bytes]) -> dict[str, str]:
+    """The Spark configuration a SparkSubmit command line sets: every ``--conf key=value``
+    and ``--master`` (as ``spark.master``); the last one of a key wins, as in spark-submit.
     What follows the application (a ``.py``/``.jar`` file or ``pyspark-shell``) is the
     application's own arguments and is not read."""
     if _SUBMIT_CLASS not in args:
-        return None
-    master: Optional[bytes] = None
+        return {}
+    conf: dict[str, str] = {}
     start = args.index(_SUBMIT_CLASS) + 1
     for i in range(start, len(args)):
         arg, previous = args[i], args[i - 1]
         takes_value = previous.startswith(b"--") and b"=" not in previous and previous not in _FLAGS
         if not arg.startswith(b"-") and not takes_value:
             break  # the application (a .py/.jar file or pyspark-shell): its own arguments follow
+        setting: Optional[bytes] = None
         if arg == b"--master" and i + 1 < len(args):
-            master = args[i + 1]
+            setting = b"spark.master=" + args[i + 1]
         elif arg.startswith(b"--master="):
-            master = arg[len(b"--master="):]
-        elif arg == b"--conf" and i + 1 < len(args) and args[i + 1].startswith(b"spark.master="):
-            master = args[i + 1][len(b"spark.master="):]
-        elif arg.startswith(b"--conf=spark.master="):
-            master = arg[len(b"--conf=spark.master="):]
-    return master.decode("utf-8", "replace") if master else None
+            setting = b"spark.master=" + arg[len(b"--master="):]
+        elif arg == b"--conf" and i + 1 < len(args):
+            setting = args[i + 1]
+        elif arg.startswith(b"--conf="):
+            setting = arg[len(b"--conf="):]
+        if setting is not None and b"=" in setting:
+            key, _, value = setting.decode("utf-8", "replace").partition("=")
+            conf[key.strip()] = value.strip()
+    return conf
+
+
+def master_from_command_line(args: list[bytes]) -> Optional[str]:
+    """The master a SparkSubmit command line names, or ``None``."""
+    return conf_from_command_line(args).get("spark.master") or None
+
+
+def submit_process(pid: Optional[int] = None) -> Optional[int]:
+    """The pid of the nearest SparkSubmit ancestor of ``pid`` (this process), or ``None``."""
+    current: Optional[int] = pid or os.getpid()
+    for _ in range(_MAX_DEPTH):
+        if current is None or current <= 1:
+            return None
+        if _SUBMIT_CLASS in procstat.cmdline(current):
+            return current
+        current = procstat.parent_of(current)
+    return None
+
+
+def defaults_file_conf(environment: dict[str, str]) -> dict[str, str]:
+    """What ``spark-defaults.conf`` sets, found as spark-submit finds it (``SPARK_CONF_DIR``,
+    else ``SPARK_HOME/conf``) in ``environment``; ``{}`` when there is none."""
+    directory = environment.get("SPARK_CONF_DIR") or (
+        os.path.join(environment["SPARK_HOME"], "conf") if environment.get("SPARK_HOME") else None)
+    if not directory:
+        return {}
+    conf: dict[str, str] = {}
+    try:
+        with open(os.path.join(directory, "spark-defaults.conf"), encoding="utf-8", errors="replace") as f:
+            for line in f:
+                line = line.strip()
+                if not line or line.startswith("#"):
+                    continue
+                parts = line.split(None, 1) if "=" not in line.split(None, 1)[0] else line.split("=", 1)
+                if len(parts) == 2:
+                    conf[parts[0].strip()] = parts[1].strip()
+    except OSError:
+        return {}
+    return conf
+
+
+def spark_conf(pid: Optional[int] = None) -> dict[str, str]:
+    """The driver's Spark configuration as far as this process can see it: the SparkSubmit
+    JVM's ``spark-defaults.conf`` overridden by its command line (which holds everything a
+    Python program's ``SparkSession.builder.config(...)`` set). ``{}`` when no SparkSubmit
+    ancestor is found (the caller then knows nothing, and says so)."""
+    submit = submit_process(pid)
+    if submit is None:
+        return {}
+    return {**defaults_file_conf(procstat.environ(submit)), **conf_from_command_line(procstat.cmdline(submit))}
 
 
 def spark_master(pid: Optional[int] = None) -> Optional[str]:
     """The master URL from the nearest SparkSubmit ancestor of ``pid`` (this process), or
     ``None`` when no ancestor names one."""
-    current: Optional[int] = pid or os.getpid()
-    for _ in range(_MAX_DEPTH):
-        if current is None or current <= 1:
-            return None
-        args = procstat.cmdline(current)
-        if _SUBMIT_CLASS in args:
-            return master_from_command_line(args)
-        current = procstat.parent_of(current)
-    return None
+    return spark_conf(pid).get("spark.master") or None
 
 
 def executors_share_host(master: Optional[str] = None) -> bool:

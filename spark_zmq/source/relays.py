@@ -23,7 +23,8 @@ from typing import Any, Optional
 
 from ..options import SourceOptions
 from ..relay.client import RelayBusyError, RelayClient, RelayError
-from ..ingest.fetch import FetchAccess, advertised_host
+from ..ingest.fetch import FetchAccess
+from .driver_host import fetch_service_host
 from ..ingest.loss import LostRange
 from ..ingest.runtime import RangeInfo
 from ..relay.processes import ReceiverProcesses, ReceiverTarget
@@ -118,7 +119,7 @@ class RelayIngest:
             if options.relays:
                 targets = [ReceiverTarget(address, options.curve, f"relay at {address}") for address in options.relays]
             else:  # receivers=processes: relays of our own, one per endpoint
-                host = options.spool_server_host or advertised_host() if needs_fetch_service(options.spool_access) \
+                host = fetch_service_host(options.spool_server_host) if needs_fetch_service(options.spool_access) \
                     else "127.0.0.1"
                 self.processes = ReceiverProcesses(options, host)
                 targets = self.processes.targets
@@ -264,6 +265,9 @@ class RelayIngest:
             if wait <= 0:
                 return
             time.sleep(min(wait, 0.05))
+
+    def broken_connections(self) -> int:
+        return sum(int(relay.state.get("broken", 0)) for relay in self.relays)
 
     def rejected_handshakes(self) -> int:
         return sum(int(relay.state.get("rejected", 0)) for relay in self.relays)

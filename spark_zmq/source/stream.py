@@ -72,6 +72,8 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         #: the first batch's start, kept in the spool directory until Spark commits a batch
         self._query_start = QueryStart(options.spool_dir)
         self._start_forgotten = False
+        #: producer connections seen broken so far (each new one is logged at WARN)
+        self._broken_seen = 0
 
     # -- driver: the spool and the checkpoint ------------------------------------------------------
 
@@ -167,6 +169,7 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # commit log, but calls commit() only once it has a next batch to run. Releasing
         # here is what lets a full spool drain when the receivers are the ones waiting.
         runtime.release(begin.to_channel_dict())
+        self._warn_broken_connections(runtime)
         for channel_log in runtime.channels:
             channel, earliest = channel_log.channel, channel_log.earliest
             if begin[channel] < earliest:
@@ -191,6 +194,19 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             end = ChannelOffsets(admit(indexes, begin, latest, max_rows, max_bytes, backlog=counted))
         self._planned_end = end
         return end.with_spool(runtime.spool_id).to_dict()
+
+    def _warn_broken_connections(self, runtime: Ingest) -> None:
+        """A producer connection that broke (a reset, a timeout; not the producer's orderly
+        close) may have taken what the producer had in flight on it: ZeroMQ has no
+        acknowledgements to resend it. Say so where the user looks, the driver's log, as
+        well as in the progress (``brokenConnections``)."""
+        broken = runtime.broken_connections()
+        if broken > self._broken_seen:
+            log.warning("ZeroMQ source (%s): %d producer connection(s) broke since the last batch (%d in all): "
+                        "messages a producer had in flight on them may be lost; the receiver's log in %s "
+                        "names the peer and the reason (see the liveness documentation)",
+                        ", ".join(runtime.channel_names), broken - self._broken_seen, broken, runtime.where)
+            self._broken_seen = broken
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Pin the end at what was there: whatever producers had queued for us, drained
@@ -221,6 +237,8 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         report: dict = {**latest, "spool": self._runtime.spool_id, "lag": {"records": records, "bytes": nbytes}}
         if self._loss.lost:
             report["dataLoss"] = {"records": self._loss.lost}
+        if self._broken_seen:
+            report["brokenConnections"] = self._broken_seen
         if self.options.curve is not None:
             report["rejectedHandshakes"] = self._runtime.rejected_handshakes()
         return report

@@ -117,6 +117,10 @@ class Engine(_Sessions, _Stream):
             if heartbeat.enabled else 0
         #: connections closed because the peer was silent past the heartbeat timeout or TTL
         self.heartbeat_timeouts = 0
+        #: connections that ended after their handshake other than by the peer's orderly
+        #: close (a reset, the kernel's timeout, our heartbeat timeout, a protocol error):
+        #: what the peer had in flight on one may be lost, so receivers report them
+        self.broken_connections = 0
         #: connections closed because a CURVE stream skipped a message (deleted in transit)
         self.sequence_gaps = 0
         self.rcvbuf, self.sndbuf = rcvbuf, sndbuf

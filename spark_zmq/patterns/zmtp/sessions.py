@@ -159,7 +159,9 @@ class _Sessions:
     # -- failing and closing -----------------------------------------------------------
 
     def _lost(self, conn: Connection, code: int) -> None:
-        """The peer closed the connection (or it broke)."""
+        """The peer closed the connection (``code`` 0) or it broke (an errno)."""
+        if conn.stage == READY and code:
+            self.broken_connections += 1
         if conn.stage in (GREETING, HANDSHAKE):
             # a peer that closes during the handshake refused it (socket type, credentials)
             # or is not a ZeroMQ peer; a connector that spoke first tries the other type next
@@ -198,6 +200,7 @@ class _Sessions:
             if getattr(exc, "missing", 0) and not getattr(exc, "replay", True):
                 # a CURVE stream skipped messages (curve_message.CurveSequenceError): tampering or loss
                 self.sequence_gaps += 1
+            self.broken_connections += 1
             log.warning("%s: closing the connection of %s: %s", self.label, conn.address, exc)
         self._close(conn, requeue=True)
 
