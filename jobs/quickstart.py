@@ -1,12 +1,16 @@
 """spark-zmq quickstart: ZeroMQ in, Spark, ZeroMQ out, on an embedded default.
 
     spark-submit jobs/quickstart.py [--messages 5000] [--rate 2500] [--master local[2]]
+    spark-submit jobs/quickstart.py --endpoints @tcp://*:5555 --no-producer   # your own producer
 
 A built-in producer sends sensor readings as JSON over ZeroMQ (PUSH); a Spark query reads
 them with the connector (PULL), averages them per sensor, and writes the results back out
 over ZeroMQ (PUSH, Arrow) to a built-in collector (PULL). It runs with
 Trigger.AvailableNow, so it stops by itself once the producer is done, and prints a
-summary: rows in, rows out, rate and lag.
+summary: rows in, rows out, rate and lag. ``--endpoints`` says where the source receives
+(the built-in producer connects there); with ``--no-producer`` your own producers send
+JSON objects with ``sensor`` and ``reading`` (``spark-zmq produce --format json`` does),
+and the query stops after 2 s of silence.
 
 With CURVE the Spark source is the server and the built-in producer its client:
 
@@ -48,6 +52,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--rate", type=float, default=2500.0, help="messages per second (default 2500)")
     parser.add_argument("--master", default=None,
                         help="Spark master (default: spark-submit's --master, else local[2] from conf/)")
+    parser.add_argument("--endpoints", default=None,
+                        help="where the Spark source receives, e.g. @tcp://*:5555 (default: a free loopback port); "
+                             "the built-in producer connects there")
+    parser.add_argument("--no-producer", action="store_true",
+                        help="start no built-in producer: read what your own producers send to --endpoints")
     curve = jobkit.add_curve(parser, side="the Spark source (a CURVE server: the built-in producer is its client)")
     curve.add_argument("--producer-curve-certificate", metavar="FILE",
                        help="the built-in producer's secret certificate; its public key must be in "
@@ -55,6 +64,18 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.messages < 1 or args.rate <= 0:
         parser.error("--messages must be >= 1 and --rate > 0")
+    if args.no_producer and not args.endpoints:
+        parser.error("--no-producer needs --endpoints (where your producers send)")
+    if args.endpoints:
+        from spark_zmq.patterns import parse_endpoints
+
+        try:
+            parsed = parse_endpoints(args.endpoints, default_bind=True)
+        except ValueError as exc:
+            parser.error(f"--endpoints: {exc}")
+        if not args.no_producer and any(not e.bind for e in parsed):
+            parser.error("--endpoints: the built-in producer connects to the source, so the source binds "
+                         "(@tcp://...); a source that connects out needs --no-producer")
     args.curve = jobkit.curve_options(parser, args)
     args.producer_curve = producer_curve(parser, args)
     return args
@@ -94,6 +115,20 @@ def producer_curve(parser: argparse.ArgumentParser, args: argparse.Namespace):
     return Curve.client(keys, server.public_key)
 
 
+def producer_endpoints(source_endpoints: str) -> str:
+    """Where the built-in producer connects: the source's bound endpoints, a wildcard host
+    as loopback."""
+    from spark_zmq.patterns import parse_endpoints
+
+    out = []
+    for endpoint in parse_endpoints(source_endpoints, default_bind=True):
+        address = endpoint.address
+        for wildcard in ("//*:", "//0.0.0.0:", "//[::]:"):
+            address = address.replace(wildcard, "//127.0.0.1:")
+        out.append(address)
+    return ",".join(out)
+
+
 class Collector(threading.Thread):
     """The built-in consumer of the results: a PULL socket decoding Arrow messages."""
 
@@ -118,7 +153,9 @@ def main(argv: list[str]) -> int:
     args = parse_args(argv)
     spark = jobkit.session("spark-zmq-quickstart", args.master)
 
-    ingest, results = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
+    results = f"tcp://127.0.0.1:{free_port()}"
+    source_endpoints = args.endpoints or f"@tcp://127.0.0.1:{free_port()}"
+    ingest = producer_endpoints(source_endpoints)
     collector = Collector(results)
     collector.start()
     producer = threading.Thread(target=loadgen.produce, args=(ingest,), daemon=True,
@@ -126,14 +163,15 @@ def main(argv: list[str]) -> int:
                                             curve=args.producer_curve))
     workdir = tempfile.mkdtemp(prefix="spark-zmq-quickstart-")
     started = time.monotonic()
-    producer.start()
+    if not args.no_producer:
+        producer.start()
 
     readings = (
         spark.readStream.format("zmq")
-        .option("pattern", "pull").option("endpoints", "@" + ingest)
+        .option("pattern", "pull").option("endpoints", source_endpoints)
         .option("format", "json").schema("sensor string, ts double, reading double")
         .option("spoolDir", os.path.join(workdir, "spool"))
-        .option("timeout", "2")  # AvailableNow: stop once the producer is quiet for 2 s
+        .option("timeout", "2")  # AvailableNow: stop once the producers are quiet for 2 s
         .options(**args.curve)
         .load()
     )
@@ -145,7 +183,8 @@ def main(argv: list[str]) -> int:
         .outputMode("complete").trigger(availableNow=True).start()
     )
     query.awaitTermination()
-    producer.join(60)
+    if not args.no_producer:
+        producer.join(60)
     elapsed = time.monotonic() - started
     progress = [p for p in query.recentProgress if p["numInputRows"]]
     rows_in = sum(p["numInputRows"] for p in progress)
@@ -168,9 +207,10 @@ def main(argv: list[str]) -> int:
         row = collector.latest[sensor]
         print(f"    {sensor}: {row['readings']:>5} readings, average {row['avg_reading']:.2f}")
     spark.stop()
-    ok = rows_in == args.messages and collector.rows > 0 and query.exception() is None
+    expected = rows_in if args.no_producer else args.messages
+    ok = rows_in == expected and (collector.rows > 0 or rows_in == 0) and query.exception() is None
     if not ok:
-        print(f"quickstart FAILED: expected {args.messages} rows in, got {rows_in}", file=sys.stderr)
+        print(f"quickstart FAILED: expected {expected} rows in, got {rows_in}", file=sys.stderr)
     return 0 if ok else 1
 
 

@@ -1,4 +1,4 @@
-"""``spark-zmq``: send and receive test traffic from a terminal.
+"""``spark-zmq``: test traffic, relays, the request-reply broker and CURVE keys from a terminal.
 
     spark-zmq produce tcp://127.0.0.1:5555 --count 100000 --rate 20000 --format json
     spark-zmq consume @tcp://*:5556 --format arrow --count 10
@@ -36,7 +36,9 @@ __all__ = ["app", "main", "curve_from_flags", "CURVE_FLAGS", "ProducePattern", "
 
 app = typer.Typer(
     name="spark-zmq",
-    help="Send and receive ZeroMQ test traffic for spark-zmq jobs.",
+    help="spark-zmq's companion program: send and count test traffic (produce, consume), run a standalone "
+    "relay that receives and spools for Spark queries (relay), the load-balancing broker of request-reply "
+    "(broker), and make CURVE key pairs (keygen).",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,

@@ -4,14 +4,14 @@ Why one table: an option's name, type, range, default and documentation used to 
 four places (the parser, the unknown-option check, the README and the class docstring)
 and drifted apart. Here each option is one ``OptionSpec`` row of ``SOURCE_OPTIONS`` or
 ``SINK_OPTIONS``; that row drives parsing, range checks, the "unknown option" error (which
-lists the valid names), the README's options tables (``python -m spark_zmq.options
---update-readme README.md``; a test fails when they differ) and the manual that
-``help(ZmqDataSource)`` shows.
+lists the valid names and the closest one), the options reference ``docs/options.md``
+(``python -m spark_zmq.options --write-docs``; a test fails when they differ) and the
+manual that ``help(ZmqDataSource)`` shows.
 
 The modules: ``table`` (the rows), ``spec`` (what a row is, ``OptionError``, shared
 limits), ``kinds`` (one value per kind), ``parse`` (a whole map), ``curve_rules`` (the
 CURVE options together), ``spool_dir`` (``spoolDir``'s default), ``validated`` (the
-option classes) and ``docs`` (README tables, manual, command line). Import from this
+option classes) and ``docs`` (the options page, manual, command line). Import from this
 package: it re-exports what callers use.
 
 Every check happens when the DataFrame is defined, not when the first message arrives,

@@ -8,6 +8,7 @@ place that turns it into ``{attr: value}`` for ``SourceOptions``, ``SinkOptions`
 
 from __future__ import annotations
 
+import difflib
 from typing import Any, Mapping, Optional
 
 from .curve_rules import check_curve
@@ -15,7 +16,7 @@ from .kinds import PARSERS, parse_endpoints_value
 from .spec import OptionError, quote
 from .table import TABLES
 
-__all__ = ["parse_table"]
+__all__ = ["parse_table", "KAFKA_OPTIONS"]
 
 # Keys Spark itself may pass along with the user's options.
 _SPARK_KEYS = frozenset({"path", "checkpointlocation", "queryname"})
@@ -40,13 +41,76 @@ def _lower(options: Mapping[Any, Any], side: str) -> dict[str, Optional[str]]:
     return out
 
 
-def _check_known(opts: dict[str, Optional[str]], side: str) -> None:
+#: Spark's Kafka source and sink options, as Kafka's docs spell them: the spark-zmq option that does
+#: the same (``None``: nothing does yet), and why, for the error an unknown option gets
+#: (docs/coming-from-kafka.md has the whole comparison).
+KAFKA_OPTIONS: dict[str, tuple[Optional[str], str]] = {
+    "kafka.bootstrap.servers": ("endpoints", "where to receive or send (or 'relays' to read standalone relays)"),
+    "subscribe": ("topics", "subscription prefixes, with pattern 'sub'"),
+    "subscribePattern": ("topics", "subscription prefixes, with pattern 'sub' (prefixes, not regular expressions)"),
+    "assign": ("endpoints", "each endpoint is one channel, Spark's partition"),
+    "maxOffsetsPerTrigger": ("maxRowsPerTrigger", "rows per micro-batch at most"),
+    "minOffsetsPerTrigger": (None, "not yet: a micro-batch takes what has arrived"),
+    "maxTriggerDelay": (None, "not yet: a micro-batch takes what has arrived"),
+    "startingOffsetsByTimestamp": (None, "the spool is indexed by offset only; use 'startingOffsets'"),
+    "startingTimestamp": (None, "the spool is indexed by offset only; use 'startingOffsets'"),
+    "startingOffsetsByTimestampStrategy": (None, "the spool is indexed by offset only; use 'startingOffsets'"),
+    "endingOffsets": (None, "a bounded read ends after 'maxMessages' or 'timeout' seconds of silence"),
+    "endingTimestamp": (None, "a bounded read ends after 'maxMessages' or 'timeout' seconds of silence"),
+    "endingOffsetsByTimestamp": (None, "a bounded read ends after 'maxMessages' or 'timeout' seconds of silence"),
+    "maxRecordsPerPartition": (None, "read tasks hold at most 200,000 messages; 'minPartitions' asks for more tasks"),
+    "kafkaConsumer.pollTimeoutMs": ("fetchTimeout", "how long a read task waits for a silent spool server"),
+    "fetchOffset.numRetries": ("relayTimeout", "how long the driver waits for a silent relay"),
+    "fetchOffset.retryIntervalMs": ("relayTimeout", "how long the driver waits for a silent relay"),
+    "groupIdPrefix": (None, "ZeroMQ has no consumer groups: one query reads a spool or relay"),
+    "kafka.group.id": (None, "ZeroMQ has no consumer groups: one query reads a spool or relay"),
+    "kafka.security.protocol": ("curveCertificate", "CURVE: 'curveCertificate', 'curveServerKey', "
+                                "'curveAuthorizedKeys'"),
+    "kafka.max.partition.fetch.bytes": ("maxBytesPerTrigger", "payload bytes per micro-batch at most"),
+    "kafka.fetch.max.bytes": ("maxBytesPerTrigger", "payload bytes per micro-batch at most"),
+    "kafka.max.request.size": ("maxMessageBytes", "the largest message accepted"),
+    "kafka.receive.buffer.bytes": ("receiveBufferBytes", "the receiving socket's kernel buffer"),
+    "kafka.request.timeout.ms": ("sendTimeoutMs", "how long a write task waits for an absent or full peer"),
+    "kafka.delivery.timeout.ms": ("sendTimeoutMs", "how long a write task waits for an absent or full peer"),
+    "kafka.heartbeat.interval.ms": ("heartbeatInterval", "ZMTP heartbeats, in seconds"),
+    "kafka.session.timeout.ms": ("heartbeatTimeout", "ZMTP heartbeats, in seconds"),
+}
+_KAFKA_SPELLING = {name.lower(): name for name in KAFKA_OPTIONS}
+
+
+def _shown(name: str) -> str:
+    """An unknown option's name as the error shows it: as the user spelled it, or, when it
+    arrives lower-cased (Spark lower-cases a data source's option keys), as Kafka spells it."""
+    return _KAFKA_SPELLING.get(name, name) if name == name.lower() else name
+
+
+def _suggestion(name: str, table: tuple) -> str:
+    """What to say about the unknown option ``name``: Kafka's counterpart, else the closest
+    valid name, else nothing."""
+    names = {spec.key: spec.name for spec in table}
+    kafka_name = _KAFKA_SPELLING.get(name.lower())
+    if kafka_name is not None:
+        counterpart, why = KAFKA_OPTIONS[kafka_name]
+        if counterpart is None:
+            return f" (a Kafka option without a counterpart here: {why})"
+        if counterpart.lower() in names:
+            return f" (Kafka's option; here {counterpart!r}: {why})"
+        return " (a Kafka option of the other side, with no counterpart on this one)"
+    if name.lower().startswith("kafka."):
+        return " (a Kafka client setting; ZeroMQ's sockets are set with the options listed here)"
+    close = difflib.get_close_matches(name.lower(), list(names), n=1, cutoff=0.6)
+    return f" (did you mean {names[close[0]]!r}?)" if close else ""
+
+
+def _check_known(options: Mapping[Any, Any], opts: dict[str, Optional[str]], side: str) -> None:
     table = TABLES[side]
     known = {spec.key for spec in table}
-    unknown = sorted(k for k in opts if k not in known and k not in _SPARK_KEYS)
+    spelled = {str(key).lower(): _shown(str(key)) for key in options}
+    unknown = [spelled[k] for k in sorted(opts) if k not in known and k not in _SPARK_KEYS]
     if unknown:
+        parts = [quote(name) + _suggestion(name, table) for name in unknown]
         raise OptionError(
-            f"unknown {side} option(s) {', '.join(map(quote, unknown))}; "
+            f"unknown {side} option(s) {', '.join(parts)}; "
             f"valid options: {', '.join(spec.name for spec in table)}",
             unknown[0],
         )
@@ -56,7 +120,7 @@ def parse_table(side: str, options: Mapping[Any, Any]) -> dict[str, Any]:
     """Parse and check ``options`` against the ``side`` table; returns ``{attr: value}``."""
     table = TABLES[side]
     opts = _lower(options, side)
-    _check_known(opts, side)
+    _check_known(options, opts, side)
     parsed: dict[str, Any] = {}
     for spec in table:
         raw = opts.get(spec.key)

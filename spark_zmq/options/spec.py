@@ -27,8 +27,9 @@ INT64_MAX = (1 << 63) - 1
 class OptionError(ValueError):
     """A data source option is missing, unknown or has an invalid value.
 
-    ``option`` is the option's name (as the table spells it, or the unknown key as given,
-    lower-cased) so callers and tests can tell which option was refused.
+    ``option`` is the option's name (as the table spells it, or the unknown key as given;
+    Kafka's spelling for a Kafka option that arrives lower-cased) so callers and tests can
+    tell which option was refused.
     """
 
     def __init__(self, message: str, option: Optional[str] = None) -> None:

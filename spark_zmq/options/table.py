@@ -14,7 +14,7 @@ from ..patterns.heartbeat import DEFAULT_HEARTBEAT, MAX_HEARTBEAT_S, MAX_TTL_S, 
 from .spec import GiB, INT32_MAX, INT64_MAX, KiB, MiB, OptionSpec
 from .spool_dir import default_spool_dir
 
-__all__ = ["SOURCE_OPTIONS", "SINK_OPTIONS", "REQUEST_OPTIONS", "TABLES", "SIDES", "SOURCE_PATTERNS",
+__all__ = ["SOURCE_OPTIONS", "SINK_OPTIONS", "REQUEST_OPTIONS", "TABLES", "SIDES", "QUERIES", "queries_of", "SOURCE_PATTERNS",
            "SINK_PATTERNS", "FORMATS", "MODES", "MAX_SECONDS", "MAX_REQUEST_ROWS"]
 
 SOURCE_PATTERNS = ("pull", "gather", "sub")
@@ -48,7 +48,7 @@ def _req(name: str, kind: str, attr: str, doc: str, **kw: Any) -> OptionSpec:
 
 
 def _curve_specs(make: Callable[..., OptionSpec]) -> tuple[OptionSpec, ...]:
-    """The three CURVE options, the same on both sides (see the README's "Security")."""
+    """The three CURVE options, the same on both sides (see docs/security.md)."""
     return (
         make("curveCertificate", "certificate", "curve_certificate", "This side's secret certificate file "
              "(`NAME.key_secret`, as `spark-zmq keygen NAME`, pyzmq's `zmq.auth` or CZMQ's `zcert` write it). "
@@ -65,13 +65,13 @@ def _curve_specs(make: Callable[..., OptionSpec]) -> tuple[OptionSpec, ...]:
 
 
 def _heartbeat_specs(make: Callable[..., OptionSpec], side: str) -> tuple[OptionSpec, ...]:
-    """The three heartbeat options, the same on both sides (see the README's "Liveness")."""
+    """The three heartbeat options, the same on both sides (see docs/liveness.md)."""
     who = {"source": "a producer (or, for `sub`, the publisher)", "sink": "a consumer",
            "request": "a worker (or broker)"}[side]
     consequence = {"source": "a connecting receiver reconnects",
                    "sink": "what it had not acknowledged goes to the other consumers",
                    "request": "its requests are resent to the others when their timeout comes"}[side]
-    # receive-only sockets PING a silent producer only, without a TTL (README's "Liveness")
+    # receive-only sockets PING a silent producer only, without a TTL (docs/liveness.md)
     quiet = (" `pull` and `gather` PING only a producer that has been silent this long while they read, "
              "and `pull` with CURVE or over `inproc://` sends none.") if side == "source" else ""
     no_ttl = " `pull` and `gather` send no TTL." if side == "source" else ""
@@ -107,7 +107,7 @@ SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
     _src("endpoints", "endpoints", "endpoints", "Where to receive. Without a prefix `pull`/`gather` bind and "
          "`sub` connects. **Each endpoint is one ingest channel** (its own socket, receiver and `partition` "
          "number).", required=True, default_doc="required (unless `relays`)", valid_doc=_ENDPOINTS_VALID),
-    _src("relays", "relays", "relays", "Read from standalone relays (`spark-zmq relay`, see \"Relays\") instead "
+    _src("relays", "relays", "relays", "Read from standalone relays (`spark-zmq relay`, see docs/relays.md) instead "
          "of receiving here: comma-separated relay addresses (their `--listen`). Each relay's channels are "
          "partitions of their own, numbered in this order; one query at a time reads a relay. Exactly one of "
          "`endpoints` and `relays`. With CURVE relays, give `curveCertificate` and `curveServerKey` (the relays' "
@@ -157,14 +157,14 @@ SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
     _src("failOnDataLoss", "bool", "fail_on_data_loss", "`false`: continue when the checkpoint asks for "
          "offsets the spool no longer has (skipped and counted).", default=True, default_doc="`true`"),
     _src("minPartitions", "int", "min_partitions", "Read tasks per micro-batch at least.",
-         default_doc="1 per channel (and per 200,000 messages, and by bytes: see \"Read tasks\")", minimum=1, maximum=INT32_MAX,
+         default_doc="1 per channel (and per 200,000 messages, and by bytes: see Read tasks in docs/source.md)", minimum=1, maximum=INT32_MAX,
          range_note="Spark numbers partitions with an `int`"),
     _src("hwm", "int", "hwm", "ZeroMQ receive high-water mark per socket, in messages: what queues in "
          "memory while the spool is full.", default=10_000, default_doc="10000", minimum=1, maximum=INT32_MAX,
          range_note="0 would make ZeroMQ's queue unlimited and memory unbounded"),
     _src("receiveBufferBytes", "bytes", "receive_buffer_bytes", "The receiving socket's kernel buffer per "
          "connection (ZMQ_RCVBUF): with `hwm`, the bound on what a receiver that stops (with `receivers=threads`, "
-         "or past `receiverLingerSeconds`) or crashes can lose. Smaller costs throughput (see \"Guarantees\").",
+         "or past `receiverLingerSeconds`) or crashes can lose. Smaller costs throughput (see docs/guarantees.md).",
          default_doc="the kernel's (`net.core.rmem_default`, autotuned)", minimum=4 * KiB, maximum=INT32_MAX),
     _src("maxMessageBytes", "bytes", "max_message_bytes", "Largest message accepted (ZMQ_MAXMSGSIZE); a peer "
          "that sends more is disconnected by ZeroMQ.", default=64 * MiB, default_doc="64 MiB",
@@ -191,7 +191,7 @@ SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
          "that you declare in `.schema(...)` with the custom metadata of the Arrow message each row came in "
          "(keys and values as UTF-8, invalid bytes replaced), plus `spark_zmq.row`, the row's position in its "
          "message. The sink's `spark_zmq.query_id`, `batch_id`, `partition`, `sequence` and `spark_zmq.row` "
-         "name one written row (see \"Message headers\").", default=False, default_doc="`false`",
+         "name one written row (see Message headers in docs/source.md).", default=False, default_doc="`false`",
          only_formats=("arrow",)),
     _src("includeMetadata", "bool", "include_metadata", "`json`/`arrow`: fill the columns `topic string, "
          "partition int, offset long, timestamp timestamp` (as `raw` has them: the message's topic frame, its "
@@ -274,3 +274,19 @@ REQUEST_OPTIONS: tuple[OptionSpec, ...] = (
 TABLES: dict[str, tuple[OptionSpec, ...]] = {
     "source": SOURCE_OPTIONS, "sink": SINK_OPTIONS, "request": REQUEST_OPTIONS,
 }
+
+#: Which queries read a source option: ``streaming`` (``readStream``) or ``batch``
+#: (``read``); an option not named here applies to both. Every sink option applies to both
+#: ``writeStream`` and ``write``; ``request`` takes any DataFrame.
+QUERIES: dict[str, tuple[str, ...]] = {
+    **{name: ("streaming",) for name in (
+        "relays", "receivers", "receiverLingerSeconds", "relayTimeout", "fetchTimeout", "maxRowsPerTrigger",
+        "maxBytesPerTrigger", "startingOffsets", "maxSpoolBytes", "spoolDir", "spoolFsync", "failOnDataLoss",
+        "spoolAccess", "spoolServerHost", "spoolServerPort")},
+    "maxMessages": ("batch",),
+}
+
+
+def queries_of(spec: OptionSpec) -> tuple[str, ...]:
+    """The queries that read ``spec``'s option: ``("streaming", "batch")``, or one of them."""
+    return QUERIES.get(spec.name, ("streaming", "batch")) if spec.side == "source" else ("streaming", "batch")

@@ -98,6 +98,15 @@ def test_every_command_has_help(command):
     assert result.returncode == 0 and "Usage:" in result.stdout and "--count" in result.stdout
 
 
+def test_the_program_help_says_what_every_command_does():
+    result = _cli("--help")
+    text = " ".join(result.stdout.replace("│", " ").split())
+    assert result.returncode == 0
+    assert "send and count test traffic (produce, consume)" in text
+    for word in ("relay", "broker", "CURVE key pairs (keygen)"):
+        assert word in text
+
+
 @pytest.mark.spark
 def test_consume_receives_a_spark_batch_write(spark, free_port):
     consumer = _consumer(f"@tcp://127.0.0.1:{free_port}", "--format", "arrow", "--timeout", "60", "--count", "4")

@@ -59,6 +59,14 @@ def test_spark_submit_quickstart_exits_zero_and_prints_its_summary():
     assert out.count("readings, average") == rows_out
 
 
+def test_quickstart_reads_your_own_producer_on_endpoints(free_port):
+    producer = _produce(f"tcp://127.0.0.1:{free_port}", "--format", "json", "--count", "2000")
+    result = _submit("jobs/quickstart.py", "--endpoints", f"@tcp://*:{free_port}", "--no-producer")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "sent 2000 messages" in _finish(producer)
+    assert "rows in       2000" in result.stdout and "lag              0" in result.stdout
+
+
 def test_zmq_to_parquet_writes_every_message_once_across_a_restart(tmp_path, free_port):
     endpoint = f"tcp://127.0.0.1:{free_port}"
     output, checkpoint = str(tmp_path / "out"), str(tmp_path / "checkpoint")
@@ -252,6 +260,8 @@ def test_spark_defaults_are_read_by_spark_in_every_properties_form(run, tmp_path
 
 @pytest.mark.parametrize("job, args, message", [
     ("jobs/quickstart.py", ["--messages", "zero"], "invalid int value"),
+    ("jobs/quickstart.py", ["--no-producer"], "--no-producer needs --endpoints"),
+    ("jobs/quickstart.py", ["--endpoints", ">tcp://h:1"], "a source that connects out needs --no-producer"),
     ("jobs/zmq_to_parquet.py", ["--endpoints", "@tcp://*:5555", "--output", "o"], "--checkpoint"),
     ("jobs/zmq_to_parquet.py", ["--endpoints", "@tcp://*:5555", "--output", "o", "--checkpoint", "c"],
      "--schema is required for --format json"),

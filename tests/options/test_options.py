@@ -1,5 +1,5 @@
 """The options table: every rule it declares is enforced, and everything documented about
-the options (README tables, ``help(ZmqDataSource)``) is generated from it.
+the options (docs/options.md, ``help(ZmqDataSource)``) is generated from it.
 
 Why these tests exist: options are the connector's user interface, and a value libzmq or
 Python cannot take (``hwm=0`` means an unbounded queue, ``timeout=inf`` never ends, a
@@ -39,11 +39,13 @@ from spark_zmq.options import (
     markdown_table,
     readme_block,
 )
+from spark_zmq.options.docs import options_page
+from spark_zmq.options.table import REQUEST_OPTIONS
 from spark_zmq.patterns import Pull, parse_endpoints
 
 pytestmark = pytest.mark.timeout(60)
 
-README = pathlib.Path(__file__).resolve().parents[2] / "README.md"
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 SRC = {"endpoints": "@tcp://127.0.0.1:5999"}
 SNK = {"endpoints": "tcp://127.0.0.1:5999"}
 
@@ -123,11 +125,37 @@ def test_an_empty_value_means_the_default():
 
 def test_unknown_options_are_named_with_the_valid_ones_listed():
     error = refused(SourceOptions.parse, {**SRC, "hwmm": "5", "Colour": "blue"},
-                    "unknown source option(s) 'colour', 'hwmm'", "valid options: pattern, endpoints")
+                    "unknown source option(s) 'Colour', 'hwmm' (did you mean 'hwm'?)", "valid options: pattern, endpoints")
+    assert error.option == "Colour"
     for spec in SOURCE_OPTIONS:
         assert spec.name in str(error)
-    refused(SinkOptions.parse, {**SNK, "maxMessageBytes": "2048"}, "unknown sink option(s) 'maxmessagebytes'",
+    refused(SinkOptions.parse, {**SNK, "maxMessageBytes": "2048"}, "unknown sink option(s) 'maxMessageBytes'",
             "rowsPerMessage")
+
+
+@pytest.mark.parametrize("given, says", [
+    ("maxRowPerTrigger", "'maxRowPerTrigger' (did you mean 'maxRowsPerTrigger'?)"),
+    ("spoolfsynch", "(did you mean 'spoolFsync'?)"),
+    ("maxOffsetsPerTrigger", "'maxOffsetsPerTrigger' (Kafka's option; here 'maxRowsPerTrigger'"),
+    # Spark hands a data source its option keys lower-cased: Kafka's names get Kafka's spelling back
+    ("maxoffsetspertrigger", "'maxOffsetsPerTrigger' (Kafka's option; here 'maxRowsPerTrigger'"),
+    ("kafka.bootstrap.servers", "'kafka.bootstrap.servers' (Kafka's option; here 'endpoints'"),
+    ("subscribe", "'subscribe' (Kafka's option; here 'topics'"),
+    ("minOffsetsPerTrigger", "'minOffsetsPerTrigger' (a Kafka option without a counterpart here: not yet"),
+    ("kafka.linger.ms", "'kafka.linger.ms' (a Kafka client setting"),
+])
+def test_unknown_options_suggest_the_closest_name_or_the_kafka_counterpart(given, says):
+    refused(SourceOptions.parse, {**SRC, given: "1"}, says)
+
+
+def test_kafka_options_that_exist_here_are_accepted_and_the_map_names_real_options():
+    from spark_zmq.options.parse import KAFKA_OPTIONS
+
+    assert SourceOptions.parse({**SRC, "startingOffsets": "earliest", "failOnDataLoss": "false",
+                                "minPartitions": "3", "includeHeaders": "false"}).starting_offsets == "earliest"
+    every = {spec.name for spec in SOURCE_OPTIONS + SINK_OPTIONS}
+    assert {c for c, _ in KAFKA_OPTIONS.values() if c is not None} <= every
+    refused(SinkOptions.parse, {**SNK, "subscribe": "a"}, "'subscribe' (a Kafka option of the other side")
 
 
 def test_keys_are_case_insensitive_and_spark_keys_are_ignored():
@@ -329,32 +357,44 @@ def test_default_spool_dir_is_deterministic_per_stream(monkeypatch, tmp_path):
 # -- generated documentation --------------------------------------------------------------
 
 
-@pytest.mark.parametrize("side", ["source", "sink", "request"])
-def test_readme_options_tables_are_the_generated_ones(side):
-    text = README.read_text(encoding="utf-8")
-    block = readme_block(text, side)
-    assert block is not None, f"README.md lacks the <!-- options:{side} --> markers"
-    assert block == markdown_table(side), (
-        f"README.md's {side} options table differs from the table in spark_zmq/options/table.py; "
-        "run: python -m spark_zmq.options --update-readme README.md"
+def test_the_committed_options_page_is_the_generated_one():
+    page = ROOT / "docs" / "options.md"
+    assert page.read_text(encoding="utf-8") == options_page(), (
+        "docs/options.md differs from the table in spark_zmq/options/table.py; "
+        "run: python -m spark_zmq.options --write-docs docs/options.md"
     )
+    for spec in SOURCE_OPTIONS + SINK_OPTIONS + REQUEST_OPTIONS:
+        assert f"| `{spec.name}` |" in options_page()
+
+
+def test_the_options_page_says_which_queries_read_each_source_option():
+    source = options_page().split("## Source")[1].split("## Sink")[0]
+    rows = {line.split(" | ")[0].strip("| `"): line.split(" | ")[4] for line in source.splitlines()
+            if line.startswith("| `")}
+    assert rows["maxRowsPerTrigger"] == "streaming" and rows["maxMessages"] == "batch"
+    assert rows["hwm"] == "streaming, batch" and rows["spoolDir"] == "streaming"
 
 
 def test_generator_command_line(tmp_path):
     out = subprocess.run([sys.executable, "-m", "spark_zmq.options", "--markdown"], capture_output=True,
                          text=True, timeout=60, check=True).stdout
     assert out == "\n".join(markdown_table(side) for side in ("source", "sink", "request"))
-    check = subprocess.run([sys.executable, "-m", "spark_zmq.options", "--check-readme", str(README)],
+    check = subprocess.run([sys.executable, "-m", "spark_zmq.options", "--check-docs", str(ROOT / "docs" / "options.md")],
                            capture_output=True, text=True, timeout=60)
     assert check.returncode == 0, check.stderr
-    stale = tmp_path / "README.md"
-    stale.write_text("x\n<!-- options:source -->\n| old |\n<!-- /options:source -->\n"
-                     "<!-- options:sink -->\n<!-- /options:sink -->\n<!-- options:request -->\n<!-- /options:request -->\n", encoding="utf-8")
-    check = subprocess.run([sys.executable, "-m", "spark_zmq.options", "--check-readme", str(stale)],
+    stale = tmp_path / "options.md"
+    stale.write_text("# Options\n| old |\n", encoding="utf-8")
+    check = subprocess.run([sys.executable, "-m", "spark_zmq.options", "--check-docs", str(stale)],
                            capture_output=True, text=True, timeout=60)
-    assert check.returncode == 1 and "--update-readme" in check.stderr
-    subprocess.run([sys.executable, "-m", "spark_zmq.options", "--update-readme", str(stale)], check=True, timeout=60)
-    assert readme_block(stale.read_text(encoding="utf-8"), "sink") == markdown_table("sink")
+    assert check.returncode == 1 and "--write-docs" in check.stderr
+    subprocess.run([sys.executable, "-m", "spark_zmq.options", "--write-docs", str(stale)], check=True, timeout=60)
+    assert stale.read_text(encoding="utf-8") == options_page()
+    readme = tmp_path / "README.md"
+    readme.write_text("x\n<!-- options:source -->\n| old |\n<!-- /options:source -->\n"
+                      "<!-- options:sink -->\n<!-- /options:sink -->\n<!-- options:request -->\n<!-- /options:request -->\n",
+                      encoding="utf-8")
+    subprocess.run([sys.executable, "-m", "spark_zmq.options", "--update-readme", str(readme)], check=True, timeout=60)
+    assert readme_block(readme.read_text(encoding="utf-8"), "sink") == markdown_table("sink")
 
 
 def test_help_of_the_data_source_lists_every_option():

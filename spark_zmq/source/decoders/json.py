@@ -22,6 +22,9 @@ and JSON that Python and pyarrow disagree on are malformed too.
 from __future__ import annotations
 
 import json
+import logging
+import re
+from collections import Counter
 from typing import Any, Iterator, Optional
 
 import numpy as np
@@ -33,6 +36,15 @@ from pyspark.sql.types import StructType
 from .base import Decoder, MalformedMessageError, RowsFrom, _first_line, _invalid_utf8, _offsets_and_data, _preview
 
 __all__ = ["JsonDecoder"]
+
+log = logging.getLogger(__name__)
+
+# pyarrow's reader on a value whose JSON type does not fit the column's, e.g. an epoch
+# number in a timestamp column: "JSON parse error: Column(/ts) changed from string to
+# number in row 0" (it names what it expected for the column, not the declared type)
+_TYPE_CHANGED = re.compile(r"Column\((/[^)]*)\) changed from (\w+) to (\w+)")
+# the row of a parse error within the part parsed, which says nothing to the user
+_IN_ROW = re.compile(r" in row \d+")
 
 # pyarrow's JSON reader block size when no message needs more (its default: 1 MiB blocks
 # are parsed in parallel).
@@ -90,6 +102,42 @@ class JsonDecoder(Decoder):
                 f"format 'json' cannot decode the declared schema: {_first_line(exc)}; "
                 "declare such columns as string and convert them in Spark"
             ) from None
+
+    def _declared_type(self, path: str) -> Optional[str]:
+        """The declared Spark type of the column at pyarrow's JSON ``path`` (``/a/b``)."""
+        kind: Any = self.schema
+        for name in path.strip("/").split("/"):
+            fields = getattr(kind, "fields", None)
+            match = [f for f in fields or () if f.name == name]
+            if not match:
+                return None
+            kind = match[0].dataType
+        return kind.simpleString()
+
+    def _explain(self, reason: str) -> str:
+        """``reason`` with a type mismatch told in the schema's terms: the column, its
+        declared type and the JSON value's type."""
+        found = _TYPE_CHANGED.search(reason)
+        if found is None:
+            return reason
+        path, json_type = found.group(1), found.group(3)
+        declared = self._declared_type(path)
+        if declared is None:
+            return reason
+        column = path.strip("/").replace("/", ".")
+        article = "an" if json_type[:1] in "aeiou" else "a"
+        return f"column {column!r} is declared {declared} but the JSON value is {article} {json_type}"
+
+    def _warn_malformed(self, bad: dict, n: int, channel: int, first: int) -> None:
+        """One warning per spool batch for the messages that became null rows (PERMISSIVE)
+        or were dropped (DROPMALFORMED), with the count of each reason."""
+        reasons = Counter(_IN_ROW.sub("", reason) for reason in bad.values())
+        told = "; ".join(f"{reason} ({count:,} message{'s' if count > 1 else ''})"
+                         for reason, count in reasons.most_common(3))
+        more = f"; and {len(reasons) - 3} other reason(s)" if len(reasons) > 3 else ""
+        outcome = "became null rows" if self.mode == "PERMISSIVE" else "were dropped"
+        log.warning("format json, mode=%s: %s of %s messages of channel %s (offsets %s to %s) %s: %s%s",
+                    self.mode, f"{len(bad):,}", f"{n:,}", channel, first, first + n - 1, outcome, told, more)
 
     def _malformed_error(self, channel: int, offset: int, value: Optional[bytes], reason: str) -> MalformedMessageError:
         return MalformedMessageError(
@@ -192,7 +240,7 @@ class JsonDecoder(Decoder):
                     continue
                 reason = f"{table.num_rows} JSON values in one message, expected 1"
             except Exception as exc:  # noqa: BLE001 - whatever pyarrow raises, the part has a bad message
-                reason = _first_line(exc)
+                reason = self._explain(_first_line(exc))
             if part.size == 1:
                 bad[int(part[0])] = reason
             else:
@@ -229,6 +277,7 @@ class JsonDecoder(Decoder):
             if self.mode == "FAILFAST":
                 i = min(bad)
                 raise self._malformed_error(channel, first + i, values[i].as_py(), bad[i])
+            self._warn_malformed(bad, n, channel, first)
         yield from self._assemble_json(values, found, bad)
 
     def _assemble_json(self, values: pa.Array, found: list, bad: dict) -> Iterator[tuple[pa.RecordBatch, np.ndarray]]:
