@@ -106,6 +106,29 @@ def add_common(p: argparse.ArgumentParser) -> None:
                    help="seconds without a message that end an --available-now run (default 5)")
     p.add_argument("--trigger-seconds", type=float, default=0.0,
                    help="micro-batch interval when running continuously (default 0: as fast as possible)")
+    add_fetch(p)
+
+
+def add_fetch(p: argparse.ArgumentParser) -> None:
+    """--spool-server-host and --spool-server-port: where executors on other hosts fetch the
+    driver's spool (source options spoolServerHost and spoolServerPort)."""
+    group = p.add_argument_group("On a cluster", "Executors on other hosts fetch the spool from the driver.")
+    group.add_argument("--spool-server-host", metavar="ADDRESS",
+                       help="the driver's address executors reach (default: Spark's spark.driver.host, else "
+                            "SPARK_LOCAL_IP, else this host's address towards the master); option spoolServerHost")
+    group.add_argument("--spool-server-port", metavar="PORT|FIRST-LAST",
+                       help="the fetch service's port, or a range with one port per endpoint (default: any free "
+                            "port); open it from the executors to the driver; option spoolServerPort")
+
+
+def fetch_options(args: argparse.Namespace) -> dict[str, str]:
+    """The source options for --spool-server-host/--spool-server-port (``{}`` for none)."""
+    options = {}
+    if getattr(args, "spool_server_host", None):
+        options["spoolServerHost"] = args.spool_server_host
+    if getattr(args, "spool_server_port", None):
+        options["spoolServerPort"] = args.spool_server_port
+    return options
 
 
 def add_curve(p: argparse.ArgumentParser, prefix: str = "",

@@ -65,7 +65,7 @@ def main(argv: list[str]) -> int:
         .schema(args.schema)
         .option("spoolDir", args.spool_dir)
         .option("timeout", str(args.idle_timeout))
-        .options(**args.curve)
+        .options(**args.curve).options(**jobkit.fetch_options(args))
     )
     if args.max_rows_per_trigger:
         reader = reader.option("maxRowsPerTrigger", str(args.max_rows_per_trigger))

@@ -61,6 +61,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     curve.add_argument("--producer-curve-certificate", metavar="FILE",
                        help="the built-in producer's secret certificate; its public key must be in "
                             "--curve-authorized-keys (not needed with '*')")
+    jobkit.add_fetch(parser)
     args = parser.parse_args(argv)
     if args.messages < 1 or args.rate <= 0:
         parser.error("--messages must be >= 1 and --rate > 0")
@@ -172,7 +173,7 @@ def main(argv: list[str]) -> int:
         .option("format", "json").schema("sensor string, ts double, reading double")
         .option("spoolDir", os.path.join(workdir, "spool"))
         .option("timeout", "2")  # AvailableNow: stop once the producers are quiet for 2 s
-        .options(**args.curve)
+        .options(**args.curve).options(**jobkit.fetch_options(args))
         .load()
     )
     summary = readings.groupBy("sensor").agg({"reading": "avg", "*": "count"}).withColumnRenamed("avg(reading)", "avg_reading").withColumnRenamed("count(1)", "readings")

@@ -88,7 +88,7 @@ def main(argv: list[str]) -> int:
         .option("format", "json").option("includeMetadata", "true")
         .option("spoolDir", args.spool_dir)
         .option("timeout", str(args.idle_timeout))
-        .options(**args.curve)
+        .options(**args.curve).options(**jobkit.fetch_options(args))
         .schema(f"{args.schema}, {metadata}")
         .load()
     )

@@ -55,7 +55,7 @@ def main(argv: list[str]) -> int:
         .option("pattern", args.pattern).option("endpoints", args.endpoints).option("format", args.format)
         .option("spoolDir", args.spool_dir)
         .option("timeout", str(args.idle_timeout))
-        .options(**args.curve)
+        .options(**args.curve).options(**jobkit.fetch_options(args))
     )
     if args.schema:
         reader = reader.schema(args.schema)
