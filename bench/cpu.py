@@ -62,7 +62,7 @@ def snapshot(root: Optional[int] = None, follow: Optional[Snapshot] = None) -> S
             if read is not None:
                 everything[read[1].pid] = read
     children: dict[int, list[int]] = {}
-    for key, process in everything.values():
+    for _key, process in everything.values():
         children.setdefault(process.ppid, []).append(process.pid)
     starts = [root] + [key[0] for key in (follow or {}) if key[0] in everything and everything[key[0]][0] == key]
     seen: Snapshot = {}

@@ -736,9 +736,9 @@ def run_case(case: Case) -> None:
             raise Unclear(f"MalformedMessageError under {p['mode']}: {exc}") from None
         found = re.search(r"channel 3, offset (\d+)", str(exc))
         if not found:
-            raise Unclear(f"error does not name the channel and an offset: {exc}")
+            raise Unclear(f"error does not name the channel and an offset: {exc}") from None
         if int(found.group(1)) - 100 in must_parse:
-            raise Unclear(f"a valid message was reported malformed: {exc}")
+            raise Unclear(f"a valid message was reported malformed: {exc}") from None
         return
     except BaseException as exc:  # noqa: BLE001
         raise Unclear(f"decode raised {type(exc).__name__}: {exc}") from None

@@ -24,7 +24,6 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-import os
 import socket
 import threading
 import time

@@ -61,7 +61,7 @@ def test_stops_and_restarts_deliver_every_message_exactly_once(spark, tmp_path, 
     try:
         for round_ in range(3):
             seen = len(_rows(spark, out))
-            wait_until(lambda: len(_rows(spark, out)) >= seen + 400 or producer.sent >= TOTAL, 180,
+            wait_until(lambda seen=seen: len(_rows(spark, out)) >= seen + 400 or producer.sent >= TOTAL, 180,
                        f"progress before stop {round_ + 1}")
             query.stop()
             at_stop = producer.sent
@@ -69,7 +69,7 @@ def test_stops_and_restarts_deliver_every_message_exactly_once(spark, tmp_path, 
             assert pids and all(procstat.is_alive(pid) for pid in pids), "the receiver did not linger after the stop"
             if spool_bytes != "1 MiB":
                 # the query is down; the lingering receiver keeps taking messages in
-                wait_until(lambda: producer.sent >= min(TOTAL, at_stop + 300), 60,
+                wait_until(lambda at_stop=at_stop: producer.sent >= min(TOTAL, at_stop + 300), 60,
                            "the producer to go on while the query is down")
             query = _start(spark, port, spool, ckpt, out, spool_bytes, receivers="processes")
             assert _lingering_pids(spool) == pids  # attached to, not replaced

@@ -56,7 +56,7 @@ def test_restart_after_a_roll_keeps_every_message_and_never_reuses_a_file(tmp_pa
     log.append(messages_to_batch([b"m-0", b"m-1"], None, "raw", 0))
     log.roll()
     spool.close()
-    for restart in range(3):
+    for _restart in range(3):
         spool = Spool(str(tmp_path), 1)
         log = spool.channels[0]
         names = [s.name for s in log.segments]

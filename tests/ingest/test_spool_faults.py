@@ -389,7 +389,7 @@ def test_a_full_disk_fails_the_append_publishes_nothing_and_recovers(fast_dir, l
 
 def _modes(spool_dir: str) -> dict:
     out = {}
-    for root, dirs, files in os.walk(spool_dir):
+    for root, _dirs, files in os.walk(spool_dir):
         out[root] = stat.S_IMODE(os.lstat(root).st_mode)
         for f in files:
             out[os.path.join(root, f)] = stat.S_IMODE(os.lstat(os.path.join(root, f)).st_mode)

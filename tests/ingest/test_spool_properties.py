@@ -106,7 +106,7 @@ class SpoolMachine(RuleBasedStateMachine):
         newest = self.log.segments[-1].name if self.log.segments else None
         self.log.release_before(x)
         after = {s.name for s in self.log.segments}
-        for name, (first, end) in before.items():
+        for name, (_first, end) in before.items():
             if name not in after:
                 assert end <= x, f"release_before({x}) deleted {name}, which holds offsets up to {end}"
                 assert name != newest, f"release_before({x}) deleted the newest segment {name}"
@@ -176,7 +176,7 @@ class SpoolMachine(RuleBasedStateMachine):
         if self.seq_names:
             newest = self.seq_names[max(self.seq_names)]
             assert newest in names, f"the newest segment {newest} was deleted"
-        for root, dirs, filenames in os.walk(self.dir):
+        for root, _dirs, filenames in os.walk(self.dir):
             assert stat.S_IMODE(os.lstat(root).st_mode) == 0o700, root
             for f in filenames:
                 assert stat.S_IMODE(os.lstat(os.path.join(root, f)).st_mode) == 0o600, f

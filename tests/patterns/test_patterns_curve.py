@@ -87,7 +87,7 @@ def test_a_new_server_socket_right_after_the_last_one_closed_gets_a_handler():
     context = zmq.Context()
     server_keys, client_keys = KeyPair.generate(), KeyPair.generate()
     try:
-        for cycle in range(200):
+        for _cycle in range(200):
             pull = Pull("@tcp://127.0.0.1:*", context=context, linger=0,
                         curve=Curve.server(server_keys, frozenset({client_keys.public_key})))
             pull.close()

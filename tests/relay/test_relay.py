@@ -40,7 +40,7 @@ def test_one_query_reads_two_relays_and_a_second_query_is_refused(spark, tmp_pat
         for producer in producers:
             producer.finish()
         addresses = ",".join(relay.listen for relay in relays)
-        query = (_relay_stream(spark, addresses, startingOffsets="earliest")
+        first = (_relay_stream(spark, addresses, startingOffsets="earliest")
                  .selectExpr("cast(value as string) as value", "partition", "offset")
                  .writeStream.format("memory").queryName("two_relays")
                  .option("checkpointLocation", str(tmp_path / "ckpt")).start())
@@ -59,6 +59,7 @@ def test_one_query_reads_two_relays_and_a_second_query_is_refused(spark, tmp_pat
                 pass
             error = str(second.exception())
             assert f"the relay at {relays[1].listen} is read by another query" in error, error
+            assert first.isActive, "the refused second query stopped the first"
         finally:
             stop_all(spark.streams.active)
     finally:

@@ -200,7 +200,7 @@ def test_full_spool_stop_while_the_receiver_waits_and_restart_twice(spark, free_
         for round_ in range(2):
             seen = _processed(query)
             # the spool is full and the receiver waits: the producer is being held back
-            wait_until(lambda: producer.blocked > 0 and _processed(query) > seen + 800, 120,
+            wait_until(lambda query=query, seen=seen: producer.blocked > 0 and _processed(query) > seen + 800, 120,
                        f"backpressure and progress in round {round_}")
             assert producer.is_alive(), "the producer should still be sending when the query stops"
             query.stop()

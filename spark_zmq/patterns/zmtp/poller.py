@@ -79,7 +79,7 @@ class Poller:
                 self.guard(fn)
             timeout = self._run_timers(tick)
             for key, mask in self.selector.select(timeout):
-                self.guard(lambda: key.data(mask))
+                self.guard(lambda key=key, mask=mask: key.data(mask))
 
     def guard(self, fn: Callable[[], None]) -> None:
         """Run ``fn``; a failure is logged and the loop goes on (one connection's bug must
