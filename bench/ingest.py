@@ -29,7 +29,7 @@ WARM_UP_MESSAGES = {"raw": 100_000, "arrow": 40}
 
 
 def connector(spark, count: int, kind: str, arg: int, channels: int = 1, pattern: str = "pull",
-              producer: Callable[[str, int, str, int], Producer] = Producer, receivers: str = "threads",
+              producer: Callable[[str, int, str, int], Producer] = Producer, receivers: str = "processes",
               relays: int = 0, cpu: Optional[dict] = None, pacing: Optional[list] = None) -> float:
     """``readStream.format("zmq")`` (``pattern`` pull or gather, ``raw`` or ``arrow``) into a
     ``noop`` sink; ``channels`` endpoints, each fed ``count / channels`` messages by its own
@@ -37,7 +37,8 @@ def connector(spark, count: int, kind: str, arg: int, channels: int = 1, pattern
     libzmq's own SCATTER). Under ``curvekeys.ENV`` the source is a CURVE server and the
     producers its clients.
 
-    ``receivers``: the source option (``threads`` or ``processes``). ``relays``: when > 0,
+    ``receivers``: the source option (``threads`` or ``processes``); the user's default,
+    ``processes``, unless a scenario compares the two. ``relays``: when > 0,
     that many standalone ``spark-zmq relay`` processes, one channel each (so ``channels``
     is ``relays``), and the query reads them with the option ``relays`` instead of binding
     endpoints itself. ``cpu``: a dict to fill with the CPU the timed section cost, in
