@@ -165,6 +165,7 @@ class Broker:
                 or not math.isfinite(reply_timeout) or reply_timeout < 0:
             raise ValueError(f"option 'reply_timeout' of Broker must be a finite number of seconds >= 0 (how long "
                              f"a reply waits for a client that is not reading), got {reply_timeout!r}")
+        _warn_shared_keys(curve_frontend, curve_backend)
         self.hwm = hwm
         self.reply_timeout = float(reply_timeout)
         common: dict[str, Any] = {"hwm": hwm, "heartbeat": heartbeat, "mandatory": True}
@@ -515,6 +516,22 @@ class Broker:
             return "<Broker closed>"
         return (f"<Broker frontend {','.join(map(str, self._frontend.endpoints))} "
                 f"backend {','.join(map(str, self._backend.endpoints))}>")
+
+
+def _warn_shared_keys(front: Optional[Curve], back: Optional[Curve]) -> None:
+    """A key accepted on both sides can take requests as a worker and answer other clients'
+    requests: each side should authorize its own kind of peer (logged, not refused: the
+    caller may mean it, e.g. a test)."""
+    if front is None or back is None or not front.is_server or not back.is_server:
+        return
+    if isinstance(back.authorized, str):
+        shared = "every"  # ANY_KEY: whoever reaches the backend may be a worker
+    else:
+        shared = str(len(back.authorized & front.authorized)) if isinstance(front.authorized, frozenset) else "every"
+    if shared != "0":
+        log.warning("Broker: %s key accepted on the frontend (clients) is accepted on the backend (workers) too: "
+                    "such a client can take other clients' requests and answer them; give each side its own "
+                    "authorized keys", shared)
 
 
 def _is_reply(payload: list) -> bool:

@@ -499,7 +499,7 @@ def test_a_bad_reply_timeout_is_refused_naming_the_option(reply_timeout):
     (["--frontend", "@tcp://127.0.0.1:1", "--backend", "@tcp://127.0.0.1:2", "--reply-timeout", "-1"], 2,
      "--reply-timeout"),
     (["--frontend", "@tcp://127.0.0.1:1", "--backend", "@tcp://127.0.0.1:2", "--curve-certificate", "x.key_secret"],
-     2, "needs --curve-authorized-keys"),
+     2, "needs --frontend-authorized-keys"),
 ])
 def test_cli_broker_bad_arguments_are_usage_errors(args, code, message):
     result = subprocess.run([CLI, "broker", *args], capture_output=True, text=True, timeout=60)
