@@ -41,9 +41,18 @@ connections on purpose, the frontend sends PINGs but does not drop a peer whose 
 has not read (see ``heartbeat``); the backend, always read, does.
 
 Never crashed by what peers send: a message that is not what a client or a worker may
-send (no delimiter, an empty envelope, no body, ``READY`` twice, a reply from a worker
-that holds no request) is dropped and counted in ``malformed``; a reply whose client is
-gone is dropped and counted in ``replies_undeliverable``.
+send (no delimiter, an empty envelope, no body, ``READY`` twice) is dropped and counted in
+``malformed``; a reply whose client is gone is dropped and counted in
+``replies_undeliverable``.
+
+Replies only from the worker that holds the request: the broker remembers the envelope of
+the request it gave each worker and forwards a reply only from that worker's connection,
+only while the request is outstanding there, and only with that envelope. Any other reply
+(from a connection that holds no request, a fresh or reconnected one, or for another
+request than the one held) is dropped and counted in ``replies_unexpected``: a peer that
+may connect to the backend cannot answer requests it was never given. A worker whose
+connection broke while it held a request and that answers on a new one therefore loses
+that answer to the client's resend; its new connection is taken as an idle worker.
 
 Never throws away finished work because a client paused: a reply whose client is
 connected but not reading (libzmq's queue to it full: a garbage-collection pause, a busy
@@ -118,13 +127,15 @@ class BrokerStats:
     handshakes_rejected: int
     #: replies kept for a client that is not reading now (its queue in the broker is full)
     replies_held: int = 0
+    #: replies dropped because they did not come from the worker holding that request
+    replies_unexpected: int = 0
 
     def line(self) -> str:
         """One line for a log or a terminal."""
         return (f"workers {self.workers_idle} idle / {self.workers_known} known; requests {self.requests_waiting} "
                 f"waiting, {self.requests_in_flight} in flight; {self.requests_forwarded} forwarded, "
                 f"{self.replies_returned} returned, {self.replies_held} held, {self.requests_lost} lost with a worker, "
-                f"{self.replies_undeliverable} undeliverable, {self.malformed} malformed, "
+                f"{self.replies_undeliverable} undeliverable, {self.replies_unexpected} unexpected, {self.malformed} malformed, "
                 f"{self.handshakes_rejected} handshakes rejected")
 
 
@@ -186,13 +197,13 @@ class Broker:
         self._held: collections.deque = collections.deque()
         #: idle workers, the one idle longest first
         self._idle: collections.OrderedDict[bytes, None] = collections.OrderedDict()
-        #: workers holding a request: identity -> when it was sent
-        self._busy: dict[bytes, float] = {}
+        #: workers holding a request: identity -> the request's envelope (the only reply it may send)
+        self._busy: dict[bytes, tuple[bytes, ...]] = {}
         #: the connection (file descriptor) each worker came on, and the workers on each
         self._fd_of: dict[bytes, int] = {}
         self._workers_at_fd: dict[int, set[bytes]] = {}
-        #: workers forgotten lately -> whether one held a request then (see _on_worker_message)
-        self._departed: collections.OrderedDict[bytes, bool] = collections.OrderedDict()
+        #: workers forgotten lately -> the envelope of the request one held then, or None
+        self._departed: collections.OrderedDict[bytes, Optional[tuple[bytes, ...]]] = collections.OrderedDict()
         self._stop = threading.Event()
         self._running = threading.Lock()
         self._closed = False
@@ -202,6 +213,7 @@ class Broker:
         self.replies_undeliverable = 0
         self.requests_lost = 0
         self.workers_gone = 0
+        self.replies_unexpected = 0
 
     # -- introspection ----------------------------------------------------------------------
 
@@ -222,7 +234,7 @@ class Broker:
         idle, busy = len(self._idle), len(self._busy)
         return BrokerStats(idle, idle + busy, len(self._waiting), busy, self.requests_forwarded,
                            self.replies_returned, self.malformed, self.replies_undeliverable, self.requests_lost,
-                           self.workers_gone, rejected, len(self._held))
+                           self.workers_gone, rejected, len(self._held), self.replies_unexpected)
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -314,7 +326,8 @@ class Broker:
         if worker in self._departed:
             self._from_departed(worker, frames)
             return
-        was_busy = self._busy.pop(worker, None) is not None
+        held = self._busy.pop(worker, None)
+        was_busy = held is not None
         if len(frames) < 3 or len(frames[1]) != 0:
             # not from a REQ socket (which always sends the empty delimiter)
             self._drop_from_worker(worker, was_busy, "no REQ delimiter")
@@ -333,12 +346,20 @@ class Broker:
             return
         if not was_busy:
             if worker in self._idle:
-                self._drop_from_worker(worker, False, "a reply from a worker that holds no request")
+                self._unexpected(worker, "a reply from a worker that holds no request")
                 return
-            # a worker that reconnected (a new identity) while it held a request: its reply
-            # is as good as any, and it now waits for work like a worker that said READY
+            # a connection that was given no request (a new one, or a worker that
+            # reconnected while it held one): the reply is not forwarded, whoever sent
+            # it; its REQ has sent, so it now waits for work like a worker that said READY
+            self._unexpected(worker, "a reply from a connection that was given no request")
             self._register(worker, frames[-1])
+            self._make_idle(worker)
+            return
         self._make_idle(worker)
+        if _envelope(payload) != held:
+            self.requests_lost += 1  # what it held is not coming back
+            self._unexpected(worker, "a reply to another request than the one it holds")
+            return
         self._return(payload)
 
     def _from_departed(self, worker: bytes, frames: list) -> None:
@@ -347,8 +368,11 @@ class Broker:
         still goes to its client, and the request was not lost after all; the worker
         itself stays forgotten (its connection is gone)."""
         if len(frames) >= 3 and len(frames[1]) == 0 and _is_reply(frames[2:]):
-            if self._departed.pop(worker):
-                self.requests_lost -= 1
+            held = self._departed.pop(worker)
+            if held is None or _envelope(frames[2:]) != held:
+                self._unexpected(worker, "a reply to no request it held, after it was gone")
+                return
+            self.requests_lost -= 1
             self._return(frames[2:])
 
     def _return(self, payload: list) -> None:
@@ -395,6 +419,13 @@ class Broker:
                 continue
             self._held.append((drop_after, payload))
 
+    def _unexpected(self, worker: bytes, why: str) -> None:
+        """A reply the broker does not forward (see the module's docstring)."""
+        self.replies_unexpected += 1
+        if self.replies_unexpected <= 10:
+            log.warning("Broker: dropped a reply from backend peer %r: %s%s", worker, why,
+                        " (further ones are counted, not logged)" if self.replies_unexpected == 10 else "")
+
     def _drop_from_worker(self, worker: bytes, was_busy: bool, why: str) -> None:
         self.malformed += 1
         if self.malformed <= 10:
@@ -435,7 +466,8 @@ class Broker:
         log.debug("Broker: forgetting worker %r: %s", worker, why)
         known = worker in self._idle
         self._idle.pop(worker, None)
-        was_busy = self._busy.pop(worker, None) is not None
+        held = self._busy.pop(worker, None)
+        was_busy = held is not None
         if was_busy:
             self.requests_lost += 1
         fd = self._fd_of.pop(worker, None)
@@ -443,7 +475,7 @@ class Broker:
             self._workers_at_fd.get(fd, set()).discard(worker)
         if known or was_busy:
             self.workers_gone += 1
-            self._departed[worker] = was_busy
+            self._departed[worker] = held
             while len(self._departed) > _DEPARTED_REMEMBERED:
                 self._departed.popitem(last=False)
 
@@ -463,7 +495,7 @@ class Broker:
                 self._forget(worker, "unreachable" if exc.errno == zmq.EHOSTUNREACH else "its queue is full")
                 continue
             del self._idle[worker]
-            self._busy[worker] = time.monotonic()
+            self._busy[worker] = _envelope(self._waiting[0])
             self._waiting.popleft()
             self.requests_forwarded += 1
 
@@ -538,6 +570,16 @@ def _is_reply(payload: list) -> bool:
     """``[envelope (at least one frame)..., b"", reply (at least one frame)...]``."""
     delimiter = _delimiter(payload)
     return delimiter is not None and 0 < delimiter < len(payload) - 1
+
+
+def _envelope(frames: list) -> tuple[bytes, ...]:
+    """The frames before the first empty one, as bytes (what a reply must carry back)."""
+    out = []
+    for frame in frames:
+        if len(frame) == 0:
+            break
+        out.append(frame.bytes if isinstance(frame, zmq.Frame) else bytes(frame))
+    return tuple(out)
 
 
 def _delimiter(frames: list, start: int = 0) -> Optional[int]:

@@ -1,0 +1,128 @@
+"""The load-balancing broker attacked from its backend and flooded from its frontend, on real
+sockets: attackers are plain pyzmq sockets; honest workers are tests/scripts/broker_worker.py
+processes. Each test waits on what it can observe (the broker's counters, a socket's poll),
+never on a sleep.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+import zmq
+
+from spark_zmq.patterns import Broker, Client
+from zmqtest import wait_until
+
+pytestmark = pytest.mark.timeout(120)
+
+WORKER_PY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "broker_worker.py")
+ANY = "@tcp://127.0.0.1:*"
+
+
+@pytest.fixture
+def running():
+    """A ``Broker`` whose loop runs on a thread of the test process."""
+    started = []
+
+    def start(**options) -> Broker:
+        broker = Broker(ANY, ANY, **options)
+        thread = threading.Thread(target=broker.run, daemon=True, name="broker")
+        thread.start()
+        started.append((broker, thread))
+        return broker
+
+    yield start
+    for broker, thread in started:
+        broker.close()
+        thread.join(10)
+
+
+@pytest.fixture
+def worker_processes():
+    started: list[subprocess.Popen] = []
+
+    def start(backend: str, name: str, *args: str) -> subprocess.Popen:
+        process = subprocess.Popen([sys.executable, WORKER_PY, backend, name, *args], stdout=subprocess.PIPE,
+                                   text=True)
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        process.kill()
+        process.wait(10)
+
+
+def _socket(kind: int, address: str) -> zmq.Socket:
+    sock = zmq.Context.instance().socket(kind)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(address)
+    return sock
+
+
+def _wait(broker: Broker, predicate, what: str, timeout: float = 30):
+    try:
+        return wait_until(lambda: predicate(broker.stats()), timeout, what)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc} (broker: {broker.stats()})") from None
+
+
+def test_forged_replies_from_fresh_backend_connections_never_reach_the_client(running, worker_processes):
+    """The measured attack: a backend peer says READY, is given a client's first request
+    (so it learns the client's routing id and how its request ids go), then sends replies
+    for the client's other request ids from fresh backend connections. All 8 reached the
+    victim; now each is dropped and counted, and the victim gets the honest worker's
+    replies only."""
+    broker = running()
+    backend = broker.backend_addresses[0]
+    spy = _socket(zmq.REQ, backend)
+    spy.send(b"READY")
+    _wait(broker, lambda s: s.workers_idle == 1, "the spy taken as a worker")
+    with Client(broker.frontend_addresses[0], timeout=5, retries=3) as victim:
+        ids = [victim.send(b"question-%d" % i) for i in range(9)]
+        assert spy.poll(10_000), "the spy got no request"
+        first = spy.recv_multipart()  # [client id, request id, b"", body]
+        client_id = first[0]
+        forgers = []
+        for request_id in ids[1:]:
+            forger = _socket(zmq.DEALER, backend)
+            forgers.append(forger)
+            forger.send_multipart([b"", client_id, request_id.to_bytes(8, "big"), b"", b"forged"])
+        # and the spy itself answers another request than the one it holds
+        spy.send_multipart([client_id, ids[1].to_bytes(8, "big"), b"", b"forged-by-the-holder"])
+        _wait(broker, lambda s: s.replies_unexpected == 9, "the nine forged replies dropped")
+        assert broker.stats().replies_returned == 0
+        for sock in forgers + [spy]:
+            sock.close(0)
+        worker_processes(backend, "honest")
+        got = {}
+        while len(got) < len(ids):
+            request_id, frames = victim.recv(timeout=30)
+            got[request_id] = frames
+        assert got == {request_id: [b"honest:question-%d" % i] for i, request_id in enumerate(ids)}
+
+
+def test_a_worker_that_reconnects_while_holding_a_request_cannot_answer_it(running):
+    """A reply is forwarded only from the connection the request was given to: the same
+    REQ worker's reply on a new connection (here: a new socket with the same envelope) is
+    dropped and counted, and the new connection waits for work like any idle worker."""
+    broker = running()
+    backend = broker.backend_addresses[0]
+    holder = _socket(zmq.REQ, backend)
+    holder.send(b"READY")
+    _wait(broker, lambda s: s.workers_idle == 1, "a worker")
+    with Client(broker.frontend_addresses[0], timeout=30) as client:
+        client.send(b"q")
+        assert holder.poll(10_000)
+        request = holder.recv_multipart()
+        other = _socket(zmq.REQ, backend)
+        other.send_multipart(request[:-1] + [b"answer from elsewhere"])
+        _wait(broker, lambda s: s.replies_unexpected == 1 and s.workers_idle == 1, "the reply dropped")
+        holder.send_multipart(request[:-1] + [b"answer"])
+        assert client.recv(timeout=10)[1] == [b"answer"]
+        holder.close(0)
+        other.close(0)
