@@ -34,9 +34,13 @@ timeout sends it again (``Client`` resends with the same id), usually to another
 So calls through the broker are at least once, never silently lost: the service must be
 idempotent, and a client drops the late duplicate of a reply it already has.
 
-Bounded memory: at most ``hwm`` requests wait in the broker while no worker is idle;
-beyond that it stops reading the frontend, libzmq's queues fill and clients' sends block
-(backpressure), as everywhere in this package. Because it then stops reading client
+Fair to every client (see ``broker_clients``): requests wait in one queue per client and
+are dispatched round-robin across clients, so a client with thousands waiting takes turns
+with one that has a single request.
+
+Bounded memory: at most ``hwm`` requests of the clients being served wait in the broker
+while no worker is idle; beyond that it stops reading the frontend, libzmq's queues fill
+and clients' sends block (backpressure), as everywhere in this package. Because it then stops reading client
 connections on purpose, the frontend sends PINGs but does not drop a peer whose PONGs it
 has not read (see ``heartbeat``); the backend, always read, does.
 
@@ -55,11 +59,11 @@ connection broke while it held a request and that answers on a new one therefore
 that answer to the client's resend; its new connection is taken as an idle worker.
 
 Never throws away finished work because a client paused: a reply whose client is
-connected but not reading (libzmq's queue to it full: a garbage-collection pause, a busy
-machine) is held and sent again each turn of the loop, for up to ``reply_timeout``
-seconds; only then is it dropped (``replies_undeliverable``, and the client resends).
-While ``hwm`` replies are held the broker gives workers no new request, so held replies
-stay bounded too (at most ``hwm`` plus those the busy workers return).
+connected but not reading (a garbage-collection pause, a busy machine) is held, for up to
+``reply_timeout`` seconds, then dropped (``replies_undeliverable``; the client resends).
+Held replies are bounded per client (``client_hwm``) and in bytes (``max_held_bytes``); a
+client at its bound gets no new request while the others go on, and its further requests
+are refused (``requests_refused``): ``broker_clients`` says how and why.
 
 One thread runs the broker (``run``/``serve_forever``); ``stop()`` may be called from any
 thread (or a signal handler) and ends the loop within about 0.1 s.
@@ -72,13 +76,14 @@ import logging
 import math
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Optional
 
 import zmq
 
 from .curve import Curve
 from .endpoints import EndpointsSpec
+from .broker_clients import ClientQueues
+from .broker_stats import BrokerStats, delimiter, envelope, is_reply, warn_shared_keys
 from .heartbeat import Heartbeat
 from .reqrep import Router
 
@@ -93,50 +98,12 @@ READY = b"READY"
 _BATCH = 256
 #: the loop checks for ``stop()`` at least this often (seconds)
 _WAKE_S = 0.1
-#: how often replies held for a client that is not reading are tried again (seconds)
-_HELD_RETRY_S = 0.01
+#: the bytes held replies may take by default
+DEFAULT_MAX_HELD_BYTES = 256 << 20
+#: clients whose refusals are logged (one line each); later ones are only counted
+_LOGGED_CLIENTS = 1000
 #: forgotten workers remembered, so a reply sent just before a disconnection still counts
 _DEPARTED_REMEMBERED = 10_000
-
-
-@dataclass(frozen=True)
-class BrokerStats:
-    """A snapshot of a broker's counters."""
-
-    #: workers waiting for a request
-    workers_idle: int
-    #: workers that announced themselves and are still connected (idle or holding a request)
-    workers_known: int
-    #: requests received and not yet given to a worker (at most ``hwm``)
-    requests_waiting: int
-    #: requests a worker holds (sent to it, reply not yet back)
-    requests_in_flight: int
-    #: requests sent to a worker, in all
-    requests_forwarded: int
-    #: replies sent back to their client, in all
-    replies_returned: int
-    #: messages dropped because they were not what a client or worker may send
-    malformed: int
-    #: replies dropped because their client was gone, or did not read for ``reply_timeout``
-    replies_undeliverable: int
-    #: requests a worker took with it when it disconnected (clients resend them)
-    requests_lost: int
-    #: workers that disconnected or could no longer be reached
-    workers_gone: int
-    #: CURVE handshakes refused on either side
-    handshakes_rejected: int
-    #: replies kept for a client that is not reading now (its queue in the broker is full)
-    replies_held: int = 0
-    #: replies dropped because they did not come from the worker holding that request
-    replies_unexpected: int = 0
-
-    def line(self) -> str:
-        """One line for a log or a terminal."""
-        return (f"workers {self.workers_idle} idle / {self.workers_known} known; requests {self.requests_waiting} "
-                f"waiting, {self.requests_in_flight} in flight; {self.requests_forwarded} forwarded, "
-                f"{self.replies_returned} returned, {self.replies_held} held, {self.requests_lost} lost with a worker, "
-                f"{self.replies_undeliverable} undeliverable, {self.replies_unexpected} unexpected, {self.malformed} malformed, "
-                f"{self.handshakes_rejected} handshakes rejected")
 
 
 class BrokerFrontend(Router):
@@ -160,6 +127,9 @@ class Broker:
     ``heartbeat``: the connections' liveness (``Heartbeat``; the default is on).
     ``reply_timeout``: seconds a reply is held for a connected client that is not reading
     before it is dropped (the client's own timeout then resends the request).
+    ``client_hwm`` (default ``hwm``): replies held for one client before it is given no new
+    request, and requests one client may have waiting. ``max_held_bytes``: the bytes all
+    held replies may take (default 256 MiB).
     ``max_message_bytes``: the largest message accepted from a peer on either side
     (libzmq disconnects a peer that sends more). ``context``: a ``zmq.Context`` for both
     sockets (by default as ``PatternSocket`` chooses).
@@ -168,7 +138,8 @@ class Broker:
     def __init__(self, frontend: EndpointsSpec, backend: EndpointsSpec, *, hwm: int = 1000,
                  curve_frontend: Optional[Curve] = None, curve_backend: Optional[Curve] = None,
                  heartbeat: Optional[Heartbeat] = None, max_message_bytes: Optional[int] = None,
-                 context: Optional[zmq.Context] = None, reply_timeout: float = 30.0) -> None:
+                 context: Optional[zmq.Context] = None, reply_timeout: float = 30.0,
+                 client_hwm: Optional[int] = None, max_held_bytes: int = DEFAULT_MAX_HELD_BYTES) -> None:
         if isinstance(hwm, bool) or not isinstance(hwm, int) or hwm < 1:
             raise ValueError(f"option 'hwm' of Broker must be a positive integer (requests that may wait for a "
                              f"worker), got {hwm!r}")
@@ -176,7 +147,11 @@ class Broker:
                 or not math.isfinite(reply_timeout) or reply_timeout < 0:
             raise ValueError(f"option 'reply_timeout' of Broker must be a finite number of seconds >= 0 (how long "
                              f"a reply waits for a client that is not reading), got {reply_timeout!r}")
-        _warn_shared_keys(curve_frontend, curve_backend)
+        for name, value in (("client_hwm", hwm if client_hwm is None else client_hwm),
+                            ("max_held_bytes", max_held_bytes)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"option {name!r} of Broker must be a positive integer, got {value!r}")
+        warn_shared_keys(curve_frontend, curve_backend)
         self.hwm = hwm
         self.reply_timeout = float(reply_timeout)
         common: dict[str, Any] = {"hwm": hwm, "heartbeat": heartbeat, "mandatory": True}
@@ -192,9 +167,11 @@ class Broker:
         except BaseException:
             self._frontend.close()
             raise
-        self._waiting: collections.deque = collections.deque()
-        #: replies whose client was not reading: (drop after, payload), oldest first
-        self._held: collections.deque = collections.deque()
+        #: waiting requests and held replies, per client
+        self._clients = ClientQueues(hwm, hwm if client_hwm is None else client_hwm, max_held_bytes)
+        #: clients whose refused request was logged (bounded: at most _LOGGED_CLIENTS)
+        self._refusals_logged: set[bytes] = set()
+        self.requests_refused = 0
         #: idle workers, the one idle longest first
         self._idle: collections.OrderedDict[bytes, None] = collections.OrderedDict()
         #: workers holding a request: identity -> the request's envelope (the only reply it may send)
@@ -232,9 +209,11 @@ class Broker:
         messages old)."""
         rejected = sum(s.handshakes.rejected for s in (self._frontend, self._backend) if s.handshakes is not None)
         idle, busy = len(self._idle), len(self._busy)
-        return BrokerStats(idle, idle + busy, len(self._waiting), busy, self.requests_forwarded,
+        clients = self._clients
+        return BrokerStats(idle, idle + busy, clients.waiting, busy, self.requests_forwarded,
                            self.replies_returned, self.malformed, self.replies_undeliverable, self.requests_lost,
-                           self.workers_gone, rejected, len(self._held), self.replies_unexpected)
+                           self.workers_gone, rejected, clients.held_count, self.replies_unexpected,
+                           self.requests_refused, clients.held_bytes)
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -279,7 +258,7 @@ class Broker:
             if report is not None and time.monotonic() >= next_report:
                 report(self.stats())
                 next_report = time.monotonic() + report_interval
-            room = len(self._waiting) < self.hwm
+            room = self._clients.room()
             if room != reading_front:
                 # backpressure: a full broker leaves client requests in libzmq's queues
                 if room:
@@ -288,12 +267,16 @@ class Broker:
                     poller.unregister(front)
                 reading_front = room
             wait_s = _WAKE_S if report is None else max(0.0, min(_WAKE_S, next_report - time.monotonic()))
-            if self._held:
-                # libzmq tells no per-client room: try the held replies again soon
-                wait_s = min(wait_s, _HELD_RETRY_S)
-            ready = dict(poller.poll(int(wait_s * 1000)))
-            if self._held:
-                self._send_held()
+            due = self._clients.next_due()
+            if due is not None:
+                # libzmq tells no per-client room: each client's held replies have a timer
+                wait_s = max(0.0, min(wait_s, due - time.monotonic()))
+            ready = dict(poller.poll(math.ceil(wait_s * 1000)))
+            now = time.monotonic()
+            retried = self._clients.due(now)
+            for client in retried:
+                self._retry(client, now)
+            if retried:
                 self._dispatch()
             # disconnections first: a worker gone must not be given the next request, and a
             # new connection may already reuse a gone one's file descriptor
@@ -341,7 +324,7 @@ class Broker:
             self._register(worker, frames[-1])
             self._make_idle(worker)
             return
-        if not _is_reply(payload):
+        if not is_reply(payload):
             self._drop_from_worker(worker, was_busy, "a reply without [envelope, b'', body]")
             return
         if not was_busy:
@@ -356,7 +339,7 @@ class Broker:
             self._make_idle(worker)
             return
         self._make_idle(worker)
-        if _envelope(payload) != held:
+        if envelope(payload) != held:
             self.requests_lost += 1  # what it held is not coming back
             self._unexpected(worker, "a reply to another request than the one it holds")
             return
@@ -367,9 +350,9 @@ class Broker:
         the worker sent it (libzmq still held it when the disconnection was read). A reply
         still goes to its client, and the request was not lost after all; the worker
         itself stays forgotten (its connection is gone)."""
-        if len(frames) >= 3 and len(frames[1]) == 0 and _is_reply(frames[2:]):
+        if len(frames) >= 3 and len(frames[1]) == 0 and is_reply(frames[2:]):
             held = self._departed.pop(worker)
-            if held is None or _envelope(frames[2:]) != held:
+            if held is None or envelope(frames[2:]) != held:
                 self._unexpected(worker, "a reply to no request it held, after it was gone")
                 return
             self.requests_lost -= 1
@@ -377,13 +360,18 @@ class Broker:
 
     def _return(self, payload: list) -> None:
         """Send a reply ``[envelope..., b"", reply...]`` to its client, or hold it while
-        the client is not reading (behind the replies held already, so each client gets its
-        replies in the order the workers sent them)."""
-        if self._held or not self._try_send(payload):
-            if self.reply_timeout == 0:
-                self.replies_undeliverable += 1  # holding is off
-                return
-            self._held.append((time.monotonic() + self.reply_timeout, payload))
+        the client is not reading (behind the replies held for it already, so each client
+        gets its replies in the order the workers sent them)."""
+        client = payload[0].bytes
+        if not self._clients.has_held(client) and self._try_send(payload):
+            return
+        if self.reply_timeout == 0:
+            self.replies_undeliverable += 1  # holding is off
+            return
+        now = time.monotonic()
+        if not self._clients.hold(client, payload, sum(len(f) for f in payload), now + self.reply_timeout, now):
+            self._undeliverable(client, f"the replies held for clients that are not reading take "
+                                        f"{self._clients.held_bytes:,} bytes (max_held_bytes)")
 
     def _try_send(self, payload: list) -> bool:
         """One attempt: True once sent (or dropped because its client is gone), False when
@@ -403,21 +391,16 @@ class Broker:
             self.replies_undeliverable += 1
             return True
 
-    def _send_held(self) -> None:
-        """Try each held reply once, oldest first; drop those held for ``reply_timeout``."""
-        now = time.monotonic()
-        for _ in range(len(self._held)):
-            drop_after, payload = self._held.popleft()
-            if self._try_send(payload):
-                continue
-            if now >= drop_after:
-                self.replies_undeliverable += 1
-                if self.replies_undeliverable <= 10:
-                    log.warning("Broker: dropped a reply to client %r: it read nothing for %g s%s",
-                                payload[0].bytes, self.reply_timeout,
-                                " (further ones are counted, not logged)" if self.replies_undeliverable == 10 else "")
-                continue
-            self._held.append((drop_after, payload))
+    def _retry(self, client: bytes, now: float) -> None:
+        """Try a client's held replies again; drop those held for ``reply_timeout``."""
+        for payload in self._clients.retry(client, now, self._try_send):
+            self._undeliverable(payload[0].bytes, f"it read nothing for {self.reply_timeout:g} s")
+
+    def _undeliverable(self, client: bytes, why: str) -> None:
+        self.replies_undeliverable += 1
+        if self.replies_undeliverable <= 10:
+            log.warning("Broker: dropped a reply to client %r: %s%s", client, why,
+                        " (further ones are counted, not logged)" if self.replies_undeliverable == 10 else "")
 
     def _unexpected(self, worker: bytes, why: str) -> None:
         """A reply the broker does not forward (see the module's docstring)."""
@@ -480,14 +463,19 @@ class Broker:
                 self._departed.popitem(last=False)
 
     def _dispatch(self) -> None:
-        """Give waiting requests to idle workers, the one idle longest first."""
+        """Give waiting requests to idle workers, the one idle longest first, the requests
+        round-robin across the clients that are reading their replies."""
         back = self._backend.zmq_socket
-        # replies a client does not read bound what the broker holds: no new work meanwhile
-        while self._waiting and self._idle and len(self._held) < self.hwm:
+        while self._idle:
+            taken = self._clients.next_request()
+            if taken is None:
+                return
+            client, frames = taken
             worker = next(iter(self._idle))
             try:
-                back.send_multipart([worker, b""] + self._waiting[0], zmq.NOBLOCK, copy=False)
+                back.send_multipart([worker, b""] + frames, zmq.NOBLOCK, copy=False)
             except zmq.ZMQError as exc:
+                self._clients.put_back(client, frames)
                 if exc.errno not in (zmq.EHOSTUNREACH, zmq.EAGAIN):
                     raise
                 # gone (EHOSTUNREACH), or an idle REQ with a full queue, which no working
@@ -495,30 +483,42 @@ class Broker:
                 self._forget(worker, "unreachable" if exc.errno == zmq.EHOSTUNREACH else "its queue is full")
                 continue
             del self._idle[worker]
-            self._busy[worker] = _envelope(self._waiting[0])
-            self._waiting.popleft()
+            self._busy[worker] = envelope(frames)
             self.requests_forwarded += 1
 
     # -- frontend: clients ------------------------------------------------------------------
 
     def _read_frontend(self, front: zmq.Socket) -> None:
         for _ in range(_BATCH):
-            if len(self._waiting) >= self.hwm:
+            if not self._clients.room():
                 return
             try:
                 frames = front.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 return
-            delimiter = _delimiter(frames, start=1)
-            if delimiter is None or delimiter == len(frames) - 1:
+            at = delimiter(frames, start=1)
+            if at is None or at == len(frames) - 1:
                 self.malformed += 1
                 if self.malformed <= 10:
                     log.warning("Broker: dropped a request from client %r: not [envelope, b'', body]%s",
                                 frames[0].bytes, " (further ones are counted, not logged)"
                                 if self.malformed == 10 else "")
                 continue
-            self._waiting.append(frames)
+            client = frames[0].bytes
+            if self._clients.has_held(client):
+                self._retry(client, time.monotonic())  # it is alive: maybe reading again
+            if not self._clients.add(client, frames):
+                self._refused(client)
+                continue
             self._dispatch()
+
+    def _refused(self, client: bytes) -> None:
+        self.requests_refused += 1
+        if client not in self._refusals_logged and len(self._refusals_logged) < _LOGGED_CLIENTS:
+            self._refusals_logged.add(client)
+            log.warning("Broker: refused a request of client %r: it has %d requests waiting and reads no reply "
+                        "(client_hwm); further ones of this client are counted, not logged", client,
+                        self._clients.client_hwm)
 
     # -- lifetime -------------------------------------------------------------------------
 
@@ -532,8 +532,7 @@ class Broker:
             if self._closed:
                 return
             self._closed = True
-            self._waiting.clear()
-            self._held.clear()
+            self._clients.clear()
             self._frontend.close(linger=0)
             self._backend.close(linger=0)
 
@@ -548,44 +547,3 @@ class Broker:
             return "<Broker closed>"
         return (f"<Broker frontend {','.join(map(str, self._frontend.endpoints))} "
                 f"backend {','.join(map(str, self._backend.endpoints))}>")
-
-
-def _warn_shared_keys(front: Optional[Curve], back: Optional[Curve]) -> None:
-    """A key accepted on both sides can take requests as a worker and answer other clients'
-    requests: each side should authorize its own kind of peer (logged, not refused: the
-    caller may mean it, e.g. a test)."""
-    if front is None or back is None or not front.is_server or not back.is_server:
-        return
-    if isinstance(back.authorized, str):
-        shared = "every"  # ANY_KEY: whoever reaches the backend may be a worker
-    else:
-        shared = str(len(back.authorized & front.authorized)) if isinstance(front.authorized, frozenset) else "every"
-    if shared != "0":
-        log.warning("Broker: %s key accepted on the frontend (clients) is accepted on the backend (workers) too: "
-                    "such a client can take other clients' requests and answer them; give each side its own "
-                    "authorized keys", shared)
-
-
-def _is_reply(payload: list) -> bool:
-    """``[envelope (at least one frame)..., b"", reply (at least one frame)...]``."""
-    delimiter = _delimiter(payload)
-    return delimiter is not None and 0 < delimiter < len(payload) - 1
-
-
-def _envelope(frames: list) -> tuple[bytes, ...]:
-    """The frames before the first empty one, as bytes (what a reply must carry back)."""
-    out = []
-    for frame in frames:
-        if len(frame) == 0:
-            break
-        out.append(frame.bytes if isinstance(frame, zmq.Frame) else bytes(frame))
-    return tuple(out)
-
-
-def _delimiter(frames: list, start: int = 0) -> Optional[int]:
-    """The index of the first empty frame at or after ``start``, or None."""
-    for i in range(start, len(frames)):
-        if len(frames[i]) == 0:
-            return i
-    return None
-

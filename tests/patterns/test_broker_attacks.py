@@ -10,11 +10,13 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 import zmq
 
 from spark_zmq.patterns import Broker, Client
+from loadhelper import busy  # noqa: F401  (a fixture: CPU load beside the timing-sensitive tests)
 from zmqtest import wait_until
 
 pytestmark = pytest.mark.timeout(120)
@@ -126,3 +128,77 @@ def test_a_worker_that_reconnects_while_holding_a_request_cannot_answer_it(runni
         assert client.recv(timeout=10)[1] == [b"answer"]
         holder.close(0)
         other.close(0)
+
+
+# -- a client that sends and never reads ------------------------------------------------------
+
+
+def _thread_cpu_s(native_id: int) -> float:
+    """CPU seconds (user + system) of one thread of this process, from /proc."""
+    with open(f"/proc/self/task/{native_id}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _hog(frontend: str, count: int, stop: threading.Event) -> threading.Thread:
+    """A DEALER that queues ``count`` requests and reads nothing, on a thread of its own."""
+
+    def run() -> None:
+        sock = _socket(zmq.DEALER, frontend)
+        sock.setsockopt(zmq.RCVHWM, 10)
+        sent = 0
+        try:
+            while sent < count and not stop.is_set():
+                if sock.poll(100, zmq.POLLOUT):
+                    sock.send_multipart([sent.to_bytes(8, "big"), b"", b"hog-%d" % sent])
+                    sent += 1
+            stop.wait(120)  # keeps the connection open (and reads nothing) until the test ends
+        finally:
+            sock.close(0)
+
+    thread = threading.Thread(target=run, daemon=True, name="hog")
+    thread.start()
+    return thread
+
+
+#: the well-behaved client's p99 latency beside the hog, on a machine with two CPU-spinning
+#: processes beside the test (before: it got no reply at all once the hog's held replies
+#: reached hwm)
+P99_BOUND_S = 0.5
+#: the broker's CPU while the hog is stalled and nobody else asks (before: 0.37 of a core,
+#: resending held replies every 10 ms)
+IDLE_CPU_BOUND = 0.05
+
+
+def test_a_client_that_reads_nothing_does_not_stop_the_others(running, worker_processes, busy):
+    broker = running(hwm=100, client_hwm=50)
+    loop = next(t for t in threading.enumerate() if t.name == "broker")
+    backend, frontend = broker.backend_addresses[0], broker.frontend_addresses[0]
+    for name in ("w1", "w2"):
+        worker_processes(backend, name, "--reply-bytes", "20000")
+    _wait(broker, lambda s: s.workers_known == 2, "two workers")
+    stop = threading.Event()
+    hog = _hog(frontend, 4000, stop)
+    try:
+        _wait(broker, lambda s: s.replies_held >= 50, "the hog's held replies at client_hwm", timeout=60)
+        latencies = []
+        with Client(frontend, timeout=10, retries=0) as client:
+            for i in range(300):
+                started = time.monotonic()
+                assert client.request(b"good-%d" % i)[0].startswith(b"w")
+                latencies.append(time.monotonic() - started)
+        latencies.sort()
+        p99 = latencies[int(len(latencies) * 0.99) - 1]
+        stats = broker.stats()
+        assert p99 < P99_BOUND_S, f"p99 {p99 * 1000:.0f} ms beside the hog ({stats})"
+        assert stats.replies_held <= 50 + 2 and stats.requests_waiting <= 100 + 100, stats
+        # the hog stalled, nobody else asking: the broker waits, it does not spin
+        before_s, started = _thread_cpu_s(loop.native_id), time.monotonic()
+        stop.wait(2.0)  # a measuring window, not a wait for a condition
+        cpu = (_thread_cpu_s(loop.native_id) - before_s) / (time.monotonic() - started)
+        assert cpu < IDLE_CPU_BOUND, f"the broker used {cpu:.2f} of a core holding the hog's replies"
+        print(f"\nbeside the hog: p50 {latencies[len(latencies) // 2] * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms, "
+              f"max {latencies[-1] * 1000:.1f} ms; broker idle CPU {cpu:.3f} core; {stats.line()}")
+    finally:
+        stop.set()
+        hog.join(10)
