@@ -130,9 +130,13 @@ def broker_command(
     hwm: int = typer.Option(1000, "--hwm", min=1, help="Requests that may wait in the broker while no worker is "
                             "idle; beyond that it stops reading clients (backpressure). Also the sockets' "
                             "high-water marks."),
-    max_message_bytes: Optional[int] = typer.Option(None, "--max-message-bytes", min=1, help="Largest message "
-                                                    "accepted from a client or worker (a peer sending more is "
-                                                    "disconnected). Default: no limit."),
+    max_message_bytes: int = typer.Option(64 << 20, "--max-message-bytes", min=1, help="Largest message "
+                                          "accepted from a client or worker, all frames together (a larger frame "
+                                          "disconnects its peer; a larger message is dropped and counted). "
+                                          "Default 64 MiB."),
+    client_hwm: Optional[int] = typer.Option(None, "--client-hwm", min=1, help="Replies held for one client that "
+                                             "is not reading before it gets no new request (the others go on), "
+                                             "and requests such a client may have waiting. Default: --hwm."),
     reply_timeout: float = typer.Option(30.0, "--reply-timeout", min=0.0, max=86400.0, help="Seconds a reply waits "
                                         "in the broker for a connected client that is not reading; then it is "
                                         "dropped (counted undeliverable) and the client's own timeout resends the "
@@ -171,7 +175,7 @@ def broker_command(
     try:
         broker = Broker(frontend, backend, hwm=hwm, curve_frontend=curve_frontend, curve_backend=curve_backend,
                         heartbeat=heartbeat,
-                        max_message_bytes=max_message_bytes, reply_timeout=reply_timeout)
+                        max_message_bytes=max_message_bytes, reply_timeout=reply_timeout, client_hwm=client_hwm)
     except Exception as exc:  # a bind error (port in use, address not local): the reason, not a trace
         print_error(exc.strerror if isinstance(exc, OSError) and exc.strerror else f"{type(exc).__name__}: {exc}")
         raise typer.Exit(1) from None

@@ -83,7 +83,7 @@ import zmq
 from .curve import Curve
 from .endpoints import EndpointsSpec
 from .broker_clients import ClientQueues
-from .broker_stats import BrokerStats, delimiter, envelope, is_reply, warn_shared_keys
+from .broker_stats import MAX_FRAMES, BrokerStats, delimiter, envelope, is_reply, recv_bounded, warn_shared_keys
 from .heartbeat import Heartbeat
 from .reqrep import Router
 
@@ -130,8 +130,10 @@ class Broker:
     ``client_hwm`` (default ``hwm``): replies held for one client before it is given no new
     request, and requests one client may have waiting. ``max_held_bytes``: the bytes all
     held replies may take (default 256 MiB).
-    ``max_message_bytes``: the largest message accepted from a peer on either side
-    (libzmq disconnects a peer that sends more). ``context``: a ``zmq.Context`` for both
+    ``max_message_bytes``: the largest message accepted from a peer on either side (a
+    frame larger: libzmq disconnects the peer; frames larger together: the message is
+    dropped, counted in ``messages_oversize`` and logged once per peer). ``max_frames``:
+    the most frames a message may have (default 64; more: dropped the same way). ``context``: a ``zmq.Context`` for both
     sockets (by default as ``PatternSocket`` chooses).
     """
 
@@ -139,7 +141,8 @@ class Broker:
                  curve_frontend: Optional[Curve] = None, curve_backend: Optional[Curve] = None,
                  heartbeat: Optional[Heartbeat] = None, max_message_bytes: Optional[int] = None,
                  context: Optional[zmq.Context] = None, reply_timeout: float = 30.0,
-                 client_hwm: Optional[int] = None, max_held_bytes: int = DEFAULT_MAX_HELD_BYTES) -> None:
+                 client_hwm: Optional[int] = None, max_held_bytes: int = DEFAULT_MAX_HELD_BYTES,
+                 max_frames: int = MAX_FRAMES) -> None:
         if isinstance(hwm, bool) or not isinstance(hwm, int) or hwm < 1:
             raise ValueError(f"option 'hwm' of Broker must be a positive integer (requests that may wait for a "
                              f"worker), got {hwm!r}")
@@ -148,7 +151,7 @@ class Broker:
             raise ValueError(f"option 'reply_timeout' of Broker must be a finite number of seconds >= 0 (how long "
                              f"a reply waits for a client that is not reading), got {reply_timeout!r}")
         for name, value in (("client_hwm", hwm if client_hwm is None else client_hwm),
-                            ("max_held_bytes", max_held_bytes)):
+                            ("max_held_bytes", max_held_bytes), ("max_frames", max_frames)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"option {name!r} of Broker must be a positive integer, got {value!r}")
         warn_shared_keys(curve_frontend, curve_backend)
@@ -172,6 +175,11 @@ class Broker:
         #: clients whose refused request was logged (bounded: at most _LOGGED_CLIENTS)
         self._refusals_logged: set[bytes] = set()
         self.requests_refused = 0
+        self.max_frames = max_frames
+        self.max_message_bytes = max_message_bytes
+        self.messages_oversize = 0
+        #: peers whose oversize message was logged (bounded: at most _LOGGED_CLIENTS)
+        self._oversize_logged: set[bytes] = set()
         #: idle workers, the one idle longest first
         self._idle: collections.OrderedDict[bytes, None] = collections.OrderedDict()
         #: workers holding a request: identity -> the request's envelope (the only reply it may send)
@@ -213,7 +221,7 @@ class Broker:
         return BrokerStats(idle, idle + busy, clients.waiting, busy, self.requests_forwarded,
                            self.replies_returned, self.malformed, self.replies_undeliverable, self.requests_lost,
                            self.workers_gone, rejected, clients.held_count, self.replies_unexpected,
-                           self.requests_refused, clients.held_bytes)
+                           self.requests_refused, clients.held_bytes, self.messages_oversize)
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -297,11 +305,11 @@ class Broker:
 
     def _read_backend(self, back: zmq.Socket) -> None:
         for _ in range(_BATCH):
-            try:
-                frames = back.recv_multipart(zmq.NOBLOCK, copy=False)
-            except zmq.Again:
+            frames = self._recv(back, "backend")
+            if frames is None:
                 return
-            self._on_worker_message(frames)
+            if frames:
+                self._on_worker_message(frames)
             self._dispatch()
 
     def _on_worker_message(self, frames: list) -> None:
@@ -492,10 +500,11 @@ class Broker:
         for _ in range(_BATCH):
             if not self._clients.room():
                 return
-            try:
-                frames = front.recv_multipart(zmq.NOBLOCK, copy=False)
-            except zmq.Again:
+            frames = self._recv(front, "frontend")
+            if frames is None:
                 return
+            if not frames:
+                continue
             at = delimiter(frames, start=1)
             if at is None or at == len(frames) - 1:
                 self.malformed += 1
@@ -511,6 +520,22 @@ class Broker:
                 self._refused(client)
                 continue
             self._dispatch()
+
+    def _recv(self, sock: zmq.Socket, side: str) -> Optional[list]:
+        """One message within ``max_frames`` and ``max_message_bytes``; ``[]`` when it was
+        dropped for its size; None when nothing waits."""
+        try:
+            frames, peer, why = recv_bounded(sock, self.max_frames, self.max_message_bytes)
+        except zmq.Again:
+            return None
+        if frames is None:
+            self.messages_oversize += 1
+            if peer not in self._oversize_logged and len(self._oversize_logged) < _LOGGED_CLIENTS:
+                self._oversize_logged.add(peer)
+                log.warning("Broker: dropped a message from %s peer %r: %s (further ones of this peer are "
+                            "counted, not logged)", side, peer, why)
+            return []
+        return frames
 
     def _refused(self, client: bytes) -> None:
         self.requests_refused += 1

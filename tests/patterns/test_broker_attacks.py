@@ -202,3 +202,26 @@ def test_a_client_that_reads_nothing_does_not_stop_the_others(running, worker_pr
     finally:
         stop.set()
         hog.join(10)
+
+
+def test_messages_with_too_many_frames_or_bytes_in_all_are_dropped_whole(running, worker_processes, caplog):
+    """libzmq's limit is per frame: 100,000 tiny frames, or 40 frames of 512 KiB under a
+    4 MiB limit, are each one message the broker drops whole and counts, logging once per
+    peer, on either side; it serves on."""
+    broker = running(max_message_bytes=4 << 20)
+    frontend, backend = broker.frontend_addresses[0], broker.backend_addresses[0]
+    flooder = _socket(zmq.DEALER, frontend)
+    flooder.send_multipart([b"1", b""] + [b"x"] * 100_000)
+    flooder.send_multipart([b"2", b""] + [b"y" * (512 << 10)] * 40)
+    flooder.send_multipart([b"3", b""] + [b"z"] * 100)
+    worker_side = _socket(zmq.DEALER, backend)
+    worker_side.send_multipart([b""] + [b"w"] * 1000)
+    _wait(broker, lambda s: s.messages_oversize == 4, "four oversize messages dropped")
+    lines = [r.getMessage() for r in caplog.records if "dropped a message from" in r.getMessage()]
+    assert len(lines) == 2 and "more than 64 frames" in lines[0], lines  # once per peer
+    worker_processes(backend, "w")
+    with Client(frontend, timeout=10) as client:
+        assert client.request(b"still here") == [b"w:still here"]
+    assert broker.stats().requests_forwarded == 1
+    flooder.close(0)
+    worker_side.close(0)
