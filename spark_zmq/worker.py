@@ -31,6 +31,14 @@ Formats (``format``), for a request body of one frame:
   reply is its JSON text (UTF-8).
 - ``raw``: ``bytes -> bytes``.  ``text``: ``str -> str`` (UTF-8 both ways).
 
+Untrusted requests. An ``arrow`` request is read through the same guard as every Arrow
+message this package receives (``spark_zmq.ingest.arrow_guard``): its rows and the bytes
+its buffers take once decompressed are read from the metadata *before* anything is
+decompressed, and a request claiming more than ``max_decompressed_bytes`` (or 10,000,000
+rows) is answered with an error reply without being decoded. A 12 KB zstd request cannot
+make the worker allocate the 400 MB it claims. A reply larger than ``max_message_bytes``
+becomes an error reply naming both sizes, and the worker goes on.
+
 Replies. A normal reply is ONE frame: the body. An error reply is TWO frames:
 ``[b"ERROR", message]``, the message UTF-8 text naming what went wrong (the handler's
 exception type and text, a wrong row count, a body that is not valid for ``format``).
@@ -55,6 +63,8 @@ from typing import Any, Callable, Optional, Protocol
 import pyarrow as pa
 import zmq
 
+from .ingest.arrow_guard import MAX_DECOMPRESSED_BYTES, MalformedArrowError, read_batches
+
 from .patterns import Heartbeat, Rep, Req
 from .patterns.broker import READY
 from .patterns.curve import Curve
@@ -72,6 +82,8 @@ FORMATS = ("arrow", "json", "raw", "text")
 _WAKE_S = 0.1
 #: ms a closing worker keeps trying to deliver its last reply
 _LINGER_MS = 2000
+#: what an arrow request may take once decompressed when ``max_message_bytes`` is not set
+DEFAULT_DECOMPRESSED_BYTES = 256 << 20
 
 Handler = Callable[[Any], Any]
 
@@ -110,19 +122,21 @@ def is_error_reply(frames: list[bytes]) -> bool:
 # -- formats ------------------------------------------------------------------------------
 
 
-def _one_batch(body: bytes) -> pa.RecordBatch:
+def _one_batch(body: bytes, max_body_bytes: int) -> pa.RecordBatch:
+    """The request's batches, checked by the Arrow guard before anything is decompressed."""
     try:
-        reader = pa.ipc.open_stream(body)
-        batches = list(reader)
+        batches = read_batches(body, max_body_bytes=max_body_bytes)
+        if not batches:  # a schema alone, already checked: an empty batch of it
+            return pa.RecordBatch.from_pylist([], schema=pa.ipc.open_stream(body).schema)
+    except MalformedArrowError as exc:
+        raise _BadRequest(f"the request is not an Arrow IPC stream: {exc}") from None
     except (pa.ArrowException, ValueError, OSError) as exc:
         raise _BadRequest(f"the request is not an Arrow IPC stream: {exc}") from None
-    if not batches:
-        return pa.RecordBatch.from_pylist([], schema=reader.schema)
     return batches[0] if len(batches) == 1 else pa.concat_batches(batches)
 
 
-def _arrow(handler: Handler, body: bytes) -> bytes:
-    batch = _one_batch(body)
+def _arrow(handler: Handler, body: bytes, max_body_bytes: int = DEFAULT_DECOMPRESSED_BYTES) -> bytes:
+    batch = _one_batch(body, max_body_bytes)
     result = handler(batch)
     if not isinstance(result, (pa.RecordBatch, pa.Table)):
         raise TypeError(f"the handler returned {type(result).__name__}, not a pyarrow.RecordBatch or Table "
@@ -171,12 +185,15 @@ _CALLS: dict[str, Callable[[Handler, bytes], bytes]] = {"arrow": _arrow, "json":
 
 
 def _answer(call: Callable[[Handler, bytes], bytes], handler: Handler, body: list[bytes],
-            stats: WorkerStats) -> list[bytes]:
+            stats: WorkerStats, max_reply_bytes: Optional[int] = None) -> list[bytes]:
     """The reply frames for request ``body``: the handler's answer, or an error reply."""
     try:
         if len(body) != 1:
             raise _BadRequest(f"the request has {len(body)} body frames; one is expected")
         reply = [call(handler, body[0])]
+        if max_reply_bytes is not None and len(reply[0]) > max_reply_bytes:
+            raise _BadRequest(f"the reply is {len(reply[0]):,} bytes, more than max_message_bytes "
+                              f"({max_reply_bytes:,}): the handler's answer is not sent")
         stats.replies += 1
         return reply
     except Exception as exc:  # the handler's or the request's fault: answer, keep serving
@@ -194,12 +211,15 @@ def serve(handler: Handler, endpoint: EndpointsSpec, *, format: str = "arrow", b
           curve: Optional[Curve] = None, stop: Optional[StopFlag] = None,
           heartbeat: Optional[Heartbeat] = None, max_message_bytes: Optional[int] = None,
           on_ready: Optional[Callable[[list[str]], None]] = None,
-          context: Optional[zmq.Context] = None) -> WorkerStats:
+          context: Optional[zmq.Context] = None, max_decompressed_bytes: Optional[int] = None) -> WorkerStats:
     """Answer requests with ``handler`` until ``stop`` is set (see the module docstring).
 
     ``curve``: the socket's CURVE security (usually a client of the broker's backend, or a
     server for a REP that binds). ``heartbeat``, ``max_message_bytes`` (the largest request
-    accepted), ``context``: as for pattern sockets. ``on_ready(addresses)`` is called once
+    accepted, and the largest reply sent: a larger one becomes an error reply), ``context``:
+    as for pattern sockets. ``max_decompressed_bytes``: the most an arrow request may take
+    once decompressed (default ``min(1 GiB, 16 x max_message_bytes)``, or 256 MiB without
+    ``max_message_bytes``); checked before decompressing. ``on_ready(addresses)`` is called once
     the socket is bound or connected (the bound addresses, a ``*`` port resolved, or the
     endpoints connected to). Returns what the worker did."""
     if not callable(handler):
@@ -218,6 +238,22 @@ def serve(handler: Handler, endpoint: EndpointsSpec, *, format: str = "arrow", b
     stop = stop or threading.Event()
     stats = WorkerStats()
     call = _CALLS[format]
+    if format == "arrow":
+        if max_decompressed_bytes is None:
+            max_decompressed_bytes = DEFAULT_DECOMPRESSED_BYTES if max_message_bytes is None else \
+                min(MAX_DECOMPRESSED_BYTES, 16 * max_message_bytes)
+        elif isinstance(max_decompressed_bytes, bool) or not isinstance(max_decompressed_bytes, int) \
+                or max_decompressed_bytes < 1:
+            raise ValueError(f"max_decompressed_bytes must be a positive integer (bytes an arrow request may take "
+                             f"once decompressed), got {max_decompressed_bytes!r}")
+        limit = max_decompressed_bytes
+        call = lambda handler, body: _arrow(handler, body, limit)  # noqa: E731
+    reply_limit = max_message_bytes
+    checked_call = call
+
+    def answer(body: list[bytes]) -> list[bytes]:
+        return _answer(checked_call, handler, body, stats, reply_limit)
+
     if broker:
         # the monitor's CONNECTED events tell when the connection to the broker is new
         sock = Req(endpoint, monitor=zmq.EVENT_CONNECTED, **{k: v for k, v in options.items() if v is not None})
@@ -227,9 +263,9 @@ def serve(handler: Handler, endpoint: EndpointsSpec, *, format: str = "arrow", b
         if on_ready is not None:
             on_ready(sock.bound_addresses or [e.address for e in sock.endpoints])
         if broker:
-            _serve_broker(sock, handler, call, stop, stats)
+            _serve_broker(sock, answer, stop, stats)
         else:
-            _serve_rep(sock, handler, call, stop, stats)
+            _serve_rep(sock, answer, stop, stats)
     return stats
 
 
@@ -254,13 +290,14 @@ def _recv(sock: Any, stop: StopFlag, between: Callable[[], None] = lambda: None)
     return None
 
 
-def _serve_rep(sock: Rep, handler: Handler, call: Callable, stop: StopFlag, stats: WorkerStats) -> None:
+def _serve_rep(sock: Rep, answer: Callable[[list[bytes]], list[bytes]], stop: StopFlag,
+               stats: WorkerStats) -> None:
     while True:
         body = _recv(sock, stop)
         if body is None:
             return
         stats.requests += 1
-        _send(sock, _answer(call, handler, body, stats), stop)
+        _send(sock, answer(body), stop)
 
 
 class _Connections:
@@ -281,7 +318,8 @@ class _Connections:
         return new
 
 
-def _serve_broker(sock: Req, handler: Handler, call: Callable, stop: StopFlag, stats: WorkerStats) -> None:
+def _serve_broker(sock: Req, answer: Callable[[list[bytes]], list[bytes]], stop: StopFlag,
+                  stats: WorkerStats) -> None:
     # relaxed: READY may be sent again while the socket waits for a request (a new
     # connection's broker does not know us; the request the old one would send never comes)
     sock.zmq_socket.setsockopt(zmq.REQ_RELAXED, 1)
@@ -305,7 +343,7 @@ def _serve_broker(sock: Req, handler: Handler, call: Callable, stop: StopFlag, s
             reply = error_reply("the request has no envelope (no empty delimiter frame)")
             stats.errors += 1
         else:
-            reply = frames[:delimiter + 1] + _answer(call, handler, frames[delimiter + 1:], stats)
+            reply = frames[:delimiter + 1] + answer(frames[delimiter + 1:])
         # a reconnection during the handler needs no READY: this reply goes on the new
         # connection and announces the worker by itself (the broker takes a reply as readiness)
         connections.reconnected()

@@ -3,7 +3,8 @@
 Layers, bottom up: ``patterns`` (ZeroMQ only) < ``options`` < ``ingest`` (receive, spool,
 serve) < ``relay`` < ``source``; ``sink`` sits on ``patterns``, ``options`` and ``schemas``;
 ``service`` (calling ZeroMQ services from Spark) on ``patterns``, ``options``, ``ingest``'s
-Arrow guard, ``schemas`` and ``worker`` (whose error reply it reads); ``worker`` (a request-reply service's loop) on ``patterns``;
+Arrow guard, ``schemas`` and ``worker`` (whose error reply it reads); ``worker`` (a request-reply service's loop) on ``patterns`` and ``ingest``'s Arrow guard
+(every request is read through it);
 ``procstat`` (what ``/proc`` says of a process) on nothing;
 the entry points (``datasource``, ``cli``, ``loadgen``, ``worker_env``, the package's
 ``__init__``) may import anything. A module importing a layer above its own, or a layer it
@@ -37,7 +38,7 @@ ALLOWED = {
     "schemas": set(),
     "sink": {"patterns", "options", "schemas"},
     "service": {"patterns", "options", "ingest", "schemas", "worker"},
-    "worker": {"patterns"},
+    "worker": {"patterns", "ingest"},
 }
 ENTRY_POINTS = {"__init__", "datasource", "cli", "loadgen", "worker_env"}
 

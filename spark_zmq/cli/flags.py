@@ -21,7 +21,7 @@ from ..patterns.curve_keys import CurveError, KeyPair, load_authorized_keys, loa
 
 __all__ = ["ProducePattern", "ConsumePattern", "Format", "CURVE_FLAGS", "CURVE_PANEL", "HEARTBEAT_PANEL",
            "heartbeat_from_flags", "heartbeat_interval_option", "heartbeat_timeout_option", "heartbeat_ttl_option",
-           "curve_from_flags", "checked_curve_flags", "check_endpoints"]
+           "curve_from_flags", "checked_curve_flags", "check_endpoints", "broker_curves", "reader_curve"]
 
 
 class ProducePattern(str, enum.Enum):
@@ -121,6 +121,60 @@ def checked_curve_flags(certificate: Optional[str], server_key: Optional[str],
         return curve_from_flags(certificate, server_key, authorized_keys)
     except CurveError as exc:
         raise typer.BadParameter(str(exc)) from None
+
+
+def _server_curve(certificate: Optional[str], authorized_keys: Optional[str], flag: str) -> Optional[Curve]:
+    """A CURVE server for one kind of peer: ``--curve-certificate`` and that kind's keys
+    (``flag`` names them in errors)."""
+    try:
+        return curve_from_flags(certificate, None, authorized_keys,
+                                flags=("--curve-certificate", "--curve-server-key", flag))
+    except CurveError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+def broker_curves(certificate: Optional[str], frontend_keys: Optional[str], backend_keys: Optional[str],
+                  legacy_keys: Optional[str]) -> tuple[Optional[Curve], Optional[Curve]]:
+    """The broker's frontend and backend CURVE servers, each with its own authorized keys.
+
+    Why two sets and no fallback: a worker is given other clients' requests and its replies
+    are trusted; a client key that is also accepted on the backend lets any client read and
+    answer everyone's requests. ``--curve-authorized-keys`` (the older single flag) names the
+    frontend's keys only, and the backend then needs its own flag."""
+    if frontend_keys and legacy_keys:
+        raise typer.BadParameter("--curve-authorized-keys is the older name of --frontend-authorized-keys: give "
+                                 "one of them", param_hint="'--curve-authorized-keys'")
+    front_flag = "--curve-authorized-keys" if legacy_keys else "--frontend-authorized-keys"
+    front_keys = frontend_keys or legacy_keys
+    if certificate and not front_keys:
+        raise typer.BadParameter("the broker is a CURVE server on both sides, which needs --frontend-authorized-keys "
+                                 "(a directory of the clients' public certificate files ('*.key'), or '*' to accept "
+                                 "any key) and --backend-authorized-keys (the workers')",
+                                 param_hint="'--curve-certificate'")
+    if certificate and not backend_keys:
+        raise typer.BadParameter(f"the backend (workers) needs keys of its own: --backend-authorized-keys DIR|* (the "
+                                 f"workers' public certificate files); {front_flag} names only the clients' keys, "
+                                 "which are never accepted as workers", param_hint="'--backend-authorized-keys'")
+    return (_server_curve(certificate, front_keys, front_flag),
+            _server_curve(certificate, backend_keys, "--backend-authorized-keys"))
+
+
+def reader_curve(certificate: Optional[str], reader_keys: Optional[str],
+                 producers_authorized: bool) -> Optional[Curve]:
+    """The CURVE server of a relay's ``--listen`` socket (queries), with the readers' own keys.
+
+    Why not the producers' keys: a producer only sends; a reader's key can read and free
+    the spool. ``--curve-authorized-keys`` names the producers' keys only
+    (``producers_authorized``: it was given), and ``--listen`` then needs
+    ``--reader-authorized-keys``."""
+    if reader_keys is None and producers_authorized:
+        raise typer.BadParameter("--curve-authorized-keys names the producers' keys (the receiving endpoints); the "
+                                 "--listen port, which queries read, needs keys of its own: --reader-authorized-keys "
+                                 "DIR|* (the queries' public certificate files)", param_hint="'--reader-authorized-keys'")
+    if reader_keys is not None and not certificate:
+        raise typer.BadParameter("--reader-authorized-keys needs --curve-certificate (the relay's secret certificate)",
+                                 param_hint="'--reader-authorized-keys'")
+    return _server_curve(certificate, reader_keys, "--reader-authorized-keys") if reader_keys is not None else None
 
 
 def check_endpoints(endpoints: str, default_bind: bool) -> None:

@@ -23,7 +23,8 @@ from .flags import (
     HEARTBEAT_PANEL,
     ConsumePattern,
     Format,
-    checked_curve_flags,
+    broker_curves,
+    reader_curve,
     heartbeat_from_flags,
     heartbeat_interval_option,
     heartbeat_timeout_option,
@@ -51,14 +52,20 @@ def relay_command(
     fsync: bool = typer.Option(False, help="fsync every spooled batch (survives a machine crash)."),
     curve_certificate: Optional[str] = typer.Option(
         None, metavar="FILE", rich_help_panel=CURVE_PANEL,
-        help="The relay's secret certificate. With --curve-authorized-keys both the receiving sockets and the "
-             "--listen port are CURVE servers accepting those client keys (producers' and queries')."),
+        help="The relay's secret certificate. With --curve-authorized-keys the receiving sockets are CURVE servers "
+             "accepting those producers' keys; with --reader-authorized-keys the --listen port is one accepting "
+             "those queries' keys."),
     curve_server_key: Optional[str] = typer.Option(
         None, metavar="FILE|Z85", rich_help_panel=CURVE_PANEL,
         help="The receiving sockets are CURVE clients of this server key (e.g. sub to a CURVE pub)."),
     curve_authorized_keys: Optional[str] = typer.Option(
         None, metavar="DIR|*", rich_help_panel=CURVE_PANEL,
-        help="Client keys accepted: a directory of public certificates (*.key), or '*' for any key."),
+        help="Producer keys the receiving sockets accept: a directory of public certificates (*.key), or '*' for "
+             "any key. Never accepted on --listen."),
+    reader_authorized_keys: Optional[str] = typer.Option(
+        None, "--reader-authorized-keys", metavar="DIR|*", rich_help_panel=CURVE_PANEL,
+        help="Query (reader) keys the --listen port accepts: a directory of public certificates (*.key), or '*' "
+             "for any key. Required with --curve-authorized-keys."),
     heartbeat_interval: Optional[str] = typer.Option(None, "--heartbeat-interval", rich_help_panel=HEARTBEAT_PANEL,
                                                      help="Seconds between PINGs on every connection (receiving "
                                                           "and --listen); 0 switches heartbeats off. Default 2."),
@@ -103,11 +110,11 @@ def relay_command(
     if len(listen_endpoint) != 1 or not listen_endpoint[0].bind:
         raise typer.BadParameter("one address to listen on, e.g. 'tcp://10.0.0.5:7000'", param_hint="'--listen'")
     curve = options.curve
-    listen_curve = curve if curve is not None and curve.is_server else None
+    listen_curve = reader_curve(curve_certificate, reader_authorized_keys, curve is not None and curve.is_server)
     address = listen_endpoint[0].address
     if listen_curve is None and not address.startswith(("ipc://", "inproc://", "tcp://127.", "tcp://localhost:")):
         err_console.print(f"[yellow]warning:[/] {escape(address)} serves the spool without CURVE: anyone who "
-                          "reaches it can read the messages (see --curve-certificate / --curve-authorized-keys)")
+                          "reaches it can read the messages (see --curve-certificate / --reader-authorized-keys)")
     try:
         code = serve(options, address, listen_curve)
     except Exception as exc:  # a bind error, a locked spool: the reason, not a trace
@@ -125,9 +132,13 @@ def broker_command(
     hwm: int = typer.Option(1000, "--hwm", min=1, help="Requests that may wait in the broker while no worker is "
                             "idle; beyond that it stops reading clients (backpressure). Also the sockets' "
                             "high-water marks."),
-    max_message_bytes: Optional[int] = typer.Option(None, "--max-message-bytes", min=1, help="Largest message "
-                                                    "accepted from a client or worker (a peer sending more is "
-                                                    "disconnected). Default: no limit."),
+    max_message_bytes: int = typer.Option(64 << 20, "--max-message-bytes", min=1, help="Largest message "
+                                          "accepted from a client or worker, all frames together (a larger frame "
+                                          "disconnects its peer; a larger message is dropped and counted). "
+                                          "Default 64 MiB."),
+    client_hwm: Optional[int] = typer.Option(None, "--client-hwm", min=1, help="Replies held for one client that "
+                                             "is not reading before it gets no new request (the others go on), "
+                                             "and requests such a client may have waiting. Default: --hwm."),
     reply_timeout: float = typer.Option(30.0, "--reply-timeout", min=0.0, max=86400.0, help="Seconds a reply waits "
                                         "in the broker for a connected client that is not reading; then it is "
                                         "dropped (counted undeliverable) and the client's own timeout resends the "
@@ -136,11 +147,19 @@ def broker_command(
                                           "on stderr."),
     curve_certificate: Optional[str] = typer.Option(
         None, metavar="FILE", rich_help_panel=CURVE_PANEL,
-        help="The broker's secret certificate: with --curve-authorized-keys both the frontend and the backend are "
-             "CURVE servers accepting those client keys (clients' and workers')."),
+        help="The broker's secret certificate: the frontend and the backend are CURVE servers, each accepting "
+             "only its own authorized keys (--frontend-authorized-keys, --backend-authorized-keys)."),
+    frontend_authorized_keys: Optional[str] = typer.Option(
+        None, "--frontend-authorized-keys", metavar="DIR|*", rich_help_panel=CURVE_PANEL,
+        help="Client keys the frontend accepts: a directory of public certificates (*.key), or '*' for any key."),
+    backend_authorized_keys: Optional[str] = typer.Option(
+        None, "--backend-authorized-keys", metavar="DIR|*", rich_help_panel=CURVE_PANEL,
+        help="Worker keys the backend accepts: a directory of public certificates (*.key), or '*' for any key. "
+             "A worker is trusted with the requests it is given and answers them: never the clients' keys."),
     curve_authorized_keys: Optional[str] = typer.Option(
         None, metavar="DIR|*", rich_help_panel=CURVE_PANEL,
-        help="Client and worker keys accepted: a directory of public certificates (*.key), or '*' for any key."),
+        help="The older name of --frontend-authorized-keys (clients only; the backend needs "
+             "--backend-authorized-keys)."),
     heartbeat_interval: float = heartbeat_interval_option(),
     heartbeat_timeout: float = heartbeat_timeout_option(),
     heartbeat_ttl: float = heartbeat_ttl_option(),
@@ -152,15 +171,13 @@ def broker_command(
             parse_endpoints(value, default_bind=True)
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint=f"'{flag}'") from None
-    if curve_certificate and not curve_authorized_keys:
-        raise typer.BadParameter("the broker is a CURVE server on both sides, which needs --curve-authorized-keys: "
-                                 "a directory of the clients' and workers' public certificate files ('*.key'), or "
-                                 "'*' to accept any key", param_hint="'--curve-certificate'")
-    curve = checked_curve_flags(curve_certificate, None, curve_authorized_keys)
+    curve_frontend, curve_backend = broker_curves(curve_certificate, frontend_authorized_keys,
+                                                  backend_authorized_keys, curve_authorized_keys)
     heartbeat = heartbeat_from_flags(heartbeat_interval, heartbeat_timeout, heartbeat_ttl)
     try:
-        broker = Broker(frontend, backend, hwm=hwm, curve_frontend=curve, curve_backend=curve, heartbeat=heartbeat,
-                        max_message_bytes=max_message_bytes, reply_timeout=reply_timeout)
+        broker = Broker(frontend, backend, hwm=hwm, curve_frontend=curve_frontend, curve_backend=curve_backend,
+                        heartbeat=heartbeat,
+                        max_message_bytes=max_message_bytes, reply_timeout=reply_timeout, client_hwm=client_hwm)
     except Exception as exc:  # a bind error (port in use, address not local): the reason, not a trace
         print_error(exc.strerror if isinstance(exc, OSError) and exc.strerror else f"{type(exc).__name__}: {exc}")
         raise typer.Exit(1) from None
@@ -177,7 +194,8 @@ def broker_command(
     def status(stats: BrokerStats) -> None:
         print(f"broker: {stats.line()}", file=sys.stderr, flush=True)
 
-    security = f"; {curve.describe()} on both" if curve is not None else ""
+    security = "" if curve_frontend is None else \
+        f"; frontend: {curve_frontend.describe()}; backend: {curve_backend.describe()}"  # type: ignore[union-attr]
     print(f"broker: frontend {', '.join(broker.frontend_addresses) or frontend}, backend "
           f"{', '.join(broker.backend_addresses) or backend}{security}", file=sys.stderr, flush=True)
     with broker:

@@ -130,6 +130,8 @@ class FetchAccess:
     client_secret: Optional[bytes] = field(default=None, repr=False)
     #: who answers, for error messages: "the driver" or "the relay at <address>"
     server_name: str = "the driver"
+    #: a relay's fetches name the reader's lease (its session); the driver's service has none
+    session: Optional[str] = None
 
     def curve(self) -> Optional[Curve]:
         if self.server_key is None or self.client_public is None or self.client_secret is None:
@@ -155,6 +157,7 @@ class SpoolServer:
         *,
         router: Optional[Router] = None,
         control: Optional[Callable[[dict], list[bytes]]] = None,
+        authorize: Optional[Callable[[dict], Optional[str]]] = None,
     ) -> None:
         self.spool_dir = spool_dir
         self.spool_id = spool_id
@@ -164,6 +167,8 @@ class SpoolServer:
         #: replies dropped because their peer did not read (or had gone)
         self.dropped_replies = 0
         self._control = control
+        #: ``authorize(request)``: why a fetch request is refused, or None (a relay's lease check)
+        self._authorize = authorize
         if router is not None:
             self._router = router
             self.access: Optional[FetchAccess] = None
@@ -242,6 +247,9 @@ class SpoolServer:
             channel, start, end, spool_id, skip_loss = self._parse(request)
         except BadRequest as exc:
             return [b"error", str(exc).encode()]
+        refusal = self._authorize(request) if self._authorize is not None else None  # type: ignore[arg-type]
+        if refusal is not None:
+            return [b"error", refusal.encode()]
         try:
             return self._answer(channel, start, end, spool_id, skip_loss)
         except DataLossError as exc:
@@ -372,6 +380,8 @@ def fetch_range(
 
         while position < end:
             request = {"channel": channel, "start": position, "end": end, "spool": spool_id, "skipLoss": skip_loss}
+            if access.session is not None:
+                request["session"] = access.session
             reply = _exchange(dealer, request, next(ids), timeout, resend_s, silence)
             status = reply[1]
             if status != b"ok":

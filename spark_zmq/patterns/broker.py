@@ -34,23 +34,36 @@ timeout sends it again (``Client`` resends with the same id), usually to another
 So calls through the broker are at least once, never silently lost: the service must be
 idempotent, and a client drops the late duplicate of a reply it already has.
 
-Bounded memory: at most ``hwm`` requests wait in the broker while no worker is idle;
-beyond that it stops reading the frontend, libzmq's queues fill and clients' sends block
-(backpressure), as everywhere in this package. Because it then stops reading client
+Fair to every client (see ``broker_clients``): requests wait in one queue per client and
+are dispatched round-robin across clients, so a client with thousands waiting takes turns
+with one that has a single request.
+
+Bounded memory: at most ``hwm`` requests of the clients being served wait in the broker
+while no worker is idle; beyond that it stops reading the frontend, libzmq's queues fill
+and clients' sends block (backpressure), as everywhere in this package. Because it then stops reading client
 connections on purpose, the frontend sends PINGs but does not drop a peer whose PONGs it
 has not read (see ``heartbeat``); the backend, always read, does.
 
 Never crashed by what peers send: a message that is not what a client or a worker may
-send (no delimiter, an empty envelope, no body, ``READY`` twice, a reply from a worker
-that holds no request) is dropped and counted in ``malformed``; a reply whose client is
-gone is dropped and counted in ``replies_undeliverable``.
+send (no delimiter, an empty envelope, no body, ``READY`` twice) is dropped and counted in
+``malformed``; a reply whose client is gone is dropped and counted in
+``replies_undeliverable``.
+
+Replies only from the worker that holds the request: the broker remembers the envelope of
+the request it gave each worker and forwards a reply only from that worker's connection,
+only while the request is outstanding there, and only with that envelope. Any other reply
+(from a connection that holds no request, a fresh or reconnected one, or for another
+request than the one held) is dropped and counted in ``replies_unexpected``: a peer that
+may connect to the backend cannot answer requests it was never given. A worker whose
+connection broke while it held a request and that answers on a new one therefore loses
+that answer to the client's resend; its new connection is taken as an idle worker.
 
 Never throws away finished work because a client paused: a reply whose client is
-connected but not reading (libzmq's queue to it full: a garbage-collection pause, a busy
-machine) is held and sent again each turn of the loop, for up to ``reply_timeout``
-seconds; only then is it dropped (``replies_undeliverable``, and the client resends).
-While ``hwm`` replies are held the broker gives workers no new request, so held replies
-stay bounded too (at most ``hwm`` plus those the busy workers return).
+connected but not reading (a garbage-collection pause, a busy machine) is held, for up to
+``reply_timeout`` seconds, then dropped (``replies_undeliverable``; the client resends).
+Held replies are bounded per client (``client_hwm``) and in bytes (``max_held_bytes``); a
+client at its bound gets no new request while the others go on, and its further requests
+are refused (``requests_refused``): ``broker_clients`` says how and why.
 
 One thread runs the broker (``run``/``serve_forever``); ``stop()`` may be called from any
 thread (or a signal handler) and ends the loop within about 0.1 s.
@@ -63,13 +76,14 @@ import logging
 import math
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Optional
 
 import zmq
 
 from .curve import Curve
 from .endpoints import EndpointsSpec
+from .broker_clients import ClientQueues
+from .broker_stats import MAX_FRAMES, BrokerStats, delimiter, envelope, is_reply, recv_bounded, warn_shared_keys
 from .heartbeat import Heartbeat
 from .reqrep import Router
 
@@ -84,48 +98,12 @@ READY = b"READY"
 _BATCH = 256
 #: the loop checks for ``stop()`` at least this often (seconds)
 _WAKE_S = 0.1
-#: how often replies held for a client that is not reading are tried again (seconds)
-_HELD_RETRY_S = 0.01
+#: the bytes held replies may take by default
+DEFAULT_MAX_HELD_BYTES = 256 << 20
+#: clients whose refusals are logged (one line each); later ones are only counted
+_LOGGED_CLIENTS = 1000
 #: forgotten workers remembered, so a reply sent just before a disconnection still counts
 _DEPARTED_REMEMBERED = 10_000
-
-
-@dataclass(frozen=True)
-class BrokerStats:
-    """A snapshot of a broker's counters."""
-
-    #: workers waiting for a request
-    workers_idle: int
-    #: workers that announced themselves and are still connected (idle or holding a request)
-    workers_known: int
-    #: requests received and not yet given to a worker (at most ``hwm``)
-    requests_waiting: int
-    #: requests a worker holds (sent to it, reply not yet back)
-    requests_in_flight: int
-    #: requests sent to a worker, in all
-    requests_forwarded: int
-    #: replies sent back to their client, in all
-    replies_returned: int
-    #: messages dropped because they were not what a client or worker may send
-    malformed: int
-    #: replies dropped because their client was gone, or did not read for ``reply_timeout``
-    replies_undeliverable: int
-    #: requests a worker took with it when it disconnected (clients resend them)
-    requests_lost: int
-    #: workers that disconnected or could no longer be reached
-    workers_gone: int
-    #: CURVE handshakes refused on either side
-    handshakes_rejected: int
-    #: replies kept for a client that is not reading now (its queue in the broker is full)
-    replies_held: int = 0
-
-    def line(self) -> str:
-        """One line for a log or a terminal."""
-        return (f"workers {self.workers_idle} idle / {self.workers_known} known; requests {self.requests_waiting} "
-                f"waiting, {self.requests_in_flight} in flight; {self.requests_forwarded} forwarded, "
-                f"{self.replies_returned} returned, {self.replies_held} held, {self.requests_lost} lost with a worker, "
-                f"{self.replies_undeliverable} undeliverable, {self.malformed} malformed, "
-                f"{self.handshakes_rejected} handshakes rejected")
 
 
 class BrokerFrontend(Router):
@@ -149,15 +127,22 @@ class Broker:
     ``heartbeat``: the connections' liveness (``Heartbeat``; the default is on).
     ``reply_timeout``: seconds a reply is held for a connected client that is not reading
     before it is dropped (the client's own timeout then resends the request).
-    ``max_message_bytes``: the largest message accepted from a peer on either side
-    (libzmq disconnects a peer that sends more). ``context``: a ``zmq.Context`` for both
+    ``client_hwm`` (default ``hwm``): replies held for one client before it is given no new
+    request, and requests one client may have waiting. ``max_held_bytes``: the bytes all
+    held replies may take (default 256 MiB).
+    ``max_message_bytes``: the largest message accepted from a peer on either side (a
+    frame larger: libzmq disconnects the peer; frames larger together: the message is
+    dropped, counted in ``messages_oversize`` and logged once per peer). ``max_frames``:
+    the most frames a message may have (default 64; more: dropped the same way). ``context``: a ``zmq.Context`` for both
     sockets (by default as ``PatternSocket`` chooses).
     """
 
     def __init__(self, frontend: EndpointsSpec, backend: EndpointsSpec, *, hwm: int = 1000,
                  curve_frontend: Optional[Curve] = None, curve_backend: Optional[Curve] = None,
                  heartbeat: Optional[Heartbeat] = None, max_message_bytes: Optional[int] = None,
-                 context: Optional[zmq.Context] = None, reply_timeout: float = 30.0) -> None:
+                 context: Optional[zmq.Context] = None, reply_timeout: float = 30.0,
+                 client_hwm: Optional[int] = None, max_held_bytes: int = DEFAULT_MAX_HELD_BYTES,
+                 max_frames: int = MAX_FRAMES) -> None:
         if isinstance(hwm, bool) or not isinstance(hwm, int) or hwm < 1:
             raise ValueError(f"option 'hwm' of Broker must be a positive integer (requests that may wait for a "
                              f"worker), got {hwm!r}")
@@ -165,6 +150,11 @@ class Broker:
                 or not math.isfinite(reply_timeout) or reply_timeout < 0:
             raise ValueError(f"option 'reply_timeout' of Broker must be a finite number of seconds >= 0 (how long "
                              f"a reply waits for a client that is not reading), got {reply_timeout!r}")
+        for name, value in (("client_hwm", hwm if client_hwm is None else client_hwm),
+                            ("max_held_bytes", max_held_bytes), ("max_frames", max_frames)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"option {name!r} of Broker must be a positive integer, got {value!r}")
+        warn_shared_keys(curve_frontend, curve_backend)
         self.hwm = hwm
         self.reply_timeout = float(reply_timeout)
         common: dict[str, Any] = {"hwm": hwm, "heartbeat": heartbeat, "mandatory": True}
@@ -180,18 +170,25 @@ class Broker:
         except BaseException:
             self._frontend.close()
             raise
-        self._waiting: collections.deque = collections.deque()
-        #: replies whose client was not reading: (drop after, payload), oldest first
-        self._held: collections.deque = collections.deque()
+        #: waiting requests and held replies, per client
+        self._clients = ClientQueues(hwm, hwm if client_hwm is None else client_hwm, max_held_bytes)
+        #: clients whose refused request was logged (bounded: at most _LOGGED_CLIENTS)
+        self._refusals_logged: set[bytes] = set()
+        self.requests_refused = 0
+        self.max_frames = max_frames
+        self.max_message_bytes = max_message_bytes
+        self.messages_oversize = 0
+        #: peers whose oversize message was logged (bounded: at most _LOGGED_CLIENTS)
+        self._oversize_logged: set[bytes] = set()
         #: idle workers, the one idle longest first
         self._idle: collections.OrderedDict[bytes, None] = collections.OrderedDict()
-        #: workers holding a request: identity -> when it was sent
-        self._busy: dict[bytes, float] = {}
+        #: workers holding a request: identity -> the request's envelope (the only reply it may send)
+        self._busy: dict[bytes, tuple[bytes, ...]] = {}
         #: the connection (file descriptor) each worker came on, and the workers on each
         self._fd_of: dict[bytes, int] = {}
         self._workers_at_fd: dict[int, set[bytes]] = {}
-        #: workers forgotten lately -> whether one held a request then (see _on_worker_message)
-        self._departed: collections.OrderedDict[bytes, bool] = collections.OrderedDict()
+        #: workers forgotten lately -> the envelope of the request one held then, or None
+        self._departed: collections.OrderedDict[bytes, Optional[tuple[bytes, ...]]] = collections.OrderedDict()
         self._stop = threading.Event()
         self._running = threading.Lock()
         self._closed = False
@@ -201,6 +198,7 @@ class Broker:
         self.replies_undeliverable = 0
         self.requests_lost = 0
         self.workers_gone = 0
+        self.replies_unexpected = 0
 
     # -- introspection ----------------------------------------------------------------------
 
@@ -219,9 +217,11 @@ class Broker:
         messages old)."""
         rejected = sum(s.handshakes.rejected for s in (self._frontend, self._backend) if s.handshakes is not None)
         idle, busy = len(self._idle), len(self._busy)
-        return BrokerStats(idle, idle + busy, len(self._waiting), busy, self.requests_forwarded,
+        clients = self._clients
+        return BrokerStats(idle, idle + busy, clients.waiting, busy, self.requests_forwarded,
                            self.replies_returned, self.malformed, self.replies_undeliverable, self.requests_lost,
-                           self.workers_gone, rejected, len(self._held))
+                           self.workers_gone, rejected, clients.held_count, self.replies_unexpected,
+                           self.requests_refused, clients.held_bytes, self.messages_oversize)
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -266,7 +266,7 @@ class Broker:
             if report is not None and time.monotonic() >= next_report:
                 report(self.stats())
                 next_report = time.monotonic() + report_interval
-            room = len(self._waiting) < self.hwm
+            room = self._clients.room()
             if room != reading_front:
                 # backpressure: a full broker leaves client requests in libzmq's queues
                 if room:
@@ -275,12 +275,16 @@ class Broker:
                     poller.unregister(front)
                 reading_front = room
             wait_s = _WAKE_S if report is None else max(0.0, min(_WAKE_S, next_report - time.monotonic()))
-            if self._held:
-                # libzmq tells no per-client room: try the held replies again soon
-                wait_s = min(wait_s, _HELD_RETRY_S)
-            ready = dict(poller.poll(int(wait_s * 1000)))
-            if self._held:
-                self._send_held()
+            due = self._clients.next_due()
+            if due is not None:
+                # libzmq tells no per-client room: each client's held replies have a timer
+                wait_s = max(0.0, min(wait_s, due - time.monotonic()))
+            ready = dict(poller.poll(math.ceil(wait_s * 1000)))
+            now = time.monotonic()
+            retried = self._clients.due(now)
+            for client in retried:
+                self._retry(client, now)
+            if retried:
                 self._dispatch()
             # disconnections first: a worker gone must not be given the next request, and a
             # new connection may already reuse a gone one's file descriptor
@@ -301,11 +305,11 @@ class Broker:
 
     def _read_backend(self, back: zmq.Socket) -> None:
         for _ in range(_BATCH):
-            try:
-                frames = back.recv_multipart(zmq.NOBLOCK, copy=False)
-            except zmq.Again:
+            frames = self._recv(back, "backend")
+            if frames is None:
                 return
-            self._on_worker_message(frames)
+            if frames:
+                self._on_worker_message(frames)
             self._dispatch()
 
     def _on_worker_message(self, frames: list) -> None:
@@ -313,7 +317,8 @@ class Broker:
         if worker in self._departed:
             self._from_departed(worker, frames)
             return
-        was_busy = self._busy.pop(worker, None) is not None
+        held = self._busy.pop(worker, None)
+        was_busy = held is not None
         if len(frames) < 3 or len(frames[1]) != 0:
             # not from a REQ socket (which always sends the empty delimiter)
             self._drop_from_worker(worker, was_busy, "no REQ delimiter")
@@ -327,17 +332,25 @@ class Broker:
             self._register(worker, frames[-1])
             self._make_idle(worker)
             return
-        if not _is_reply(payload):
+        if not is_reply(payload):
             self._drop_from_worker(worker, was_busy, "a reply without [envelope, b'', body]")
             return
         if not was_busy:
             if worker in self._idle:
-                self._drop_from_worker(worker, False, "a reply from a worker that holds no request")
+                self._unexpected(worker, "a reply from a worker that holds no request")
                 return
-            # a worker that reconnected (a new identity) while it held a request: its reply
-            # is as good as any, and it now waits for work like a worker that said READY
+            # a connection that was given no request (a new one, or a worker that
+            # reconnected while it held one): the reply is not forwarded, whoever sent
+            # it; its REQ has sent, so it now waits for work like a worker that said READY
+            self._unexpected(worker, "a reply from a connection that was given no request")
             self._register(worker, frames[-1])
+            self._make_idle(worker)
+            return
         self._make_idle(worker)
+        if envelope(payload) != held:
+            self.requests_lost += 1  # what it held is not coming back
+            self._unexpected(worker, "a reply to another request than the one it holds")
+            return
         self._return(payload)
 
     def _from_departed(self, worker: bytes, frames: list) -> None:
@@ -345,20 +358,28 @@ class Broker:
         the worker sent it (libzmq still held it when the disconnection was read). A reply
         still goes to its client, and the request was not lost after all; the worker
         itself stays forgotten (its connection is gone)."""
-        if len(frames) >= 3 and len(frames[1]) == 0 and _is_reply(frames[2:]):
-            if self._departed.pop(worker):
-                self.requests_lost -= 1
+        if len(frames) >= 3 and len(frames[1]) == 0 and is_reply(frames[2:]):
+            held = self._departed.pop(worker)
+            if held is None or envelope(frames[2:]) != held:
+                self._unexpected(worker, "a reply to no request it held, after it was gone")
+                return
+            self.requests_lost -= 1
             self._return(frames[2:])
 
     def _return(self, payload: list) -> None:
         """Send a reply ``[envelope..., b"", reply...]`` to its client, or hold it while
-        the client is not reading (behind the replies held already, so each client gets its
-        replies in the order the workers sent them)."""
-        if self._held or not self._try_send(payload):
-            if self.reply_timeout == 0:
-                self.replies_undeliverable += 1  # holding is off
-                return
-            self._held.append((time.monotonic() + self.reply_timeout, payload))
+        the client is not reading (behind the replies held for it already, so each client
+        gets its replies in the order the workers sent them)."""
+        client = payload[0].bytes
+        if not self._clients.has_held(client) and self._try_send(payload):
+            return
+        if self.reply_timeout == 0:
+            self.replies_undeliverable += 1  # holding is off
+            return
+        now = time.monotonic()
+        if not self._clients.hold(client, payload, sum(len(f) for f in payload), now + self.reply_timeout, now):
+            self._undeliverable(client, f"the replies held for clients that are not reading take "
+                                        f"{self._clients.held_bytes:,} bytes (max_held_bytes)")
 
     def _try_send(self, payload: list) -> bool:
         """One attempt: True once sent (or dropped because its client is gone), False when
@@ -378,21 +399,23 @@ class Broker:
             self.replies_undeliverable += 1
             return True
 
-    def _send_held(self) -> None:
-        """Try each held reply once, oldest first; drop those held for ``reply_timeout``."""
-        now = time.monotonic()
-        for _ in range(len(self._held)):
-            drop_after, payload = self._held.popleft()
-            if self._try_send(payload):
-                continue
-            if now >= drop_after:
-                self.replies_undeliverable += 1
-                if self.replies_undeliverable <= 10:
-                    log.warning("Broker: dropped a reply to client %r: it read nothing for %g s%s",
-                                payload[0].bytes, self.reply_timeout,
-                                " (further ones are counted, not logged)" if self.replies_undeliverable == 10 else "")
-                continue
-            self._held.append((drop_after, payload))
+    def _retry(self, client: bytes, now: float) -> None:
+        """Try a client's held replies again; drop those held for ``reply_timeout``."""
+        for payload in self._clients.retry(client, now, self._try_send):
+            self._undeliverable(payload[0].bytes, f"it read nothing for {self.reply_timeout:g} s")
+
+    def _undeliverable(self, client: bytes, why: str) -> None:
+        self.replies_undeliverable += 1
+        if self.replies_undeliverable <= 10:
+            log.warning("Broker: dropped a reply to client %r: %s%s", client, why,
+                        " (further ones are counted, not logged)" if self.replies_undeliverable == 10 else "")
+
+    def _unexpected(self, worker: bytes, why: str) -> None:
+        """A reply the broker does not forward (see the module's docstring)."""
+        self.replies_unexpected += 1
+        if self.replies_unexpected <= 10:
+            log.warning("Broker: dropped a reply from backend peer %r: %s%s", worker, why,
+                        " (further ones are counted, not logged)" if self.replies_unexpected == 10 else "")
 
     def _drop_from_worker(self, worker: bytes, was_busy: bool, why: str) -> None:
         self.malformed += 1
@@ -434,7 +457,8 @@ class Broker:
         log.debug("Broker: forgetting worker %r: %s", worker, why)
         known = worker in self._idle
         self._idle.pop(worker, None)
-        was_busy = self._busy.pop(worker, None) is not None
+        held = self._busy.pop(worker, None)
+        was_busy = held is not None
         if was_busy:
             self.requests_lost += 1
         fd = self._fd_of.pop(worker, None)
@@ -442,19 +466,24 @@ class Broker:
             self._workers_at_fd.get(fd, set()).discard(worker)
         if known or was_busy:
             self.workers_gone += 1
-            self._departed[worker] = was_busy
+            self._departed[worker] = held
             while len(self._departed) > _DEPARTED_REMEMBERED:
                 self._departed.popitem(last=False)
 
     def _dispatch(self) -> None:
-        """Give waiting requests to idle workers, the one idle longest first."""
+        """Give waiting requests to idle workers, the one idle longest first, the requests
+        round-robin across the clients that are reading their replies."""
         back = self._backend.zmq_socket
-        # replies a client does not read bound what the broker holds: no new work meanwhile
-        while self._waiting and self._idle and len(self._held) < self.hwm:
+        while self._idle:
+            taken = self._clients.next_request()
+            if taken is None:
+                return
+            client, frames = taken
             worker = next(iter(self._idle))
             try:
-                back.send_multipart([worker, b""] + self._waiting[0], zmq.NOBLOCK, copy=False)
+                back.send_multipart([worker, b""] + frames, zmq.NOBLOCK, copy=False)
             except zmq.ZMQError as exc:
+                self._clients.put_back(client, frames)
                 if exc.errno not in (zmq.EHOSTUNREACH, zmq.EAGAIN):
                     raise
                 # gone (EHOSTUNREACH), or an idle REQ with a full queue, which no working
@@ -462,30 +491,59 @@ class Broker:
                 self._forget(worker, "unreachable" if exc.errno == zmq.EHOSTUNREACH else "its queue is full")
                 continue
             del self._idle[worker]
-            self._busy[worker] = time.monotonic()
-            self._waiting.popleft()
+            self._busy[worker] = envelope(frames)
             self.requests_forwarded += 1
 
     # -- frontend: clients ------------------------------------------------------------------
 
     def _read_frontend(self, front: zmq.Socket) -> None:
         for _ in range(_BATCH):
-            if len(self._waiting) >= self.hwm:
+            if not self._clients.room():
                 return
-            try:
-                frames = front.recv_multipart(zmq.NOBLOCK, copy=False)
-            except zmq.Again:
+            frames = self._recv(front, "frontend")
+            if frames is None:
                 return
-            delimiter = _delimiter(frames, start=1)
-            if delimiter is None or delimiter == len(frames) - 1:
+            if not frames:
+                continue
+            at = delimiter(frames, start=1)
+            if at is None or at == len(frames) - 1:
                 self.malformed += 1
                 if self.malformed <= 10:
                     log.warning("Broker: dropped a request from client %r: not [envelope, b'', body]%s",
                                 frames[0].bytes, " (further ones are counted, not logged)"
                                 if self.malformed == 10 else "")
                 continue
-            self._waiting.append(frames)
+            client = frames[0].bytes
+            if self._clients.has_held(client):
+                self._retry(client, time.monotonic())  # it is alive: maybe reading again
+            if not self._clients.add(client, frames):
+                self._refused(client)
+                continue
             self._dispatch()
+
+    def _recv(self, sock: zmq.Socket, side: str) -> Optional[list]:
+        """One message within ``max_frames`` and ``max_message_bytes``; ``[]`` when it was
+        dropped for its size; None when nothing waits."""
+        try:
+            frames, peer, why = recv_bounded(sock, self.max_frames, self.max_message_bytes)
+        except zmq.Again:
+            return None
+        if frames is None:
+            self.messages_oversize += 1
+            if peer not in self._oversize_logged and len(self._oversize_logged) < _LOGGED_CLIENTS:
+                self._oversize_logged.add(peer)
+                log.warning("Broker: dropped a message from %s peer %r: %s (further ones of this peer are "
+                            "counted, not logged)", side, peer, why)
+            return []
+        return frames
+
+    def _refused(self, client: bytes) -> None:
+        self.requests_refused += 1
+        if client not in self._refusals_logged and len(self._refusals_logged) < _LOGGED_CLIENTS:
+            self._refusals_logged.add(client)
+            log.warning("Broker: refused a request of client %r: it has %d requests waiting and reads no reply "
+                        "(client_hwm); further ones of this client are counted, not logged", client,
+                        self._clients.client_hwm)
 
     # -- lifetime -------------------------------------------------------------------------
 
@@ -499,8 +557,7 @@ class Broker:
             if self._closed:
                 return
             self._closed = True
-            self._waiting.clear()
-            self._held.clear()
+            self._clients.clear()
             self._frontend.close(linger=0)
             self._backend.close(linger=0)
 
@@ -515,18 +572,3 @@ class Broker:
             return "<Broker closed>"
         return (f"<Broker frontend {','.join(map(str, self._frontend.endpoints))} "
                 f"backend {','.join(map(str, self._backend.endpoints))}>")
-
-
-def _is_reply(payload: list) -> bool:
-    """``[envelope (at least one frame)..., b"", reply (at least one frame)...]``."""
-    delimiter = _delimiter(payload)
-    return delimiter is not None and 0 < delimiter < len(payload) - 1
-
-
-def _delimiter(frames: list, start: int = 0) -> Optional[int]:
-    """The index of the first empty frame at or after ``start``, or None."""
-    for i in range(start, len(frames)):
-        if len(frames[i]) == 0:
-            return i
-    return None
-

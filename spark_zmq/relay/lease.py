@@ -50,6 +50,11 @@ class Lease:
         idle = now - self._renewed
         return Refusal(self.holder, idle, self.ttl_s - idle)
 
+    def holds(self, session: object) -> bool:
+        """Whether ``session`` holds the lease now (no renewal: a check, as each fetch makes)."""
+        return (isinstance(session, str) and self.holder == session
+                and self._clock() - self._renewed < self.ttl_s)
+
     def release(self, session: str) -> None:
         """Give the lease up (a reader that stops); a stranger's release changes nothing."""
         if self.holder == session:

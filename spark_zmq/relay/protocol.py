@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["Op", "PROTOCOL", "LEASE_TTL_S", "REQUEST_BYTES", "QUEUE"]
+__all__ = ["Op", "PROTOCOL", "LEASE_TTL_S", "REQUEST_BYTES", "QUEUE", "MAX_ADVANCE"]
 
 #: the control protocol's version: a reader refuses a relay that speaks another
 PROTOCOL = 1
@@ -18,6 +18,8 @@ PROTOCOL = 1
 LEASE_TTL_S = 10.0
 #: the largest request the relay accepts (control requests carry an offset per channel)
 REQUEST_BYTES = 64 << 10
+#: the highest offset ``advance`` accepts: room below 2^63 for the offsets that follow
+MAX_ADVANCE = 1 << 62
 #: replies queued for one peer at most (later ones are dropped; the peer resends)
 QUEUE = 16
 
@@ -25,7 +27,8 @@ QUEUE = 16
 class Op(str, enum.Enum):
     """A control request's ``"op"``."""
 
-    #: what the relay is (no lease needed): protocol, spool, channels, format, whether held
+    #: what the relay is (no lease needed): protocol, spool id, channels, format, whether
+    #: held; never where its spool is (``attach`` tells the lease holder that)
     HELLO = "hello"
     #: claim the lease and describe the relay with its state
     ATTACH = "attach"

@@ -15,10 +15,16 @@ one ``--listen`` port:
 Every reply is ``[b"ok", json]`` or ``[b"error", text]``; control replies echo the
 request's ``"id"`` so a client that resends after a timeout can drop stale answers.
 
-With ``--curve-certificate`` and ``--curve-authorized-keys`` both the receiving sockets and
-the listening port are CURVE servers that accept only the authorized client keys (the
-producers' and the queries'); without CURVE, anyone who reaches ``--listen`` can read
-the spool, so bind it to an address only the Spark cluster reaches.
+With ``--curve-certificate``, ``--curve-authorized-keys`` makes the receiving sockets CURVE
+servers that accept only the producers' keys, and ``--reader-authorized-keys`` makes the
+listening port one that accepts only the queries' keys (a producer's key never reads);
+without CURVE, anyone who reaches ``--listen`` can read the spool, so bind it to an address
+only the Spark cluster reaches.
+
+Every request on ``--listen`` but ``hello`` is checked against the lease: control requests
+claim or renew it, and a fetch must name the session that holds it (the reader passes its
+session to its read tasks). Offsets beyond what the spool has written are refused: a fetch
+or a ``release`` past a channel's latest offset, an ``advance`` past ``MAX_ADVANCE``.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from ..patterns.curve import Curve
 from ..ingest.fetch import SpoolServer, bind_first
 from ..ingest.runtime import IngestRuntime, describe_range
 from .lease import Lease
-from .protocol import LEASE_TTL_S, PROTOCOL, QUEUE, REQUEST_BYTES, Op
+from .protocol import LEASE_TTL_S, MAX_ADVANCE, PROTOCOL, QUEUE, REQUEST_BYTES, Op
 
 __all__ = ["Relay"]
 
@@ -84,7 +90,7 @@ class Relay:
         self.server = SpoolServer(
             spool.spool_dir, spool_id=spool.spool_id, channels=len(spool.channels),
             locate=lambda channel, offset: spool.channels[channel].locate(offset),
-            router=router, control=self._control,
+            router=router, control=self._control, authorize=self._authorize_fetch,
         )
 
     # -- control requests ------------------------------------------------------------------------
@@ -109,7 +115,7 @@ class Relay:
         except ValueError:
             raise ValueError(f"bad request: unknown op {request.get('op')!r}") from None
         if op is Op.HELLO:  # no lease: what a client needs to know before it claims one
-            return self._describe()
+            return self._hello()
         session = request.get("session")
         if not isinstance(session, str) or not 0 < len(session) <= 64:
             raise ValueError("bad request: 'session' must be a string of 1 to 64 characters")
@@ -131,7 +137,7 @@ class Relay:
             offsets = request.get("offsets")
             if not isinstance(offsets, dict):
                 raise ValueError("bad request: 'offsets' must be an object {channel: offset}")
-            self.ingest.release({str(k): _int(offsets, k) for k in offsets})
+            self.ingest.release({str(k): self._written(_int(offsets, k), k) for k in offsets})
             return self._state()
         if op is Op.DESCRIBE:
             return self._describe_ranges(request)
@@ -163,7 +169,11 @@ class Relay:
             raise ValueError(f"bad request: channel {channel} (the relay has {len(channels)} channels)")
         log_ = channels[channel]
         if op is Op.ADVANCE:
-            log_.advance_to(_int(request, "offset"))
+            offset = _int(request, "offset")
+            if offset > MAX_ADVANCE:
+                raise ValueError(f"bad request: 'offset' {offset} of 'advance' is past {MAX_ADVANCE} (2^62), the "
+                                 "highest a channel's numbering may continue from")
+            log_.advance_to(offset)
             return {}
         if op is Op.LOCATE:
             where = log_.locate(_int(request, "offset"))
@@ -179,6 +189,39 @@ class Relay:
         assert op is Op.LOST, op
         # protocol 1's form of a loss, whatever the reader's type for it: [first, end, words]
         return {"lost": [[r.first, r.end, r.within(start, end).describe()] for r in index.lost_within(start, end)]}
+
+    def _written(self, offset: int, channel: object) -> int:
+        """``offset`` when a channel's spool has written that far, else a clear error."""
+        channels = self.ingest.spool.channels
+        index = int(channel) if isinstance(channel, str) and channel.isdigit() and len(channel) < 6 else -1
+        if not 0 <= index < len(channels):
+            raise ValueError(f"bad request: channel {channel!r} (the relay has {len(channels)} channels)")
+        latest = channels[index].next_offset
+        if offset > latest:
+            raise ValueError(f"bad request: offset {offset} of channel {index} is past what the spool has written "
+                             f"(latest {latest})")
+        return offset
+
+    def _authorize_fetch(self, request: dict) -> Optional[str]:
+        """Why a fetch request may not be served (``None``: it may): it must name the session
+        that holds the lease, and end within what the channel's spool has written."""
+        if not self.lease.holds(request.get("session")):
+            return ("refused: a fetch must name the session that holds this relay's lease (the reading query's); "
+                    "this one does not")
+        channel, end = request.get("channel"), request.get("end")
+        channels = self.ingest.spool.channels
+        if isinstance(channel, int) and 0 <= channel < len(channels) and isinstance(end, int) \
+                and end > channels[channel].next_offset:
+            return (f"bad request: offsets up to {end} of channel {channel} are past what the spool has written "
+                    f"(latest {channels[channel].next_offset})")
+        return None
+
+    def _hello(self) -> dict[str, Any]:
+        """What anyone who reaches ``--listen`` may know: never where the spool is."""
+        spool = self.ingest.spool
+        return {"protocol": PROTOCOL, "spool": spool.spool_id, "channels": len(spool.channels),
+                "format": self.options.format, "held": self.lease.unheld_for() is None,
+                "controlRequests": self.control_requests}
 
     def _describe(self) -> dict[str, Any]:
         spool = self.ingest.spool

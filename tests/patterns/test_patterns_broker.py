@@ -271,12 +271,14 @@ def test_hostile_backend_and_frontend_messages_are_counted_and_the_broker_keeps_
                     [b"", b"client", b""],         # no body
                     [b"", b"client", b"", b"x"]):  # a reply from a worker that holds no request
         hostile.send_multipart(message)
-    running.wait(lambda s: s.malformed == 6, "six malformed backend messages")
+    running.wait(lambda s: s.malformed == 5 and s.replies_unexpected == 1,
+                 "five malformed backend messages and a reply from a worker holding no request")
     forger = context.socket(zmq.DEALER)  # a reply for a client that never was
     forger.setsockopt(zmq.LINGER, 1000)
     forger.connect(running.backend)
     forger.send_multipart([b"", b"\x00nobody", b"", b"forged"])
-    running.wait(lambda s: s.replies_undeliverable == 1, "the forged reply dropped")
+    running.wait(lambda s: s.replies_unexpected == 2, "the forged reply dropped")
+    assert running.stats().replies_undeliverable == 0  # never tried: no request was given to it
     hostile.close()
     forger.close()
     running.wait(lambda s: s.workers_known == 0, "the hostile peers forgotten once disconnected")
@@ -286,7 +288,7 @@ def test_hostile_backend_and_frontend_messages_are_counted_and_the_broker_keeps_
     rogue.connect(running.frontend)
     for message in ([b"no-delimiter"], [b""], [b"a", b"b"], [b"envelope", b""]):
         rogue.send_multipart(message)
-    running.wait(lambda s: s.malformed == 10, "four malformed frontend messages")
+    running.wait(lambda s: s.malformed == 9, "four malformed frontend messages")
     rogue.close()
 
     workers(running.backend, "good")
@@ -356,18 +358,19 @@ def _fill_until_blocked(client: Client, padding: bytes, limit: int = 2000) -> in
 def test_a_client_that_pauses_reading_loses_no_reply(broker, workers, busy):
     """A client that reads nothing for a while (a pause, a busy machine) while a worker
     answers its requests: replies past its queue in the broker are held, not dropped, and
-    the broker gives the worker no new request while ``hwm`` of them are held. Once the
-    client reads, every reply comes, none resent."""
-    running = broker(hwm=5)
+    the broker gives the worker no new request while ``client_hwm`` of them are held for
+    that client. Once the client reads, every reply comes, none resent: its requests still
+    waiting (at most ``client_hwm``, as here) are kept, not refused."""
+    running = broker(hwm=5, client_hwm=20)
     requests = 40  # small; their 2 MB replies overflow every buffer on the way back
-    with Client(running.frontend, timeout=300, hwm=10) as client:
+    with Client(running.frontend, timeout=300, hwm=2) as client:
         for i in range(requests):
             client.send(b"%d" % i, timeout=10)
         workers(running.backend, "w", "--reply-bytes", str(2 << 20))
-        # the client reads nothing until the broker holds hwm replies it cannot deliver
-        running.wait(lambda s: s.replies_held >= 5 or s.replies_undeliverable > 0, "replies held", timeout=60)
+        # the client reads nothing until the broker holds client_hwm replies it cannot deliver
+        running.wait(lambda s: s.replies_held >= 20 or s.replies_undeliverable > 0, "replies held", timeout=60)
         stats = running.stats()
-        assert stats.replies_undeliverable == 0, stats
+        assert stats.replies_undeliverable == 0 and stats.requests_refused == 0, stats
         assert stats.requests_forwarded < requests and stats.requests_in_flight <= 1, stats  # no new work meanwhile
         got = set()
         for _ in range(requests):
@@ -383,7 +386,7 @@ def test_a_client_that_pauses_reading_loses_no_reply(broker, workers, busy):
 def test_replies_held_for_a_client_that_never_reads_are_dropped_after_reply_timeout(broker, workers, busy):
     """``reply_timeout`` bounds how long a reply waits for a client that is connected and
     reads nothing: then it is dropped and counted, and the broker serves again."""
-    running = broker(hwm=5, reply_timeout=0.5)
+    running = broker(hwm=5, client_hwm=20, reply_timeout=0.5)
     requests = 40
     with Client(running.frontend, timeout=300, hwm=10) as client:
         for i in range(requests):
@@ -499,7 +502,7 @@ def test_a_bad_reply_timeout_is_refused_naming_the_option(reply_timeout):
     (["--frontend", "@tcp://127.0.0.1:1", "--backend", "@tcp://127.0.0.1:2", "--reply-timeout", "-1"], 2,
      "--reply-timeout"),
     (["--frontend", "@tcp://127.0.0.1:1", "--backend", "@tcp://127.0.0.1:2", "--curve-certificate", "x.key_secret"],
-     2, "needs --curve-authorized-keys"),
+     2, "needs --frontend-authorized-keys"),
 ])
 def test_cli_broker_bad_arguments_are_usage_errors(args, code, message):
     result = subprocess.run([CLI, "broker", *args], capture_output=True, text=True, timeout=60)

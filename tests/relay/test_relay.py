@@ -300,7 +300,7 @@ def test_receivers_as_processes_deliver_every_channel_exactly_once(spark, tmp_pa
 
 
 def test_a_curve_relay_serves_only_queries_with_an_authorized_key(spark, tmp_path):
-    """A relay with --curve-certificate/--curve-authorized-keys: producers and queries are
+    """A relay with --curve-certificate/--curve-authorized-keys/--reader-authorized-keys: producers and queries are
     CURVE clients. A query with the authorized key reads (here over the relay's port, as
     executors on other hosts do: spoolAccess=fetch); a query with a stranger's key gets no
     answer and a clear error within relayTimeout; a plain producer delivers nothing."""
@@ -313,7 +313,8 @@ def test_a_curve_relay_serves_only_queries_with_an_authorized_key(spark, tmp_pat
         dst.write(src.read())
     data_port, listen_port = free_ports(2)
     relay = RelayProcess(f"@tcp://127.0.0.1:{data_port}", f"tcp://127.0.0.1:{listen_port}", str(tmp_path / "spool"),
-                         "--curve-certificate", keys["relay"][1], "--curve-authorized-keys", str(authorized))
+                         "--curve-certificate", keys["relay"][1], "--curve-authorized-keys", str(authorized),
+                         "--reader-authorized-keys", str(authorized))
     try:
         relay_public, _ = zmq.auth.load_certificate(keys["relay"][0])
         client_public, client_secret = zmq.auth.load_certificate(keys["client"][1])

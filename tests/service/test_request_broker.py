@@ -127,17 +127,20 @@ def test_a_curve_broker_serves_its_clients_and_refuses_the_others(spark, tmp_pat
     within timeout x (retries + 1), naming the broker."""
     import zmq.auth
 
-    keys, authorized = tmp_path / "keys", tmp_path / "authorized"
+    keys = tmp_path / "keys"
     keys.mkdir()
-    authorized.mkdir()
     broker_public, broker_secret = zmq.auth.create_certificates(str(keys), "broker")
+    authorized = {}
     for name in ("query", "worker"):
         public, _ = zmq.auth.create_certificates(str(keys), name)
-        (authorized / f"{name}.key").write_bytes(open(public, "rb").read())
+        authorized[name] = tmp_path / f"authorized-{name}"
+        authorized[name].mkdir()
+        (authorized[name] / f"{name}.key").write_bytes(open(public, "rb").read())
     stranger_public, stranger_secret = zmq.auth.create_certificates(str(keys), "stranger")
     frontend, backend = free_ports(2)
     broker = BrokerProcess(frontend, backend, "--curve-certificate", broker_secret,
-                           "--curve-authorized-keys", str(authorized))
+                           "--frontend-authorized-keys", str(authorized["query"]),
+                           "--backend-authorized-keys", str(authorized["worker"]))
     worker = ServiceWorker.serve(broker.backend, "--format", "arrow", "--name", "secure", "--curve-certificate",
                                  str(keys / "worker.key_secret"), "--curve-server-key", broker_public)
     try:

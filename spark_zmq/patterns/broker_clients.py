@@ -1,0 +1,232 @@
+"""The broker's bookkeeping per client: the requests it has waiting and the replies held for it.
+
+Why per client: one client that sends thousands of requests and reads no reply must not
+stop the broker for everyone. So requests wait in one queue per client and are dispatched
+round-robin across clients (a client with 1,000 waiting takes turns with one that has 1),
+and the replies the broker holds for a client that is not reading are bounded per client:
+a client at its bound ("stalled") is given no new dispatch until it reads, while the others
+go on. A stalled client's waiting requests no longer count against ``hwm`` (which would
+stop the broker reading every client), but they are bounded too: per client by
+``client_hwm``, all stalled clients together by the larger of ``hwm`` and ``client_hwm``;
+a request beyond that is refused
+(dropped and counted; the client's own timeout resends it).
+
+Why timers and not polling: libzmq tells nothing per peer when a ROUTER's queue to it has
+room again. A client's held replies are tried again on a timer of their own that backs off
+(``RETRY_FIRST_S`` doubling to ``RETRY_MAX_S``) while the client reads nothing, and at once
+when the client sends something (it is alive, and usually reading again). A client that
+never reads costs a few failed sends a second, not a loop turn every 10 ms.
+
+Pure bookkeeping, no sockets: the broker passes the function that sends a reply.
+"""
+
+from __future__ import annotations
+
+import collections
+import heapq
+from typing import Callable, Optional
+
+__all__ = ["ClientQueues", "RETRY_FIRST_S", "RETRY_MAX_S"]
+
+#: the first retry of a client's held replies comes this soon (seconds) ...
+RETRY_FIRST_S = 0.01
+#: ... and the retries back off, doubling, to at most this
+RETRY_MAX_S = 0.25
+
+
+class _Client:
+    __slots__ = ("waiting", "held", "held_bytes", "stalled", "retry_at", "backoff")
+
+    def __init__(self) -> None:
+        self.waiting: collections.deque = collections.deque()
+        #: (drop after, payload, bytes), oldest first
+        self.held: collections.deque = collections.deque()
+        self.held_bytes = 0
+        self.stalled = False
+        self.retry_at: Optional[float] = None
+        self.backoff = RETRY_FIRST_S
+
+
+class ClientQueues:
+    """Waiting requests and held replies of every client, by client identity.
+
+    ``hwm``: requests that may wait from clients being served (beyond it the broker stops
+    reading the frontend: backpressure).
+    ``client_hwm``: replies held for one client before it counts as stalled, and requests a
+    stalled client may have waiting. ``max_held_bytes``: the bytes of all held replies (a reply that
+    would pass it is not held: the caller drops it), a client holding a quarter of it
+    counts as stalled too."""
+
+    def __init__(self, hwm: int, client_hwm: int, max_held_bytes: int) -> None:
+        self.hwm = hwm
+        self.client_hwm = client_hwm
+        self.max_held_bytes = max_held_bytes
+        #: requests all stalled clients together may have waiting
+        self.stalled_hwm = max(hwm, client_hwm)
+        self._clients: dict[bytes, _Client] = {}
+        #: clients with requests waiting that may be dispatched, the next one first
+        self._ready: collections.OrderedDict[bytes, None] = collections.OrderedDict()
+        self.waiting_ready = 0
+        self.waiting_stalled = 0
+        self.held_count = 0
+        self.held_bytes = 0
+        self._timers: list[tuple[float, bytes]] = []
+
+    # -- requests -----------------------------------------------------------------------------
+
+    @property
+    def waiting(self) -> int:
+        return self.waiting_ready + self.waiting_stalled
+
+    def room(self) -> bool:
+        """Whether the broker may read the frontend (requests of served clients below ``hwm``)."""
+        return self.waiting_ready < self.hwm
+
+    def add(self, client_id: bytes, frames: list) -> bool:
+        """Queue a request; False when refused: the client is stalled and has ``client_hwm``
+        waiting, or the stalled clients have ``stalled_hwm`` waiting. (A client being served
+        is bounded by ``hwm`` through ``room``: backpressure, nothing refused.)"""
+        client = self._clients.get(client_id)
+        if client is None:
+            client = self._clients[client_id] = _Client()
+        if client.stalled and (len(client.waiting) >= self.client_hwm or self.waiting_stalled >= self.stalled_hwm):
+            self._forget_if_empty(client_id, client)
+            return False
+        client.waiting.append(frames)
+        if client.stalled:
+            self.waiting_stalled += 1
+        else:
+            self.waiting_ready += 1
+            if client_id not in self._ready:
+                self._ready[client_id] = None
+        return True
+
+    def next_request(self) -> Optional[tuple[bytes, list]]:
+        """The next request to dispatch, round-robin across the clients that may be served."""
+        if not self._ready:
+            return None
+        client_id, _ = self._ready.popitem(last=False)
+        client = self._clients[client_id]
+        frames = client.waiting.popleft()
+        self.waiting_ready -= 1
+        if client.waiting:
+            self._ready[client_id] = None  # its next request after everyone else's
+        else:
+            self._forget_if_empty(client_id, client)
+        return client_id, frames
+
+    def put_back(self, client_id: bytes, frames: list) -> None:
+        """A request ``next_request`` gave that could not be sent: first again."""
+        client = self._clients.get(client_id)
+        if client is None:
+            client = self._clients[client_id] = _Client()
+        client.waiting.appendleft(frames)
+        if client.stalled:
+            self.waiting_stalled += 1
+        else:
+            self.waiting_ready += 1
+            self._ready[client_id] = None
+            self._ready.move_to_end(client_id, last=False)
+
+    # -- held replies -------------------------------------------------------------------------
+
+    def has_held(self, client_id: bytes) -> bool:
+        client = self._clients.get(client_id)
+        return client is not None and bool(client.held)
+
+    def hold(self, client_id: bytes, payload: list, nbytes: int, drop_after: float, now: float) -> bool:
+        """Keep a reply its client cannot take now; False when that would pass ``max_held_bytes``."""
+        if self.held_bytes + nbytes > self.max_held_bytes:
+            return False
+        client = self._clients.get(client_id)
+        if client is None:
+            client = self._clients[client_id] = _Client()
+        client.held.append((drop_after, payload, nbytes))
+        client.held_bytes += nbytes
+        self.held_count += 1
+        self.held_bytes += nbytes
+        if client.retry_at is None:
+            client.backoff = RETRY_FIRST_S
+            self._schedule(client_id, client, now)
+        self._restall(client_id, client)
+        return True
+
+    def retry(self, client_id: bytes, now: float, send: Callable[[list], bool]) -> list[list]:
+        """Send the client's held replies, oldest first, until one does not go (``send``
+        returns False); those held past their time are dropped and returned."""
+        client = self._clients.get(client_id)
+        if client is None:
+            return []
+        expired, sent = [], 0
+        while client.held:
+            drop_after, payload, nbytes = client.held[0]
+            if send(payload):
+                sent += 1
+            elif now >= drop_after:
+                expired.append(payload)
+            else:
+                break
+            client.held.popleft()
+            client.held_bytes -= nbytes
+            self.held_count -= 1
+            self.held_bytes -= nbytes
+        client.retry_at = None
+        if client.held:
+            client.backoff = RETRY_FIRST_S if sent else min(RETRY_MAX_S, client.backoff * 2)
+            self._schedule(client_id, client, now)
+        self._restall(client_id, client)
+        self._forget_if_empty(client_id, client)
+        return expired
+
+    def due(self, now: float) -> list[bytes]:
+        """The clients whose held replies are due for a retry."""
+        out = []
+        while self._timers and self._timers[0][0] <= now:
+            at, client_id = heapq.heappop(self._timers)
+            client = self._clients.get(client_id)
+            if client is not None and client.retry_at == at:  # else a timer since replaced
+                out.append(client_id)
+        return out
+
+    def next_due(self) -> Optional[float]:
+        """When the next retry is due (None: nothing held)."""
+        while self._timers:
+            at, client_id = self._timers[0]
+            client = self._clients.get(client_id)
+            if client is not None and client.retry_at == at:
+                return at
+            heapq.heappop(self._timers)
+        return None
+
+    def clear(self) -> None:
+        self.__init__(self.hwm, self.client_hwm, self.max_held_bytes)  # type: ignore[misc]
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _schedule(self, client_id: bytes, client: _Client, now: float) -> None:
+        at = now + client.backoff
+        if client.held:
+            at = min(at, client.held[0][0])  # the oldest is dropped on time
+        client.retry_at = at
+        heapq.heappush(self._timers, (at, client_id))
+
+    def _restall(self, client_id: bytes, client: _Client) -> None:
+        stalled = len(client.held) >= self.client_hwm or client.held_bytes >= self.max_held_bytes // 4
+        if stalled == client.stalled:
+            return
+        client.stalled = stalled
+        n = len(client.waiting)
+        if stalled:
+            self.waiting_ready -= n
+            self.waiting_stalled += n
+            self._ready.pop(client_id, None)
+        else:
+            self.waiting_stalled -= n
+            self.waiting_ready += n
+            if n:
+                self._ready[client_id] = None
+
+    def _forget_if_empty(self, client_id: bytes, client: _Client) -> None:
+        if not client.waiting and not client.held:
+            self._clients.pop(client_id, None)
+            self._ready.pop(client_id, None)

@@ -1,0 +1,137 @@
+"""The broker's counters (``BrokerStats``) and what it checks of the messages it relays.
+
+Kept apart from the loop (``broker``) so that each module stays readable: these are plain
+values and pure functions, no sockets.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Optional
+
+import zmq
+
+from .curve import Curve
+
+__all__ = ["BrokerStats", "warn_shared_keys", "is_reply", "envelope", "delimiter", "recv_bounded", "MAX_FRAMES"]
+
+#: frames a message may have by default (an envelope of a few hops, a delimiter, a body)
+MAX_FRAMES = 64
+
+log = logging.getLogger("spark_zmq.patterns.broker")
+
+
+@dataclass(frozen=True)
+class BrokerStats:
+    """A snapshot of a broker's counters."""
+
+    #: workers waiting for a request
+    workers_idle: int
+    #: workers that announced themselves and are still connected (idle or holding a request)
+    workers_known: int
+    #: requests received and not yet given to a worker (at most ``hwm``)
+    requests_waiting: int
+    #: requests a worker holds (sent to it, reply not yet back)
+    requests_in_flight: int
+    #: requests sent to a worker, in all
+    requests_forwarded: int
+    #: replies sent back to their client, in all
+    replies_returned: int
+    #: messages dropped because they were not what a client or worker may send
+    malformed: int
+    #: replies dropped because their client was gone, or did not read for ``reply_timeout``
+    replies_undeliverable: int
+    #: requests a worker took with it when it disconnected (clients resend them)
+    requests_lost: int
+    #: workers that disconnected or could no longer be reached
+    workers_gone: int
+    #: CURVE handshakes refused on either side
+    handshakes_rejected: int
+    #: replies kept for a client that is not reading now (its queue in the broker is full)
+    replies_held: int = 0
+    #: replies dropped because they did not come from the worker holding that request
+    replies_unexpected: int = 0
+    #: requests dropped because their client already had ``client_hwm`` waiting while it read no reply
+    requests_refused: int = 0
+    #: bytes of the replies held
+    held_bytes: int = 0
+    #: messages dropped whole for too many frames or too many bytes in all (``max_frames``,
+    #: ``max_message_bytes``)
+    messages_oversize: int = 0
+
+    def line(self) -> str:
+        """One line for a log or a terminal."""
+        return (f"workers {self.workers_idle} idle / {self.workers_known} known; requests {self.requests_waiting} "
+                f"waiting, {self.requests_in_flight} in flight; {self.requests_forwarded} forwarded, "
+                f"{self.replies_returned} returned, {self.replies_held} held, {self.requests_refused} refused, "
+                f"{self.requests_lost} lost with a worker, "
+                f"{self.replies_undeliverable} undeliverable, {self.replies_unexpected} unexpected, {self.malformed} malformed, "
+                f"{self.messages_oversize} oversize, "
+                f"{self.handshakes_rejected} handshakes rejected")
+
+
+def warn_shared_keys(front: Optional[Curve], back: Optional[Curve]) -> None:
+    """A key accepted on both sides can take requests as a worker and answer other clients'
+    requests: each side should authorize its own kind of peer (logged, not refused: the
+    caller may mean it, e.g. a test)."""
+    if front is None or back is None or not front.is_server or not back.is_server:
+        return
+    if isinstance(back.authorized, str):
+        shared = "every"  # ANY_KEY: whoever reaches the backend may be a worker
+    else:
+        shared = str(len(back.authorized & front.authorized)) if isinstance(front.authorized, frozenset) else "every"
+    if shared != "0":
+        log.warning("Broker: %s key accepted on the frontend (clients) is accepted on the backend (workers) too: "
+                    "such a client can take other clients' requests and answer them; give each side its own "
+                    "authorized keys", shared)
+
+
+def is_reply(payload: list) -> bool:
+    """``[envelope (at least one frame)..., b"", reply (at least one frame)...]``."""
+    at = delimiter(payload)
+    return at is not None and 0 < at < len(payload) - 1
+
+
+def envelope(frames: list) -> tuple[bytes, ...]:
+    """The frames before the first empty one, as bytes (what a reply must carry back)."""
+    out = []
+    for frame in frames:
+        if len(frame) == 0:
+            break
+        out.append(frame.bytes if isinstance(frame, zmq.Frame) else bytes(frame))
+    return tuple(out)
+
+
+def delimiter(frames: list, start: int = 0) -> Optional[int]:
+    """The index of the first empty frame at or after ``start``, or None."""
+    for i in range(start, len(frames)):
+        if len(frames[i]) == 0:
+            return i
+    return None
+
+
+
+def recv_bounded(sock: zmq.Socket, max_frames: int, max_bytes: Optional[int]) -> tuple[Optional[list], bytes, str]:
+    """One whole message read without blocking (``zmq.Again`` when none waits), frame by
+    frame: ``(frames, peer, "")``, or ``(None, peer, why)`` when it has more than
+    ``max_frames`` frames or more than ``max_bytes`` in all. libzmq's own limit
+    (ZMQ_MAXMSGSIZE) is per frame; a peer could send a million small frames in one
+    message. Past a limit the rest is read and let go at once, never kept."""
+    first = sock.recv(zmq.NOBLOCK, copy=False)
+    frames, total, why = [first], len(first), ""
+    frame = first
+    while frame.more:
+        frame = sock.recv(copy=False)  # the rest of a message arrives with its first frame
+        total += len(frame)
+        if why:
+            continue
+        if len(frames) >= max_frames:
+            why = f"more than {max_frames} frames"
+        elif max_bytes is not None and total > max_bytes:
+            why = f"more than {max_bytes:,} bytes in all"
+        else:
+            frames.append(frame)
+    if max_bytes is not None and not why and total > max_bytes:
+        why = f"more than {max_bytes:,} bytes in all"
+    return (None if why else frames), first.bytes, why
