@@ -161,12 +161,16 @@ def test_a_relay_killed_and_restarted_serves_its_spool_exactly_once_and_producer
     data_port, listen_port = free_ports(2)
     spool = str(tmp_path / "spool")
     relay = RelayProcess(f"@tcp://127.0.0.1:{data_port}", f"tcp://127.0.0.1:{listen_port}", spool, "--hwm", "100")
-    total = 30_000
+    total = 60_000
     producer = Producer(f"tcp://127.0.0.1:{data_port}", numbered(total, fmt=b"rk-%d"), rate=3_000, hwm=1000)
     query = _progress_stream(spark, relay.listen, tmp_path, startingOffsets="earliest")
     try:
+        # the producer starts once the query runs, so on a slow machine it is still sending
+        # when the relay dies (a producer that already sent everything has nothing to block on)
+        wait_until(lambda: query.lastProgress is not None, 120, "the query's first trigger")
         producer.start()
         wait_until(lambda: _count(spark, tmp_path) > 2_000, 120, "output before the relay is killed")
+        assert producer.sent < total, "the producer finished before the relay was killed: nothing to test"
         relay.kill()
         blocked_before = producer.blocked
         wait_until(lambda: producer.blocked > blocked_before, 60, "the producer to block while no relay runs")
