@@ -1,0 +1,283 @@
+"""Spark on the multi-host bed (issue 33): a standalone cluster (master, two one-core
+workers) in network namespaces, the driver in client mode on a host of its own whose spool
+no executor sees (a private tmpfs), producers, consumers and relays on hosts of their own.
+
+Each scenario checks every message arrives exactly once. One cluster serves the module.
+Run: ``flock /tmp/spark-zmq-spark.lock env PYTHONPATH=$PWD python -m pytest -n 0 -p no:cacheprovider
+tests/multihost`` as root (it skips, saying why, where no bed can be built).
+"""
+
+from __future__ import annotations
+
+import collections
+import glob
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+import netbed
+from spark_zmq.relay.run import read_ready
+
+pytestmark = [pytest.mark.multihost, pytest.mark.spark]
+
+PROGRAMS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bed_programs.py")
+
+#: WORKAROUND (remove when the fix lands): the driver's spool fetch service advertises
+#: gethostbyname(gethostname()) by default, loopback on a host whose name maps to
+#: 127.0.0.1, so executors on other hosts never reach it and a cluster query reads nothing
+#: (its tasks wait fetchTimeout). Until the default uses spark.driver.host (or the routable
+#: address), the driver-side scenarios name the driver's bed address. Set
+#: SPARK_ZMQ_BED_NO_WORKAROUND=1 to run without it (and see the failure).
+USE_WORKAROUND = os.environ.get("SPARK_ZMQ_BED_NO_WORKAROUND", "") in ("", "0")
+
+
+def workaround_options(bed: netbed.NetBed) -> dict:
+    return {"spoolServerHost": bed.addr("driver")} if USE_WORKAROUND else {}
+
+
+#: a failed fetch fails in seconds, not the default 120
+FAST_FAIL = {"fetchTimeout": "20"}
+MESSAGES = 20_000
+
+
+class Kit:
+    """Start the bed programs with a spec file each; read what they report."""
+
+    def __init__(self, bed: netbed.NetBed, cluster: netbed.SparkCluster, root: str, name: str) -> None:
+        self.bed, self.cluster = bed, cluster
+        self.dir = os.path.join(root, name)
+        os.makedirs(self.dir)
+        self.procs: list[subprocess.Popen] = []
+
+    def path(self, name: str) -> str:
+        return os.path.join(self.dir, name)
+
+    def env(self) -> dict:
+        env = {k: v for k, v in os.environ.items() if k not in ("SPARK_LOCAL_IP", "PYSPARK_SUBMIT_ARGS")}
+        env.update(PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable, PYTHONUNBUFFERED="1")
+        return env
+
+    def start(self, host: str, role: str, name: str, private_dirs=(), **spec) -> dict:
+        spec.setdefault("status", self.path(f"{name}.status"))
+        if role in ("stream", "write"):
+            spec.setdefault("master", self.cluster.url)
+            spec.setdefault("result", self.path(f"{name}.result"))
+        with open(self.path(f"{name}.json"), "w") as f:
+            json.dump(spec, f)
+        log = open(self.path(f"{name}.log"), "wb")
+        proc = self.bed.run(host, [sys.executable, PROGRAMS, role, self.path(f"{name}.json")], self.env(),
+                            private_dirs=private_dirs, stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        self.procs.append(proc)
+        return dict(spec, proc=proc, name=name)
+
+    def relay(self, host: str, endpoints: str, listen: str, spool_dir: str, private_dirs=()) -> subprocess.Popen:
+        err = open(self.path("relay.log"), "wb")
+        proc = self.bed.run(host, [sys.executable, "-m", "spark_zmq.cli", "relay", "--endpoints", endpoints,
+                                   "--listen", listen, "--spool-dir", spool_dir], self.env(),
+                            private_dirs=private_dirs, stdout=subprocess.PIPE, stderr=err, text=True)
+        err.close()
+        self.procs.append(proc)
+        ready = read_ready(proc, 60)
+        assert ready is not None, f"relay did not start: {self.log('relay')}"
+        return proc
+
+    @staticmethod
+    def events(started: dict) -> list:
+        try:
+            with open(started["status"]) as f:
+                return [json.loads(line) for line in f if line.strip()]
+        except FileNotFoundError:
+            return []
+
+    def wait_event(self, started: dict, event: str, timeout: float, **match) -> dict:
+        def found():
+            for e in self.events(started):
+                if e["event"] == event and all(e.get(k, 0) >= v for k, v in match.items()):
+                    return e
+            if started["proc"].poll() is not None:
+                for e in self.events(started):  # written just before it exited
+                    if e["event"] == event:
+                        return e
+                raise AssertionError(f"{started['name']} exited {started['proc'].returncode} before "
+                                     f"{event}: {self.log(started['name'])}")
+            return None
+        return netbed.poll(found, timeout, 0.1, f"{started['name']}: {event} {match}")
+
+    def result(self, started: dict, timeout: float) -> dict:
+        self.wait_event(started, "done", timeout)
+        started["proc"].wait(60)
+        with open(started["result"]) as f:
+            return json.load(f)
+
+    def log(self, name: str, chars: int = 4000) -> str:
+        try:
+            with open(self.path(f"{name}.log"), errors="replace") as f:
+                return f.read()[-chars:]
+        except OSError:
+            return ""
+
+    def close(self) -> None:
+        for proc in self.procs:
+            netbed.NetBed.stop(proc, timeout=20)
+
+
+@pytest.fixture
+def kit(bed, cluster, bed_dir, request):
+    made = Kit(bed, cluster, bed_dir, request.node.name.replace("[", "-").replace("]", ""))
+    try:
+        yield made
+    finally:
+        made.close()
+        bed.heal("producer")
+        for host in bed.hosts:
+            bed.link_up(host)
+
+
+def sink_values(output: str) -> collections.Counter:
+    """The ``value`` of every row Spark's JSON file sink committed under ``output``."""
+    committed = set()
+    for entry in sorted(glob.glob(os.path.join(output, "_spark_metadata", "*"))):
+        with open(entry) as f:
+            for line in f.read().splitlines()[1:]:  # a version line, then one JSON per file
+                committed.add(os.path.basename(json.loads(line)["path"]))
+    values: collections.Counter = collections.Counter()
+    for part in glob.glob(os.path.join(output, "part-*.json")):
+        if os.path.basename(part) in committed or f"file://{part}" in committed:
+            with open(part) as f:
+                for line in f:
+                    values[json.loads(line)["value"]] += 1
+    return values
+
+
+def consumer_values(path: str) -> collections.Counter:
+    try:
+        with open(path, "rb") as f:
+            return collections.Counter(line.decode() for line in f.read().splitlines())
+    except FileNotFoundError:
+        return collections.Counter()
+
+
+def assert_exactly_once(values: collections.Counter, count: int, start: int = 0) -> None:
+    expected = {str(i) for i in range(start, start + count)}
+    missing = expected - set(values)
+    duplicated = {v: n for v, n in values.items() if n > 1}
+    extra = set(values) - expected
+    assert not missing and not duplicated and not extra, (
+        f"{len(missing)} missing of {count} (e.g. {sorted(missing, key=int)[:5]}), "
+        f"{len(duplicated)} duplicated (e.g. {list(duplicated.items())[:5]}), {len(extra)} unexpected")
+
+
+def private_spool(kit: Kit, host: str) -> str:
+    """A directory that gets a tmpfs only ``host``'s program sees (its spool lives there)."""
+    return kit.path(f"{host}-private")
+
+
+@pytest.mark.timeout(360)
+def test_pull_from_a_producer_on_another_host_exactly_once(bed, kit):
+    """The driver binds on its bed address; a plain pyzmq PUSH on ``producer`` sends 20,000
+    messages; executors on w1/w2, which do not see the driver's spool, fetch it."""
+    private = private_spool(kit, "driver")
+    endpoint = f"tcp://{bed.addr('driver')}:5555"
+    job = kit.start("driver", "stream", "driver", private_dirs=[private], expected=MESSAGES, deadline=200,
+                    output=kit.path("out"), checkpoint=kit.path("checkpoint"),
+                    options={"endpoints": "@" + endpoint, "format": "text",
+                             "spoolDir": os.path.join(private, "spool"), **FAST_FAIL, **workaround_options(bed)})
+    kit.wait_event(job, "started", 180)
+    producer = kit.start("producer", "produce", "producer", endpoint=endpoint, count=MESSAGES)
+    result = kit.result(job, 300)
+    kit.wait_event(producer, "done", 60)
+    assert os.listdir(private) == [], "the driver's spool leaked out of its mount namespace"
+    print("pull:", json.dumps({k: v for k, v in result.items() if k != "traceback"}))
+    assert result["ok"], result
+    assert_exactly_once(sink_values(kit.path("out")), MESSAGES)
+
+
+@pytest.mark.timeout(300)
+def test_push_sink_to_a_consumer_on_another_host(bed, kit):
+    """``df.write.format("zmq")``: every write task, on w1 and w2, connects to a plain pyzmq
+    PULL bound on ``consumer``."""
+    endpoint = f"tcp://{bed.addr('consumer')}:6000"
+    consumer = kit.start("consumer", "consume", "consumer", endpoint="@tcp://*:6000",
+                         messages=kit.path("consumed"))
+    kit.wait_event(consumer, "started", 30)
+    job = kit.start("driver", "write", "driver", count=MESSAGES, partitions=4,
+                    options={"endpoints": endpoint, "format": "text"})
+    result = kit.result(job, 240)
+    print("push:", json.dumps({k: v for k, v in result.items() if k != "traceback"}))
+    assert result["ok"], result
+    netbed.poll(lambda: sum(consumer_values(kit.path("consumed")).values()) >= MESSAGES, 60, 0.2,
+                "the consumer to hold every message")
+    netbed.NetBed.stop(consumer["proc"])
+    assert_exactly_once(consumer_values(kit.path("consumed")), MESSAGES)
+
+
+@pytest.mark.timeout(360)
+def test_relay_on_its_own_host_read_by_the_cluster(bed, kit):
+    """``spark-zmq relay`` on ``relay`` (its spool private to it) receives from ``producer``;
+    the query reads it with ``relays``: the driver leases it, executors fetch from it."""
+    private = private_spool(kit, "relay")
+    listen = f"tcp://{bed.addr('relay')}:7000"
+    kit.relay("relay", "@tcp://*:5555", listen, os.path.join(private, "spool"), private_dirs=[private])
+    producer = kit.start("producer", "produce", "producer", endpoint=f"tcp://{bed.addr('relay')}:5555",
+                         count=MESSAGES)
+    job = kit.start("driver", "stream", "driver", expected=MESSAGES, deadline=200, output=kit.path("out"),
+                    checkpoint=kit.path("checkpoint"),
+                    options={"relays": listen, "format": "text", "startingOffsets": "earliest", **FAST_FAIL})
+    result = kit.result(job, 300)
+    kit.wait_event(producer, "done", 60)
+    assert os.listdir(private) == [], "the relay's spool leaked out of its mount namespace"
+    print("relay:", json.dumps({k: v for k, v in result.items() if k != "traceback"}))
+    assert result["ok"], result
+    assert_exactly_once(sink_values(kit.path("out")), MESSAGES)
+
+
+FAULT_RATE, FAULT_MESSAGES, FAULT_AFTER, FAULT_SECONDS = 1000, 20_000, 3000, 30
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(420)
+@pytest.mark.xfail(strict=False, reason="a producer silent for longer than heartbeatTimeout (10 s) has its "
+                   "connection closed by the receiver and what was in flight is lost; being fixed")
+def test_producer_traffic_dropped_for_30s_then_healed_loses_nothing(bed, kit):
+    """The producer sends 1,000 msg/s; after 3,000 its traffic is dropped (nftables, both
+    ways) for 30 s, then healed. Every message must arrive, once."""
+    private = private_spool(kit, "driver")
+    endpoint = f"tcp://{bed.addr('driver')}:5555"
+    job = kit.start("driver", "stream", "driver", private_dirs=[private], expected=FAULT_MESSAGES, deadline=300,
+                    output=kit.path("out"), checkpoint=kit.path("checkpoint"),
+                    options={"endpoints": "@" + endpoint, "format": "text",
+                             "spoolDir": os.path.join(private, "spool"), **FAST_FAIL, **workaround_options(bed)})
+    kit.wait_event(job, "started", 180)
+    producer = kit.start("producer", "produce", "producer", endpoint=endpoint, count=FAULT_MESSAGES,
+                         rate=FAULT_RATE, report_every=500)
+    kit.wait_event(producer, "sent", 60, sent=FAULT_AFTER)
+    bed.drop("producer")
+    dropped_at = time.monotonic()
+    netbed.poll(lambda: time.monotonic() - dropped_at >= FAULT_SECONDS or producer["proc"].poll() is not None,
+                FAULT_SECONDS + 5, 0.5, "the fault's duration")
+    bed.heal("producer")
+    done = kit.wait_event(producer, "done", 180)
+    # the query stops at FAULT_MESSAGES rows; with a loss it never gets there: stop waiting
+    # once the sink has not grown for 30 s
+    last = {"rows": -1, "at": time.monotonic()}
+
+    def settled():
+        if kit.events(job) and kit.events(job)[-1]["event"] == "done":
+            return True
+        rows = sum(sink_values(kit.path("out")).values())
+        if rows != last["rows"]:
+            last.update(rows=rows, at=time.monotonic())
+        return time.monotonic() - last["at"] > 30
+    netbed.poll(settled, 200, 1.0, "the sink to settle")
+    netbed.NetBed.stop(job["proc"])
+    values = sink_values(kit.path("out"))
+    missing = FAULT_MESSAGES - len(set(values) & {str(i) for i in range(FAULT_MESSAGES)})
+    print("fault:", json.dumps({"rows": sum(values.values()), "distinct": len(values), "missing": missing,
+                                "duplicates": sum(n - 1 for n in values.values() if n > 1),
+                                "producer": done, "events": kit.events(job)[-3:]}))
+    assert_exactly_once(values, FAULT_MESSAGES)
