@@ -79,7 +79,7 @@ class Kit:
         err = open(self.path("relay.log"), "wb")
         proc = self.bed.run(host, [sys.executable, "-m", "spark_zmq.cli", "relay", "--endpoints", endpoints,
                                    "--listen", listen, "--spool-dir", spool_dir], self.env(),
-                            private_dirs=private_dirs, stdout=subprocess.PIPE, stderr=err, text=True)
+                            private_dirs=private_dirs, stdout=subprocess.PIPE, stderr=err)
         err.close()
         self.procs.append(proc)
         ready = read_ready(proc, 60)
