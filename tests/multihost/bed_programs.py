@@ -69,6 +69,13 @@ def produce(spec: dict) -> int:
             _status(status, event="sent", sent=i + 1, worst_block_s=round(worst_block, 3))
     _status(status, event="sent_all", sent=count, seconds=round(time.monotonic() - began, 3),
             worst_block_s=round(worst_block, 3))
+    if spec.get("hold"):
+        # keep the connection (and what the kernel still has to deliver) until told to stop:
+        # a producer that exits while its peer is unreachable is another scenario
+        stop: list = []
+        signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+        while not stop:
+            signal.sigtimedwait([signal.SIGTERM], 0.5)
     sock.close()  # waits up to LINGER for what is queued
     ctx.term()
     _status(status, event="done", sent=count, seconds=round(time.monotonic() - began, 3))
