@@ -152,12 +152,12 @@ def _wait_executors(spark, want: int, timeout: float) -> int:
         time.sleep(0.2)
 
 
-def stream(spec: dict) -> int:
+def stream(spec: dict, session=None) -> int:
     status, result = spec["status"], {"ok": False}
     began = time.monotonic()
     spark = None
     try:
-        spark = _session(spec)
+        spark = session or _session(spec)
         result["driver_host"] = spark.conf.get("spark.driver.host", None)
         result["executors"] = _wait_executors(spark, int(spec.get("executors", 2)), 60)
         result["session_s"] = round(time.monotonic() - began, 2)
@@ -184,6 +184,9 @@ def stream(spec: dict) -> int:
             if query.exception() is not None:
                 error = str(query.exception())
                 break
+            if spec.get("stop_file") and os.path.exists(spec["stop_file"]):
+                result["stopped"] = True
+                break
             time.sleep(0.25)  # polling the query's progress with the deadline above
         rows = sum(seen.values())
         result.update(rows=rows, batches=len(seen), first_rows_s=first_rows_at and round(first_rows_at, 2),
@@ -200,17 +203,17 @@ def stream(spec: dict) -> int:
         with open(spec["result"], "w") as f:
             json.dump(result, f)
         _status(status, event="done", ok=result["ok"])
-        if spark is not None:
+        if spark is not None and session is None:
             spark.stop()
     return 0 if result["ok"] else 1
 
 
-def write(spec: dict) -> int:
+def write(spec: dict, session=None) -> int:
     status, result = spec["status"], {"ok": False}
     began = time.monotonic()
     spark = None
     try:
-        spark = _session(spec)
+        spark = session or _session(spec)
         result["driver_host"] = spark.conf.get("spark.driver.host", None)
         result["executors"] = _wait_executors(spark, int(spec.get("executors", 2)), 60)
         _status(status, event="started", driver_host=result["driver_host"], executors=result["executors"])
@@ -227,13 +230,37 @@ def write(spec: dict) -> int:
         with open(spec["result"], "w") as f:
             json.dump(result, f)
         _status(status, event="done", ok=result["ok"])
-        if spark is not None:
+        if spark is not None and session is None:
             spark.stop()
     return 0 if result["ok"] else 1
+
+
+def serve(spec: dict) -> int:
+    """One driver application for many scenarios (Spark's start is most of a scenario's
+    time): the session is made once, then every line on stdin names a spec file whose
+    ``role`` (``stream`` or ``write``) is run with it; EOF stops the session."""
+    began = time.monotonic()
+    spark = _session(spec)
+    executors = _wait_executors(spark, int(spec.get("executors", 2)), 120)
+    _status(spec["status"], event="serving", driver_host=spark.conf.get("spark.driver.host", None),
+            executors=executors, session_s=round(time.monotonic() - began, 2))
+    roles = {"stream": stream, "write": write}
+    try:
+        for line in sys.stdin:
+            if not line.strip():
+                continue
+            with open(line.strip()) as f:
+                command = json.load(f)
+            roles[command["role"]](command, spark)
+            for query in spark.streams.active:  # whatever happened, the next scenario starts clean
+                query.stop()
+    finally:
+        spark.stop()
+    return 0
 
 
 if __name__ == "__main__":
     role, spec_path = sys.argv[1], sys.argv[2]
     with open(spec_path) as f:
         spec = json.load(f)
-    sys.exit({"produce": produce, "consume": consume, "stream": stream, "write": write}[role](spec))
+    sys.exit({"produce": produce, "consume": consume, "stream": stream, "write": write, "serve": serve}[role](spec))

@@ -44,28 +44,116 @@ FAST_FAIL = {"fetchTimeout": "20"}
 MESSAGES = 20_000
 
 
-class Kit:
-    """Start the bed programs with a spec file each; read what they report."""
+def _env() -> dict:
+    """The documented configuration only: no SPARK_LOCAL_IP for the driver."""
+    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_LOCAL_IP", "PYSPARK_SUBMIT_ARGS")}
+    env.update(PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable, PYTHONUNBUFFERED="1")
+    return env
 
-    def __init__(self, bed: netbed.NetBed, cluster: netbed.SparkCluster, root: str, name: str) -> None:
-        self.bed, self.cluster = bed, cluster
+
+def events(started: dict) -> list:
+    """The events a program reported (its ``status`` file, one JSON per line)."""
+    try:
+        with open(started["status"]) as f:
+            return [json.loads(line) for line in f if line.strip()]
+    except FileNotFoundError:
+        return []
+
+
+def wait_event(started: dict, event: str, timeout: float, log=lambda: "", **match) -> dict:
+    """The first ``event`` whose fields are at least ``match``, polled with a deadline; fails at
+    once, with the program's log, when the program exits without it."""
+    def found():
+        for e in events(started):
+            if e["event"] == event and all(e.get(k, 0) >= v for k, v in match.items()):
+                return e
+        if started["proc"].poll() is not None:
+            for e in events(started):  # written just before it exited
+                if e["event"] == event:
+                    return e
+            raise AssertionError(f"{started['name']} exited {started['proc'].returncode} before {event}: {log()}")
+        return None
+    return netbed.poll(found, timeout, 0.1, f"{started['name']}: {event} {match}")
+
+
+class Driver:
+    """One Spark application in client mode on host ``driver`` for the whole module (a
+    session's start is most of a scenario's time), in a mount namespace of its own whose
+    ``private`` directory (the spools) no executor sees; scenarios are sent to it."""
+
+    def __init__(self, bed: netbed.NetBed, cluster: netbed.SparkCluster, root: str) -> None:
+        self.dir = os.path.join(root, "driver")
+        os.makedirs(self.dir)
+        self.private = os.path.join(self.dir, "private")
+        self.status = os.path.join(self.dir, "driver.status")
+        self.log_path = os.path.join(self.dir, "driver.log")
+        spec = os.path.join(self.dir, "driver.json")
+        with open(spec, "w") as f:
+            json.dump({"master": cluster.url, "status": self.status}, f)
+        with open(self.log_path, "wb") as log:
+            self.proc = bed.run("driver", [sys.executable, PROGRAMS, "serve", spec], _env(),
+                                private_dirs=[self.private], stdin=subprocess.PIPE, stdout=log,
+                                stderr=subprocess.STDOUT)
+        started = dict(status=self.status, proc=self.proc, name="driver")
+        self.serving = wait_event(started, "serving", 240, self.log)
+
+    def send(self, spec_path: str) -> None:
+        assert self.proc.poll() is None, f"the driver exited {self.proc.returncode}: {self.log()}"
+        self.proc.stdin.write(spec_path.encode() + b"\n")
+        self.proc.stdin.flush()
+
+    def log(self, chars: int = 4000) -> str:
+        with open(self.log_path, errors="replace") as f:
+            return f.read()[-chars:]
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.close()  # EOF: the session stops
+            self.proc.wait(60)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        netbed.NetBed.stop(self.proc, timeout=10)
+
+
+@pytest.fixture(scope="module")
+def driver(bed, cluster, bed_dir):
+    made = Driver(bed, cluster, bed_dir)
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+class Kit:
+    """Start the bed programs with a spec file each (the driver's scenarios go to the
+    module's ``Driver``); read what they report."""
+
+    def __init__(self, bed: netbed.NetBed, cluster: netbed.SparkCluster, root: str, name: str,
+                 driver: "Driver") -> None:
+        self.bed, self.cluster, self.driver = bed, cluster, driver
         self.dir = os.path.join(root, name)
         os.makedirs(self.dir)
         self.procs: list[subprocess.Popen] = []
+        self.stop_files: list[str] = []
 
     def path(self, name: str) -> str:
         return os.path.join(self.dir, name)
 
     def env(self) -> dict:
-        env = {k: v for k, v in os.environ.items() if k not in ("SPARK_LOCAL_IP", "PYSPARK_SUBMIT_ARGS")}
-        env.update(PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable, PYTHONUNBUFFERED="1")
-        return env
+        return _env()
+
+    def spark(self, role: str, name: str = "query", **spec) -> dict:
+        """Run a ``stream`` or ``write`` scenario in the module's driver application."""
+        spec.update(role=role, status=self.path(f"{name}.status"), result=self.path(f"{name}.result"),
+                    stop_file=self.path(f"{name}.stop"))
+        with open(self.path(f"{name}.json"), "w") as f:
+            json.dump(spec, f)
+        self.driver.send(self.path(f"{name}.json"))
+        self.stop_files.append(spec["stop_file"])
+        return dict(spec, proc=self.driver.proc, name=name)
 
     def start(self, host: str, role: str, name: str, private_dirs=(), **spec) -> dict:
         spec.setdefault("status", self.path(f"{name}.status"))
-        if role in ("stream", "write"):
-            spec.setdefault("master", self.cluster.url)
-            spec.setdefault("result", self.path(f"{name}.result"))
         with open(self.path(f"{name}.json"), "w") as f:
             json.dump(spec, f)
         log = open(self.path(f"{name}.log"), "wb")
@@ -88,33 +176,19 @@ class Kit:
 
     @staticmethod
     def events(started: dict) -> list:
-        try:
-            with open(started["status"]) as f:
-                return [json.loads(line) for line in f if line.strip()]
-        except FileNotFoundError:
-            return []
+        return events(started)
 
     def wait_event(self, started: dict, event: str, timeout: float, **match) -> dict:
-        def found():
-            for e in self.events(started):
-                if e["event"] == event and all(e.get(k, 0) >= v for k, v in match.items()):
-                    return e
-            if started["proc"].poll() is not None:
-                for e in self.events(started):  # written just before it exited
-                    if e["event"] == event:
-                        return e
-                raise AssertionError(f"{started['name']} exited {started['proc'].returncode} before "
-                                     f"{event}: {self.log(started['name'])}")
-            return None
-        return netbed.poll(found, timeout, 0.1, f"{started['name']}: {event} {match}")
+        return wait_event(started, event, timeout, lambda: self.log(started["name"]), **match)
 
     def result(self, started: dict, timeout: float) -> dict:
         self.wait_event(started, "done", timeout)
-        started["proc"].wait(60)
         with open(started["result"]) as f:
             return json.load(f)
 
     def log(self, name: str, chars: int = 4000) -> str:
+        if name == "query":
+            return self.driver.log(chars)
         try:
             with open(self.path(f"{name}.log"), errors="replace") as f:
                 return f.read()[-chars:]
@@ -122,13 +196,15 @@ class Kit:
             return ""
 
     def close(self) -> None:
+        for stop in self.stop_files:  # a scenario still running in the driver ends (the next one waits)
+            open(stop, "a").close()
         for proc in self.procs:
             netbed.NetBed.stop(proc, timeout=20)
 
 
 @pytest.fixture
-def kit(bed, cluster, bed_dir, request):
-    made = Kit(bed, cluster, bed_dir, request.node.name.replace("[", "-").replace("]", ""))
+def kit(bed, cluster, driver, bed_dir, request):
+    made = Kit(bed, cluster, bed_dir, request.node.name.replace("[", "-").replace("]", ""), driver)
     try:
         yield made
     finally:
@@ -185,7 +261,7 @@ def ranges(numbers) -> list:
 
 def private_spool(kit: Kit, host: str) -> str:
     """A directory that gets a tmpfs only ``host``'s program sees (its spool lives there)."""
-    return kit.path(f"{host}-private")
+    return kit.driver.private if host == "driver" else kit.path(f"{host}-private")
 
 
 @pytest.mark.timeout(360)
@@ -194,15 +270,16 @@ def test_pull_from_a_producer_on_another_host_exactly_once(bed, kit):
     messages; executors on w1/w2, which do not see the driver's spool, fetch it."""
     private = private_spool(kit, "driver")
     endpoint = f"tcp://{bed.addr('driver')}:5555"
-    job = kit.start("driver", "stream", "driver", private_dirs=[private], expected=MESSAGES, deadline=200,
-                    output=kit.path("out"), checkpoint=kit.path("checkpoint"),
+    job = kit.spark("stream", expected=MESSAGES, deadline=200, output=kit.path("out"),
+                    checkpoint=kit.path("checkpoint"),
                     options={"endpoints": "@" + endpoint, "format": "text",
-                             "spoolDir": os.path.join(private, "spool"), **FAST_FAIL, **workaround_options(bed)})
+                             "spoolDir": os.path.join(private, "spool-pull"), **FAST_FAIL, **workaround_options(bed)})
     kit.wait_event(job, "started", 180)
     producer = kit.start("producer", "produce", "producer", endpoint=endpoint, count=MESSAGES)
     result = kit.result(job, 300)
     kit.wait_event(producer, "done", 60)
     assert os.listdir(private) == [], "the driver's spool leaked out of its mount namespace"
+    assert result["executors"] == 2
     print("pull:", json.dumps({k: v for k, v in result.items() if k != "traceback"}))
     assert result["ok"], result
     assert_exactly_once(sink_values(kit.path("out")), MESSAGES)
@@ -216,7 +293,7 @@ def test_push_sink_to_a_consumer_on_another_host(bed, kit):
     consumer = kit.start("consumer", "consume", "consumer", endpoint="@tcp://*:6000",
                          messages=kit.path("consumed"))
     kit.wait_event(consumer, "started", 30)
-    job = kit.start("driver", "write", "driver", count=MESSAGES, partitions=4,
+    job = kit.spark("write", count=MESSAGES, partitions=4,
                     options={"endpoints": endpoint, "format": "text"})
     result = kit.result(job, 240)
     print("push:", json.dumps({k: v for k, v in result.items() if k != "traceback"}))
@@ -236,7 +313,7 @@ def test_relay_on_its_own_host_read_by_the_cluster(bed, kit):
     kit.relay("relay", "@tcp://*:5555", listen, os.path.join(private, "spool"), private_dirs=[private])
     producer = kit.start("producer", "produce", "producer", endpoint=f"tcp://{bed.addr('relay')}:5555",
                          count=MESSAGES)
-    job = kit.start("driver", "stream", "driver", expected=MESSAGES, deadline=200, output=kit.path("out"),
+    job = kit.spark("stream", expected=MESSAGES, deadline=200, output=kit.path("out"),
                     checkpoint=kit.path("checkpoint"),
                     options={"relays": listen, "format": "text", "startingOffsets": "earliest", **FAST_FAIL})
     result = kit.result(job, 300)
@@ -261,10 +338,10 @@ def test_producer_traffic_dropped_for_30s_then_healed_loses_nothing(bed, kit):
     must arrive, once."""
     private = private_spool(kit, "driver")
     endpoint = f"tcp://{bed.addr('driver')}:5555"
-    job = kit.start("driver", "stream", "driver", private_dirs=[private], expected=FAULT_MESSAGES, deadline=300,
-                    output=kit.path("out"), checkpoint=kit.path("checkpoint"),
+    job = kit.spark("stream", expected=FAULT_MESSAGES, deadline=300, output=kit.path("out"),
+                    checkpoint=kit.path("checkpoint"),
                     options={"endpoints": "@" + endpoint, "format": "text",
-                             "spoolDir": os.path.join(private, "spool"), **FAST_FAIL, **workaround_options(bed)})
+                             "spoolDir": os.path.join(private, "spool-fault"), **FAST_FAIL, **workaround_options(bed)})
     kit.wait_event(job, "started", 180)
     producer = kit.start("producer", "produce", "producer", endpoint=endpoint, count=FAULT_MESSAGES,
                          rate=FAULT_RATE, report_every=500, hold=True)
@@ -289,7 +366,8 @@ def test_producer_traffic_dropped_for_30s_then_healed_loses_nothing(bed, kit):
         return time.monotonic() - last["at"] > 30
     netbed.poll(settled, 200, 1.0, "the sink to settle")
     settled_s = round(time.monotonic() - healed_at, 1)
-    netbed.NetBed.stop(job["proc"])
+    open(job["stop_file"], "w").close()
+    kit.result(job, 90)
     netbed.NetBed.stop(producer["proc"])
     values = sink_values(kit.path("out"))
     missing = FAULT_MESSAGES - len(set(values) & {str(i) for i in range(FAULT_MESSAGES)})
