@@ -265,23 +265,31 @@ def private_spool(kit: Kit, host: str) -> str:
 
 
 @pytest.mark.timeout(360)
-def test_pull_from_a_producer_on_another_host_exactly_once(bed, kit):
-    """The driver binds on its bed address; a plain pyzmq PUSH on ``producer`` sends 20,000
-    messages; executors on w1/w2, which do not see the driver's spool, fetch it."""
+@pytest.mark.parametrize("side", ["driver-binds", "driver-connects"])
+def test_pull_from_a_producer_on_another_host_exactly_once(bed, kit, side):
+    """A plain pyzmq PUSH on ``producer`` sends 20,000 messages to the driver, which binds on
+    its bed address (or connects out, ``>``, to the producer's bound PUSH); executors on
+    w1/w2, which do not see the driver's spool, fetch it."""
     private = private_spool(kit, "driver")
-    endpoint = f"tcp://{bed.addr('driver')}:5555"
+    if side == "driver-binds":
+        endpoint = f"tcp://{bed.addr('driver')}:5555"
+        source, target = "@" + endpoint, endpoint
+    else:
+        endpoint = f"tcp://{bed.addr('producer')}:5557"
+        source, target = ">" + endpoint, "@tcp://*:5557"
     job = kit.spark("stream", expected=MESSAGES, deadline=200, output=kit.path("out"),
                     checkpoint=kit.path("checkpoint"),
-                    options={"endpoints": "@" + endpoint, "format": "text",
-                             "spoolDir": os.path.join(private, "spool-pull"), **FAST_FAIL, **workaround_options(bed)})
+                    options={"endpoints": source, "format": "text",
+                             "spoolDir": os.path.join(private, f"spool-pull-{side}"), **FAST_FAIL,
+                             **workaround_options(bed)})
     kit.wait_event(job, "started", 180)
-    producer = kit.start("producer", "produce", "producer", endpoint=endpoint, count=MESSAGES)
+    producer = kit.start("producer", "produce", "producer", endpoint=target, count=MESSAGES)
     result = kit.result(job, 300)
     kit.wait_event(producer, "done", 60)
     assert os.listdir(private) == [], "the driver's spool leaked out of its mount namespace"
-    assert result["executors"] == 2
-    print("pull:", json.dumps({k: v for k, v in result.items() if k != "traceback"}))
+    print(f"pull ({side}):", json.dumps({k: v for k, v in result.items() if k != "traceback"}))
     assert result["ok"], result
+    assert result["executors"] == 2
     assert_exactly_once(sink_values(kit.path("out")), MESSAGES)
 
 
