@@ -1,0 +1,266 @@
+"""The programs the multi-host tests run on the bed's hosts (``python bed_programs.py <role>
+<spec.json>``): a plain-pyzmq producer and consumer, and the Spark driver (client mode).
+Each reports through files the test polls: ``status`` (JSON lines, one per event) and, for
+the consumer, the messages it received (one line each).
+
+- ``produce``: PUSH (or PUB) connects (or binds, ``@``) to ``endpoint`` and sends
+  ``count`` text messages ``"<start + i>"`` at ``rate`` per second (0: as fast as it can),
+  then closes with ``linger`` seconds for what is queued, and reports ``done``.
+- ``consume``: PULL (or SUB) binds (or connects) ``endpoint`` and appends every message to
+  ``messages`` until SIGTERM.
+- ``stream``: a SparkSession on ``master`` (a standalone cluster, client mode), a
+  ``readStream.format("zmq")`` query with ``options`` written by Spark's JSON file sink to
+  ``output`` (checkpoint ``checkpoint``), until ``expected`` input rows have been counted
+  or ``deadline`` seconds passed; ``result`` gets the figures.
+- ``write``: the same session, ``count`` rows written with ``df.write.format("zmq")`` and
+  ``options``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+
+
+def _status(path: str, **event: object) -> None:
+    event["t"] = time.time()
+    with open(path, "a") as f:
+        f.write(json.dumps(event) + "\n")
+        f.flush()
+
+
+def produce(spec: dict) -> int:
+    import zmq
+
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.PUB if spec.get("pattern") == "pub" else zmq.PUSH)
+    sock.setsockopt(zmq.SNDHWM, int(spec.get("hwm", 1000)))
+    sock.setsockopt(zmq.SNDTIMEO, int(spec.get("send_timeout_s", 300) * 1000))
+    sock.setsockopt(zmq.LINGER, int(spec.get("linger", 120) * 1000))
+    endpoint = spec["endpoint"]
+    if endpoint.startswith("@"):
+        sock.bind(endpoint[1:])
+    else:
+        sock.connect(endpoint.lstrip(">"))
+    status = spec["status"]
+    count, start, rate = int(spec["count"]), int(spec.get("start", 0)), float(spec.get("rate", 0))
+    every = int(spec.get("report_every", 1000))
+    _status(status, event="started")
+    began = time.monotonic()
+    worst_block = 0.0
+    for i in range(count):
+        if rate > 0:  # pacing, not synchronisation: message i is due at i / rate
+            due = began + i / rate
+            ahead = due - time.monotonic()
+            if ahead > 0:
+                time.sleep(ahead)
+        t0 = time.monotonic()
+        try:
+            sock.send_string(str(start + i))
+        except zmq.Again:
+            _status(status, event="send_timeout", sent=i)
+            return 3
+        worst_block = max(worst_block, time.monotonic() - t0)
+        if (i + 1) % every == 0:
+            _status(status, event="sent", sent=i + 1, worst_block_s=round(worst_block, 3))
+    _status(status, event="sent_all", sent=count, seconds=round(time.monotonic() - began, 3),
+            worst_block_s=round(worst_block, 3))
+    if spec.get("hold"):
+        # keep the connection (and what the kernel still has to deliver) until told to stop:
+        # a producer that exits while its peer is unreachable is another scenario
+        stop: list = []
+        signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+        while not stop:
+            signal.sigtimedwait([signal.SIGTERM], 0.5)
+    sock.close()  # waits up to LINGER for what is queued
+    ctx.term()
+    _status(status, event="done", sent=count, seconds=round(time.monotonic() - began, 3))
+    return 0
+
+
+def consume(spec: dict) -> int:
+    import zmq
+
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    ctx = zmq.Context()
+    sub = spec.get("pattern") == "sub"
+    sock = ctx.socket(zmq.SUB if sub else zmq.PULL)
+    if sub:
+        sock.setsockopt(zmq.SUBSCRIBE, b"")
+    sock.setsockopt(zmq.RCVHWM, 10000)
+    endpoint = spec["endpoint"]
+    if endpoint.startswith(">"):
+        sock.connect(endpoint[1:])
+    else:
+        sock.bind(endpoint.lstrip("@"))
+    _status(spec["status"], event="started")
+    received = 0
+    with open(spec["messages"], "ab") as out:
+        while not stop:
+            if not sock.poll(100):
+                continue
+            while True:
+                try:
+                    frames = sock.recv_multipart(zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+                out.write(frames[-1].replace(b"\n", b"\\n") + b"\n")
+                received += 1
+            out.flush()
+    sock.close(0)
+    ctx.term()
+    _status(spec["status"], event="done", received=received)
+    return 0
+
+
+def _session(spec: dict):
+    from pyspark.sql import SparkSession
+
+    builder = (SparkSession.builder.master(spec["master"]).appName(spec.get("app", "spark-zmq-netbed"))
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.pyspark.python", sys.executable)
+               .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
+               .config("spark.executor.memory", "512m")
+               .config("spark.executor.cores", "1")
+               .config("spark.cores.max", "2")
+               .config("spark.driver.memory", "768m")
+               .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.sql.streaming.stopTimeout", "30s"))
+    for key, value in spec.get("conf", {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    import spark_zmq
+
+    spark_zmq.register(spark)
+    return spark
+
+
+def _wait_executors(spark, want: int, timeout: float) -> int:
+    """Executors registered with the driver (the driver itself excluded)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        n = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1
+        if n >= want or time.monotonic() > deadline:
+            return n
+        time.sleep(0.2)
+
+
+def stream(spec: dict, session=None) -> int:
+    status, result = spec["status"], {"ok": False}
+    began = time.monotonic()
+    spark = None
+    try:
+        spark = session or _session(spec)
+        result["driver_host"] = spark.conf.get("spark.driver.host", None)
+        result["executors"] = _wait_executors(spark, int(spec.get("executors", 2)), 60)
+        result["session_s"] = round(time.monotonic() - began, 2)
+        reader = spark.readStream.format("zmq").options(**spec["options"])
+        df = reader.load()
+        query = (df.selectExpr("CAST(value AS STRING) AS value", "partition", "offset")
+                 .writeStream.format("json").option("path", spec["output"])
+                 .option("checkpointLocation", spec["checkpoint"])
+                 .trigger(processingTime=spec.get("trigger", "1 second")).start())
+        _status(status, event="started", driver_host=result["driver_host"], executors=result["executors"])
+        expected, deadline = int(spec["expected"]), time.monotonic() + float(spec["deadline"])
+        seen: dict = {}
+        first_rows_at = None
+        error = None
+        while time.monotonic() < deadline:
+            for p in query.recentProgress:
+                if p["batchId"] not in seen:
+                    seen[p["batchId"]] = p["numInputRows"]
+                    if p["numInputRows"] and first_rows_at is None:
+                        first_rows_at = time.monotonic() - began
+            rows = sum(seen.values())
+            if rows >= expected:
+                break
+            if query.exception() is not None:
+                error = str(query.exception())
+                break
+            if spec.get("stop_file") and os.path.exists(spec["stop_file"]):
+                result["stopped"] = True
+                break
+            time.sleep(0.25)  # polling the query's progress with the deadline above
+        rows = sum(seen.values())
+        result.update(rows=rows, batches=len(seen), first_rows_s=first_rows_at and round(first_rows_at, 2),
+                      seconds=round(time.monotonic() - began, 2), error=error)
+        if error is None and query.exception() is not None:
+            result["error"] = str(query.exception())
+        query.stop()
+        result["ok"] = result["error"] is None and rows >= expected
+    except BaseException as exc:  # noqa: BLE001 - reported to the test
+        result["error"] = f"{type(exc).__name__}: {exc}"
+        result["traceback"] = traceback.format_exc()[-4000:]
+    finally:
+        result["seconds"] = round(time.monotonic() - began, 2)
+        with open(spec["result"], "w") as f:
+            json.dump(result, f)
+        _status(status, event="done", ok=result["ok"])
+        if spark is not None and session is None:
+            spark.stop()
+    return 0 if result["ok"] else 1
+
+
+def write(spec: dict, session=None) -> int:
+    status, result = spec["status"], {"ok": False}
+    began = time.monotonic()
+    spark = None
+    try:
+        spark = session or _session(spec)
+        result["driver_host"] = spark.conf.get("spark.driver.host", None)
+        result["executors"] = _wait_executors(spark, int(spec.get("executors", 2)), 60)
+        _status(status, event="started", driver_host=result["driver_host"], executors=result["executors"])
+        df = spark.range(0, int(spec["count"]), numPartitions=int(spec.get("partitions", 4))) \
+            .selectExpr("CAST(id AS STRING) AS value")
+        t0 = time.monotonic()
+        df.write.format("zmq").options(**spec["options"]).mode("append").save()
+        result.update(ok=True, write_s=round(time.monotonic() - t0, 2))
+    except BaseException as exc:  # noqa: BLE001 - reported to the test
+        result["error"] = f"{type(exc).__name__}: {exc}"
+        result["traceback"] = traceback.format_exc()[-4000:]
+    finally:
+        result["seconds"] = round(time.monotonic() - began, 2)
+        with open(spec["result"], "w") as f:
+            json.dump(result, f)
+        _status(status, event="done", ok=result["ok"])
+        if spark is not None and session is None:
+            spark.stop()
+    return 0 if result["ok"] else 1
+
+
+def serve(spec: dict) -> int:
+    """One driver application for many scenarios (Spark's start is most of a scenario's
+    time): the session is made once, then every line on stdin names a spec file whose
+    ``role`` (``stream`` or ``write``) is run with it; EOF stops the session."""
+    began = time.monotonic()
+    spark = _session(spec)
+    executors = _wait_executors(spark, int(spec.get("executors", 2)), 120)
+    _status(spec["status"], event="serving", driver_host=spark.conf.get("spark.driver.host", None),
+            executors=executors, session_s=round(time.monotonic() - began, 2))
+    roles = {"stream": stream, "write": write}
+    try:
+        for line in sys.stdin:
+            if not line.strip():
+                continue
+            with open(line.strip()) as f:
+                command = json.load(f)
+            roles[command["role"]](command, spark)
+            for query in spark.streams.active:  # whatever happened, the next scenario starts clean
+                query.stop()
+    finally:
+        spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    role, spec_path = sys.argv[1], sys.argv[2]
+    with open(spec_path) as f:
+        spec = json.load(f)
+    sys.exit({"produce": produce, "consume": consume, "stream": stream, "write": write, "serve": serve}[role](spec))

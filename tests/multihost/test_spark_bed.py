@@ -1,0 +1,387 @@
+"""Spark on the multi-host bed (issue 33): a standalone cluster (master, two one-core
+workers) in network namespaces, the driver in client mode on a host of its own whose spool
+no executor sees (a private tmpfs), producers, consumers and relays on hosts of their own.
+
+Each scenario checks every message arrives exactly once. One cluster serves the module.
+Run: ``flock /tmp/spark-zmq-spark.lock env PYTHONPATH=$PWD python -m pytest -n 0 -p no:cacheprovider
+tests/multihost`` as root (it skips, saying why, where no bed can be built).
+"""
+
+from __future__ import annotations
+
+import collections
+import glob
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+import netbed
+from spark_zmq.relay.run import read_ready
+
+pytestmark = [pytest.mark.multihost, pytest.mark.spark]
+
+PROGRAMS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bed_programs.py")
+
+#: WORKAROUND (remove when the fix lands): the driver's spool fetch service advertises
+#: gethostbyname(gethostname()) by default, loopback on a host whose name maps to
+#: 127.0.0.1, so executors on other hosts never reach it and a cluster query reads nothing
+#: (its tasks wait fetchTimeout). Until the default uses spark.driver.host (or the routable
+#: address), the driver-side scenarios name the driver's bed address. Set
+#: SPARK_ZMQ_BED_NO_WORKAROUND=1 to run without it (and see the failure).
+USE_WORKAROUND = os.environ.get("SPARK_ZMQ_BED_NO_WORKAROUND", "") in ("", "0")
+
+
+def workaround_options(bed: netbed.NetBed) -> dict:
+    return {"spoolServerHost": bed.addr("driver")} if USE_WORKAROUND else {}
+
+
+#: a failed fetch fails in seconds, not the default 120
+FAST_FAIL = {"fetchTimeout": "20"}
+MESSAGES = 20_000
+
+
+def _env() -> dict:
+    """The documented configuration only: no SPARK_LOCAL_IP for the driver."""
+    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_LOCAL_IP", "PYSPARK_SUBMIT_ARGS")}
+    env.update(PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable, PYTHONUNBUFFERED="1")
+    return env
+
+
+def events(started: dict) -> list:
+    """The events a program reported (its ``status`` file, one JSON per line)."""
+    try:
+        with open(started["status"]) as f:
+            return [json.loads(line) for line in f if line.strip()]
+    except FileNotFoundError:
+        return []
+
+
+def wait_event(started: dict, event: str, timeout: float, log=lambda: "", **match) -> dict:
+    """The first ``event`` whose fields are at least ``match``, polled with a deadline; fails at
+    once, with the program's log, when the program exits without it."""
+    def found():
+        for e in events(started):
+            if e["event"] == event and all(e.get(k, 0) >= v for k, v in match.items()):
+                return e
+        if started["proc"].poll() is not None:
+            for e in events(started):  # written just before it exited
+                if e["event"] == event:
+                    return e
+            raise AssertionError(f"{started['name']} exited {started['proc'].returncode} before {event}: {log()}")
+        return None
+    return netbed.poll(found, timeout, 0.1, f"{started['name']}: {event} {match}")
+
+
+class Driver:
+    """One Spark application in client mode on host ``driver`` for the whole module (a
+    session's start is most of a scenario's time), in a mount namespace of its own whose
+    ``private`` directory (the spools) no executor sees; scenarios are sent to it."""
+
+    def __init__(self, bed: netbed.NetBed, cluster: netbed.SparkCluster, root: str) -> None:
+        self.dir = os.path.join(root, "driver")
+        os.makedirs(self.dir)
+        self.private = os.path.join(self.dir, "private")
+        self.status = os.path.join(self.dir, "driver.status")
+        self.log_path = os.path.join(self.dir, "driver.log")
+        spec = os.path.join(self.dir, "driver.json")
+        with open(spec, "w") as f:
+            json.dump({"master": cluster.url, "status": self.status}, f)
+        with open(self.log_path, "wb") as log:
+            self.proc = bed.run("driver", [sys.executable, PROGRAMS, "serve", spec], _env(),
+                                private_dirs=[self.private], stdin=subprocess.PIPE, stdout=log,
+                                stderr=subprocess.STDOUT)
+        started = dict(status=self.status, proc=self.proc, name="driver")
+        self.serving = wait_event(started, "serving", 240, self.log)
+
+    def send(self, spec_path: str) -> None:
+        assert self.proc.poll() is None, f"the driver exited {self.proc.returncode}: {self.log()}"
+        self.proc.stdin.write(spec_path.encode() + b"\n")
+        self.proc.stdin.flush()
+
+    def log(self, chars: int = 4000) -> str:
+        with open(self.log_path, errors="replace") as f:
+            return f.read()[-chars:]
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.close()  # EOF: the session stops
+            self.proc.wait(60)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        netbed.NetBed.stop(self.proc, timeout=10)
+
+
+@pytest.fixture(scope="module")
+def driver(bed, cluster, bed_dir):
+    made = Driver(bed, cluster, bed_dir)
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+class Kit:
+    """Start the bed programs with a spec file each (the driver's scenarios go to the
+    module's ``Driver``); read what they report."""
+
+    def __init__(self, bed: netbed.NetBed, cluster: netbed.SparkCluster, root: str, name: str,
+                 driver: "Driver") -> None:
+        self.bed, self.cluster, self.driver = bed, cluster, driver
+        self.dir = os.path.join(root, name)
+        os.makedirs(self.dir)
+        self.procs: list[subprocess.Popen] = []
+        self.stop_files: list[str] = []
+
+    def path(self, name: str) -> str:
+        return os.path.join(self.dir, name)
+
+    def env(self) -> dict:
+        return _env()
+
+    def spark(self, role: str, name: str = "query", **spec) -> dict:
+        """Run a ``stream`` or ``write`` scenario in the module's driver application."""
+        spec.update(role=role, status=self.path(f"{name}.status"), result=self.path(f"{name}.result"),
+                    stop_file=self.path(f"{name}.stop"))
+        with open(self.path(f"{name}.json"), "w") as f:
+            json.dump(spec, f)
+        self.driver.send(self.path(f"{name}.json"))
+        self.stop_files.append(spec["stop_file"])
+        return dict(spec, proc=self.driver.proc, name=name)
+
+    def start(self, host: str, role: str, name: str, private_dirs=(), **spec) -> dict:
+        spec.setdefault("status", self.path(f"{name}.status"))
+        with open(self.path(f"{name}.json"), "w") as f:
+            json.dump(spec, f)
+        log = open(self.path(f"{name}.log"), "wb")
+        proc = self.bed.run(host, [sys.executable, PROGRAMS, role, self.path(f"{name}.json")], self.env(),
+                            private_dirs=private_dirs, stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        self.procs.append(proc)
+        return dict(spec, proc=proc, name=name)
+
+    def relay(self, host: str, endpoints: str, listen: str, spool_dir: str, private_dirs=()) -> subprocess.Popen:
+        err = open(self.path("relay.log"), "wb")
+        proc = self.bed.run(host, [sys.executable, "-m", "spark_zmq.cli", "relay", "--endpoints", endpoints,
+                                   "--listen", listen, "--spool-dir", spool_dir], self.env(),
+                            private_dirs=private_dirs, stdout=subprocess.PIPE, stderr=err)
+        err.close()
+        self.procs.append(proc)
+        ready = read_ready(proc, 60)
+        assert ready is not None, f"relay did not start: {self.log('relay')}"
+        return proc
+
+    @staticmethod
+    def events(started: dict) -> list:
+        return events(started)
+
+    def wait_event(self, started: dict, event: str, timeout: float, **match) -> dict:
+        return wait_event(started, event, timeout, lambda: self.log(started["name"]), **match)
+
+    def result(self, started: dict, timeout: float) -> dict:
+        self.wait_event(started, "done", timeout)
+        with open(started["result"]) as f:
+            return json.load(f)
+
+    def log(self, name: str, chars: int = 4000) -> str:
+        if name == "query":
+            return self.driver.log(chars)
+        try:
+            with open(self.path(f"{name}.log"), errors="replace") as f:
+                return f.read()[-chars:]
+        except OSError:
+            return ""
+
+    def close(self) -> None:
+        for stop in self.stop_files:  # a scenario still running in the driver ends (the next one waits)
+            open(stop, "a").close()
+        for proc in self.procs:
+            netbed.NetBed.stop(proc, timeout=20)
+
+
+@pytest.fixture
+def kit(bed, cluster, driver, bed_dir, request):
+    made = Kit(bed, cluster, bed_dir, request.node.name.replace("[", "-").replace("]", ""), driver)
+    try:
+        yield made
+    finally:
+        made.close()
+        bed.heal("producer")
+        for host in bed.hosts:
+            bed.link_up(host)
+
+
+def sink_values(output: str) -> collections.Counter:
+    """The ``value`` of every row Spark's JSON file sink committed under ``output``."""
+    committed = set()
+    for entry in sorted(glob.glob(os.path.join(output, "_spark_metadata", "*"))):
+        with open(entry) as f:
+            for line in f.read().splitlines()[1:]:  # a version line, then one JSON per file
+                committed.add(os.path.basename(json.loads(line)["path"]))
+    values: collections.Counter = collections.Counter()
+    for part in glob.glob(os.path.join(output, "part-*.json")):
+        if os.path.basename(part) in committed or f"file://{part}" in committed:
+            with open(part) as f:
+                for line in f:
+                    values[json.loads(line)["value"]] += 1
+    return values
+
+
+def consumer_values(path: str) -> collections.Counter:
+    try:
+        with open(path, "rb") as f:
+            return collections.Counter(line.decode() for line in f.read().splitlines())
+    except FileNotFoundError:
+        return collections.Counter()
+
+
+def assert_exactly_once(values: collections.Counter, count: int, start: int = 0) -> None:
+    expected = {str(i) for i in range(start, start + count)}
+    missing = expected - set(values)
+    duplicated = {v: n for v, n in values.items() if n > 1}
+    extra = set(values) - expected
+    assert not missing and not duplicated and not extra, (
+        f"{len(missing)} missing of {count} (e.g. {sorted(missing, key=int)[:5]}), "
+        f"{len(duplicated)} duplicated (e.g. {list(duplicated.items())[:5]}), {len(extra)} unexpected")
+
+
+def ranges(numbers) -> list:
+    """Sorted numbers as [first, last] runs."""
+    out: list = []
+    for n in sorted(numbers):
+        if out and n == out[-1][1] + 1:
+            out[-1][1] = n
+        else:
+            out.append([n, n])
+    return out
+
+
+def private_spool(kit: Kit, host: str) -> str:
+    """A directory that gets a tmpfs only ``host``'s program sees (its spool lives there)."""
+    return kit.driver.private if host == "driver" else kit.path(f"{host}-private")
+
+
+@pytest.mark.timeout(360)
+@pytest.mark.parametrize("side", ["driver-binds", "driver-connects"])
+def test_pull_from_a_producer_on_another_host_exactly_once(bed, kit, side):
+    """A plain pyzmq PUSH on ``producer`` sends 20,000 messages to the driver, which binds on
+    its bed address (or connects out, ``>``, to the producer's bound PUSH); executors on
+    w1/w2, which do not see the driver's spool, fetch it."""
+    private = private_spool(kit, "driver")
+    if side == "driver-binds":
+        endpoint = f"tcp://{bed.addr('driver')}:5555"
+        source, target = "@" + endpoint, endpoint
+    else:
+        endpoint = f"tcp://{bed.addr('producer')}:5557"
+        source, target = ">" + endpoint, "@tcp://*:5557"
+    job = kit.spark("stream", expected=MESSAGES, deadline=200, output=kit.path("out"),
+                    checkpoint=kit.path("checkpoint"),
+                    options={"endpoints": source, "format": "text",
+                             "spoolDir": os.path.join(private, f"spool-pull-{side}"), **FAST_FAIL,
+                             **workaround_options(bed)})
+    kit.wait_event(job, "started", 180)
+    producer = kit.start("producer", "produce", "producer", endpoint=target, count=MESSAGES)
+    result = kit.result(job, 300)
+    kit.wait_event(producer, "done", 60)
+    assert os.listdir(private) == [], "the driver's spool leaked out of its mount namespace"
+    print(f"pull ({side}):", json.dumps({k: v for k, v in result.items() if k != "traceback"}))
+    assert result["ok"], result
+    assert result["executors"] == 2
+    assert_exactly_once(sink_values(kit.path("out")), MESSAGES)
+
+
+@pytest.mark.timeout(300)
+def test_push_sink_to_a_consumer_on_another_host(bed, kit):
+    """``df.write.format("zmq")``: every write task, on w1 and w2, connects to a plain pyzmq
+    PULL bound on ``consumer``."""
+    endpoint = f"tcp://{bed.addr('consumer')}:6000"
+    consumer = kit.start("consumer", "consume", "consumer", endpoint="@tcp://*:6000",
+                         messages=kit.path("consumed"))
+    kit.wait_event(consumer, "started", 30)
+    job = kit.spark("write", count=MESSAGES, partitions=4,
+                    options={"endpoints": endpoint, "format": "text"})
+    result = kit.result(job, 240)
+    print("push:", json.dumps({k: v for k, v in result.items() if k != "traceback"}))
+    assert result["ok"], result
+    netbed.poll(lambda: sum(consumer_values(kit.path("consumed")).values()) >= MESSAGES, 60, 0.2,
+                "the consumer to hold every message")
+    netbed.NetBed.stop(consumer["proc"])
+    assert_exactly_once(consumer_values(kit.path("consumed")), MESSAGES)
+
+
+@pytest.mark.timeout(360)
+def test_relay_on_its_own_host_read_by_the_cluster(bed, kit):
+    """``spark-zmq relay`` on ``relay`` (its spool private to it) receives from ``producer``;
+    the query reads it with ``relays``: the driver leases it, executors fetch from it."""
+    private = private_spool(kit, "relay")
+    listen = f"tcp://{bed.addr('relay')}:7000"
+    kit.relay("relay", "@tcp://*:5555", listen, os.path.join(private, "spool"), private_dirs=[private])
+    producer = kit.start("producer", "produce", "producer", endpoint=f"tcp://{bed.addr('relay')}:5555",
+                         count=MESSAGES)
+    job = kit.spark("stream", expected=MESSAGES, deadline=200, output=kit.path("out"),
+                    checkpoint=kit.path("checkpoint"),
+                    options={"relays": listen, "format": "text", "startingOffsets": "earliest", **FAST_FAIL})
+    result = kit.result(job, 300)
+    kit.wait_event(producer, "done", 60)
+    assert os.listdir(private) == [], "the relay's spool leaked out of its mount namespace"
+    print("relay:", json.dumps({k: v for k, v in result.items() if k != "traceback"}))
+    assert result["ok"], result
+    assert_exactly_once(sink_values(kit.path("out")), MESSAGES)
+
+
+#: 1,000 msg/s for 40 s; the drop starts after 3,000 and lasts 30 s, so sending goes on after the heal
+FAULT_RATE, FAULT_MESSAGES, FAULT_AFTER, FAULT_SECONDS = 1000, 40_000, 3000, 30
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(420)
+@pytest.mark.xfail(strict=False, reason="a producer silent for longer than heartbeatTimeout (10 s) has its "
+                   "connection closed by the receiver and what was in flight is lost; being fixed")
+def test_producer_traffic_dropped_for_30s_then_healed_loses_nothing(bed, kit):
+    """The producer sends 1,000 msg/s for 40 s; after 3,000 its traffic is dropped (nftables,
+    both ways) for 30 s, then healed; it keeps its socket open to the end. Every message
+    must arrive, once."""
+    private = private_spool(kit, "driver")
+    endpoint = f"tcp://{bed.addr('driver')}:5555"
+    job = kit.spark("stream", expected=FAULT_MESSAGES, deadline=300, output=kit.path("out"),
+                    checkpoint=kit.path("checkpoint"),
+                    options={"endpoints": "@" + endpoint, "format": "text",
+                             "spoolDir": os.path.join(private, "spool-fault"), **FAST_FAIL, **workaround_options(bed)})
+    kit.wait_event(job, "started", 180)
+    producer = kit.start("producer", "produce", "producer", endpoint=endpoint, count=FAULT_MESSAGES,
+                         rate=FAULT_RATE, report_every=500, hold=True)
+    kit.wait_event(producer, "sent", 60, sent=FAULT_AFTER)
+    bed.drop("producer")
+    dropped_at = time.monotonic()
+    netbed.poll(lambda: time.monotonic() - dropped_at >= FAULT_SECONDS, FAULT_SECONDS + 5, 0.5,
+                "the fault's duration")
+    bed.heal("producer")
+    healed_at = time.monotonic()
+    sent = kit.wait_event(producer, "sent_all", 180)
+    # the query stops at FAULT_MESSAGES rows; with a loss it never gets there: stop waiting
+    # once the sink has not grown for 30 s
+    last = {"rows": -1, "at": time.monotonic()}
+
+    def settled():
+        if kit.events(job) and kit.events(job)[-1]["event"] == "done":
+            return True
+        rows = sum(sink_values(kit.path("out")).values())
+        if rows != last["rows"]:
+            last.update(rows=rows, at=time.monotonic())
+        return time.monotonic() - last["at"] > 30
+    netbed.poll(settled, 200, 1.0, "the sink to settle")
+    settled_s = round(time.monotonic() - healed_at, 1)
+    open(job["stop_file"], "w").close()
+    kit.result(job, 90)
+    netbed.NetBed.stop(producer["proc"])
+    values = sink_values(kit.path("out"))
+    missing = FAULT_MESSAGES - len(set(values) & {str(i) for i in range(FAULT_MESSAGES)})
+    print("fault:", json.dumps({"rows": sum(values.values()), "distinct": len(values), "missing": missing,
+                                "received_ranges": ranges(int(v) for v in values),
+                                "duplicates": sum(n - 1 for n in values.values() if n > 1),
+                                "healed_to_settled_s": settled_s, "producer": sent,
+                                "job": kit.events(job)[-1]}))
+    assert_exactly_once(values, FAULT_MESSAGES)
