@@ -26,21 +26,8 @@ pytestmark = [pytest.mark.multihost, pytest.mark.spark]
 
 PROGRAMS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bed_programs.py")
 
-#: WORKAROUND (remove when the fix lands): the driver's spool fetch service advertises
-#: gethostbyname(gethostname()) by default, loopback on a host whose name maps to
-#: 127.0.0.1, so executors on other hosts never reach it and a cluster query reads nothing
-#: (its tasks wait fetchTimeout). Until the default uses spark.driver.host (or the routable
-#: address), the driver-side scenarios name the driver's bed address. Set
-#: SPARK_ZMQ_BED_NO_WORKAROUND=1 to run without it (and see the failure).
-USE_WORKAROUND = os.environ.get("SPARK_ZMQ_BED_NO_WORKAROUND", "") in ("", "0")
-
-
-def workaround_options(bed: netbed.NetBed) -> dict:
-    return {"spoolServerHost": bed.addr("driver")} if USE_WORKAROUND else {}
-
-
-#: a failed fetch fails in seconds, not the default 120
-FAST_FAIL = {"fetchTimeout": "20"}
+#: every scenario runs with the documented configuration only: the driver's master URL, and
+#: nothing else about addresses or ports (the fetch service finds the driver's address)
 MESSAGES = 20_000
 
 
@@ -280,8 +267,8 @@ def test_pull_from_a_producer_on_another_host_exactly_once(bed, kit, side):
     job = kit.spark("stream", expected=MESSAGES, deadline=200, output=kit.path("out"),
                     checkpoint=kit.path("checkpoint"),
                     options={"endpoints": source, "format": "text",
-                             "spoolDir": os.path.join(private, f"spool-pull-{side}"), **FAST_FAIL,
-                             **workaround_options(bed)})
+                             "spoolDir": os.path.join(private, f"spool-pull-{side}"),
+                             })
     kit.wait_event(job, "started", 180)
     producer = kit.start("producer", "produce", "producer", endpoint=target, count=MESSAGES)
     result = kit.result(job, 300)
@@ -323,7 +310,7 @@ def test_relay_on_its_own_host_read_by_the_cluster(bed, kit):
                          count=MESSAGES)
     job = kit.spark("stream", expected=MESSAGES, deadline=200, output=kit.path("out"),
                     checkpoint=kit.path("checkpoint"),
-                    options={"relays": listen, "format": "text", "startingOffsets": "earliest", **FAST_FAIL})
+                    options={"relays": listen, "format": "text", "startingOffsets": "earliest"})
     result = kit.result(job, 300)
     kit.wait_event(producer, "done", 60)
     assert os.listdir(private) == [], "the relay's spool leaked out of its mount namespace"
@@ -338,8 +325,6 @@ FAULT_RATE, FAULT_MESSAGES, FAULT_AFTER, FAULT_SECONDS = 1000, 40_000, 3000, 30
 
 @pytest.mark.slow
 @pytest.mark.timeout(420)
-@pytest.mark.xfail(strict=False, reason="a producer silent for longer than heartbeatTimeout (10 s) has its "
-                   "connection closed by the receiver and what was in flight is lost; being fixed")
 def test_producer_traffic_dropped_for_30s_then_healed_loses_nothing(bed, kit):
     """The producer sends 1,000 msg/s for 40 s; after 3,000 its traffic is dropped (nftables,
     both ways) for 30 s, then healed; it keeps its socket open to the end. Every message
@@ -349,7 +334,7 @@ def test_producer_traffic_dropped_for_30s_then_healed_loses_nothing(bed, kit):
     job = kit.spark("stream", expected=FAULT_MESSAGES, deadline=300, output=kit.path("out"),
                     checkpoint=kit.path("checkpoint"),
                     options={"endpoints": "@" + endpoint, "format": "text",
-                             "spoolDir": os.path.join(private, "spool-fault"), **FAST_FAIL, **workaround_options(bed)})
+                             "spoolDir": os.path.join(private, "spool-fault")})
     kit.wait_event(job, "started", 180)
     producer = kit.start("producer", "produce", "producer", endpoint=endpoint, count=FAULT_MESSAGES,
                          rate=FAULT_RATE, report_every=500, hold=True)
