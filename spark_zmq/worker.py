@@ -66,6 +66,7 @@ import zmq
 from .ingest.arrow_guard import MAX_DECOMPRESSED_BYTES, MalformedArrowError, read_batches
 
 from .patterns import Heartbeat, Rep, Req
+from .patterns.bounds import MAX_FRAMES, MessageBounds
 from .patterns.broker import READY
 from .patterns.curve import Curve
 from .patterns.endpoints import EndpointsSpec, parse_endpoints
@@ -100,13 +101,16 @@ class _BadRequest(ValueError):
 
 @dataclass
 class WorkerStats:
-    """What a worker did: requests received, normal replies, error replies, and how often
-    it announced itself again after a reconnection (broker workers)."""
+    """What a worker did: requests received, normal replies, error replies (of them,
+    ``oversize``: requests refused for more than ``max_frames`` frames or more than
+    ``max_message_bytes`` in all), and how often it announced itself again after a
+    reconnection (broker workers)."""
 
     requests: int = 0
     replies: int = 0
     errors: int = 0
     reannounced: int = 0
+    oversize: int = 0
 
 
 def error_reply(message: str) -> list[bytes]:
@@ -211,7 +215,8 @@ def serve(handler: Handler, endpoint: EndpointsSpec, *, format: str = "arrow", b
           curve: Optional[Curve] = None, stop: Optional[StopFlag] = None,
           heartbeat: Optional[Heartbeat] = None, max_message_bytes: Optional[int] = None,
           on_ready: Optional[Callable[[list[str]], None]] = None,
-          context: Optional[zmq.Context] = None, max_decompressed_bytes: Optional[int] = None) -> WorkerStats:
+          context: Optional[zmq.Context] = None, max_decompressed_bytes: Optional[int] = None,
+          max_frames: int = MAX_FRAMES) -> WorkerStats:
     """Answer requests with ``handler`` until ``stop`` is set (see the module docstring).
 
     ``curve``: the socket's CURVE security (usually a client of the broker's backend, or a
@@ -219,7 +224,10 @@ def serve(handler: Handler, endpoint: EndpointsSpec, *, format: str = "arrow", b
     accepted, and the largest reply sent: a larger one becomes an error reply), ``context``:
     as for pattern sockets. ``max_decompressed_bytes``: the most an arrow request may take
     once decompressed (default ``min(1 GiB, 16 x max_message_bytes)``, or 256 MiB without
-    ``max_message_bytes``); checked before decompressing. ``on_ready(addresses)`` is called once
+    ``max_message_bytes``); checked before decompressing. ``max_frames`` (default 64) and
+    ``max_message_bytes`` also bound a request as a whole: one with more frames, or more
+    bytes over all its frames, is read and let go at once, frame by frame, answered with an
+    error reply, counted (``oversize``) and logged once per peer. ``on_ready(addresses)`` is called once
     the socket is bound or connected (the bound addresses, a ``*`` port resolved, or the
     endpoints connected to). Returns what the worker did."""
     if not callable(handler):
@@ -235,6 +243,7 @@ def serve(handler: Handler, endpoint: EndpointsSpec, *, format: str = "arrow", b
                                "max_message_bytes": max_message_bytes}
     if context is not None:
         options["context"] = context
+    bounds = MessageBounds("worker", max_frames, max_message_bytes, logger=log)
     stop = stop or threading.Event()
     stats = WorkerStats()
     call = _CALLS[format]
@@ -263,9 +272,9 @@ def serve(handler: Handler, endpoint: EndpointsSpec, *, format: str = "arrow", b
         if on_ready is not None:
             on_ready(sock.bound_addresses or [e.address for e in sock.endpoints])
         if broker:
-            _serve_broker(sock, answer, stop, stats)
+            _serve_broker(sock, answer, stop, stats, bounds)
         else:
-            _serve_rep(sock, answer, stop, stats)
+            _serve_rep(sock, answer, stop, stats, bounds)
     return stats
 
 
@@ -280,24 +289,42 @@ def _send(sock: Any, frames: list[bytes], stop: StopFlag) -> bool:
                 return False
 
 
-def _recv(sock: Any, stop: StopFlag, between: Callable[[], None] = lambda: None) -> Optional[list[bytes]]:
-    """Receive one message, waiting in slices (``between()`` after each); None if stopped."""
+def _recv(sock: Any, stop: StopFlag, bounds: MessageBounds, stats: WorkerStats,
+          between: Callable[[], None] = lambda: None) -> Optional[tuple[Optional[list[bytes]], list[bytes], str]]:
+    """Receive one message within ``bounds``, waiting in slices (``between()`` after each);
+    None if stopped. ``(frames, [], "")``, or ``(None, kept, why)`` for a refused message
+    (counted in ``stats.oversize``)."""
     while not stop.is_set():
-        try:
-            return sock.recv_multipart(timeout=_WAKE_S)
-        except TimeoutError:
+        if not sock.poll_recv(_WAKE_S):
             between()
+            continue
+        try:
+            got = bounds.recv(sock.zmq_socket)
+        except zmq.Again:
+            continue
+        stats.requests += 1
+        if got[0] is None:
+            stats.oversize += 1
+            stats.errors += 1
+        return got
     return None
 
 
+def _refusal(why: str, bounds: MessageBounds) -> list[bytes]:
+    limits = f"max_frames {bounds.max_frames}" + (
+        "" if bounds.max_bytes is None else f", max_message_bytes {bounds.max_bytes:,}")
+    return error_reply(f"the request was refused: {why} ({limits})")
+
+
 def _serve_rep(sock: Rep, answer: Callable[[list[bytes]], list[bytes]], stop: StopFlag,
-               stats: WorkerStats) -> None:
+               stats: WorkerStats, bounds: MessageBounds) -> None:
     while True:
-        body = _recv(sock, stop)
-        if body is None:
+        got = _recv(sock, stop, bounds, stats)
+        if got is None:
             return
-        stats.requests += 1
-        _send(sock, answer(body), stop)
+        body, _, why = got
+        # (a REP must answer before it reads again: a refused request gets an error reply)
+        _send(sock, _refusal(why, bounds) if body is None else answer(body), stop)
 
 
 class _Connections:
@@ -319,7 +346,7 @@ class _Connections:
 
 
 def _serve_broker(sock: Req, answer: Callable[[list[bytes]], list[bytes]], stop: StopFlag,
-                  stats: WorkerStats) -> None:
+                  stats: WorkerStats, bounds: MessageBounds) -> None:
     # relaxed: READY may be sent again while the socket waits for a request (a new
     # connection's broker does not know us; the request the old one would send never comes)
     sock.zmq_socket.setsockopt(zmq.REQ_RELAXED, 1)
@@ -334,12 +361,15 @@ def _serve_broker(sock: Req, answer: Callable[[list[bytes]], list[bytes]], stop:
             _send(sock, [READY], stop)
 
     while True:
-        frames = _recv(sock, stop, reannounce_if_reconnected)
-        if frames is None:
+        got = _recv(sock, stop, bounds, stats, reannounce_if_reconnected)
+        if got is None:
             return
-        stats.requests += 1
-        delimiter = next((i for i, frame in enumerate(frames) if not frame), None)
-        if delimiter is None:
+        frames, kept, why = got
+        delimiter = next((i for i, frame in enumerate(kept if frames is None else frames) if not frame), None)
+        if frames is None:
+            # (a REQ must send before it reads again: the error reply, with the envelope if it was read)
+            reply = _refusal(why, bounds) if delimiter is None else kept[:delimiter + 1] + _refusal(why, bounds)
+        elif delimiter is None:
             reply = error_reply("the request has no envelope (no empty delimiter frame)")
             stats.errors += 1
         else:

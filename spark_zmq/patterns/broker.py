@@ -83,7 +83,8 @@ import zmq
 from .curve import Curve
 from .endpoints import EndpointsSpec
 from .broker_clients import ClientQueues
-from .broker_stats import MAX_FRAMES, BrokerStats, delimiter, envelope, is_reply, recv_bounded, warn_shared_keys
+from .bounds import MAX_FRAMES, recv_bounded
+from .broker_stats import BrokerStats, delimiter, envelope, is_reply, warn_shared_keys
 from .heartbeat import Heartbeat
 from .reqrep import Router
 
@@ -525,10 +526,11 @@ class Broker:
         """One message within ``max_frames`` and ``max_message_bytes``; ``[]`` when it was
         dropped for its size; None when nothing waits."""
         try:
-            frames, peer, why = recv_bounded(sock, self.max_frames, self.max_message_bytes)
+            frames, first, why = recv_bounded(sock, self.max_frames, self.max_message_bytes)
         except zmq.Again:
             return None
-        if frames is None:
+        if why:
+            peer = first.bytes
             self.messages_oversize += 1
             if peer not in self._oversize_logged and len(self._oversize_logged) < _LOGGED_CLIENTS:
                 self._oversize_logged.add(peer)

@@ -14,10 +14,7 @@ import zmq
 
 from .curve import Curve
 
-__all__ = ["BrokerStats", "warn_shared_keys", "is_reply", "envelope", "delimiter", "recv_bounded", "MAX_FRAMES"]
-
-#: frames a message may have by default (an envelope of a few hops, a delimiter, a body)
-MAX_FRAMES = 64
+__all__ = ["BrokerStats", "warn_shared_keys", "is_reply", "envelope", "delimiter"]
 
 log = logging.getLogger("spark_zmq.patterns.broker")
 
@@ -109,29 +106,3 @@ def delimiter(frames: list, start: int = 0) -> Optional[int]:
         if len(frames[i]) == 0:
             return i
     return None
-
-
-
-def recv_bounded(sock: zmq.Socket, max_frames: int, max_bytes: Optional[int]) -> tuple[Optional[list], bytes, str]:
-    """One whole message read without blocking (``zmq.Again`` when none waits), frame by
-    frame: ``(frames, peer, "")``, or ``(None, peer, why)`` when it has more than
-    ``max_frames`` frames or more than ``max_bytes`` in all. libzmq's own limit
-    (ZMQ_MAXMSGSIZE) is per frame; a peer could send a million small frames in one
-    message. Past a limit the rest is read and let go at once, never kept."""
-    first = sock.recv(zmq.NOBLOCK, copy=False)
-    frames, total, why = [first], len(first), ""
-    frame = first
-    while frame.more:
-        frame = sock.recv(copy=False)  # the rest of a message arrives with its first frame
-        total += len(frame)
-        if why:
-            continue
-        if len(frames) >= max_frames:
-            why = f"more than {max_frames} frames"
-        elif max_bytes is not None and total > max_bytes:
-            why = f"more than {max_bytes:,} bytes in all"
-        else:
-            frames.append(frame)
-    if max_bytes is not None and not why and total > max_bytes:
-        why = f"more than {max_bytes:,} bytes in all"
-    return (None if why else frames), first.bytes, why

@@ -18,11 +18,15 @@ Not thread-safe: one client per thread (as one socket per thread).
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Optional, Union
 
+import zmq
+
+from .bounds import MAX_FRAMES, MessageBounds
 from .endpoints import EndpointsSpec
 from .reqrep import Dealer
 
@@ -32,6 +36,8 @@ __all__ = ["Client", "RequestTimeoutError"]
 _ID_BYTES = 8
 
 Body = Union[bytes, list[bytes]]
+
+log = logging.getLogger(__name__)
 
 
 class RequestTimeoutError(TimeoutError):
@@ -55,12 +61,15 @@ class Client:
 
     ``endpoints``: where the workers (or a broker's frontend) are, connected by default.
     ``timeout``: seconds a request may wait for its reply before it is sent again;
-    ``retries``: how many times it is sent again before ``RequestTimeoutError``. Other
-    keyword options (``curve``, ``heartbeat``, ``hwm``, ``max_message_bytes`` for replies,
-    ...) are the DEALER's."""
+    ``retries``: how many times it is sent again before ``RequestTimeoutError``.
+    ``max_frames``: the most frames a reply may have (default 64); ``max_message_bytes``
+    bounds each reply frame (libzmq disconnects a peer sending more) and a reply's frames
+    in all: a reply past either is dropped whole, counted in ``oversize`` and logged once
+    per peer. Other keyword options (``curve``, ``heartbeat``, ``hwm``, ...) are the
+    DEALER's."""
 
     def __init__(self, endpoints: EndpointsSpec, *, timeout: float = 5.0, retries: int = 2,
-                 **options: Any) -> None:
+                 max_frames: int = MAX_FRAMES, **options: Any) -> None:
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) \
                 or timeout <= 0:
             raise ValueError(f"timeout must be a finite number of seconds > 0, not {timeout!r}")
@@ -70,6 +79,7 @@ class Client:
         # queue requests only to workers connected now: libzmq would otherwise keep a pipe
         # to a dead worker's endpoint and round-robin requests (and resends) into it
         options.setdefault("immediate", True)
+        self._bounds = MessageBounds("Client", max_frames, options.get("max_message_bytes"), logger=log)
         self._timeout = float(timeout)
         self._retries = retries
         self._dealer = Dealer(endpoints, **options)
@@ -97,6 +107,12 @@ class Client:
     def retries(self) -> int:
         """How many times a request is sent again before ``RequestTimeoutError``."""
         return self._retries
+
+    @property
+    def oversize(self) -> int:
+        """Replies dropped whole: more than ``max_frames`` frames, or more than
+        ``max_message_bytes`` over all frames."""
+        return self._bounds.oversize
 
     @property
     def in_flight(self) -> int:
@@ -132,9 +148,8 @@ class Client:
                 if now >= deadline:
                     raise TimeoutError(f"no reply within {timeout} s ({len(self._pending)} requests in flight)")
                 wait = min(wait, deadline - now)
-            try:
-                frames = self._dealer.recv_multipart(timeout=max(0.0, wait))
-            except TimeoutError:
+            frames = self._recv_bounded(max(0.0, wait))
+            if frames is None:
                 continue
             answered = self._take(frames)
             if answered is not None:
@@ -191,6 +206,17 @@ class Client:
                 f"{wait:g} s (timeout {self.timeout:g} s x (retries {self.retries} + 1)): is any worker (or broker) "
                 "running and reachable?", self._next_id, 0,
             ) from None
+
+    def _recv_bounded(self, wait: float) -> Optional[list[bytes]]:
+        """One reply within ``max_frames`` and ``max_message_bytes`` (see ``bounds``), or
+        None: nothing came within ``wait`` seconds, or what came was dropped."""
+        if not self._dealer.poll_recv(wait):
+            return None
+        try:
+            frames, _, _ = self._bounds.recv(self._dealer.zmq_socket)
+        except zmq.Again:
+            return None
+        return frames
 
     def _take(self, frames: list[bytes]) -> Optional[tuple[int, list[bytes]]]:
         if len(frames) < 2 or len(frames[0]) != _ID_BYTES or frames[1] != b"":
