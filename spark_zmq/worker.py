@@ -46,8 +46,11 @@ A client tells them apart by the number of frames after the envelope; no body ca
 mistaken for an error. The worker logs each error and keeps serving.
 
 What ``stop`` does: when the event is set the worker finishes (and answers) the request in
-hand, if any, and returns within about 0.1 s; a handler that never returns cannot be
-stopped from here. SIGTERM handling is the caller's (set ``stop`` from a handler).
+hand, if any, and returns within about 0.1 s. A handler that never returns: with
+``handler_timeout`` the handler runs in a child process, its request is answered with an
+error reply at the deadline and the child is replaced, and ``stop`` ends the worker (and
+the child) within about 0.1 s even while a handler runs; without it, a handler that never
+returns holds the worker and ``stop`` waits for it. SIGTERM handling is the caller's (set ``stop`` from a handler).
 Delivery is at least once: a client resends a request whose reply is late, so a request
 can be handled twice, and handlers should be idempotent.
 """
@@ -56,7 +59,9 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Protocol
 
@@ -70,6 +75,7 @@ from .patterns.bounds import MAX_FRAMES, MessageBounds
 from .patterns.broker import READY
 from .patterns.curve import Curve
 from .patterns.endpoints import EndpointsSpec, parse_endpoints
+from .worker_process import HandlerProcess
 
 __all__ = ["serve", "StopFlag", "WorkerStats", "ERROR", "FORMATS", "error_reply", "is_error_reply"]
 
@@ -111,6 +117,13 @@ class WorkerStats:
     errors: int = 0
     reannounced: int = 0
     oversize: int = 0
+    #: handlers that did not return within ``handler_timeout`` (each answered with an error
+    #: reply; the handler's process was replaced)
+    timeouts: int = 0
+
+
+class _Stopped(Exception):
+    """``stop`` was set while a handler ran in its process: the request is not answered."""
 
 
 def error_reply(message: str) -> list[bytes]:
@@ -216,7 +229,7 @@ def serve(handler: Handler, endpoint: EndpointsSpec, *, format: str = "arrow", b
           heartbeat: Optional[Heartbeat] = None, max_message_bytes: Optional[int] = None,
           on_ready: Optional[Callable[[list[str]], None]] = None,
           context: Optional[zmq.Context] = None, max_decompressed_bytes: Optional[int] = None,
-          max_frames: int = MAX_FRAMES) -> WorkerStats:
+          max_frames: int = MAX_FRAMES, handler_timeout: Optional[float] = None) -> WorkerStats:
     """Answer requests with ``handler`` until ``stop`` is set (see the module docstring).
 
     ``curve``: the socket's CURVE security (usually a client of the broker's backend, or a
@@ -229,9 +242,18 @@ def serve(handler: Handler, endpoint: EndpointsSpec, *, format: str = "arrow", b
     bytes over all its frames, is read and let go at once, frame by frame, answered with an
     error reply, counted (``oversize``) and logged once per peer. ``on_ready(addresses)`` is called once
     the socket is bound or connected (the bound addresses, a ``*`` port resolved, or the
-    endpoints connected to). Returns what the worker did."""
+    endpoints connected to). ``handler_timeout`` (seconds; default None, off): the handler then
+    runs in a child process forked from the worker, and a request whose handler has not
+    returned by then is answered with the error reply, the child killed and a new one
+    forked (``timeouts``); ``stop`` then also ends a worker whose handler is running (that
+    request is not answered: its client resends it). Returns what the worker did."""
     if not callable(handler):
         raise TypeError(f"handler must be callable, not {type(handler).__name__}")
+    if handler_timeout is not None and (isinstance(handler_timeout, bool)
+                                        or not isinstance(handler_timeout, (int, float))
+                                        or not math.isfinite(handler_timeout) or handler_timeout <= 0):
+        raise ValueError(f"handler_timeout must be None (no deadline) or a finite number of seconds > 0 (how long a "
+                         f"handler may take before its request is answered with an error), got {handler_timeout!r}")
     if format not in _CALLS:
         raise ValueError(f"format must be one of {', '.join(FORMATS)}, not {format!r}")
     if broker:
@@ -263,19 +285,70 @@ def serve(handler: Handler, endpoint: EndpointsSpec, *, format: str = "arrow", b
     def answer(body: list[bytes]) -> list[bytes]:
         return _answer(checked_call, handler, body, stats, reply_limit)
 
-    if broker:
-        # the monitor's CONNECTED events tell when the connection to the broker is new
-        sock = Req(endpoint, monitor=zmq.EVENT_CONNECTED, **{k: v for k, v in options.items() if v is not None})
-    else:
-        sock = Rep(endpoint, **{k: v for k, v in options.items() if v is not None})
-    with sock:
-        if on_ready is not None:
-            on_ready(sock.bound_addresses or [e.address for e in sock.endpoints])
+    child: Optional[HandlerProcess] = None
+    if handler_timeout is not None:
+        direct = answer
+
+        def in_child(number: int, body: list[bytes]) -> list[bytes]:
+            stats.requests = number  # (the child's copy: for its log lines)
+            return direct(body)
+
+        child = HandlerProcess(in_child)  # forked before the socket exists
+        answer = _answer_in(child, float(handler_timeout), stop, stats)
+    try:
         if broker:
-            _serve_broker(sock, answer, stop, stats, bounds)
+            # the monitor's CONNECTED events tell when the connection to the broker is new
+            sock = Req(endpoint, monitor=zmq.EVENT_CONNECTED, **{k: v for k, v in options.items() if v is not None})
         else:
-            _serve_rep(sock, answer, stop, stats, bounds)
+            sock = Rep(endpoint, **{k: v for k, v in options.items() if v is not None})
+        with sock:
+            if on_ready is not None:
+                on_ready(sock.bound_addresses or [e.address for e in sock.endpoints])
+            try:
+                if broker:
+                    _serve_broker(sock, answer, stop, stats, bounds)
+                else:
+                    _serve_rep(sock, answer, stop, stats, bounds)
+            except _Stopped:
+                pass
+    finally:
+        if child is not None:
+            child.close()
     return stats
+
+
+def _answer_in(child: HandlerProcess, timeout: float, stop: StopFlag,
+               stats: WorkerStats) -> Callable[[list[bytes]], list[bytes]]:
+    """``answer`` through the handler's process, within ``timeout`` seconds (see ``serve``)."""
+
+    def answer(body: list[bytes]) -> list[bytes]:
+        child.submit(stats.requests, body)
+        deadline = time.monotonic() + timeout
+        while True:
+            if stop.is_set():
+                raise _Stopped()
+            try:
+                reply = child.wait(min(_WAKE_S, deadline - time.monotonic()))
+            except ChildProcessError as exc:
+                stats.errors += 1
+                log.warning("worker: request %d: %s", stats.requests, exc)
+                return error_reply(str(exc))
+            if reply is not None:
+                if is_error_reply(reply):
+                    stats.errors += 1
+                else:
+                    stats.replies += 1
+                return reply
+            if time.monotonic() >= deadline:
+                child.kill()
+                stats.errors += 1
+                stats.timeouts += 1
+                text = (f"the handler did not return within handler_timeout ({timeout:g} s); its process was "
+                        f"killed and replaced")
+                log.warning("worker: request %d: %s", stats.requests, text)
+                return error_reply(text)
+
+    return answer
 
 
 def _send(sock: Any, frames: list[bytes], stop: StopFlag) -> bool:
