@@ -121,14 +121,30 @@ class Client:
 
     def send(self, body: Body, timeout: Optional[float] = None) -> int:
         """Send one request (one frame or a list of frames); returns its id. ``timeout``
-        bounds the wait for a worker to take it (``TimeoutError``)."""
+        bounds the wait for a worker to take it: by default as long as a request may wait
+        for its reply, ``timeout x (retries + 1)`` (no worker connected, or every queue to
+        one at its high-water mark); then ``RequestTimeoutError`` naming the endpoints (and
+        a refused CURVE handshake, if there was one)."""
         frames = [body] if isinstance(body, (bytes, bytearray, memoryview)) else list(body)
         request_id = self._next_id
-        self._next_id += 1
         message = [request_id.to_bytes(_ID_BYTES, "big"), b""] + [bytes(f) for f in frames]
-        self._dealer.send(message, timeout=timeout)
+        wait = self.timeout * (self.retries + 1) if timeout is None else timeout
+        try:
+            self._dealer.send(message, timeout=wait)
+        except TimeoutError:
+            raise RequestTimeoutError(
+                f"no worker at {', '.join(map(str, self._dealer.endpoints))} took request {request_id} within "
+                f"{wait:g} s (timeout {self.timeout:g} s x (retries {self.retries} + 1) by default): is any worker "
+                f"(or broker) running and reachable?{self._handshake_note()}", request_id, 0,
+            ) from None
+        self._next_id += 1
         self._pending[request_id] = _Pending(message, time.monotonic() + self.timeout, 1)
         return request_id
+
+    def _handshake_note(self) -> str:
+        """Why the connection fails, when a CURVE handshake was refused (see ``HandshakeWatch``)."""
+        watch = self._dealer.handshakes
+        return "" if watch is None else watch.failure_note()
 
     def recv(self, timeout: Optional[float] = None) -> tuple[int, list[bytes]]:
         """The next reply, ``(request id, reply frames)``, whichever request it answers.
@@ -157,7 +173,9 @@ class Client:
 
     def request(self, body: Body, timeout: Optional[float] = None) -> list[bytes]:
         """Send one request and wait for its reply (other replies that come meanwhile are
-        kept for ``recv``)."""
+        kept for ``recv``). ``timeout`` bounds the send as in ``send``; the wait for the
+        reply is bounded by ``timeout x (retries + 1)`` of the client (then
+        ``RequestTimeoutError``)."""
         request_id = self.send(body, timeout=timeout)
         while True:
             if request_id in self._ready:
@@ -183,7 +201,7 @@ class Client:
                 except StopIteration:
                     exhausted = True
                     break
-                order.append(self._send_bounded(body))
+                order.append(self.send(body))
             while order and order[0] in got:
                 yield got.pop(order.pop(0))
             if not order:
@@ -192,20 +210,6 @@ class Client:
                 continue
             answered, frames = self.recv()
             got[answered] = frames
-
-    def _send_bounded(self, body: Body) -> int:
-        """``send``, waiting for a worker to take the request as long as a request may wait
-        for its reply (``timeout x (retries + 1)``), not forever: with ZMQ_IMMEDIATE a
-        DEALER that no worker is connected to blocks every send."""
-        wait = self.timeout * (self.retries + 1)
-        try:
-            return self.send(body, timeout=wait)
-        except TimeoutError:
-            raise RequestTimeoutError(
-                f"no worker at {', '.join(map(str, self._dealer.endpoints))} took request {self._next_id} within "
-                f"{wait:g} s (timeout {self.timeout:g} s x (retries {self.retries} + 1)): is any worker (or broker) "
-                "running and reachable?", self._next_id, 0,
-            ) from None
 
     def _recv_bounded(self, wait: float) -> Optional[list[bytes]]:
         """One reply within ``max_frames`` and ``max_message_bytes`` (see ``bounds``), or
@@ -244,7 +248,7 @@ class Client:
                 raise RequestTimeoutError(
                     f"no reply to request {request_id} from {', '.join(map(str, self._dealer.endpoints))} within "
                     f"{self.timeout:g} s, {entry.attempts} times (timeout {self.timeout:g} s, retries "
-                    f"{self.retries}): are the workers running and reachable?",
+                    f"{self.retries}): are the workers running and reachable?{self._handshake_note()}",
                     request_id, entry.attempts,
                 )
             try:
