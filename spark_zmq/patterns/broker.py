@@ -107,6 +107,15 @@ _LOGGED_CLIENTS = 1000
 _DEPARTED_REMEMBERED = 10_000
 
 
+def _fd(frame: zmq.Frame) -> Optional[int]:
+    """The descriptor of the connection a frame came on (None: inproc, or unknown)."""
+    try:
+        fd = frame.get(zmq.SRCFD)
+    except zmq.ZMQError:
+        return None
+    return None if fd is None or fd < 0 else fd
+
+
 class BrokerFrontend(Router):
     """The broker's frontend: read only while the broker has room, so no ZMTP timeout (a
     peer whose PONG waits unread behind a full queue is alive; see ``heartbeat``)."""
@@ -168,6 +177,9 @@ class Broker:
             # the monitor's disconnections tell which workers are gone (see _on_disconnect)
             self._backend: Router = BrokerBackend(backend, curve=curve_backend, monitor=zmq.EVENT_DISCONNECTED,
                                                   **common)
+            # a worker with a fixed routing id that reconnects before its old connection is
+            # seen gone (a half-open one) takes the id over instead of being refused
+            self._backend.zmq_socket.setsockopt(zmq.ROUTER_HANDOVER, 1)
         except BaseException:
             self._frontend.close()
             raise
@@ -188,8 +200,9 @@ class Broker:
         #: the connection (file descriptor) each worker came on, and the workers on each
         self._fd_of: dict[bytes, int] = {}
         self._workers_at_fd: dict[int, set[bytes]] = {}
-        #: workers forgotten lately -> the envelope of the request one held then, or None
-        self._departed: collections.OrderedDict[bytes, Optional[tuple[bytes, ...]]] = collections.OrderedDict()
+        #: workers forgotten lately -> (the envelope of the request one held then or None, its descriptor)
+        self._departed: collections.OrderedDict[bytes, tuple[Optional[tuple[bytes, ...]], Optional[int]]] = \
+            collections.OrderedDict()
         self._stop = threading.Event()
         self._running = threading.Lock()
         self._closed = False
@@ -200,6 +213,7 @@ class Broker:
         self.requests_lost = 0
         self.workers_gone = 0
         self.replies_unexpected = 0
+        self.workers_reconnected = 0
 
     # -- introspection ----------------------------------------------------------------------
 
@@ -222,7 +236,8 @@ class Broker:
         return BrokerStats(idle, idle + busy, clients.waiting, busy, self.requests_forwarded,
                            self.replies_returned, self.malformed, self.replies_undeliverable, self.requests_lost,
                            self.workers_gone, rejected, clients.held_count, self.replies_unexpected,
-                           self.requests_refused, clients.held_bytes, self.messages_oversize)
+                           self.requests_refused, clients.held_bytes, self.messages_oversize,
+                           workers_reconnected=self.workers_reconnected)
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -316,8 +331,12 @@ class Broker:
     def _on_worker_message(self, frames: list) -> None:
         worker = frames[0].bytes
         if worker in self._departed:
-            self._from_departed(worker, frames)
-            return
+            if not self._from_departed(worker, frames):
+                return
+        elif worker in self._fd_of and self._fd_of[worker] != _fd(frames[-1]):
+            # the same routing id on another connection (ROUTER_HANDOVER): the old one is gone
+            self._forget(worker, "it reconnected with the same routing id", gone=False)
+            self._reconnected(worker)
         held = self._busy.pop(worker, None)
         was_busy = held is not None
         if len(frames) < 3 or len(frames[1]) != 0:
@@ -354,18 +373,33 @@ class Broker:
             return
         self._return(payload)
 
-    def _from_departed(self, worker: bytes, frames: list) -> None:
-        """A message read after its worker was forgotten: the connection closed right after
-        the worker sent it (libzmq still held it when the disconnection was read). A reply
-        still goes to its client, and the request was not lost after all; the worker
-        itself stays forgotten (its connection is gone)."""
-        if len(frames) >= 3 and len(frames[1]) == 0 and is_reply(frames[2:]):
-            held = self._departed.pop(worker)
-            if held is None or envelope(frames[2:]) != held:
+    def _from_departed(self, worker: bytes, frames: list) -> bool:
+        """A message from a worker that was forgotten. A reply read after its connection
+        closed (libzmq still held it) still goes to its client, and the request was not
+        lost after all. ``READY``, or a reply on another connection, is the worker back
+        under the same routing id (a fixed ZMQ_ROUTING_ID): True, to take it as new."""
+        payload = frames[2:]
+        if len(frames) >= 3 and len(frames[1]) == 0 and is_reply(payload):
+            held, fd = self._departed[worker]
+            if held is not None and envelope(payload) == held:
+                del self._departed[worker]
+                self.requests_lost -= 1
+                self._return(payload)
+                return False
+            if fd == _fd(frames[-1]):
                 self._unexpected(worker, "a reply to no request it held, after it was gone")
-                return
-            self.requests_lost -= 1
-            self._return(frames[2:])
+                return False
+        elif not (len(frames) == 3 and len(frames[1]) == 0 and frames[2].bytes == READY):
+            return False
+        del self._departed[worker]
+        self._reconnected(worker)
+        return True
+
+    def _reconnected(self, worker: bytes) -> None:
+        self.workers_reconnected += 1
+        if self.workers_reconnected <= 10:
+            log.warning("Broker: worker %r is back on a new connection with the same routing id; serving it%s",
+                        worker, " (further ones are counted, not logged)" if self.workers_reconnected == 10 else "")
 
     def _return(self, payload: list) -> None:
         """Send a reply ``[envelope..., b"", reply...]`` to its client, or hold it while
@@ -441,11 +475,8 @@ class Broker:
         whose own disconnection came first (it sent and died at once) stays listed until the
         descriptor's next disconnection or its first request (EHOSTUNREACH)."""
         self._read_monitors()
-        try:
-            fd = frame.get(zmq.SRCFD)
-        except zmq.ZMQError:
-            return
-        if fd is None or fd < 0:
+        fd = _fd(frame)
+        if fd is None:
             return  # inproc: no descriptor; a gone worker is found by EHOSTUNREACH
         self._workers_at_fd.setdefault(fd, set()).add(worker)
         self._fd_of[worker] = fd
@@ -454,7 +485,7 @@ class Broker:
         for worker in self._workers_at_fd.pop(fd, ()):
             self._forget(worker, f"its connection (descriptor {fd}) closed")
 
-    def _forget(self, worker: bytes, why: str) -> None:
+    def _forget(self, worker: bytes, why: str, gone: bool = True) -> None:
         log.debug("Broker: forgetting worker %r: %s", worker, why)
         known = worker in self._idle
         self._idle.pop(worker, None)
@@ -465,9 +496,9 @@ class Broker:
         fd = self._fd_of.pop(worker, None)
         if fd is not None:
             self._workers_at_fd.get(fd, set()).discard(worker)
-        if known or was_busy:
+        if (known or was_busy) and gone:
             self.workers_gone += 1
-            self._departed[worker] = held
+            self._departed[worker] = (held, fd)
             while len(self._departed) > _DEPARTED_REMEMBERED:
                 self._departed.popitem(last=False)
 

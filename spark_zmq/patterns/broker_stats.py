@@ -56,6 +56,8 @@ class BrokerStats:
     #: messages dropped whole for too many frames or too many bytes in all (``max_frames``,
     #: ``max_message_bytes``)
     messages_oversize: int = 0
+    #: workers that came back on a new connection with the same routing id, and were served again
+    workers_reconnected: int = 0
 
     def line(self) -> str:
         """One line for a log or a terminal."""
@@ -64,7 +66,7 @@ class BrokerStats:
                 f"{self.replies_returned} returned, {self.replies_held} held, {self.requests_refused} refused, "
                 f"{self.requests_lost} lost with a worker, "
                 f"{self.replies_undeliverable} undeliverable, {self.replies_unexpected} unexpected, {self.malformed} malformed, "
-                f"{self.messages_oversize} oversize, "
+                f"{self.messages_oversize} oversize, {self.workers_reconnected} workers reconnected, "
                 f"{self.handshakes_rejected} handshakes rejected")
 
 
