@@ -58,6 +58,10 @@ class BrokerStats:
     messages_oversize: int = 0
     #: workers that came back on a new connection with the same routing id, and were served again
     workers_reconnected: int = 0
+    #: requests dropped because they waited longer than ``request_ttl`` for a worker
+    requests_expired: int = 0
+    #: workers holding a request longer than ``hold_limit`` (each such request counted in ``requests_lost``)
+    workers_overdue: int = 0
 
     def line(self) -> str:
         """One line for a log or a terminal."""
@@ -67,6 +71,7 @@ class BrokerStats:
                 f"{self.requests_lost} lost with a worker, "
                 f"{self.replies_undeliverable} undeliverable, {self.replies_unexpected} unexpected, {self.malformed} malformed, "
                 f"{self.messages_oversize} oversize, {self.workers_reconnected} workers reconnected, "
+                f"{self.requests_expired} expired, {self.workers_overdue} workers overdue, "
                 f"{self.handshakes_rejected} handshakes rejected")
 
 
