@@ -65,6 +65,12 @@ Held replies are bounded per client (``client_hwm``) and in bytes (``max_held_by
 client at its bound gets no new request while the others go on, and its further requests
 are refused (``requests_refused``): ``broker_clients`` says how and why.
 
+Deadlines: a request that waited longer than ``request_ttl`` for a worker is dropped, not
+dispatched (its client has resent it by then); a worker that holds a request longer than
+``hold_limit`` counts it lost, once, and the broker does not resend it. The worker side
+(idle and busy workers, their connections, reconnections under the same routing id) is
+``broker_workers``; the per-client queues ``broker_clients``; the counters ``broker_stats``.
+
 One thread runs the broker (``run``/``serve_forever``); ``stop()`` may be called from any
 thread (or a signal handler) and ends the loop within about 0.1 s.
 """
