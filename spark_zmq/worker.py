@@ -46,8 +46,11 @@ A client tells them apart by the number of frames after the envelope; no body ca
 mistaken for an error. The worker logs each error and keeps serving.
 
 What ``stop`` does: when the event is set the worker finishes (and answers) the request in
-hand, if any, and returns within about 0.1 s; a handler that never returns cannot be
-stopped from here. SIGTERM handling is the caller's (set ``stop`` from a handler).
+hand, if any, and returns within about 0.1 s. A handler that never returns: with
+``handler_timeout`` the handler runs in a child process, its request is answered with an
+error reply at the deadline and the child is replaced, and ``stop`` ends the worker (and
+the child) within about 0.1 s even while a handler runs; without it, a handler that never
+returns holds the worker and ``stop`` waits for it. SIGTERM handling is the caller's (set ``stop`` from a handler).
 Delivery is at least once: a client resends a request whose reply is late, so a request
 can be handled twice, and handlers should be idempotent.
 """
@@ -56,7 +59,9 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Protocol
 
@@ -66,9 +71,11 @@ import zmq
 from .ingest.arrow_guard import MAX_DECOMPRESSED_BYTES, MalformedArrowError, read_batches
 
 from .patterns import Heartbeat, Rep, Req
+from .patterns.bounds import MAX_FRAMES, MessageBounds
 from .patterns.broker import READY
 from .patterns.curve import Curve
 from .patterns.endpoints import EndpointsSpec, parse_endpoints
+from .worker_process import HandlerProcess
 
 __all__ = ["serve", "StopFlag", "WorkerStats", "ERROR", "FORMATS", "error_reply", "is_error_reply"]
 
@@ -100,13 +107,23 @@ class _BadRequest(ValueError):
 
 @dataclass
 class WorkerStats:
-    """What a worker did: requests received, normal replies, error replies, and how often
-    it announced itself again after a reconnection (broker workers)."""
+    """What a worker did: requests received, normal replies, error replies (of them,
+    ``oversize``: requests refused for more than ``max_frames`` frames or more than
+    ``max_message_bytes`` in all), and how often it announced itself again after a
+    reconnection (broker workers)."""
 
     requests: int = 0
     replies: int = 0
     errors: int = 0
     reannounced: int = 0
+    oversize: int = 0
+    #: handlers that did not return within ``handler_timeout`` (each answered with an error
+    #: reply; the handler's process was replaced)
+    timeouts: int = 0
+
+
+class _Stopped(Exception):
+    """``stop`` was set while a handler ran in its process: the request is not answered."""
 
 
 def error_reply(message: str) -> list[bytes]:
@@ -211,7 +228,8 @@ def serve(handler: Handler, endpoint: EndpointsSpec, *, format: str = "arrow", b
           curve: Optional[Curve] = None, stop: Optional[StopFlag] = None,
           heartbeat: Optional[Heartbeat] = None, max_message_bytes: Optional[int] = None,
           on_ready: Optional[Callable[[list[str]], None]] = None,
-          context: Optional[zmq.Context] = None, max_decompressed_bytes: Optional[int] = None) -> WorkerStats:
+          context: Optional[zmq.Context] = None, max_decompressed_bytes: Optional[int] = None,
+          max_frames: int = MAX_FRAMES, handler_timeout: Optional[float] = None) -> WorkerStats:
     """Answer requests with ``handler`` until ``stop`` is set (see the module docstring).
 
     ``curve``: the socket's CURVE security (usually a client of the broker's backend, or a
@@ -219,11 +237,23 @@ def serve(handler: Handler, endpoint: EndpointsSpec, *, format: str = "arrow", b
     accepted, and the largest reply sent: a larger one becomes an error reply), ``context``:
     as for pattern sockets. ``max_decompressed_bytes``: the most an arrow request may take
     once decompressed (default ``min(1 GiB, 16 x max_message_bytes)``, or 256 MiB without
-    ``max_message_bytes``); checked before decompressing. ``on_ready(addresses)`` is called once
+    ``max_message_bytes``); checked before decompressing. ``max_frames`` (default 64) and
+    ``max_message_bytes`` also bound a request as a whole: one with more frames, or more
+    bytes over all its frames, is read and let go at once, frame by frame, answered with an
+    error reply, counted (``oversize``) and logged once per peer. ``on_ready(addresses)`` is called once
     the socket is bound or connected (the bound addresses, a ``*`` port resolved, or the
-    endpoints connected to). Returns what the worker did."""
+    endpoints connected to). ``handler_timeout`` (seconds; default None, off): the handler then
+    runs in a child process forked from the worker, and a request whose handler has not
+    returned by then is answered with the error reply, the child killed and a new one
+    forked (``timeouts``); ``stop`` then also ends a worker whose handler is running (that
+    request is not answered: its client resends it). Returns what the worker did."""
     if not callable(handler):
         raise TypeError(f"handler must be callable, not {type(handler).__name__}")
+    if handler_timeout is not None and (isinstance(handler_timeout, bool)
+                                        or not isinstance(handler_timeout, (int, float))
+                                        or not math.isfinite(handler_timeout) or handler_timeout <= 0):
+        raise ValueError(f"handler_timeout must be None (no deadline) or a finite number of seconds > 0 (how long a "
+                         f"handler may take before its request is answered with an error), got {handler_timeout!r}")
     if format not in _CALLS:
         raise ValueError(f"format must be one of {', '.join(FORMATS)}, not {format!r}")
     if broker:
@@ -235,6 +265,7 @@ def serve(handler: Handler, endpoint: EndpointsSpec, *, format: str = "arrow", b
                                "max_message_bytes": max_message_bytes}
     if context is not None:
         options["context"] = context
+    bounds = MessageBounds("worker", max_frames, max_message_bytes, logger=log)
     stop = stop or threading.Event()
     stats = WorkerStats()
     call = _CALLS[format]
@@ -254,19 +285,70 @@ def serve(handler: Handler, endpoint: EndpointsSpec, *, format: str = "arrow", b
     def answer(body: list[bytes]) -> list[bytes]:
         return _answer(checked_call, handler, body, stats, reply_limit)
 
-    if broker:
-        # the monitor's CONNECTED events tell when the connection to the broker is new
-        sock = Req(endpoint, monitor=zmq.EVENT_CONNECTED, **{k: v for k, v in options.items() if v is not None})
-    else:
-        sock = Rep(endpoint, **{k: v for k, v in options.items() if v is not None})
-    with sock:
-        if on_ready is not None:
-            on_ready(sock.bound_addresses or [e.address for e in sock.endpoints])
+    child: Optional[HandlerProcess] = None
+    if handler_timeout is not None:
+        direct = answer
+
+        def in_child(number: int, body: list[bytes]) -> list[bytes]:
+            stats.requests = number  # (the child's copy: for its log lines)
+            return direct(body)
+
+        child = HandlerProcess(in_child)  # forked before the socket exists
+        answer = _answer_in(child, float(handler_timeout), stop, stats)
+    try:
         if broker:
-            _serve_broker(sock, answer, stop, stats)
+            # the monitor's CONNECTED events tell when the connection to the broker is new
+            sock = Req(endpoint, monitor=zmq.EVENT_CONNECTED, **{k: v for k, v in options.items() if v is not None})
         else:
-            _serve_rep(sock, answer, stop, stats)
+            sock = Rep(endpoint, **{k: v for k, v in options.items() if v is not None})
+        with sock:
+            if on_ready is not None:
+                on_ready(sock.bound_addresses or [e.address for e in sock.endpoints])
+            try:
+                if broker:
+                    _serve_broker(sock, answer, stop, stats, bounds)
+                else:
+                    _serve_rep(sock, answer, stop, stats, bounds)
+            except _Stopped:
+                pass
+    finally:
+        if child is not None:
+            child.close()
     return stats
+
+
+def _answer_in(child: HandlerProcess, timeout: float, stop: StopFlag,
+               stats: WorkerStats) -> Callable[[list[bytes]], list[bytes]]:
+    """``answer`` through the handler's process, within ``timeout`` seconds (see ``serve``)."""
+
+    def answer(body: list[bytes]) -> list[bytes]:
+        child.submit(stats.requests, body)
+        deadline = time.monotonic() + timeout
+        while True:
+            if stop.is_set():
+                raise _Stopped()
+            try:
+                reply = child.wait(min(_WAKE_S, deadline - time.monotonic()))
+            except ChildProcessError as exc:
+                stats.errors += 1
+                log.warning("worker: request %d: %s", stats.requests, exc)
+                return error_reply(str(exc))
+            if reply is not None:
+                if is_error_reply(reply):
+                    stats.errors += 1
+                else:
+                    stats.replies += 1
+                return reply
+            if time.monotonic() >= deadline:
+                child.kill()
+                stats.errors += 1
+                stats.timeouts += 1
+                text = (f"the handler did not return within handler_timeout ({timeout:g} s); its process was "
+                        f"killed and replaced")
+                log.warning("worker: request %d: %s", stats.requests, text)
+                return error_reply(text)
+
+    return answer
 
 
 def _send(sock: Any, frames: list[bytes], stop: StopFlag) -> bool:
@@ -280,24 +362,42 @@ def _send(sock: Any, frames: list[bytes], stop: StopFlag) -> bool:
                 return False
 
 
-def _recv(sock: Any, stop: StopFlag, between: Callable[[], None] = lambda: None) -> Optional[list[bytes]]:
-    """Receive one message, waiting in slices (``between()`` after each); None if stopped."""
+def _recv(sock: Any, stop: StopFlag, bounds: MessageBounds, stats: WorkerStats,
+          between: Callable[[], None] = lambda: None) -> Optional[tuple[Optional[list[bytes]], list[bytes], str]]:
+    """Receive one message within ``bounds``, waiting in slices (``between()`` after each);
+    None if stopped. ``(frames, [], "")``, or ``(None, kept, why)`` for a refused message
+    (counted in ``stats.oversize``)."""
     while not stop.is_set():
-        try:
-            return sock.recv_multipart(timeout=_WAKE_S)
-        except TimeoutError:
+        if not sock.poll_recv(_WAKE_S):
             between()
+            continue
+        try:
+            got = bounds.recv(sock.zmq_socket)
+        except zmq.Again:
+            continue
+        stats.requests += 1
+        if got[0] is None:
+            stats.oversize += 1
+            stats.errors += 1
+        return got
     return None
 
 
+def _refusal(why: str, bounds: MessageBounds) -> list[bytes]:
+    limits = f"max_frames {bounds.max_frames}" + (
+        "" if bounds.max_bytes is None else f", max_message_bytes {bounds.max_bytes:,}")
+    return error_reply(f"the request was refused: {why} ({limits})")
+
+
 def _serve_rep(sock: Rep, answer: Callable[[list[bytes]], list[bytes]], stop: StopFlag,
-               stats: WorkerStats) -> None:
+               stats: WorkerStats, bounds: MessageBounds) -> None:
     while True:
-        body = _recv(sock, stop)
-        if body is None:
+        got = _recv(sock, stop, bounds, stats)
+        if got is None:
             return
-        stats.requests += 1
-        _send(sock, answer(body), stop)
+        body, _, why = got
+        # (a REP must answer before it reads again: a refused request gets an error reply)
+        _send(sock, _refusal(why, bounds) if body is None else answer(body), stop)
 
 
 class _Connections:
@@ -319,7 +419,7 @@ class _Connections:
 
 
 def _serve_broker(sock: Req, answer: Callable[[list[bytes]], list[bytes]], stop: StopFlag,
-                  stats: WorkerStats) -> None:
+                  stats: WorkerStats, bounds: MessageBounds) -> None:
     # relaxed: READY may be sent again while the socket waits for a request (a new
     # connection's broker does not know us; the request the old one would send never comes)
     sock.zmq_socket.setsockopt(zmq.REQ_RELAXED, 1)
@@ -334,12 +434,15 @@ def _serve_broker(sock: Req, answer: Callable[[list[bytes]], list[bytes]], stop:
             _send(sock, [READY], stop)
 
     while True:
-        frames = _recv(sock, stop, reannounce_if_reconnected)
-        if frames is None:
+        got = _recv(sock, stop, bounds, stats, reannounce_if_reconnected)
+        if got is None:
             return
-        stats.requests += 1
-        delimiter = next((i for i, frame in enumerate(frames) if not frame), None)
-        if delimiter is None:
+        frames, kept, why = got
+        delimiter = next((i for i, frame in enumerate(kept if frames is None else frames) if not frame), None)
+        if frames is None:
+            # (a REQ must send before it reads again: the error reply, with the envelope if it was read)
+            reply = _refusal(why, bounds) if delimiter is None else kept[:delimiter + 1] + _refusal(why, bounds)
+        elif delimiter is None:
             reply = error_reply("the request has no envelope (no empty delimiter frame)")
             stats.errors += 1
         else:

@@ -4,7 +4,8 @@ Layers, bottom up: ``patterns`` (ZeroMQ only) < ``options`` < ``ingest`` (receiv
 serve) < ``relay`` < ``source``; ``sink`` sits on ``patterns``, ``options`` and ``schemas``;
 ``service`` (calling ZeroMQ services from Spark) on ``patterns``, ``options``, ``ingest``'s
 Arrow guard, ``schemas`` and ``worker`` (whose error reply it reads); ``worker`` (a request-reply service's loop) on ``patterns`` and ``ingest``'s Arrow guard
-(every request is read through it);
+(every request is read through it) and ``worker_process`` (the handler's child process,
+on nothing);
 ``procstat`` (what ``/proc`` says of a process) on nothing;
 the entry points (``datasource``, ``cli``, ``loadgen``, ``worker_env``, the package's
 ``__init__``) may import anything. A module importing a layer above its own, or a layer it
@@ -38,7 +39,8 @@ ALLOWED = {
     "schemas": set(),
     "sink": {"patterns", "options", "schemas"},
     "service": {"patterns", "options", "ingest", "schemas", "worker"},
-    "worker": {"patterns", "ingest"},
+    "worker": {"patterns", "ingest", "worker_process"},
+    "worker_process": set(),
 }
 ENTRY_POINTS = {"__init__", "datasource", "cli", "loadgen", "worker_env"}
 
@@ -47,7 +49,7 @@ SPARK_FREE = ["spark_zmq", "spark_zmq.patterns", "spark_zmq.options", "spark_zmq
               "spark_zmq.ingest.fetch", "spark_zmq.ingest.spool_reader", "spark_zmq.relay.service",
               "spark_zmq.relay.run", "spark_zmq.relay.child", "spark_zmq.relay.client",
               "spark_zmq.relay.processes", "spark_zmq.service.call", "spark_zmq.service.codec",
-              "spark_zmq.patterns.broker", "spark_zmq.worker"]
+              "spark_zmq.patterns.broker", "spark_zmq.worker", "spark_zmq.worker_process"]
 
 
 def _layer(module: str) -> str:

@@ -143,6 +143,12 @@ def broker_command(
                                         "in the broker for a connected client that is not reading; then it is "
                                         "dropped (counted undeliverable) and the client's own timeout resends the "
                                         "request. 0 drops it at once."),
+    request_ttl: float = typer.Option(30.0, "--request-ttl", min=0.0, max=86400.0, help="Seconds a request may "
+                                      "wait in the broker for a worker; an older one is dropped, not dispatched "
+                                      "(counted expired: its client has resent it by then). 0: no limit."),
+    hold_limit: float = typer.Option(90.0, "--hold-limit", min=0.0, max=86400.0, help="Seconds a worker may hold "
+                                     "a request before it is counted lost (the broker does not resend it: the "
+                                     "client's own timeout does). 0: no limit."),
     status_interval: float = typer.Option(10.0, "--status-interval", min=0.05, help="Seconds between status lines "
                                           "on stderr."),
     curve_certificate: Optional[str] = typer.Option(
@@ -177,7 +183,8 @@ def broker_command(
     try:
         broker = Broker(frontend, backend, hwm=hwm, curve_frontend=curve_frontend, curve_backend=curve_backend,
                         heartbeat=heartbeat,
-                        max_message_bytes=max_message_bytes, reply_timeout=reply_timeout, client_hwm=client_hwm)
+                        max_message_bytes=max_message_bytes, reply_timeout=reply_timeout, client_hwm=client_hwm,
+                        request_ttl=request_ttl or None, hold_limit=hold_limit or None)
     except Exception as exc:  # a bind error (port in use, address not local): the reason, not a trace
         print_error(exc.strerror if isinstance(exc, OSError) and exc.strerror else f"{type(exc).__name__}: {exc}")
         raise typer.Exit(1) from None

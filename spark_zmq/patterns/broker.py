@@ -65,6 +65,12 @@ Held replies are bounded per client (``client_hwm``) and in bytes (``max_held_by
 client at its bound gets no new request while the others go on, and its further requests
 are refused (``requests_refused``): ``broker_clients`` says how and why.
 
+Deadlines: a request that waited longer than ``request_ttl`` for a worker is dropped, not
+dispatched (its client has resent it by then); a worker that holds a request longer than
+``hold_limit`` counts it lost, once, and the broker does not resend it. The worker side
+(idle and busy workers, their connections, reconnections under the same routing id) is
+``broker_workers``; the per-client queues ``broker_clients``; the counters ``broker_stats``.
+
 One thread runs the broker (``run``/``serve_forever``); ``stop()`` may be called from any
 thread (or a signal handler) and ends the loop within about 0.1 s.
 """
@@ -83,7 +89,9 @@ import zmq
 from .curve import Curve
 from .endpoints import EndpointsSpec
 from .broker_clients import ClientQueues
-from .broker_stats import MAX_FRAMES, BrokerStats, delimiter, envelope, is_reply, recv_bounded, warn_shared_keys
+from .bounds import MAX_FRAMES, recv_bounded
+from .broker_stats import BrokerStats, delimiter, warn_shared_keys
+from .broker_workers import _BATCH, READY, WorkerSide
 from .heartbeat import Heartbeat
 from .reqrep import Router
 
@@ -91,19 +99,17 @@ __all__ = ["Broker", "BrokerStats", "READY"]
 
 log = logging.getLogger(__name__)
 
-#: what a worker sends, as its first and only frame, to say it can take a request
-READY = b"READY"
-
-#: at most this many messages are read from one socket before the other is looked at
-_BATCH = 256
 #: the loop checks for ``stop()`` at least this often (seconds)
 _WAKE_S = 0.1
 #: the bytes held replies may take by default
 DEFAULT_MAX_HELD_BYTES = 256 << 20
+#: seconds a request may wait for a worker by default (``spark_zmq.request``'s default timeout)
+DEFAULT_REQUEST_TTL = 30.0
+#: seconds a worker may hold a request by default before it counts as lost (``spark_zmq.request``'s
+#: default timeout x (retries + 1): its client has given up by then)
+DEFAULT_HOLD_LIMIT = 90.0
 #: clients whose refusals are logged (one line each); later ones are only counted
 _LOGGED_CLIENTS = 1000
-#: forgotten workers remembered, so a reply sent just before a disconnection still counts
-_DEPARTED_REMEMBERED = 10_000
 
 
 class BrokerFrontend(Router):
@@ -117,7 +123,7 @@ class BrokerBackend(Router):
     """The broker's backend (a ``Router`` named for its errors and log lines)."""
 
 
-class Broker:
+class Broker(WorkerSide):
     """The least-recently-used queue between clients (``frontend``) and REQ workers
     (``backend``). Both endpoints bind by default (``@``/``>`` choose).
 
@@ -142,7 +148,8 @@ class Broker:
                  heartbeat: Optional[Heartbeat] = None, max_message_bytes: Optional[int] = None,
                  context: Optional[zmq.Context] = None, reply_timeout: float = 30.0,
                  client_hwm: Optional[int] = None, max_held_bytes: int = DEFAULT_MAX_HELD_BYTES,
-                 max_frames: int = MAX_FRAMES) -> None:
+                 max_frames: int = MAX_FRAMES, request_ttl: Optional[float] = DEFAULT_REQUEST_TTL,
+                 hold_limit: Optional[float] = DEFAULT_HOLD_LIMIT) -> None:
         if isinstance(hwm, bool) or not isinstance(hwm, int) or hwm < 1:
             raise ValueError(f"option 'hwm' of Broker must be a positive integer (requests that may wait for a "
                              f"worker), got {hwm!r}")
@@ -150,6 +157,14 @@ class Broker:
                 or not math.isfinite(reply_timeout) or reply_timeout < 0:
             raise ValueError(f"option 'reply_timeout' of Broker must be a finite number of seconds >= 0 (how long "
                              f"a reply waits for a client that is not reading), got {reply_timeout!r}")
+        for name, value, what in (("request_ttl", request_ttl, "how long a request may wait for a worker"),
+                                  ("hold_limit", hold_limit, "how long a worker may hold a request")):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not math.isfinite(value) or value <= 0):
+                raise ValueError(f"option {name!r} of Broker must be None (off) or a finite number of seconds > 0 "
+                                 f"({what}), got {value!r}")
+        self.request_ttl = None if request_ttl is None else float(request_ttl)
+        self.hold_limit = None if hold_limit is None else float(hold_limit)
         for name, value in (("client_hwm", hwm if client_hwm is None else client_hwm),
                             ("max_held_bytes", max_held_bytes), ("max_frames", max_frames)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -167,6 +182,9 @@ class Broker:
             # the monitor's disconnections tell which workers are gone (see _on_disconnect)
             self._backend: Router = BrokerBackend(backend, curve=curve_backend, monitor=zmq.EVENT_DISCONNECTED,
                                                   **common)
+            # a worker with a fixed routing id that reconnects before its old connection is
+            # seen gone (a half-open one) takes the id over instead of being refused
+            self._backend.zmq_socket.setsockopt(zmq.ROUTER_HANDOVER, 1)
         except BaseException:
             self._frontend.close()
             raise
@@ -184,11 +202,15 @@ class Broker:
         self._idle: collections.OrderedDict[bytes, None] = collections.OrderedDict()
         #: workers holding a request: identity -> the request's envelope (the only reply it may send)
         self._busy: dict[bytes, tuple[bytes, ...]] = {}
+        #: when each busy worker was given its request, the earliest first; those past hold_limit
+        self._held_since: collections.OrderedDict[bytes, float] = collections.OrderedDict()
+        self._overdue: set[bytes] = set()
         #: the connection (file descriptor) each worker came on, and the workers on each
         self._fd_of: dict[bytes, int] = {}
         self._workers_at_fd: dict[int, set[bytes]] = {}
-        #: workers forgotten lately -> the envelope of the request one held then, or None
-        self._departed: collections.OrderedDict[bytes, Optional[tuple[bytes, ...]]] = collections.OrderedDict()
+        #: workers forgotten lately -> (the envelope of the request one held then or None, its descriptor)
+        self._departed: collections.OrderedDict[bytes, tuple[Optional[tuple[bytes, ...]], Optional[int]]] = \
+            collections.OrderedDict()
         self._stop = threading.Event()
         self._running = threading.Lock()
         self._closed = False
@@ -199,6 +221,8 @@ class Broker:
         self.requests_lost = 0
         self.workers_gone = 0
         self.replies_unexpected = 0
+        self.workers_reconnected = 0
+        self.requests_expired = 0
 
     # -- introspection ----------------------------------------------------------------------
 
@@ -221,7 +245,9 @@ class Broker:
         return BrokerStats(idle, idle + busy, clients.waiting, busy, self.requests_forwarded,
                            self.replies_returned, self.malformed, self.replies_undeliverable, self.requests_lost,
                            self.workers_gone, rejected, clients.held_count, self.replies_unexpected,
-                           self.requests_refused, clients.held_bytes, self.messages_oversize)
+                           self.requests_refused, clients.held_bytes, self.messages_oversize,
+                           workers_reconnected=self.workers_reconnected, requests_expired=self.requests_expired,
+                           workers_overdue=len(self._overdue))
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -281,6 +307,7 @@ class Broker:
                 wait_s = max(0.0, min(wait_s, due - time.monotonic()))
             ready = dict(poller.poll(math.ceil(wait_s * 1000)))
             now = time.monotonic()
+            self._check_holds(now)
             retried = self._clients.due(now)
             for client in retried:
                 self._retry(client, now)
@@ -300,71 +327,6 @@ class Broker:
         for event, value, _ in self._backend.handshakes.poll():
             if event == zmq.EVENT_DISCONNECTED:
                 self._on_disconnect(value)
-
-    # -- backend: workers -------------------------------------------------------------------
-
-    def _read_backend(self, back: zmq.Socket) -> None:
-        for _ in range(_BATCH):
-            frames = self._recv(back, "backend")
-            if frames is None:
-                return
-            if frames:
-                self._on_worker_message(frames)
-            self._dispatch()
-
-    def _on_worker_message(self, frames: list) -> None:
-        worker = frames[0].bytes
-        if worker in self._departed:
-            self._from_departed(worker, frames)
-            return
-        held = self._busy.pop(worker, None)
-        was_busy = held is not None
-        if len(frames) < 3 or len(frames[1]) != 0:
-            # not from a REQ socket (which always sends the empty delimiter)
-            self._drop_from_worker(worker, was_busy, "no REQ delimiter")
-            return
-        payload = frames[2:]
-        if len(payload) == 1 and len(payload[0]) == len(READY) and payload[0].bytes == READY:
-            if was_busy or worker in self._idle:
-                # a worker restarting its loop while known: what it held is lost; keep it once
-                self._drop_from_worker(worker, was_busy, "READY from a worker already known")
-                return
-            self._register(worker, frames[-1])
-            self._make_idle(worker)
-            return
-        if not is_reply(payload):
-            self._drop_from_worker(worker, was_busy, "a reply without [envelope, b'', body]")
-            return
-        if not was_busy:
-            if worker in self._idle:
-                self._unexpected(worker, "a reply from a worker that holds no request")
-                return
-            # a connection that was given no request (a new one, or a worker that
-            # reconnected while it held one): the reply is not forwarded, whoever sent
-            # it; its REQ has sent, so it now waits for work like a worker that said READY
-            self._unexpected(worker, "a reply from a connection that was given no request")
-            self._register(worker, frames[-1])
-            self._make_idle(worker)
-            return
-        self._make_idle(worker)
-        if envelope(payload) != held:
-            self.requests_lost += 1  # what it held is not coming back
-            self._unexpected(worker, "a reply to another request than the one it holds")
-            return
-        self._return(payload)
-
-    def _from_departed(self, worker: bytes, frames: list) -> None:
-        """A message read after its worker was forgotten: the connection closed right after
-        the worker sent it (libzmq still held it when the disconnection was read). A reply
-        still goes to its client, and the request was not lost after all; the worker
-        itself stays forgotten (its connection is gone)."""
-        if len(frames) >= 3 and len(frames[1]) == 0 and is_reply(frames[2:]):
-            held = self._departed.pop(worker)
-            if held is None or envelope(frames[2:]) != held:
-                self._unexpected(worker, "a reply to no request it held, after it was gone")
-                return
-            self.requests_lost -= 1
-            self._return(frames[2:])
 
     def _return(self, payload: list) -> None:
         """Send a reply ``[envelope..., b"", reply...]`` to its client, or hold it while
@@ -410,90 +372,6 @@ class Broker:
             log.warning("Broker: dropped a reply to client %r: %s%s", client, why,
                         " (further ones are counted, not logged)" if self.replies_undeliverable == 10 else "")
 
-    def _unexpected(self, worker: bytes, why: str) -> None:
-        """A reply the broker does not forward (see the module's docstring)."""
-        self.replies_unexpected += 1
-        if self.replies_unexpected <= 10:
-            log.warning("Broker: dropped a reply from backend peer %r: %s%s", worker, why,
-                        " (further ones are counted, not logged)" if self.replies_unexpected == 10 else "")
-
-    def _drop_from_worker(self, worker: bytes, was_busy: bool, why: str) -> None:
-        self.malformed += 1
-        if self.malformed <= 10:
-            log.warning("Broker: dropped a message from backend peer %r: %s%s", worker, why,
-                        " (further ones are counted, not logged)" if self.malformed == 10 else "")
-        if was_busy:
-            # its REQ has sent, so it waits for work again; the request it held is lost
-            self.requests_lost += 1
-            self._make_idle(worker)
-
-    def _make_idle(self, worker: bytes) -> None:
-        self._idle.pop(worker, None)
-        self._idle[worker] = None
-
-    def _register(self, worker: bytes, frame: zmq.Frame) -> None:
-        """Remember the connection a new worker came on (its file descriptor), so that its
-        disconnection, which the monitor reports by descriptor, tells that it is gone.
-
-        A descriptor is reused once closed, so the disconnections are read first: one that
-        happened before this message arrived is then never taken for this worker's. A worker
-        whose own disconnection came first (it sent and died at once) stays listed until the
-        descriptor's next disconnection or its first request (EHOSTUNREACH)."""
-        self._read_monitors()
-        try:
-            fd = frame.get(zmq.SRCFD)
-        except zmq.ZMQError:
-            return
-        if fd is None or fd < 0:
-            return  # inproc: no descriptor; a gone worker is found by EHOSTUNREACH
-        self._workers_at_fd.setdefault(fd, set()).add(worker)
-        self._fd_of[worker] = fd
-
-    def _on_disconnect(self, fd: int) -> None:
-        for worker in self._workers_at_fd.pop(fd, ()):
-            self._forget(worker, f"its connection (descriptor {fd}) closed")
-
-    def _forget(self, worker: bytes, why: str) -> None:
-        log.debug("Broker: forgetting worker %r: %s", worker, why)
-        known = worker in self._idle
-        self._idle.pop(worker, None)
-        held = self._busy.pop(worker, None)
-        was_busy = held is not None
-        if was_busy:
-            self.requests_lost += 1
-        fd = self._fd_of.pop(worker, None)
-        if fd is not None:
-            self._workers_at_fd.get(fd, set()).discard(worker)
-        if known or was_busy:
-            self.workers_gone += 1
-            self._departed[worker] = held
-            while len(self._departed) > _DEPARTED_REMEMBERED:
-                self._departed.popitem(last=False)
-
-    def _dispatch(self) -> None:
-        """Give waiting requests to idle workers, the one idle longest first, the requests
-        round-robin across the clients that are reading their replies."""
-        back = self._backend.zmq_socket
-        while self._idle:
-            taken = self._clients.next_request()
-            if taken is None:
-                return
-            client, frames = taken
-            worker = next(iter(self._idle))
-            try:
-                back.send_multipart([worker, b""] + frames, zmq.NOBLOCK, copy=False)
-            except zmq.ZMQError as exc:
-                self._clients.put_back(client, frames)
-                if exc.errno not in (zmq.EHOSTUNREACH, zmq.EAGAIN):
-                    raise
-                # gone (EHOSTUNREACH), or an idle REQ with a full queue, which no working
-                # worker has: either way not a worker to wait for; the request stays first
-                self._forget(worker, "unreachable" if exc.errno == zmq.EHOSTUNREACH else "its queue is full")
-                continue
-            del self._idle[worker]
-            self._busy[worker] = envelope(frames)
-            self.requests_forwarded += 1
-
     # -- frontend: clients ------------------------------------------------------------------
 
     def _read_frontend(self, front: zmq.Socket) -> None:
@@ -516,7 +394,7 @@ class Broker:
             client = frames[0].bytes
             if self._clients.has_held(client):
                 self._retry(client, time.monotonic())  # it is alive: maybe reading again
-            if not self._clients.add(client, frames):
+            if not self._clients.add(client, (time.monotonic(), frames)):
                 self._refused(client)
                 continue
             self._dispatch()
@@ -525,10 +403,11 @@ class Broker:
         """One message within ``max_frames`` and ``max_message_bytes``; ``[]`` when it was
         dropped for its size; None when nothing waits."""
         try:
-            frames, peer, why = recv_bounded(sock, self.max_frames, self.max_message_bytes)
+            frames, first, why = recv_bounded(sock, self.max_frames, self.max_message_bytes)
         except zmq.Again:
             return None
-        if frames is None:
+        if why:
+            peer = first.bytes
             self.messages_oversize += 1
             if peer not in self._oversize_logged and len(self._oversize_logged) < _LOGGED_CLIENTS:
                 self._oversize_logged.add(peer)

@@ -14,10 +14,7 @@ import zmq
 
 from .curve import Curve
 
-__all__ = ["BrokerStats", "warn_shared_keys", "is_reply", "envelope", "delimiter", "recv_bounded", "MAX_FRAMES"]
-
-#: frames a message may have by default (an envelope of a few hops, a delimiter, a body)
-MAX_FRAMES = 64
+__all__ = ["BrokerStats", "warn_shared_keys", "is_reply", "envelope", "delimiter"]
 
 log = logging.getLogger("spark_zmq.patterns.broker")
 
@@ -59,6 +56,12 @@ class BrokerStats:
     #: messages dropped whole for too many frames or too many bytes in all (``max_frames``,
     #: ``max_message_bytes``)
     messages_oversize: int = 0
+    #: workers that came back on a new connection with the same routing id, and were served again
+    workers_reconnected: int = 0
+    #: requests dropped because they waited longer than ``request_ttl`` for a worker
+    requests_expired: int = 0
+    #: workers holding a request longer than ``hold_limit`` (each such request counted in ``requests_lost``)
+    workers_overdue: int = 0
 
     def line(self) -> str:
         """One line for a log or a terminal."""
@@ -67,7 +70,8 @@ class BrokerStats:
                 f"{self.replies_returned} returned, {self.replies_held} held, {self.requests_refused} refused, "
                 f"{self.requests_lost} lost with a worker, "
                 f"{self.replies_undeliverable} undeliverable, {self.replies_unexpected} unexpected, {self.malformed} malformed, "
-                f"{self.messages_oversize} oversize, "
+                f"{self.messages_oversize} oversize, {self.workers_reconnected} workers reconnected, "
+                f"{self.requests_expired} expired, {self.workers_overdue} workers overdue, "
                 f"{self.handshakes_rejected} handshakes rejected")
 
 
@@ -109,29 +113,3 @@ def delimiter(frames: list, start: int = 0) -> Optional[int]:
         if len(frames[i]) == 0:
             return i
     return None
-
-
-
-def recv_bounded(sock: zmq.Socket, max_frames: int, max_bytes: Optional[int]) -> tuple[Optional[list], bytes, str]:
-    """One whole message read without blocking (``zmq.Again`` when none waits), frame by
-    frame: ``(frames, peer, "")``, or ``(None, peer, why)`` when it has more than
-    ``max_frames`` frames or more than ``max_bytes`` in all. libzmq's own limit
-    (ZMQ_MAXMSGSIZE) is per frame; a peer could send a million small frames in one
-    message. Past a limit the rest is read and let go at once, never kept."""
-    first = sock.recv(zmq.NOBLOCK, copy=False)
-    frames, total, why = [first], len(first), ""
-    frame = first
-    while frame.more:
-        frame = sock.recv(copy=False)  # the rest of a message arrives with its first frame
-        total += len(frame)
-        if why:
-            continue
-        if len(frames) >= max_frames:
-            why = f"more than {max_frames} frames"
-        elif max_bytes is not None and total > max_bytes:
-            why = f"more than {max_bytes:,} bytes in all"
-        else:
-            frames.append(frame)
-    if max_bytes is not None and not why and total > max_bytes:
-        why = f"more than {max_bytes:,} bytes in all"
-    return (None if why else frames), first.bytes, why

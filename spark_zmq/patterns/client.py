@@ -18,11 +18,15 @@ Not thread-safe: one client per thread (as one socket per thread).
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Optional, Union
 
+import zmq
+
+from .bounds import MAX_FRAMES, MessageBounds
 from .endpoints import EndpointsSpec
 from .reqrep import Dealer
 
@@ -32,6 +36,8 @@ __all__ = ["Client", "RequestTimeoutError"]
 _ID_BYTES = 8
 
 Body = Union[bytes, list[bytes]]
+
+log = logging.getLogger(__name__)
 
 
 class RequestTimeoutError(TimeoutError):
@@ -55,12 +61,15 @@ class Client:
 
     ``endpoints``: where the workers (or a broker's frontend) are, connected by default.
     ``timeout``: seconds a request may wait for its reply before it is sent again;
-    ``retries``: how many times it is sent again before ``RequestTimeoutError``. Other
-    keyword options (``curve``, ``heartbeat``, ``hwm``, ``max_message_bytes`` for replies,
-    ...) are the DEALER's."""
+    ``retries``: how many times it is sent again before ``RequestTimeoutError``.
+    ``max_frames``: the most frames a reply may have (default 64); ``max_message_bytes``
+    bounds each reply frame (libzmq disconnects a peer sending more) and a reply's frames
+    in all: a reply past either is dropped whole, counted in ``oversize`` and logged once
+    per peer. Other keyword options (``curve``, ``heartbeat``, ``hwm``, ...) are the
+    DEALER's."""
 
     def __init__(self, endpoints: EndpointsSpec, *, timeout: float = 5.0, retries: int = 2,
-                 **options: Any) -> None:
+                 max_frames: int = MAX_FRAMES, **options: Any) -> None:
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) \
                 or timeout <= 0:
             raise ValueError(f"timeout must be a finite number of seconds > 0, not {timeout!r}")
@@ -70,6 +79,7 @@ class Client:
         # queue requests only to workers connected now: libzmq would otherwise keep a pipe
         # to a dead worker's endpoint and round-robin requests (and resends) into it
         options.setdefault("immediate", True)
+        self._bounds = MessageBounds("Client", max_frames, options.get("max_message_bytes"), logger=log)
         self._timeout = float(timeout)
         self._retries = retries
         self._dealer = Dealer(endpoints, **options)
@@ -99,20 +109,42 @@ class Client:
         return self._retries
 
     @property
+    def oversize(self) -> int:
+        """Replies dropped whole: more than ``max_frames`` frames, or more than
+        ``max_message_bytes`` over all frames."""
+        return self._bounds.oversize
+
+    @property
     def in_flight(self) -> int:
         """Requests sent and not yet answered (or given up)."""
         return len(self._pending)
 
     def send(self, body: Body, timeout: Optional[float] = None) -> int:
         """Send one request (one frame or a list of frames); returns its id. ``timeout``
-        bounds the wait for a worker to take it (``TimeoutError``)."""
+        bounds the wait for a worker to take it: by default as long as a request may wait
+        for its reply, ``timeout x (retries + 1)`` (no worker connected, or every queue to
+        one at its high-water mark); then ``RequestTimeoutError`` naming the endpoints (and
+        a refused CURVE handshake, if there was one)."""
         frames = [body] if isinstance(body, (bytes, bytearray, memoryview)) else list(body)
         request_id = self._next_id
-        self._next_id += 1
         message = [request_id.to_bytes(_ID_BYTES, "big"), b""] + [bytes(f) for f in frames]
-        self._dealer.send(message, timeout=timeout)
+        wait = self.timeout * (self.retries + 1) if timeout is None else timeout
+        try:
+            self._dealer.send(message, timeout=wait)
+        except TimeoutError:
+            raise RequestTimeoutError(
+                f"no worker at {', '.join(map(str, self._dealer.endpoints))} took request {request_id} within "
+                f"{wait:g} s (timeout {self.timeout:g} s x (retries {self.retries} + 1) by default): is any worker "
+                f"(or broker) running and reachable?{self._handshake_note()}", request_id, 0,
+            ) from None
+        self._next_id += 1
         self._pending[request_id] = _Pending(message, time.monotonic() + self.timeout, 1)
         return request_id
+
+    def _handshake_note(self) -> str:
+        """Why the connection fails, when a CURVE handshake was refused (see ``HandshakeWatch``)."""
+        watch = self._dealer.handshakes
+        return "" if watch is None else watch.failure_note()
 
     def recv(self, timeout: Optional[float] = None) -> tuple[int, list[bytes]]:
         """The next reply, ``(request id, reply frames)``, whichever request it answers.
@@ -132,9 +164,8 @@ class Client:
                 if now >= deadline:
                     raise TimeoutError(f"no reply within {timeout} s ({len(self._pending)} requests in flight)")
                 wait = min(wait, deadline - now)
-            try:
-                frames = self._dealer.recv_multipart(timeout=max(0.0, wait))
-            except TimeoutError:
+            frames = self._recv_bounded(max(0.0, wait))
+            if frames is None:
                 continue
             answered = self._take(frames)
             if answered is not None:
@@ -142,7 +173,9 @@ class Client:
 
     def request(self, body: Body, timeout: Optional[float] = None) -> list[bytes]:
         """Send one request and wait for its reply (other replies that come meanwhile are
-        kept for ``recv``)."""
+        kept for ``recv``). ``timeout`` bounds the send as in ``send``; the wait for the
+        reply is bounded by ``timeout x (retries + 1)`` of the client (then
+        ``RequestTimeoutError``)."""
         request_id = self.send(body, timeout=timeout)
         while True:
             if request_id in self._ready:
@@ -168,7 +201,7 @@ class Client:
                 except StopIteration:
                     exhausted = True
                     break
-                order.append(self._send_bounded(body))
+                order.append(self.send(body))
             while order and order[0] in got:
                 yield got.pop(order.pop(0))
             if not order:
@@ -178,19 +211,16 @@ class Client:
             answered, frames = self.recv()
             got[answered] = frames
 
-    def _send_bounded(self, body: Body) -> int:
-        """``send``, waiting for a worker to take the request as long as a request may wait
-        for its reply (``timeout x (retries + 1)``), not forever: with ZMQ_IMMEDIATE a
-        DEALER that no worker is connected to blocks every send."""
-        wait = self.timeout * (self.retries + 1)
+    def _recv_bounded(self, wait: float) -> Optional[list[bytes]]:
+        """One reply within ``max_frames`` and ``max_message_bytes`` (see ``bounds``), or
+        None: nothing came within ``wait`` seconds, or what came was dropped."""
+        if not self._dealer.poll_recv(wait):
+            return None
         try:
-            return self.send(body, timeout=wait)
-        except TimeoutError:
-            raise RequestTimeoutError(
-                f"no worker at {', '.join(map(str, self._dealer.endpoints))} took request {self._next_id} within "
-                f"{wait:g} s (timeout {self.timeout:g} s x (retries {self.retries} + 1)): is any worker (or broker) "
-                "running and reachable?", self._next_id, 0,
-            ) from None
+            frames, _, _ = self._bounds.recv(self._dealer.zmq_socket)
+        except zmq.Again:
+            return None
+        return frames
 
     def _take(self, frames: list[bytes]) -> Optional[tuple[int, list[bytes]]]:
         if len(frames) < 2 or len(frames[0]) != _ID_BYTES or frames[1] != b"":
@@ -218,7 +248,7 @@ class Client:
                 raise RequestTimeoutError(
                     f"no reply to request {request_id} from {', '.join(map(str, self._dealer.endpoints))} within "
                     f"{self.timeout:g} s, {entry.attempts} times (timeout {self.timeout:g} s, retries "
-                    f"{self.retries}): are the workers running and reachable?",
+                    f"{self.retries}): are the workers running and reachable?{self._handshake_note()}",
                     request_id, entry.attempts,
                 )
             try:

@@ -1,0 +1,110 @@
+"""Whole-message bounds for a receiving libzmq socket: frames per message, bytes over all frames.
+
+Why: libzmq's own limit (ZMQ_MAXMSGSIZE, ``max_message_bytes`` on a socket) is per frame.
+A peer can send one message of 300,000 small frames, or many messages of thousands of
+frames each, and a receiver that turns each into a list of ``bytes`` holds all of it, and
+hands it on. The broker, the worker (``spark_zmq.worker.serve``) and the ``Client`` read
+every message through ``MessageBounds.recv``: frame by frame, keeping at most
+``max_frames`` frames and ``max_bytes`` bytes; past either the rest of the message is read
+and let go at once, one frame at a time, and the message is refused: counted
+(``oversize``) and logged once per peer.
+
+What it cannot do: libzmq delivers no frame of a message before its last frame has
+arrived (messages are atomic), so the check comes right after libzmq has read the whole
+message, and a message is in libzmq's memory once before it is refused. What the bound
+saves is the second copy (Python's), the handler or caller seeing it, and the time to
+handle it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Optional
+
+import zmq
+
+__all__ = ["MAX_FRAMES", "MessageBounds", "recv_bounded", "peer_address"]
+
+#: frames a message may have by default (an envelope of a few hops, a delimiter, a body)
+MAX_FRAMES = 64
+#: peers whose refused message is logged (one line each); later ones are only counted
+_LOGGED_PEERS = 1000
+_NOBLOCK = int(zmq.NOBLOCK)
+
+
+def recv_bounded(sock: zmq.Socket, max_frames: int, max_bytes: Optional[int],
+                 flags: int = _NOBLOCK) -> tuple[list, zmq.Frame, str]:
+    """One whole message, read frame by frame (``zmq.Again`` when none waits with
+    ``NOBLOCK``): ``(frames, first, "")``, or ``(kept, first, why)`` when it has more than
+    ``max_frames`` frames or more than ``max_bytes`` in all, ``kept`` then being the frames
+    read before the limit was passed. ``first`` is the first frame (for ``peer_address``).
+    Past a limit the rest is read and let go at once, never kept."""
+    first = sock.recv(flags, copy=False)
+    frames, total, why = [first], len(first), ""
+    if max_bytes is not None and total > max_bytes:
+        frames, why = [], f"more than {max_bytes:,} bytes in all"
+    frame = first
+    while frame.more:
+        frame = sock.recv(copy=False)  # the rest of a message arrives with its first frame
+        total += len(frame)
+        if why:
+            continue
+        if len(frames) >= max_frames:
+            why = f"more than {max_frames} frames"
+        elif max_bytes is not None and total > max_bytes:
+            why = f"more than {max_bytes:,} bytes in all"
+        else:
+            frames.append(frame)
+    return frames, first, why
+
+
+def peer_address(frame: zmq.Frame) -> str:
+    """The address of the peer a frame came from (``Peer-Address``), or ``"unknown"``."""
+    try:
+        return frame.get("Peer-Address") or "unknown"
+    except (zmq.ZMQError, ValueError, TypeError, AttributeError):
+        return "unknown"
+
+
+class MessageBounds:
+    """``max_frames`` and ``max_bytes`` (``None``: no bound over all frames) of the messages one
+    socket receives, and the refusals counted (``oversize``) and logged once per peer.
+
+    ``owner`` names the receiver in log lines and errors (``"Client"``, ``"worker"``);
+    ``frames_option``/``bytes_option`` name the options that set the bounds, for errors."""
+
+    def __init__(self, owner: str, max_frames: int = MAX_FRAMES, max_bytes: Optional[int] = None, *,
+                 frames_option: str = "max_frames", bytes_option: str = "max_message_bytes",
+                 logger: Optional[logging.Logger] = None) -> None:
+        if isinstance(max_frames, bool) or not isinstance(max_frames, int) or max_frames < 1:
+            raise ValueError(f"option {frames_option!r} of {owner} must be a positive integer (frames a received "
+                             f"message may have), got {max_frames!r}")
+        if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(max_bytes, int)
+                                      or max_bytes < 1):
+            raise ValueError(f"option {bytes_option!r} of {owner} must be a positive integer (bytes a received "
+                             f"message may take over all its frames), got {max_bytes!r}")
+        self.owner = owner
+        self.max_frames = max_frames
+        self.max_bytes = max_bytes
+        self.oversize = 0
+        self._log = logger or logging.getLogger(__name__)
+        self._logged: set[str] = set()
+
+    def recv(self, sock: zmq.Socket, flags: int = _NOBLOCK) -> tuple[Optional[list[bytes]], list[bytes], str]:
+        """One message as ``bytes`` frames: ``(frames, [], "")``, or ``(None, kept, why)`` when it
+        was refused (counted and logged; ``kept``: the frames read before the limit).
+        ``zmq.Again`` when none waits."""
+        frames, first, why = recv_bounded(sock, self.max_frames, self.max_bytes, flags)
+        out = [f.bytes for f in frames]
+        if not why:
+            return out, [], ""
+        self.refused(peer_address(first), why)
+        return None, out, why
+
+    def refused(self, peer: str, why: str) -> None:
+        """Count a refused message of ``peer`` and log it, once per peer."""
+        self.oversize += 1
+        if peer not in self._logged and len(self._logged) < _LOGGED_PEERS:
+            self._logged.add(peer)
+            self._log.warning("%s: dropped a message from peer %s: %s (further ones of this peer are counted, "
+                              "not logged)", self.owner, peer, why)

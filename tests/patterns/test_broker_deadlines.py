@@ -1,0 +1,95 @@
+"""The broker's deadlines, on real sockets (workers are plain pyzmq REQ sockets): a request
+that waited longer than ``request_ttl`` for a worker is not dispatched (its client gave up on
+it, or resent it), and a worker that holds a request past ``hold_limit`` is counted as having
+lost it, without the broker resending it; a late reply still reaches its client.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import zmq
+
+from spark_zmq.patterns import Broker, Client, RequestTimeoutError
+from loadhelper import busy  # noqa: F401  (a fixture: CPU load beside the timing-sensitive tests)
+from zmqtest import wait_until
+
+pytestmark = pytest.mark.timeout(60)
+
+ANY = "@tcp://127.0.0.1:*"
+
+
+@pytest.fixture
+def running():
+    started = []
+
+    def start(**options) -> Broker:
+        broker = Broker(ANY, ANY, **options)
+        thread = threading.Thread(target=broker.run, daemon=True, name="broker")
+        thread.start()
+        started.append((broker, thread))
+        return broker
+
+    yield start
+    for broker, thread in started:
+        broker.close()
+        thread.join(10)
+
+
+def _worker(backend: str) -> zmq.Socket:
+    sock = zmq.Context.instance().socket(zmq.REQ)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(backend)
+    sock.send(b"READY")
+    return sock
+
+
+def _answer(sock: zmq.Socket, what: str) -> bytes:
+    assert sock.poll(10_000), f"the worker was given no request ({what})"
+    frames = sock.recv_multipart()
+    sock.send_multipart(frames[:-1] + [b"re:" + frames[-1]])
+    return frames[-1]
+
+
+def _stats(broker: Broker, predicate, what: str) -> None:
+    wait_until(lambda: predicate(broker.stats()), 15, f"{what} ({broker.stats()})")
+
+
+def test_a_request_that_waited_past_request_ttl_is_not_dispatched(running, busy):
+    broker = running(request_ttl=0.5)
+    with Client(broker.frontend_addresses[0], timeout=0.6, retries=0) as client:
+        with pytest.raises(RequestTimeoutError):
+            client.request(b"stale")  # no worker: it waits in the broker, and the client gives up
+        worker = _worker(broker.backend_addresses[0])
+        _stats(broker, lambda s: s.requests_expired == 1 and s.workers_idle == 1, "the stale request dropped")
+        assert not worker.poll(0), "the worker was given the stale request"
+        fresh = client.send(b"fresh")
+        assert _answer(worker, "fresh") == b"fresh"
+        assert client.recv(10) == (fresh, [b"re:fresh"])
+    assert broker.stats().requests_forwarded == 1
+    worker.close(0)
+
+
+def test_a_worker_holding_a_request_past_hold_limit_counts_it_lost_once(running, busy):
+    broker = running(hold_limit=0.5)
+    worker = _worker(broker.backend_addresses[0])
+    _stats(broker, lambda s: s.workers_idle == 1, "the worker READY")
+    with Client(broker.frontend_addresses[0], timeout=20, retries=0) as client:
+        request = client.send(b"slow")
+        assert worker.poll(10_000)
+        frames = worker.recv_multipart()  # held, not answered yet
+        _stats(broker, lambda s: s.workers_overdue == 1 and s.requests_lost == 1, "the request counted lost")
+        assert broker.stats().requests_forwarded == 1, "the broker resent the request"
+        worker.send_multipart(frames[:-1] + [b"late"])
+        assert client.recv(10) == (request, [b"late"])  # a late reply still reaches its client
+        _stats(broker, lambda s: s.workers_overdue == 0 and s.requests_lost == 0 and s.workers_idle == 1,
+               "the worker back to work")
+    worker.close(0)
+
+
+@pytest.mark.parametrize("option", ["request_ttl", "hold_limit"])
+def test_deadlines_must_be_positive_seconds_or_none(option):
+    for bad in (0, -1, float("nan"), "5s"):
+        with pytest.raises(ValueError, match=f"option '{option}' of Broker"):
+            Broker(ANY, ANY, **{option: bad})
