@@ -264,3 +264,62 @@ def test_a_batch_without_its_record_holds_the_channel_from_its_first_message():
     assert selector.decisions_within(0, 0, 5) == {("q", 0): {0: "a"}, ("q", 1): {0: "b"}}
     selector.observe(0, 5, Tag("record", ("q", 0), runs={0: "later"}))  # the first record stands
     assert selector.decisions.get(("q", 0)) == {0: "a"}
+
+
+# -- the driver's glue: options, the warning of a held channel -----------------------------------
+
+
+def test_committed_only_is_for_streaming_arrow_reads():
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    from spark_zmq.datasource import ZmqDataSource
+    from spark_zmq.options import OptionError, SourceOptions
+
+    with pytest.raises(OptionError, match="'committedOnly' applies to format 'arrow' only"):
+        SourceOptions.parse({"endpoints": "@tcp://127.0.0.1:5555", "format": "json", "committedOnly": "true"})
+    source = ZmqDataSource({"endpoints": "@tcp://127.0.0.1:5555", "format": "arrow", "committedOnly": "true"})
+    with pytest.raises(OptionError, match="'committedOnly' is for spark.readStream"):
+        source.reader(StructType([StructField("id", LongType())]))
+
+
+class SpoolOfMessages:
+    """A spool's channels as the reader's driver sees them, holding given messages."""
+
+    spool_id = "spool-1"
+
+    def __init__(self, channels: list[list[bytes]]) -> None:
+        self.messages = channels
+        self.channels = [type("Channel", (), {"earliest": 0})() for _ in channels]
+
+    def spool_range(self, channel, start, end):
+        return channel, start, end
+
+    def read(self, task):
+        channel, start, end = task
+        yield start, spool_batch(self.messages[channel][start:end])
+
+
+def test_a_held_channel_is_warned_of_once_and_the_decisions_reach_disk(tmp_path, monkeypatch, caplog):
+    from spark_zmq.source import committed
+
+    monkeypatch.setattr(committed, "BLOCKED_WARN_SECONDS", 0.0)
+    spool = SpoolOfMessages([[data_message("q", 0, 0, "a", [1]), commit_record(SCHEMA, "q", 0, {0: ("a", 1)}),
+                              data_message("q", 1, 0, "b", [2]), data_message("q", 1, 0, "b", [3])]])
+    driver = committed.CommittedOnly(str(tmp_path))
+    with caplog.at_level("WARNING", logger=committed.__name__):
+        assert driver.clamp(spool, {0: 0}, {0: 4}, spool.read) == {0: 2}
+        assert driver.clamp(spool, {0: 0}, {0: 4}, spool.read) == {0: 2}
+        assert driver.clamp(spool, {0: 0}, {0: 4}, spool.read) == {0: 2}
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1 and "channel 0 has held offsets 2..4" in warnings[0] and "batch 1 of query q" in warnings[0]
+    assert Decisions(str(tmp_path / "committed-runs-spool-1.jsonl")).get(("q", 0)) == {0: "a"}
+    # a new driver (the query restarted) reads the batch it re-runs with the same decisions
+    again = committed.CommittedOnly(str(tmp_path))
+    parts = again.annotate(spool, {0: 0}, {0: 2}, [committed_range(0, 0, 2)], spool.read)
+    assert decode_decisions(parts[0].committed_runs) == {("q", 0): {0: "a"}}
+
+
+def committed_range(channel, start, end):
+    from spark_zmq.source.partitions import SpoolRange
+
+    return SpoolRange("/nonexistent", channel, start, end)
