@@ -13,6 +13,15 @@ Input is exactly-once into Spark; output is at-least-once, and every Arrow messa
 its query id, batch id, partition and sequence in the schema metadata so the next stage can
 drop a retried task's duplicates.
 
+Chained stages: when the upstream is itself a spark-zmq sink (another pipeline_stage, or
+any query writing format=arrow with pattern push), ``--committed-only`` reads only the task
+runs that upstream's commit records name, so each upstream row enters this stage exactly
+once, across the upstream's task retries and restarts and this stage's restarts (see
+docs/pipelines.md):
+
+    spark-submit jobs/pipeline_stage.py --input @tcp://*:5556 --output tcp://sink:5557 \\
+        --schema "seq long, sensor string, fahrenheit double" --committed-only --checkpoint /data/stage-2
+
 CURVE: the two sides have separate flags, because a stage usually plays both roles: the
 server of its upstream producers (``--curve-certificate`` with ``--curve-authorized-keys``)
 and a client of the next stage (``--sink-curve-server-key``). ``--curve-*`` secure the
@@ -45,6 +54,9 @@ def parse_args(argv: list[str]):
     p.add_argument("--send-timeout-ms", type=int, default=30_000,
                    help="fail a write task after this long without a downstream peer (default 30000)")
     p.add_argument("--max-rows-per-trigger", type=int, help="cap on rows per micro-batch")
+    p.add_argument("--committed-only", action="store_true",
+                   help="the input is a spark-zmq sink's output: read only the task runs its commit records name "
+                        "(each upstream row once; option committedOnly)")
     jobkit.add_common(p)
     jobkit.add_curve(p, side="the input (--input)")
     jobkit.add_curve(p, "sink-", side="the output (--output; the certificate defaults to --curve-certificate)")
@@ -69,6 +81,8 @@ def main(argv: list[str]) -> int:
     )
     if args.max_rows_per_trigger:
         reader = reader.option("maxRowsPerTrigger", str(args.max_rows_per_trigger))
+    if args.committed_only:
+        reader = reader.option("committedOnly", "true")
     reader.load().createOrReplaceTempView("input")
     try:
         transformed = spark.sql(args.sql)

@@ -84,6 +84,12 @@ class ZmqDataSource(DataSource):
                 "bounded spark.read cannot do. Read what a relay holds with spark.readStream and "
                 ".trigger(availableNow=True)", "relays",
             )
+        if options.committed_only:
+            raise OptionError(
+                "option 'committedOnly' is for spark.readStream: it holds a run's messages in the spool until the "
+                "writing sink's commit record arrives, which a bounded spark.read cannot do. Read with "
+                "spark.readStream and .trigger(availableNow=True)", "committedOnly",
+            )
         return ZmqBatchReader(options, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:

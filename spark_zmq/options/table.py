@@ -193,6 +193,12 @@ SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
          "message. The sink's `spark_zmq.query_id`, `batch_id`, `partition`, `sequence` and `spark_zmq.row` "
          "name one written row (see Message headers in docs/source.md).", default=False, default_doc="`false`",
          only_formats=("arrow",)),
+    _src("committedOnly", "bool", "committed_only", "`arrow` from a spark-zmq sink (`push`/`scatter`): deliver "
+         "only the task runs the sink's commit record names, each row exactly once, across the writing query's "
+         "task retries and restarts and this query's restarts. A run's messages wait in the spool until its "
+         "record arrives (bounded by `maxSpoolBytes`); a message without the sink's metadata is malformed and "
+         "follows `mode`. Streaming reads only (see docs/pipelines.md).", default=False, default_doc="`false`",
+         only_formats=("arrow",)),
     _src("includeMetadata", "bool", "include_metadata", "`json`/`arrow`: fill the columns `topic string, "
          "partition int, offset long, timestamp timestamp` (as `raw` has them: the message's topic frame, its "
          "channel, its offset in the channel, when it was received), declared as the last four of "

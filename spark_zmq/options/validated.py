@@ -74,6 +74,7 @@ class SourceOptions(_SocketSettings):
     curve_authorized_keys: Any = field(default=None, repr=False)
     include_headers: bool = False
     include_metadata: bool = False
+    committed_only: bool = False
     relays: list[str] = field(default_factory=list)
     relay_timeout: float = 30.0
     fetch_timeout: float = 120.0

@@ -33,6 +33,9 @@ class SpoolRange(InputPartition):
     #: the channel's number inside its spool when it differs from ``channel`` (the query's
     #: partition number): a relay's channel 0 can be the query's partition 3
     spool_channel: int = -1
+    #: committedOnly: the decisions of the batches this range holds
+    #: (``committed.encode_decisions``); empty otherwise
+    committed_runs: tuple = ()
 
     @property
     def channel_in_spool(self) -> int:

@@ -39,6 +39,7 @@ from ..ingest.loss import LossPolicy, LostRange
 from ..ingest.spool_format import DataLossError
 from ..ingest.spool_reader import coalesce, read_range, sees_spool
 from ..options import SourceOptions
+from .committed import CommittedOnly, kept_batches
 from .decoders import decoder_for
 from .ingest import Ingest, LocalIngest
 from .partitions import SpoolRange
@@ -74,6 +75,8 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._start_forgotten = False
         #: producer connections seen broken so far (each new one is logged at WARN)
         self._broken_seen = 0
+        #: committedOnly: the runs the writing sink's commit records name (``committed``)
+        self._committed = CommittedOnly(options.spool_dir) if options.committed_only else None
 
     # -- driver: the spool and the checkpoint ------------------------------------------------------
 
@@ -180,6 +183,8 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 begin = begin.replace(channel, earliest)
         latest = self._pinned_end if self._pinned_end is not None else ChannelOffsets(runtime.latest())
         latest = latest.at_least(begin)
+        if self._committed is not None:
+            latest = ChannelOffsets(self._committed.clamp(runtime, begin, latest, self._spool_batches))
         if isinstance(limit, ReadAllAvailable):
             end = latest
         else:
@@ -284,6 +289,8 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             first = piece.start == ranges[piece.channel][0]
             parts.append(runtime.spool_range(piece.channel, piece.start, piece.end,
                                              described[piece.channel].hint if first else None))
+        if self._committed is not None:
+            parts = self._committed.annotate(runtime, begin, finish, parts, self._spool_batches)
         return parts
 
     def _slots(self) -> Optional[int]:
@@ -298,6 +305,8 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._start_forgotten = True
         if self._runtime is not None:
             self._runtime.release(ChannelOffsets.from_dict(end).to_channel_dict())
+        if self._committed is not None:
+            self._committed.release(ChannelOffsets.from_dict(end))
 
     def stop(self) -> None:
         if self._runtime is not None:
@@ -310,6 +319,8 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         assert isinstance(partition, SpoolRange)
         decoder = decoder_for(self.options, self.schema)
         batches = self._spool_batches(partition)
+        if self.options.committed_only:
+            batches = kept_batches(batches, partition.channel, partition.committed_runs, self.options.mode)
         # one row per message: join the spool's small batches first; an Arrow message is
         # decoded on its own anyway, so joining would only copy every message once more
         for first, batch in (batches if decoder.fmt == "arrow" else coalesce(batches)):

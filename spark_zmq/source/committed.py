@@ -1,0 +1,429 @@
+"""``committedOnly``: deliver only the task runs a spark-zmq sink's commit record names.
+
+The sink delivers at least once: a retried task, or a batch the writing query runs again
+after a restart, sends its rows again, each run under its own ``spark_zmq.attempt_id``.
+Once Spark committed a write, the sink's driver sends every consumer endpoint a commit
+record (``sink/commit_record.py``): ``spark_zmq.commit`` names the run of each partition
+Spark kept. With ``committedOnly`` the source turns that into exactly once, and keeps
+Spark's replayable offsets:
+
+* Every message stays in the spool at its offset, as without the option.
+* Planning (the driver, ``latestOffset``) reads the sink's metadata of the messages it has
+  not looked at yet (the schema of each Arrow message; no batch is decoded) and admits, per
+  channel, an end offset below the first data message whose batch is still *undecided*:
+  no commit record of its ``(query_id, batch_id)`` has been seen on any channel. A record
+  may arrive before the last data of its batch (a receiving socket reads its connections
+  in turn), so a data message whose batch is decided already is decided on arrival.
+* A decision is the first record of its ``(query_id, batch_id)`` the driver read; a later
+  one (the writing query committed the batch again after a restart) is ignored. Decisions
+  are appended to ``committed-runs-<spool id>.jsonl`` in ``spoolDir`` and written to disk
+  (fsync) before any batch planned with them is returned to Spark, and never change: a
+  batch Spark re-runs, after a task failure or a restart of this query, is read with the
+  same decisions, although the records themselves may have been freed from the spool.
+* The driver gives each read task the decisions of the batches its range holds
+  (``SpoolRange.committed_runs``); the task drops the messages of other runs and the
+  records (``keep``), and reads the rest as the ``arrow`` format does.
+
+A message without the sink's metadata is malformed: ``DROPMALFORMED`` skips it, the
+other modes fail naming its channel, its offset and ``committedOnly``. It never blocks a
+channel. A batch whose record never arrives blocks its channels from its first message
+on: what arrives behind it is held in the spool (``maxSpoolBytes``, then backpressure),
+and the driver logs a warning once it has been held for ``BLOCKED_WARN_SECONDS``.
+
+The pure part (``Tag``, ``tag_of``, ``Decisions``, ``RunSelector``, ``keep``) has no Spark
+and no sockets, and is tested on its own; ``CommittedOnly`` is the reader's glue.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, replace
+from typing import Callable, Iterable, Iterator, Mapping, Optional, Sequence
+
+import pyarrow as pa
+
+from .decoders.base import MalformedMessageError, _offsets_and_data
+
+__all__ = ["Tag", "tag_of", "read_tag", "Decisions", "RunSelector", "keep", "CommittedOnly", "BLOCKED_WARN_SECONDS",
+           "kept_slices", "kept_batches", "message_tags"]
+
+log = logging.getLogger(__name__)
+
+#: a channel held this long by a batch without its commit record gets a warning
+BLOCKED_WARN_SECONDS = 60.0
+
+#: (query_id, batch_id): what a commit record decides
+BatchKey = tuple[str, int]
+
+_PREFIX = "spark_zmq."
+
+
+@dataclass(frozen=True)
+class Tag:
+    """What the sink's metadata says of one message: ``data`` of run (``key``,
+    ``partition``, ``attempt_id``), a commit ``record`` of ``key`` naming ``runs``
+    (partition -> attempt_id), or ``untagged`` (``why``: what is missing)."""
+
+    kind: str
+    key: Optional[BatchKey] = None
+    partition: int = -1
+    attempt_id: str = ""
+    runs: Optional[Mapping[int, str]] = None
+    why: str = ""
+
+
+def _untagged(why: str) -> Tag:
+    return Tag("untagged", why=why)
+
+
+def tag_of(metadata: Optional[Mapping[bytes, bytes]]) -> Tag:
+    """The tag of a message whose Arrow schema has this custom metadata."""
+    meta: dict[str, str] = {}
+    for k, v in (metadata or {}).items():
+        try:
+            key = k.decode() if isinstance(k, bytes) else str(k)
+            if key.startswith(_PREFIX):
+                meta[key[len(_PREFIX):]] = v.decode() if isinstance(v, bytes) else str(v)
+        except UnicodeDecodeError:
+            continue
+    if "query_id" not in meta or "batch_id" not in meta:
+        return _untagged("it has no spark_zmq.query_id and spark_zmq.batch_id metadata (it was not written by a "
+                         "spark-zmq sink with format=arrow)")
+    try:
+        key = (meta["query_id"], int(meta["batch_id"]))
+    except ValueError:
+        return _untagged(f"its spark_zmq.batch_id {meta['batch_id'][:40]!r} is not a number")
+    if "commit" in meta:
+        try:
+            committed = json.loads(meta["commit"])
+            runs = {int(p): str(run["attempt_id"]) for p, run in committed.items()}
+        except (ValueError, TypeError, KeyError, AttributeError):
+            return _untagged("its spark_zmq.commit metadata is not the sink's commit record "
+                             '({"<partition>": {"attempt_id": ..., "messages": N}})')
+        return Tag("record", key, runs=runs)
+    if "partition" not in meta or "attempt_id" not in meta:
+        return _untagged("it has no spark_zmq.partition and spark_zmq.attempt_id metadata")
+    try:
+        partition = int(meta["partition"])
+    except ValueError:
+        return _untagged(f"its spark_zmq.partition {meta['partition'][:40]!r} is not a number")
+    return Tag("data", key, partition=partition, attempt_id=meta["attempt_id"])
+
+
+_READ_OPTIONS = pa.ipc.IpcReadOptions(use_threads=False)
+
+
+def read_tag(message: object) -> Tag:
+    """The tag of one spooled message: only its stream's schema is read (flatbuffers that
+    Arrow verifies), never a record batch. Bytes that are no Arrow stream are untagged."""
+    try:
+        buffer = message if isinstance(message, pa.Buffer) else pa.py_buffer(message)  # type: ignore[arg-type]
+        schema = pa.ipc.open_stream(buffer, options=_READ_OPTIONS).schema
+    except Exception as exc:  # noqa: BLE001 - any bytes: untagged, never an exception
+        return _untagged(f"it is not an Arrow IPC stream ({str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__})")
+    return tag_of(schema.metadata)
+
+
+def message_tags(batch: pa.RecordBatch) -> Iterator[Tag]:
+    """The tag of each message of a spool batch (zero-copy slices of its message column)."""
+    values = batch.column(0)
+    offsets, _ = _offsets_and_data(values)
+    data = values.buffers()[2]
+    valid = None if values.null_count == 0 else values.is_valid().to_pylist()
+    for i in range(len(values)):
+        if valid is not None and not valid[i]:
+            yield _untagged("it is null")
+            continue
+        start = int(offsets[i])
+        yield read_tag(data.slice(start, int(offsets[i + 1]) - start) if data is not None else pa.py_buffer(b""))
+
+
+def keep(tag: Tag, decisions: Mapping[BatchKey, Mapping[int, str]]) -> bool:
+    """Whether a message reaches Spark: data of the run its batch's record names."""
+    if tag.kind != "data" or tag.key is None:
+        return False
+    runs = decisions.get(tag.key)
+    return runs is not None and runs.get(tag.partition) == tag.attempt_id
+
+
+class Decisions:
+    """``(query_id, batch_id)`` -> the runs its first commit record names; append-only,
+    kept in a file (``path``, JSON lines) when given. ``add`` of a decided batch is ignored
+    (the first record stands); ``flush`` writes what was added and syncs it."""
+
+    def __init__(self, path: Optional[str] = None) -> None:
+        self.path = path
+        self._runs: dict[BatchKey, dict[int, str]] = {}
+        self._unwritten: list[BatchKey] = []
+        if path is not None and os.path.exists(path):
+            self._load(path)
+
+    def _load(self, path: str) -> None:
+        with open(path, "rb") as f:
+            data = f.read()
+        complete = data.rfind(b"\n") + 1
+        for line in data[:complete].splitlines():
+            entry = json.loads(line)
+            key = (str(entry["query"]), int(entry["batch"]))
+            self._runs.setdefault(key, {int(p): str(a) for p, a in entry["runs"].items()})
+        if complete < len(data):
+            # a line torn by a crash mid-write: never returned to Spark (flush had not
+            # finished), so it is read again from the spool
+            with open(path, "r+b") as f:
+                f.truncate(complete)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._runs
+
+    def __len__(self) -> int:
+        return len(self._runs)
+
+    def get(self, key: BatchKey) -> Optional[Mapping[int, str]]:
+        return self._runs.get(key)
+
+    def as_mapping(self) -> Mapping[BatchKey, Mapping[int, str]]:
+        return self._runs
+
+    def add(self, key: BatchKey, runs: Mapping[int, str]) -> bool:
+        if key in self._runs:
+            return False
+        self._runs[key] = dict(runs)
+        self._unwritten.append(key)
+        return True
+
+    def flush(self) -> None:
+        if not self._unwritten:
+            return
+        if self.path is not None:
+            lines = "".join(
+                json.dumps({"query": k[0], "batch": k[1], "runs": {str(p): a for p, a in sorted(self._runs[k].items())}},
+                           separators=(",", ":")) + "\n"
+                for k in self._unwritten)
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                os.write(fd, lines.encode())
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        self._unwritten.clear()
+
+
+class _Channel:
+    """What the selector knows of one channel."""
+
+    def __init__(self, cursor: int) -> None:
+        #: the next offset to look at
+        self.cursor = cursor
+        #: undecided batch -> its first offset on this channel
+        self.undecided: dict[BatchKey, int] = {}
+        #: (first offset, batch key or None) where the batch of consecutive data messages changes
+        self.spans: list[tuple[int, Optional[BatchKey]]] = []
+        #: since when (monotonic) this channel has been held, and the batches already warned of
+        self.held_since: Optional[float] = None
+        self.warned: set[BatchKey] = set()
+
+
+class RunSelector:
+    """The planning rule over the messages' tags, per channel, in offset order.
+
+    ``observe`` each message once (any interleaving of channels); ``end`` is the offset a
+    batch may end at: below the first data message whose batch has no decision.
+    ``decisions_within`` names the decisions a read task of ``[lo, hi)`` needs."""
+
+    def __init__(self, decisions: Optional[Decisions] = None) -> None:
+        self.decisions = decisions if decisions is not None else Decisions()
+        self.channels: dict[int, _Channel] = {}
+
+    def channel(self, channel: int, start: int) -> _Channel:
+        """The channel's state, starting at ``start`` when it is new."""
+        state = self.channels.get(channel)
+        if state is None:
+            state = self.channels[channel] = _Channel(start)
+        return state
+
+    def observe(self, channel: int, offset: int, tag: Tag) -> None:
+        state = self.channels[channel]
+        assert offset >= state.cursor, (offset, state.cursor)
+        key = tag.key if tag.kind == "data" else None
+        if not state.spans or state.spans[-1][1] != key:
+            state.spans.append((offset, key))
+        if tag.kind == "record" and tag.key is not None and tag.runs is not None:
+            self.decisions.add(tag.key, tag.runs)
+        elif key is not None and key not in self.decisions and key not in state.undecided:
+            state.undecided[key] = offset
+        state.cursor = offset + 1
+
+    def skip_to(self, channel: int, offset: int) -> None:
+        """Offsets below ``offset`` hold nothing more to observe (lost or never written)."""
+        state = self.channels[channel]
+        state.cursor = max(state.cursor, offset)
+
+    def end(self, channel: int) -> int:
+        state = self.channels[channel]
+        for key in [k for k in state.undecided if k in self.decisions]:
+            del state.undecided[key]
+        return min(state.undecided.values(), default=state.cursor)
+
+    def holding(self, channel: int) -> list[tuple[BatchKey, int]]:
+        """The undecided batches holding ``channel``, with their first offsets, oldest first."""
+        self.end(channel)
+        return sorted(self.channels[channel].undecided.items(), key=lambda item: item[1])
+
+    def decisions_within(self, channel: int, lo: int, hi: int) -> dict[BatchKey, dict[int, str]]:
+        """The decisions of every batch with a data message in ``[lo, hi)`` of ``channel``
+        (all observed and decided: ``hi <= end(channel)``)."""
+        spans = self.channels[channel].spans
+        out: dict[BatchKey, dict[int, str]] = {}
+        for i, (first, key) in enumerate(spans):
+            stop = spans[i + 1][0] if i + 1 < len(spans) else self.channels[channel].cursor
+            if key is None or stop <= lo or first >= hi:
+                continue
+            runs = self.decisions.get(key)
+            if runs is None:
+                raise RuntimeError(f"committedOnly: channel {channel} offsets {lo}..{hi} hold batch {key[1]} of query "
+                                   f"{key[0]}, which has no commit record")
+            out[key] = dict(runs)
+        return out
+
+    def release(self, channel: int, offset: int) -> None:
+        """Forget the spans wholly below ``offset`` (Spark committed past them)."""
+        state = self.channels.get(channel)
+        if state is None:
+            return
+        spans = state.spans
+        i = 0
+        while i + 1 < len(spans) and spans[i + 1][0] <= offset:
+            i += 1
+        if i:
+            del spans[:i]
+
+
+def kept_slices(batch: pa.RecordBatch, first: int, channel: int, decisions: Mapping[BatchKey, Mapping[int, str]],
+                mode: str) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """The contiguous pieces of a spool batch (``first``: its first offset) whose messages
+    reach Spark, each with its first offset. An untagged message is malformed: skipped with
+    ``DROPMALFORMED``, else a ``MalformedMessageError`` naming it and ``committedOnly``."""
+    run_start: Optional[int] = None
+    for i, tag in enumerate(message_tags(batch)):
+        if tag.kind == "untagged" and mode != "DROPMALFORMED":
+            raise MalformedMessageError(
+                f"arrow message at channel {channel}, offset {first + i} lacks the spark-zmq sink's metadata that "
+                f"committedOnly=true needs: {tag.why}. committedOnly reads only what a spark-zmq sink wrote "
+                "(format=arrow, pattern push or scatter); set mode=DROPMALFORMED to skip such messages.",
+                channel, first + i)
+        if keep(tag, decisions):
+            if run_start is None:
+                run_start = i
+            continue
+        if run_start is not None:
+            yield first + run_start, batch.slice(run_start, i - run_start)
+            run_start = None
+    if run_start is not None:
+        yield first + run_start, batch.slice(run_start)
+
+
+def kept_batches(batches: Iterable[tuple[int, pa.RecordBatch]], channel: int, encoded: Sequence,
+                 mode: str) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """A read task's spool batches cut down to the messages of the committed runs."""
+    decisions = decode_decisions(encoded)
+    for first, batch in batches:
+        yield from kept_slices(batch, first, channel, decisions, mode)
+
+
+def encode_decisions(decisions: Mapping[BatchKey, Mapping[int, str]]) -> tuple:
+    """A small picklable form for ``SpoolRange.committed_runs``."""
+    return tuple((q, b, tuple(sorted(runs.items()))) for (q, b), runs in sorted(decisions.items()))
+
+
+def decode_decisions(encoded: Sequence) -> dict[BatchKey, dict[int, str]]:
+    return {(q, int(b)): dict(runs) for q, b, runs in encoded}
+
+
+#: (range read task) -> (first offset, spool batch) of it: how the driver reads messages
+ReadBatches = Callable[[object], Iterable[tuple[int, pa.RecordBatch]]]
+
+
+class CommittedOnly:
+    """The stream reader's part of ``committedOnly`` on the driver: scans what the spool
+    received, keeps the decisions on disk, clamps the planned end and annotates read tasks."""
+
+    def __init__(self, spool_dir: str) -> None:
+        self.spool_dir = spool_dir
+        self.selector: Optional[RunSelector] = None
+        self._spool_id: Optional[str] = None
+
+    def _selector(self, runtime: object) -> RunSelector:
+        spool_id = runtime.spool_id  # type: ignore[attr-defined]
+        if self.selector is None or spool_id != self._spool_id:
+            os.makedirs(self.spool_dir, mode=0o700, exist_ok=True)
+            path = os.path.join(self.spool_dir, f"committed-runs-{spool_id}.jsonl")
+            self.selector = RunSelector(Decisions(path))
+            self._spool_id = spool_id
+        return self.selector
+
+    def scan(self, runtime: object, begin: Mapping[int, int], upto: Mapping[int, int], read: ReadBatches) -> RunSelector:
+        """Observe every channel's messages from where it was left (or ``begin``) up to
+        ``upto``, then write the new decisions to disk."""
+        selector = self._selector(runtime)
+        for channel, hi in upto.items():
+            state = selector.channel(channel, int(begin.get(channel, hi)))
+            if state.cursor < int(begin.get(channel, state.cursor)):
+                selector.skip_to(channel, int(begin[channel]))
+            # below the spool's earliest offset nothing is left to read (the reader reports the loss)
+            selector.skip_to(channel, int(runtime.channels[channel].earliest))  # type: ignore[attr-defined]
+            lo = state.cursor
+            if hi <= lo:
+                continue
+            for first, batch in read(runtime.spool_range(channel, lo, hi)):  # type: ignore[attr-defined]
+                for i, tag in enumerate(message_tags(batch)):
+                    offset = first + i
+                    if state.cursor <= offset < hi:
+                        selector.observe(channel, offset, tag)
+            selector.skip_to(channel, hi)  # offsets the spool lost hold nothing to wait for
+        selector.decisions.flush()
+        return selector
+
+    def clamp(self, runtime: object, begin: Mapping[int, int], latest: Mapping[int, int], read: ReadBatches) -> dict[int, int]:
+        """``latest`` held back, per channel, below the first message of a batch without a
+        decision; warns of a channel held for ``BLOCKED_WARN_SECONDS``."""
+        selector = self.scan(runtime, begin, latest, read)
+        now = time.monotonic()
+        out = {}
+        for channel, hi in latest.items():
+            end = max(int(begin.get(channel, hi)), min(int(hi), selector.end(channel)))
+            out[channel] = end
+            state = selector.channels[channel]
+            if end >= hi:
+                state.held_since = None
+                continue
+            if state.held_since is None:
+                state.held_since = now
+            elif now - state.held_since >= BLOCKED_WARN_SECONDS:
+                self._warn(channel, selector, hi, now - state.held_since)
+        return out
+
+    def _warn(self, channel: int, selector: RunSelector, hi: int, held_s: float) -> None:
+        state = selector.channels[channel]
+        for key, first in selector.holding(channel):
+            if key in state.warned:
+                continue
+            state.warned.add(key)
+            log.warning("committedOnly: channel %d has held offsets %d..%d for %.0f s: batch %d of query %s has no "
+                        "commit record yet (the writing query has not committed it, or its record did not reach "
+                        "this endpoint); what arrives behind it stays in the spool (up to maxSpoolBytes, then "
+                        "backpressure)", channel, first, hi, held_s, key[1], key[0])
+
+    def annotate(self, runtime: object, begin: Mapping[int, int], end: Mapping[int, int], parts: list,
+                 read: ReadBatches) -> list:
+        """Each read task with the decisions of the batches in its range."""
+        selector = self.scan(runtime, begin, end, read)
+        return [replace(part, committed_runs=encode_decisions(
+            selector.decisions_within(part.channel, part.start, part.end))) for part in parts]
+
+    def release(self, end: Mapping[int, int]) -> None:
+        if self.selector is not None:
+            for channel, offset in end.items():
+                self.selector.release(int(channel), int(offset))

@@ -1,0 +1,166 @@
+"""A two-stage pipeline through Spark: an upstream query writes format=arrow with the zmq
+sink (push) into a downstream query's source with committedOnly=true, and the downstream
+table holds every upstream row exactly once, through:
+
+* upstream task failures: a UDF fails the first run of a task in the middle of a batch,
+  after the batch's other tasks and part of the failing one sent their rows (with a local
+  master Spark does not retry a task, so the query fails and is restarted from its
+  checkpoint, which runs the batch again with new runs);
+* an upstream restart that commits a batch again: its last commit is removed from the
+  upstream checkpoint (as a crash between the sink's commit and Spark's commit log leaves
+  it), so Spark runs the batch once more and the sink sends its rows and a second commit
+  record (the first stands);
+* a stop and restart of the downstream query from its checkpoint while runs it had
+  received were still waiting for their commit record (its receiver keeps spooling).
+
+Without committedOnly the same pipeline delivers the failed runs' rows and the re-committed
+batch's rows too (the test checks that copies were sent, so the option is what made it
+exactly once).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from pyspark.sql import functions as F
+
+from zmqtest import stop_all, wait_until
+
+FILES = 3
+ROWS_PER_FILE = 3000
+ROWS = FILES * ROWS_PER_FILE
+FAIL_AT = ROWS_PER_FILE + 1700  # a row of the second file: the first run of its task fails there
+
+
+@pytest.fixture
+def small_arrow_batches(spark):
+    """Rows reach the writer in Arrow batches of 500, so a failing run has sent part of its rows."""
+    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    before = spark.conf.get(key)
+    spark.conf.set(key, "500")
+    yield
+    spark.conf.set(key, before)
+
+
+def upstream(spark, source: Path, endpoint: str, checkpoint: str, marker: str):
+    """The writing query: files -> (UDF that fails once) -> 3 partitions -> zmq sink, arrow."""
+
+    @F.udf("long")
+    def fail_first_run(i):
+        from pyspark import TaskContext
+
+        # the task's first run fails at one row; Spark's attempt number says which run this is
+        # within a job, the marker across the restart that runs the batch again
+        if i == FAIL_AT and TaskContext.get().attemptNumber() == 0 and not os.path.exists(marker):
+            open(marker, "w").close()
+            raise RuntimeError("injected failure of an upstream task")
+        return i
+
+    return (spark.readStream.schema("id long, label string").option("maxFilesPerTrigger", 1).json(str(source))
+            .repartition(3).select(fail_first_run("id").alias("id"), "label")
+            .writeStream.format("zmq").option("endpoints", endpoint).option("format", "arrow")
+            .option("rowsPerMessage", 200).option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True).start())
+
+
+def downstream(spark, endpoint: str, spool_dir: str, out: str, checkpoint: str):
+    return (spark.readStream.format("zmq").option("endpoints", "@" + endpoint).option("format", "arrow")
+            .option("committedOnly", "true").option("spoolDir", spool_dir).option("receiverLingerSeconds", 60)
+            .schema("id long, label string").load()
+            .writeStream.format("parquet").option("path", out).option("checkpointLocation", checkpoint)
+            .trigger(processingTime="500 milliseconds").start())
+
+
+def offsets(value) -> dict:
+    """A source's offsets in the progress (JSON text or already decoded): channel -> offset."""
+    if isinstance(value, str):
+        value = json.loads(value)
+    return {k: v for k, v in (value or {}).items() if k.isdigit()}
+
+
+def messages_spooled(query) -> int:
+    progress = query.lastProgress
+    if not progress:
+        return 0
+    return sum(offsets(progress["sources"][0].get("latestOffset")).values())
+
+
+@pytest.mark.timeout(600)
+def test_downstream_gets_every_upstream_row_once(spark, free_port, spool_dir, tmp_path, small_arrow_batches):
+    source = tmp_path / "in"
+    source.mkdir()
+    for f in range(FILES):
+        rows = (json.dumps({"id": f * ROWS_PER_FILE + i, "label": f"r{f * ROWS_PER_FILE + i}"})
+                for i in range(ROWS_PER_FILE))
+        path = source / f"part-{f}.json"
+        path.write_text("\n".join(rows))
+        os.utime(path, (1_700_000_000 + f, 1_700_000_000 + f))  # one file per batch, in this order
+    endpoint = f"tcp://127.0.0.1:{free_port}"
+    out, down_ckpt, up_ckpt = str(tmp_path / "out"), str(tmp_path / "down"), str(tmp_path / "up")
+    marker = str(tmp_path / "failed-once")
+
+    def table():
+        try:
+            return spark.read.parquet(out)
+        except Exception:  # nothing written yet
+            return None
+
+    def count() -> int:
+        t = table()
+        return 0 if t is None else t.count()
+
+    reader = downstream(spark, endpoint, spool_dir, out, down_ckpt)
+    writers = []
+    try:
+        # upstream run 1: batch 0 commits, batch 1's first run fails part-way
+        writers.append(upstream(spark, source, endpoint, up_ckpt, marker))
+        with pytest.raises(Exception, match="injected failure"):
+            writers[-1].awaitTermination(240)
+        assert os.path.exists(marker), "the injected failure did not happen"
+        wait_until(lambda: count() == ROWS_PER_FILE, 120, "batch 0's rows downstream")
+        # the failed batch's runs are spooled and held: nothing of them reached the table
+        wait_until(lambda: messages_spooled(reader) > ROWS_PER_FILE // 200 + 1, 60, "the failed runs spooled")
+        assert count() == ROWS_PER_FILE
+
+        # the downstream query stops and restarts from its checkpoint, holding those runs
+        stop_all([reader])
+        reader = downstream(spark, endpoint, spool_dir, out, down_ckpt)
+
+        # upstream run 2, from its checkpoint: batch 1 again (new runs), then batch 2
+        writers.append(upstream(spark, source, endpoint, up_ckpt, marker))
+        assert writers[-1].awaitTermination(240)
+        assert writers[-1].exception() is None
+        wait_until(lambda: count() >= ROWS, 180, f"{ROWS} rows downstream")
+
+        # upstream run 3: its last batch commits again, with new runs and a second record
+        commits = Path(up_ckpt) / "commits"
+        last = max(int(p.name) for p in commits.iterdir() if p.name.isdigit())
+        for name in (str(last), f".{last}.crc"):  # the entry and its checksum file
+            if (commits / name).exists():
+                (commits / name).unlink()
+        spooled_before = messages_spooled(reader)
+        writers.append(upstream(spark, source, endpoint, up_ckpt, marker))
+        assert writers[-1].awaitTermination(240)
+        assert writers[-1].exception() is None
+        # the copies and their record reached the downstream spool, and were planned past
+        spooled = [0]
+
+        def planned_past_the_copies() -> bool:
+            progress = reader.lastProgress or {}
+            sources = progress.get("sources") or [{}]
+            latest, end = offsets(sources[0].get("latestOffset")), offsets(sources[0].get("endOffset"))
+            spooled[0] = messages_spooled(reader)
+            return spooled[0] >= spooled_before + ROWS_PER_FILE // 200 + 1 and latest and end == latest
+
+        wait_until(planned_past_the_copies, 120, "the re-committed batch's messages planned downstream")
+        result = table()
+        assert result.count() == ROWS
+        assert result.select("id").distinct().count() == ROWS
+        assert result.where(F.col("label") != F.concat(F.lit("r"), F.col("id").cast("string"))).count() == 0
+        # copies were sent: the failed runs and the re-committed batch, beyond the rows kept
+        assert spooled[0] > ROWS // 200 + 2 * FILES, f"only {spooled[0]} messages spooled: nothing was dropped"
+    finally:
+        stop_all(writers + [reader])
