@@ -141,6 +141,14 @@ SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
     _src("maxBytesPerTrigger", "bytes", "max_bytes_per_trigger", "Payload bytes per micro-batch at most "
          "(split across channels by backlog; at least one message always passes).", default_doc="unlimited",
          minimum=1, maximum=INT64_MAX),
+    _src("minRowsPerTrigger", "int", "min_rows_per_trigger", "Rows a micro-batch waits for (Kafka's "
+         "`minOffsetsPerTrigger`): no batch starts with fewer rows received until `maxTriggerDelay` has passed "
+         "since the last batch (or since the query started). Combines with `maxRowsPerTrigger` and "
+         "`maxBytesPerTrigger`; `Trigger.AvailableNow` is never held back.", default_doc="none (a batch takes "
+         "what has arrived)", minimum=1, maximum=INT64_MAX),
+    _src("maxTriggerDelay", "duration", "max_trigger_delay", "With `minRowsPerTrigger`: the longest a "
+         "micro-batch waits for them, counted from the last batch (or the query's start); then it takes what "
+         "has arrived.", default=900.0, default_doc="`15min`", maximum=MAX_SECONDS),
     _src("startingOffsets", "choice", "starting_offsets", "`latest`: what arrives after the query starts; "
          "`earliest`: also what an existing spool holds. Only for a new checkpoint.",
          default="latest", default_doc="`latest`", choices=("latest", "earliest")),
@@ -281,7 +289,7 @@ TABLES: dict[str, tuple[OptionSpec, ...]] = {
 QUERIES: dict[str, tuple[str, ...]] = {
     **{name: ("streaming",) for name in (
         "relays", "receivers", "receiverLingerSeconds", "relayTimeout", "fetchTimeout", "maxRowsPerTrigger",
-        "maxBytesPerTrigger", "startingOffsets", "maxSpoolBytes", "spoolDir", "spoolFsync", "failOnDataLoss",
+        "maxBytesPerTrigger", "minRowsPerTrigger", "maxTriggerDelay", "startingOffsets", "maxSpoolBytes", "spoolDir", "spoolFsync", "failOnDataLoss",
         "spoolAccess", "spoolServerHost", "spoolServerPort")},
     "maxMessages": ("batch",),
 }

@@ -80,6 +80,8 @@ class SourceOptions(_SocketSettings):
     receivers: str = "processes"
     receiver_linger_seconds: float = 300.0
     receive_buffer_bytes: Optional[int] = None
+    min_rows_per_trigger: Optional[int] = None
+    max_trigger_delay: float = 900.0
     heartbeat_interval: float = RECEIVER_HEARTBEAT.interval
     heartbeat_timeout: float = RECEIVER_HEARTBEAT.timeout
     heartbeat_ttl: float = RECEIVER_HEARTBEAT.ttl
