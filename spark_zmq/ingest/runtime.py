@@ -118,6 +118,11 @@ class IngestRuntime:
     def earliest(self) -> dict[str, int]:
         return self.spool.earliest()
 
+    def start_at_time(self, timestamp_ms: int) -> dict[int, tuple[int, Optional[LostRange]]]:
+        """Each channel's first offset received at or after ``timestamp_ms``, with the freed
+        messages that were (``ChannelLog.start_at_time``): option ``startingTimestamp``."""
+        return {c.channel: c.start_at_time(timestamp_ms * 1000) for c in self.spool.channels}
+
     def start(self) -> None:
         """Start receiving (once the numbering is settled, see the module docstring)."""
         if not self.started:

@@ -152,6 +152,11 @@ SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
     _src("startingOffsets", "choice", "starting_offsets", "`latest`: what arrives after the query starts; "
          "`earliest`: also what an existing spool holds. Only for a new checkpoint.",
          default="latest", default_doc="`latest`", choices=("latest", "earliest")),
+    _src("startingTimestamp", "int", "starting_timestamp", "Milliseconds since the epoch: start at the first "
+         "message received at or after it that the spool (or relay) still holds; before the oldest message held, at "
+         "the oldest. Messages received at or after it that were already freed are data loss (`failOnDataLoss`). "
+         "Takes precedence over `startingOffsets`. Only for a new checkpoint.", default_doc="none",
+         valid_doc="milliseconds since the epoch, 0 to 2^63-1", minimum=0, maximum=INT64_MAX),
     _src("maxSpoolBytes", "bytes", "max_spool_bytes", "Disk the spool may use before the receivers stop "
          "reading (backpressure).", default=GiB, default_doc="1 GiB", minimum=MiB, maximum=INT64_MAX),
     _src("spoolDir", "path", "spool_dir", "The durable spool's directory on the driver host, private to the "
@@ -289,7 +294,8 @@ TABLES: dict[str, tuple[OptionSpec, ...]] = {
 QUERIES: dict[str, tuple[str, ...]] = {
     **{name: ("streaming",) for name in (
         "relays", "receivers", "receiverLingerSeconds", "relayTimeout", "fetchTimeout", "maxRowsPerTrigger",
-        "maxBytesPerTrigger", "minRowsPerTrigger", "maxTriggerDelay", "startingOffsets", "maxSpoolBytes", "spoolDir", "spoolFsync", "failOnDataLoss",
+        "maxBytesPerTrigger", "minRowsPerTrigger", "maxTriggerDelay", "startingOffsets", "startingTimestamp",
+        "maxSpoolBytes", "spoolDir", "spoolFsync", "failOnDataLoss",
         "spoolAccess", "spoolServerHost", "spoolServerPort")},
     "maxMessages": ("batch",),
 }

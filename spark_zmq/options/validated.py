@@ -82,6 +82,7 @@ class SourceOptions(_SocketSettings):
     receive_buffer_bytes: Optional[int] = None
     min_rows_per_trigger: Optional[int] = None
     max_trigger_delay: float = 900.0
+    starting_timestamp: Optional[int] = None
     heartbeat_interval: float = RECEIVER_HEARTBEAT.interval
     heartbeat_timeout: float = RECEIVER_HEARTBEAT.timeout
     heartbeat_ttl: float = RECEIVER_HEARTBEAT.ttl

@@ -154,10 +154,23 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         runtime = self._ingest()
         start = self._query_start.recall(runtime.spool_id, len(runtime.channels))
         if start is None:
-            start = ChannelOffsets(runtime.earliest() if self.options.starting_offsets == "earliest"
-                                   else runtime.start_offsets, runtime.spool_id)
+            if self.options.starting_timestamp is not None:  # it takes precedence over startingOffsets
+                start = ChannelOffsets(self._start_at_time(runtime, self.options.starting_timestamp), runtime.spool_id)
+            else:
+                start = ChannelOffsets(runtime.earliest() if self.options.starting_offsets == "earliest"
+                                       else runtime.start_offsets, runtime.spool_id)
             self._query_start.remember(start)
         return start.to_dict()
+
+    def _start_at_time(self, runtime: Ingest, timestamp_ms: int) -> dict[str, int]:
+        """``startingTimestamp``: each channel's first message received at or after it that
+        the spool still holds; freed messages received at or after it are data loss."""
+        offsets = {}
+        for channel, (offset, lost) in sorted(runtime.start_at_time(timestamp_ms).items()):
+            if lost is not None:
+                self._loss.lose(lost)
+            offsets[str(channel)] = offset
+        return offsets
 
     def getDefaultReadLimit(self) -> ReadLimit:
         # PySpark has no composite limit: the caps of maxRowsPerTrigger/maxBytesPerTrigger
