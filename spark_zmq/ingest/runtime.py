@@ -64,7 +64,7 @@ class IngestRuntime:
                 socket = open_channel_socket(
                     options.pattern, endpoint, hwm=options.hwm, topics=options.topics,
                     max_message_bytes=options.max_message_bytes, curve=options.curve,
-                    heartbeat=options.heartbeat, rcvbuf=options.receive_buffer_bytes,
+                    heartbeat=options.heartbeat, rcvbuf=options.receive_buffer_bytes, tuning=options.tuning,
                 )
                 self.receivers.append(
                     Receiver(

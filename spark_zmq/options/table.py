@@ -14,7 +14,7 @@ from ..patterns.heartbeat import DEFAULT_HEARTBEAT, MAX_HEARTBEAT_S, MAX_TTL_S, 
 from .spec import GiB, INT32_MAX, INT64_MAX, KiB, MiB, OptionSpec
 from .spool_dir import default_spool_dir
 
-__all__ = ["SOURCE_OPTIONS", "SINK_OPTIONS", "REQUEST_OPTIONS", "TABLES", "SIDES", "QUERIES", "queries_of", "SOURCE_PATTERNS",
+__all__ = ["ZMQ_SOCKET_OPTIONS", "SOURCE_OPTIONS", "SINK_OPTIONS", "REQUEST_OPTIONS", "TABLES", "SIDES", "QUERIES", "queries_of", "SOURCE_PATTERNS",
            "SINK_PATTERNS", "FORMATS", "MODES", "MAX_SECONDS", "MAX_REQUEST_ROWS"]
 
 SOURCE_PATTERNS = ("pull", "gather", "sub")
@@ -94,6 +94,34 @@ def _heartbeat_specs(make: Callable[..., OptionSpec], side: str) -> tuple[Option
              default=default.ttl, default_doc=f"{default.ttl:g}", minimum=0.0,
              maximum=MAX_TTL_S, allow_zero=True, range_note="16 bits of deciseconds on the wire"),
     )
+
+
+#: the ``zmq.<name>`` socket options: name -> (``SocketTuning`` field, kind, libzmq option). Kinds:
+#: ``ms`` a duration (``250ms``, ``1s``) or a number of milliseconds; ``s`` a duration or a number
+#: of seconds (whole seconds: what libzmq and the kernel take); ``bool``; ``int`` (>= 1).
+ZMQ_SOCKET_OPTIONS: dict[str, tuple[str, str, str]] = {
+    "zmq.reconnectInterval": ("reconnect_ivl_ms", "ms", "ZMQ_RECONNECT_IVL"),
+    "zmq.reconnectIntervalMax": ("reconnect_ivl_max_ms", "ms", "ZMQ_RECONNECT_IVL_MAX"),
+    "zmq.handshakeInterval": ("handshake_ivl_ms", "ms", "ZMQ_HANDSHAKE_IVL"),
+    "zmq.ipv6": ("ipv6", "bool", "ZMQ_IPV6"),
+    "zmq.immediate": ("immediate", "bool", "ZMQ_IMMEDIATE"),
+    "zmq.tcpKeepaliveIdle": ("tcp_keepalive_idle_s", "s", "ZMQ_TCP_KEEPALIVE_IDLE"),
+    "zmq.tcpKeepaliveInterval": ("tcp_keepalive_intvl_s", "s", "ZMQ_TCP_KEEPALIVE_INTVL"),
+    "zmq.tcpKeepaliveCount": ("tcp_keepalive_cnt", "int", "ZMQ_TCP_KEEPALIVE_CNT"),
+    "zmq.sendBufferBytes": ("sndbuf", "int", "ZMQ_SNDBUF"),
+    "zmq.receiveBufferBytes": ("rcvbuf", "int", "ZMQ_RCVBUF"),
+}
+
+
+def _zmq_spec(make: Callable[..., OptionSpec]) -> OptionSpec:
+    """The ``zmq.<name>`` row, the same on every side: one row for all the socket options."""
+    names = ", ".join(f"`{name}` ({libzmq})" for name, (_, _, libzmq) in ZMQ_SOCKET_OPTIONS.items())
+    return make("zmq.<name>", "zmq", "tuning", "libzmq socket options, honoured on libzmq sockets and on the "
+                "package's own ZMTP engine alike, set after the package's own settings: " + names + ". Intervals "
+                "are durations (`250ms`, `1s`) or a number in libzmq's unit (milliseconds; seconds for the "
+                "keepalive ones); `zmq.ipv6` and `zmq.immediate` are `true`/`false`; the rest integers. "
+                "`zmq.ipv6` concerns libzmq sockets only: the engine resolves IPv4 and IPv6 alike.",
+                default_doc="libzmq's (and the package's)", valid_doc="see the names in the description")
 
 
 _ENDPOINTS_VALID = (
@@ -219,6 +247,7 @@ SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
          "memory).", default=10_000, default_doc="10000", minimum=1, maximum=INT32_MAX),
     *_curve_specs(_src),
     *_heartbeat_specs(_src, "source"),
+    _zmq_spec(_src),
 )
 
 #: Every option of ``df.writeStream/write.format("zmq")``.
@@ -243,6 +272,7 @@ SINK_OPTIONS: tuple[OptionSpec, ...] = (
          range_note="0 would make ZeroMQ's queue unlimited and memory unbounded"),
     *_curve_specs(_snk),
     *_heartbeat_specs(_snk, "sink"),
+    _zmq_spec(_snk),
 )
 
 #: Every option of ``spark_zmq.request(df, endpoints, ...)`` (keyword arguments, camelCase or snake_case).
@@ -281,6 +311,7 @@ REQUEST_OPTIONS: tuple[OptionSpec, ...] = (
          range_note="0 would make ZeroMQ's queue unlimited and memory unbounded"),
     *_curve_specs(_req),
     *_heartbeat_specs(_req, "request"),
+    _zmq_spec(_req),
 )
 
 #: each side's table by name
