@@ -19,6 +19,7 @@ from typing import Optional
 from ..patterns import PatternSocket, Pull, SocketClosedError, ZmtpPull, socket_for
 from ..patterns.curve import Curve
 from ..patterns.heartbeat import Heartbeat
+from ..patterns.tuning import SocketTuning
 from ..patterns.endpoints import Endpoint
 from .spool import ChannelLog, SpoolBudget
 from .spool_format import messages_to_batch
@@ -33,6 +34,7 @@ _POLL_S = 0.1
 def open_channel_socket(
     pattern: str, endpoint: Endpoint, *, hwm: int, topics: list[str], max_message_bytes: Optional[int] = None,
     curve: Optional[Curve] = None, heartbeat: Optional[Heartbeat] = None, rcvbuf: Optional[int] = None,
+    tuning: Optional[SocketTuning] = None,
 ) -> PatternSocket:
     """The socket of one channel. Opened on the caller's thread so that a bind error (port
     in use) surfaces in the Spark call that started the receivers, with its message.
@@ -54,6 +56,8 @@ def open_channel_socket(
         options["max_message_bytes"] = max_message_bytes
     if curve is not None:
         options["curve"] = curve
+    if tuning is not None:  # the zmq.* options
+        options["tuning"] = tuning
     if pattern == "sub":
         options["topics"] = topics or None
     return cls([str(endpoint)], **options)

@@ -64,7 +64,7 @@ class IngestRuntime:
                 socket = open_channel_socket(
                     options.pattern, endpoint, hwm=options.hwm, topics=options.topics,
                     max_message_bytes=options.max_message_bytes, curve=options.curve,
-                    heartbeat=options.heartbeat, rcvbuf=options.receive_buffer_bytes,
+                    heartbeat=options.heartbeat, rcvbuf=options.receive_buffer_bytes, tuning=options.tuning,
                 )
                 self.receivers.append(
                     Receiver(
@@ -117,6 +117,11 @@ class IngestRuntime:
 
     def earliest(self) -> dict[str, int]:
         return self.spool.earliest()
+
+    def start_at_time(self, timestamp_ms: int) -> dict[int, tuple[int, Optional[LostRange]]]:
+        """Each channel's first offset received at or after ``timestamp_ms``, with the freed
+        messages that were (``ChannelLog.start_at_time``): option ``startingTimestamp``."""
+        return {c.channel: c.start_at_time(timestamp_ms * 1000) for c in self.spool.channels}
 
     def start(self) -> None:
         """Start receiving (once the numbering is settled, see the module docstring)."""

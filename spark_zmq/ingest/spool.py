@@ -36,6 +36,7 @@ from __future__ import annotations
 import bisect
 import errno
 import fcntl
+import json
 import logging
 import os
 import threading
@@ -82,6 +83,10 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+#: a channel's record of its freed segments (``ChannelLog.freed``), and how many it keeps
+FREED_FILE = "freed.json"
+FREED_KEPT = 256
+
 
 @dataclass
 class ChannelLog:
@@ -97,10 +102,14 @@ class ChannelLog:
     next_offset: int = 0
     #: offsets recovery could not read (torn in the middle, corrupt), in offset order
     lost: list[LostRange] = field(default_factory=list)
+    #: the freed segments, oldest first, as ``[first, end, newest receive time (us)]`` (the
+    #: last ``FREED_KEPT``; ``freed.json``): what ``start_at_time`` knows of what is gone
+    freed: list[list[int]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.dir = os.path.join(self.spool_dir, f"ch-{self.channel}")
         private_dir(self.dir, fsync_parent=self.fsync)
+        self.freed = self._read_freed()
         # Two locks, so that the driver's calls (latest, earliest, snapshot, release) never
         # wait for a write: ``_write_lock`` serialises the writers (the receiver thread; a
         # stop's close) and is held through a record's serialising, checksum, write and
@@ -310,6 +319,36 @@ class ChannelLog:
             entry = self.entries[i]
             return entry.segment.name, entry.position
 
+    def start_at_time(self, received_us: int) -> tuple[int, Optional[LostRange]]:
+        """Where a query with ``startingTimestamp`` begins: the first message held that was
+        received at or after ``received_us`` (the oldest held when the time is before it;
+        the next offset when nothing held is that recent), and the freed messages that were
+        received at or after it, if any (data loss under ``failOnDataLoss``)."""
+        with self._lock:
+            offset = next((e.first for e in self.entries if e.received_us >= received_us), self.next_offset)
+            gone = [f for f in self.freed if f[2] >= received_us]
+        if not gone:
+            return offset, None
+        first, end = gone[0][0], max(f[1] for f in gone)
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(received_us / 1e6))
+        return offset, LostRange(self.channel, first, end, text=(
+            f"channel {self.channel}: offsets {first}..{end}, freed from the spool {self.spool_dir!r} before this query "
+            f"started, include messages received at or after startingTimestamp ({received_us // 1000} ms, {when} UTC)"))
+
+    def _read_freed(self) -> list[list[int]]:
+        try:
+            with open(os.path.join(self.dir, FREED_FILE), "rb") as f:
+                kept = json.loads(f.read(1 << 20))
+            if isinstance(kept, list) and all(isinstance(x, list) and len(x) == 3 and all(isinstance(v, int) for v in x)
+                                              for x in kept):
+                return kept
+            log.warning("ignoring %s: not a list of freed segments", os.path.join(self.dir, FREED_FILE))
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError) as exc:
+            log.warning("ignoring %s: %s", os.path.join(self.dir, FREED_FILE), exc)
+        return []
+
     # -- releasing (commit) -------------------------------------------------------------------
 
     def release_before(self, offset: int) -> int:
@@ -321,11 +360,19 @@ class ChannelLog:
                 gone = {id(s) for s in doomed}
                 self.segments = [s for s in self.segments if id(s) not in gone]
                 keep = 0
+                newest: dict[int, int] = {}
                 while keep < len(self.entries) and id(self.entries[keep].segment) in gone:
+                    entry = self.entries[keep]
+                    newest[id(entry.segment)] = max(newest.get(id(entry.segment), 0), entry.received_us)
                     keep += 1
                 del self.entries[:keep]
                 del self._firsts[:keep]
+                self.freed = (self.freed + [[s.first, s.end, newest[id(s)]] for s in doomed if id(s) in newest]
+                              )[-FREED_KEPT:]
+                freed = json.dumps(self.freed).encode()
             self.lost = [r for r in self.lost if r.end > offset]
+        if doomed:
+            write_atomically(self.dir, FREED_FILE, freed, fsync=self.fsync)
         # the files go outside the lock: unlinking a large file (its cached pages freed) is
         # slow, and the receiver publishes its next record meanwhile
         for segment in doomed:

@@ -49,6 +49,8 @@ class BatchEntry:
     rows_cum: Optional[np.ndarray]  # cumulative rows per message; None when 1 row/message
     segment: Segment
     position: int  # byte position of the record in its segment
+    #: when its messages were received (microseconds since the epoch; one time per spool batch)
+    received_us: int = 0
 
     @property
     def end(self) -> int:
@@ -76,7 +78,10 @@ def batch_entry(batch: pa.RecordBatch, first: int, segment: Segment, position: i
     else:  # a view of the buffer: Array.to_numpy imports pandas in a receiving process (see spool_format)
         rows = np.frombuffer(counts.buffers()[1], dtype=np.int32)[counts.offset : counts.offset + len(counts)]
     rows_cum = None if bool((rows == 1).all()) else np.cumsum(np.maximum(rows, 0), dtype=np.int64)
-    return BatchEntry(first, batch.num_rows, bytes_cum.astype(np.int64, copy=True), rows_cum, segment, position)
+    times = batch.column(2)
+    received_us = int(np.frombuffer(times.buffers()[1], dtype=np.int64)[times.offset]) if len(times) else 0
+    return BatchEntry(first, batch.num_rows, bytes_cum.astype(np.int64, copy=True), rows_cum, segment, position,
+                      received_us)
 
 
 @dataclass

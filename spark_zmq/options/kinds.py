@@ -15,9 +15,10 @@ from typing import Any, Callable, Optional
 
 from ..patterns.curve_keys import CurveError, KeyPair, load_authorized_keys, load_public_key
 from ..patterns.endpoints import Endpoint, parse_endpoints, tcp_host_problem
-from .spec import GiB, KiB, MiB, TiB, OptionError, OptionSpec, quote, show, show_bytes
+from ..patterns.tuning import SocketTuning
+from .spec import INT32_MAX, GiB, KiB, MiB, TiB, OptionError, OptionSpec, quote, show, show_bytes
 
-__all__ = ["PARSERS", "parse_endpoints_value"]
+__all__ = ["PARSERS", "parse_endpoints_value", "parse_zmq_options"]
 
 #: what a duration's unit multiplies (``500ms``, ``5s``, ``1min``, ``1h``; none: seconds)
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
@@ -234,6 +235,52 @@ def _parse_ports(spec: OptionSpec, raw: str) -> tuple[int, int]:
         raise OptionError(f"option {spec.name!r} = {quote(raw)} is not a port or a port range; expected a TCP "
                           "port from 1 to 65535 (e.g. '7100') or an inclusive range (e.g. '7100-7107')", spec.name)
     return first, last
+
+
+def parse_zmq_options(spec: OptionSpec, opts: dict[str, Optional[str]]) -> Optional[SocketTuning]:
+    """The ``zmq.<name>`` options among ``opts`` (lower-cased keys, as Spark passes them), as one
+    ``SocketTuning``; ``None`` when there are none. An unknown name or a value of the wrong
+    kind is an ``OptionError`` naming it and what is valid."""
+    from .table import ZMQ_SOCKET_OPTIONS
+
+    known = {name.lower(): name for name in ZMQ_SOCKET_OPTIONS}
+    values: dict[str, Any] = {}
+    for key in sorted(k for k in opts if k.startswith("zmq.")):
+        raw = opts[key]
+        name = known.get(key)
+        if name is None:
+            raise OptionError(f"unknown {spec.side} option {quote(key)}: the socket options are "
+                              f"{', '.join(ZMQ_SOCKET_OPTIONS)}", key)
+        if raw is None or not raw.strip():
+            continue
+        field_name, kind, _ = ZMQ_SOCKET_OPTIONS[name]
+        values[field_name] = _zmq_value(name, kind, raw)
+    return SocketTuning(**values) if values else None
+
+
+def _zmq_value(name: str, kind: str, raw: str) -> Any:
+    text = raw.strip()
+    if kind == "bool":
+        return _parse_bool(OptionSpec(name=name, side="", kind="bool", attr="", doc=""), raw)
+    if kind == "int":
+        if not _INTEGER.fullmatch(text) or len(text) > 12 or not 1 <= int(text.replace("_", "")) <= INT32_MAX:
+            raise OptionError(f"option {name!r} = {quote(raw)} is not valid; expected an integer from 1 to 2^31-1",
+                              name)
+        return int(text.replace("_", ""))
+    unit = "milliseconds" if kind == "ms" else "seconds"
+    match = _DURATION.fullmatch(text)
+    suffix = match.group(2).lower() if match else ""
+    if match is None or suffix not in ("", *_DURATION_UNITS):
+        raise OptionError(f"option {name!r} = {quote(raw)} is not a duration; expected a number of {unit} (as "
+                          f"libzmq takes it) or a number with a unit (ms, s, min, h), e.g. "
+                          f"{'250ms' if kind == 'ms' else '30s'!r}", name)
+    number = float(match.group(1).replace("_", ""))
+    ms = number * (_DURATION_UNITS[suffix] * 1000 if suffix else (1 if kind == "ms" else 1000))
+    value = ms if kind == "ms" else ms / 1000
+    if not math.isfinite(value) or value != int(value) or not (0 if kind == "ms" else 1) <= value <= INT32_MAX:
+        whole = "whole milliseconds, 0" if kind == "ms" else "whole seconds, 1"
+        raise OptionError(f"option {name!r} = {quote(raw)} is out of range; expected {whole} to 2^31-1", name)
+    return int(value)
 
 
 #: the parser of each kind but ``endpoints`` (``parse_endpoints_value``: it reads other options)

@@ -12,7 +12,7 @@ import difflib
 from typing import Any, Mapping, Optional
 
 from .curve_rules import check_curve
-from .kinds import PARSERS, parse_endpoints_value
+from .kinds import PARSERS, parse_endpoints_value, parse_zmq_options
 from .spec import OptionError, quote
 from .table import TABLES
 
@@ -50,11 +50,9 @@ KAFKA_OPTIONS: dict[str, tuple[Optional[str], str]] = {
     "subscribePattern": ("topics", "subscription prefixes, with pattern 'sub' (prefixes, not regular expressions)"),
     "assign": ("endpoints", "each endpoint is one channel, Spark's partition"),
     "maxOffsetsPerTrigger": ("maxRowsPerTrigger", "rows per micro-batch at most"),
-    "minOffsetsPerTrigger": (None, "not yet: a micro-batch takes what has arrived"),
-    "maxTriggerDelay": (None, "not yet: a micro-batch takes what has arrived"),
-    "startingOffsetsByTimestamp": (None, "the spool is indexed by offset only; use 'startingOffsets'"),
-    "startingTimestamp": (None, "the spool is indexed by offset only; use 'startingOffsets'"),
-    "startingOffsetsByTimestampStrategy": (None, "the spool is indexed by offset only; use 'startingOffsets'"),
+    "minOffsetsPerTrigger": ("minRowsPerTrigger", "rows a micro-batch waits for, up to 'maxTriggerDelay'"),
+    "startingOffsetsByTimestamp": ("startingTimestamp", "one receive time for every channel"),
+    "startingOffsetsByTimestampStrategy": (None, "a time after every message held starts at what arrives next"),
     "endingOffsets": (None, "a bounded read ends after 'maxMessages' or 'timeout' seconds of silence"),
     "endingTimestamp": (None, "a bounded read ends after 'maxMessages' or 'timeout' seconds of silence"),
     "endingOffsetsByTimestamp": (None, "a bounded read ends after 'maxMessages' or 'timeout' seconds of silence"),
@@ -97,7 +95,7 @@ def _suggestion(name: str, table: tuple) -> str:
             return f" (Kafka's option; here {counterpart!r}: {why})"
         return " (a Kafka option of the other side, with no counterpart on this one)"
     if name.lower().startswith("kafka."):
-        return " (a Kafka client setting; ZeroMQ's sockets are set with the options listed here)"
+        return " (a Kafka client setting; ZeroMQ's socket options are 'zmq.<name>', see docs/options.md)"
     close = difflib.get_close_matches(name.lower(), list(names), n=1, cutoff=0.6)
     return f" (did you mean {names[close[0]]!r}?)" if close else ""
 
@@ -106,7 +104,7 @@ def _check_known(options: Mapping[Any, Any], opts: dict[str, Optional[str]], sid
     table = TABLES[side]
     known = {spec.key for spec in table}
     spelled = {str(key).lower(): _shown(str(key)) for key in options}
-    unknown = [spelled[k] for k in sorted(opts) if k not in known and k not in _SPARK_KEYS]
+    unknown = [spelled[k] for k in sorted(opts) if k not in known and k not in _SPARK_KEYS and not k.startswith("zmq.")]
     if unknown:
         parts = [quote(name) + _suggestion(name, table) for name in unknown]
         raise OptionError(
@@ -126,6 +124,8 @@ def parse_table(side: str, options: Mapping[Any, Any]) -> dict[str, Any]:
         raw = opts.get(spec.key)
         if spec.kind == "endpoints":
             parsed[spec.attr] = parse_endpoints_value(spec, raw, parsed, opts.get("relays"))
+        elif spec.kind == "zmq":
+            parsed[spec.attr] = parse_zmq_options(spec, opts)
         elif raw is None or (not raw.strip() and spec.attr != "topic"):
             default = spec.default_for(parsed)
             parsed[spec.attr] = list(default) if isinstance(default, tuple) else default

@@ -14,7 +14,7 @@ from ..patterns.heartbeat import DEFAULT_HEARTBEAT, MAX_HEARTBEAT_S, MAX_TTL_S, 
 from .spec import GiB, INT32_MAX, INT64_MAX, KiB, MiB, OptionSpec
 from .spool_dir import default_spool_dir
 
-__all__ = ["SOURCE_OPTIONS", "SINK_OPTIONS", "REQUEST_OPTIONS", "TABLES", "SIDES", "QUERIES", "queries_of", "SOURCE_PATTERNS",
+__all__ = ["ZMQ_SOCKET_OPTIONS", "SOURCE_OPTIONS", "SINK_OPTIONS", "REQUEST_OPTIONS", "TABLES", "SIDES", "QUERIES", "queries_of", "SOURCE_PATTERNS",
            "SINK_PATTERNS", "FORMATS", "MODES", "MAX_SECONDS", "MAX_REQUEST_ROWS"]
 
 SOURCE_PATTERNS = ("pull", "gather", "sub")
@@ -96,6 +96,34 @@ def _heartbeat_specs(make: Callable[..., OptionSpec], side: str) -> tuple[Option
     )
 
 
+#: the ``zmq.<name>`` socket options: name -> (``SocketTuning`` field, kind, libzmq option). Kinds:
+#: ``ms`` a duration (``250ms``, ``1s``) or a number of milliseconds; ``s`` a duration or a number
+#: of seconds (whole seconds: what libzmq and the kernel take); ``bool``; ``int`` (>= 1).
+ZMQ_SOCKET_OPTIONS: dict[str, tuple[str, str, str]] = {
+    "zmq.reconnectInterval": ("reconnect_ivl_ms", "ms", "ZMQ_RECONNECT_IVL"),
+    "zmq.reconnectIntervalMax": ("reconnect_ivl_max_ms", "ms", "ZMQ_RECONNECT_IVL_MAX"),
+    "zmq.handshakeInterval": ("handshake_ivl_ms", "ms", "ZMQ_HANDSHAKE_IVL"),
+    "zmq.ipv6": ("ipv6", "bool", "ZMQ_IPV6"),
+    "zmq.immediate": ("immediate", "bool", "ZMQ_IMMEDIATE"),
+    "zmq.tcpKeepaliveIdle": ("tcp_keepalive_idle_s", "s", "ZMQ_TCP_KEEPALIVE_IDLE"),
+    "zmq.tcpKeepaliveInterval": ("tcp_keepalive_intvl_s", "s", "ZMQ_TCP_KEEPALIVE_INTVL"),
+    "zmq.tcpKeepaliveCount": ("tcp_keepalive_cnt", "int", "ZMQ_TCP_KEEPALIVE_CNT"),
+    "zmq.sendBufferBytes": ("sndbuf", "int", "ZMQ_SNDBUF"),
+    "zmq.receiveBufferBytes": ("rcvbuf", "int", "ZMQ_RCVBUF"),
+}
+
+
+def _zmq_spec(make: Callable[..., OptionSpec]) -> OptionSpec:
+    """The ``zmq.<name>`` row, the same on every side: one row for all the socket options."""
+    names = ", ".join(f"`{name}` ({libzmq})" for name, (_, _, libzmq) in ZMQ_SOCKET_OPTIONS.items())
+    return make("zmq.<name>", "zmq", "tuning", "libzmq socket options, honoured on libzmq sockets and on the "
+                "package's own ZMTP engine alike, set after the package's own settings: " + names + ". Intervals "
+                "are durations (`250ms`, `1s`) or a number in libzmq's unit (milliseconds; seconds for the "
+                "keepalive ones); `zmq.ipv6` and `zmq.immediate` are `true`/`false`; the rest integers. "
+                "`zmq.ipv6` concerns libzmq sockets only: the engine resolves IPv4 and IPv6 alike.",
+                default_doc="libzmq's (and the package's)", valid_doc="see the names in the description")
+
+
 _ENDPOINTS_VALID = (
     "comma-separated ZeroMQ endpoints (`tcp://`, `ipc://`, `inproc://`); `@` binds, `>` connects"
 )
@@ -141,9 +169,22 @@ SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
     _src("maxBytesPerTrigger", "bytes", "max_bytes_per_trigger", "Payload bytes per micro-batch at most "
          "(split across channels by backlog; at least one message always passes).", default_doc="unlimited",
          minimum=1, maximum=INT64_MAX),
+    _src("minRowsPerTrigger", "int", "min_rows_per_trigger", "Rows a micro-batch waits for (Kafka's "
+         "`minOffsetsPerTrigger`): no batch starts with fewer rows received until `maxTriggerDelay` has passed "
+         "since the last batch (or since the query started). Combines with `maxRowsPerTrigger` and "
+         "`maxBytesPerTrigger`; `Trigger.AvailableNow` is never held back.", default_doc="none (a batch takes "
+         "what has arrived)", minimum=1, maximum=INT64_MAX),
+    _src("maxTriggerDelay", "duration", "max_trigger_delay", "With `minRowsPerTrigger`: the longest a "
+         "micro-batch waits for them, counted from the last batch (or the query's start); then it takes what "
+         "has arrived.", default=900.0, default_doc="`15min`", maximum=MAX_SECONDS),
     _src("startingOffsets", "choice", "starting_offsets", "`latest`: what arrives after the query starts; "
          "`earliest`: also what an existing spool holds. Only for a new checkpoint.",
          default="latest", default_doc="`latest`", choices=("latest", "earliest")),
+    _src("startingTimestamp", "int", "starting_timestamp", "Milliseconds since the epoch: start at the first "
+         "message received at or after it that the spool (or relay) still holds; before the oldest message held, at "
+         "the oldest. Messages received at or after it that were already freed are data loss (`failOnDataLoss`). "
+         "Takes precedence over `startingOffsets`. Only for a new checkpoint.", default_doc="none",
+         valid_doc="milliseconds since the epoch, 0 to 2^63-1", minimum=0, maximum=INT64_MAX),
     _src("maxSpoolBytes", "bytes", "max_spool_bytes", "Disk the spool may use before the receivers stop "
          "reading (backpressure).", default=GiB, default_doc="1 GiB", minimum=MiB, maximum=INT64_MAX),
     _src("spoolDir", "path", "spool_dir", "The durable spool's directory on the driver host, private to the "
@@ -212,6 +253,7 @@ SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
          "memory).", default=10_000, default_doc="10000", minimum=1, maximum=INT32_MAX),
     *_curve_specs(_src),
     *_heartbeat_specs(_src, "source"),
+    _zmq_spec(_src),
 )
 
 #: Every option of ``df.writeStream/write.format("zmq")``.
@@ -236,6 +278,7 @@ SINK_OPTIONS: tuple[OptionSpec, ...] = (
          range_note="0 would make ZeroMQ's queue unlimited and memory unbounded"),
     *_curve_specs(_snk),
     *_heartbeat_specs(_snk, "sink"),
+    _zmq_spec(_snk),
 )
 
 #: Every option of ``spark_zmq.request(df, endpoints, ...)`` (keyword arguments, camelCase or snake_case).
@@ -274,6 +317,7 @@ REQUEST_OPTIONS: tuple[OptionSpec, ...] = (
          range_note="0 would make ZeroMQ's queue unlimited and memory unbounded"),
     *_curve_specs(_req),
     *_heartbeat_specs(_req, "request"),
+    _zmq_spec(_req),
 )
 
 #: each side's table by name
@@ -287,7 +331,8 @@ TABLES: dict[str, tuple[OptionSpec, ...]] = {
 QUERIES: dict[str, tuple[str, ...]] = {
     **{name: ("streaming",) for name in (
         "relays", "receivers", "receiverLingerSeconds", "relayTimeout", "fetchTimeout", "maxRowsPerTrigger",
-        "maxBytesPerTrigger", "startingOffsets", "maxSpoolBytes", "spoolDir", "spoolFsync", "failOnDataLoss",
+        "maxBytesPerTrigger", "minRowsPerTrigger", "maxTriggerDelay", "startingOffsets", "startingTimestamp",
+        "maxSpoolBytes", "spoolDir", "spoolFsync", "failOnDataLoss",
         "spoolAccess", "spoolServerHost", "spoolServerPort")},
     "maxMessages": ("batch",),
 }

@@ -14,6 +14,7 @@ from ..patterns.curve import Curve
 from ..patterns.curve_keys import KeyPair
 from ..patterns.endpoints import Endpoint
 from ..patterns.heartbeat import DEFAULT_HEARTBEAT, RECEIVER_HEARTBEAT, Heartbeat
+from ..patterns.tuning import SocketTuning
 from .curve_rules import curve_of
 from .kinds import PARSERS
 from .parse import parse_table
@@ -81,9 +82,13 @@ class SourceOptions(_SocketSettings):
     receivers: str = "processes"
     receiver_linger_seconds: float = 300.0
     receive_buffer_bytes: Optional[int] = None
+    min_rows_per_trigger: Optional[int] = None
+    max_trigger_delay: float = 900.0
+    starting_timestamp: Optional[int] = None
     heartbeat_interval: float = RECEIVER_HEARTBEAT.interval
     heartbeat_timeout: float = RECEIVER_HEARTBEAT.timeout
     heartbeat_ttl: float = RECEIVER_HEARTBEAT.ttl
+    tuning: Optional[SocketTuning] = None
 
     KNOWN: ClassVar[tuple[str, ...]] = tuple(spec.name for spec in SOURCE_OPTIONS)
 
@@ -110,6 +115,7 @@ class SinkOptions(_SocketSettings):
     heartbeat_interval: float = DEFAULT_HEARTBEAT.interval
     heartbeat_timeout: float = DEFAULT_HEARTBEAT.timeout
     heartbeat_ttl: float = DEFAULT_HEARTBEAT.ttl
+    tuning: Optional[SocketTuning] = None
 
     KNOWN: ClassVar[tuple[str, ...]] = tuple(spec.name for spec in SINK_OPTIONS)
 
@@ -139,6 +145,7 @@ class RequestOptions(_SocketSettings):
     heartbeat_interval: float = DEFAULT_HEARTBEAT.interval
     heartbeat_timeout: float = DEFAULT_HEARTBEAT.timeout
     heartbeat_ttl: float = DEFAULT_HEARTBEAT.ttl
+    tuning: Optional[SocketTuning] = None
 
     KNOWN: ClassVar[tuple[str, ...]] = tuple(spec.name for spec in REQUEST_OPTIONS)
 
@@ -156,7 +163,7 @@ def _check_tables() -> None:
         if sorted(attrs) != sorted(names) or len(set(attrs)) != len(attrs):
             raise AssertionError(f"{side} options table and {klass.__name__} disagree: {attrs} vs {names}")
         for spec in TABLES[side]:
-            if spec.side != side or spec.kind not in (*PARSERS, "endpoints"):
+            if spec.side != side or spec.kind not in (*PARSERS, "endpoints", "zmq"):
                 raise AssertionError(f"bad option spec {spec}")
 
 

@@ -24,7 +24,7 @@ from .frames import Frames, Message, as_frame, check_bytes_messages, flatten, fr
 from .handshakes import HANDSHAKE_FAILURES, HandshakeWatch, open_monitor
 from .heartbeat import Heartbeat
 from .rcvmore import rcvmore_check
-from .socket_options import check_common, set_common_options, timeout_deadline
+from .socket_options import apply_tuning, check_common, set_common_options, timeout_deadline
 
 __all__ = ["PatternSocket", "SocketClosedError"]
 
@@ -92,6 +92,7 @@ class PatternSocket:
             set_common_options(sock, options, hwm, self.max_message_bytes, self.default_linger_ms)
             self.heartbeat.apply(sock, zmtp_timeout=self.heartbeat_zmtp_timeout, pings=self.heartbeat_pings)
             self._configure(sock, options)
+            apply_tuning(sock, options)
             if curve is not None:
                 self._zap = curve.apply(sock)
             # A monitor must exist before bind/connect, or it misses the first events.

@@ -98,6 +98,9 @@ class ZmtpPatternSocket(PatternSocket):
 
     def __init__(self, endpoints, *, hwm: Optional[int] = None, **options: Any) -> None:
         self._closed = True
+        tuning = options.get("tuning")
+        if tuning is not None:  # the user's socket options, in place of the package's
+            options = tuning.engine_options(options)
         hwm, curve = self._check_common(endpoints, hwm, options)
         self._linger = check_linger(options.get("linger", self.default_linger_ms))
         # ZMQ_HANDSHAKE_IVL: a peer that has not completed its handshake after this many ms
@@ -134,6 +137,8 @@ class ZmtpPatternSocket(PatternSocket):
             rcvbuf=options.get("rcvbuf"),
             sndbuf=options.get("sndbuf"),
             immediate=bool(options.get("immediate")),
+            reconnect_ivl_max_s=(tuning.reconnect_ivl_max_ms or 0) / 1000.0 if tuning is not None else 0.0,
+            tcp_options=tuning.tcp_options() if tuning is not None else (),
             on_event=self.handshakes.push if isinstance(self.handshakes, EngineWatch) else None,
             multipart=self.can_recv and not self.single_part,
             receive_only=self.can_recv and not self.can_send,

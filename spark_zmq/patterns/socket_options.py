@@ -24,6 +24,7 @@ __all__ = [
     "check_linger",
     "timeout_deadline",
     "set_common_options",
+    "apply_tuning",
 ]
 
 #: the options every pattern class takes (``hwm`` is an argument of its own)
@@ -38,6 +39,7 @@ COMMON_OPTIONS: tuple[str, ...] = (
     "monitor",
     "curve",
     "heartbeat",
+    "tuning",
 )
 
 
@@ -130,3 +132,10 @@ def set_common_options(
     for name, opt in (("rcvbuf", zmq.RCVBUF), ("sndbuf", zmq.SNDBUF)):
         if options.get(name) is not None:
             sock.setsockopt(opt, positive_int(name, options[name]))
+
+
+def apply_tuning(sock: zmq.Socket, options: dict[str, Any]) -> None:
+    """The user's socket options (``tuning``, a ``SocketTuning``), last, so they win."""
+    tuning = options.get("tuning")
+    if tuning is not None:
+        tuning.apply(sock)

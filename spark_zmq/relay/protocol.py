@@ -53,3 +53,6 @@ class Op(str, enum.Enum):
     #: for several channels' ranges at once: messages, bytes, losses and the read hint of
     #: each (``COUNT``, ``LOST`` and ``LOCATE`` in one round trip per micro-batch)
     DESCRIBE = "describe"
+    #: each channel's first offset received at or after ``"timestamp"`` (ms since the
+    #: epoch), with the freed offsets received at or after it: option ``startingTimestamp``
+    AT_TIME = "at_time"

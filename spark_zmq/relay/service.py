@@ -141,6 +141,10 @@ class Relay:
             return self._state()
         if op is Op.DESCRIBE:
             return self._describe_ranges(request)
+        if op is Op.AT_TIME:
+            starts = self.ingest.start_at_time(_int(request, "timestamp"))
+            return {"starts": [[offset, None if lost is None else [lost.first, lost.end, lost.describe()]]
+                               for offset, lost in (starts[c] for c in sorted(starts))]}
         return self._channel_op(op, request)
 
     def _describe_ranges(self, request: dict) -> dict[str, Any]:

@@ -87,7 +87,7 @@ class ServiceCall:
     def _client(self) -> Client:
         o = self.options
         return Client(o.endpoints, timeout=o.timeout, retries=o.retries, hwm=o.hwm,
-                      max_message_bytes=o.max_message_bytes, curve=o.curve, heartbeat=o.heartbeat)
+                      max_message_bytes=o.max_message_bytes, curve=o.curve, heartbeat=o.heartbeat, tuning=o.tuning)
 
     def _exchange(self, waiting: deque, units: Iterator[Unit]) -> Iterator[tuple[Unit, pa.RecordBatch]]:
         # (unit, body index) of every request sent and not yet answered, in send order; the

@@ -40,6 +40,8 @@ class TaskSender:
         common: dict = {"hwm": options.hwm, "linger": options.send_timeout_ms, "heartbeat": options.heartbeat}
         if options.curve is not None:
             common["curve"] = options.curve
+        if options.tuning is not None:  # the zmq.* options, over the choices below
+            common["tuning"] = options.tuning
         self.socket: PatternSocket
         if options.pattern == "pub":
             # XPUB is PUB on the wire; it also shows us the subscriptions, so we can wait

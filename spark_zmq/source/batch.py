@@ -32,7 +32,8 @@ def receive_bounded(options: SourceOptions) -> list[tuple[list[bytes], Optional[
     sockets = [
         open_channel_socket(options.pattern, endpoint, hwm=options.hwm, topics=options.topics,
                             max_message_bytes=options.max_message_bytes, curve=options.curve,
-                            heartbeat=options.heartbeat, rcvbuf=options.receive_buffer_bytes)
+                            heartbeat=options.heartbeat, rcvbuf=options.receive_buffer_bytes,
+                            tuning=options.tuning)
         for endpoint in options.endpoints
     ]
     values: list[list[bytes]] = [[] for _ in sockets]

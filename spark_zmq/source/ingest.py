@@ -71,6 +71,11 @@ class Ingest(Protocol):
 
     def earliest(self) -> dict[str, int]: ...
 
+    def start_at_time(self, timestamp_ms: int) -> dict[int, tuple[int, Optional[Any]]]:
+        """Each channel's first offset received at or after ``timestamp_ms`` and the
+        ``LostRange`` of freed messages received at or after it, if any."""
+        ...
+
     def release(self, end: dict[str, int]) -> None:
         """Free what is below ``end`` (Spark has committed it)."""
         ...

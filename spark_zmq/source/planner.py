@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Mapping, Optional, Protocol
 
-__all__ = ["admit", "split", "PlannedRange", "ChannelIndex", "MAX_MESSAGES_PER_PARTITION", "MAX_BYTES_PER_PARTITION",
+__all__ = ["admit", "holds_back", "split", "PlannedRange", "ChannelIndex", "MAX_MESSAGES_PER_PARTITION", "MAX_BYTES_PER_PARTITION",
            "MAX_BYTES_PER_PARTITION_PER_SLOT", "MIN_BYTES_PER_PARTITION"]
 
 # A read task covers at most this many messages and about this many bytes, so large
@@ -72,6 +72,18 @@ def admit(
         busiest = max(counts, key=lambda k: counts[k][0])
         end[busiest] = int(start[busiest]) + 1
     return end
+
+
+def holds_back(pending_rows: int, min_rows: Optional[int], waited_s: float, max_delay_s: float,
+               available_now: bool = False) -> bool:
+    """Whether the next micro-batch waits (``minRowsPerTrigger``/``maxTriggerDelay``, as
+    Kafka's ``minOffsetsPerTrigger``/``maxTriggerDelay``): it does while fewer than
+    ``min_rows`` rows are pending and less than ``max_delay_s`` has passed (``waited_s``)
+    since the last batch. Never under ``Trigger.AvailableNow`` (``available_now``), which
+    must reach its end; never with nothing pending (there is no batch to hold)."""
+    if min_rows is None or available_now or pending_rows <= 0:
+        return False
+    return pending_rows < min_rows and waited_s < max_delay_s
 
 
 @dataclass(frozen=True)

@@ -251,6 +251,24 @@ class RelayIngest:
     def earliest(self) -> dict[str, int]:
         return {str(c.channel): c.earliest for c in self.channels}
 
+    def start_at_time(self, timestamp_ms: int) -> dict[int, tuple[int, Optional[LostRange]]]:
+        """Each channel's first offset received at or after ``timestamp_ms``, with the freed
+        offsets that were: one ``AT_TIME`` per relay."""
+        out: dict[int, tuple[int, Optional[LostRange]]] = {}
+        for relay in self.relays:
+            try:
+                starts = relay.client.call(Op.AT_TIME, timestamp=int(timestamp_ms))["starts"]
+            except RelayError as exc:
+                if "unknown op" in str(exc):
+                    raise RelayError(f"the {relay.target.label} runs an older spark-zmq that cannot find an offset by "
+                                     "time (option 'startingTimestamp'): upgrade it, or use 'startingOffsets'") from None
+                raise
+            for local, (offset, lost) in enumerate(starts):
+                channel = relay.first_channel + local
+                out[channel] = (int(offset), None if lost is None else LostRange(
+                    channel, int(lost[0]), int(lost[1]), text=f"{lost[2]} ({relay.target.label})"))
+        return out
+
     def release(self, end: dict[str, int]) -> None:
         for relay in self.relays:
             offsets = {str(c): int(end[str(relay.first_channel + c)]) for c in range(relay.channels)

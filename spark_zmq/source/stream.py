@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import time
 from typing import Iterator, Mapping, Optional, Sequence, Union
 
 import pyarrow as pa
@@ -30,6 +31,7 @@ from pyspark.sql.streaming.datasource import (
     ReadLimit,
     ReadMaxBytes,
     ReadMaxRows,
+    ReadMinRows,
     SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import StructType
@@ -45,7 +47,7 @@ from .ingest import Ingest, LocalIngest
 from .partitions import SpoolRange
 from .offsets import ChannelOffsets
 from .locality import local_cores
-from .planner import admit, split
+from .planner import admit, holds_back, split
 from .query_start import QueryStart
 from .relays import RelayIngest
 
@@ -77,6 +79,8 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._broken_seen = 0
         #: committedOnly: the runs the writing sink's commit records name (``committed``)
         self._committed = CommittedOnly(options.spool_dir) if options.committed_only else None
+        #: when the last batch was planned (or the first offset call came): maxTriggerDelay's clock
+        self._last_batch_at: Optional[float] = None
 
     # -- driver: the spool and the checkpoint ------------------------------------------------------
 
@@ -153,12 +157,29 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         runtime = self._ingest()
         start = self._query_start.recall(runtime.spool_id, len(runtime.channels))
         if start is None:
-            start = ChannelOffsets(runtime.earliest() if self.options.starting_offsets == "earliest"
-                                   else runtime.start_offsets, runtime.spool_id)
+            if self.options.starting_timestamp is not None:  # it takes precedence over startingOffsets
+                start = ChannelOffsets(self._start_at_time(runtime, self.options.starting_timestamp), runtime.spool_id)
+            else:
+                start = ChannelOffsets(runtime.earliest() if self.options.starting_offsets == "earliest"
+                                       else runtime.start_offsets, runtime.spool_id)
             self._query_start.remember(start)
         return start.to_dict()
 
+    def _start_at_time(self, runtime: Ingest, timestamp_ms: int) -> dict[str, int]:
+        """``startingTimestamp``: each channel's first message received at or after it that
+        the spool still holds; freed messages received at or after it are data loss."""
+        offsets = {}
+        for channel, (offset, lost) in sorted(runtime.start_at_time(timestamp_ms).items()):
+            if lost is not None:
+                self._loss.lose(lost)
+            offsets[str(channel)] = offset
+        return offsets
+
     def getDefaultReadLimit(self) -> ReadLimit:
+        # PySpark has no composite limit: the caps of maxRowsPerTrigger/maxBytesPerTrigger
+        # still apply with ReadMinRows (latestOffset reads them from the options)
+        if self.options.min_rows_per_trigger is not None:
+            return ReadMinRows(self.options.min_rows_per_trigger)
         if self.options.max_rows_per_trigger is not None:
             return ReadMaxRows(self.options.max_rows_per_trigger)
         if self.options.max_bytes_per_trigger is not None:
@@ -185,18 +206,28 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         latest = latest.at_least(begin)
         if self._committed is not None:
             latest = ChannelOffsets(self._committed.clamp(runtime, begin, latest, self._spool_batches))
+        now = time.monotonic()
+        if self._last_batch_at is None:
+            self._last_batch_at = now  # maxTriggerDelay counts from the query's start
         if isinstance(limit, ReadAllAvailable):
             end = latest
         else:
             # Spark passes one ReadLimit; a second cap configured through options still applies.
             max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else self.options.max_rows_per_trigger
             max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else self.options.max_bytes_per_trigger
+            min_rows = limit.min_rows if isinstance(limit, ReadMinRows) else None
             indexes = {c.channel: c.snapshot() for c in runtime.channels}
             pending = {c: (lo, hi) for c, (lo, hi) in begin.ranges_to(latest).items() if hi > lo}
             counted = {c: (0, 0) for c in latest}  # nothing between start and latest: nothing to ask
             if pending:
                 counted.update((c, (info.rows, info.bytes)) for c, info in runtime.describe(pending).items())
-            end = ChannelOffsets(admit(indexes, begin, latest, max_rows, max_bytes, backlog=counted))
+            if holds_back(sum(rows for rows, _ in counted.values()), min_rows, now - self._last_batch_at,
+                          self.options.max_trigger_delay, available_now=self._pinned_end is not None):
+                end = begin  # Spark runs no batch for an end equal to its start
+            else:
+                end = ChannelOffsets(admit(indexes, begin, latest, max_rows, max_bytes, backlog=counted))
+        if any(end[c] > begin[c] for c in end):
+            self._last_batch_at = now
         self._planned_end = end
         return end.with_spool(runtime.spool_id).to_dict()
 

@@ -291,6 +291,17 @@ def established_tcp() -> Iterable[TcpConnection]:
             yield TcpConnection(local, remote, tx, rx, fields[9], line)
 
 
+def tcp_receive_buffer(port: int) -> int:
+    """The kernel receive buffer (``ss``'s ``rb``, bytes) of the established TCP connection whose
+    local port is ``port`` (0 when there is none)."""
+    import subprocess
+
+    out = subprocess.run(["ss", "-tmnH", "state", "established", f"( sport = :{port} )"], capture_output=True,
+                         text=True, timeout=10).stdout
+    marks = [part for part in out.replace("(", ",").replace(")", ",").split(",") if part.startswith("rb")]
+    return int(marks[0][2:]) if marks else 0
+
+
 def settled(read: Callable[[], int], what: str, settle: float = 0.5, timeout: float = 60) -> int:
     """``read()`` once it returned the same value for ``settle`` seconds (readings 50 ms
     apart); fails naming ``what`` if that takes longer than ``timeout`` seconds."""

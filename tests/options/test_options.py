@@ -141,7 +141,8 @@ def test_unknown_options_are_named_with_the_valid_ones_listed():
     ("maxoffsetspertrigger", "'maxOffsetsPerTrigger' (Kafka's option; here 'maxRowsPerTrigger'"),
     ("kafka.bootstrap.servers", "'kafka.bootstrap.servers' (Kafka's option; here 'endpoints'"),
     ("subscribe", "'subscribe' (Kafka's option; here 'topics'"),
-    ("minOffsetsPerTrigger", "'minOffsetsPerTrigger' (a Kafka option without a counterpart here: not yet"),
+    ("minOffsetsPerTrigger", "'minOffsetsPerTrigger' (Kafka's option; here 'minRowsPerTrigger'"),
+    ("endingTimestamp", "'endingTimestamp' (a Kafka option without a counterpart here"),
     ("kafka.linger.ms", "'kafka.linger.ms' (a Kafka client setting"),
 ])
 def test_unknown_options_suggest_the_closest_name_or_the_kafka_counterpart(given, says):

@@ -180,3 +180,37 @@ def test_split_with_slots_covers_each_range_exactly(raw, total_bytes, slots):
             assert a == covered and b > a
             covered = b
         assert covered == (hi if hi > lo else lo)
+
+
+# -- minRowsPerTrigger / maxTriggerDelay ------------------------------------------------------
+
+from spark_zmq.source.planner import holds_back  # noqa: E402
+
+_rows = st.integers(min_value=0, max_value=10_000)
+_min = st.one_of(st.none(), st.integers(min_value=1, max_value=10_000))
+_seconds = st.floats(min_value=0, max_value=10_000, allow_nan=False)
+
+
+@settings(max_examples=examples(300))
+@given(_rows, _min, _seconds, _seconds, st.booleans())
+def test_a_batch_waits_only_below_min_rows_and_inside_the_delay(pending, min_rows, waited, delay, available_now):
+    held = holds_back(pending, min_rows, waited, delay, available_now)
+    # Kafka's rule: wait while fewer than minOffsetsPerTrigger are there and maxTriggerDelay has not passed
+    expected = min_rows is not None and not available_now and 0 < pending < min_rows and waited < delay
+    assert held == expected
+
+
+@settings(max_examples=examples(100))
+@given(_rows, _min, _seconds, _seconds)
+def test_trigger_available_now_and_an_unset_minimum_are_never_held(pending, min_rows, waited, delay):
+    assert not holds_back(pending, min_rows, waited, delay, available_now=True)
+    assert not holds_back(pending, None, waited, delay)
+
+
+@settings(max_examples=examples(100))
+@given(st.integers(min_value=1, max_value=10_000), _seconds, st.data())
+def test_enough_rows_or_enough_waiting_always_releases_the_batch(min_rows, delay, data):
+    enough = data.draw(st.integers(min_value=min_rows, max_value=min_rows + 10_000))
+    assert not holds_back(enough, min_rows, 0.0, delay)
+    waited = data.draw(st.floats(min_value=delay, max_value=delay + 10_000, allow_nan=False))
+    assert not holds_back(max(1, min_rows - 1), min_rows, waited, delay)

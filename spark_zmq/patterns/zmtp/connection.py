@@ -79,6 +79,8 @@ class Connector:
         #: the next waits the reconnect interval (a peer whose type depends on ours would
         #: otherwise make us reconnect in a tight loop)
         self.renegotiated = False
+        #: the wait before the next reconnect under ZMQ_RECONNECT_IVL_MAX's backoff (None: the interval)
+        self.backoff_s: Optional[float] = None
         #: the inproc connect failed for lack of file descriptors (logged once until it works)
         self.inproc_failing = False
 

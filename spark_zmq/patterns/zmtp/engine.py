@@ -46,7 +46,7 @@ import selectors
 import socket
 import threading
 import time
-from typing import Callable, Iterable, Optional
+from typing import Callable, Iterable, Optional, Sequence
 
 from ..heartbeat import DEFAULT_HEARTBEAT, Heartbeat
 from . import transport
@@ -89,6 +89,8 @@ class Engine(_Sessions, _Stream):
         rcvbuf: Optional[int] = None,
         sndbuf: Optional[int] = None,
         immediate: bool = False,
+        reconnect_ivl_max_s: float = 0.0,
+        tcp_options: Sequence[tuple[int, int, int]] = (),
         on_event: Optional[Callable[[int, int, str], None]] = None,
         multipart: bool = False,
         receive_only: bool = False,
@@ -124,6 +126,10 @@ class Engine(_Sessions, _Stream):
         #: connections closed because a CURVE stream skipped a message (deleted in transit)
         self.sequence_gaps = 0
         self.rcvbuf, self.sndbuf = rcvbuf, sndbuf
+        #: ZMQ_RECONNECT_IVL_MAX: a failing connect waits twice as long each time, up to this (0: no backoff)
+        self.reconnect_ivl_max_s = reconnect_ivl_max_s
+        #: socket options set on every TCP connection after the heartbeat's (the user's keepalive)
+        self.tcp_options = list(tcp_options)
         self.immediate = immediate
         self.on_event = on_event
         self.lock = threading.Lock()

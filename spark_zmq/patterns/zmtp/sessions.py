@@ -64,6 +64,9 @@ class _Sessions:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.rcvbuf)
         if self.sndbuf:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.sndbuf)
+        if sock.family in (socket.AF_INET, socket.AF_INET6):
+            for level, name, value in self.tcp_options:
+                sock.setsockopt(level, name, value)
 
     def _on_accept(self, listener: socket.socket, actual: str) -> None:
         for _ in range(64):
@@ -134,7 +137,11 @@ class _Sessions:
 
     def _retry(self, connector: Connector) -> None:
         if not self.closing:
-            self._poller.at(self.reconnect_ivl_s, lambda: self._connect(connector))
+            wait = self.reconnect_ivl_s
+            if self.reconnect_ivl_max_s > self.reconnect_ivl_s:  # libzmq's backoff: doubling up to the max
+                wait = connector.backoff_s or wait
+                connector.backoff_s = min(wait * 2, self.reconnect_ivl_max_s)
+            self._poller.at(wait, lambda: self._connect(connector))
 
     def _adopt(self, sock: socket.socket, address: str, connector: Optional[Connector],
                connecting: bool = False, endpoint: Optional[str] = None) -> Optional[Connection]:

@@ -1,0 +1,88 @@
+"""The ``zmq.<name>`` socket options: parsed on every side (keys as Spark passes them,
+lower-cased), refused with an error naming the option when unknown or of the wrong kind,
+and honoured by libzmq sockets and by the package's ZMTP engine alike (read back from
+the sockets: libzmq's getsockopt, the kernel's SO_RCVBUF of the engine's connection)."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+import zmq
+
+from zmqtest import free_ports, tcp_receive_buffer, wait_until
+from spark_zmq.options import OptionError, RequestOptions, SinkOptions, SourceOptions
+from spark_zmq.patterns import Pull, ZmtpPull
+from spark_zmq.patterns.tuning import SocketTuning
+
+SIDES = [(SourceOptions, {"endpoints": "@tcp://127.0.0.1:5555"}), (SinkOptions, {"endpoints": "tcp://h:1"}),
+         (RequestOptions, {"endpoints": "tcp://h:1"})]
+
+
+@pytest.mark.parametrize("klass, base", SIDES)
+def test_every_side_parses_the_socket_options_whatever_their_case(klass, base):
+    options = klass.parse({**base, "zmq.reconnectinterval": "50ms", "ZMQ.ReconnectIntervalMax": "2s",
+                           "zmq.handshakeInterval": "1500", "zmq.ipv6": "true", "zmq.immediate": "false",
+                           "zmq.tcpkeepaliveidle": "1min", "zmq.tcpKeepaliveInterval": "5", "zmq.tcpKeepaliveCount": "4",
+                           "zmq.sendBufferBytes": "65536", "zmq.receivebufferbytes": "131072"})
+    assert options.tuning == SocketTuning(50, 2000, 1500, True, False, 60, 5, 4, 65536, 131072)
+    assert klass.parse(base).tuning is None
+
+
+@pytest.mark.parametrize("klass, base", SIDES)
+@pytest.mark.parametrize("key, value, says", [
+    ("zmq.foo", "1", "unknown"),
+    ("zmq.reconnectinterval", "soon", "not a duration"),
+    ("zmq.handshakeInterval", "0.5ms", "whole milliseconds"),
+    ("zmq.tcpKeepaliveIdle", "1500ms", "whole seconds"),
+    ("zmq.ipv6", "maybe", "not a boolean"),
+    ("zmq.sendBufferBytes", "1MiB", "integer"),
+    ("zmq.tcpKeepaliveCount", "0", "integer from 1"),
+])
+def test_an_unknown_socket_option_or_a_wrong_value_is_an_error_naming_it(klass, base, key, value, says):
+    with pytest.raises(OptionError) as error:
+        klass.parse({**base, key: value})
+    assert says in str(error.value)
+    assert key.lower() in str(error.value).lower() and error.value.option.lower() == key.lower()
+    if key == "zmq.foo":  # the error lists what is valid
+        assert "zmq.receiveBufferBytes" in str(error.value)
+
+
+def test_libzmq_sockets_take_the_socket_options():
+    port = free_ports(1)[0]
+    tuning = SocketTuning(reconnect_ivl_ms=50, reconnect_ivl_max_ms=2000, handshake_ivl_ms=1500, ipv6=True,
+                          immediate=True, tcp_keepalive_idle_s=60, tcp_keepalive_intvl_s=5, tcp_keepalive_cnt=4,
+                          sndbuf=65536, rcvbuf=131072)
+    sock = Pull([f"@tcp://127.0.0.1:{port}"], tuning=tuning)
+    try:
+        raw = sock.zmq_socket
+        read = {name: raw.getsockopt(opt) for name, opt in (
+            ("reconnect", zmq.RECONNECT_IVL), ("max", zmq.RECONNECT_IVL_MAX), ("handshake", zmq.HANDSHAKE_IVL),
+            ("ipv6", zmq.IPV6), ("immediate", zmq.IMMEDIATE), ("idle", zmq.TCP_KEEPALIVE_IDLE),
+            ("intvl", zmq.TCP_KEEPALIVE_INTVL), ("cnt", zmq.TCP_KEEPALIVE_CNT), ("snd", zmq.SNDBUF),
+            ("rcv", zmq.RCVBUF))}
+        assert read == {"reconnect": 50, "max": 2000, "handshake": 1500, "ipv6": 1, "immediate": 1, "idle": 60,
+                        "intvl": 5, "cnt": 4, "snd": 65536, "rcv": 131072}
+    finally:
+        sock.close(linger=0)
+
+
+def test_the_engine_takes_the_receive_buffer_keepalive_and_reconnect_interval():
+    port = free_ports(1)[0]
+    tuning = SocketTuning(rcvbuf=32768, tcp_keepalive_idle_s=77, reconnect_ivl_ms=50, handshake_ivl_ms=1500)
+    pull = ZmtpPull([f"@tcp://127.0.0.1:{port}"], tuning=tuning, linger=0)
+    context = zmq.Context()
+    push = context.socket(zmq.PUSH)
+    push.setsockopt(zmq.LINGER, 0)
+    try:
+        assert pull._engine.reconnect_ivl_s == 0.05 and pull._engine.handshake_ivl_s == 1.5
+        push.connect(f"tcp://127.0.0.1:{port}")
+        push.send(b"hello")
+        assert pull.recv(timeout=10) == b"hello"
+        # the kernel doubles SO_RCVBUF for its bookkeeping and then keeps it (no autotuning)
+        assert wait_until(lambda: tcp_receive_buffer(port) == 2 * 32768, 10, "the engine's connection's SO_RCVBUF")
+        assert (socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, 77) in pull._engine.tcp_options
+    finally:
+        push.close()
+        context.term()
+        pull.close(linger=0)
