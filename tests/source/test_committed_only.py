@@ -14,10 +14,8 @@ a restart of the reading query is read after it with exactly the same rows.
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
-import uuid
 
 import pyarrow as pa
 import pytest
