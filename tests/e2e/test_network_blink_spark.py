@@ -17,7 +17,7 @@ import pytest
 import zmq
 
 from faultproxy import FaultProxy
-from zmqtest import free_ports, stop_all, wait_until
+from zmqtest import free_port_range, free_ports, stop_all, wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
@@ -123,26 +123,6 @@ def test_a_connection_closed_by_a_short_heartbeat_timeout_is_reported_in_the_pro
         stop_all([query])
 
 
-def _free_range(n: int) -> tuple[int, int]:
-    """``n`` consecutive ports free on 127.0.0.1 now, as ``(first, last)``."""
-    import socket
-    for _ in range(200):
-        (first,) = free_ports(1)
-        held = []
-        try:
-            for port in range(first, first + n):
-                s = socket.socket()
-                held.append(s)
-                s.bind(("127.0.0.1", port))
-            return first, first + n - 1
-        except OSError:
-            continue
-        finally:
-            for s in held:
-                s.close()
-    raise RuntimeError(f"no {n} consecutive free ports")
-
-
 def _listening_ports() -> set[int]:
     ports = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
@@ -159,7 +139,8 @@ def test_the_fetch_service_listens_on_the_ports_of_spoolServerPort(spark, tmp_pa
     """Read tasks fetch (``spoolAccess=fetch``) from the port range given, one port per
     receiver process: what a firewall between executors and the driver must let through."""
     data_ports = free_ports(2)
-    first, last = _free_range(2)
+    first = free_port_range(2)
+    last = first + 1
     endpoints = ",".join(f"@tcp://127.0.0.1:{p}" for p in data_ports)
     name = f"fixed_port_{receivers}"
     query = _start(spark, tmp_path, name, endpoints, receivers=receivers, spoolAccess="fetch",

@@ -55,6 +55,26 @@ def free_ports(n: int) -> list[int]:
             s.close()
 
 
+def free_port_range(n: int) -> int:
+    """The first of ``n`` consecutive TCP ports free on 127.0.0.1 now (a port range option)."""
+    import socket
+    for _ in range(200):
+        (first,) = free_ports(1)
+        held = []
+        try:
+            for port in range(first, first + n):
+                s = socket.socket()
+                held.append(s)
+                s.bind(("127.0.0.1", port))
+            return first
+        except OSError:
+            continue
+        finally:
+            for s in held:
+                s.close()
+    raise RuntimeError(f"no {n} consecutive free ports")
+
+
 def wait_until(predicate: Callable[[], object], timeout: float, what: str, interval: float = 0.05):
     """Poll ``predicate`` until it is truthy; fail naming ``what`` after ``timeout`` seconds.
     A bounded retry loop on an observable condition, not a sleep standing in for one."""

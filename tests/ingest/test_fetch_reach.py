@@ -15,27 +15,9 @@ from spark_zmq.ingest.fetch import CONNECT_S, FetchAccess, FetchError, SpoolServ
 from spark_zmq.ingest.receiver import messages_to_batch
 from spark_zmq.ingest.spool import Spool
 
-from zmqtest import free_ports
+from zmqtest import free_port_range, free_ports
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def _consecutive_free(n: int) -> int:
-    for _ in range(200):
-        (first,) = free_ports(1)
-        held = []
-        try:
-            for port in range(first, first + n):
-                s = socket.socket()
-                held.append(s)
-                s.bind(("127.0.0.1", port))
-            return first
-        except OSError:
-            continue
-        finally:
-            for s in held:
-                s.close()
-    raise RuntimeError("no consecutive free ports")
 
 
 @pytest.fixture
@@ -52,7 +34,7 @@ def _serve(spool: Spool, ports=None) -> SpoolServer:
 
 
 def test_the_service_takes_the_first_free_port_of_the_range_and_serves_there(spool):
-    first = _consecutive_free(3)
+    first = free_port_range(3)
     squatter = socket.socket()
     squatter.bind(("127.0.0.1", first))
     squatter.listen()
@@ -69,7 +51,7 @@ def test_the_service_takes_the_first_free_port_of_the_range_and_serves_there(spo
 
 
 def test_a_full_range_is_an_error_naming_the_option_and_the_ports(spool):
-    first = _consecutive_free(2)
+    first = free_port_range(2)
     squatters = []
     for port in (first, first + 1):
         s = socket.socket()

@@ -17,30 +17,14 @@ import zmq
 
 from spark_zmq.patterns import Broker, Client
 from loadhelper import busy  # noqa: F401  (a fixture: CPU load beside the timing-sensitive tests)
+from brokertest import ANY, running  # noqa: F401  (a fixture)
 from zmqtest import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
 WORKER_PY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "broker_worker.py")
-ANY = "@tcp://127.0.0.1:*"
 
 
-@pytest.fixture
-def running():
-    """A ``Broker`` whose loop runs on a thread of the test process."""
-    started = []
-
-    def start(**options) -> Broker:
-        broker = Broker(ANY, ANY, **options)
-        thread = threading.Thread(target=broker.run, daemon=True, name="broker")
-        thread.start()
-        started.append((broker, thread))
-        return broker
-
-    yield start
-    for broker, thread in started:
-        broker.close()
-        thread.join(10)
 
 
 @pytest.fixture

@@ -6,35 +6,19 @@ lost it, without the broker resending it; a late reply still reaches its client.
 
 from __future__ import annotations
 
-import threading
 
 import pytest
 import zmq
 
 from spark_zmq.patterns import Broker, Client, RequestTimeoutError
 from loadhelper import busy  # noqa: F401  (a fixture: CPU load beside the timing-sensitive tests)
+from brokertest import ANY, running  # noqa: F401  (a fixture)
 from zmqtest import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
-ANY = "@tcp://127.0.0.1:*"
 
 
-@pytest.fixture
-def running():
-    started = []
-
-    def start(**options) -> Broker:
-        broker = Broker(ANY, ANY, **options)
-        thread = threading.Thread(target=broker.run, daemon=True, name="broker")
-        thread.start()
-        started.append((broker, thread))
-        return broker
-
-    yield start
-    for broker, thread in started:
-        broker.close()
-        thread.join(10)
 
 
 def _worker(backend: str) -> zmq.Socket:
