@@ -21,6 +21,7 @@ the driver's log has the details.
 
 from __future__ import annotations
 
+import errno
 import itertools
 import json
 import logging
@@ -29,7 +30,6 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-import errno
 from typing import Callable, Iterator, Optional, TypeVar
 
 import pyarrow as pa
@@ -110,11 +110,11 @@ def bind_first(candidates: list[str], bind: Callable[[str], T], *, what: str = "
             if exc.errno != errno.EADDRINUSE or len(candidates) == 1:
                 raise
             if i == len(candidates) - 1:
-                ports = candidates[0].rsplit(":", 1)[1] + (
-                    f"-{candidates[-1].rsplit(':', 1)[1]}" if len(candidates) > 1 else "")
+                host, first = candidates[0].split("://", 1)[1].rsplit(":", 1)
+                last = candidates[-1].rsplit(":", 1)[1]
                 raise OSError(errno.EADDRINUSE, f"{what} cannot listen: every port of option spoolServerPort "
-                              f"({ports}) is in use on {candidates[0].split('://', 1)[1].rsplit(':', 1)[0]}; give "
-                              "a larger range (one port per receiver process) or free them") from None
+                              f"({first}-{last}) is in use on {host}; give a larger range (one port per receiver "
+                              "process) or free them") from None
     raise ValueError("no endpoint to bind")
 
 

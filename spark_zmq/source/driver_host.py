@@ -30,7 +30,7 @@ from typing import Optional
 from urllib.parse import urlsplit
 
 from .. import procstat
-from .locality import executors_share_host, spark_conf, submit_process
+from .locality import executors_share_host, submit_conf, submit_process
 
 __all__ = ["DriverHost", "driver_host", "fetch_service_host", "is_loopback"]
 
@@ -47,6 +47,8 @@ class DriverHost:
 
     address: str
     source: str
+    #: Spark's master as the driver's configuration names it (``None``: unknown)
+    master: Optional[str] = None
 
     @property
     def loopback(self) -> bool:
@@ -104,32 +106,32 @@ def _master_hosts(master: str) -> list[str]:
 
 def driver_host(pid: Optional[int] = None) -> DriverHost:
     """The address executors should use to reach this driver (see the module)."""
-    conf = spark_conf(pid)
+    submit = submit_process(pid)  # the ancestors are walked once: conf and environment both come from it
+    conf = submit_conf(submit)
     master = conf.get("spark.master")
     if master is not None and executors_share_host(master):
         # every executor is on this host: nothing needs to listen beyond it
-        return DriverHost("127.0.0.1", f"the local master {master!r}")
+        return DriverHost("127.0.0.1", f"the local master {master!r}", master)
     if conf.get("spark.driver.host"):
-        return DriverHost(conf["spark.driver.host"], "spark.driver.host")
-    submit = submit_process(pid)
+        return DriverHost(conf["spark.driver.host"], "spark.driver.host", master)
     for environment, whose in ((os.environ, "this process"),
                                (procstat.environ(submit) if submit else {}, "the Spark driver")):
         if environment.get("SPARK_LOCAL_IP"):
-            return DriverHost(environment["SPARK_LOCAL_IP"], f"SPARK_LOCAL_IP of {whose}")
+            return DriverHost(environment["SPARK_LOCAL_IP"], f"SPARK_LOCAL_IP of {whose}", master)
     try:
         resolved: Optional[str] = socket.gethostbyname(socket.gethostname())
     except OSError:
         resolved = None
     if resolved and not is_loopback(resolved):
-        return DriverHost(resolved, f"the host name {socket.gethostname()!r}")
-    for master_host in _master_hosts(conf.get("spark.master", "")):
+        return DriverHost(resolved, f"the host name {socket.gethostname()!r}", master)
+    for master_host in _master_hosts(master or ""):
         local = _route_source(master_host)
         if local:
-            return DriverHost(local, f"the route to Spark's master {master_host}")
+            return DriverHost(local, f"the route to Spark's master {master_host}", master)
     local = _route_source(_ROUTE_PROBE)
     if local:
-        return DriverHost(local, "the default route")
-    return DriverHost(resolved or "127.0.0.1", "loopback (no other address found)")
+        return DriverHost(local, "the default route", master)
+    return DriverHost(resolved or "127.0.0.1", "loopback (no other address found)", master)
 
 
 def fetch_service_host(configured: Optional[str]) -> str:
@@ -140,7 +142,7 @@ def fetch_service_host(configured: Optional[str]) -> str:
     if configured:
         return configured
     found = driver_host()
-    master = spark_conf().get("spark.master")
+    master = found.master
     if found.loopback and not (master is not None and executors_share_host(master)):
         log.warning("the spool fetch service listens on %s (%s), a loopback address: executors on other hosts "
                     "cannot reach it and their read tasks will fail; set option spoolServerHost (or Spark's "

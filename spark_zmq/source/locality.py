@@ -95,11 +95,16 @@ def defaults_file_conf(environment: dict[str, str]) -> dict[str, str]:
 
 
 def spark_conf(pid: Optional[int] = None) -> dict[str, str]:
-    """The driver's Spark configuration as far as this process can see it: the SparkSubmit
-    JVM's ``spark-defaults.conf`` overridden by its command line (which holds everything a
-    Python program's ``SparkSession.builder.config(...)`` set). ``{}`` when no SparkSubmit
-    ancestor is found (the caller then knows nothing, and says so)."""
-    submit = submit_process(pid)
+    """The driver's Spark configuration as far as this process can see it (``submit_conf``
+    of the nearest SparkSubmit ancestor of ``pid``)."""
+    return submit_conf(submit_process(pid))
+
+
+def submit_conf(submit: Optional[int]) -> dict[str, str]:
+    """The Spark configuration of the SparkSubmit JVM ``submit``: its ``spark-defaults.conf``
+    overridden by its command line (which holds everything a Python program's
+    ``SparkSession.builder.config(...)`` set). ``{}`` for ``None`` (no SparkSubmit ancestor:
+    the caller then knows nothing, and says so)."""
     if submit is None:
         return {}
     return {**defaults_file_conf(procstat.environ(submit)), **conf_from_command_line(procstat.cmdline(submit))}
