@@ -1,5 +1,5 @@
 """Relays as the tests run them: a ``spark-zmq relay`` child process, waited for by its
-``ready`` line (never by a sleep)."""
+``ready`` line (never by a sleep), and an in-process ``Relay`` with 500 messages spooled (a fixture)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,12 @@ import sys
 import tempfile
 from typing import Optional, Sequence
 
+import pytest
+
+from spark_zmq.options import SourceOptions
 from spark_zmq.relay.run import read_ready
+from spark_zmq.relay.service import Relay
+from zmqtest import Producer, free_ports, numbered, wait_until
 
 
 class RelayProcess:
@@ -71,3 +76,18 @@ class RelayProcess:
 def stop_relays(relays: Sequence[RelayProcess]) -> None:
     for relay in relays:
         relay.close()
+
+
+@pytest.fixture
+def relay(tmp_path):
+    """An in-process ``Relay`` of one channel that has spooled 500 messages."""
+    data = free_ports(1)[0]
+    options = SourceOptions.parse({"endpoints": f"@tcp://127.0.0.1:{data}", "spoolDir": str(tmp_path / "spool"),
+                                   "spoolAccess": "local"})
+    served = Relay(options, f"tcp://127.0.0.1:{free_ports(1)[0]}")
+    producer = Producer(f"tcp://127.0.0.1:{data}", numbered(500))
+    producer.start()
+    producer.finish()
+    wait_until(lambda: served.ingest.spool.channels[0].next_offset == 500, 30, "500 messages spooled")
+    yield served
+    served.stop()

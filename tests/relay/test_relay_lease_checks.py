@@ -14,27 +14,11 @@ import pytest
 import zmq
 
 from spark_zmq.ingest.fetch import FetchAccess, FetchError, fetch_range
-from spark_zmq.options import SourceOptions
 from spark_zmq.relay.client import RelayClient, RelayError
 from spark_zmq.relay.lease import Lease
-from spark_zmq.relay.service import Relay
-from zmqtest import Producer, free_ports, numbered, wait_until
+from relaytest import relay  # noqa: F401  (a fixture)
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture
-def relay(tmp_path):
-    data = free_ports(1)[0]
-    options = SourceOptions.parse({"endpoints": f"@tcp://127.0.0.1:{data}", "spoolDir": str(tmp_path / "spool"),
-                                   "spoolAccess": "local"})
-    served = Relay(options, f"tcp://127.0.0.1:{free_ports(1)[0]}")
-    producer = Producer(f"tcp://127.0.0.1:{data}", numbered(500))
-    producer.start()
-    producer.finish()
-    wait_until(lambda: served.ingest.spool.channels[0].next_offset == 500, 30, "500 messages spooled")
-    yield served
-    served.stop()
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ from spark_zmq.relay.client import RelayBusyError, RelayClient, RelayError
 from spark_zmq.relay.lease import Lease
 from spark_zmq.relay.service import Relay
 
+from relaytest import relay  # noqa: F401  (a fixture)
 from zmqtest import Producer, free_ports, numbered, wait_until, examples
 
 pytestmark = pytest.mark.timeout(120)
@@ -48,20 +49,6 @@ def test_the_lease_admits_one_holder_and_lapses_when_nobody_renews():
     assert lease.claim("c") is None
     with pytest.raises(ValueError):
         Lease(0)
-
-
-@pytest.fixture
-def relay(tmp_path):
-    data = free_ports(1)[0]
-    options = SourceOptions.parse({"endpoints": f"@tcp://127.0.0.1:{data}", "spoolDir": str(tmp_path / "spool"),
-                                   "spoolAccess": "local"})
-    served = Relay(options, f"tcp://127.0.0.1:{free_ports(1)[0]}")
-    producer = Producer(f"tcp://127.0.0.1:{data}", numbered(500))
-    producer.start()
-    producer.finish()
-    wait_until(lambda: served.ingest.spool.channels[0].next_offset == 500, 30, "500 messages spooled")
-    yield served
-    served.stop()
 
 
 def _dealer(relay):
