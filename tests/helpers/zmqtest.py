@@ -236,6 +236,15 @@ def listening_addresses(pid: int) -> set[tuple[str, int]]:
     return found
 
 
+def peak_rss_bytes(pid: int) -> int:
+    """The most resident memory process ``pid`` has had (VmHWM), in bytes."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM")
+
+
 def rss_bytes(pid: int) -> int:
     with open(f"/proc/{pid}/status") as f:
         for line in f:

@@ -6,28 +6,22 @@ would otherwise refuse the id for), the broker serves it again, counts and logs 
 
 from __future__ import annotations
 
-import threading
 
 import pytest
 import zmq
 
-from spark_zmq.patterns import Broker, Client
+from spark_zmq.patterns import Client
 from loadhelper import busy  # noqa: F401  (a fixture: CPU load beside the timing-sensitive tests)
+from brokertest import ANY, running  # noqa: F401  (a fixture)
 from zmqtest import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
-ANY = "@tcp://127.0.0.1:*"
 
 
 @pytest.fixture
-def broker():
-    b = Broker(ANY, ANY)
-    thread = threading.Thread(target=b.run, daemon=True, name="broker")
-    thread.start()
-    yield b
-    b.close()
-    thread.join(10)
+def broker(running):
+    return running()
 
 
 def _worker(backend: str) -> zmq.Socket:

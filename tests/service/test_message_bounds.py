@@ -16,7 +16,7 @@ import pytest
 import zmq
 
 from loadhelper import busy  # noqa: F401  (a fixture: CPU load beside the test)
-from zmqtest import free_ports
+from zmqtest import free_ports, peak_rss_bytes
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -56,14 +56,6 @@ CLIENT = textwrap.dedent("""
 """)
 
 
-def _peak_rss(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no VmHWM")
-
-
 def _socket(kind: int) -> zmq.Socket:
     sock = zmq.Context.instance().socket(kind)
     sock.setsockopt(zmq.LINGER, 0)
@@ -84,11 +76,11 @@ def test_a_worker_refuses_messages_of_too_many_frames_whole_and_goes_on(busy):
         assert worker.stdout.readline().strip() == "ready"
         attacker = _socket(zmq.DEALER)  # a REP takes [b"", body...] from a DEALER
         attacker.connect(f"tcp://127.0.0.1:{port}")
-        before = _peak_rss(worker.pid)
+        before = peak_rss_bytes(worker.pid)
         attacker.send_multipart([b""] + [FRAME] * BIG_FRAMES)
         reply = _recv(attacker, "reply to the 300,000-frame request")
         assert reply[1] == b"ERROR" and b"more than 64 frames" in reply[2], reply[:3]
-        grown = _peak_rss(worker.pid) - before
+        grown = peak_rss_bytes(worker.pid) - before
         for _ in range(FLOOD):
             attacker.send_multipart([b""] + [b"y"] * FLOOD_FRAMES)
         for i in range(FLOOD):

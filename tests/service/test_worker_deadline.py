@@ -12,14 +12,14 @@ import time
 
 import pytest
 
-from spark_zmq.patterns import Broker, Client
+from spark_zmq.patterns import Client
 from spark_zmq.worker import WorkerStats, is_error_reply, serve
 from loadhelper import busy  # noqa: F401  (a fixture: CPU load beside the timing-sensitive tests)
+from brokertest import ANY, running  # noqa: F401  (a fixture)
 from zmqtest import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
-ANY = "@tcp://127.0.0.1:*"
 
 
 def poisoned(body: bytes) -> bytes:
@@ -48,13 +48,8 @@ class Worker:
 
 
 @pytest.fixture
-def broker():
-    b = Broker(ANY, ANY)
-    thread = threading.Thread(target=b.run, daemon=True, name="broker")
-    thread.start()
-    yield b
-    b.close()
-    thread.join(10)
+def broker(running):
+    return running()
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 import zmq
 
-from zmqtest import free_ports
+from zmqtest import free_ports, peak_rss_bytes
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -40,14 +40,6 @@ def _ipc(batch: pa.RecordBatch, compression=None) -> bytes:
     with pa.ipc.new_stream(sink, batch.schema, options=pa.ipc.IpcWriteOptions(compression=compression)) as writer:
         writer.write_batch(batch)
     return sink.getvalue().to_pybytes()
-
-
-def _peak_rss(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no VmHWM")
 
 
 @pytest.fixture
@@ -78,11 +70,11 @@ def test_a_zstd_bomb_is_refused_before_it_is_decompressed(worker):
     process, ask = worker
     bomb = _ipc(pa.RecordBatch.from_pydict({"x": pa.array(np.zeros(8_000_000, dtype=np.int64))}), "zstd")
     assert len(bomb) < 100_000
-    before = _peak_rss(process.pid)
+    before = peak_rss_bytes(process.pid)
     reply = ask(bomb)
     assert reply[0] == b"ERROR" and len(reply) == 2, reply[:1]
     assert b"decompress" in reply[1] or b"bytes" in reply[1], reply[1]
-    grown = _peak_rss(process.pid) - before
+    grown = peak_rss_bytes(process.pid) - before
     assert grown < 32 << 20, f"the worker's peak memory grew by {grown / 2**20:.0f} MiB"
     small = _ipc(pa.RecordBatch.from_pydict({"x": [1, 2, 3]}))
     assert pa.ipc.open_stream(ask(small)[0]).read_all().column("x").to_pylist() == [1, 2, 3]
