@@ -1,8 +1,10 @@
 """spark-zmq: ZeroMQ for Apache Spark Structured Streaming.
 
-``import spark_zmq`` registers the ``zmq`` data source on the active SparkSession, if
-there is one; ``spark_zmq.register(spark)`` does it explicitly for a session created
-later. ``spark_zmq.request(df, endpoints, ...)`` calls a ZeroMQ service for every row of a
+Installed, the ``zmq`` data source needs no import: Spark discovers it in every session
+(the ``pyspark_zmq`` module). ``spark_zmq.register(spark)`` registers it explicitly (a
+session whose Python cannot list the installed package) and guards against a race in
+Spark when two streaming queries start at once (``worker_env``); ``import spark_zmq``
+does it for the active session, if there is one. ``spark_zmq.request(df, endpoints, ...)`` calls a ZeroMQ service for every row of a
 DataFrame. The pattern layer, ``spark_zmq.patterns``, works without Spark.
 """
 
@@ -32,9 +34,20 @@ def register(spark: "Optional[SparkSession]" = None) -> "SparkSession":
             "spark_zmq.register() needs a SparkSession: create one first "
             "(SparkSession.builder.getOrCreate()) or pass it as register(spark)"
         )
-    session.dataSource.register(ZmqDataSource)
+    if not _known(session, ZmqDataSource.name()):
+        session.dataSource.register(ZmqDataSource)
     seed_worker_environment(session, ZmqDataSource.name())
     return session
+
+
+def _known(session: "SparkSession", name: str) -> bool:
+    """Whether ``name`` is already a data source of ``session`` (Spark discovered the
+    installed package, or it was registered before): registering again would only make
+    Spark log that it replaced it. False where the session has no JVM (Spark Connect)."""
+    try:
+        return bool(session._jsparkSession.sessionState().dataSourceManager().dataSourceExists(name))
+    except Exception:  # Spark Connect, or the internals of another Spark version
+        return False
 
 
 def request(df: "DataFrame", endpoints: "str | list[str]", *, reply_schema: "str | StructType | None" = None,

@@ -41,9 +41,11 @@ def pytest_collection_modifyitems(config, items):
     """Markers follow from what a test uses, so ``-m "not spark"`` never starts Spark and
     ``-m "not node"`` never needs node: every test that asks for the ``spark`` fixture is
     marked ``spark``; every test whose code, fixtures or parameters (a ``libzmq-...`` peer
-    kind) drive a node peer, ``node``. Every ``spark`` test is also in one xdist group, so
-    a parallel run (``-n 2 --dist loadgroup``, the default) has one Spark session, in one
-    worker, while the other worker runs everything else."""
+    kind) drive a node peer, ``node``. Every test of the ``spark`` fixture is in one xdist
+    group, so a parallel run (``-n 2 --dist loadgroup``, the default) has one Spark session,
+    in one worker; the tests that start Spark applications in child processes are in a
+    second group, which xdist hands to the other worker (it deals the largest groups
+    first, one to each worker), beside the tests that need no Spark."""
     import inspect
 
     for item in items:
@@ -51,7 +53,10 @@ def pytest_collection_modifyitems(config, items):
         if "spark" in fixtures and item.get_closest_marker("spark") is None:
             item.add_marker(pytest.mark.spark)
         if item.get_closest_marker("spark") is not None:
-            item.add_marker(pytest.mark.xdist_group("spark"))
+            # the session's tests share its worker; tests that start Spark applications of
+            # their own (spark-submit jobs, notebooks, the cluster bed) run one at a time on
+            # the other worker, beside the session rather than after it
+            item.add_marker(pytest.mark.xdist_group("spark" if "spark" in fixtures else "spark-apps"))
         function = getattr(item, "function", None)
         try:
             source = inspect.getsource(function) if function is not None else ""

@@ -18,9 +18,7 @@ from pyspark.sql import SparkSession  # noqa: E402
 sink_port, source_port, work = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 spark = SparkSession.builder.remote("local[2]").getOrCreate()
 assert type(spark).__module__.startswith("pyspark.sql.connect"), type(spark)
-import spark_zmq  # noqa: E402
-
-spark_zmq.register(spark)
+# no import spark_zmq, no register: the server's Spark discovers the installed connector
 context = zmq.Context.instance()
 pull = context.socket(zmq.PULL)
 pull.setsockopt(zmq.RCVTIMEO, 60_000)
