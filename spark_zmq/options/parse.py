@@ -152,4 +152,8 @@ def parse_table(side: str, options: Mapping[Any, Any]) -> dict[str, Any]:
             "with option 'relays' the query is a CURVE client of its relays: give 'curveServerKey' (the relays' "
             "public key) with 'curveCertificate', not 'curveAuthorizedKeys'", "curveServerKey",
         )
+    if opts.get("relayreader") is not None and not parsed.get("relays"):
+        raise OptionError("option 'relayReader' names this query's reader on its relays: it needs option 'relays' "
+                          "(a query that receives on its own 'endpoints' has no relay to name itself to)",
+                          "relayReader")
     return parsed
