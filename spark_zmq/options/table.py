@@ -137,7 +137,8 @@ SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
          "number).", required=True, default_doc="required (unless `relays`)", valid_doc=_ENDPOINTS_VALID),
     _src("relays", "relays", "relays", "Read from standalone relays (`spark-zmq relay`, see docs/relays.md) instead "
          "of receiving here: comma-separated relay addresses (their `--listen`). Each relay's channels are "
-         "partitions of their own, numbered in this order; one query at a time reads a relay. Exactly one of "
+         "partitions of their own, numbered in this order; one query at a time reads a relay under one `relayReader` "
+         "name. Exactly one of "
          "`endpoints` and `relays`. With CURVE relays, give `curveCertificate` and `curveServerKey` (the relays' "
          "key).", default=(), default_doc="none", valid_doc="comma-separated `tcp://host:port` or `ipc://path`"),
     _src("receivers", "choice", "receivers", "Where the receivers of `endpoints` run: `threads` of the driver's "

@@ -16,7 +16,7 @@ import pytest
 
 from spark_zmq.ingest.fetch import FetchAccess, fetch_range
 from spark_zmq.ingest.spool_format import DataLossError
-from spark_zmq.options import SourceOptions
+from spark_zmq.options import OptionError, SourceOptions
 from spark_zmq.relay.client import RelayBusyError, RelayClient
 from spark_zmq.relay.protocol import Op
 from spark_zmq.relay.service import Relay
@@ -177,6 +177,18 @@ def test_a_name_held_by_a_running_query_is_refused_naming_the_relay_and_relay_re
             client.close()
 
 
+@pytest.mark.parametrize("name", ["no spaces", "-dash-first", "x" * 65, "caf\u00e9", "a/b"])
+def test_option_relay_reader_says_what_a_name_is(name):
+    with pytest.raises(OptionError) as refused:
+        SourceOptions.parse({"relays": "tcp://127.0.0.1:7000", "relayReader": name})
+    assert "option 'relayReader'" in str(refused.value) and "letters, digits" in str(refused.value)
+    assert SourceOptions.parse({"relays": "tcp://127.0.0.1:7000", "relayReader": "etl.v2_b-1"}).relay_reader \
+        == "etl.v2_b-1"
+    assert SourceOptions.parse({"relays": "tcp://127.0.0.1:7000"}).relay_reader == "default"
+    with pytest.raises(OptionError, match="'relayReader' .* needs option 'relays'"):
+        SourceOptions.parse({"endpoints": "@tcp://127.0.0.1:7001", "relayReader": "etl"})
+
+
 def test_a_bad_reader_name_is_refused_saying_what_is_valid(spooled):
     client = RelayClient(spooled.listen, "s", reader="no spaces", timeout_s=10)
     try:
@@ -227,7 +239,8 @@ def test_relay_readers_lists_and_removes_readers(spooled):
 
 def test_a_relay_killed_and_restarted_keeps_its_readers_and_their_positions(tmp_path):
     data_port, listen_port = free_ports(2)
-    relay = RelayProcess(f"@tcp://127.0.0.1:{data_port}", f"tcp://127.0.0.1:{listen_port}", str(tmp_path / "spool"))
+    relay = RelayProcess(f"@tcp://127.0.0.1:{data_port}", f"tcp://127.0.0.1:{listen_port}", str(tmp_path / "spool"),
+                         "--retention-bytes", "1 GiB", "--retention-seconds", "3600")
     try:
         producer = Producer(f"tcp://127.0.0.1:{data_port}", numbered(3000))
         producer.start()
@@ -246,7 +259,9 @@ def test_a_relay_killed_and_restarted_keeps_its_readers_and_their_positions(tmp_
         admin = _reader(relay, "admin")
         b = _reader(relay, "b")  # a new session: the killed relay's leases died with it
         try:
-            listed = {r["name"]: r for r in admin.call(Op.READERS)["readers"]}
+            answer = admin.call(Op.READERS)
+            assert answer["retention"] == {"bytes": 1 << 30, "seconds": 3600.0}
+            listed = {r["name"]: r for r in answer["readers"]}
             assert {name: r["committed"] for name, r in listed.items()} == {"a": [3000], "b": [1200]}
             assert not any(r["held"] for r in listed.values())
             assert b.call(Op.ATTACH)["committed"] == [1200]
