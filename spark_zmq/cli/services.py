@@ -122,7 +122,7 @@ def relay_command(
         try:
             retained = SourceOptions.parse({"endpoints": endpoints, "maxSpoolBytes": retention_bytes}).max_spool_bytes
         except OptionError as exc:
-            raise typer.BadParameter(str(exc).replace("option 'maxSpoolBytes'", "--retention-bytes"),
+            raise typer.BadParameter(str(exc).replace("option 'maxSpoolBytes' = ", ""),
                                      param_hint="'--retention-bytes'") from None
     if retention_seconds is not None and retention_seconds <= 0:
         raise typer.BadParameter("seconds, more than 0 (leave it out for no limit)", param_hint="'--retention-seconds'")

@@ -77,7 +77,8 @@ def _reader(request: dict, key: str, default: Optional[str] = None) -> str:
 
 
 class Relay:
-    """Receivers + spool (an ``IngestRuntime``) + the ROUTER that serves them to one query."""
+    """Receivers + spool (an ``IngestRuntime``) + the ROUTER that serves them to its readers (one query at a
+    time under each reader name), + the retention that bounds what lagging readers hold."""
 
     def __init__(self, options: SourceOptions, listen: Union[str, list[str]], *, listen_curve: Optional[Curve] = None,
                  lease_ttl_s: float = LEASE_TTL_S, start_receivers: bool = True, retention_bytes: Optional[int] = None,

@@ -287,6 +287,10 @@ def test_sigterm_drains_into_the_spool_and_exits_0(tmp_path):
     (["--endpoints", "@tcp://127.0.0.1:1", "--listen", "bogus", "--spool-dir", "/tmp/x"], "--listen"),
     (["--endpoints", "@tcp://127.0.0.1:1", "--listen", "tcp://127.0.0.1:7000", "--spool-dir", "/tmp/x",
       "--pattern", "push"], "--pattern"),
+    (["--endpoints", "@tcp://127.0.0.1:1", "--listen", "tcp://127.0.0.1:7000", "--spool-dir", "/tmp/x",
+      "--retention-bytes", "lots"], "--retention-bytes"),
+    (["--endpoints", "@tcp://127.0.0.1:1", "--listen", "tcp://127.0.0.1:7000", "--spool-dir", "/tmp/x",
+      "--retention-seconds", "0"], "--retention-seconds"),
 ])
 def test_bad_arguments_print_usage_and_exit_2(args, expected):
     done = subprocess.run([sys.executable, "-m", "spark_zmq.cli", "relay", *args], capture_output=True, timeout=60)
