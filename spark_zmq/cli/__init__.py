@@ -28,17 +28,17 @@ import typer
 
 from .flags import CURVE_FLAGS, ConsumePattern, Format, ProducePattern, curve_from_flags
 from .keys import keygen_command
-from .services import broker_command, relay_command
+from .services import broker_command, relay_command, relay_readers_command
 from .traffic import consume, produce
 
 __all__ = ["app", "main", "curve_from_flags", "CURVE_FLAGS", "ProducePattern", "ConsumePattern", "Format",
-           "produce", "consume", "relay_command", "broker_command", "keygen_command"]
+           "produce", "consume", "relay_command", "relay_readers_command", "broker_command", "keygen_command"]
 
 app = typer.Typer(
     name="spark-zmq",
     help="spark-zmq's companion program: send and count test traffic (produce, consume), run a standalone "
-    "relay that receives and spools for Spark queries (relay), the load-balancing broker of request-reply "
-    "(broker), and make CURVE key pairs (keygen).",
+    "relay that receives and spools for Spark queries (relay), list or remove a relay's readers (relay-readers), "
+    "run the load-balancing broker of request-reply (broker), and make CURVE key pairs (keygen).",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -46,6 +46,7 @@ app = typer.Typer(
 app.command()(produce)
 app.command()(consume)
 app.command("relay")(relay_command)
+app.command("relay-readers")(relay_readers_command)
 app.command("broker")(broker_command)
 app.command("keygen")(keygen_command)
 

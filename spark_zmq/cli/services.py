@@ -1,13 +1,16 @@
 """``spark-zmq relay`` and ``broker``: the long-running services, until SIGTERM/SIGINT.
 
-``relay`` receives and spools for Spark queries (``spark_zmq.relay``); ``broker`` is the
-load-balancing broker between request-reply clients and workers.
+``relay`` receives and spools for Spark queries (``spark_zmq.relay``), ``relay-readers``
+lists and removes the names queries read a relay under; ``broker`` is the load-balancing
+broker between request-reply clients and workers.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import uuid
 import sys
 import threading
 from typing import Optional
@@ -15,7 +18,7 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from ..options import OptionError, SourceOptions
+from ..options import OptionError, SourceOptions, reader_name_problem
 from ..patterns import Broker, BrokerStats, parse_endpoints
 from .console import err_console, print_error
 from .flags import (
@@ -24,6 +27,7 @@ from .flags import (
     ConsumePattern,
     Format,
     broker_curves,
+    checked_curve_flags,
     reader_curve,
     heartbeat_from_flags,
     heartbeat_interval_option,
@@ -31,7 +35,7 @@ from .flags import (
     heartbeat_ttl_option,
 )
 
-__all__ = ["relay_command", "broker_command"]
+__all__ = ["relay_command", "relay_readers_command", "broker_command"]
 
 
 def relay_command(
@@ -50,6 +54,14 @@ def relay_command(
     hwm: Optional[int] = typer.Option(None, help="Receive high-water mark per socket (messages). Default 10000."),
     max_message_bytes: Optional[str] = typer.Option(None, help="Largest message accepted. Default 64 MiB."),
     fsync: bool = typer.Option(False, help="fsync every spooled batch (survives a machine crash)."),
+    retention_bytes: Optional[str] = typer.Option(None, "--retention-bytes", help="What the spool may hold for "
+                                                  "readers that lag, e.g. '5 GiB': beyond it the oldest segments "
+                                                  "are freed whoever has not read them (their queries report data "
+                                                  "loss). Default: no limit but --max-spool-bytes (backpressure)."),
+    retention_seconds: Optional[float] = typer.Option(None, "--retention-seconds", min=0.0, max=10 * 365 * 86400.0,
+                                                      help="How long a message is kept for readers that lag: "
+                                                           "older segments are freed whoever has not read them. "
+                                                           "Default: no limit."),
     curve_certificate: Optional[str] = typer.Option(
         None, metavar="FILE", rich_help_panel=CURVE_PANEL,
         help="The relay's secret certificate. With --curve-authorized-keys the receiving sockets are CURVE servers "
@@ -77,7 +89,9 @@ def relay_command(
                                                 help="The TTL our PINGs ask of the peer (0: none). Default 300."),
 ) -> None:
     """Receive and spool ZeroMQ messages for Spark queries, until SIGTERM/SIGINT (then drain and exit 0).
-    Queries read it with the source option relays=<--listen address>."""
+    Queries read it with the source option relays=<--listen address>, each under a name of its own (option
+    relayReader); what a registered reader has not committed is kept, within --retention-bytes and
+    --retention-seconds."""
     from ..relay.run import serve
 
     raw = {"pattern": pattern.value, "endpoints": endpoints, "format": format.value, "spoolDir": spool_dir,
@@ -103,6 +117,15 @@ def relay_command(
         if hint and text.startswith(hint + ": "):
             text = text[len(hint) + 2:]
         raise typer.BadParameter(text, param_hint=f"'{hint}'" if hint else None) from None
+    retained: Optional[int] = None
+    if retention_bytes is not None:
+        try:
+            retained = SourceOptions.parse({"endpoints": endpoints, "maxSpoolBytes": retention_bytes}).max_spool_bytes
+        except OptionError as exc:
+            raise typer.BadParameter(str(exc).replace("option 'maxSpoolBytes' = ", ""),
+                                     param_hint="'--retention-bytes'") from None
+    if retention_seconds is not None and retention_seconds <= 0:
+        raise typer.BadParameter("seconds, more than 0 (leave it out for no limit)", param_hint="'--retention-seconds'")
     try:
         listen_endpoint = parse_endpoints(listen, default_bind=True)
     except ValueError as exc:
@@ -116,11 +139,59 @@ def relay_command(
         err_console.print(f"[yellow]warning:[/] {escape(address)} serves the spool without CURVE: anyone who "
                           "reaches it can read the messages (see --curve-certificate / --reader-authorized-keys)")
     try:
-        code = serve(options, address, listen_curve)
+        code = serve(options, address, listen_curve, retention_bytes=retained, retention_s=retention_seconds)
     except Exception as exc:  # a bind error, a locked spool: the reason, not a trace
         print_error(f"{type(exc).__name__}: {exc}")
         raise typer.Exit(1) from None
     raise typer.Exit(code)
+
+
+def relay_readers_command(
+    listen: str = typer.Option(..., "--listen", "-l", help="The relay's --listen address, e.g. "
+                               "'tcp://10.0.0.5:7000' (as the source option 'relays' names it)."),
+    remove: Optional[str] = typer.Option(None, "--remove", metavar="NAME", help="Unregister this reader (a "
+                                         "relayReader name): the relay no longer keeps what it has not committed. "
+                                         "Refused while a query reads under it."),
+    timeout: float = typer.Option(10.0, "--timeout", min=0.1, max=3600.0, help="Seconds to wait for the relay."),
+    curve_certificate: Optional[str] = typer.Option(
+        None, metavar="FILE", rich_help_panel=CURVE_PANEL,
+        help="A reader's secret certificate (one the relay's --reader-authorized-keys accepts), with "
+             "--curve-server-key: as the source options curveCertificate and curveServerKey."),
+    curve_server_key: Optional[str] = typer.Option(
+        None, metavar="FILE|Z85", rich_help_panel=CURVE_PANEL,
+        help="The relay's public key (its certificate file or Z85 text)."),
+) -> None:
+    """List the readers of a relay (the names queries read it under, option relayReader), with what each has
+    committed and has yet to read; with --remove NAME, unregister one. Prints JSON on stdout."""
+    from ..relay.client import RelayClient, RelayError
+    from ..relay.protocol import Op
+
+    try:
+        address = parse_endpoints(listen, default_bind=False)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="'--listen'") from None
+    if len(address) != 1 or address[0].bind:
+        raise typer.BadParameter("the one address the relay listens on, e.g. 'tcp://10.0.0.5:7000'",
+                                 param_hint="'--listen'")
+    if remove is not None and reader_name_problem(remove) is not None:
+        raise typer.BadParameter(str(reader_name_problem(remove)), param_hint="'--remove'")
+    if curve_certificate is not None and curve_server_key is None:
+        raise typer.BadParameter("a relay's readers are CURVE clients: give --curve-server-key (the relay's public "
+                                 "key) with --curve-certificate", param_hint="'--curve-server-key'")
+    curve = checked_curve_flags(curve_certificate, curve_server_key, None)
+    client = RelayClient(address[0].address, "admin-" + uuid.uuid4().hex, curve=curve, timeout_s=timeout)
+    try:
+        if remove is not None:
+            answer = client.call(Op.REMOVE_READER, name=remove)
+        else:
+            answer = client.call(Op.READERS)
+    except RelayError as exc:
+        print_error(str(exc))
+        raise typer.Exit(1) from None
+    finally:
+        client.close()
+    answer.pop("id", None)
+    print(json.dumps(answer, indent=2))
 
 
 def broker_command(

@@ -309,6 +309,20 @@ class ChannelLog:
         with self._lock:
             return IndexSnapshot(list(self.entries), list(self._firsts), list(self.lost))
 
+    def segment_ages(self) -> list[tuple[int, int, int, int]]:
+        """Each segment, oldest first, as ``(end offset, bytes, oldest receive time, newest
+        receive time)`` of the messages it holds (times in us, ``0`` when it holds none):
+        what a relay's retention frees by. The last is the one being written, which a
+        release never deletes."""
+        with self._lock:
+            out = []
+            for segment in self.segments:
+                i = bisect.bisect_left(self._firsts, segment.first)
+                j = bisect.bisect_left(self._firsts, segment.end)
+                oldest, newest = (self.entries[i].received_us, self.entries[j - 1].received_us) if i < j else (0, 0)
+                out.append((segment.end, segment.size, oldest, newest))
+            return out
+
     def locate(self, offset: int) -> Optional[tuple[str, int]]:
         """``(segment file name, byte position)`` of the record holding ``offset``, so a
         read task starts there instead of scanning its segment; ``None`` if not spooled."""

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from .curve_rules import check_curve, curve_of
 from .docs import main, manual, markdown_table, readme_block, update_readme
+from .kinds import READER_NAME_VALID, reader_name_problem
 from .parse import parse_table
 from .spec import INT32_MAX, INT64_MAX, Default, GiB, KiB, MiB, OptionError, OptionSpec, TiB
 from .spool_dir import default_spool_dir
@@ -59,6 +60,8 @@ __all__ = [
     "update_readme",
     "main",
     "parse_table",
+    "reader_name_problem",
+    "READER_NAME_VALID",
     "Default",
     "KiB",
     "MiB",

@@ -18,7 +18,7 @@ from ..patterns.endpoints import Endpoint, parse_endpoints, tcp_host_problem
 from ..patterns.tuning import SocketTuning
 from .spec import INT32_MAX, GiB, KiB, MiB, TiB, OptionError, OptionSpec, quote, show, show_bytes
 
-__all__ = ["PARSERS", "parse_endpoints_value", "parse_zmq_options"]
+__all__ = ["PARSERS", "parse_endpoints_value", "parse_zmq_options", "READER_NAME_VALID", "reader_name_problem"]
 
 #: what a duration's unit multiplies (``500ms``, ``5s``, ``1min``, ``1h``; none: seconds)
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
@@ -323,6 +323,28 @@ def _parse_relays(spec: OptionSpec, raw: str) -> list[str]:
 
 
 PARSERS["relays"] = _parse_relays
+
+#: a relay reader's name (option ``relayReader``; the relay checks the same rule)
+_READER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", re.ASCII)
+READER_NAME_VALID = "1 to 64 characters: letters, digits, '.', '_' and '-', starting with a letter or digit"
+
+
+def reader_name_problem(name: object) -> Optional[str]:
+    """Why ``name`` is not a relay reader's name, or ``None`` when it is one."""
+    if isinstance(name, str) and _READER_NAME.fullmatch(name):
+        return None
+    return f"{quote(str(name)) if isinstance(name, str) else type(name).__name__} is not a reader name; expected " \
+           f"{READER_NAME_VALID} (e.g. 'dashboard')"
+
+
+def _parse_reader_name(spec: OptionSpec, raw: str) -> str:
+    problem = reader_name_problem(raw.strip())
+    if problem is not None:
+        raise OptionError(f"option {spec.name!r} = {problem}", spec.name)
+    return raw.strip()
+
+
+PARSERS["name"] = _parse_reader_name
 
 
 def parse_endpoints_value(spec: OptionSpec, raw: Optional[str], parsed: dict[str, Any],

@@ -60,8 +60,8 @@ KAFKA_OPTIONS: dict[str, tuple[Optional[str], str]] = {
     "kafkaConsumer.pollTimeoutMs": ("fetchTimeout", "how long a read task waits for a silent spool server"),
     "fetchOffset.numRetries": ("relayTimeout", "how long the driver waits for a silent relay"),
     "fetchOffset.retryIntervalMs": ("relayTimeout", "how long the driver waits for a silent relay"),
-    "groupIdPrefix": (None, "ZeroMQ has no consumer groups: one query reads a spool or relay"),
-    "kafka.group.id": (None, "ZeroMQ has no consumer groups: one query reads a spool or relay"),
+    "groupIdPrefix": ("relayReader", "with 'relays', the name a query reads a relay under, with its own position"),
+    "kafka.group.id": ("relayReader", "with 'relays', the name a query reads a relay under, with its own position"),
     "kafka.security.protocol": ("curveCertificate", "CURVE: 'curveCertificate', 'curveServerKey', "
                                 "'curveAuthorizedKeys'"),
     "kafka.max.partition.fetch.bytes": ("maxBytesPerTrigger", "payload bytes per micro-batch at most"),
@@ -152,4 +152,8 @@ def parse_table(side: str, options: Mapping[Any, Any]) -> dict[str, Any]:
             "with option 'relays' the query is a CURVE client of its relays: give 'curveServerKey' (the relays' "
             "public key) with 'curveCertificate', not 'curveAuthorizedKeys'", "curveServerKey",
         )
+    if opts.get("relayreader") is not None and not parsed.get("relays"):
+        raise OptionError("option 'relayReader' names this query's reader on its relays: it needs option 'relays' "
+                          "(a query that receives on its own 'endpoints' has no relay to name itself to)",
+                          "relayReader")
     return parsed

@@ -137,7 +137,8 @@ SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
          "number).", required=True, default_doc="required (unless `relays`)", valid_doc=_ENDPOINTS_VALID),
     _src("relays", "relays", "relays", "Read from standalone relays (`spark-zmq relay`, see docs/relays.md) instead "
          "of receiving here: comma-separated relay addresses (their `--listen`). Each relay's channels are "
-         "partitions of their own, numbered in this order; one query at a time reads a relay. Exactly one of "
+         "partitions of their own, numbered in this order; one query at a time reads a relay under one `relayReader` "
+         "name. Exactly one of "
          "`endpoints` and `relays`. With CURVE relays, give `curveCertificate` and `curveServerKey` (the relays' "
          "key).", default=(), default_doc="none", valid_doc="comma-separated `tcp://host:port` or `ipc://path`"),
     _src("receivers", "choice", "receivers", "Where the receivers of `endpoints` run: `threads` of the driver's "
@@ -151,6 +152,11 @@ SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
          "query (same `spoolDir` and options) to attach to them; a restart within it loses nothing. Past it they "
          "drain into the spool and exit. `0`: they stop with the query.", default=300.0, default_doc="300",
          minimum=0.0, maximum=MAX_SECONDS, allow_zero=True),
+    _src("relayReader", "name", "relay_reader", "With `relays`: the name this query reads under. Several "
+         "queries read one relay under different names, each with its own position and lease; a relay keeps what "
+         "a registered name has not committed (within its retention, see docs/relays.md). A second query under a "
+         "name another running query holds is refused.", default="default", default_doc="`default`",
+         valid_doc="1 to 64 letters, digits, `.`, `_`, `-`, starting with a letter or digit"),
     _src("relayTimeout", "seconds", "relay_timeout", "With `relays`: how long the driver waits for a silent "
          "relay (requests are resent meanwhile, so a relay may restart within it) before the query fails.",
          default=30.0, default_doc="30", minimum=0.0, maximum=MAX_SECONDS),
@@ -330,7 +336,7 @@ TABLES: dict[str, tuple[OptionSpec, ...]] = {
 #: ``writeStream`` and ``write``; ``request`` takes any DataFrame.
 QUERIES: dict[str, tuple[str, ...]] = {
     **{name: ("streaming",) for name in (
-        "relays", "receivers", "receiverLingerSeconds", "relayTimeout", "fetchTimeout", "maxRowsPerTrigger",
+        "relays", "relayReader", "receivers", "receiverLingerSeconds", "relayTimeout", "fetchTimeout", "maxRowsPerTrigger",
         "maxBytesPerTrigger", "minRowsPerTrigger", "maxTriggerDelay", "startingOffsets", "startingTimestamp",
         "maxSpoolBytes", "spoolDir", "spoolFsync", "failOnDataLoss",
         "spoolAccess", "spoolServerHost", "spoolServerPort")},

@@ -77,6 +77,7 @@ class SourceOptions(_SocketSettings):
     include_metadata: bool = False
     committed_only: bool = False
     relays: list[str] = field(default_factory=list)
+    relay_reader: str = "default"
     relay_timeout: float = 30.0
     fetch_timeout: float = 120.0
     receivers: str = "processes"

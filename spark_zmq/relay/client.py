@@ -28,7 +28,8 @@ class RelayError(RuntimeError):
 
 
 class RelayBusyError(RelayError):
-    """Another query holds the relay's lease (one query at a time reads a relay)."""
+    """Another query holds the lease of this reader name (one query at a time reads a
+    relay under one ``relayReader``)."""
 
     def __init__(self, message: str, idle_s: float, lapses_in_s: float) -> None:
         super().__init__(message)
@@ -37,11 +38,14 @@ class RelayBusyError(RelayError):
 
 
 class RelayClient:
-    """Control requests to the relay at ``address`` under ``session``'s lease."""
+    """Control requests to the relay at ``address`` as reader ``reader`` (option
+    ``relayReader``), under ``session``'s lease of that name."""
 
     def __init__(self, address: str, session: str, *, curve: Optional[Curve] = None, timeout_s: float = 30.0,
-                 label: Optional[str] = None, watch: Optional[Callable[[], None]] = None) -> None:
+                 label: Optional[str] = None, watch: Optional[Callable[[], None]] = None,
+                 reader: str = "default") -> None:
         self.address = address
+        self.reader = reader
         #: called before each (re)send; raises when the relay is known to be gone (a receiver
         #: process that exited), so its silence is reported as what it is, at once
         self._watch = watch
@@ -57,7 +61,8 @@ class RelayClient:
         or silence for ``timeout_s``, ``RelayBusyError`` when another query holds the lease)."""
         op = Op(op)
         request_id = next(self._ids)
-        body = json.dumps({"op": op.value, "id": request_id, "session": self.session, **fields}).encode()
+        body = json.dumps({"op": op.value, "id": request_id, "session": self.session, "reader": self.reader,
+                           **fields}).encode()
         deadline = time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
         while True:
             if self._watch is not None:
@@ -100,10 +105,12 @@ class RelayClient:
             raise RelayError(f"the {self.label} failed {op!r}: {answer.get('error')}")
         if "refused" in answer:
             idle, lapses = float(answer["refused"]["idle"]), float(answer["refused"]["lapses"])
+            reader = answer["refused"].get("reader", self.reader)
             raise RelayBusyError(
-                f"the {self.label} is read by another query (its reader renewed its claim {idle:.1f} s "
-                f"ago; a claim nobody renews lapses after {idle + lapses:.0f} s): one query at a time reads a relay. "
-                "Stop the other query, or give this one a relay of its own",
+                f"the {self.label} is read by another query under relayReader {reader!r} (its reader renewed its "
+                f"claim {idle:.1f} s ago; a claim nobody renews lapses after {idle + lapses:.0f} s): one query at a "
+                "time reads a relay under one name. Stop the other query, or give this one another name (option "
+                "'relayReader')",
                 idle, lapses,
             )
         return answer

@@ -61,6 +61,11 @@ class Lease:
             self.holder = None
             self._released = self._clock()
 
+    @property
+    def renewed_at(self) -> float:
+        """When the holder last claimed or renewed the lease (the clock's time)."""
+        return self._renewed
+
     def unheld_for(self) -> Optional[float]:
         """Seconds since nobody holds the lease (released, lapsed or never claimed), or
         ``None`` while a holder renews it: how long a lingering receiver has waited."""

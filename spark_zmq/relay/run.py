@@ -35,20 +35,24 @@ _WATCH_S = 0.5
 
 
 def serve(options: SourceOptions, listen: Union[str, list[str]], listen_curve: Optional[Curve] = None,
-          parent_pid: Optional[int] = None, start_receivers: bool = True, linger_s: float = 0.0) -> int:
+          parent_pid: Optional[int] = None, start_receivers: bool = True, linger_s: float = 0.0,
+          retention_bytes: Optional[int] = None, retention_s: Optional[float] = None) -> int:
     """Run a relay until SIGTERM/SIGINT (returns 0) or a receiver failure (returns 1).
     With ``parent_pid`` (a query's receiver process) it also stops, draining, once no
     query needs it: with ``linger_s`` 0 when that process is gone (its port and spool are
     then free for the restarted query); else when no query has held its lease for
     ``linger_s`` seconds, so a query stopped and restarted within that time (a deploy)
-    finds its receiver still receiving and attaches to it: nothing is lost in between."""
+    finds its receiver still receiving and attaches to it: nothing is lost in between.
+    ``retention_bytes`` and ``retention_s`` bound what it keeps for readers that lag
+    (``Relay``)."""
     import os
 
     stop = threading.Event()
     drain = True
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        relay = Relay(options, listen, listen_curve=listen_curve, start_receivers=start_receivers)
+        relay = Relay(options, listen, listen_curve=listen_curve, start_receivers=start_receivers,
+                      retention_bytes=retention_bytes, retention_s=retention_s)
         try:
             ready = {"listen": relay.listen, "spool": relay.ingest.spool.spool_id,
                      "spoolDir": options.spool_dir, "channels": [str(e) for e in options.endpoints]}
@@ -58,7 +62,7 @@ def serve(options: SourceOptions, listen: Union[str, list[str]], listen_curve: O
                     log.warning("relay: the query that started it is gone; stopping")
                     return 0
                 lingers = parent_pid is not None and linger_s > 0
-                unheld = relay.lease.unheld_for() if lingers else None
+                unheld = relay.readers.unheld_for() if lingers else None
                 if lingers and not os.path.isdir(options.spool_dir):
                     # deleted with what it held: nothing to drain into, and its port is
                     # wanted by the query that recreates it

@@ -9,7 +9,9 @@ is full it stops reading: ZeroMQ's high-water marks fill and PUSH producers bloc
 A query talks to it over ZeroMQ request-reply (DEALER to ROUTER, the Guide's chapter 3) on
 one ``--listen`` port:
 - its driver sends control requests (``protocol``: JSON objects whose ``"op"`` is an
-  ``Op``) under a lease (``lease``) that lets one query at a time read the relay;
+  ``Op``) under a reader's name (option ``relayReader``) and that name's lease
+  (``readers``, ``lease``): several queries read one relay under different names, one
+  query at a time under each;
 - its executors fetch ``[start, end)`` of a channel exactly as they fetch from a driver
   (``spark_zmq.ingest.fetch``), unless they see the relay's spool directory, then they read it.
 Every reply is ``[b"ok", json]`` or ``[b"error", text]``; control replies echo the
@@ -21,10 +23,17 @@ listening port one that accepts only the queries' keys (a producer's key never r
 without CURVE, anyone who reaches ``--listen`` can read the spool, so bind it to an address
 only the Spark cluster reaches.
 
-Every request on ``--listen`` but ``hello`` is checked against the lease: control requests
-claim or renew it, and a fetch must name the session that holds it (the reader passes its
-session to its read tasks). Offsets beyond what the spool has written are refused: a fetch
-or a ``release`` past a channel's latest offset, an ``advance`` past ``MAX_ADVANCE``.
+Every request on ``--listen`` but ``hello``, ``readers`` and ``remove_reader`` is checked
+against a lease: control requests claim or renew their reader's, and a fetch must name a
+session that holds one (the reader passes its session to its read tasks). Offsets beyond
+what the spool has written are refused: a fetch or a ``release`` past a channel's latest
+offset, an ``advance`` past ``MAX_ADVANCE``.
+
+What is freed: a segment once every registered reader has committed past it (with no
+reader registered, commits free nothing), or once ``retention_bytes`` (what the spool may
+hold for readers that lag) or ``retention_s`` (how old a message may get) force it; a
+reader behind what retention freed finds its offsets gone, which its query reports as
+data loss (``failOnDataLoss``), as for any freed offsets.
 """
 
 from __future__ import annotations
@@ -35,13 +44,13 @@ import threading
 import time
 from typing import Any, Optional, Union
 
-from ..options import SourceOptions
+from ..options import SourceOptions, reader_name_problem
 from ..patterns import Router
 from ..patterns.curve import Curve
 from ..ingest.fetch import SpoolServer, bind_first
 from ..ingest.runtime import IngestRuntime, describe_range
-from .lease import Lease
-from .protocol import LEASE_TTL_S, MAX_ADVANCE, PROTOCOL, QUEUE, REQUEST_BYTES, Op
+from .protocol import LEASE_TTL_S, MAX_ADVANCE, PROTOCOL, QUEUE, REQUEST_BYTES, RETENTION_CHECK_S, Op
+from .readers import DEFAULT_READER, Readers
 
 __all__ = ["Relay"]
 
@@ -58,16 +67,37 @@ def _int(request: dict, key: str, *, optional: bool = False) -> Optional[int]:
     return value
 
 
+def _reader(request: dict, key: str, default: Optional[str] = None) -> str:
+    """A reader's name from ``request[key]`` (``default`` when absent), or a clear error."""
+    name = request.get(key, default)
+    problem = reader_name_problem(name)
+    if problem is not None:
+        raise ValueError(f"bad request: {key!r}: {problem}")
+    return name
+
+
 class Relay:
-    """Receivers + spool (an ``IngestRuntime``) + the ROUTER that serves them to one query."""
+    """Receivers + spool (an ``IngestRuntime``) + the ROUTER that serves them to its readers (one query at a
+    time under each reader name), + the retention that bounds what lagging readers hold."""
 
     def __init__(self, options: SourceOptions, listen: Union[str, list[str]], *, listen_curve: Optional[Curve] = None,
-                 lease_ttl_s: float = LEASE_TTL_S, start_receivers: bool = True) -> None:
+                 lease_ttl_s: float = LEASE_TTL_S, start_receivers: bool = True, retention_bytes: Optional[int] = None,
+                 retention_s: Optional[float] = None) -> None:
         self.options = options
-        self.lease = Lease(lease_ttl_s)
         self.control_requests = 0
-        self._lock = threading.Lock()  # control requests against the reader's stop
+        #: what the spool may hold for readers that lag (``None``: no limit but maxSpoolBytes)
+        self.retention_bytes = retention_bytes
+        #: how old a held message may get, in seconds (``None``: no limit)
+        self.retention_s = retention_s
+        self._free_lock = threading.Lock()  # one freeing at a time (commits, retention)
         self.ingest = IngestRuntime(options)
+        spool = self.ingest.spool
+        try:
+            self.readers = Readers(spool.spool_dir, len(spool.channels),
+                                   lambda: [c.earliest for c in spool.channels], ttl_s=lease_ttl_s)
+        except BaseException:
+            self.ingest.stop()
+            raise
         try:
             # ``listen``: one endpoint, or candidates of which the first free one is bound
             # (a query's receiver process under option spoolServerPort)
@@ -92,6 +122,11 @@ class Relay:
             locate=lambda channel, offset: spool.channels[channel].locate(offset),
             router=router, control=self._control, authorize=self._authorize_fetch,
         )
+        self._stopping = threading.Event()
+        self._keeper: Optional[threading.Thread] = None
+        if retention_bytes is not None or retention_s is not None:
+            self._keeper = threading.Thread(target=self._keep, name="zmq-relay-retention", daemon=True)
+            self._keeper.start()
 
     # -- control requests ------------------------------------------------------------------------
 
@@ -114,31 +149,41 @@ class Relay:
             op = Op(request.get("op"))
         except ValueError:
             raise ValueError(f"bad request: unknown op {request.get('op')!r}") from None
+        reader = _reader(request, "reader", DEFAULT_READER)
         if op is Op.HELLO:  # no lease: what a client needs to know before it claims one
-            return self._hello()
+            return self._hello(reader)
+        if op is Op.READERS:  # no lease: ``spark-zmq relay-readers``
+            return self._list_readers()
+        if op is Op.REMOVE_READER:
+            refusal = self.readers.remove(_reader(request, "name"))
+            if refusal is not None:
+                raise ValueError(f"refused: {refusal}")
+            self._free_committed()
+            return self._list_readers()
         session = request.get("session")
         if not isinstance(session, str) or not 0 < len(session) <= 64:
             raise ValueError("bad request: 'session' must be a string of 1 to 64 characters")
         if op is Op.DETACH:
-            self.lease.release(session)
+            self.readers.release_lease(reader, session)
             return {}
-        refusal = self.lease.claim(session)
+        refusal = self.readers.claim(reader, session)
         if refusal is not None:  # a clear refusal, not a failure
-            return {"refused": {"idle": refusal.idle_s, "lapses": refusal.lapses_in_s}}
+            return {"refused": {"idle": refusal.idle_s, "lapses": refusal.lapses_in_s, "reader": reader}}
         if op is Op.ATTACH:
-            log.info("relay: read by session %s", session)
-            return {**self._describe(), **self._state()}
+            log.info("relay: read by session %s as reader %r", session, reader)
+            return {**self._describe(reader), **self._state(reader)}
         if op is Op.STATE:
-            return self._state()
+            return self._state(reader)
         if op is Op.START:
             self.ingest.start()
-            return self._state()
+            return self._state(reader)
         if op is Op.RELEASE:
             offsets = request.get("offsets")
             if not isinstance(offsets, dict):
                 raise ValueError("bad request: 'offsets' must be an object {channel: offset}")
-            self.ingest.release({str(k): self._written(_int(offsets, k), k) for k in offsets})
-            return self._state()
+            self.readers.commit(reader, {int(k): self._written(_int(offsets, k), k) for k in offsets})
+            self._free_committed()
+            return self._state(reader)
         if op is Op.DESCRIBE:
             return self._describe_ranges(request)
         if op is Op.AT_TIME:
@@ -206,39 +251,121 @@ class Relay:
                              f"(latest {latest})")
         return offset
 
+    # -- freeing ---------------------------------------------------------------------------------
+
+    def _free_committed(self) -> None:
+        """Free what every registered reader has committed (nothing with no reader)."""
+        positions = self.readers.minimum()
+        if positions is not None:
+            with self._free_lock:
+                self.ingest.release({str(c): offset for c, offset in enumerate(positions)})
+
+    def _keep(self) -> None:
+        while not self._stopping.wait(RETENTION_CHECK_S):
+            try:
+                self.enforce_retention()
+            except Exception:  # never let retention end the service; said in the log
+                log.exception("relay: enforcing retention failed")
+
+    def enforce_retention(self, now_us: Optional[int] = None) -> dict[int, int]:
+        """Free the oldest segments past ``retention_s`` or beyond ``retention_bytes``,
+        whoever has not committed them (they are logged). Returns what was freed below,
+        per channel. Segments are freed whole: one being written is first closed (the
+        next check frees it)."""
+        logs = self.ingest.spool.channels
+        ages = [log_.segment_ages() for log_ in logs]
+        upto: dict[int, int] = {}
+        freeing = [0] * len(logs)  # per channel: how many leading segments retention frees
+        roll: set[int] = set()
+        if self.retention_s is not None:
+            cutoff = (now_us if now_us is not None else int(time.time() * 1e6)) - int(self.retention_s * 1e6)
+            for c, segments in enumerate(ages):
+                for end, _size, _oldest, newest in segments[:-1]:
+                    if newest >= cutoff:
+                        break
+                    upto[c], freeing[c] = end, freeing[c] + 1
+                if segments and 0 < segments[-1][2] < cutoff:
+                    roll.add(c)  # the one being written holds messages past retention
+        if self.retention_bytes is not None:
+            held = sum(size for c, segments in enumerate(ages) for _, size, _, _ in segments[freeing[c]:])
+            excess = held - self.retention_bytes
+            while excess > 0:
+                heads = [(ages[c][freeing[c]][2], c) for c in range(len(logs)) if freeing[c] < len(ages[c]) - 1]
+                if not heads:
+                    roll.update(c for c, segments in enumerate(ages) if segments and segments[-1][2] > 0)
+                    break
+                _, c = min(heads)
+                end, size, _, _ = ages[c][freeing[c]]
+                upto[c], freeing[c] = end, freeing[c] + 1
+                excess -= size
+        if upto:
+            for reader in self.readers.describe():
+                for c, offset in sorted(upto.items()):
+                    if reader["committed"][c] < offset:
+                        log.warning("relay: retention freed offsets %d..%d of channel %d that reader %r had not "
+                                    "committed: its query reports them lost (failOnDataLoss)",
+                                    reader["committed"][c], offset, c, reader["name"])
+            with self._free_lock:
+                self.ingest.release({str(c): offset for c, offset in upto.items()})
+        for c in roll:
+            logs[c].roll()
+        return upto
+
     def _authorize_fetch(self, request: dict) -> Optional[str]:
-        """Why a fetch request may not be served (``None``: it may): it must name the session
-        that holds the lease, and end within what the channel's spool has written."""
-        if not self.lease.holds(request.get("session")):
+        """Why a fetch request may not be served (``None``: it may): it must name a session
+        that holds a reader's lease, and end within what the channel's spool has written."""
+        if not self.readers.holds(request.get("session")):
             return ("refused: a fetch must name the session that holds this relay's lease (the reading query's); "
                     "this one does not")
-        channel, end = request.get("channel"), request.get("end")
+        channel, start, end = request.get("channel"), request.get("start"), request.get("end")
         channels = self.ingest.spool.channels
         if isinstance(channel, int) and 0 <= channel < len(channels) and isinstance(end, int) \
                 and end > channels[channel].next_offset:
             return (f"bad request: offsets up to {end} of channel {channel} are past what the spool has written "
                     f"(latest {channels[channel].next_offset})")
+        if isinstance(channel, int) and 0 <= channel < len(channels) and isinstance(start, int) \
+                and start < channels[channel].earliest and not request.get("skipLoss"):
+            # what a reader that lagged meets after retention (said as any freed offsets are)
+            freed = min(channels[channel].earliest, end) if isinstance(end, int) else channels[channel].earliest
+            return (f"DataLossError: offsets {start}..{freed} of channel {channel} were freed from the relay's spool "
+                    "before this reader read them (its retention, --retention-bytes or --retention-seconds, or "
+                    "every registered reader had committed them). Set failOnDataLoss=false to skip such offsets")
         return None
 
-    def _hello(self) -> dict[str, Any]:
+    def _hello(self, reader: str) -> dict[str, Any]:
         """What anyone who reaches ``--listen`` may know: never where the spool is."""
         spool = self.ingest.spool
         return {"protocol": PROTOCOL, "spool": spool.spool_id, "channels": len(spool.channels),
-                "format": self.options.format, "held": self.lease.unheld_for() is None,
+                "format": self.options.format, "held": self.readers.held(reader),
                 "controlRequests": self.control_requests}
 
-    def _describe(self) -> dict[str, Any]:
+    def _list_readers(self) -> dict[str, Any]:
+        """The registered readers, with what each has yet to read (``behind``: messages
+        between its committed offset and the latest, per channel) and the offsets freed
+        before it committed them (``lost``), and the relay's retention."""
+        channels = self.ingest.spool.channels
+        latest, earliest = [c.next_offset for c in channels], [c.earliest for c in channels]
+        readers = self.readers.describe()
+        for reader in readers:
+            reader["behind"] = [channels[c].snapshot().count_between(max(offset, earliest[c]), latest[c])[0]
+                                if latest[c] > offset else 0 for c, offset in enumerate(reader["committed"])]
+            reader["lost"] = [max(0, earliest[c] - offset) for c, offset in enumerate(reader["committed"])]
+        return {"readers": readers, "latest": latest, "earliest": earliest, "spool": self.ingest.spool.spool_id,
+                "retention": {"bytes": self.retention_bytes, "seconds": self.retention_s},
+                "bytes": sum(c.size_bytes for c in channels)}
+
+    def _describe(self, reader: str) -> dict[str, Any]:
         spool = self.ingest.spool
         return {
             "protocol": PROTOCOL, "spool": spool.spool_id, "channels": len(spool.channels),
             "spoolDir": spool.spool_dir, "owner": spool.owner_id, "format": self.options.format,
             "pattern": self.options.pattern, "endpoints": [str(e) for e in self.options.endpoints],
-            "held": self.lease.unheld_for() is None,
+            "held": self.readers.held(reader), "reader": reader,
             #: control requests answered so far (what planning a micro-batch costs in round trips)
             "controlRequests": self.control_requests,
         }
 
-    def _state(self) -> dict[str, Any]:
+    def _state(self, reader: Optional[str] = None) -> dict[str, Any]:
         spool = self.ingest.spool
         errors = []
         for receiver in self.ingest.receivers:
@@ -251,6 +378,7 @@ class Relay:
             "errors": errors, "idle": time.monotonic() - last,
             "rejected": self.ingest.rejected_handshakes(),
             "broken": self.ingest.broken_connections(),
+            **({"committed": self.readers.committed(reader)} if reader is not None else {}),
         }
 
     # -- life ------------------------------------------------------------------------------------
@@ -262,5 +390,8 @@ class Relay:
 
     def stop(self, drain: bool = True) -> None:
         """Drain what the sockets hold into the spool (unless it is gone), then close everything."""
+        self._stopping.set()
+        if self._keeper is not None:
+            self._keeper.join(5)
         self.server.close()
         self.ingest.stop(drain=drain)

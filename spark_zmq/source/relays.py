@@ -125,7 +125,7 @@ class RelayIngest:
                 targets = self.processes.targets
             for target in targets:
                 client = RelayClient(target.address, self.session, curve=target.curve, timeout_s=options.relay_timeout,
-                                     label=target.label,
+                                     label=target.label, reader=options.relay_reader,
                                      watch=self.processes.raise_if_failed if self.processes is not None else None)
                 try:
                     hello = self._attach(client)
@@ -195,7 +195,8 @@ class RelayIngest:
                     client = clients.get(relay.address)
                     if client is None:
                         client = clients[relay.address] = RelayClient(
-                            relay.address, self.session, curve=relay.target.curve, timeout_s=HEARTBEAT_S)
+                            relay.address, self.session, curve=relay.target.curve, timeout_s=HEARTBEAT_S,
+                            reader=self.options.relay_reader)
                     try:
                         client.call(Op.STATE)
                     except RelayError:

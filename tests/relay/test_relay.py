@@ -66,6 +66,51 @@ def test_one_query_reads_two_relays_and_a_second_query_is_refused(spark, tmp_pat
         stop_relays(relays)
 
 
+def test_two_queries_with_different_triggers_read_one_relay_under_two_names_each_exactly_once(spark, tmp_path):
+    """relayReader: a steady query (processing-time trigger, a row limit) and a catching-up
+    one (AvailableNow) read one relay at the same time, each under its own name and lease,
+    and each gets every message once; the relay keeps each name's committed position."""
+    from spark_zmq.relay.client import RelayClient
+    from spark_zmq.relay.protocol import Op
+
+    data_port, listen_port = free_ports(2)
+    relay = RelayProcess(f"@tcp://127.0.0.1:{data_port}", f"tcp://127.0.0.1:{listen_port}", str(tmp_path / "spool"))
+    admin = RelayClient(relay.listen, "admin", timeout_s=10)
+    total = 3000
+    try:
+        producer = Producer(f"tcp://127.0.0.1:{data_port}", numbered(total))
+        producer.start()
+        producer.finish()
+        wait_until(lambda: admin.call(Op.READERS)["latest"] == [total], 30, "every message spooled")
+
+        def stream(name):
+            return (_relay_stream(spark, relay.listen, relayReader=name, startingOffsets="earliest",
+                                  maxRowsPerTrigger="1000", timeout="1")
+                    .selectExpr("cast(value as string) as value", "offset").writeStream.format("memory")
+                    .queryName(f"reader_{name}").option("checkpointLocation", str(tmp_path / f"ckpt-{name}")))
+
+        steady = stream("steady").trigger(processingTime="1 second").start()
+        catchup = stream("catchup").trigger(availableNow=True).start()
+        try:
+            catchup.awaitTermination(120)
+            assert not catchup.isActive and catchup.exception() is None, catchup.exception()
+            wait_until(lambda: spark.table("reader_steady").count() >= total, 120, "the steady query's rows")
+            for name in ("steady", "catchup"):
+                rows = spark.table(f"reader_{name}").collect()
+                assert sorted(r.offset for r in rows) == list(range(total)), f"{name}: not exactly once"
+                assert sorted(r.value for r in rows) == sorted(m.decode() for m in numbered(total)), name
+            assert len([p for p in catchup.recentProgress if p["numInputRows"] > 0]) >= 3  # the row limit held
+            readers = {r["name"]: r for r in admin.call(Op.READERS)["readers"]}
+            assert set(readers) == {"steady", "catchup"}
+            wait_until(lambda: {r["name"]: r["committed"] for r in admin.call(Op.READERS)["readers"]}["steady"]
+                       == [total], 30, "the steady query's commit to reach the relay")
+        finally:
+            stop_all([steady, catchup])
+    finally:
+        admin.close()
+        stop_relays([relay])
+
+
 SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "relay_query.py")
 
 
@@ -242,6 +287,10 @@ def test_sigterm_drains_into_the_spool_and_exits_0(tmp_path):
     (["--endpoints", "@tcp://127.0.0.1:1", "--listen", "bogus", "--spool-dir", "/tmp/x"], "--listen"),
     (["--endpoints", "@tcp://127.0.0.1:1", "--listen", "tcp://127.0.0.1:7000", "--spool-dir", "/tmp/x",
       "--pattern", "push"], "--pattern"),
+    (["--endpoints", "@tcp://127.0.0.1:1", "--listen", "tcp://127.0.0.1:7000", "--spool-dir", "/tmp/x",
+      "--retention-bytes", "lots"], "--retention-bytes"),
+    (["--endpoints", "@tcp://127.0.0.1:1", "--listen", "tcp://127.0.0.1:7000", "--spool-dir", "/tmp/x",
+      "--retention-seconds", "0"], "--retention-seconds"),
 ])
 def test_bad_arguments_print_usage_and_exit_2(args, expected):
     done = subprocess.run([sys.executable, "-m", "spark_zmq.cli", "relay", *args], capture_output=True, timeout=60)

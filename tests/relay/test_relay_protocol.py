@@ -144,7 +144,7 @@ def test_any_request_gets_a_json_answer_and_never_moves_offsets_backwards(relay,
     assert status in (b"ok", b"error")
     json.loads(body)
     assert relay.ingest.spool.channels[0].next_offset >= before
-    relay.lease.release("fuzz")
+    relay.readers.release_lease("default", "fuzz")
 
 
 def test_a_receiver_process_relay_numbers_nothing_until_the_query_says_start(tmp_path):
