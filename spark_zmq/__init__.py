@@ -4,8 +4,10 @@ Installed, the ``zmq`` data source needs no import: Spark discovers it in every 
 (the ``pyspark_zmq`` module). ``spark_zmq.register(spark)`` registers it explicitly (a
 session whose Python cannot list the installed package) and guards against a race in
 Spark when two streaming queries start at once (``worker_env``); ``import spark_zmq``
-does it for the active session, if there is one. ``spark_zmq.request(df, endpoints, ...)`` calls a ZeroMQ service for every row of a
-DataFrame. The pattern layer, ``spark_zmq.patterns``, works without Spark.
+does it for the active session, if there is one. Either lets writes from any Python
+thread find the source (``thread_session``). ``spark_zmq.request(df, endpoints, ...)``
+calls a ZeroMQ service for every row of a DataFrame. The pattern layer,
+``spark_zmq.patterns``, works without Spark.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ def register(spark: "Optional[SparkSession]" = None) -> "SparkSession":
     from pyspark.sql import SparkSession
 
     from .datasource import ZmqDataSource
+    from .thread_session import install
     from .worker_env import seed_worker_environment
 
     session = spark or SparkSession.getActiveSession()
@@ -37,6 +40,7 @@ def register(spark: "Optional[SparkSession]" = None) -> "SparkSession":
     if not _known(session, ZmqDataSource.name()):
         session.dataSource.register(ZmqDataSource)
     seed_worker_environment(session, ZmqDataSource.name())
+    install()  # writes from any thread find the source (see thread_session)
     return session
 
 
@@ -68,6 +72,10 @@ def _register_on_active_session() -> None:
     if "pyspark.sql" not in sys.modules:
         return
     from pyspark.sql import SparkSession
+
+    from .thread_session import install
+
+    install()  # writes from any thread find the source (see thread_session)
 
     if SparkSession.getActiveSession() is not None:
         register()
