@@ -100,7 +100,7 @@ class PatternSocket:
             self.monitor_socket: Optional[zmq.Socket] = open_monitor(sock, events) if events else None
             self.handshakes: Optional[HandshakeWatch] = (
                 HandshakeWatch(self.monitor_socket, is_server=curve is None or curve.is_server,
-                               label=type(self).__name__)
+                               label=type(self).__name__, curve=curve is not None)
                 if self.monitor_socket is not None else None
             )
             self._bound: list[str] = []

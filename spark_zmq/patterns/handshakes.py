@@ -1,7 +1,8 @@
 """Rejected handshakes, counted and logged from a socket's monitor (``HandshakeWatch``).
 
 A CURVE client whose key is refused, a NULL (unencrypted) client, a client of the wrong
-server: each distinct rejection is logged once, every one is counted. ``open_monitor``
+server, a peer that is not a ZeroMQ peer at all: each distinct rejection is logged once,
+every one is counted. ``open_monitor``
 makes the monitor socket, with no queue limit that could stall libzmq's I/O thread.
 """
 
@@ -25,7 +26,7 @@ HANDSHAKE_FAILURES = (
 )
 
 
-def _failure_text(event: int, value: int, is_server: bool) -> str:
+def _failure_text(event: int, value: int, is_server: bool, curve: bool = True) -> str:
     if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
         if is_server:
             return f"a client's CURVE key was refused (ZAP status {value})"
@@ -42,6 +43,9 @@ def _failure_text(event: int, value: int, is_server: bool) -> str:
         return f"ZMTP protocol error {value:#x} during the handshake"
     if value == errno.ETIMEDOUT:
         return "a peer did not complete the handshake in time (handshake_ivl), and was disconnected"
+    if not curve:
+        return ("the peer closed the connection during the handshake: not a ZeroMQ peer, or one that does not "
+                "accept this socket type")
     return ("a peer dropped the connection during the handshake (a client without CURVE, or not a ZeroMQ peer)"
             if is_server else "the server closed the connection during the handshake (is curveServerKey the server's "
             "public key, and does the server use CURVE?)")
@@ -79,9 +83,11 @@ class HandshakeWatch:
     monitor's queue (unlimited, see ``open_monitor``) stays small.
     """
 
-    def __init__(self, monitor: zmq.Socket, *, is_server: bool, label: str = "") -> None:
+    def __init__(self, monitor: zmq.Socket, *, is_server: bool, label: str = "", curve: bool = True) -> None:
         self.monitor = monitor
         self.is_server = is_server
+        #: whether the socket uses CURVE (a failure without it is never about keys)
+        self.curve = curve
         self.label = label
         self.rejected = 0
         #: the last rejection, as text (for error messages)
@@ -107,11 +113,13 @@ class HandshakeWatch:
         ``""``: what a client adds to a timeout's message, so a wrong key is not mistaken
         for a peer that is down."""
         self.poll()
-        return f"; the CURVE handshake failed: {self.last_rejection}" if self.rejected else ""
+        if not self.rejected:
+            return ""
+        return f"; the {'CURVE ' if self.curve else ''}handshake failed: {self.last_rejection}"
 
     def _rejected(self, event: int, value: int, endpoint: str) -> None:
         self.rejected += 1
-        text = _failure_text(event, value, self.is_server)
+        text = _failure_text(event, value, self.is_server, self.curve)
         self.last_rejection = f"{text} at {endpoint}"
         if (endpoint, text) not in self._logged and len(self._logged) < 1000:
             self._logged.add((endpoint, text))

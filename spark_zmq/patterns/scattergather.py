@@ -52,8 +52,8 @@ _DEFAULT_HWM = 1000
 class EngineWatch(HandshakeWatch):
     """``HandshakeWatch`` fed by the ZMTP engine's events instead of a libzmq monitor."""
 
-    def __init__(self, wanted: int, *, is_server: bool, label: str) -> None:
-        super().__init__(None, is_server=is_server, label=label)  # type: ignore[arg-type]
+    def __init__(self, wanted: int, *, is_server: bool, label: str, curve: bool = True) -> None:
+        super().__init__(None, is_server=is_server, label=label, curve=curve)  # type: ignore[arg-type]
         self.wanted = wanted
         self._events: collections.deque = collections.deque()
         self._cond = threading.Condition()
@@ -114,7 +114,8 @@ class ZmtpPatternSocket(PatternSocket):
                 positive_int(name, options[name])
         wanted = int(options.get("monitor") or 0)
         self.handshakes: Optional[HandshakeWatch] = (
-            EngineWatch(wanted, is_server=curve is None or curve.is_server, label=type(self).__name__)
+            EngineWatch(wanted, is_server=curve is None or curve.is_server, label=type(self).__name__,
+                        curve=curve is not None)
             if curve is not None or wanted else None
         )
         self._lock = threading.Lock()

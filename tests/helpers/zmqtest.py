@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import os
+import socket
 import threading
 import time
 from typing import Callable, Iterable, NamedTuple, Optional, Sequence
@@ -426,3 +427,34 @@ class SocketEvents:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class NotZeroMQ:
+    """A TCP server that accepts, writes a line of HTTP and closes: counts the connections."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener.settimeout(0.2)
+        self.port = self.listener.getsockname()[1]
+        self.accepted: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.listener.accept()
+            except socket.timeout:
+                continue
+            self.accepted.append(time.monotonic())
+            try:
+                conn.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+            except OSError:
+                pass
+            conn.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self.listener.close()

@@ -83,6 +83,9 @@ class Connector:
         self.backoff_s: Optional[float] = None
         #: the inproc connect failed for lack of file descriptors (logged once until it works)
         self.inproc_failing = False
+        #: handshakes that failed in a row at this endpoint (a peer that is not a ZeroMQ
+        #: peer, refuses our type or our key): each doubles the wait before the next try
+        self.failed_handshakes = 0
 
 
 class Connection:

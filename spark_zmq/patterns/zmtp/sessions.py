@@ -26,6 +26,8 @@ from .stream import _Renegotiate
 log = logging.getLogger("spark_zmq.patterns.zmtp.engine")
 
 _ACCEPT_RETRY_S = 0.2
+#: the longest wait between tries at an endpoint whose handshakes keep failing
+HANDSHAKE_BACKOFF_MAX_S = 5.0
 
 
 class _Sessions:
@@ -141,6 +143,12 @@ class _Sessions:
             if self.reconnect_ivl_max_s > self.reconnect_ivl_s:  # libzmq's backoff: doubling up to the max
                 wait = connector.backoff_s or wait
                 connector.backoff_s = min(wait * 2, self.reconnect_ivl_max_s)
+            if connector.failed_handshakes:
+                # a peer that answers and then fails every handshake (not a ZeroMQ peer, a
+                # wrong key or socket type) is not hammered every reconnect interval: the
+                # wait doubles per failure in a row, up to HANDSHAKE_BACKOFF_MAX_S
+                wait = max(wait, min(self.reconnect_ivl_s * 2 ** min(connector.failed_handshakes, 16),
+                                     HANDSHAKE_BACKOFF_MAX_S))
             self._poller.at(wait, lambda: self._connect(connector))
 
     def _adopt(self, sock: socket.socket, address: str, connector: Optional[Connector],
@@ -179,6 +187,8 @@ class _Sessions:
                 connector.declare = self._other_type(connector.declare)
             else:
                 conn.refused = True
+            if connector is not None:
+                connector.failed_handshakes += 1
             self._emit(zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL, code, conn.endpoint)
         self._close(conn, requeue=True)
 
@@ -202,6 +212,8 @@ class _Sessions:
                 pass
         if conn.stage != READY:
             conn.refused = True
+            if conn.connector is not None:
+                conn.connector.failed_handshakes += 1
             self._emit(exc.event, exc.value, conn.endpoint)
         else:
             if getattr(exc, "missing", 0) and not getattr(exc, "replay", True):

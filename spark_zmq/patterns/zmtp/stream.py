@@ -179,6 +179,7 @@ class _Stream:
         if conn.connector is not None:
             conn.connector.renegotiated = False
             conn.connector.backoff_s = None  # reconnect_ivl_max's backoff starts over
+            conn.connector.failed_handshakes = 0
         conn.next_ping = time.monotonic() + self.heartbeat.interval
         self._due(conn.next_ping)
         peer = conn.peer
