@@ -46,6 +46,7 @@ def test_a_libzmq_scatter_into_the_gather_source_arrives_exactly_once(spark, fre
     query = _start(df.select("value"), "from_libzmq_scatter", tmp_path)
     n = 20_000
     try:
+        wait_until(lambda: query.recentProgress, 120, "the query's first trigger")  # the receiver listens
         # two libzmq SCATTER peers connect to the source's GATHER; libzmq refuses any
         # peer that does not announce itself as GATHER, so every row proves the handshake
         with NodePeer.start("scatter", connect=[endpoint], count=n, size=100, prefix="a") as first, \
@@ -116,9 +117,13 @@ def test_curve_scatter_sink_and_gather_source_with_libzmq_curve_peers(spark, fre
           .option("curveAuthorizedKeys", str(authorized)).load())
     query = _start(df.select("value"), "curve_gathered", tmp_path)
     try:
+        # a sender queues its 300 messages before it connects and lingers on them when it
+        # exits: the receiver listens once the query has triggered, and the linger outlasts a
+        # loaded machine's handshake
+        wait_until(lambda: query.recentProgress, 120, "the query's first trigger")
         with NodePeer.start("scatter", connect=[endpoint], count=300, size=40, prefix="ok",
                             curve_client=(client.public_key, client.secret_key),
-                            curve_server_key=server.public_key) as good, \
+                            curve_server_key=server.public_key, linger=60_000) as good, \
                 NodePeer.start("scatter", connect=[endpoint], count=300, size=40, prefix="bad",
                                curve_client=(stranger.public_key, stranger.secret_key),
                                curve_server_key=server.public_key):
