@@ -84,18 +84,6 @@ def test_release_past_latest_is_refused_and_frees_nothing(relay, holder):
     assert sum(batch.num_rows for _, batch in _fetch(relay, holder.session)) == 500
 
 
-@pytest.mark.parametrize("op, fields", [
-    ("count", {"channel": 0, "start": 0, "end": 501}),
-    ("end_within", {"channel": 0, "start": 0, "end": 501, "rows": 10}),
-    ("lost", {"channel": 0, "start": 400, "end": 1 << 40}),
-    ("describe", {"ranges": {"0": [0, 501]}}),
-])
-def test_a_question_about_offsets_past_latest_is_refused_not_answered_with_zeros(relay, holder, op, fields):
-    with pytest.raises(RelayError, match=r"offset \d+ of channel 0 is past what the spool has written \(latest 500\)"):
-        holder.call(op, **fields)
-    assert holder.call("count", channel=0, start=0, end=500)["rows"] == 500  # up to latest: answered
-
-
 def test_advance_near_the_top_of_int64_is_refused(relay, holder):
     with pytest.raises(RelayError, match=r"'offset' 9223372036854775806 of 'advance' is past 4611686018427387904"):
         holder.call("advance", channel=0, offset=(1 << 63) - 2)
