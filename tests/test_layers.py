@@ -41,6 +41,7 @@ ALLOWED = {
     "service": {"patterns", "options", "ingest", "schemas", "worker"},
     "worker": {"patterns", "ingest", "worker_process"},
     "worker_process": set(),
+    "thread_session": set(),
 }
 ENTRY_POINTS = {"__init__", "datasource", "cli", "loadgen", "worker_env"}
 
