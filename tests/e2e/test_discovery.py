@@ -13,12 +13,12 @@ from zmqtest import free_ports
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(400)]
 
-SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "no_import_roundtrip.py")
+SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "roundtrip.py")
 
 
 def test_a_session_that_never_imports_spark_zmq_reads_and_writes_format_zmq(tmp_path):
     ports = free_ports(2)
-    done = subprocess.run([sys.executable, SCRIPT, str(ports[0]), str(ports[1]), str(tmp_path)],
+    done = subprocess.run([sys.executable, SCRIPT, "classic", str(ports[0]), str(ports[1]), str(tmp_path)],
                           capture_output=True, text=True, timeout=360, cwd=str(tmp_path))
     assert done.returncode == 0, done.stderr[-4000:]
     lines = dict(line.split() for line in done.stdout.splitlines()
