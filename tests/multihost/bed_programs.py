@@ -11,7 +11,8 @@ one per event) and, for the consumer, the messages it received (one line each).
   ``curve_certificate`` (its secret certificate file) with ``curve_server_key`` (the
   server's public certificate file): a CURVE client.
 - ``consume``: PULL (or SUB) binds (or connects) ``endpoint`` and appends every message to
-  ``messages`` until SIGTERM; ``curve_certificate`` alone: a CURVE server (any client key).
+  ``messages`` until SIGTERM; ``curve_certificate``: a CURVE server, accepting the client
+  keys in ``curve_authorized`` (a directory of public certificates), or any without it.
 - ``worker``: ``spark_zmq.worker.serve`` connected to a broker's backend ``endpoint``:
   answers each Arrow request of ``id`` rows with ``doubled`` (id x 2) and ``worker``
   (its ``label``), until SIGTERM.
@@ -126,9 +127,15 @@ def consume(spec: dict) -> int:
     if sub:
         sock.setsockopt(zmq.SUBSCRIBE, b"")
     sock.setsockopt(zmq.RCVHWM, 10000)
-    if spec.get("curve_certificate"):  # a CURVE server; no ZAP handler, so any client key
+    auth = None
+    if spec.get("curve_certificate"):  # a CURVE server
         import zmq.auth
+        from zmq.auth.thread import ThreadAuthenticator
 
+        if spec.get("curve_authorized"):  # only these client keys (else, with no ZAP handler, any)
+            auth = ThreadAuthenticator(ctx)
+            auth.start()
+            auth.configure_curve(domain="*", location=spec["curve_authorized"])
         public, secret = zmq.auth.load_certificate(spec["curve_certificate"])
         sock.curve_server, sock.curve_publickey, sock.curve_secretkey = True, public, secret
     endpoint = spec["endpoint"]
@@ -151,6 +158,8 @@ def consume(spec: dict) -> int:
                 received += 1
             out.flush()
     sock.close(0)
+    if auth is not None:
+        auth.stop()
     ctx.term()
     _status(spec["status"], event="done", received=received)
     return 0

@@ -422,9 +422,10 @@ def test_sink_patterns_to_a_consumer_on_another_host(bed, kit, pattern):
       write task waits for the subscription before it publishes, and 625 messages a task
       stay under the default ``hwm`` (1,000), the only place ``pub`` drops;
     - ``scatter``: libzmq's own GATHER (zeromq.js);
-    - ``push-curve``: a pyzmq PULL that is a CURVE server; the sink is its client with a
-      key pair made on the driver's host (``curveCertificate``, whose file only the driver
-      sees) and the consumer's public certificate (``curveServerKey``)."""
+    - ``push-curve``: a pyzmq PULL that is a CURVE server accepting only the writer's key;
+      the sink is its client with a key pair made on the driver's host
+      (``curveCertificate``, whose file only the driver sees) and the consumer's public
+      certificate (``curveServerKey``)."""
     options = {"format": "text", "endpoints": f"tcp://{bed.addr('consumer')}:6001"}
     if pattern == "scatter":
         zmqjs_peer.skip_unless_node()
@@ -438,7 +439,7 @@ def test_sink_patterns_to_a_consumer_on_another_host(bed, kit, pattern):
         else:
             server_public, server_secret = pyzmq_keys(kit, "consumer")
             writer = driver_keygen(kit, "writer")
-            spec["curve_certificate"] = server_secret
+            spec.update(curve_certificate=server_secret, curve_authorized=os.path.dirname(writer["public"]))
             options.update(curveCertificate=writer["secret"], curveServerKey=server_public)
         consumer = kit.start("consumer", "consume", "consumer", **spec)
         kit.wait_event(consumer, "started", 30)
