@@ -1,8 +1,11 @@
 """Spark on the multi-host bed (issue 33): a standalone cluster (master, two one-core
 workers) in network namespaces, the driver in client mode on a host of its own whose spool
-no executor sees (a private tmpfs), producers, consumers and relays on hosts of their own.
+no executor sees (a private tmpfs), producers, consumers, relays, a request-reply broker and
+its workers on hosts of their own; libzmq's own SCATTER and GATHER run there through
+zeromq.js (tests/zmqjs).
 
-Each scenario checks every message arrives exactly once. One cluster serves the module.
+Each scenario checks every message arrives (or every row is answered) exactly once. One
+cluster serves the module.
 Run: ``flock /tmp/spark-zmq-spark.lock env PYTHONPATH=$PWD python -m pytest -n 0 -p no:cacheprovider
 tests/multihost`` as root (it skips, saying why, where no bed can be built).
 """
