@@ -19,7 +19,7 @@ handle it.
 from __future__ import annotations
 
 import logging
-from typing import Optional
+from typing import Any, Optional, cast
 
 import zmq
 
@@ -32,8 +32,8 @@ _LOGGED_PEERS = 1000
 _NOBLOCK = int(zmq.NOBLOCK)
 
 
-def recv_bounded(sock: zmq.Socket, max_frames: int, max_bytes: Optional[int],
-                 flags: int = _NOBLOCK) -> tuple[list, zmq.Frame, str]:
+def recv_bounded(sock: zmq.Socket[Any], max_frames: int, max_bytes: Optional[int],
+                 flags: int = _NOBLOCK) -> tuple[list[zmq.Frame], zmq.Frame, str]:
     """One whole message, read frame by frame (``zmq.Again`` when none waits with
     ``NOBLOCK``): ``(frames, first, "")``, or ``(kept, first, why)`` when it has more than
     ``max_frames`` frames or more than ``max_bytes`` in all, ``kept`` then being the frames
@@ -61,7 +61,7 @@ def recv_bounded(sock: zmq.Socket, max_frames: int, max_bytes: Optional[int],
 def peer_address(frame: zmq.Frame) -> str:
     """The address of the peer a frame came from (``Peer-Address``), or ``"unknown"``."""
     try:
-        return frame.get("Peer-Address") or "unknown"
+        return cast(str, frame.get("Peer-Address")) or "unknown"  # a str property
     except (zmq.ZMQError, ValueError, TypeError, AttributeError):
         return "unknown"
 
@@ -90,7 +90,7 @@ class MessageBounds:
         self._log = logger or logging.getLogger(__name__)
         self._logged: set[str] = set()
 
-    def recv(self, sock: zmq.Socket, flags: int = _NOBLOCK) -> tuple[Optional[list[bytes]], list[bytes], str]:
+    def recv(self, sock: zmq.Socket[Any], flags: int = _NOBLOCK) -> tuple[Optional[list[bytes]], list[bytes], str]:
         """One message as ``bytes`` frames: ``(frames, [], "")``, or ``(None, kept, why)`` when it
         was refused (counted and logged; ``kept``: the frames read before the limit).
         ``zmq.Again`` when none waits."""

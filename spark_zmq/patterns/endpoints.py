@@ -19,7 +19,7 @@ import stat
 import sys
 import unicodedata
 from dataclasses import dataclass
-from typing import Iterable, Optional, Sequence, Union
+from typing import Any, Iterable, Optional, Sequence, Union
 
 import zmq
 
@@ -192,7 +192,7 @@ def check_ipc_bind(address: str, owner: str = "socket") -> None:
     )
 
 
-def bind_error(owner: str, address: str, code: int, reason: str) -> OSError:
+def bind_error(owner: str, address: str, code: Optional[int], reason: str) -> OSError:
     """The ``OSError`` for a failed bind, naming the socket class ``owner`` and the address."""
     return OSError(
         code,
@@ -201,7 +201,7 @@ def bind_error(owner: str, address: str, code: int, reason: str) -> OSError:
     )
 
 
-def attach(sock: zmq.Socket, endpoint: Endpoint, owner: str) -> Optional[str]:
+def attach(sock: zmq.Socket[Any], endpoint: Endpoint, owner: str) -> Optional[str]:
     """Bind or connect ``sock`` (of the socket class ``owner``) to ``endpoint``; returns the
     address bound (a ``*`` port resolved), ``None`` for a connect."""
     if endpoint.bind:

@@ -29,7 +29,7 @@ MORE, LONG, COMMAND = 0x01, 0x02, 0x04
 #: nothing a handshake needs is larger; before authentication, keep what a peer can make us
 #: buffer small
 #: a message as the queues hold it: its one frame, or a tuple of its frames (multipart)
-Message = Union[bytes, tuple[bytes, ...]]
+EngineMessage = Union[bytes, tuple[bytes, ...]]
 #: what ``parse_frames`` appends: a plain frame's body, or ``(flags, body)``
 ParsedFrame = Union[bytes, tuple[int, bytes]]
 #: a buffer waiting to be written: a whole one, or what a partial write left of it
@@ -140,7 +140,7 @@ def parse_frames(data: bytes, i: int, limit: int, out: list[ParsedFrame], one: b
     return i, 2, flagged
 
 
-def encode_messages(batch: Sequence[Message], chunks: MutableSequence[Chunk], offset: int,
+def encode_messages(batch: Sequence[EngineMessage], chunks: MutableSequence[Chunk], offset: int,
                     encode: Optional[Callable[[bytes, bool], tuple[int, bytes]]] = None,
                     encode_batch: Optional[Callable[[Sequence[bytes]], tuple[bytes, list[int]]]] = None) -> list[int]:
     """Append the frames of ``batch`` (each a ``bytes`` message or a tuple of frames, MORE

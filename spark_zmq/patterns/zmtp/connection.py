@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Optional
 
 from ..heartbeat import Heartbeat
 from . import transport
-from .codec import COMMAND, Chunk, Message, frame_header
+from .codec import COMMAND, Chunk, EngineMessage, frame_header
 from .wire import GREETING_SIZE
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -52,9 +52,9 @@ class Peer:
 
     def __init__(self) -> None:
         self.id = next(_ids)
-        self.inbox: collections.deque[Message] = collections.deque()
+        self.inbox: collections.deque[EngineMessage] = collections.deque()
         self.inbox_bytes = 0
-        self.outbox: collections.deque[Message] = collections.deque()
+        self.outbox: collections.deque[EngineMessage] = collections.deque()
         self.paused = False
         self.resume_asked = False
         self.conn: Optional["Connection"] = None
@@ -112,7 +112,7 @@ class Connection:
         self.out: collections.deque[Chunk] = collections.deque()
         self.out_bytes = 0
         # the messages of the write in progress, with the offset at which each one ends
-        self.inflight: list[Message] = []
+        self.inflight: list[EngineMessage] = []
         self.inflight_ends: list[int] = []
         self.written = 0
         #: tcp only: bytes written to the kernel on this connection, where the current write
@@ -123,7 +123,7 @@ class Connection:
         self.sent_total = 0
         self.batch_base = 0
         self.acked_base: Optional[int] = None
-        self.unacked: collections.deque[tuple[int, Message]] = collections.deque()
+        self.unacked: collections.deque[tuple[int, EngineMessage]] = collections.deque()
         #: the sending side was shut down (``finish``): the peer acknowledges a FIN at once
         self.finished = False
         self.in_multipart = False

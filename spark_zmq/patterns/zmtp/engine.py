@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence
 
 from ..heartbeat import DEFAULT_HEARTBEAT, Heartbeat
 from . import transport
-from .codec import HANDSHAKE_FRAME_LIMIT, Message
+from .codec import HANDSHAKE_FRAME_LIMIT, EngineMessage
 from .connection import READY, Connection, Connector, Peer
 from .poller import Poller
 from .policies import FairQueue, RoundRobin
@@ -142,7 +142,7 @@ class Engine(_Sessions, _Stream):
         self._lb = RoundRobin()
         #: peers with messages in their inbox, in fair-queue order
         self._fq = FairQueue(hwm)
-        self.orphans: collections.deque[Message] = collections.deque()
+        self.orphans: collections.deque[EngineMessage] = collections.deque()
         self.discarded_multipart = 0
         #: messages sent again because a peer's TCP never acknowledged them before it left
         self.resent = 0
@@ -222,7 +222,7 @@ class Engine(_Sessions, _Stream):
         """The peers a message may be queued to now, in round-robin order (lock held)."""
         return self._lb.peers
 
-    def send_round_robin(self, messages: Iterable[Message], timeout: Optional[float],
+    def send_round_robin(self, messages: Iterable[EngineMessage], timeout: Optional[float],
                          check: Callable[[], None]) -> tuple[int, bool]:
         """Queue ``messages`` in order, each to the next ready peer whose queue has room,
         waiting while none has: at most ``timeout`` seconds for each message (``None``: no
@@ -269,7 +269,7 @@ class Engine(_Sessions, _Stream):
         return sent, False
 
     def receive(self, max_messages: int, max_bytes: Optional[int], deadline: Optional[float],
-                check: Callable[[], None]) -> list[Message]:
+                check: Callable[[], None]) -> list[EngineMessage]:
         """Up to ``max_messages`` received messages (and about ``max_bytes``), fair-queued
         over the peers, waiting until ``deadline`` (monotonic seconds; ``None``: no limit)
         for the first; ``[]`` when none came in time. ``check`` as in ``send_round_robin``."""

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from ..curve import Curve
     from ..heartbeat import Heartbeat
     from . import transport
-    from .codec import Message, ZmtpError
+    from .codec import EngineMessage, ZmtpError
     from .connection import Connection, Connector
     from .curve import CurveClient, CurveServer
     from .null import NullMechanism
@@ -61,7 +61,7 @@ class EngineParts:
     cond: threading.Condition
     _lb: RoundRobin
     _fq: FairQueue
-    orphans: collections.deque[Message]
+    orphans: collections.deque[EngineMessage]
     discarded_multipart: int
     resent: int
     lost_peers: int

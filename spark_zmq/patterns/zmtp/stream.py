@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence, cast
 import zmq
 
 from .codec import (
-    COMMAND, HANDSHAKE_FRAME_LIMIT, HARD_FRAME_LIMIT, MORE, FrameTooLarge, Message, ParsedFrame, ZmtpError,
+    COMMAND, HANDSHAKE_FRAME_LIMIT, HARD_FRAME_LIMIT, MORE, FrameTooLarge, EngineMessage, ParsedFrame, ZmtpError,
     encode_messages, parse_frames,
 )
 from .connection import CLOSED, GREETING, HANDSHAKE, READY, Connection
@@ -222,7 +222,7 @@ class _Stream(EngineParts):
         commands answered, multipart messages dropped whole (49/SCATTERGATHER) or, on a
         socket that takes them (``multipart``), delivered as a tuple of their frames once
         the last one came; messages delivered (also those before a frame that fails)."""
-        out: list[Message] = []
+        out: list[EngineMessage] = []
         append = out.append
         in_multipart = conn.in_multipart
         decode = conn.mechanism.decode
@@ -277,7 +277,7 @@ class _Stream(EngineParts):
             raise ZmtpError(f"a multipart message exceeds max_message_bytes={limit} at its frame {parts} "
                             f"(its frames' bytes plus {PART_OVERHEAD} per frame count)")
 
-    def _deliver(self, conn: Connection, messages: Sequence[Message], nbytes: Optional[int] = None) -> None:
+    def _deliver(self, conn: Connection, messages: Sequence[EngineMessage], nbytes: Optional[int] = None) -> None:
         """Queue ``messages`` (``bytes``, or tuples of frames on a ``multipart`` socket, whose
         bytes the caller counts in ``nbytes``) in the peer's inbox."""
         peer = conn.peer
@@ -385,7 +385,7 @@ class _Stream(EngineParts):
             source = self.orphans if self.orphans else peer.outbox
             if not source:
                 return False
-            batch: list[Message] = []
+            batch: list[EngineMessage] = []
             size = 0
             take = source.popleft
             while source and size < _WRITE_BATCH_BYTES:
