@@ -78,10 +78,10 @@ class Curve:
 
     def describe(self) -> str:
         """Safe to log: the role and the public keys, never the secret."""
-        if self.is_server:
+        if self.server_key is None:  # a server (``is_server``)
             who = "any client key" if self.authorized == ANY_KEY else f"{len(self.authorized or ())} authorized keys"
             return f"CURVE server {self.public_key.decode()} accepting {who}"
-        return f"CURVE client {self.public_key.decode()} of server {self.server_key.decode()}"  # type: ignore[union-attr]
+        return f"CURVE client {self.public_key.decode()} of server {self.server_key.decode()}"
 
     def apply(self, sock: zmq.Socket[Any]) -> Optional["_Registration"]:
         """Configure ``sock`` (before bind/connect); a server registers its ZAP domain with
@@ -91,7 +91,8 @@ class Curve:
         if self.server_key is not None:  # a client (``is_server``: it has none)
             sock.setsockopt(zmq.CURVE_SERVERKEY, self.server_key)
             return None
-        registration = _register(sock.context, self.authorized)  # type: ignore[arg-type]
+        assert self.authorized is not None  # a server has it (``__post_init__``)
+        registration = _register(sock.context, self.authorized)
         sock.setsockopt(zmq.CURVE_SERVER, 1)
         sock.setsockopt(zmq.ZAP_DOMAIN, registration.domain.encode())
         return registration
