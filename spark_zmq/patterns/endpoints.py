@@ -26,8 +26,6 @@ import zmq
 __all__ = ["Endpoint", "parse_endpoints", "EndpointsSpec", "check_ipc_bind", "tcp_host_problem", "attach",
            "bind_error"]
 
-EndpointsSpec = Union[str, Sequence[str]]
-
 _TRANSPORTS = ("tcp", "ipc", "inproc")
 _VALID_FORMS = (
     "'@tcp://*:5555' (bind), '>tcp://host:5555' (connect), 'tcp://host:5555' "
@@ -75,6 +73,11 @@ class Endpoint:
 
     def __str__(self) -> str:
         return ("@" if self.bind else ">") + self.address
+
+
+#: endpoints as the socket classes take them: a comma-separated string, or a sequence of
+#: strings or ``Endpoint`` (whose ``str`` is its string)
+EndpointsSpec = Union[str, Sequence[Union[str, Endpoint]]]
 
 
 def _parse_one(text: str, default_bind: bool) -> Endpoint:
