@@ -44,7 +44,9 @@ class Ingest(Protocol):
     receivers (``LocalIngest``) or relays, standalone or its receiver processes
     (``relays.RelayIngest``). Offsets are ``{"<channel>": next offset}``."""
 
-    channels: Sequence[IngestChannel]
+    @property
+    def channels(self) -> Sequence[IngestChannel]: ...
+
     #: whether the channels receive (a spool must learn the checkpoint's numbering first)
     started: bool
     #: where each channel's spool ended when the query started (``startingOffsets=latest``)
