@@ -277,7 +277,7 @@ class PatternSocket:
                         try:
                             self._wait(zmq.POLLOUT, timeout_deadline(timeout), "send")
                         except TimeoutError as exc:
-                            exc.sent = sent  # type: ignore[attr-defined]
+                            exc.sent = sent  # type: ignore[attr-defined]  # send_many's count, on the error
                             raise
                 sent += 1
             return sent

@@ -207,7 +207,7 @@ class ClientQueues:
         return None
 
     def clear(self) -> None:
-        self.__init__(self.hwm, self.client_hwm, self.max_held_bytes)  # type: ignore[misc]
+        self.__init__(self.hwm, self.client_hwm, self.max_held_bytes)  # type: ignore[misc]  # a reset: a new object's state
 
     # -- internals ----------------------------------------------------------------------------
 

@@ -54,7 +54,7 @@ class EngineWatch(HandshakeWatch):
     """``HandshakeWatch`` fed by the ZMTP engine's events instead of a libzmq monitor."""
 
     def __init__(self, wanted: int, *, is_server: bool, label: str, curve: bool = True) -> None:
-        super().__init__(None, is_server=is_server, label=label, curve=curve)  # type: ignore[arg-type]
+        super().__init__(None, is_server=is_server, label=label, curve=curve)  # type: ignore[arg-type]  # no monitor: events come from the engine
         self.wanted = wanted
         self._events: collections.deque[tuple[int, int, str]] = collections.deque()
         self._cond = threading.Condition()
@@ -217,7 +217,7 @@ class ZmtpPatternSocket(PatternSocket):
         sent, timed_out = self._engine.send_round_robin(messages, timeout, self._check_open)
         if timed_out:
             exc = TimeoutError(f"{type(self).__name__}.send timed out{self._timeout_hint('send')}")
-            exc.sent = sent  # type: ignore[attr-defined]
+            exc.sent = sent  # type: ignore[attr-defined]  # send_many's count, on the error
             raise exc
         return sent
 
