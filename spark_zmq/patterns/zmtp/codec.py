@@ -26,8 +26,6 @@ __all__ = [
 ]
 
 MORE, LONG, COMMAND = 0x01, 0x02, 0x04
-#: nothing a handshake needs is larger; before authentication, keep what a peer can make us
-#: buffer small
 #: a message as the queues hold it: its one frame, or a tuple of its frames (multipart)
 EngineMessage = Union[bytes, tuple[bytes, ...]]
 #: what ``parse_frames`` appends: a plain frame's body, or ``(flags, body)``
@@ -35,6 +33,8 @@ ParsedFrame = Union[bytes, tuple[int, bytes]]
 #: a buffer waiting to be written: a whole one, or what a partial write left of it
 Chunk = Union[bytes, memoryview]
 
+#: nothing a handshake needs is larger; before authentication, keep what a peer can make us
+#: buffer small
 HANDSHAKE_FRAME_LIMIT = 64 * 1024
 #: frames above this close the connection even without ``max_message_bytes``: a size field of
 #: 2**63 must not make a connection buffer forever (libzmq fails to allocate it and closes)
