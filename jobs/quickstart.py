@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import socket
 import sys
 import tempfile
@@ -173,6 +174,9 @@ def main(argv: list[str]) -> int:
         .option("format", "json").schema("sensor string, ts double, reading double")
         .option("spoolDir", os.path.join(workdir, "spool"))
         .option("timeout", "2")  # AvailableNow: stop once the producers are quiet for 2 s
+        # a temporary spool no restart reads: the receivers stop with the query, freeing the
+        # port for the next run (else they linger 300 s for a restart, taking its messages)
+        .option("receiverLingerSeconds", "0")
         .options(**args.curve).options(**jobkit.fetch_options(args))
         .load()
     )
@@ -208,6 +212,7 @@ def main(argv: list[str]) -> int:
         row = collector.latest[sensor]
         print(f"    {sensor}: {row['readings']:>5} readings, average {row['avg_reading']:.2f}")
     spark.stop()
+    shutil.rmtree(workdir, ignore_errors=True)
     expected = rows_in if args.no_producer else args.messages
     ok = rows_in == expected and (collector.rows > 0 or rows_in == 0) and query.exception() is None
     if not ok:

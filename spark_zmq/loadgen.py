@@ -46,6 +46,11 @@ ARROW_SCHEMA = pa.schema(
 _SEQ = struct.Struct(">q")
 
 
+class NoPeerError(ConnectionError):
+    """No peer completed a connection within ``peer_wait`` seconds of the last send: what
+    was queued for one was dropped when the socket closed."""
+
+
 class HandshakeRejectedError(ConnectionError):
     """Every CURVE handshake of the producer was rejected, so nothing it sent can arrive.
 
@@ -159,6 +164,7 @@ def produce(
     send_timeout: Optional[float] = None,
     start: int = 0,
     linger: float = 30.0,
+    peer_wait: float = 300.0,
     on_progress: Optional[Callable[[int], None]] = None,
     stop: Optional[Callable[[], bool]] = None,
     curve: Optional[Curve] = None,
@@ -171,6 +177,12 @@ def produce(
     subscribers, as PUB does. ``on_progress(sent)`` is called every few hundred messages;
     ``stop()`` returning true ends the run early. The socket lingers up to ``linger`` seconds
     on close so that queued messages still leave (libzmq drops them after that).
+
+    ``push`` and ``scatter`` queue up to ``hwm`` messages before any peer is there (a
+    producer started before the query that binds). A run whose messages no peer has taken
+    yet waits up to ``peer_wait`` seconds after its last send for its first peer, and only
+    then lingers; with no peer by then it raises ``NoPeerError``, saying the queued messages
+    were dropped, instead of reporting them sent.
 
     ``curve`` makes the socket a CURVE client or server. A client that has seen no
     successful handshake by its last send waits (up to ``linger``) for the handshakes to
@@ -194,13 +206,17 @@ def produce(
     # to leave; a process that exits without it drops them.
     context = zmq.Context()
     client = curve is not None and not curve.is_server
-    options: dict = {"curve": curve, "monitor": zmq.EVENT_HANDSHAKE_SUCCEEDED} if curve is not None else {}
+    # the monitor tells when a peer is there (a handshake succeeded) and, with CURVE, which refused
+    waits_for_peer = pattern != "pub"
+    options: dict = {"curve": curve} if curve is not None else {}
+    if curve is not None or waits_for_peer:
+        options["monitor"] = zmq.EVENT_HANDSHAKE_SUCCEEDED
     options["heartbeat"] = heartbeat
     rejected, last_rejection = 0, None
     try:
         with PATTERNS[pattern](endpoints, hwm=hwm, linger=int(linger * 1000), reconnect_ivl=50,
                                context=context, **options) as sock:
-            outcomes = _Handshakes(sock.handshakes, peers) if curve is not None else None
+            outcomes = _Handshakes(sock.handshakes, peers) if sock.handshakes is not None else None
             refusals = outcomes if client else None
 
             def send_all(batch: list[bytes]) -> None:
@@ -266,21 +282,27 @@ def produce(
                 raise
             if outcomes is not None:
                 outcomes.poll()
-                waited = 0.0
-                if client and not outcomes.accepted and messages:
-                    # queued messages leave only after a handshake: wait for one outcome per
-                    # endpoint, the whole linger: a refusal that comes late (a busy server) is
-                    # still reported, and a success leaves the rest of the linger for delivery
-                    waited_from = time.monotonic()
-                    deadline = waited_from + linger
-                    while not outcomes.accepted and not outcomes.all_refused and time.monotonic() < deadline:
-                        outcomes.poll(deadline - time.monotonic())
-                    waited = time.monotonic() - waited_from
+                if waits_for_peer and not outcomes.accepted and messages:
+                    # queued messages leave only once a peer is there: wait for the first (a
+                    # query still starting) up to peer_wait, then linger for the delivery; a
+                    # CURVE refusal that comes meanwhile (a busy server) is still reported
+                    deadline = time.monotonic() + peer_wait
+                    while not outcomes.accepted and not (client and outcomes.all_refused) \
+                            and time.monotonic() < deadline:
+                        outcomes.poll(min(0.5, max(0.0, deadline - time.monotonic())))
+                        if stop is not None and stop():
+                            break
                 rejected, last_rejection = outcomes.watch.rejected, outcomes.watch.last_rejection
                 if client and outcomes.all_refused:
                     sock.close(linger=0)  # nothing queued can ever leave: do not linger over it
                     raise outcomes.error(messages)
-                sock.close(linger=max(0, int((linger - waited) * 1000)))
+                if waits_for_peer and not outcomes.accepted and messages and not (stop is not None and stop()):
+                    sock.close(linger=0)
+                    raise NoPeerError(
+                        f"no peer connected to {endpoints} within {peer_wait:g} s of the last send (peer_wait): the "
+                        f"{messages} messages queued for one were dropped; start the receiving side first, or wait "
+                        "longer")
+                sock.close(linger=int(linger * 1000))
     finally:
         context.term()
     if on_progress is not None:

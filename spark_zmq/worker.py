@@ -369,13 +369,15 @@ def _recv(sock: Any, stop: StopFlag, bounds: MessageBounds, stats: WorkerStats,
     """Receive one message within ``bounds``, waiting in slices (``between()`` after each);
     None if stopped. ``(frames, [], "")``, or ``(None, kept, why)`` for a refused message
     (counted in ``stats.oversize``)."""
+    waited = False  # a request that is already there costs no poll
     while not stop.is_set():
-        if not sock.poll_recv(_WAKE_S):
+        if waited and not sock.poll_recv(_WAKE_S):
             between()
             continue
         try:
             got = bounds.recv(sock.zmq_socket)
         except zmq.Again:
+            waited = True
             continue
         stats.requests += 1
         if got[0] is None:

@@ -49,6 +49,10 @@ def produce(
     start: int = typer.Option(0, min=0, help="First sequence number."),
     linger: float = typer.Option(30.0, min=0, help="Seconds to keep delivering queued messages after the last "
                                                     "send (to peers that connect late)."),
+    peer_wait: float = typer.Option(300.0, min=0, help="push/scatter: seconds to wait after the last send for a "
+                                                        "first peer when none has connected yet (a query still "
+                                                        "starting); then the run fails, saying the queued messages "
+                                                        "were dropped."),
     progress: bool = typer.Option(True, help="Show live progress on stderr."),
     curve_certificate: Optional[str] = typer.Option(
         None, metavar="FILE", rich_help_panel=CURVE_PANEL,
@@ -79,9 +83,9 @@ def produce(
             result = loadgen.produce(endpoints, pattern=pattern.value, format=format.value, count=count, rate=rate,
                                      size=size, rows_per_message=rows_per_message, topics=topic, hwm=hwm,
                                      send_timeout=send_timeout, start=start,
-                                     linger=linger, on_progress=on_progress, curve=curve,
+                                     linger=linger, peer_wait=peer_wait, on_progress=on_progress, curve=curve,
                                      heartbeat=heartbeat)
-        except (TimeoutError, loadgen.HandshakeRejectedError) as exc:
+        except (TimeoutError, loadgen.HandshakeRejectedError, loadgen.NoPeerError) as exc:
             print_error(str(exc))
             raise typer.Exit(1) from None
         except Exception as exc:  # zmq errors (address in use, ...): one line, not a traceback

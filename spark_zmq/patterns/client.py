@@ -214,13 +214,16 @@ class Client:
     def _recv_bounded(self, wait: float) -> Optional[list[bytes]]:
         """One reply within ``max_frames`` and ``max_message_bytes`` (see ``bounds``), or
         None: nothing came within ``wait`` seconds, or what came was dropped."""
+        try:  # a reply that is already there costs no poll
+            return self._bounds.recv(self._dealer.zmq_socket)[0]
+        except zmq.Again:
+            pass
         if not self._dealer.poll_recv(wait):
             return None
         try:
-            frames, _, _ = self._bounds.recv(self._dealer.zmq_socket)
+            return self._bounds.recv(self._dealer.zmq_socket)[0]
         except zmq.Again:
             return None
-        return frames
 
     def _take(self, frames: list[bytes]) -> Optional[tuple[int, list[bytes]]]:
         if len(frames) < 2 or len(frames[0]) != _ID_BYTES or frames[1] != b"":

@@ -16,6 +16,7 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -153,20 +154,38 @@ def test_the_readme_first_example_reads_what_spark_zmq_produce_sends(spark, tmp_
     assert rows and all(r["latest"] is not None and r["average"] is not None for r in rows), rows
 
 
-def test_the_readme_own_producer_delivers_every_message(tmp_path, monkeypatch):
-    """The README's pyzmq producer, received by ``spark-zmq consume`` on its port: all 1,000
-    JSON readings arrive (its LINGER keeps the queue until they left)."""
+#: how long the README's ``spark-submit`` may take to bind after ``python producer.py &``
+#: started (a JVM and a Spark session on a loaded machine): the consumer binds this late
+JOB_START_S = 15
+
+
+def test_the_readme_own_producer_delivers_every_message_to_a_job_that_binds_late(tmp_path, monkeypatch):
+    """The README's pyzmq producer, started first as the README says, received by
+    ``spark-zmq consume`` bound only ``JOB_START_S`` later (where the job would be still
+    starting): all 1,000 JSON readings arrive, its LINGER keeping them until a peer is there."""
     ports: dict[str, str] = {}
     code = localize(OWN_PRODUCER.code, ports)
+    monkeypatch.chdir(tmp_path)
+    failed: list[BaseException] = []
+
+    def produce() -> None:
+        try:
+            exec(compile(code, "<example>", "exec"), {"__name__": "__docs__"})  # noqa: S102
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            failed.append(exc)
+    producer = threading.Thread(target=produce, daemon=True)
+    producer.start()
+    producer.join(JOB_START_S)  # a deliberate delay: the job's start, not a synchronisation
     consumer = subprocess.Popen([os.path.join(CLI_DIR, "spark-zmq"), "consume", f"@tcp://127.0.0.1:{ports['5555']}",
                                  "--format", "json", "--count", "1000", "--timeout", "30", "--no-progress"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        monkeypatch.chdir(tmp_path)
-        exec(compile(code, "<example>", "exec"), {"__name__": "__docs__"})  # noqa: S102
         out, err = consumer.communicate(timeout=60)
     finally:
         consumer.kill()
+    producer.join(60)
+    assert not failed, failed
+    assert not producer.is_alive(), "the producer did not exit once its messages were taken"
     assert consumer.returncode == 0, err
     assert "received 1000 messages" in out
 

@@ -149,3 +149,40 @@ def test_consume_and_produce_run_with_heartbeats_of_their_own(free_port):
     finally:
         if consumer.poll() is None:
             consumer.kill()
+
+
+#: how long after ``produce`` started its consumer binds: past the default 30 s linger, as a
+#: Spark query that starts after its producer may take on a loaded machine
+LATE_BIND_S = 35
+
+
+def test_produce_started_before_its_peer_delivers_once_the_peer_binds_past_the_linger(free_port):
+    """``produce`` started first queues what fits (``--hwm``) and finishes sending; its peer
+    binds only after a delay longer than the linger. Every message arrives: the linger
+    starts once a peer is there, not at the last send."""
+    producer = subprocess.Popen([CLI, "produce", f"tcp://127.0.0.1:{free_port}", "--no-progress", "--count", "2000"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            producer.wait(LATE_BIND_S)  # a deliberate delay: the query's start, not a synchronisation
+        consumer = _consumer(f"@tcp://127.0.0.1:{free_port}", "--format", "json", "--count", "2000",
+                             "--timeout", "60")
+        out, err = consumer.communicate(timeout=90)
+        produced_out, produced_err = producer.communicate(timeout=60)
+    finally:
+        producer.kill()
+    assert consumer.returncode == 0, err
+    assert "received 2000 messages" in out
+    assert producer.returncode == 0, produced_err
+    assert "sent 2000 messages" in produced_out
+
+
+def test_produce_with_no_peer_fails_saying_the_queued_messages_were_dropped(free_port):
+    """Nobody ever connects: after ``--peer-wait`` the run exits 1 naming the endpoint and
+    the dropped messages, instead of reporting them sent."""
+    result = _cli("produce", f"tcp://127.0.0.1:{free_port}", "--no-progress", "--count", "50", "--peer-wait", "1",
+                  timeout=30)
+    assert result.returncode == 1, result.stdout
+    assert "sent 50 messages" not in result.stdout
+    assert f"no peer connected to tcp://127.0.0.1:{free_port}" in result.stderr
+    assert "50 messages queued for one were dropped" in result.stderr

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -65,6 +66,12 @@ def test_quickstart_reads_your_own_producer_on_endpoints(free_port):
     assert result.returncode == 0, result.stderr[-3000:]
     assert "sent 2000 messages" in _finish(producer)
     assert "rows in       2000" in result.stdout and "lag              0" in result.stdout
+    # its spool is a temporary one no restart reads: its receiver stops with it, so the port
+    # is free for the next run at once (a receiver lingering for a restart took a second
+    # run's producer and spooled its messages where nothing reads them)
+    with socket.socket() as again:
+        again.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        again.bind(("0.0.0.0", free_port))
 
 
 def test_zmq_to_parquet_writes_every_message_once_across_a_restart(tmp_path, free_port):

@@ -30,7 +30,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Iterable, Optional, Sequence, Union
+from typing import Callable, Iterable, Optional, Sequence, Union
 
 ZMQJS_DIR = Path(__file__).resolve().parents[1] / "zmqjs"
 PEER_JS = ZMQJS_DIR / "peer.js"
@@ -159,7 +159,7 @@ class NodePeer:
     pull, rep or req-worker.  Start it with :meth:`start`; use it as a context manager
     (always killed)."""
 
-    def __init__(self, args: Sequence[str], kind: str) -> None:
+    def __init__(self, args: Sequence[str], kind: str, wrap: Optional[Callable[[list], list]] = None) -> None:
         self.kind = kind
         self.args = list(args)
         self.endpoints: list = []
@@ -169,8 +169,9 @@ class NodePeer:
         self._stderr = collections.deque(maxlen=200)
         self._changed = threading.Condition()
         self._closed = False        # stdout reached EOF
+        argv = ["node", str(PEER_JS), *self.args]
         self.process = subprocess.Popen(
-            ["node", str(PEER_JS), *self.args], cwd=ZMQJS_DIR, stdin=subprocess.PIPE,
+            wrap(argv) if wrap is not None else argv, cwd=ZMQJS_DIR, stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
         self._reader = threading.Thread(target=self._read_stdout, daemon=True,
                                         name=f"node-{kind}-stdout")
@@ -191,7 +192,7 @@ class NodePeer:
               curve_public: Optional[Union[str, bytes]] = None,
               curve_client: Optional[tuple] = None,
               curve_server_key: Optional[Union[str, bytes]] = None,
-              timeout: float = 30) -> "NodePeer":
+              timeout: float = 30, wrap: Optional[Callable[[list], list]] = None) -> "NodePeer":
         """Start a peer and wait for its ``ready`` line (all binds/connects done).
 
         ``bind``/``connect``: endpoints (a string is taken as one); ``tcp://127.0.0.1:*``
@@ -202,7 +203,9 @@ class NodePeer:
         request bodies.  ``send_timeout``
         and ``linger`` are milliseconds.  CURVE: ``curve_server=SECRET`` (``curve_public``
         optional, derived with pyzmq when omitted), or ``curve_client=(PUBLIC, SECRET)``
-        with ``curve_server_key=PUBLIC``; keys are Z85, str or bytes.
+        with ``curve_server_key=PUBLIC``; keys are Z85, str or bytes. ``wrap``: turns the
+        command line into the one to run (e.g. the multi-host bed's ``command(host, argv)``,
+        which runs it on another host).
         """
         if type not in SENDERS + RECEIVERS + SERVERS:
             raise ValueError(f"type must be one of {SENDERS + RECEIVERS + SERVERS}, not {type!r}")
@@ -230,7 +233,7 @@ class NodePeer:
             args += ["--curve-client", f"{_key(public)}:{_key(secret)}"]
         if curve_server_key is not None:
             args += ["--curve-server-key", _key(curve_server_key)]
-        peer = cls(args, type)
+        peer = cls(args, type, wrap)
         try:
             ready = peer.wait_event("ready", timeout)
         except BaseException:

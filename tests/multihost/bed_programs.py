@@ -1,19 +1,35 @@
-"""The programs the multi-host tests run on the bed's hosts (``python bed_programs.py <role>
-<spec.json>``): a plain-pyzmq producer and consumer, and the Spark driver (client mode).
-Each reports through files the test polls: ``status`` (JSON lines, one per event) and, for
-the consumer, the messages it received (one line each).
+"""The multi-host tests' programs for the bed's hosts (``python bed_programs.py <role>
+<spec.json>``): plain-pyzmq producers and consumers, a request-reply worker, and the Spark
+driver (client mode). Each reports through files the test polls: ``status`` (JSON lines,
+one per event) and, for the consumer, the messages it received (one line each).
 
-- ``produce``: PUSH (or PUB) connects (or binds, ``@``) to ``endpoint`` and sends
-  ``count`` text messages ``"<start + i>"`` at ``rate`` per second (0: as fast as it can),
-  then closes with ``linger`` seconds for what is queued, and reports ``done``.
+- ``produce``: PUSH (``pattern`` ``push``, the default), PUB or XPUB connects (or binds,
+  ``@``) to ``endpoint`` and sends ``count`` text messages ``"<start + i>"`` at ``rate``
+  per second (0: as fast as it can), then closes with ``linger`` seconds for what is
+  queued, and reports ``done``. ``xpub`` first waits (up to ``subscriber_timeout``
+  seconds) for a subscription, so nothing is sent before a subscriber can take it.
+  ``curve_certificate`` (its secret certificate file) with ``curve_server_key`` (the
+  server's public certificate file): a CURVE client.
 - ``consume``: PULL (or SUB) binds (or connects) ``endpoint`` and appends every message to
-  ``messages`` until SIGTERM.
+  ``messages`` until SIGTERM; ``curve_certificate``: a CURVE server, accepting the client
+  keys in ``curve_authorized`` (a directory of public certificates), or any without it.
+- ``worker``: ``spark_zmq.worker.serve`` connected to a broker's backend ``endpoint``:
+  answers each Arrow request of ``id`` rows with ``doubled`` (id x 2) and ``worker``
+  (its ``label``), until SIGTERM.
 - ``stream``: a SparkSession on ``master`` (a standalone cluster, client mode), a
   ``readStream.format("zmq")`` query with ``options`` written by Spark's JSON file sink to
   ``output`` (checkpoint ``checkpoint``), until ``expected`` input rows have been counted
   or ``deadline`` seconds passed; ``result`` gets the figures.
 - ``write``: the same session, ``count`` rows written with ``df.write.format("zmq")`` and
   ``options``.
+- ``request``: the same session, ``spark_zmq.request`` on ``count`` rows (``id``) to
+  ``endpoint`` (a broker's frontend) with ``options``; ``result`` gets the rows answered,
+  the wrong answers and the answers per worker.
+- ``keygen``: on the driver's host, ``spark_zmq.patterns.curve_keys.keygen`` writes the
+  key pair ``key_name`` in ``directory`` (the secret stays there) and copies the public
+  certificate into ``public_dir``.
+- ``serve``: one session for many ``stream``, ``write``, ``request`` and ``keygen`` specs,
+  named one per line on stdin.
 """
 
 from __future__ import annotations
@@ -37,8 +53,10 @@ def produce(spec: dict) -> int:
     import zmq
 
     ctx = zmq.Context()
-    sock = ctx.socket(zmq.PUB if spec.get("pattern") == "pub" else zmq.PUSH)
+    pattern = spec.get("pattern", "push")
+    sock = ctx.socket({"pub": zmq.PUB, "xpub": zmq.XPUB, "push": zmq.PUSH}[pattern])
     sock.setsockopt(zmq.SNDHWM, int(spec.get("hwm", 1000)))
+    _curve_client(sock, spec)
     sock.setsockopt(zmq.SNDTIMEO, int(spec.get("send_timeout_s", 300) * 1000))
     sock.setsockopt(zmq.LINGER, int(spec.get("linger", 120) * 1000))
     endpoint = spec["endpoint"]
@@ -50,6 +68,11 @@ def produce(spec: dict) -> int:
     count, start, rate = int(spec["count"]), int(spec.get("start", 0)), float(spec.get("rate", 0))
     every = int(spec.get("report_every", 1000))
     _status(status, event="started")
+    if pattern == "xpub":  # PUB drops what no subscriber has asked for yet: wait for one
+        if not sock.poll(int(spec.get("subscriber_timeout", 120) * 1000)):
+            _status(status, event="no_subscriber")
+            return 4
+        _status(status, event="subscribed", subscription=sock.recv().hex())
     began = time.monotonic()
     worst_block = 0.0
     for i in range(count):
@@ -82,6 +105,17 @@ def produce(spec: dict) -> int:
     return 0
 
 
+def _curve_client(sock, spec: dict) -> None:
+    """A CURVE client with the certificate files ``curve_certificate`` (its secret one) and
+    ``curve_server_key`` (the server's public one)."""
+    import zmq.auth
+
+    if spec.get("curve_certificate"):
+        public, secret = zmq.auth.load_certificate(spec["curve_certificate"])
+        server, _ = zmq.auth.load_certificate(spec["curve_server_key"])
+        sock.curve_publickey, sock.curve_secretkey, sock.curve_serverkey = public, secret, server
+
+
 def consume(spec: dict) -> int:
     import zmq
 
@@ -93,6 +127,17 @@ def consume(spec: dict) -> int:
     if sub:
         sock.setsockopt(zmq.SUBSCRIBE, b"")
     sock.setsockopt(zmq.RCVHWM, 10000)
+    auth = None
+    if spec.get("curve_certificate"):  # a CURVE server
+        import zmq.auth
+        from zmq.auth.thread import ThreadAuthenticator
+
+        if spec.get("curve_authorized"):  # only these client keys (else, with no ZAP handler, any)
+            auth = ThreadAuthenticator(ctx)
+            auth.start()
+            auth.configure_curve(domain="*", location=spec["curve_authorized"])
+        public, secret = zmq.auth.load_certificate(spec["curve_certificate"])
+        sock.curve_server, sock.curve_publickey, sock.curve_secretkey = True, public, secret
     endpoint = spec["endpoint"]
     if endpoint.startswith(">"):
         sock.connect(endpoint[1:])
@@ -113,8 +158,32 @@ def consume(spec: dict) -> int:
                 received += 1
             out.flush()
     sock.close(0)
+    if auth is not None:
+        auth.stop()
     ctx.term()
     _status(spec["status"], event="done", received=received)
+    return 0
+
+
+def worker(spec: dict) -> int:
+    import threading
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from spark_zmq.worker import serve as serve_requests
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    name = spec["label"]
+
+    def double(batch: pa.RecordBatch) -> pa.RecordBatch:
+        return pa.record_batch({"doubled": pc.multiply(batch.column("id"), 2),
+                                "worker": pa.array([name] * batch.num_rows)})
+
+    stats = serve_requests(double, spec["endpoint"], format="arrow", stop=stop,
+                           on_ready=lambda addresses: _status(spec["status"], event="started"))
+    _status(spec["status"], event="done", requests=getattr(stats, "requests", None))
     return 0
 
 
@@ -235,16 +304,67 @@ def write(spec: dict, session=None) -> int:
     return 0 if result["ok"] else 1
 
 
+def request(spec: dict, session=None) -> int:
+    status, result = spec["status"], {"ok": False}
+    began = time.monotonic()
+    try:
+        import spark_zmq
+
+        spark = session or _session(spec)
+        result["executors"] = _wait_executors(spark, int(spec.get("executors", 2)), 60)
+        _status(status, event="started", executors=result["executors"])
+        count = int(spec["count"])
+        df = spark.range(0, count, numPartitions=int(spec.get("partitions", 4)))
+        rows = spark_zmq.request(df, spec["endpoint"], reply_schema="doubled long, worker string",
+                                 **spec.get("options", {})).collect()
+        ids = [r["id"] for r in rows]
+        workers: dict = {}
+        for r in rows:
+            workers[r["worker"]] = workers.get(r["worker"], 0) + 1
+        result.update(rows=len(rows), distinct=len(set(ids)), missing=count - len(set(ids) & set(range(count))),
+                      wrong=sum(1 for r in rows if r["doubled"] != 2 * r["id"]), workers=workers)
+        result["ok"] = result["rows"] == count and result["distinct"] == count and not result["missing"] \
+            and not result["wrong"]
+    except BaseException as exc:  # noqa: BLE001 - reported to the test
+        result["error"] = f"{type(exc).__name__}: {exc}"
+        result["traceback"] = traceback.format_exc()[-4000:]
+    finally:
+        result["seconds"] = round(time.monotonic() - began, 2)
+        with open(spec["result"], "w") as f:
+            json.dump(result, f)
+        _status(status, event="done", ok=result["ok"])
+    return 0 if result["ok"] else 1
+
+
+def keygen(spec: dict, session=None) -> int:
+    import shutil
+
+    from spark_zmq.patterns.curve_keys import keygen as write_key_pair
+
+    result = {"ok": False}
+    try:
+        public, secret = write_key_pair(spec["directory"], spec["key_name"])
+        os.makedirs(spec["public_dir"], exist_ok=True)
+        result.update(ok=True, secret=secret, public=shutil.copy(public, spec["public_dir"]))
+    except BaseException as exc:  # noqa: BLE001 - reported to the test
+        result["error"] = f"{type(exc).__name__}: {exc}"
+    with open(spec["result"], "w") as f:
+        json.dump(result, f)
+    _status(spec["status"], event="done", ok=result["ok"])
+    return 0 if result["ok"] else 1
+
+
 def serve(spec: dict) -> int:
     """One driver application for many scenarios (Spark's start is most of a scenario's
     time): the session is made once, then every line on stdin names a spec file whose
-    ``role`` (``stream`` or ``write``) is run with it; EOF stops the session."""
+    ``role`` (``stream``, ``write``, ``request`` or ``keygen``) is run with it; EOF stops
+    the session."""
     began = time.monotonic()
     spark = _session(spec)
     executors = _wait_executors(spark, int(spec.get("executors", 2)), 120)
     _status(spec["status"], event="serving", driver_host=spark.conf.get("spark.driver.host", None),
             executors=executors, session_s=round(time.monotonic() - began, 2))
-    roles = {"stream": stream, "write": write}
+    roles = {"stream": stream, "write": write, "request": request, "keygen": keygen}
     try:
         for line in sys.stdin:
             if not line.strip():
@@ -263,4 +383,5 @@ if __name__ == "__main__":
     role, spec_path = sys.argv[1], sys.argv[2]
     with open(spec_path) as f:
         spec = json.load(f)
-    sys.exit({"produce": produce, "consume": consume, "stream": stream, "write": write, "serve": serve}[role](spec))
+    sys.exit({"produce": produce, "consume": consume, "worker": worker, "stream": stream, "write": write,
+              "request": request, "serve": serve}[role](spec))

@@ -11,7 +11,7 @@ import pytest
 
 import netbed
 
-HOSTS = ["master", "w1", "w2", "driver", "producer", "consumer", "relay"]
+HOSTS = ["master", "w1", "w2", "driver", "producer", "producer2", "consumer", "relay", "relay2"]
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,11 @@
 """Spark on the multi-host bed (issue 33): a standalone cluster (master, two one-core
 workers) in network namespaces, the driver in client mode on a host of its own whose spool
-no executor sees (a private tmpfs), producers, consumers and relays on hosts of their own.
+no executor sees (a private tmpfs), producers, consumers, relays, a request-reply broker and
+its workers on hosts of their own; libzmq's own SCATTER and GATHER run there through
+zeromq.js (tests/zmqjs).
 
-Each scenario checks every message arrives exactly once. One cluster serves the module.
+Each scenario checks every message arrives (or every row is answered) exactly once. One
+cluster serves the module.
 Run: ``flock /tmp/spark-zmq-spark.lock env PYTHONPATH=$PWD python -m pytest -n 0 -p no:cacheprovider
 tests/multihost`` as root (it skips, saying why, where no bed can be built).
 """
@@ -13,6 +16,7 @@ import collections
 import glob
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -20,6 +24,7 @@ import time
 import pytest
 
 import netbed
+import zmqjs_peer
 from spark_zmq.relay.run import read_ready
 
 pytestmark = [pytest.mark.multihost, pytest.mark.spark]
@@ -121,6 +126,7 @@ class Kit:
         self.dir = os.path.join(root, name)
         os.makedirs(self.dir)
         self.procs: list[subprocess.Popen] = []
+        self.peers: list = []
         self.stop_files: list[str] = []
 
     def path(self, name: str) -> str:
@@ -150,16 +156,27 @@ class Kit:
         self.procs.append(proc)
         return dict(spec, proc=proc, name=name)
 
-    def relay(self, host: str, endpoints: str, listen: str, spool_dir: str, private_dirs=()) -> subprocess.Popen:
-        err = open(self.path("relay.log"), "wb")
-        proc = self.bed.run(host, [sys.executable, "-m", "spark_zmq.cli", "relay", "--endpoints", endpoints,
-                                   "--listen", listen, "--spool-dir", spool_dir], self.env(),
-                            private_dirs=private_dirs, stdout=subprocess.PIPE, stderr=err)
-        err.close()
+    def cli(self, host: str, name: str, args: list, private_dirs=(), stdout=subprocess.DEVNULL) -> subprocess.Popen:
+        """``spark-zmq ARGS`` on ``host``, its stderr in ``<name>.log``."""
+        with open(self.path(f"{name}.log"), "wb") as err:
+            proc = self.bed.run(host, [sys.executable, "-m", "spark_zmq.cli", *args], self.env(),
+                                private_dirs=private_dirs, stdout=stdout, stderr=err)
         self.procs.append(proc)
-        ready = read_ready(proc, 60)
-        assert ready is not None, f"relay did not start: {self.log('relay')}"
         return proc
+
+    def relay(self, host: str, endpoints: str, listen: str, spool_dir: str, private_dirs=(),
+              name: str = "relay") -> subprocess.Popen:
+        proc = self.cli(host, name, ["relay", "--endpoints", endpoints, "--listen", listen, "--spool-dir", spool_dir],
+                        private_dirs=private_dirs, stdout=subprocess.PIPE)
+        ready = read_ready(proc, 60)
+        assert ready is not None, f"{name} did not start: {self.log(name)}"
+        return proc
+
+    def node(self, host: str, kind: str, **args) -> "zmqjs_peer.NodePeer":
+        """libzmq itself (zeromq.js, tests/zmqjs/peer.js) on ``host``; killed at the end."""
+        peer = zmqjs_peer.NodePeer.start(kind, wrap=lambda argv: self.bed.command(host, argv), **args)
+        self.peers.append(peer)
+        return peer
 
     @staticmethod
     def events(started: dict) -> list:
@@ -185,6 +202,8 @@ class Kit:
     def close(self) -> None:
         for stop in self.stop_files:  # a scenario still running in the driver ends (the next one waits)
             open(stop, "a").close()
+        for peer in self.peers:
+            peer.kill()
         for proc in self.procs:
             netbed.NetBed.stop(proc, timeout=20)
 
@@ -317,6 +336,173 @@ def test_relay_on_its_own_host_read_by_the_cluster(bed, kit):
     print("relay:", json.dumps({k: v for k, v in result.items() if k != "traceback"}))
     assert result["ok"], result
     assert_exactly_once(sink_values(kit.path("out")), MESSAGES)
+
+
+#: the smaller scenarios' message count (each is one more scenario of the shared driver)
+SMALL = 5_000
+
+
+def driver_keygen(kit: Kit, key_name: str) -> dict:
+    """A CURVE key pair made on host ``driver`` (``spark_zmq.patterns.curve_keys.keygen``,
+    as ``spark-zmq keygen``) in its private directory: the secret certificate file exists
+    there only; its public certificate is copied to the test's directory."""
+    job = kit.spark("keygen", name=f"keygen-{key_name}", key_name=key_name, public_dir=kit.path("public"),
+                    directory=os.path.join(kit.driver.private, os.path.basename(kit.dir), "keys"))
+    made = kit.result(job, 60)
+    assert made["ok"], made
+    assert not os.path.exists(made["secret"]), "the driver's secret key is visible outside its host"
+    return made
+
+
+def pyzmq_keys(kit: Kit, key_name: str) -> tuple:
+    """A key pair written by pyzmq's ``zmq.auth.create_certificates``: (public, secret) files."""
+    import zmq.auth
+
+    os.makedirs(kit.path(f"keys-{key_name}"))
+    return zmq.auth.create_certificates(kit.path(f"keys-{key_name}"), key_name)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("pattern", ["sub", "gather", "pull-curve"])
+def test_source_patterns_from_a_producer_on_another_host(bed, kit, pattern):
+    """5,000 messages from host ``producer`` to the driver's query, exactly once:
+
+    - ``sub``: the query subscribes (``pattern=sub``, connecting, every topic) to a pyzmq
+      XPUB bound on ``producer`` that starts sending once the subscription has arrived;
+    - ``gather``: libzmq's own SCATTER (zeromq.js) connects to the query's GATHER;
+    - ``pull-curve``: a pyzmq PUSH, a CURVE client with its own key pair and the server's
+      public key, connects to the query, a CURVE server whose secret certificate file was
+      made on the driver's host and exists only in its private directory."""
+    private = private_spool(kit, "driver")
+    driver, producer = bed.addr("driver"), bed.addr("producer")
+    options = {"format": "text", "spoolDir": os.path.join(private, f"spool-{pattern}")}
+    if pattern == "gather":
+        zmqjs_peer.skip_unless_node()
+        options.update(pattern="gather", endpoints=f"@tcp://{driver}:5556")
+    elif pattern == "sub":
+        options.update(pattern="sub", endpoints=f"tcp://{producer}:5558")
+    else:
+        server = driver_keygen(kit, "server")
+        client_public, client_secret = pyzmq_keys(kit, "producer")
+        os.makedirs(kit.path("authorized"))
+        shutil.copy(client_public, kit.path("authorized"))
+        options.update(endpoints=f"@tcp://{driver}:5559", curveCertificate=server["secret"],
+                       curveAuthorizedKeys=kit.path("authorized"))
+    job = kit.spark("stream", expected=SMALL, deadline=200, output=kit.path("out"),
+                    checkpoint=kit.path("checkpoint"), options=options)
+    kit.wait_event(job, "started", 180)
+    if pattern == "gather":
+        # libzmq's SCATTER: linger long enough for what it queued before the connection
+        sender = kit.node("producer", "scatter", connect=f"tcp://{driver}:5556", count=SMALL, linger=60_000)
+    elif pattern == "sub":
+        # hwm 0: the XPUB queues without limit instead of dropping for a slow subscriber
+        sender = kit.start("producer", "produce", "producer", endpoint="@tcp://*:5558", pattern="xpub", hwm=0,
+                           count=SMALL)
+    else:
+        sender = kit.start("producer", "produce", "producer", endpoint=f"tcp://{driver}:5559", count=SMALL,
+                           curve_certificate=client_secret, curve_server_key=server["public"])
+    result = kit.result(job, 240)
+    if pattern == "gather":
+        sender.wait_sent(60)
+    else:
+        kit.wait_event(sender, "done", 60)
+    assert os.listdir(private) == [], "the driver's private directory leaked out of its mount namespace"
+    print(f"source {pattern}:", json.dumps({k: v for k, v in result.items() if k != "traceback"}))
+    assert result["ok"], result
+    values = sink_values(kit.path("out"))
+    if pattern == "gather":  # zeromq.js's payloads are "<i>-"
+        values = collections.Counter({v[:-1] if v.endswith("-") else v: n for v, n in values.items()})
+    assert_exactly_once(values, SMALL)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("pattern", ["pub", "scatter", "push-curve"])
+def test_sink_patterns_to_a_consumer_on_another_host(bed, kit, pattern):
+    """``df.write.format("zmq")``, 5,000 rows in 8 write tasks on w1 and w2, to a consumer
+    bound on host ``consumer``, exactly once:
+
+    - ``pub`` (with ``topic``, which ``pub`` requires): a pyzmq SUB (every topic). Each
+      write task waits for the subscription before it publishes, and 625 messages a task
+      stay under the default ``hwm`` (1,000), the only place ``pub`` drops;
+    - ``scatter``: libzmq's own GATHER (zeromq.js);
+    - ``push-curve``: a pyzmq PULL that is a CURVE server accepting only the writer's key;
+      the sink is its client with a key pair made on the driver's host
+      (``curveCertificate``, whose file only the driver sees) and the consumer's public
+      certificate (``curveServerKey``)."""
+    options = {"format": "text", "endpoints": f"tcp://{bed.addr('consumer')}:6001"}
+    if pattern == "scatter":
+        zmqjs_peer.skip_unless_node()
+        peer = kit.node("consumer", "gather", bind="tcp://*:6001")
+        options["pattern"] = "scatter"
+    else:
+        spec = dict(endpoint="@tcp://*:6001", messages=kit.path("consumed"))
+        if pattern == "pub":
+            spec["pattern"] = "sub"
+            options.update(pattern="pub", topic="bed")
+        else:
+            server_public, server_secret = pyzmq_keys(kit, "consumer")
+            writer = driver_keygen(kit, "writer")
+            spec.update(curve_certificate=server_secret, curve_authorized=os.path.dirname(writer["public"]))
+            options.update(curveCertificate=writer["secret"], curveServerKey=server_public)
+        consumer = kit.start("consumer", "consume", "consumer", **spec)
+        kit.wait_event(consumer, "started", 30)
+    job = kit.spark("write", count=SMALL, partitions=8, options=options)
+    result = kit.result(job, 240)
+    print(f"sink {pattern}:", json.dumps({k: v for k, v in result.items() if k != "traceback"}))
+    assert result["ok"], result
+    if pattern == "scatter":
+        netbed.poll(lambda: len(peer.received) >= SMALL, 60, 0.2, "the consumer to hold every message")
+        peer.stop()
+        values = collections.Counter(m.decode() for m in peer.received)
+    else:
+        netbed.poll(lambda: sum(consumer_values(kit.path("consumed")).values()) >= SMALL, 60, 0.2,
+                    "the consumer to hold every message")
+        netbed.NetBed.stop(consumer["proc"])
+        values = consumer_values(kit.path("consumed"))
+    assert_exactly_once(values, SMALL)
+
+
+@pytest.mark.timeout(300)
+def test_request_reply_through_a_broker_on_another_host(bed, kit):
+    """``spark-zmq broker`` on host ``relay``, a ``spark_zmq.worker.serve`` worker on each
+    of ``producer`` and ``producer2``, and ``spark_zmq.request`` (defaults: ``arrow``,
+    1,000 rows a request) from 4 tasks on w1 and w2 to the broker's frontend: every one of
+    5,000 rows answered once, correctly."""
+    broker = bed.addr("relay")
+    kit.cli("relay", "broker", ["broker", "--frontend", "@tcp://*:5559", "--backend", "@tcp://*:5560"])
+    netbed.poll(lambda: "broker: frontend" in kit.log("broker"), 30, 0.1, f"the broker to start: {kit.log('broker')}")
+    workers = [kit.start(host, "worker", f"worker-{host}", endpoint=f"tcp://{broker}:5560", label=host)
+               for host in ("producer", "producer2")]
+    for started in workers:
+        kit.wait_event(started, "started", 60)
+    job = kit.spark("request", count=SMALL, partitions=4, endpoint=f"tcp://{broker}:5559")
+    result = kit.result(job, 240)
+    print("request:", json.dumps({k: v for k, v in result.items() if k != "traceback"}))
+    assert result["ok"], result
+    assert set(result["workers"]) <= {"producer", "producer2"}, result
+
+
+@pytest.mark.timeout(300)
+def test_two_relays_on_two_hosts_read_by_one_query(bed, kit):
+    """Relays on ``relay`` and ``relay2`` (spools private to each), each fed 5,000
+    messages by its own producer (``producer``, ``producer2``); one query reads both
+    (``relays`` with the two addresses): 10,000 messages, exactly once."""
+    listens = []
+    for i, (relay, producer) in enumerate((("relay", "producer"), ("relay2", "producer2"))):
+        private = private_spool(kit, relay)
+        listens.append(f"tcp://{bed.addr(relay)}:7000")
+        kit.relay(relay, "@tcp://*:5555", listens[-1], os.path.join(private, "spool"), private_dirs=[private],
+                  name=relay)
+        kit.start(producer, "produce", producer, endpoint=f"tcp://{bed.addr(relay)}:5555", count=SMALL,
+                  start=i * SMALL)
+    job = kit.spark("stream", expected=2 * SMALL, deadline=200, output=kit.path("out"),
+                    checkpoint=kit.path("checkpoint"),
+                    options={"relays": ",".join(listens), "format": "text", "startingOffsets": "earliest"})
+    result = kit.result(job, 240)
+    print("two relays:", json.dumps({k: v for k, v in result.items() if k != "traceback"}))
+    assert result["ok"], result
+    values = sink_values(kit.path("out"))
+    assert_exactly_once(values, 2 * SMALL)
 
 
 #: 1,000 msg/s for 40 s; the drop starts after 3,000 and lasts 30 s, so sending goes on after the heal
