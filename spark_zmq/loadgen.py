@@ -233,7 +233,7 @@ def produce(
                         sock.send_many(batch, timeout=slice_s)
                         return
                     except TimeoutError as exc:
-                        sent = exc.sent  # type: ignore[attr-defined]
+                        sent = exc.sent  # type: ignore[attr-defined]  # set by send_many on its TimeoutError
                         batch = batch[sent:]
                         if sent and send_timeout is not None:
                             # send_timeout bounds the wait for each message, as send_many's does

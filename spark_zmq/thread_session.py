@@ -57,5 +57,5 @@ def install() -> bool:
     from pyspark.sql.readwriter import DataFrameWriter
 
     if not getattr(DataFrameWriter.save, _WRAPPED, False):
-        DataFrameWriter.save = _activating(DataFrameWriter.save)  # type: ignore[method-assign]
+        DataFrameWriter.save = _activating(DataFrameWriter.save)  # type: ignore[method-assign]  # wrapped on purpose
     return True

@@ -63,7 +63,7 @@ import math
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Protocol
+from typing import Any, Callable, Optional, Protocol, Sequence, Union, cast
 
 import pyarrow as pa
 import zmq
@@ -131,7 +131,7 @@ def error_reply(message: str) -> list[bytes]:
     return [ERROR, message.encode("utf-8", "replace")]
 
 
-def is_error_reply(frames: list[bytes]) -> bool:
+def is_error_reply(frames: Sequence[bytes]) -> bool:
     """Whether reply ``frames`` (after the envelope) are an error reply."""
     return len(frames) == 2 and frames[0] == ERROR
 
@@ -282,12 +282,13 @@ def serve(handler: Handler, endpoint: EndpointsSpec, *, format: str = "arrow", b
     reply_limit = max_message_bytes
     checked_call = call
 
-    def answer(body: list[bytes]) -> list[bytes]:
+    def answer_here(body: list[bytes]) -> list[bytes]:
         return _answer(checked_call, handler, body, stats, reply_limit)
 
+    answer: Callable[[list[bytes]], list[bytes]] = answer_here
     child: Optional[HandlerProcess] = None
     if handler_timeout is not None:
-        direct = answer
+        direct = answer_here
 
         def in_child(number: int, body: list[bytes]) -> list[bytes]:
             stats.requests = number  # (the child's copy: for its log lines)
@@ -296,6 +297,7 @@ def serve(handler: Handler, endpoint: EndpointsSpec, *, format: str = "arrow", b
         child = HandlerProcess(in_child)  # forked before the socket exists
         answer = _answer_in(child, float(handler_timeout), stop, stats)
     try:
+        sock: Union[Req, Rep]
         if broker:
             # the monitor's CONNECTED events tell when the connection to the broker is new
             sock = Req(endpoint, monitor=zmq.EVENT_CONNECTED, **{k: v for k, v in options.items() if v is not None})
@@ -306,9 +308,9 @@ def serve(handler: Handler, endpoint: EndpointsSpec, *, format: str = "arrow", b
                 on_ready(sock.bound_addresses or [e.address for e in sock.endpoints])
             try:
                 if broker:
-                    _serve_broker(sock, answer, stop, stats, bounds)
+                    _serve_broker(cast(Req, sock), answer, stop, stats, bounds)  # made as one above
                 else:
-                    _serve_rep(sock, answer, stop, stats, bounds)
+                    _serve_rep(cast(Rep, sock), answer, stop, stats, bounds)
             except _Stopped:
                 pass
     finally:
@@ -406,7 +408,9 @@ class _Connections:
     """Tells from the REQ socket's monitor when the connection to the broker is a new one."""
 
     def __init__(self, sock: Req) -> None:
-        self.watch = sock.handshakes
+        watch = sock.handshakes
+        assert watch is not None  # a broker's worker socket is made with a monitor (``serve``)
+        self.watch = watch
         self.connects = 0
         self.seen = 0
 

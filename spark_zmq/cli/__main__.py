@@ -4,4 +4,5 @@ import sys
 
 from . import main
 
-sys.exit(main())
+main()
+sys.exit()

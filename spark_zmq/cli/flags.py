@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 import os
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence, TypeVar
 
 import typer
 
@@ -46,6 +46,7 @@ class Format(str, enum.Enum):
 #: the CLI flags of the data source options curveCertificate, curveServerKey, curveAuthorizedKeys
 CURVE_FLAGS = ("--curve-certificate", "--curve-server-key", "--curve-authorized-keys")
 _CURVE_OPTIONS = ("curveCertificate", "curveServerKey", "curveAuthorizedKeys")
+_T = TypeVar("_T")
 #: the --help panels the CURVE and heartbeat flags are listed under
 CURVE_PANEL = "CURVE security (see 'spark-zmq keygen')"
 HEARTBEAT_PANEL = "Liveness (ZMTP heartbeats)"
@@ -103,15 +104,19 @@ def curve_from_flags(certificate: Optional[str], server_key: Optional[str], auth
     cert_path, key_text, authorized_text = given
     if cert_path is None:
         return None
-    loads = ((KeyPair.from_certificate, cert_path, flags[0]), (load_public_key, key_text, flags[1]),
-             (load_authorized_keys, authorized_text, flags[2]))
-    loaded = []
-    for load, value, flag in loads:
-        try:
-            loaded.append(None if value is None else load(value, flag))
-        except CurveError as exc:
-            raise CurveError(f"{flag}: {exc}", flag) from None
-    return curve_of(*loaded)
+    return curve_of(_loaded(KeyPair.from_certificate, cert_path, flags[0]),
+                    _loaded(load_public_key, key_text, flags[1]),
+                    _loaded(load_authorized_keys, authorized_text, flags[2]))
+
+
+def _loaded(load: Callable[[str, str], _T], value: Optional[str], flag: str) -> Optional[_T]:
+    """``load(value, flag)`` (``None`` for no value), its error naming the flag."""
+    if value is None:
+        return None
+    try:
+        return load(value, flag)
+    except CurveError as exc:
+        raise CurveError(f"{flag}: {exc}", flag) from None
 
 
 def checked_curve_flags(certificate: Optional[str], server_key: Optional[str],

@@ -272,8 +272,8 @@ def broker_command(
     def status(stats: BrokerStats) -> None:
         print(f"broker: {stats.line()}", file=sys.stderr, flush=True)
 
-    security = "" if curve_frontend is None else \
-        f"; frontend: {curve_frontend.describe()}; backend: {curve_backend.describe()}"  # type: ignore[union-attr]
+    security = "" if curve_frontend is None or curve_backend is None else \
+        f"; frontend: {curve_frontend.describe()}; backend: {curve_backend.describe()}"
     print(f"broker: frontend {', '.join(broker.frontend_addresses) or frontend}, backend "
           f"{', '.join(broker.backend_addresses) or backend}{security}", file=sys.stderr, flush=True)
     with broker:

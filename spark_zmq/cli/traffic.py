@@ -181,8 +181,8 @@ def consume(
                             continue
                         rows += table.num_rows if table is not None else 1
                         if print_messages:
-                            topic = topics[i] if topics else None
-                            prefix = f"[{topic.decode(errors='replace')}] " if topic is not None else ""
+                            message_topic = topics[i] if topics else None
+                            prefix = f"[{message_topic.decode(errors='replace')}] " if message_topic is not None else ""
                             typer.echo(prefix + _describe(value, format, table))
                 messages += len(values) - (records - records_before)
                 records_before = records

@@ -36,7 +36,7 @@ def column_plan(source: pa.Schema, target: pa.Schema) -> list[int]:
     return plan
 
 
-def conform(batch: pa.RecordBatch, plan: list[int], schema: pa.Schema, budget: list) -> pa.RecordBatch:
+def conform(batch: pa.RecordBatch, plan: list[int], schema: pa.Schema, budget: list[int]) -> pa.RecordBatch:
     """``batch`` as ``schema`` (columns taken by ``plan``), casts charged to ``budget[0]``,
     the bytes all casts of one message may still allocate."""
     columns = []
@@ -91,23 +91,26 @@ def _list_view_as_list(array: pa.Array) -> pa.Array:
 
 
 def _is_binary_like(t: pa.DataType) -> bool:
-    return (
+    answer: bool = (
         pa.types.is_binary(t) or pa.types.is_string(t) or pa.types.is_large_binary(t) or pa.types.is_large_string(t)
         or pa.types.is_binary_view(t) or pa.types.is_string_view(t) or pa.types.is_fixed_size_binary(t)
     )
+    return answer
 
 
 def is_view(t: pa.DataType) -> bool:
     """A string or binary view type."""
-    return pa.types.is_binary_view(t) or pa.types.is_string_view(t)
+    answer: bool = pa.types.is_binary_view(t) or pa.types.is_string_view(t)
+    return answer
 
 
 def is_list_like(t: pa.DataType) -> bool:
     """A list, list view, fixed-size list or map type (types with one values child)."""
-    return (
+    answer: bool = (
         pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
         or pa.types.is_list_view(t) or pa.types.is_large_list_view(t) or pa.types.is_map(t)
     )
+    return answer
 
 
 def _width(t: pa.DataType) -> int:
@@ -117,15 +120,18 @@ def _width(t: pa.DataType) -> int:
     if pa.types.is_struct(t):
         return 1 + sum(_width(t.field(i).type) for i in range(t.num_fields))
     if pa.types.is_fixed_size_list(t):
-        return 1 + t.list_size * _width(t.value_type)
+        list_size: int = t.list_size
+        return 1 + list_size * _width(t.value_type)
     if pa.types.is_dictionary(t):
         return 1 + _width(t.index_type)
     if pa.types.is_fixed_size_binary(t):
-        return 1 + t.byte_width
+        byte_width: int = t.byte_width
+        return 1 + byte_width
     if pa.types.is_boolean(t):
         return 1
     try:
-        return 1 + max(1, t.bit_width // 8)
+        bit_width: int = t.bit_width
+        return 1 + max(1, bit_width // 8)
     except (ValueError, TypeError, AttributeError):
         return 17  # offsets (and sizes, for views) of variable-size types
 
@@ -157,7 +163,8 @@ def _data_bytes(array: pa.Array) -> int:
     if is_view(array.type):
         return int(_view_lengths(array).sum())
     if pa.types.is_fixed_size_binary(array.type):
-        return len(array) * array.type.byte_width
+        byte_width: int = array.type.byte_width
+        return len(array) * byte_width
     total = pc.sum(pc.binary_length(array)).as_py()
     return int(total or 0)
 
@@ -178,7 +185,8 @@ def _max_entry(values: pa.Array, target: pa.DataType) -> int:
     if pa.types.is_null(source) or source.num_fields == 0:
         return _width(target) + (_TEXT_WIDTH if _is_binary_like(target) else 0)
     # nested entries: the whole array bounds any one entry of it
-    return _width(target) + _cast_cost(values, target) + values.get_total_buffer_size()
+    whole: int = values.get_total_buffer_size()
+    return _width(target) + _cast_cost(values, target) + whole
 
 
 def _cast_cost(array: pa.Array, target: pa.DataType) -> int:

@@ -8,7 +8,7 @@ is decompressed, the rows a stream claims, and ``message_layout`` for fuzzers an
 from __future__ import annotations
 
 import struct
-from typing import Optional, Union
+from typing import Any, Optional, Union, cast
 
 import numpy as np
 import pyarrow as pa
@@ -34,6 +34,8 @@ MAX_DECOMPRESSED_BYTES = 1 << 30
 MAX_IPC_MESSAGES = 10_000
 
 BytesLike = Union[bytes, bytearray, memoryview, pa.Buffer]
+#: int64 values read from the metadata: a tuple for the usual few, an array for many
+Ints = Union[tuple[int, ...], np.ndarray]
 
 # Message.fbs / Schema.fbs: union tags of Message.header, compression enums
 _SCHEMA, _DICTIONARY_BATCH, _RECORD_BATCH = 1, 2, 3
@@ -70,7 +72,8 @@ _I64 = struct.Struct("<q")
 def _read(fmt: struct.Struct, buf: BytesLike, end: int, pos: int) -> int:
     if pos < 0 or pos + fmt.size > end:
         raise CorruptMetadataError(f"field at byte {pos} is outside the {end}-byte metadata")
-    return fmt.unpack_from(buf, pos)[0]
+    value: int = fmt.unpack_from(buf, pos)[0]
+    return value
 
 
 def _table(buf: BytesLike, end: int, pos: int) -> tuple[int, int, int]:
@@ -237,15 +240,18 @@ def _check_batch(
     method = _scalar(metadata, end, compression, 1, _U8)
     if codec not in _CODECS or method != 0:
         raise MalformedArrowError(f"unsupported body compression (codec {codec}, method {method})")
+    sizes: Union[np.ndarray, list[int]]
     if isinstance(lengths, np.ndarray):
-        sizes = _compressed_sizes_np(body, offsets, lengths)
+        sizes = _compressed_sizes_np(body, cast(np.ndarray, offsets), lengths)
     else:
         sizes = []
+        # a buffer with a size lies within the body (``_exceeds`` above): there is a body then
+        data = body if body is not None else b""
         for offset, size in zip(offsets, lengths):
             if size:
                 if size < 8:
                     raise MalformedArrowError("a compressed buffer is shorter than its 8-byte length prefix")
-                claimed = _I64.unpack_from(body, offset)[0]
+                claimed = _I64.unpack_from(data, offset)[0]
                 sizes.append(size - 8 if claimed == -1 else claimed)
     if not len(sizes):
         return length, 0
@@ -259,27 +265,27 @@ def _check_batch(
     return length, _total(sizes)  # no overflow: each <= max_body_bytes, fewer than 2**28 of them
 
 
-def _int64_pairs(buf: BytesLike, at: int, count: int):
+def _int64_pairs(buf: BytesLike, at: int, count: int) -> tuple[Ints, Ints]:
     """The ``count`` (first, second) int64 pairs at ``at`` (bounds already checked): tuples
     for the usual few (numpy costs microseconds per call), numpy arrays for many."""
     if count <= 64:
         values = struct.unpack_from(f"<{2 * count}q", buf, at)
         return values[0::2], values[1::2]
-    values = np.frombuffer(buf, dtype="<i8", count=2 * count, offset=at)
-    return values[0::2], values[1::2]
+    array = np.frombuffer(buf, dtype="<i8", count=2 * count, offset=at)
+    return array[0::2], array[1::2]
 
 
-def _smallest(values) -> int:
+def _smallest(values: Union[Ints, list[int]]) -> int:
     return int(values.min()) if isinstance(values, np.ndarray) else min(values)
 
 
-def _total(values) -> int:
+def _total(values: Union[Ints, list[int]]) -> int:
     return int(values.sum()) if isinstance(values, np.ndarray) else sum(values)
 
 
-def _exceeds(offsets, lengths, size: int) -> bool:
+def _exceeds(offsets: Ints, lengths: Ints, size: int) -> bool:
     """Whether any span (offsets >= 0, lengths >= 0) ends past ``size``."""
-    if isinstance(offsets, np.ndarray):
+    if isinstance(offsets, np.ndarray):  # (both arrays, or both tuples: ``_int64_pairs``)
         return bool((lengths > size - offsets).any())
     return any(n > size - o for o, n in zip(offsets, lengths))
 
@@ -294,10 +300,10 @@ def _compressed_sizes_np(body: pa.Buffer, offsets: np.ndarray, lengths: np.ndarr
     raw = np.frombuffer(body, dtype=np.uint8)
     prefixes = raw[starts[:, None] + np.arange(8)].copy().view("<i8").ravel()
     prefixes[prefixes == -1] = lengths[used][prefixes == -1] - 8
-    return prefixes
+    return cast(np.ndarray, prefixes)
 
 
-def message_layout(message: bytes) -> list[dict]:
+def message_layout(message: bytes) -> list[dict[str, Any]]:
     """Where the metadata fields of each IPC message of ``message`` (an Arrow stream) are,
     for fuzzers and tests that rewrite them: per message ``type`` (1 schema, 2 dictionary
     batch, 3 record batch), ``meta`` and ``body`` (positions), and for batches
@@ -306,7 +312,7 @@ def message_layout(message: bytes) -> list[dict]:
     schema, ``table`` (its flatbuffer table: position, vtable, size, relative to ``meta``)
     and ``fields_at`` (its ``fields`` vector, relative to ``meta``). It stops at the first
     message it cannot walk; it validates nothing (``check_stream`` does)."""
-    out = []
+    out: list[dict[str, Any]] = []
     pos = 0
     end = len(message)
     while pos + 8 <= end:
@@ -320,7 +326,7 @@ def message_layout(message: bytes) -> list[dict]:
         meta = memoryview(message)[pos : pos + length]
         header_type, header, body_length = _message_header(meta, length)
         body = pos + length
-        entry: dict = {"type": header_type, "body": body, "meta": pos}
+        entry: dict[str, Any] = {"type": header_type, "body": body, "meta": pos}
         batch: Optional[tuple[int, int, int]] = header
         if header_type == 1:
             entry["table"] = header

@@ -30,7 +30,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Optional, TypeVar
+from typing import Any, Callable, Iterator, Optional, TypeVar, cast
 
 import pyarrow as pa
 import zmq
@@ -156,8 +156,8 @@ class SpoolServer:
         channels: int = 1,
         *,
         router: Optional[Router] = None,
-        control: Optional[Callable[[dict], list[bytes]]] = None,
-        authorize: Optional[Callable[[dict], Optional[str]]] = None,
+        control: Optional[Callable[[dict[str, Any]], list[bytes]]] = None,
+        authorize: Optional[Callable[[dict[str, Any]], Optional[str]]] = None,
     ) -> None:
         self.spool_dir = spool_dir
         self.spool_id = spool_id
@@ -222,7 +222,7 @@ class SpoolServer:
         numbers = [request.get(key) for key in ("channel", "start", "end")]
         if not all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= _INT64_MAX for n in numbers):
             raise BadRequest("bad request: channel, start and end must be integers from 0 to 2^63-1")
-        channel, start, end = numbers
+        channel, start, end = cast("list[int]", numbers)  # checked just above
         if channel >= self.channels or start >= end:
             raise BadRequest(f"bad request: channel {channel} offsets {start}..{end} (the spool has "
                              f"{self.channels} channels; start must be below end)")
@@ -247,7 +247,8 @@ class SpoolServer:
             channel, start, end, spool_id, skip_loss = self._parse(request)
         except BadRequest as exc:
             return [b"error", str(exc).encode()]
-        refusal = self._authorize(request) if self._authorize is not None else None  # type: ignore[arg-type]
+        # ``_parse`` accepted it: a JSON object
+        refusal = self._authorize(cast("dict[str, Any]", request)) if self._authorize is not None else None
         if refusal is not None:
             return [b"error", refusal.encode()]
         try:
@@ -302,7 +303,7 @@ def _id_frame(request: object) -> list[bytes]:
     return []
 
 
-def _exchange(dealer: Dealer, request: dict, request_id: int, timeout: float, resend_s: float,
+def _exchange(dealer: Dealer, request: dict[str, Any], request_id: int, timeout: float, resend_s: float,
               silence: Callable[[], str]) -> list[bytes]:
     """Send ``request`` and return its answer, sending it again every ``resend_s`` meanwhile:
     a DEALER does not resend what a connection that died took with it, and heartbeats have

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Optional
+from typing import Any, Optional
 
 
 from ..patterns import PatternSocket, Pull, SocketClosedError, ZmtpPull, socket_for
@@ -51,7 +51,7 @@ def open_channel_socket(
     cls = socket_for(pattern)
     if cls is Pull and curve is None and not endpoint.address.startswith("inproc://"):
         cls = ZmtpPull
-    options: dict = {"hwm": hwm, "linger": 0, "heartbeat": heartbeat, "rcvbuf": rcvbuf}
+    options: dict[str, Any] = {"hwm": hwm, "linger": 0, "heartbeat": heartbeat, "rcvbuf": rcvbuf}
     if max_message_bytes is not None:
         options["max_message_bytes"] = max_message_bytes
     if curve is not None:

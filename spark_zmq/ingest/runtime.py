@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from ..options import SourceOptions
 from .fetch import SpoolServer
 from .loss import LostRange
 from .receiver import Receiver, open_channel_socket
-from .spool import Spool, SpoolBudget
+from .spool import ChannelLog, Spool, SpoolBudget
 
 __all__ = ["IngestRuntime", "RangeInfo", "describe_range"]
 
@@ -32,7 +32,7 @@ class RangeInfo:
     rows: int
     bytes: int
     lost: list[LostRange]
-    hint: tuple = ()
+    hint: tuple[Union[str, int], ...] = ()
 
 
 def describe_range(log: Any, start: int, end: int) -> RangeInfo:
@@ -103,7 +103,7 @@ class IngestRuntime:
         return {c: describe_range(self.spool.channels[c], lo, hi) for c, (lo, hi) in ranges.items()}
 
     @property
-    def channels(self) -> list:
+    def channels(self) -> list[ChannelLog]:
         return self.spool.channels
 
     @property

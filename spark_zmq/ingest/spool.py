@@ -230,17 +230,19 @@ class ChannelLog:
             if self._fd is None or self.segments[-1].size >= self.segment_bytes:
                 self._open_segment()
             segment = self.segments[-1]
+            fd = self._fd
+            assert fd is not None  # opened just above if it was not
             record, size = self._encoder.encode(self.next_offset, batch, self._seed)
             position = segment.size
             try:
-                written = os.writev(self._fd, record)
+                written = os.writev(fd, record)
                 if written != size:
                     raise OSError(errno.ENOSPC, f"short write to {segment.path}")
                 if self.fsync:
-                    os.fsync(self._fd)
+                    os.fsync(fd)
             except OSError:
                 try:
-                    os.ftruncate(self._fd, position)
+                    os.ftruncate(fd, position)
                 except OSError:
                     pass  # the torn record is where this segment's readable data ends
                 self._close_segment()

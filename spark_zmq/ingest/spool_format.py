@@ -40,7 +40,7 @@ import os
 import struct
 import zlib
 from dataclasses import dataclass
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Sequence, Union, cast
 
 import numpy as np
 import pyarrow as pa
@@ -54,6 +54,11 @@ __all__ = [
     "messages_to_batch", "SEGMENT_HEADER_SIZE", "RECORD_HEADER_SIZE", "checksum", "body_checksum", "open_private", "header_seed", "read_body",
 ]
 
+#: a message payload or topic as the receiver has it
+BytesLike = Union[bytes, bytearray, memoryview]
+#: what pyarrow's IPC writer hands ``_Pieces``: a ``pa.Buffer`` view of a batch's memory, or bytes
+Piece = Union[bytes, pa.Buffer]
+
 SPOOL_SCHEMA = pa.schema(
     [
         ("value", pa.large_binary()),
@@ -64,7 +69,7 @@ SPOOL_SCHEMA = pa.schema(
 )
 
 
-def _binary_array(values: list, arrow_type: pa.DataType) -> pa.Array:
+def _binary_array(values: Sequence[Optional[BytesLike]], arrow_type: pa.DataType) -> pa.Array:
     """``values`` (bytes-like, or ``None`` for null) as one array of ``arrow_type`` (a
     binary or string type): their bytes joined once, the offsets summed from their lengths.
 
@@ -80,10 +85,11 @@ def _binary_array(values: list, arrow_type: pa.DataType) -> pa.Array:
         valid = np.fromiter((v is not None for v in values), np.bool_, n)
         validity = pa.py_buffer(np.packbits(valid, bitorder="little"))
         values = [b"" if v is None else v for v in values]
+    filled = cast("Sequence[BytesLike]", values)  # no None left
     wide = arrow_type in (pa.large_binary(), pa.large_string())
     offsets = np.zeros(n + 1, np.int64 if wide else np.int32)
-    np.cumsum(np.fromiter(map(len, values), offsets.dtype, n), out=offsets[1:])
-    return pa.Array.from_buffers(arrow_type, n, [validity, pa.py_buffer(offsets), pa.py_buffer(b"".join(values))])
+    np.cumsum(np.fromiter(map(len, filled), offsets.dtype, n), out=offsets[1:])
+    return pa.Array.from_buffers(arrow_type, n, [validity, pa.py_buffer(offsets), pa.py_buffer(b"".join(filled))])
 
 
 def _decode_topics(topics: list[Optional[bytes]]) -> pa.Array:
@@ -237,9 +243,9 @@ class _Pieces:
     closed = False
 
     def __init__(self) -> None:
-        self.pieces: list = []
+        self.pieces: list[Piece] = []
 
-    def write(self, data) -> int:
+    def write(self, data: Piece) -> int:
         self.pieces.append(data)
         return len(data)
 
@@ -267,10 +273,11 @@ class RecordEncoder:
                                                             schema=SPOOL_SCHEMA))
         self._sink.pieces.clear()
 
-    def encode(self, first: int, batch: pa.RecordBatch, seed: int) -> tuple[list, int]:
+    def encode(self, first: int, batch: pa.RecordBatch, seed: int) -> tuple[list[Piece], int]:
         """``([header, *pieces], total bytes)`` of the record holding ``batch`` at ``first``."""
         sink = self._sink
-        sink.pieces = pieces = []
+        pieces: list[Piece] = []
+        sink.pieces = pieces
         self._writer.write_batch(batch)
         sink.pieces = []  # the caller's list holds the batch's buffers, until its write
         hasher = xxhash.xxh3_64()  # ``body_checksum``, over the pieces

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import bisect
 import os
-from typing import Iterable, Iterator, Optional, Sequence
+from typing import Iterable, Iterator, Optional, Sequence, Union
 
 import pyarrow as pa
 
 from .loss import LossPolicy, LostRange
 from .spool_format import (
+    Record,
     SEGMENT_HEADER_SIZE,
     DataLossError,
     SpoolFormatError,
@@ -69,7 +70,7 @@ def read_range(
     channel: int,
     start: int,
     end: int,
-    hint: Optional[Sequence] = None,
+    hint: Optional[Sequence[Union[str, int]]] = None,
     *,
     spool_id: Optional[str] = None,
     on_loss: Optional[LossPolicy] = None,
@@ -169,7 +170,7 @@ def read_range(
         )))
 
 
-def _in_record(channel: int, path: str, record, damage: object) -> LostRange:
+def _in_record(channel: int, path: str, record: Record, damage: object) -> LostRange:
     """A record whose offsets are known but whose bytes are damaged (or not our Arrow)."""
     return LostRange(channel, record.first, record.end, text=(
         f"offsets {record.first}..{record.end} of channel {channel} in {path}, record at byte {record.position}: "

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, TypeVar
 
 from ..patterns.curve_keys import CurveError, KeyPair, load_authorized_keys, load_public_key
 from ..patterns.endpoints import Endpoint, parse_endpoints, tcp_host_problem
@@ -19,6 +19,8 @@ from ..patterns.tuning import SocketTuning
 from .spec import INT32_MAX, GiB, KiB, MiB, TiB, OptionError, OptionSpec, quote, show, show_bytes
 
 __all__ = ["PARSERS", "parse_endpoints_value", "parse_zmq_options", "READER_NAME_VALID", "reader_name_problem"]
+
+_T = TypeVar("_T")
 
 #: what a duration's unit multiplies (``500ms``, ``5s``, ``1min``, ``1h``; none: seconds)
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
@@ -200,7 +202,7 @@ def _parse_path(spec: OptionSpec, raw: str) -> str:
     return os.path.normpath(path)
 
 
-def _curve_value(spec: OptionSpec, raw: str, load: Callable[[str, str], Any]) -> Any:
+def _curve_value(spec: OptionSpec, raw: str, load: Callable[[str, str], _T]) -> _T:
     text = raw.strip()
     if "\x00" in text:
         raise OptionError(f"option {spec.name!r} = {quote(raw)} contains a NUL character", spec.name)

@@ -13,7 +13,7 @@ from typing import Any, Mapping, Optional
 
 from .curve_rules import check_curve
 from .kinds import PARSERS, parse_endpoints_value, parse_zmq_options
-from .spec import OptionError, quote
+from .spec import OptionError, OptionSpec, quote
 from .table import TABLES
 
 __all__ = ["parse_table", "KAFKA_OPTIONS"]
@@ -82,7 +82,7 @@ def _shown(name: str) -> str:
     return _KAFKA_SPELLING.get(name, name) if name == name.lower() else name
 
 
-def _suggestion(name: str, table: tuple) -> str:
+def _suggestion(name: str, table: tuple[OptionSpec, ...]) -> str:
     """What to say about the unknown option ``name``: Kafka's counterpart, else the closest
     valid name, else nothing."""
     names = {spec.key: spec.name for spec in table}

@@ -124,7 +124,7 @@ def show(value: Optional[Union[int, float]]) -> str:
     return f"{value:,}" if isinstance(value, int) else str(value)
 
 
-def show_bytes(value: Optional[int]) -> str:
+def show_bytes(value: Optional[Union[int, float]]) -> str:
     """A byte limit as the docs and errors show it, in the largest whole unit (``64 MiB``)."""
     if value in (INT64_MAX, INT32_MAX) or value is None:
         return show(value)

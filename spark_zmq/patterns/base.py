@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, ClassVar, Optional, Sequence
+from typing import Any, ClassVar, Optional, Sequence, TypeVar
 
 import zmq
 
@@ -39,6 +39,9 @@ _ZERO_COPY_MIN_BYTES = 65536
 # them (``NOBLOCK | SNDMORE``) builds a new enum member each time, 2 us per frame here
 _NOBLOCK = int(zmq.NOBLOCK)
 _NOBLOCK_SNDMORE = int(zmq.NOBLOCK | zmq.SNDMORE)
+
+#: ``with SomeSocket(...) as s``: ``s`` has the class it was made of
+_Socket = TypeVar("_Socket", bound="PatternSocket")
 
 
 class SocketClosedError(RuntimeError):
@@ -83,7 +86,7 @@ class PatternSocket:
         )
         self._zap = None
         self._lock = threading.Lock()
-        self._socket: zmq.Socket = context.socket(self.socket_type)
+        self._socket: zmq.Socket[Any] = context.socket(self.socket_type)
         self._closed = False
         # only receiving sockets ask (the check probes the socket once when it is made)
         self._rcvmore = rcvmore_check(self._socket) if self.can_recv else None
@@ -97,7 +100,7 @@ class PatternSocket:
                 self._zap = curve.apply(sock)
             # A monitor must exist before bind/connect, or it misses the first events.
             events = int(options.get("monitor") or 0) | (HANDSHAKE_FAILURES if curve is not None else 0)
-            self.monitor_socket: Optional[zmq.Socket] = open_monitor(sock, events) if events else None
+            self.monitor_socket: Optional[zmq.Socket[Any]] = open_monitor(sock, events) if events else None
             self.handshakes: Optional[HandshakeWatch] = (
                 HandshakeWatch(self.monitor_socket, is_server=curve is None or curve.is_server,
                                label=type(self).__name__, curve=curve is not None)
@@ -133,7 +136,7 @@ class PatternSocket:
         """Options a subclass adds (e.g. ``topics`` for ``Sub``)."""
         return ()
 
-    def _configure(self, sock: zmq.Socket, options: dict[str, Any]) -> None:
+    def _configure(self, sock: zmq.Socket[Any], options: dict[str, Any]) -> None:
         """Subclass hook, run before bind/connect (subscriptions, socket-type options)."""
 
     # -- introspection ----------------------------------------------------------------------
@@ -160,7 +163,7 @@ class PatternSocket:
         return self._closed
 
     @property
-    def zmq_socket(self) -> zmq.Socket:
+    def zmq_socket(self) -> zmq.Socket[Any]:
         """The underlying pyzmq socket, for monitors and options this layer does not wrap."""
         return self._socket
 
@@ -274,7 +277,7 @@ class PatternSocket:
                         try:
                             self._wait(zmq.POLLOUT, timeout_deadline(timeout), "send")
                         except TimeoutError as exc:
-                            exc.sent = sent  # type: ignore[attr-defined]
+                            exc.sent = sent  # type: ignore[attr-defined]  # send_many's count, on the error
                             raise
                 sent += 1
             return sent
@@ -406,6 +409,7 @@ class PatternSocket:
             received_any = False
             sock = self._socket
             recv, more = sock.recv, self._rcvmore
+            assert more is not None  # a receiving socket (``can_recv``) has the check
             NOBLOCK = _NOBLOCK
             while len(values) < max_messages and size < limit:
                 try:
@@ -458,6 +462,7 @@ class PatternSocket:
         except zmq.Again:
             return None
         more = self._rcvmore
+        assert more is not None  # a receiving socket (``can_recv``) has the check
         while more():  # (a message's parts arrive together: the rest is there)
             frames.append(sock.recv(_NOBLOCK))
         return frames
@@ -480,14 +485,15 @@ class PatternSocket:
     def _release(self, linger: Optional[int]) -> None:
         """Close the monitor, the socket and (CURVE server) its ZAP domain, in that order:
         the domain's handler may stop with it, and must outlive the socket's handshakes."""
-        if self.__dict__.get("monitor_socket") is not None:
+        monitor: Optional[zmq.Socket[Any]] = self.__dict__.get("monitor_socket")
+        if monitor is not None:
             self._socket.disable_monitor()
-            self.monitor_socket.close(0)
+            monitor.close(0)
         self._socket.close(linger=linger)
         if self._zap is not None:
             self._zap.release()
 
-    def __enter__(self) -> "PatternSocket":
+    def __enter__(self: _Socket) -> _Socket:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -19,7 +19,7 @@ handle it.
 from __future__ import annotations
 
 import logging
-from typing import Callable, Optional
+from typing import Any, Callable, Optional, cast
 
 import zmq
 
@@ -34,8 +34,8 @@ _LOGGED_PEERS = 1000
 _NOBLOCK = int(zmq.NOBLOCK)
 
 
-def recv_bounded(sock: zmq.Socket, max_frames: int, max_bytes: Optional[int],
-                 flags: int = _NOBLOCK) -> tuple[list, zmq.Frame, str]:
+def recv_bounded(sock: zmq.Socket[Any], max_frames: int, max_bytes: Optional[int],
+                 flags: int = _NOBLOCK) -> tuple[list[zmq.Frame], zmq.Frame, str]:
     """One whole message, read frame by frame (``zmq.Again`` when none waits with
     ``NOBLOCK``): ``(frames, first, "")``, or ``(kept, first, why)`` when it has more than
     ``max_frames`` frames or more than ``max_bytes`` in all, ``kept`` then being the frames
@@ -63,7 +63,7 @@ def recv_bounded(sock: zmq.Socket, max_frames: int, max_bytes: Optional[int],
 def peer_address(frame: zmq.Frame) -> str:
     """The address of the peer a frame came from (``Peer-Address``), or ``"unknown"``."""
     try:
-        return frame.get("Peer-Address") or "unknown"
+        return cast(str, frame.get("Peer-Address")) or "unknown"  # a str property
     except (zmq.ZMQError, ValueError, TypeError, AttributeError):
         return "unknown"
 
@@ -91,10 +91,10 @@ class MessageBounds:
         self.oversize = 0
         self._log = logger or logging.getLogger(__name__)
         self._logged: set[str] = set()
-        self._more_sock: Optional[zmq.Socket] = None
+        self._more_sock: Optional[zmq.Socket[Any]] = None
         self._more: Callable[[], int] = int
 
-    def recv(self, sock: zmq.Socket, flags: int = _NOBLOCK) -> tuple[Optional[list[bytes]], list[bytes], str]:
+    def recv(self, sock: zmq.Socket[Any], flags: int = _NOBLOCK) -> tuple[Optional[list[bytes]], list[bytes], str]:
         """One message as ``bytes`` frames: ``(frames, [], "")``, or ``(None, kept, why)`` when it
         was refused (counted and logged; ``kept``: the frames read before the limit).
         ``zmq.Again`` when none waits.
@@ -129,7 +129,7 @@ class MessageBounds:
         self.refused(peer_address(first), why)
         return None, out, why
 
-    def _more_of(self, sock: zmq.Socket) -> Callable[[], int]:
+    def _more_of(self, sock: zmq.Socket[Any]) -> Callable[[], int]:
         """The RCVMORE check of ``sock``, made once per socket (the bounds serve one socket)."""
         if self._more_sock is not sock:
             self._more_sock, self._more = sock, rcvmore_check(sock)

@@ -88,7 +88,7 @@ import zmq
 
 from .curve import Curve
 from .endpoints import EndpointsSpec
-from .broker_clients import ClientQueues
+from .broker_clients import ClientQueues, Frames
 from .bounds import MAX_FRAMES, recv_bounded
 from .broker_stats import BrokerStats, delimiter, warn_shared_keys
 from .broker_workers import _BATCH, READY, WorkerSide
@@ -146,7 +146,7 @@ class Broker(WorkerSide):
     def __init__(self, frontend: EndpointsSpec, backend: EndpointsSpec, *, hwm: int = 1000,
                  curve_frontend: Optional[Curve] = None, curve_backend: Optional[Curve] = None,
                  heartbeat: Optional[Heartbeat] = None, max_message_bytes: Optional[int] = None,
-                 context: Optional[zmq.Context] = None, reply_timeout: float = 30.0,
+                 context: Optional[zmq.Context[Any]] = None, reply_timeout: float = 30.0,
                  client_hwm: Optional[int] = None, max_held_bytes: int = DEFAULT_MAX_HELD_BYTES,
                  max_frames: int = MAX_FRAMES, request_ttl: Optional[float] = DEFAULT_REQUEST_TTL,
                  hold_limit: Optional[float] = DEFAULT_HOLD_LIMIT) -> None:
@@ -324,11 +324,13 @@ class Broker(WorkerSide):
     def _read_monitors(self) -> None:
         if self._frontend.handshakes is not None:
             self._frontend.handshakes.poll()
-        for event, value, _ in self._backend.handshakes.poll():
+        backend_watch = self._backend.handshakes
+        assert backend_watch is not None  # the backend is made with a monitor (``__init__``)
+        for event, value, _ in backend_watch.poll():
             if event == zmq.EVENT_DISCONNECTED:
                 self._on_disconnect(value)
 
-    def _return(self, payload: list) -> None:
+    def _return(self, payload: Frames) -> None:
         """Send a reply ``[envelope..., b"", reply...]`` to its client, or hold it while
         the client is not reading (behind the replies held for it already, so each client
         gets its replies in the order the workers sent them)."""
@@ -343,7 +345,7 @@ class Broker(WorkerSide):
             self._undeliverable(client, f"the replies held for clients that are not reading take "
                                         f"{self._clients.held_bytes:,} bytes (max_held_bytes)")
 
-    def _try_send(self, payload: list) -> bool:
+    def _try_send(self, payload: Frames) -> bool:
         """One attempt: True once sent (or dropped because its client is gone), False when
         the client's queue is full."""
         # counted before the send: whoever sees the reply arrive sees it counted
@@ -374,7 +376,7 @@ class Broker(WorkerSide):
 
     # -- frontend: clients ------------------------------------------------------------------
 
-    def _read_frontend(self, front: zmq.Socket) -> None:
+    def _read_frontend(self, front: zmq.Socket[Any]) -> None:
         for _ in range(_BATCH):
             if not self._clients.room():
                 return
@@ -399,7 +401,7 @@ class Broker(WorkerSide):
                 continue
             self._dispatch()
 
-    def _recv(self, sock: zmq.Socket, side: str) -> Optional[list]:
+    def _recv(self, sock: zmq.Socket[Any], side: str) -> Optional[Frames]:
         """One message within ``max_frames`` and ``max_message_bytes``; ``[]`` when it was
         dropped for its size; None when nothing waits."""
         try:

@@ -26,6 +26,8 @@ import collections
 import heapq
 from typing import Callable, Optional
 
+import zmq
+
 __all__ = ["ClientQueues", "RETRY_FIRST_S", "RETRY_MAX_S"]
 
 #: the first retry of a client's held replies comes this soon (seconds) ...
@@ -33,14 +35,19 @@ RETRY_FIRST_S = 0.01
 #: ... and the retries back off, doubling, to at most this
 RETRY_MAX_S = 0.25
 
+#: a message as the broker's sockets receive it (``copy=False``)
+Frames = list[zmq.Frame]
+#: a request waiting for a worker: (when it arrived, monotonic seconds; its frames)
+Request = tuple[float, Frames]
+
 
 class _Client:
     __slots__ = ("waiting", "held", "held_bytes", "stalled", "retry_at", "backoff")
 
     def __init__(self) -> None:
-        self.waiting: collections.deque = collections.deque()
+        self.waiting: collections.deque[Request] = collections.deque()
         #: (drop after, payload, bytes), oldest first
-        self.held: collections.deque = collections.deque()
+        self.held: collections.deque[tuple[float, Frames, int]] = collections.deque()
         self.held_bytes = 0
         self.stalled = False
         self.retry_at: Optional[float] = None
@@ -82,7 +89,7 @@ class ClientQueues:
         """Whether the broker may read the frontend (requests of served clients below ``hwm``)."""
         return self.waiting_ready < self.hwm
 
-    def add(self, client_id: bytes, frames: list) -> bool:
+    def add(self, client_id: bytes, frames: Request) -> bool:
         """Queue a request; False when refused: the client is stalled and has ``client_hwm``
         waiting, or the stalled clients have ``stalled_hwm`` waiting. (A client being served
         is bounded by ``hwm`` through ``room``: backpressure, nothing refused.)"""
@@ -101,7 +108,7 @@ class ClientQueues:
                 self._ready[client_id] = None
         return True
 
-    def next_request(self) -> Optional[tuple[bytes, list]]:
+    def next_request(self) -> Optional[tuple[bytes, Request]]:
         """The next request to dispatch, round-robin across the clients that may be served."""
         if not self._ready:
             return None
@@ -115,7 +122,7 @@ class ClientQueues:
             self._forget_if_empty(client_id, client)
         return client_id, frames
 
-    def put_back(self, client_id: bytes, frames: list) -> None:
+    def put_back(self, client_id: bytes, frames: Request) -> None:
         """A request ``next_request`` gave that could not be sent: first again."""
         client = self._clients.get(client_id)
         if client is None:
@@ -134,7 +141,7 @@ class ClientQueues:
         client = self._clients.get(client_id)
         return client is not None and bool(client.held)
 
-    def hold(self, client_id: bytes, payload: list, nbytes: int, drop_after: float, now: float) -> bool:
+    def hold(self, client_id: bytes, payload: Frames, nbytes: int, drop_after: float, now: float) -> bool:
         """Keep a reply its client cannot take now; False when that would pass ``max_held_bytes``."""
         if self.held_bytes + nbytes > self.max_held_bytes:
             return False
@@ -151,13 +158,14 @@ class ClientQueues:
         self._restall(client_id, client)
         return True
 
-    def retry(self, client_id: bytes, now: float, send: Callable[[list], bool]) -> list[list]:
+    def retry(self, client_id: bytes, now: float, send: Callable[[Frames], bool]) -> list[Frames]:
         """Send the client's held replies, oldest first, until one does not go (``send``
         returns False); those held past their time are dropped and returned."""
         client = self._clients.get(client_id)
         if client is None:
             return []
-        expired, sent = [], 0
+        expired: list[Frames] = []
+        sent = 0
         while client.held:
             drop_after, payload, nbytes = client.held[0]
             if send(payload):
@@ -199,7 +207,7 @@ class ClientQueues:
         return None
 
     def clear(self) -> None:
-        self.__init__(self.hwm, self.client_hwm, self.max_held_bytes)  # type: ignore[misc]
+        self.__init__(self.hwm, self.client_hwm, self.max_held_bytes)  # type: ignore[misc]  # a reset: a new object's state
 
     # -- internals ----------------------------------------------------------------------------
 

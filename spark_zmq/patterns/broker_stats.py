@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Sequence, Union
 
 import zmq
 
@@ -84,6 +84,7 @@ def warn_shared_keys(front: Optional[Curve], back: Optional[Curve]) -> None:
     if isinstance(back.authorized, str):
         shared = "every"  # ANY_KEY: whoever reaches the backend may be a worker
     else:
+        assert back.authorized is not None  # a server has it (``Curve.__post_init__``)
         shared = str(len(back.authorized & front.authorized)) if isinstance(front.authorized, frozenset) else "every"
     if shared != "0":
         log.warning("Broker: %s key accepted on the frontend (clients) is accepted on the backend (workers) too: "
@@ -91,13 +92,13 @@ def warn_shared_keys(front: Optional[Curve], back: Optional[Curve]) -> None:
                     "authorized keys", shared)
 
 
-def is_reply(payload: list) -> bool:
+def is_reply(payload: Sequence[Union[zmq.Frame, bytes]]) -> bool:
     """``[envelope (at least one frame)..., b"", reply (at least one frame)...]``."""
     at = delimiter(payload)
     return at is not None and 0 < at < len(payload) - 1
 
 
-def envelope(frames: list) -> tuple[bytes, ...]:
+def envelope(frames: Sequence[Union[zmq.Frame, bytes]]) -> tuple[bytes, ...]:
     """The frames before the first empty one, as bytes (what a reply must carry back)."""
     out = []
     for frame in frames:
@@ -107,7 +108,7 @@ def envelope(frames: list) -> tuple[bytes, ...]:
     return tuple(out)
 
 
-def delimiter(frames: list, start: int = 0) -> Optional[int]:
+def delimiter(frames: Sequence[Union[zmq.Frame, bytes]], start: int = 0) -> Optional[int]:
     """The index of the first empty frame at or after ``start``, or None."""
     for i in range(start, len(frames)):
         if len(frames[i]) == 0:

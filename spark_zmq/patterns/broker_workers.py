@@ -11,13 +11,18 @@ it (the broker does not resend it: its client's own timeout does).
 
 from __future__ import annotations
 
+import collections
 import logging
 import time
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import zmq
 
 from .broker_stats import envelope, is_reply
+
+if TYPE_CHECKING:
+    from .broker_clients import ClientQueues, Frames
+    from .reqrep import Router
 
 __all__ = ["READY", "WorkerSide"]
 
@@ -44,7 +49,32 @@ class WorkerSide:
     """The backend half of ``Broker``: its methods work on the broker's worker tables
     (``_idle``, ``_busy``, ``_fd_of``, ``_workers_at_fd``, ``_departed``) and counters."""
 
-    def _read_backend(self, back: zmq.Socket) -> None:
+    # what this part uses of ``Broker``, which sets it (annotations only: nothing at run time)
+    _backend: Router
+    _clients: ClientQueues
+    _idle: collections.OrderedDict[bytes, None]
+    _busy: dict[bytes, tuple[bytes, ...]]
+    _held_since: collections.OrderedDict[bytes, float]
+    _overdue: set[bytes]
+    _fd_of: dict[bytes, int]
+    _workers_at_fd: dict[int, set[bytes]]
+    _departed: collections.OrderedDict[bytes, tuple[Optional[tuple[bytes, ...]], Optional[int]]]
+    request_ttl: Optional[float]
+    hold_limit: Optional[float]
+    requests_forwarded: int
+    malformed: int
+    requests_lost: int
+    workers_gone: int
+    replies_unexpected: int
+    workers_reconnected: int
+    requests_expired: int
+
+    if TYPE_CHECKING:
+        def _recv(self, sock: zmq.Socket[bytes], side: str) -> Optional[Frames]: ...
+        def _return(self, payload: Frames) -> None: ...
+        def _read_monitors(self) -> None: ...
+
+    def _read_backend(self, back: zmq.Socket[Any]) -> None:
         for _ in range(_BATCH):
             frames = self._recv(back, "backend")
             if frames is None:
@@ -53,7 +83,7 @@ class WorkerSide:
                 self._on_worker_message(frames)
             self._dispatch()
 
-    def _on_worker_message(self, frames: list) -> None:
+    def _on_worker_message(self, frames: Frames) -> None:
         worker = frames[0].bytes
         if worker in self._departed:
             if not self._from_departed(worker, frames):
@@ -100,7 +130,7 @@ class WorkerSide:
             return
         self._return(payload)
 
-    def _from_departed(self, worker: bytes, frames: list) -> bool:
+    def _from_departed(self, worker: bytes, frames: Frames) -> bool:
         """A message from a worker that was forgotten. A reply read after its connection
         closed (libzmq still held it) still goes to its client, and the request was not
         lost after all. ``READY``, or a reply on another connection, is the worker back
@@ -199,7 +229,7 @@ class WorkerSide:
                 continue
             worker = next(iter(self._idle))
             try:
-                back.send_multipart([worker, b""] + frames, zmq.NOBLOCK, copy=False)
+                back.send_multipart([worker, b"", *frames], zmq.NOBLOCK, copy=False)
             except zmq.ZMQError as exc:
                 self._clients.put_back(client, (arrived, frames))
                 if exc.errno not in (zmq.EHOSTUNREACH, zmq.EAGAIN):

@@ -22,7 +22,7 @@ import logging
 import os
 import threading
 from dataclasses import dataclass, field
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 import zmq
 from zmq.auth.base import Authenticator
@@ -53,7 +53,7 @@ class Curve:
     public_key: bytes
     secret_key: bytes = field(repr=False)
     server_key: Optional[bytes] = None
-    authorized: Union[str, frozenset, None] = field(default=None, repr=False)
+    authorized: Union[str, frozenset[bytes], None] = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if (self.server_key is None) == (self.authorized is None):
@@ -62,7 +62,7 @@ class Curve:
             object.__setattr__(self, "authorized", check_authorized(self.authorized))
 
     @classmethod
-    def server(cls, keys: KeyPair, authorized: Union[str, frozenset]) -> "Curve":
+    def server(cls, keys: KeyPair, authorized: Union[str, frozenset[bytes]]) -> "Curve":
         """A server with key pair ``keys`` accepting ``authorized`` client keys (a set of Z85
         public keys) or any key (``ANY_KEY``, ``"*"``); ``CurveError`` for anything else."""
         return cls(keys.public_key, keys.secret_key, authorized=authorized)
@@ -78,20 +78,21 @@ class Curve:
 
     def describe(self) -> str:
         """Safe to log: the role and the public keys, never the secret."""
-        if self.is_server:
+        if self.server_key is None:  # a server (``is_server``)
             who = "any client key" if self.authorized == ANY_KEY else f"{len(self.authorized or ())} authorized keys"
             return f"CURVE server {self.public_key.decode()} accepting {who}"
-        return f"CURVE client {self.public_key.decode()} of server {self.server_key.decode()}"  # type: ignore[union-attr]
+        return f"CURVE client {self.public_key.decode()} of server {self.server_key.decode()}"
 
-    def apply(self, sock: zmq.Socket) -> Optional["_Registration"]:
+    def apply(self, sock: zmq.Socket[Any]) -> Optional["_Registration"]:
         """Configure ``sock`` (before bind/connect); a server registers its ZAP domain with
         the authenticator of the socket's context (released by ``close``)."""
         sock.setsockopt(zmq.CURVE_PUBLICKEY, self.public_key)
         sock.setsockopt(zmq.CURVE_SECRETKEY, self.secret_key)
-        if not self.is_server:
+        if self.server_key is not None:  # a client (``is_server``: it has none)
             sock.setsockopt(zmq.CURVE_SERVERKEY, self.server_key)
             return None
-        registration = _register(sock.context, self.authorized)  # type: ignore[arg-type]
+        assert self.authorized is not None  # a server has it (``__post_init__``)
+        registration = _register(sock.context, self.authorized)
         sock.setsockopt(zmq.CURVE_SERVER, 1)
         sock.setsockopt(zmq.ZAP_DOMAIN, registration.domain.encode())
         return registration
@@ -103,7 +104,7 @@ class Curve:
 class _KeyPolicy:
     """A ``zmq.auth`` credentials provider: which client keys one server socket accepts."""
 
-    def __init__(self, authorized: Union[str, frozenset], authenticator: "_Authenticator") -> None:
+    def __init__(self, authorized: Union[str, frozenset[bytes]], authenticator: "_Authenticator") -> None:
         self.authorized = authorized
         self.authenticator = authenticator
         self.logged: set[tuple[str, bytes]] = set()
@@ -152,7 +153,7 @@ class _Authenticator(ThreadAuthenticator, _ReleasingZapEndpoint):
 
     peer_address = "?"
 
-    def __init__(self, context: zmq.Context, log: logging.Logger) -> None:
+    def __init__(self, context: zmq.Context[Any], log: logging.Logger) -> None:
         super().__init__(context, log=log)
         self.pipe_endpoint = f"inproc://spark-zmq-zap-pipe-{os.getpid()}-{next(_pipe_ids)}"
 
@@ -164,7 +165,7 @@ class _Authenticator(ThreadAuthenticator, _ReleasingZapEndpoint):
 @dataclass
 class _ContextAuth:
     authenticator: _Authenticator
-    domains: set = field(default_factory=set)
+    domains: set[str] = field(default_factory=set)
 
 
 _lock = threading.Lock()
@@ -176,7 +177,7 @@ _domain_ids = itertools.count(1)
 class _Registration:
     """A server socket's ZAP domain; ``release()`` when the socket closes."""
 
-    context: zmq.Context
+    context: zmq.Context[Any]
     domain: str
 
     def release(self) -> None:
@@ -194,7 +195,7 @@ class _Registration:
         entry.authenticator.stop()
 
 
-def _register(context: zmq.Context, authorized: Union[str, frozenset]) -> _Registration:
+def _register(context: zmq.Context[Any], authorized: Union[str, frozenset[bytes]]) -> _Registration:
     with _lock:
         entry = _auths.get(id(context))
         if entry is None:
@@ -207,10 +208,10 @@ def _register(context: zmq.Context, authorized: Union[str, frozenset]) -> _Regis
         return _Registration(context, domain)
 
 
-_secure_context: Optional[zmq.Context] = None
+_secure_context: Optional[zmq.Context[Any]] = None
 
 
-def secure_context() -> zmq.Context:
+def secure_context() -> zmq.Context[Any]:
     """The process-wide context of CURVE server sockets that were given none.
 
     Why not ``zmq.Context.instance()``: a ZAP handler answers for every socket of its

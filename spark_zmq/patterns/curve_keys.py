@@ -71,7 +71,7 @@ def _shown(text: bytes) -> str:
     return f"{text[:5].decode('ascii', 'replace')!r}... ({len(text)} characters)"
 
 
-def check_authorized(value: object) -> Union[str, frozenset]:
+def check_authorized(value: object) -> Union[str, frozenset[bytes]]:
     """``Curve.authorized`` checked: ``ANY_KEY`` itself, or a set of Z85 public keys, returned
     as a frozenset of 40-byte Z85 ``bytes`` (text given as ``str`` is encoded)."""
     option = "curveAuthorizedKeys"
@@ -158,7 +158,7 @@ def load_public_key(value: str, option: Optional[str] = "curveServerKey") -> byt
     return _read_certificate(text, option)[0]
 
 
-def load_authorized_keys(value: str, option: Optional[str] = "curveAuthorizedKeys") -> Union[str, frozenset]:
+def load_authorized_keys(value: str, option: Optional[str] = "curveAuthorizedKeys") -> Union[str, frozenset[bytes]]:
     """``*`` (any key), or the public keys of every ``*.key`` certificate in a directory."""
     text = value.strip()
     if text == ANY_KEY:

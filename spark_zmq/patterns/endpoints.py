@@ -19,14 +19,12 @@ import stat
 import sys
 import unicodedata
 from dataclasses import dataclass
-from typing import Iterable, Optional, Sequence, Union
+from typing import Any, Iterable, Optional, Sequence, Union
 
 import zmq
 
 __all__ = ["Endpoint", "parse_endpoints", "EndpointsSpec", "check_ipc_bind", "tcp_host_problem", "attach",
            "bind_error"]
-
-EndpointsSpec = Union[str, Sequence[str]]
 
 _TRANSPORTS = ("tcp", "ipc", "inproc")
 _VALID_FORMS = (
@@ -75,6 +73,11 @@ class Endpoint:
 
     def __str__(self) -> str:
         return ("@" if self.bind else ">") + self.address
+
+
+#: endpoints as the socket classes take them: a comma-separated string, or a sequence of
+#: strings or ``Endpoint`` (whose ``str`` is its string)
+EndpointsSpec = Union[str, Sequence[Union[str, Endpoint]]]
 
 
 def _parse_one(text: str, default_bind: bool) -> Endpoint:
@@ -192,7 +195,7 @@ def check_ipc_bind(address: str, owner: str = "socket") -> None:
     )
 
 
-def bind_error(owner: str, address: str, code: int, reason: str) -> OSError:
+def bind_error(owner: str, address: str, code: Optional[int], reason: str) -> OSError:
     """The ``OSError`` for a failed bind, naming the socket class ``owner`` and the address."""
     return OSError(
         code,
@@ -201,7 +204,7 @@ def bind_error(owner: str, address: str, code: int, reason: str) -> OSError:
     )
 
 
-def attach(sock: zmq.Socket, endpoint: Endpoint, owner: str) -> Optional[str]:
+def attach(sock: zmq.Socket[Any], endpoint: Endpoint, owner: str) -> Optional[str]:
     """Bind or connect ``sock`` (of the socket class ``owner``) to ``endpoint``; returns the
     address bound (a ``*`` port resolved), ``None`` for a connect."""
     if endpoint.bind:

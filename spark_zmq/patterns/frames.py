@@ -97,8 +97,9 @@ def flatten(
     return values, topics
 
 
-def topic_bytes(topic: Union[str, bytes], option: str = "topics") -> bytes:
-    """One subscription prefix as bytes (``str`` is UTF-8 encoded)."""
+def topic_bytes(topic: object, option: str = "topics") -> bytes:
+    """One subscription prefix as bytes (``str`` is UTF-8 encoded); ``TypeError`` for anything
+    else than str or a bytes-like object."""
     if isinstance(topic, str):
         return topic.encode("utf-8")
     if isinstance(topic, (bytes, bytearray, memoryview)):

@@ -12,7 +12,7 @@ import errno
 import itertools
 import logging
 import os
-from typing import Optional
+from typing import Any, Optional
 
 import zmq
 
@@ -54,7 +54,7 @@ def _failure_text(event: int, value: int, is_server: bool, curve: bool = True) -
 _monitor_ids = itertools.count(1)
 
 
-def open_monitor(sock: zmq.Socket, events: int) -> zmq.Socket:
+def open_monitor(sock: zmq.Socket[Any], events: int) -> zmq.Socket[Any]:
     """A PAIR socket receiving ``sock``'s monitor ``events``, with no high-water mark.
 
     Why not pyzmq's ``get_monitor_socket``: libzmq's I/O thread sends monitor events
@@ -65,7 +65,7 @@ def open_monitor(sock: zmq.Socket, events: int) -> zmq.Socket:
     """
     address = f"inproc://spark-zmq-monitor-{os.getpid()}-{next(_monitor_ids)}"
     sock.monitor(address, events)
-    monitor = sock.context.socket(zmq.PAIR)
+    monitor: zmq.Socket[Any] = sock.context.socket(zmq.PAIR)
     monitor.setsockopt(zmq.RCVHWM, 0)  # before connect: the pipe's limit is fixed then
     monitor.setsockopt(zmq.LINGER, 0)
     monitor.connect(address)
@@ -83,7 +83,7 @@ class HandshakeWatch:
     monitor's queue (unlimited, see ``open_monitor``) stays small.
     """
 
-    def __init__(self, monitor: zmq.Socket, *, is_server: bool, label: str = "", curve: bool = True) -> None:
+    def __init__(self, monitor: zmq.Socket[Any], *, is_server: bool, label: str = "", curve: bool = True) -> None:
         self.monitor = monitor
         self.is_server = is_server
         #: whether the socket uses CURVE (a failure without it is never about keys)

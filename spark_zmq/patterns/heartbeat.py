@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 import socket
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 import zmq
 
@@ -83,7 +83,7 @@ class Heartbeat:
     def _ms(seconds: float) -> int:
         return max(1, int(round(seconds * 1000)))
 
-    def apply(self, sock: zmq.Socket, *, zmtp_timeout: bool = True, pings: bool = True) -> None:
+    def apply(self, sock: zmq.Socket[Any], *, zmtp_timeout: bool = True, pings: bool = True) -> None:
         """Set libzmq's heartbeat and keepalive options on ``sock`` (before bind/connect);
         with ``pings=False`` only keepalive and the kernel's timeout (see the module)."""
         if not self.enabled:
@@ -120,9 +120,9 @@ class Heartbeat:
                             ("TCP_USER_TIMEOUT", self._ms(self.timeout))):
             if hasattr(socket, name):
                 options.append((socket.IPPROTO_TCP, getattr(socket, name), value))
-        for level, name, value in options:
+        for level, option, value in options:
             try:
-                sock.setsockopt(level, name, value)
+                sock.setsockopt(level, option, value)
             except OSError:
                 pass  # a platform without one of them keeps the others
 

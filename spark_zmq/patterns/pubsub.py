@@ -63,7 +63,7 @@ class Sub(PatternSocket):
     def _extra_options(cls) -> tuple[str, ...]:
         return ("topics",)
 
-    def _configure(self, sock: zmq.Socket, options: dict[str, Any]) -> None:
+    def _configure(self, sock: zmq.Socket[Any], options: dict[str, Any]) -> None:
         self.topics: list[bytes] = []
         for topic in topics_list(options.get("topics")):
             sock.setsockopt(zmq.SUBSCRIBE, topic)
@@ -116,7 +116,7 @@ class XPub(PatternSocket):
     def _extra_options(cls) -> tuple[str, ...]:
         return ("verbose", "nodrop")
 
-    def _configure(self, sock: zmq.Socket, options: dict[str, Any]) -> None:
+    def _configure(self, sock: zmq.Socket[Any], options: dict[str, Any]) -> None:
         #: data messages recv_subscription() passed over, delivered first by recv().
         self._set_aside: deque[list[bytes]] = deque()
         if options.get("verbose"):
@@ -185,7 +185,7 @@ class XSub(PatternSocket):
     def _extra_options(cls) -> tuple[str, ...]:
         return ("topics",)
 
-    def _configure(self, sock: zmq.Socket, options: dict[str, Any]) -> None:
+    def _configure(self, sock: zmq.Socket[Any], options: dict[str, Any]) -> None:
         # libzmq keeps an XSUB's subscriptions and replays them to every publisher that
         # attaches later, so they can be sent before bind/connect.
         if options.get("topics") is not None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import logging
-from typing import Callable, Optional
+from typing import Any, Callable, Optional, cast
 
 import zmq
 
@@ -55,9 +55,10 @@ def _loaded_libzmq_paths() -> list[str]:
     return sorted(found)
 
 
-def rcvmore_check(sock: zmq.Socket) -> Callable[[], int]:
+def rcvmore_check(sock: zmq.Socket[Any]) -> Callable[[], int]:
     """A function returning ``ZMQ_RCVMORE`` of ``sock`` (non-zero: more frames follow)."""
-    fallback = functools.partial(sock.get, zmq.RCVMORE)
+    # ZMQ_RCVMORE is an int option (``sock.get`` is typed for every option)
+    fallback = cast("Callable[[], int]", functools.partial(sock.get, zmq.RCVMORE))
     getsockopt = _libzmq_getsockopt()
     if getsockopt is None:
         return fallback

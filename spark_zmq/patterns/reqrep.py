@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Optional
 import zmq
 
 from .base import PatternSocket
+from .frames import Message
 from .socket_options import positive_int
 
 __all__ = ["Req", "Rep", "Dealer", "Router"]
@@ -64,14 +65,14 @@ class Router(PatternSocket):
     def _extra_options(cls) -> tuple[str, ...]:
         return ("mandatory", "max_request_bytes")
 
-    def _configure(self, sock: zmq.Socket, options: dict[str, Any]) -> None:
+    def _configure(self, sock: zmq.Socket[Any], options: dict[str, Any]) -> None:
         if options.get("mandatory"):
             sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         if options.get("max_request_bytes") is not None:
             # before bind: a listener copies the socket's options when it is created
             sock.setsockopt(zmq.MAXMSGSIZE, positive_int("max_request_bytes", options["max_request_bytes"]))
 
-    def _send_locked(self, frames: list, deadline: Optional[float]) -> None:
+    def _send_locked(self, frames: list[Message], deadline: Optional[float]) -> None:
         try:
             super()._send_locked(frames, deadline)
         except zmq.ZMQError as exc:

@@ -33,15 +33,16 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from typing import Any, ClassVar, Optional, Sequence
+from typing import Any, ClassVar, Optional, Sequence, cast
 
 import zmq
 
 from .base import PatternSocket
-from .endpoints import bind_error, check_ipc_bind
+from .endpoints import EndpointsSpec, bind_error, check_ipc_bind
 from .frames import Frames, flatten
 from .handshakes import HANDSHAKE_FAILURES, HandshakeWatch
 from .socket_options import check_linger, positive_int, timeout_deadline
+from .zmtp.codec import EngineMessage
 from .zmtp.engine import Engine
 
 __all__ = ["Scatter", "Gather"]
@@ -53,9 +54,9 @@ class EngineWatch(HandshakeWatch):
     """``HandshakeWatch`` fed by the ZMTP engine's events instead of a libzmq monitor."""
 
     def __init__(self, wanted: int, *, is_server: bool, label: str, curve: bool = True) -> None:
-        super().__init__(None, is_server=is_server, label=label, curve=curve)  # type: ignore[arg-type]
+        super().__init__(None, is_server=is_server, label=label, curve=curve)  # type: ignore[arg-type]  # no monitor: events come from the engine
         self.wanted = wanted
-        self._events: collections.deque = collections.deque()
+        self._events: collections.deque[tuple[int, int, str]] = collections.deque()
         self._cond = threading.Condition()
 
     def push(self, event: int, value: int, address: str) -> None:
@@ -96,7 +97,7 @@ class ZmtpPatternSocket(PatternSocket):
     peer_types: ClassVar[dict[bytes, bytes]]
     socket_type: ClassVar[int] = -1
 
-    def __init__(self, endpoints, *, hwm: Optional[int] = None, **options: Any) -> None:
+    def __init__(self, endpoints: EndpointsSpec, *, hwm: Optional[int] = None, **options: Any) -> None:
         self._closed = True
         tuning = options.get("tuning")
         if tuning is not None:  # the user's socket options, in place of the package's
@@ -168,7 +169,7 @@ class ZmtpPatternSocket(PatternSocket):
         return ("handshake_ivl", "confirm")
 
     @property
-    def zmq_socket(self) -> zmq.Socket:
+    def zmq_socket(self) -> zmq.Socket[Any]:
         raise AttributeError(f"{type(self).__name__} speaks ZMTP itself; it has no libzmq socket")
 
     @property
@@ -202,8 +203,8 @@ class ZmtpPatternSocket(PatternSocket):
         self._check_can_send()
         frames = self._frames(data)
         # the RFC says a sender SHALL NOT modify messages: a mutable buffer is copied now
-        frames = [frame if type(frame) is bytes else bytes(frame) for frame in frames]
-        self._send_all([frames[0] if len(frames) == 1 else tuple(frames)], timeout)
+        copied = [frame if type(frame) is bytes else bytes(frame) for frame in frames]
+        self._send_all([copied[0] if len(copied) == 1 else tuple(copied)], timeout)
 
     def send_many(self, messages: Sequence[bytes], timeout: Optional[float] = None) -> int:
         """Send ``bytes`` messages in order under one lock round-trip; ``timeout`` bounds the
@@ -211,12 +212,12 @@ class ZmtpPatternSocket(PatternSocket):
         self._check_send_many(messages)
         return self._send_all(messages, timeout)
 
-    def _send_all(self, messages: Sequence, timeout: Optional[float]) -> int:
+    def _send_all(self, messages: Sequence[EngineMessage], timeout: Optional[float]) -> int:
         timeout_deadline(timeout)  # validates
         sent, timed_out = self._engine.send_round_robin(messages, timeout, self._check_open)
         if timed_out:
             exc = TimeoutError(f"{type(self).__name__}.send timed out{self._timeout_hint('send')}")
-            exc.sent = sent  # type: ignore[attr-defined]
+            exc.sent = sent  # type: ignore[attr-defined]  # send_many's count, on the error
             raise exc
         return sent
 
@@ -234,8 +235,10 @@ class ZmtpPatternSocket(PatternSocket):
         if not values:
             raise TimeoutError(f"{type(self).__name__}.recv timed out{self._timeout_hint('recv')}")
         if not self.single_part and tuple in set(map(type, values)):  # multipart messages: as Pull's
-            return flatten([list(m) if type(m) is tuple else [m] for m in values])
-        return values, None
+            # a message is exactly bytes or a tuple of them: ``type(m) is tuple`` does not narrow for mypy
+            messages: list[Any] = values
+            return flatten([list(m) if type(m) is tuple else [m] for m in messages])
+        return cast("list[bytes]", values), None  # no tuple among them: single-part messages
 
     def poll_recv(self, timeout: Optional[float] = 0.0) -> bool:
         """Whether a message is ready to receive, waiting up to ``timeout`` seconds for one."""
@@ -249,7 +252,9 @@ class ZmtpPatternSocket(PatternSocket):
         values = self._engine.receive(max_messages, max_bytes, timeout_deadline(timeout), self._check_open)
         if not values:
             raise TimeoutError(f"{type(self).__name__}.recv timed out{self._timeout_hint('recv')}")
-        return [list(value) if type(value) is tuple else [value] for value in values]
+        # a message is exactly bytes or a tuple of them: ``type(v) is tuple`` does not narrow for mypy
+        messages: list[Any] = values
+        return [list(value) if type(value) is tuple else [value] for value in messages]
 
     # -- lifetime ---------------------------------------------------------------------------
 

@@ -114,7 +114,7 @@ def timeout_deadline(timeout: Optional[float]) -> Optional[float]:
 
 
 def set_common_options(
-    sock: zmq.Socket, options: dict[str, Any], hwm: Optional[int], max_message_bytes: Optional[int],
+    sock: zmq.Socket[Any], options: dict[str, Any], hwm: Optional[int], max_message_bytes: Optional[int],
     default_linger_ms: int,
 ) -> None:
     """Give ``sock`` (before bind/connect) the libzmq options of ``COMMON_OPTIONS``: linger,
@@ -134,7 +134,7 @@ def set_common_options(
             sock.setsockopt(opt, positive_int(name, options[name]))
 
 
-def apply_tuning(sock: zmq.Socket, options: dict[str, Any]) -> None:
+def apply_tuning(sock: zmq.Socket[Any], options: dict[str, Any]) -> None:
     """The user's socket options (``tuning``, a ``SocketTuning``), last, so they win."""
     tuning = options.get("tuning")
     if tuning is not None:

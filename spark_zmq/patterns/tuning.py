@@ -34,7 +34,7 @@ class SocketTuning:
     sndbuf: Optional[int] = None
     rcvbuf: Optional[int] = None
 
-    def apply(self, sock: zmq.Socket) -> None:
+    def apply(self, sock: zmq.Socket[Any]) -> None:
         """Set what is given on a libzmq socket (before bind/connect)."""
         for name, option in _LIBZMQ.items():
             value = getattr(self, name)

@@ -47,7 +47,7 @@ class Reader:
     committed: list[int]
     #: wall-clock milliseconds since the epoch
     registered_ms: int
-    lease: Lease = field(repr=False, default=None)  # type: ignore[assignment]
+    lease: Lease = field(repr=False, default=None)  # type: ignore[assignment]  # always given (Readers)
 
 
 class Readers:

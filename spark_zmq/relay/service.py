@@ -42,7 +42,7 @@ import json
 import logging
 import threading
 import time
-from typing import Any, Optional, Union
+from typing import Any, Literal, Optional, Union, cast, overload
 
 from ..options import SourceOptions, reader_name_problem
 from ..patterns import Router
@@ -58,7 +58,11 @@ log = logging.getLogger(__name__)
 
 
 
-def _int(request: dict, key: str, *, optional: bool = False) -> Optional[int]:
+@overload
+def _int(request: dict[str, Any], key: str, *, optional: Literal[False] = False) -> int: ...
+@overload
+def _int(request: dict[str, Any], key: str, *, optional: bool) -> Optional[int]: ...
+def _int(request: dict[str, Any], key: str, *, optional: bool = False) -> Optional[int]:
     value = request.get(key)
     if value is None and optional:
         return None
@@ -67,13 +71,13 @@ def _int(request: dict, key: str, *, optional: bool = False) -> Optional[int]:
     return value
 
 
-def _reader(request: dict, key: str, default: Optional[str] = None) -> str:
+def _reader(request: dict[str, Any], key: str, default: Optional[str] = None) -> str:
     """A reader's name from ``request[key]`` (``default`` when absent), or a clear error."""
     name = request.get(key, default)
     problem = reader_name_problem(name)
     if problem is not None:
         raise ValueError(f"bad request: {key!r}: {problem}")
-    return name
+    return cast(str, name)  # a valid reader name (``reader_name_problem`` said nothing)
 
 
 class Relay:
@@ -130,7 +134,7 @@ class Relay:
 
     # -- control requests ------------------------------------------------------------------------
 
-    def _control(self, request: dict) -> list[bytes]:
+    def _control(self, request: dict[str, Any]) -> list[bytes]:
         self.control_requests += 1
         reply_id = request.get("id")
         try:
@@ -144,7 +148,7 @@ class Relay:
         body["id"] = reply_id if isinstance(reply_id, (int, str)) else None
         return [status, json.dumps(body).encode()]
 
-    def _handle(self, request: dict) -> dict[str, Any]:
+    def _handle(self, request: dict[str, Any]) -> dict[str, Any]:
         try:
             op = Op(request.get("op"))
         except ValueError:
@@ -166,9 +170,9 @@ class Relay:
         if op is Op.DETACH:
             self.readers.release_lease(reader, session)
             return {}
-        refusal = self.readers.claim(reader, session)
-        if refusal is not None:  # a clear refusal, not a failure
-            return {"refused": {"idle": refusal.idle_s, "lapses": refusal.lapses_in_s, "reader": reader}}
+        lease_refusal = self.readers.claim(reader, session)
+        if lease_refusal is not None:  # a clear refusal, not a failure
+            return {"refused": {"idle": lease_refusal.idle_s, "lapses": lease_refusal.lapses_in_s, "reader": reader}}
         if op is Op.ATTACH:
             log.info("relay: read by session %s as reader %r", session, reader)
             return {**self._describe(reader), **self._state(reader)}
@@ -192,7 +196,7 @@ class Relay:
                                for offset, lost in (starts[c] for c in sorted(starts))]}
         return self._channel_op(op, request)
 
-    def _describe_ranges(self, request: dict) -> dict[str, Any]:
+    def _describe_ranges(self, request: dict[str, Any]) -> dict[str, Any]:
         """``{"ranges": {"<channel>": [start, end]}}`` -> per channel ``rows``, ``bytes``,
         ``lost`` (protocol 1's ``[first, end, words]``) and ``at`` (as ``LOCATE``)."""
         ranges = request.get("ranges")
@@ -210,7 +214,7 @@ class Relay:
                                  "lost": [[r.first, r.end, r.within(start, end).describe()] for r in info.lost]}
         return {"ranges": out}
 
-    def _channel_op(self, op: Op, request: dict) -> dict[str, Any]:
+    def _channel_op(self, op: Op, request: dict[str, Any]) -> dict[str, Any]:
         """The ops about one channel's offsets."""
         channels = self.ingest.spool.channels
         channel = _int(request, "channel")
@@ -311,7 +315,7 @@ class Relay:
             logs[c].roll()
         return upto
 
-    def _authorize_fetch(self, request: dict) -> Optional[str]:
+    def _authorize_fetch(self, request: dict[str, Any]) -> Optional[str]:
         """Why a fetch request may not be served (``None``: it may): it must name a session
         that holds a reader's lease, and end within what the channel's spool has written."""
         if not self.readers.holds(request.get("session")):

@@ -8,7 +8,7 @@ query with a clear message before any data moves.
 from __future__ import annotations
 
 import json
-from typing import Iterator, Optional
+from typing import Iterator, Mapping, Optional
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -57,7 +57,7 @@ def _json_default(value: object) -> object:
     return str(value)
 
 
-def arrow_message(piece: pa.RecordBatch, metadata: dict[str, str]) -> bytes:
+def arrow_message(piece: pa.RecordBatch, metadata: Mapping[str, object]) -> bytes:
     """One Arrow IPC stream holding ``piece``, with ``metadata`` (keys without their
     ``spark_zmq.`` prefix) added to its schema's custom metadata."""
     extra = {f"spark_zmq.{k}".encode(): str(v).encode() for k, v in metadata.items()}

@@ -21,6 +21,7 @@ import zmq
 
 from ..options import SinkOptions
 from ..patterns import PatternSocket, ReroutingPush, Scatter, XPub
+from ..patterns.scattergather import ZmtpPatternSocket
 
 __all__ = ["TaskSender", "SinkTimeoutError"]
 
@@ -90,8 +91,10 @@ class TaskSender:
 
     def _next_handshake(self, wait_s: float) -> bool:
         deadline = time.monotonic() + wait_s
+        watch = self.socket.handshakes
+        assert watch is not None  # push/scatter sockets are made with a monitor (``__init__``)
         while True:
-            if self.socket.handshakes.poll(max(0.001, deadline - time.monotonic())):
+            if watch.poll(max(0.001, deadline - time.monotonic())):
                 return True
             if time.monotonic() >= deadline:
                 return False
@@ -192,13 +195,15 @@ class TaskSender:
                     f"{self.options.send_timeout_ms}; some may not have been delivered"
                 )
             return
-        unsent = self.socket.unsent
+        sock = self.socket
+        assert isinstance(sock, ZmtpPatternSocket)  # push or scatter: pub returned above
+        unsent = sock.unsent
         if unsent:
             raise SinkTimeoutError(
                 f"{unsent} of the {self.sent} messages this task queued for {self.where} were not sent within "
                 f"sendTimeoutMs={self.options.send_timeout_ms} (no consumer took them)"
             )
-        unconfirmed = self.socket.unconfirmed
+        unconfirmed = sock.unconfirmed
         if unconfirmed:
             raise SinkTimeoutError(
                 f"{unconfirmed} of the {self.sent} messages this task sent to {self.where} were not acknowledged "

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass
-from typing import Iterator, Optional
+from typing import Iterator, Optional, TypedDict
 
 import pyarrow as pa
 from pyspark import TaskContext
@@ -48,7 +48,17 @@ class SinkCommit(WriterCommitMessage):
     query_id: str = ""
 
 
-def task_header(batch_id: Optional[int], write_id: str) -> dict[str, object]:
+class TaskHeader(TypedDict):
+    """``task_header``'s keys."""
+
+    query_id: str
+    batch_id: int
+    partition: int
+    attempt: int
+    attempt_id: str
+
+
+def task_header(batch_id: Optional[int], write_id: str) -> TaskHeader:
     """The dedup keys every Arrow message of this task carries (before its ``sequence`` and
     ``last``): which query (or batch write), micro-batch, partition and task attempt."""
     context = TaskContext.get()

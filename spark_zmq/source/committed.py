@@ -41,11 +41,15 @@ import logging
 import os
 import time
 from dataclasses import dataclass, replace
-from typing import Callable, Iterable, Iterator, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping, Optional, Sequence
 
 import pyarrow as pa
 
 from .decoders.base import MalformedMessageError, _offsets_and_data
+
+if TYPE_CHECKING:
+    from .ingest import Ingest
+    from .partitions import SpoolRange
 
 __all__ = ["Tag", "tag_of", "read_tag", "Decisions", "RunSelector", "keep", "CommittedOnly", "BLOCKED_WARN_SECONDS",
            "kept_slices", "kept_batches", "message_tags"]
@@ -84,9 +88,9 @@ def tag_of(metadata: Optional[Mapping[bytes, bytes]]) -> Tag:
     meta: dict[str, str] = {}
     for k, v in (metadata or {}).items():
         try:
-            key = k.decode() if isinstance(k, bytes) else str(k)
-            if key.startswith(_PREFIX):
-                meta[key[len(_PREFIX):]] = v.decode() if isinstance(v, bytes) else str(v)
+            name = k.decode() if isinstance(k, bytes) else str(k)
+            if name.startswith(_PREFIX):
+                meta[name[len(_PREFIX):]] = v.decode() if isinstance(v, bytes) else str(v)
         except UnicodeDecodeError:
             continue
     if "query_id" not in meta or "batch_id" not in meta:
@@ -120,7 +124,7 @@ def read_tag(message: object) -> Tag:
     """The tag of one spooled message: only its stream's schema is read (flatbuffers that
     Arrow verifies), never a record batch. Bytes that are no Arrow stream are untagged."""
     try:
-        buffer = message if isinstance(message, pa.Buffer) else pa.py_buffer(message)  # type: ignore[arg-type]
+        buffer = message if isinstance(message, pa.Buffer) else pa.py_buffer(message)
         schema = pa.ipc.open_stream(buffer, options=_READ_OPTIONS).schema
     except Exception as exc:  # noqa: BLE001 - any bytes: untagged, never an exception
         return _untagged(f"it is not an Arrow IPC stream ({str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__})")
@@ -343,7 +347,7 @@ def decode_decisions(encoded: Sequence) -> dict[BatchKey, dict[int, str]]:
 
 
 #: (range read task) -> (first offset, spool batch) of it: how the driver reads messages
-ReadBatches = Callable[[object], Iterable[tuple[int, pa.RecordBatch]]]
+ReadBatches = Callable[["SpoolRange"], Iterable[tuple[int, pa.RecordBatch]]]
 
 
 class CommittedOnly:
@@ -355,8 +359,8 @@ class CommittedOnly:
         self.selector: Optional[RunSelector] = None
         self._spool_id: Optional[str] = None
 
-    def _selector(self, runtime: object) -> RunSelector:
-        spool_id = runtime.spool_id  # type: ignore[attr-defined]
+    def _selector(self, runtime: Ingest) -> RunSelector:
+        spool_id = runtime.spool_id
         if self.selector is None or spool_id != self._spool_id:
             os.makedirs(self.spool_dir, mode=0o700, exist_ok=True)
             path = os.path.join(self.spool_dir, f"committed-runs-{spool_id}.jsonl")
@@ -364,7 +368,7 @@ class CommittedOnly:
             self._spool_id = spool_id
         return self.selector
 
-    def scan(self, runtime: object, begin: Mapping[int, int], upto: Mapping[int, int], read: ReadBatches) -> RunSelector:
+    def scan(self, runtime: Ingest, begin: Mapping[int, int], upto: Mapping[int, int], read: ReadBatches) -> RunSelector:
         """Observe every channel's messages from where it was left (or ``begin``) up to
         ``upto``, then write the new decisions to disk."""
         selector = self._selector(runtime)
@@ -373,11 +377,11 @@ class CommittedOnly:
             if state.cursor < int(begin.get(channel, state.cursor)):
                 selector.skip_to(channel, int(begin[channel]))
             # below the spool's earliest offset nothing is left to read (the reader reports the loss)
-            selector.skip_to(channel, int(runtime.channels[channel].earliest))  # type: ignore[attr-defined]
+            selector.skip_to(channel, int(runtime.channels[channel].earliest))
             lo = state.cursor
             if hi <= lo:
                 continue
-            for first, batch in read(runtime.spool_range(channel, lo, hi)):  # type: ignore[attr-defined]
+            for first, batch in read(runtime.spool_range(channel, lo, hi)):
                 for i, tag in enumerate(message_tags(batch)):
                     offset = first + i
                     if state.cursor <= offset < hi:
@@ -386,7 +390,7 @@ class CommittedOnly:
         selector.decisions.flush()
         return selector
 
-    def clamp(self, runtime: object, begin: Mapping[int, int], latest: Mapping[int, int], read: ReadBatches) -> dict[int, int]:
+    def clamp(self, runtime: Ingest, begin: Mapping[int, int], latest: Mapping[int, int], read: ReadBatches) -> dict[int, int]:
         """``latest`` held back, per channel, below the first message of a batch without a
         decision; warns of a channel held for ``BLOCKED_WARN_SECONDS``."""
         selector = self.scan(runtime, begin, latest, read)
@@ -416,7 +420,7 @@ class CommittedOnly:
                         "this endpoint); what arrives behind it stays in the spool (up to maxSpoolBytes, then "
                         "backpressure)", channel, first, hi, held_s, key[1], key[0])
 
-    def annotate(self, runtime: object, begin: Mapping[int, int], end: Mapping[int, int], parts: list,
+    def annotate(self, runtime: Ingest, begin: Mapping[int, int], end: Mapping[int, int], parts: list,
                  read: ReadBatches) -> list:
         """Each read task with the decisions of the batches in its range."""
         selector = self.scan(runtime, begin, end, read)

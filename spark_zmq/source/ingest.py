@@ -9,7 +9,7 @@ executors need the fetch service, and the read task for a range.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Protocol, Sequence
 
 from ..ingest.runtime import IngestRuntime, RangeInfo
 from ..options import SourceOptions
@@ -44,7 +44,14 @@ class Ingest(Protocol):
     receivers (``LocalIngest``) or relays, standalone or its receiver processes
     (``relays.RelayIngest``). Offsets are ``{"<channel>": next offset}``."""
 
-    channels: Sequence[IngestChannel]
+    if TYPE_CHECKING:
+        # read-only to the reader: ``LocalIngest``'s is a property, ``RelayIngest``'s a list
+        # of its own channel type (a settable member would have to be exactly this type)
+        @property
+        def channels(self) -> Sequence[IngestChannel]: ...
+    else:
+        # at run time a data member, as tests/test_layers.py reads the interface
+        channels: Sequence[IngestChannel]
     #: whether the channels receive (a spool must learn the checkpoint's numbering first)
     started: bool
     #: where each channel's spool ended when the query started (``startingOffsets=latest``)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any, Iterator, Optional, Union
+from typing import Any, Iterable, Iterator, Optional, Union
 
 __all__ = ["ChannelOffsets", "OffsetsFormatError", "SPOOL_KEY"]
 
@@ -38,8 +38,9 @@ class ChannelOffsets(Mapping[int, int]):
 
     __slots__ = ("_by_channel", "spool")
 
-    def __init__(self, by_channel: Mapping[Union[int, str], int], spool: Optional[str] = None) -> None:
-        ordered = sorted(by_channel.items(), key=lambda item: int(item[0]))
+    def __init__(self, by_channel: Union[Mapping[int, int], Mapping[str, int]], spool: Optional[str] = None) -> None:
+        items: Iterable[tuple[Union[int, str], int]] = by_channel.items()
+        ordered = sorted(items, key=lambda item: int(item[0]))
         self._by_channel: dict[int, int] = {int(c): int(o) for c, o in ordered}
         self.spool: Optional[str] = spool or None
 

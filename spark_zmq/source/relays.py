@@ -188,7 +188,7 @@ class RelayIngest:
         return hello
 
     def _renew(self) -> None:
-        clients = {relay.address: None for relay in self.relays}
+        clients: dict[str, Optional[RelayClient]] = {relay.address: None for relay in self.relays}
         try:
             while not self._stopping.wait(HEARTBEAT_S):
                 for relay in self.relays:

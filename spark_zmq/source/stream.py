@@ -130,6 +130,7 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     "or start the query with a new checkpointLocation"
                 )
             log.warning("%s; continuing on spool %s after the checkpoint's offsets (failOnDataLoss=false)", message, ours)
+            assert theirs is not None  # (``foreign``)
             self._foreign_spools_seen.add(theirs)
         for channel_log in runtime.channels:
             wanted = offsets[channel_log.channel]
@@ -328,7 +329,7 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The task slots of a local master (``locality.local_cores``), looked up once."""
         if self._local_slots is False:
             self._local_slots = local_cores()
-        return self._local_slots  # type: ignore[return-value]
+        return self._local_slots
 
     def commit(self, end: dict) -> None:
         if not self._start_forgotten:

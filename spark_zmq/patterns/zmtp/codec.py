@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import struct
 from itertools import accumulate
-from typing import Callable, Optional
+from typing import Any, Callable, MutableSequence, Optional, Sequence, Union, cast
 
 import zmq
 
@@ -26,6 +26,13 @@ __all__ = [
 ]
 
 MORE, LONG, COMMAND = 0x01, 0x02, 0x04
+#: a message as the queues hold it: its one frame, or a tuple of its frames (multipart)
+EngineMessage = Union[bytes, tuple[bytes, ...]]
+#: what ``parse_frames`` appends: a plain frame's body, or ``(flags, body)``
+ParsedFrame = Union[bytes, tuple[int, bytes]]
+#: a buffer waiting to be written: a whole one, or what a partial write left of it
+Chunk = Union[bytes, memoryview]
+
 #: nothing a handshake needs is larger; before authentication, keep what a peer can make us
 #: buffer small
 HANDSHAKE_FRAME_LIMIT = 64 * 1024
@@ -92,7 +99,7 @@ def frame_header(size: int, flags: int = 0) -> bytes:
     return bytes((flags | LONG,)) + _pack(size)
 
 
-def parse_frames(data: bytes, i: int, limit: int, out: list, one: bool = False) -> tuple[int, int, int]:
+def parse_frames(data: bytes, i: int, limit: int, out: list[ParsedFrame], one: bool = False) -> tuple[int, int, int]:
     """Split the whole frames of ``data`` from offset ``i`` into ``out``, in order.
 
     A frame without MORE or COMMAND (a single-part message: nearly all of them) is
@@ -133,9 +140,9 @@ def parse_frames(data: bytes, i: int, limit: int, out: list, one: bool = False) 
     return i, 2, flagged
 
 
-def encode_messages(batch: list, chunks, offset: int,
+def encode_messages(batch: Sequence[EngineMessage], chunks: MutableSequence[Chunk], offset: int,
                     encode: Optional[Callable[[bytes, bool], tuple[int, bytes]]] = None,
-                    encode_batch: Optional[Callable[[list], tuple[bytes, list[int]]]] = None) -> list[int]:
+                    encode_batch: Optional[Callable[[Sequence[bytes]], tuple[bytes, list[int]]]] = None) -> list[int]:
     """Append the frames of ``batch`` (each a ``bytes`` message or a tuple of frames, MORE
     on every frame but the last) to ``chunks``, the buffers to write; returns, per
     message, ``offset`` plus the bytes written up to its end.
@@ -147,29 +154,32 @@ def encode_messages(batch: list, chunks, offset: int,
     single-frame messages at once, giving the frames joined and each message's end.
     """
     if encode_batch is not None and batch and tuple not in set(map(type, batch)):
-        frames, ends = encode_batch(batch)
-        chunks.append(frames)
-        return list(map(offset.__add__, ends))
+        joined, batch_ends = encode_batch(cast("Sequence[bytes]", batch))
+        chunks.append(joined)
+        return list(map(offset.__add__, batch_ends))
     if encode is None and batch:
         lengths = list(map(len, batch))
         if max(lengths) < 256 and tuple not in set(map(type, batch)):
             # every message one short plain frame (the one-row-per-message egress): the
             # headers looked up, headers and bodies interleaved and joined, the ends summed,
             # each in one pass that runs in C, not one Python step per message
-            parts: list = [None] * (2 * len(batch))
+            parts: list[Optional[bytes]] = [None] * (2 * len(batch))
             parts[0::2] = map(_PLAIN_SHORT.__getitem__, lengths)
-            parts[1::2] = batch
-            chunks.append(b"".join(parts))
-            ends = list(accumulate(map((2).__add__, lengths), initial=offset))
-            del ends[0]
-            return ends
+            parts[1::2] = cast("Sequence[bytes]", batch)
+            chunks.append(b"".join(cast("list[bytes]", parts)))
+            short_ends = list(accumulate(map((2).__add__, lengths), initial=offset))
+            del short_ends[0]
+            return short_ends
     ends: list[int] = []
     small: list[bytes] = []
     join = small.append
     header = frame_header
     plain_short, plain_long, pack = _PLAIN_SHORT, _PLAIN_LONG, _pack
+    # a message is exactly bytes or a tuple of them: the loops test ``type(m) is tuple``,
+    # which mypy does not take as narrowing the other case to bytes
+    messages = cast("Sequence[Any]", batch)
     if encode is None:
-        for message in batch:
+        for message in messages:
             if type(message) is tuple:
                 last = len(message) - 1
                 for index, frame in enumerate(message):
@@ -194,7 +204,7 @@ def encode_messages(batch: list, chunks, offset: int,
             offset += len(head) + size
             ends.append(offset)
     else:
-        for message in batch:
+        for message in messages:
             frames = message if type(message) is tuple else (message,)
             last = len(frames) - 1
             for index, frame in enumerate(frames):

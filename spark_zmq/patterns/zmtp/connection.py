@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Optional
 
 from ..heartbeat import Heartbeat
 from . import transport
-from .codec import COMMAND, frame_header
+from .codec import COMMAND, Chunk, EngineMessage, frame_header
 from .wire import GREETING_SIZE
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .engine import Engine
+    from .parts import EngineParts
 
 __all__ = ["Peer", "Connector", "Connection", "GREETING", "HANDSHAKE", "READY", "CLOSED"]
 
@@ -52,9 +52,9 @@ class Peer:
 
     def __init__(self) -> None:
         self.id = next(_ids)
-        self.inbox: collections.deque = collections.deque()
+        self.inbox: collections.deque[EngineMessage] = collections.deque()
         self.inbox_bytes = 0
-        self.outbox: collections.deque = collections.deque()
+        self.outbox: collections.deque[EngineMessage] = collections.deque()
         self.paused = False
         self.resume_asked = False
         self.conn: Optional["Connection"] = None
@@ -93,7 +93,7 @@ class Connection:
     TCP acknowledgement tracking and heartbeat clock (the engine's I/O thread alone
     touches it, except ``out`` and ``inflight``, which the application's calls read)."""
 
-    def __init__(self, engine: "Engine", sock: socket.socket, address: str, connector: Optional[Connector],
+    def __init__(self, engine: EngineParts, sock: socket.socket, address: str, connector: Optional[Connector],
                  endpoint: str) -> None:
         self.sock = sock
         self.address = address
@@ -106,13 +106,13 @@ class Connection:
         self.stage = GREETING
         self.connecting = False
         self.mechanism = engine.new_mechanism(self)
-        self.pending: list[bytes] = []
+        self.pending: list[Chunk] = []
         self.pending_len = 0
         self.need = GREETING_SIZE
-        self.out: collections.deque = collections.deque()
+        self.out: collections.deque[Chunk] = collections.deque()
         self.out_bytes = 0
         # the messages of the write in progress, with the offset at which each one ends
-        self.inflight: list[bytes] = []
+        self.inflight: list[EngineMessage] = []
         self.inflight_ends: list[int] = []
         self.written = 0
         #: tcp only: bytes written to the kernel on this connection, where the current write
@@ -123,7 +123,7 @@ class Connection:
         self.sent_total = 0
         self.batch_base = 0
         self.acked_base: Optional[int] = None
-        self.unacked: collections.deque = collections.deque()
+        self.unacked: collections.deque[tuple[int, EngineMessage]] = collections.deque()
         #: the sending side was shut down (``finish``): the peer acknowledges a FIN at once
         self.finished = False
         self.in_multipart = False
@@ -179,7 +179,8 @@ class Connection:
             return None
         if len(info) < _TCP_INFO_BYTES_ACKED + 8:
             return None
-        return _NATIVE_U64.unpack_from(info, _TCP_INFO_BYTES_ACKED)[0]
+        acked: int = _NATIVE_U64.unpack_from(info, _TCP_INFO_BYTES_ACKED)[0]
+        return acked
 
     def start_ack_tracking(self) -> None:
         """Before the first byte is written: what the counter says now counts as zero."""

@@ -150,6 +150,8 @@ class CurveClient(CurveMechanism):
         super().__init__(public_key, secret_key, declare, accept, CLIENT_MESSAGE_PREFIX, SERVER_MESSAGE_PREFIX, _START)
         self._server = check_key(server_key, "server key")
         # our short-term key pair (C', c'): one per connection, never stored
+        self._cn_public: bytes
+        self._cn_secret: Optional[bytes]
         self._cn_public, self._cn_secret = crypto_box_keypair()
 
     def _forget(self) -> None:
@@ -160,6 +162,7 @@ class CurveClient(CurveMechanism):
         if self._state != _START:
             raise protocol_error("CURVE client started twice", zmq.PROTOCOL_ERROR_ZMTP_UNSPECIFIED)
         short = self._next_nonce()
+        assert self._cn_secret is not None  # forgotten only once the handshake is over
         try:
             signature = crypto_box(_SIGNATURE, _HELLO_PREFIX + short, self._server, self._cn_secret)
         except CryptoError:  # a weak (low-order) server key, given by our own configuration
@@ -189,6 +192,8 @@ class CurveClient(CurveMechanism):
             # libzmq 4.3.5 reports this one as PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC
             raise protocol_error(f"WELCOME command of {len(body)} bytes, expected {_WELCOME_SIZE}",
                          zmq.PROTOCOL_ERROR_ZMTP_MALFORMED_COMMAND_WELCOME)
+        # the keys are forgotten only once the handshake is over (this step comes before)
+        assert self._cn_secret is not None and self._secret is not None
         # Box [S' + cookie](S->C')
         plain = _open(body[24:], _WELCOME_LONG + body[8:24], self._server, self._cn_secret,
                       "WELCOME box (wrong server key?)")
@@ -213,6 +218,7 @@ class CurveClient(CurveMechanism):
             raise protocol_error(f"READY command of {len(body)} bytes, at least {_READY_MIN} expected",
                          zmq.PROTOCOL_ERROR_ZMTP_MALFORMED_COMMAND_READY)
         short = body[6:14]
+        assert self._precom is not None  # set by WELCOME, which this step comes after
         plain = _open_afternm(body[14:], _READY_PREFIX + short, self._precom, "READY box")
         metadata = parse_metadata(plain)  # ZmtpError(INVALID_METADATA) if malformed
         self.peer_metadata = metadata
@@ -273,6 +279,7 @@ class CurveServer(CurveMechanism):
             raise protocol_error("HELLO anti-amplification padding is not zero",
                          zmq.PROTOCOL_ERROR_ZMTP_MALFORMED_COMMAND_HELLO)
         cn_client, short = body[80:112], body[112:120]
+        assert self._secret is not None  # forgotten only once the handshake is over
         # signature = Box [64 * %x0](C'->S): proves the client knows our public key
         signature = _open(body[120:200], _HELLO_PREFIX + short, cn_client, self._secret,
                           "HELLO signature box (the client has the wrong server key?)")
@@ -295,6 +302,8 @@ class CurveServer(CurveMechanism):
         if len(body) < _INITIATE_MIN:
             raise protocol_error(f"INITIATE command of {len(body)} bytes, at least {_INITIATE_MIN} expected",
                          zmq.PROTOCOL_ERROR_ZMTP_MALFORMED_COMMAND_INITIATE)
+        # set by HELLO, which this step comes after; forgotten only once the handshake is over
+        assert self._cookie_key is not None and self._cn_client is not None and self._cn_secret is not None
         # the cookie: only we could have sealed it, for this connection's C' and s'
         try:
             cookie = crypto_secretbox_open(body[25:105], _COOKIE_LONG + body[9:25], self._cookie_key)

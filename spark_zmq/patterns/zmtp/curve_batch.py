@@ -17,7 +17,7 @@ header is ZMTP's short (2 bytes) or long (9 bytes) form by the body's size.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -43,7 +43,7 @@ def available() -> bool:
     return _seal is not None
 
 
-def seal_frames(payloads: list, key: bytes, prefix: bytes, first_nonce: int) -> Optional[tuple[bytes, list[int]]]:
+def seal_frames(payloads: Sequence[bytes], key: bytes, prefix: bytes, first_nonce: int) -> Optional[tuple[bytes, list[int]]]:
     """The MESSAGE frames of ``payloads`` (``bytes``, one frame each, no MORE) sealed with
     ``key`` (``crypto_box_beforenm``'s) under the nonces ``prefix`` (16 bytes) + short nonces
     ``first_nonce``, ``first_nonce + 1``, ...: ``(frames, ends)``, ``ends[i]`` the end of

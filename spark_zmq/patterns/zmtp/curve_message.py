@@ -8,13 +8,13 @@ handshake's common plumbing. See ``curve`` for the mechanism as a whole.
 from __future__ import annotations
 
 import struct
-from typing import ClassVar, Optional
+from typing import ClassVar, Optional, Sequence
 
 import zmq
 from nacl.bindings import crypto_box_easy_afternm, crypto_box_open_afternm
 from nacl.exceptions import CryptoError
 
-from .codec import encode_messages
+from .codec import Chunk, encode_messages
 from .curve_batch import seal_frames
 from .null import Accept, Declare
 from .wire import COMMAND, MORE, ZmtpError
@@ -109,7 +109,8 @@ class CurveMechanism:
     def __init__(self, public_key: bytes, secret_key: bytes, declare: Declare, accept: Accept, tx_prefix: bytes,
                  rx_prefix: bytes, state: str) -> None:
         self._public = check_key(public_key, "public key")
-        self._secret = check_key(secret_key, "secret key")
+        #: our long-term secret key (s or c), forgotten once the handshake is over
+        self._secret: Optional[bytes] = check_key(secret_key, "secret key")
         self.ready = False
         self.peer_metadata: dict[str, bytes] = {}
         self._declare = declare
@@ -184,7 +185,7 @@ class CurveMechanism:
         return 0, _MESSAGE + short + crypto_box_easy_afternm(_FLAG_BYTES[1 if more else 0] + payload,
                                                              self._tx_prefix + short, key)
 
-    def encode_batch(self, payloads: list) -> tuple[bytes, list[int]]:
+    def encode_batch(self, payloads: Sequence[bytes]) -> tuple[bytes, list[int]]:
         """The ZMTP frames ``encode`` gives for each of ``payloads`` (single-frame messages,
         no MORE), in order and joined, with each message's end in the joined bytes: the
         engine's batched send path. Sealed by ``curve_batch`` (the box per message, the rest
@@ -197,14 +198,14 @@ class CurveMechanism:
             self._tx_nonce += len(payloads)
             return sealed
         nonce, prefix, flag, seal, pack = self._tx_nonce, self._tx_prefix, _FLAG_BYTES[0], crypto_box_easy_afternm, _pack
-        bodies = []
+        bodies: list[bytes] = []
         append = bodies.append
         for payload in payloads:
             short = pack(nonce)
             nonce += 1
             append(_MESSAGE + short + seal(flag + payload, prefix + short, key))
         self._tx_nonce = nonce
-        chunks: list[bytes] = []
+        chunks: list[Chunk] = []
         ends = encode_messages(bodies, chunks, 0)
         return b"".join(chunks), ends
 

@@ -46,17 +46,20 @@ import selectors
 import socket
 import threading
 import time
-from typing import Callable, Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence
 
 from ..heartbeat import DEFAULT_HEARTBEAT, Heartbeat
 from . import transport
-from .codec import HANDSHAKE_FRAME_LIMIT
+from .codec import HANDSHAKE_FRAME_LIMIT, EngineMessage
 from .connection import READY, Connection, Connector, Peer
 from .poller import Poller
 from .policies import FairQueue, RoundRobin
 from .sessions import _Sessions
 from .stream import _Stream
 from .wire import command
+
+if TYPE_CHECKING:
+    from ..curve import Curve
 
 __all__ = ["Engine", "Peer", "HANDSHAKE_FRAME_LIMIT"]
 
@@ -84,7 +87,7 @@ class Engine(_Sessions, _Stream):
         max_message_bytes: Optional[int],
         reconnect_ivl_s: float = 0.1,
         handshake_ivl_s: float = 30.0,
-        curve=None,
+        curve: Optional[Curve] = None,
         heartbeat: Heartbeat = DEFAULT_HEARTBEAT,
         rcvbuf: Optional[int] = None,
         sndbuf: Optional[int] = None,
@@ -139,7 +142,7 @@ class Engine(_Sessions, _Stream):
         self._lb = RoundRobin()
         #: peers with messages in their inbox, in fair-queue order
         self._fq = FairQueue(hwm)
-        self.orphans: collections.deque = collections.deque()
+        self.orphans: collections.deque[EngineMessage] = collections.deque()
         self.discarded_multipart = 0
         #: messages sent again because a peer's TCP never acknowledged them before it left
         self.resent = 0
@@ -168,15 +171,17 @@ class Engine(_Sessions, _Stream):
     # -- set-up (application thread, before start) ------------------------------------------
 
     @staticmethod
-    def _prepare_curve(curve):
+    def _prepare_curve(curve: Optional[Curve]) -> Optional[dict[str, Any]]:
         if curve is None:
             return None
         from zmq.utils import z85
-        keys = {"public": z85.decode(curve.public_key), "secret": z85.decode(curve.secret_key)}
+        keys: dict[str, Any] = {"public": z85.decode(curve.public_key), "secret": z85.decode(curve.secret_key)}
         if curve.is_server:
             authorized = curve.authorized
+            assert authorized is not None  # a server has it (``Curve.__post_init__``)
             keys["authorized"] = None if isinstance(authorized, str) else frozenset(z85.decode(k) for k in authorized)
         else:
+            assert curve.server_key is not None  # a client has one (``Curve.__post_init__``)
             keys["server"] = z85.decode(curve.server_key)
         return keys
 
@@ -208,7 +213,7 @@ class Engine(_Sessions, _Stream):
         """Make the I/O thread run its commands (lock held by the caller)."""
         self._poller.wake()
 
-    def call_soon(self, fn: Callable[[], None]) -> None:
+    def call_soon(self, fn: Callable[[], object]) -> None:
         """Run ``fn`` on the I/O thread (lock held by the caller)."""
         self._poller.call_soon(fn)
 
@@ -217,7 +222,7 @@ class Engine(_Sessions, _Stream):
         """The peers a message may be queued to now, in round-robin order (lock held)."""
         return self._lb.peers
 
-    def send_round_robin(self, messages: Iterable, timeout: Optional[float],
+    def send_round_robin(self, messages: Iterable[EngineMessage], timeout: Optional[float],
                          check: Callable[[], None]) -> tuple[int, bool]:
         """Queue ``messages`` in order, each to the next ready peer whose queue has room,
         waiting while none has: at most ``timeout`` seconds for each message (``None``: no
@@ -238,8 +243,8 @@ class Engine(_Sessions, _Stream):
                     # peer instead of one per message, the same order (RoundRobin.take_turns)
                     queued, touched = lb.take_turns(batch, sent, hwm)
                     if queued:
-                        for peer in touched:
-                            kick[peer.id] = peer
+                        for turned in touched:
+                            kick[turned.id] = turned
                         sent += queued
                         continue
                     deadline = None
@@ -264,7 +269,7 @@ class Engine(_Sessions, _Stream):
         return sent, False
 
     def receive(self, max_messages: int, max_bytes: Optional[int], deadline: Optional[float],
-                check: Callable[[], None]) -> list[bytes]:
+                check: Callable[[], None]) -> list[EngineMessage]:
         """Up to ``max_messages`` received messages (and about ``max_bytes``), fair-queued
         over the peers, waiting until ``deadline`` (monotonic seconds; ``None``: no limit)
         for the first; ``[]`` when none came in time. ``check`` as in ``send_round_robin``."""

@@ -24,9 +24,9 @@ from .wire import COMMAND, MORE, ZmtpError, command, encode_metadata, error_from
 __all__ = ["NullMechanism", "Declare", "Accept"]
 
 #: our metadata properties, given the peer's when they are known before we must declare
-Declare = Callable[[Optional[dict]], dict]
+Declare = Callable[[Optional[dict[str, bytes]]], dict[str, bytes]]
 #: checks the peer's metadata (its Socket-Type above all); raises ``ZmtpError``
-Accept = Callable[[dict], None]
+Accept = Callable[[dict[str, bytes]], None]
 
 
 class NullMechanism:
@@ -41,7 +41,7 @@ class NullMechanism:
         self.peer_metadata: dict[str, bytes] = {}
         self._sent_ready = False
 
-    def _ready_command(self, peer: Optional[dict]) -> bytes:
+    def _ready_command(self, peer: Optional[dict[str, bytes]]) -> bytes:
         self._sent_ready = True
         return command(b"READY", encode_metadata(self._declare(peer)))
 

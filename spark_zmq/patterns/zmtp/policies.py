@@ -9,9 +9,10 @@ know nothing of connections, threads or the wire.
 from __future__ import annotations
 
 import collections
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .codec import EngineMessage
     from .connection import Peer
 
 __all__ = ["RoundRobin", "FairQueue"]
@@ -62,7 +63,7 @@ class RoundRobin:
         return None
 
 
-    def take_turns(self, messages: list, start: int, hwm: int) -> tuple[int, list]:
+    def take_turns(self, messages: Sequence[EngineMessage], start: int, hwm: int) -> tuple[int, list[Peer]]:
         """Queue ``messages[start:]`` in turn, as many as fit while every peer has room;
         returns how many were queued and the peers that got some. The same peers get the same messages in the
         same order as one ``next_with_room`` per message would give them: with ``room``
@@ -79,7 +80,7 @@ class RoundRobin:
             return 0, []
         count = min(left, room * n)
         first = self._next
-        touched = []
+        touched: list[Peer] = []
         for k in range(min(n, count)):
             peer = peers[(first + k) % n]
             peer.outbox.extend(messages[start + k : start + count : n])
@@ -97,13 +98,13 @@ class FairQueue:
 
     def __init__(self, hwm: int) -> None:
         #: peers with messages in their inbox, in the order they get their next share
-        self.readable: collections.deque = collections.deque()
+        self.readable: collections.deque[Peer] = collections.deque()
         self.hwm = hwm
 
     def __bool__(self) -> bool:
         return bool(self.readable)
 
-    def deliver(self, peer: Peer, messages: list, nbytes: Optional[int] = None) -> bool:
+    def deliver(self, peer: Peer, messages: Sequence[EngineMessage], nbytes: Optional[int] = None) -> bool:
         """Queue what ``peer`` sent (``bytes``; tuples of frames, whose bytes ``nbytes``
         then counts, on a socket that takes multipart messages); whether its inbox is now
         full (the engine stops reading it)."""
@@ -116,11 +117,11 @@ class FairQueue:
             peer.resume_asked = False
         return peer.paused
 
-    def take(self, max_messages: int, max_bytes: Optional[int], resume: Callable[[Peer], None]) -> list[bytes]:
+    def take(self, max_messages: int, max_bytes: Optional[int], resume: Callable[[Peer], None]) -> list[EngineMessage]:
         """Up to ``max_messages`` messages (and about ``max_bytes``: at least one), a share
         from each peer in turn; ``resume(peer)`` for each paused peer drained to half its
         high-water mark."""
-        out: list[bytes] = []
+        out: list[EngineMessage] = []
         readable = self.readable
         size = 0
         limit = max_bytes if max_bytes is not None else 1 << 62

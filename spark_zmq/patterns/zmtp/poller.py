@@ -9,6 +9,7 @@ the protocol state. The loop knows nothing of ZMTP; the engine registers callbac
 from __future__ import annotations
 
 import collections
+import functools
 import heapq
 import itertools
 import logging
@@ -38,8 +39,8 @@ class Poller:
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
         self._woken = False
-        self._commands: collections.deque = collections.deque()
-        self._timers: list = []
+        self._commands: collections.deque[Callable[[], object]] = collections.deque()
+        self._timers: list[tuple[float, int, Callable[[], object]]] = []
         self._ids = itertools.count(1)
         self.selector.register(self._wake_r, selectors.EVENT_READ, self._on_wake)
 
@@ -54,14 +55,14 @@ class Poller:
             except (BlockingIOError, OSError):
                 pass
 
-    def call_soon(self, fn: Callable[[], None]) -> None:
+    def call_soon(self, fn: Callable[[], object]) -> None:
         """Run ``fn`` on the I/O thread (lock held by the caller)."""
         self._commands.append(fn)
         self.wake()
 
     # -- the I/O thread -----------------------------------------------------------------------
 
-    def at(self, delay: float, fn: Callable[[], None]) -> None:
+    def at(self, delay: float, fn: Callable[[], object]) -> None:
         """Run ``fn`` on the I/O thread ``delay`` seconds from now."""
         heapq.heappush(self._timers, (time.monotonic() + delay, next(self._ids), fn))
 
@@ -79,9 +80,9 @@ class Poller:
                 self.guard(fn)
             timeout = self._run_timers(tick)
             for key, mask in self.selector.select(timeout):
-                self.guard(lambda key=key, mask=mask: key.data(mask))
+                self.guard(functools.partial(key.data, mask))
 
-    def guard(self, fn: Callable[[], None]) -> None:
+    def guard(self, fn: Callable[[], object]) -> None:
         """Run ``fn``; a failure is logged and the loop goes on (one connection's bug must
         not stop the socket)."""
         try:

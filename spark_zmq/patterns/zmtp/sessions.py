@@ -13,7 +13,7 @@ import logging
 import os
 import selectors
 import socket
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import zmq
 
@@ -30,7 +30,13 @@ _ACCEPT_RETRY_S = 0.2
 HANDSHAKE_BACKOFF_MAX_S = 5.0
 
 
-class _Sessions:
+if TYPE_CHECKING:
+    from .parts import EngineParts
+else:
+    EngineParts = object
+
+
+class _Sessions(EngineParts):
     """The connection management of ``Engine`` (see the module's docstring)."""
 
     # -- clocks ------------------------------------------------------------------------

@@ -16,12 +16,13 @@ import logging
 import selectors
 import socket
 import time
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Optional, Sequence, cast
 
 import zmq
 
 from .codec import (
-    COMMAND, HANDSHAKE_FRAME_LIMIT, HARD_FRAME_LIMIT, MORE, FrameTooLarge, ZmtpError, encode_messages, parse_frames,
+    COMMAND, HANDSHAKE_FRAME_LIMIT, HARD_FRAME_LIMIT, MORE, FrameTooLarge, EngineMessage, ParsedFrame, ZmtpError,
+    encode_messages, parse_frames,
 )
 from .connection import CLOSED, GREETING, HANDSHAKE, READY, Connection
 from .null import NullMechanism
@@ -53,7 +54,13 @@ class _Renegotiate(ZmtpError):
     the endpoint keeps its queue."""
 
 
-class _Stream:
+if TYPE_CHECKING:
+    from .parts import EngineParts, Mechanism
+else:
+    EngineParts = object
+
+
+class _Stream(EngineParts):
     """The ZMTP protocol handling of ``Engine`` (see the module's docstring)."""
 
     # -- reading and writing a connection ----------------------------------------------
@@ -160,7 +167,7 @@ class _Stream:
 
     def _handshake_frames(self, conn: Connection, data: bytes, i: int) -> int:
         while conn.stage == HANDSHAKE:
-            frames: list = []
+            frames: list[ParsedFrame] = []
             i, conn.need, _ = parse_frames(data, i, HANDSHAKE_FRAME_LIMIT, frames, one=True)
             if not frames:
                 return i
@@ -193,7 +200,7 @@ class _Stream:
         encrypted = conn.mechanism.name != b"NULL"
         overhead = 33 if encrypted else 0  # CURVE's MESSAGE: name, nonce, MAC and flags around the payload
         limit = (self.max_message_bytes if self.max_message_bytes is not None else HARD_FRAME_LIMIT) + overhead
-        frames: list = []
+        frames: list[ParsedFrame] = []
         too_large = None
         try:
             i, conn.need, flagged = parse_frames(data, i, limit, frames)
@@ -204,25 +211,28 @@ class _Stream:
         if frames:
             if flagged or encrypted or conn.in_multipart:
                 self._frames_in_order(conn, frames, encrypted)
-            else:  # single-part messages only: the frames are the messages
-                self._deliver(conn, frames)
+            else:  # single-part messages only: the frames are the messages (bodies alone)
+                self._deliver(conn, cast("list[bytes]", frames))
         if too_large is not None:
             raise too_large
         return i
 
-    def _frames_in_order(self, conn: Connection, frames: list, encrypted: bool) -> None:
+    def _frames_in_order(self, conn: Connection, frames: list[ParsedFrame], encrypted: bool) -> None:
         """Frames with flags (``parse_frames``'s tuples) or sealed by CURVE, one by one:
         commands answered, multipart messages dropped whole (49/SCATTERGATHER) or, on a
         socket that takes them (``multipart``), delivered as a tuple of their frames once
         the last one came; messages delivered (also those before a frame that fails)."""
-        out: list = []
+        out: list[EngineMessage] = []
         append = out.append
         in_multipart = conn.in_multipart
         decode = conn.mechanism.decode
         multipart = self.multipart
         joined = 0  # bytes of the multipart messages in ``out``, beyond len() of the tuples
+        # a frame is exactly bytes or a (flags, body) tuple: ``type(f) is tuple`` does not
+        # narrow the other case for mypy
+        each: list[Any] = frames
         try:
-            for frame in frames:
+            for frame in each:
                 if type(frame) is tuple:
                     flags, body = frame
                 else:
@@ -267,7 +277,7 @@ class _Stream:
             raise ZmtpError(f"a multipart message exceeds max_message_bytes={limit} at its frame {parts} "
                             f"(its frames' bytes plus {PART_OVERHEAD} per frame count)")
 
-    def _deliver(self, conn: Connection, messages: list, nbytes: Optional[int] = None) -> None:
+    def _deliver(self, conn: Connection, messages: Sequence[EngineMessage], nbytes: Optional[int] = None) -> None:
         """Queue ``messages`` (``bytes``, or tuples of frames on a ``multipart`` socket, whose
         bytes the caller counts in ``nbytes``) in the peer's inbox."""
         peer = conn.peer
@@ -375,7 +385,7 @@ class _Stream:
             source = self.orphans if self.orphans else peer.outbox
             if not source:
                 return False
-            batch: list = []
+            batch: list[EngineMessage] = []
             size = 0
             take = source.popleft
             while source and size < _WRITE_BATCH_BYTES:
@@ -433,20 +443,21 @@ class _Stream:
 
     # -- mechanisms --------------------------------------------------------------------
 
-    def new_mechanism(self, conn: Connection):
+    def new_mechanism(self, conn: Connection) -> Mechanism:
         declare = lambda peer: self._declare(conn, peer)  # noqa: E731
         accept = lambda metadata: self._accept(conn, metadata)  # noqa: E731
         if self.curve is None:
             return NullMechanism(conn.initiator, declare, accept)
         from .curve import CurveClient, CurveServer
         keys = self._mechanism_keys
+        assert keys is not None  # prepared from ``curve`` (Engine._prepare_curve)
         if self.curve.is_server:
             allowed = keys["authorized"]
             authorize = (lambda key: True) if allowed is None else (lambda key: self._authorize(conn, key, allowed))
             return CurveServer(keys["public"], keys["secret"], authorize, declare, accept)
         return CurveClient(keys["public"], keys["secret"], keys["server"], declare, accept)
 
-    def _authorize(self, conn: Connection, key: bytes, allowed: frozenset) -> bool:
+    def _authorize(self, conn: Connection, key: bytes, allowed: frozenset[bytes]) -> bool:
         if key in allowed:
             return True
         from zmq.utils import z85
@@ -457,7 +468,7 @@ class _Stream:
             log.warning("CURVE: refused client key %s from %s (not in curveAuthorizedKeys)", text, conn.address)
         return False
 
-    def _declare(self, conn: Connection, peer: Optional[dict]) -> dict:
+    def _declare(self, conn: Connection, peer: Optional[dict[str, bytes]]) -> dict[str, bytes]:
         conn.sent_metadata = True
         if peer is not None:
             kind = (peer.get("socket-type") or b"").upper()
@@ -469,7 +480,7 @@ class _Stream:
         conn.declared = ours
         return {"Socket-Type": ours}
 
-    def _accept(self, conn: Connection, metadata: dict) -> None:
+    def _accept(self, conn: Connection, metadata: dict[str, bytes]) -> None:
         kind = socket_type_of(metadata)
         answer = self.peer_types.get(kind)
         declared = conn.declared

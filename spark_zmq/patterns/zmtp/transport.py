@@ -13,7 +13,7 @@ import socket
 import tempfile
 import threading
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 __all__ = ["Address", "parse_address", "listen", "register_inproc", "unregister_inproc", "connect_inproc"]
 
@@ -90,7 +90,7 @@ def listen(address: Address, backlog: int = 128) -> tuple[socket.socket, str]:
     raise ValueError(f"cannot listen on {address.describe()}")
 
 
-def connect_target(address: Address) -> tuple[int, object]:
+def connect_target(address: Address) -> tuple[int, Union[str, tuple[Any, ...]]]:
     """``(family, sockaddr)`` to connect to; resolves a tcp host name each time (DNS may change)."""
     if address.transport == "tcp":
         family, _, _, _, sockaddr = socket.getaddrinfo(address.host, address.port, type=socket.SOCK_STREAM)[0]

@@ -106,6 +106,8 @@ class ArrowDecoder(Decoder):
     def _with_headers(self, decoded: list[pa.RecordBatch], headers: Headers) -> Iterator[pa.RecordBatch]:
         """Output batches of one message with its headers column inserted, each at most
         about ``_MAX_OUTPUT_BATCH_BYTES``; ``spark_zmq.row`` counts across its batches."""
+        headers_at = self.headers_at
+        assert headers_at is not None  # only a reader with a headers column reads headers
         position = 0
         for out in decoded:
             rows = out.num_rows
@@ -117,7 +119,7 @@ class ArrowDecoder(Decoder):
             for start in range(0, rows, step):
                 n = min(step, rows - start)
                 arrays = [column.slice(start, n) for column in data]
-                arrays.insert(self.headers_at, headers_column(headers, position + start, n, self.headers_type))
+                arrays.insert(headers_at, headers_column(headers, position + start, n, self.headers_type))
                 yield pa.RecordBatch.from_arrays(arrays, schema=self.target)
             position += rows
 

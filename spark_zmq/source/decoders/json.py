@@ -275,8 +275,8 @@ class JsonDecoder(Decoder):
         if bad:
             self.malformed += len(bad)
             if self.mode == "FAILFAST":
-                i = min(bad)
-                raise self._malformed_error(channel, first + i, values[i].as_py(), bad[i])
+                first_bad = min(bad)
+                raise self._malformed_error(channel, first + first_bad, values[first_bad].as_py(), bad[first_bad])
             self._warn_malformed(bad, n, channel, first)
         yield from self._assemble_json(values, found, bad)
 
@@ -318,6 +318,7 @@ class JsonDecoder(Decoder):
         arrays = []
         for field in self.target:
             if field.name == self.corrupt_column:
+                assert corrupt is not None  # made above when there is a corrupt-record column
                 column = corrupt.cast(field.type)
             else:
                 column = table.column(field.name).combine_chunks().cast(field.type)
