@@ -28,10 +28,15 @@ RATE, MESSAGES, AFTER, FAULT_SECONDS = 1000, 40_000, 3000, 30
 WARN = "producer connection(s) broke"
 
 
-def _elapse(seconds: float) -> None:
-    """The fault's duration (not synchronisation: nothing is waited for)."""
+def _elapse(seconds: float, look=lambda: None) -> None:
+    """The fault's duration (not synchronisation: nothing is waited for); ``look`` is
+    called every half second meanwhile."""
     began = time.monotonic()
-    netbed.poll(lambda: time.monotonic() - began >= seconds, seconds + 5, 0.5, f"{seconds} s to pass")
+
+    def over():
+        look()
+        return time.monotonic() - began >= seconds
+    netbed.poll(over, seconds + 5, 0.5, f"{seconds} s to pass")
 
 
 class Watch:
@@ -43,7 +48,7 @@ class Watch:
         with open(kit.driver.log_path, "rb") as f:
             self.log_from = len(f.read())
         self.warn_at = None  # time.time() the WARN was first seen
-        self.fault_at = None
+        self.fault_at = self.healed_at = None
 
     def warn_lines(self) -> list:
         with open(self.kit.driver.log_path, "rb") as f:
@@ -57,6 +62,21 @@ class Watch:
 
     def fault(self) -> None:
         self.fault_at = time.time()
+
+    def heal(self) -> float:
+        self.healed_at = time.time()
+        return self.healed_at
+
+    def wait_event(self, started: dict, event: str, timeout: float, **match) -> dict:
+        """``Kit.wait_event``, looking for the WARN meanwhile."""
+        def found():
+            self.look()
+            for e in self.kit.events(started):
+                if e["event"] == event and all(e.get(k, 0) >= v for k, v in match.items()):
+                    return e
+            assert started["proc"].poll() is None, f"{started['name']} exited before {event}"
+            return None
+        return netbed.poll(found, timeout, 0.2, f"{started['name']}: {event}")
 
     def broken_at(self):
         for e in self.kit.events(self.job):
@@ -85,12 +105,18 @@ class Watch:
         return None if t is None or self.fault_at is None else round(t - self.fault_at, 1)
 
 
-def _stall(timeline: list, after: float) -> dict:
-    """The longest gap between batches with rows from ``after`` (time.time()), and the first
-    batch with rows after it."""
+def _stall(timeline: list, after: float, healed) -> dict:
+    """The longest gap between batches with rows from ``after`` (time.time(), the fault),
+    the last batch with rows before the heal and the first after it (seconds from it)."""
     times = [t for t, _ in timeline if t >= after - 5]
     gaps = [round(b - a, 1) for a, b in zip(times, times[1:])]
-    return {"longest_gap_between_batches_s": max(gaps, default=None)}
+    figures = {"longest_gap_between_batches_s": max(gaps, default=None)}
+    if healed is not None:
+        before = [t for t in times if t <= healed]
+        later = [t for t in times if t > healed]
+        figures.update(last_rows_before_heal_s=before and round(before[-1] - after, 1),
+                       first_rows_after_heal_s=later and round(later[0] - healed, 1))
+    return figures
 
 
 def _stream(kit: Kit, bed: netbed.NetBed, name: str) -> tuple:
@@ -127,7 +153,7 @@ def _finish(kit: Kit, job: dict, producer: dict, watch: Watch, label: str, **ext
         "broken_connections": result.get("broken_connections"),
         "broken_in_progress_after_s": watch.since_fault(watch.broken_at()),
         "warn_lines": len(watch.warn_lines()), "warn_after_s": watch.since_fault(watch.warn_at),
-        **_stall(result.get("timeline", []), watch.fault_at or 0), **extra,
+        **_stall(result.get("timeline", []), watch.fault_at or 0, watch.healed_at), **extra,
     }
     print(f"matrix {label}:", json.dumps(figures))
     if watch.warn_lines():
@@ -142,10 +168,10 @@ def test_producer_to_driver_dropped_one_way_for_30s(bed, kit):
     job, producer, watch = _stream(kit, bed, "oneway")
     bed.drop("producer", peer="driver", direction="out")
     watch.fault()
-    _elapse(FAULT_SECONDS)
+    _elapse(FAULT_SECONDS, watch.look)
     bed.heal("producer")
-    healed = time.time()
-    kit.wait_event(producer, "sent_all", 180)
+    healed = watch.heal()
+    watch.wait_event(producer, "sent_all", 180)
     watch.settle()
     figures = _finish(kit, job, producer, watch, "one-way drop 30 s",
                       healed_to_settled_s=round(time.time() - healed, 1))
@@ -164,9 +190,10 @@ def test_producer_connection_reset_while_sending(bed, kit):
     job, producer, watch = _stream(kit, bed, "reset")
     bed.reject("producer", "driver")
     watch.fault()
-    _elapse(5)
+    _elapse(5, watch.look)
     bed.heal("producer")
-    kit.wait_event(producer, "sent_all", 180)
+    watch.heal()
+    watch.wait_event(producer, "sent_all", 180)
     watch.settle()
     figures = _finish(kit, job, producer, watch, "reset")
     assert figures["query_error"] is None
@@ -193,10 +220,7 @@ def test_producer_cut_for_good_seen_within_60s(bed, kit):
         if rows != last["rows"]:
             last.update(rows=rows, at=time.monotonic())
         return False
-    began = time.monotonic()
-    while time.monotonic() - began < 60:  # the observation window, polled
-        grown()
-        time.sleep(1.0)
+    _elapse(60, grown)  # the observation window
     stalled_s = round(time.monotonic() - last["at"], 1)
     figures = _finish(kit, job, producer, watch, "cut for good (60 s seen)", rows_at_cut=rows_at_cut,
                       stalled_for_s=stalled_s)
@@ -213,10 +237,10 @@ def test_worker_link_down_for_30s_during_a_query(bed, kit):
     job, producer, watch = _stream(kit, bed, "link")
     bed.link_down("w1")
     watch.fault()
-    _elapse(FAULT_SECONDS)
+    _elapse(FAULT_SECONDS, watch.look)
     bed.link_up("w1")
-    healed = time.time()
-    kit.wait_event(producer, "sent_all", 180)
+    healed = watch.heal()
+    watch.wait_event(producer, "sent_all", 180)
     watch.settle()
     figures = _finish(kit, job, producer, watch, "w1 link down 30 s",
                       healed_to_settled_s=round(time.time() - healed, 1))
