@@ -312,9 +312,9 @@ def write(spec: dict, session=None) -> int:
         result["executors"] = _wait_executors(spark, int(spec.get("executors", 2)), 60)
         _status(status, event="started", driver_host=result["driver_host"], executors=result["executors"])
         value = "CAST(id AS STRING)"
-        if spec.get("pace_ms"):  # each row takes pace_ms in its task (Thread.sleep returns null)
-            value = f"concat({value}, coalesce(reflect('java.lang.Thread', 'sleep', CAST({int(spec['pace_ms'])} " \
-                    "AS BIGINT)), ''))"
+        if spec.get("pace_ms"):  # each row takes pace_ms in its task (reflect gives "null" for void: cut)
+            value = f"concat({value}, coalesce(substr(reflect('java.lang.Thread', 'sleep', " \
+                    f"CAST({int(spec['pace_ms'])} AS BIGINT)), 1, 0), ''))"
         df = spark.range(0, int(spec["count"]), numPartitions=int(spec.get("partitions", 4))) \
             .selectExpr(f"{value} AS value")
         t0 = time.monotonic()

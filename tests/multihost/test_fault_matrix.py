@@ -287,23 +287,30 @@ def test_sink_consumer_dropped_for_30s_during_a_write(bed, kit):
     with open(kit.driver.log_path, "rb") as f:
         f.seek(log_from)
         log = f.read().decode(errors="replace")
-    task_failures = [line for line in log.splitlines() if "Lost task" in line or "TaskSetManager" in line]
+    task_failures = [line for line in log.splitlines() if "Lost task" in line]
+    timeouts = [line for line in log.splitlines() if "SinkTimeoutError" in line and "were not sent" in line]
     expected = {str(i) for i in range(SINK_ROWS)}
+    duplicated = sorted(int(v) for v, n in values.items() if n > 1)
     figures = {"fault": "sink consumer dropped 30 s", "ok": result["ok"], "error": (result.get("error") or "")[:600],
                "write_s": result.get("write_s"), "fault_to_write_end_s": round(done_at - fault_at, 1),
                "heal_to_write_end_s": round(done_at - healed, 1),
                "received": sum(values.values()), "distinct": len(set(values) & expected),
                "missing": len(expected - set(values)), "missing_ranges": ranges(int(v) for v in expected - set(values))[:10],
-               "duplicates": sum(n - 1 for v, n in values.items() if n > 1),
-               "task_failure_lines": len(task_failures)}
+               "duplicates": sum(n - 1 for v, n in values.items() if n > 1), "duplicated_ranges": ranges(duplicated)[:10],
+               "unexpected": len(set(values) - expected), "lost_task_lines": len(task_failures),
+               "sink_timeout_lines": [line[-200:] for line in timeouts[:4]]}
     print("matrix sink:", json.dumps(figures))
     for line in task_failures[:5]:
         print("  driver:", line[-300:])
     if not result["ok"]:
         print("  write error:", (result.get("error") or "")[:1500])
-    if figures["missing"]:
-        assert not result["ok"], f"a write that succeeded lost {figures['missing']} messages: {figures}"
-    assert result["ok"] or result.get("error"), figures
+    # nothing lost; what a task sent before Spark retried it arrives twice, and every retry is
+    # in the driver's log (the task's SinkTimeoutError); each task has 10,000 rows
+    assert result["ok"], figures
+    assert figures["missing"] == 0 and figures["unexpected"] == 0, figures
+    if figures["duplicates"]:
+        assert task_failures and timeouts, f"duplicates without a retried task in the driver's log: {figures}"
+        assert figures["duplicates"] <= len(task_failures) * SINK_ROWS // 4, figures
 
 
 @pytest.mark.timeout(480)
