@@ -19,9 +19,11 @@ one per event) and, for the consumer, the messages it received (one line each).
 - ``stream``: a SparkSession on ``master`` (a standalone cluster, client mode), a
   ``readStream.format("zmq")`` query with ``options`` written by Spark's JSON file sink to
   ``output`` (checkpoint ``checkpoint``), until ``expected`` input rows have been counted
-  or ``deadline`` seconds passed; ``result`` gets the figures.
+  or ``deadline`` seconds passed; ``result`` gets the figures (with the batches' times and
+  rows, and ``brokenConnections`` from the progress's source ``latestOffset``, also
+  reported as a ``broken`` event when it grows).
 - ``write``: the same session, ``count`` rows written with ``df.write.format("zmq")`` and
-  ``options``.
+  ``options``; ``pace_ms``: each row takes that long in its task (a write that lasts).
 - ``request``: the same session, ``spark_zmq.request`` on ``count`` rows (``id``) to
   ``endpoint`` (a broker's frontend) with ``options``; ``result`` gets the rows answered,
   the wrong answers and the answers per worker.
@@ -221,6 +223,21 @@ def _wait_executors(spark, want: int, timeout: float) -> int:
         time.sleep(0.2)
 
 
+def _broken_connections(progress: dict) -> int:
+    """``brokenConnections`` in the source's ``latestOffset`` of one progress (0 without)."""
+    count = 0
+    for source in progress.get("sources", []):
+        latest = source.get("latestOffset")
+        if isinstance(latest, str):
+            try:
+                latest = json.loads(latest)
+            except ValueError:
+                latest = None
+        if isinstance(latest, dict):
+            count = max(count, int(latest.get("brokenConnections", 0)))
+    return count
+
+
 def stream(spec: dict, session=None) -> int:
     status, result = spec["status"], {"ok": False}
     began = time.monotonic()
@@ -241,12 +258,19 @@ def stream(spec: dict, session=None) -> int:
         seen: dict = {}
         first_rows_at = None
         error = None
+        broken, timeline = 0, []
         while time.monotonic() < deadline:
             for p in query.recentProgress:
                 if p["batchId"] not in seen:
                     seen[p["batchId"]] = p["numInputRows"]
                     if p["numInputRows"] and first_rows_at is None:
                         first_rows_at = time.monotonic() - began
+                    if p["numInputRows"]:
+                        timeline.append([round(time.time(), 2), p["numInputRows"]])
+                    count = _broken_connections(p)
+                    if count > broken:
+                        broken = count
+                        _status(status, event="broken", broken=count, batch=p["batchId"])
             rows = sum(seen.values())
             if rows >= expected:
                 break
@@ -259,7 +283,8 @@ def stream(spec: dict, session=None) -> int:
             time.sleep(0.25)  # polling the query's progress with the deadline above
         rows = sum(seen.values())
         result.update(rows=rows, batches=len(seen), first_rows_s=first_rows_at and round(first_rows_at, 2),
-                      seconds=round(time.monotonic() - began, 2), error=error)
+                      seconds=round(time.monotonic() - began, 2), error=error, broken_connections=broken,
+                      timeline=timeline)
         if error is None and query.exception() is not None:
             result["error"] = str(query.exception())
         query.stop()
@@ -286,8 +311,12 @@ def write(spec: dict, session=None) -> int:
         result["driver_host"] = spark.conf.get("spark.driver.host", None)
         result["executors"] = _wait_executors(spark, int(spec.get("executors", 2)), 60)
         _status(status, event="started", driver_host=result["driver_host"], executors=result["executors"])
+        value = "CAST(id AS STRING)"
+        if spec.get("pace_ms"):  # each row takes pace_ms in its task (reflect gives "null" for void: cut)
+            value = f"concat({value}, coalesce(substr(reflect('java.lang.Thread', 'sleep', " \
+                    f"CAST({int(spec['pace_ms'])} AS BIGINT)), 1, 0), ''))"
         df = spark.range(0, int(spec["count"]), numPartitions=int(spec.get("partitions", 4))) \
-            .selectExpr("CAST(id AS STRING) AS value")
+            .selectExpr(f"{value} AS value")
         t0 = time.monotonic()
         df.write.format("zmq").options(**spec["options"]).mode("append").save()
         result.update(ok=True, write_s=round(time.monotonic() - t0, 2))

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 import netbed
+from bedkit import Driver, Kit
 
 HOSTS = ["master", "w1", "w2", "driver", "producer", "producer2", "consumer", "relay", "relay2"]
 
@@ -45,3 +46,26 @@ def cluster(bed, bed_dir):
         yield started
     finally:
         started.stop()
+
+
+@pytest.fixture(scope="module")
+def driver(bed, cluster, bed_dir):
+    """One Spark application in client mode on host ``driver`` for the whole module."""
+    made = Driver(bed, cluster, bed_dir)
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+@pytest.fixture
+def kit(bed, cluster, driver, bed_dir, request):
+    """The test's programs on the bed; whatever a test broke is healed at its end."""
+    made = Kit(bed, cluster, bed_dir, request.node.name.replace("[", "-").replace("]", ""), driver)
+    try:
+        yield made
+    finally:
+        made.close()
+        for host in bed.hosts:
+            bed.heal(host)
+            bed.link_up(host)
