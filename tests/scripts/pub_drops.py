@@ -28,7 +28,10 @@ spark.sparkContext.setLogLevel("ERROR")
 import spark_zmq  # noqa: E402
 
 spark_zmq.register(spark)
-subscriber = Sub(f"@tcp://127.0.0.1:{port}", topics=[""], hwm=100, rcvbuf=4096)
+# The subscriber's own queue must never be what fills: a SUB at its high-water mark drops
+# what arrives (by specification, and where the sink cannot count it). Slowness reaches the
+# writer through TCP instead (a 4 KiB receive buffer), whose XPUB counts each drop.
+subscriber = Sub(f"@tcp://127.0.0.1:{port}", topics=[""], hwm=rows + 1, rcvbuf=4096)
 received = 0
 written = threading.Event()
 
