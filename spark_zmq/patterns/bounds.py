@@ -35,19 +35,31 @@ _NOBLOCK = int(zmq.NOBLOCK)
 
 
 def recv_bounded(sock: zmq.Socket[Any], max_frames: int, max_bytes: Optional[int],
-                 flags: int = _NOBLOCK) -> tuple[list[zmq.Frame], zmq.Frame, str]:
+                 flags: int = _NOBLOCK, more: Optional[Callable[[], int]] = None) -> tuple[list[Any], zmq.Frame, str]:
     """One whole message, read frame by frame (``zmq.Again`` when none waits with
     ``NOBLOCK``): ``(frames, first, "")``, or ``(kept, first, why)`` when it has more than
     ``max_frames`` frames or more than ``max_bytes`` in all, ``kept`` then being the frames
     read before the limit was passed. ``first`` is the first frame (for ``peer_address``).
-    Past a limit the rest is read and let go at once, never kept."""
+    Past a limit the rest is read and let go at once, never kept.
+
+    Every frame is a ``zmq.Frame`` (the broker forwards them without a copy); with ``more``,
+    the socket's RCVMORE check (``rcvmore``), the frames after the first are ``bytes``
+    instead, which costs a caller that wants bytes one ``Frame`` per message, not per frame."""
     first = sock.recv(flags, copy=False)
-    frames, total, why = [first], len(first), ""
+    frames: list[Any] = [first]
+    total, why = len(first), ""
     if max_bytes is not None and total > max_bytes:
         frames, why = [], f"more than {max_bytes:,} bytes in all"
-    frame = first
-    while frame.more:
-        frame = sock.recv(copy=False)  # the rest of a message arrives with its first frame
+    has_more = first.more
+    frame: Any  # a Frame, or bytes with ``more``
+    while has_more:
+        # the rest of a message arrives with its first frame
+        if more is None:
+            frame = sock.recv(copy=False)
+            has_more = frame.more
+        else:
+            frame = sock.recv()
+            has_more = bool(more())
         total += len(frame)
         if why:
             continue
@@ -103,27 +115,9 @@ class MessageBounds:
         of a refusal); the rest are read as ``bytes`` with the ctypes RCVMORE check (see
         ``rcvmore``): a ``Frame`` per frame and its ``.bytes`` copy cost a request-reply
         round trip a third of its time."""
-        first = sock.recv(flags, copy=False)
-        head = first.bytes
-        out, total, why = [head], len(head), ""
-        max_frames, max_bytes = self.max_frames, self.max_bytes
-        if max_bytes is not None and total > max_bytes:
-            out, why = [], f"more than {max_bytes:,} bytes in all"
-        if first.more:
-            more = self._more_of(sock)
-            recv = sock.recv
-            while True:
-                frame = recv()  # the rest of a message arrives with its first frame
-                total += len(frame)
-                if not why:
-                    if len(out) >= max_frames:
-                        why = f"more than {max_frames} frames"
-                    elif max_bytes is not None and total > max_bytes:
-                        why = f"more than {max_bytes:,} bytes in all"
-                    else:
-                        out.append(frame)
-                if not more():
-                    break
+        out, first, why = recv_bounded(sock, self.max_frames, self.max_bytes, flags, self._more_of(sock))
+        if out:
+            out[0] = first.bytes  # (the first frame is kept whenever anything is)
         if not why:
             return out, [], ""
         self.refused(peer_address(first), why)
