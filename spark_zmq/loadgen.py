@@ -185,8 +185,8 @@ def produce(
     were dropped, instead of reporting them sent.
 
     ``curve`` makes the socket a CURVE client or server. A client that has seen no
-    successful handshake by its last send waits (up to ``linger``) for the handshakes to
-    end, since nothing it queued can leave before one does; if every endpoint refused it,
+    successful handshake by its last send waits (up to ``peer_wait``, as above) for the
+    handshakes to end, since nothing it queued can leave before one does; if every endpoint refused it,
     the run ends at once with ``HandshakeRejectedError``. Rejections are counted in the
     result either way.
     """
@@ -282,6 +282,7 @@ def produce(
                 raise
             if outcomes is not None:
                 outcomes.poll()
+                stopped = False
                 if waits_for_peer and not outcomes.accepted and messages:
                     # queued messages leave only once a peer is there: wait for the first (a
                     # query still starting) up to peer_wait, then linger for the delivery; a
@@ -291,12 +292,13 @@ def produce(
                             and time.monotonic() < deadline:
                         outcomes.poll(min(0.5, max(0.0, deadline - time.monotonic())))
                         if stop is not None and stop():
+                            stopped = True
                             break
                 rejected, last_rejection = outcomes.watch.rejected, outcomes.watch.last_rejection
                 if client and outcomes.all_refused:
                     sock.close(linger=0)  # nothing queued can ever leave: do not linger over it
                     raise outcomes.error(messages)
-                if waits_for_peer and not outcomes.accepted and messages and not (stop is not None and stop()):
+                if waits_for_peer and not outcomes.accepted and messages and not stopped:
                     sock.close(linger=0)
                     raise NoPeerError(
                         f"no peer connected to {endpoints} within {peer_wait:g} s of the last send (peer_wait): the "
