@@ -112,6 +112,9 @@ class Receiver:
         self._thread = threading.Thread(target=self._run, name=f"zmq-receiver-{log.channel}", daemon=True)
 
     def start(self) -> "Receiver":
+        # silence counts from the start: what waited in the socket before it is not idleness
+        # (a Trigger.AvailableNow drain reads this across a process boundary, via the relay)
+        self.last_receive = time.monotonic()
         self._thread.start()
         return self
 

@@ -21,7 +21,8 @@ from zmqtest import free_ports
 pytestmark = pytest.mark.timeout(120)
 
 MESSAGES = 3000
-IDLE_S = 0.5
+#: long enough that a producer connecting just after the start is heard on a busy machine
+IDLE_S = 1.5
 #: between the receivers' bind and their start, longer than IDLE_S: Spark's start and its
 #: first plan, where the query's receivers are bound but not yet receiving
 PLANNING_S = 2 * IDLE_S
