@@ -37,6 +37,10 @@ Scenarios (the benchmark issue's numbering):
     reqrep-broker-lru four workers, one 10x slower: spark-zmq broker's time over plain
                       round-robin's (target <= 0.6);
     reqrep-latency    one request at a time through the broker vs a direct REQ/REP round trip.
+  9 bed               across hosts on the tests' multi-host bed (root, ip, nft; skipped without):
+                      bed-fetch, read tasks on two other hosts fetching from the driver's spool
+                      vs reading spool files every host sees (spoolAccess=local); bed-ingest,
+                      producers on two other hosts vs one on the driver's host (bench/bed.py).
 Fair ceilings (``CEILINGS``; the sources are in bench/ceilings.py): Spark's own cost with a
 Python source or sink that does no ZeroMQ work (in-memory sources for ingest and latency, a
 discarding writer for egress); the wire's (a bare pyzmq loop, libzmq's C test) where that
@@ -64,6 +68,7 @@ from typing import Callable
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import backpressure  # noqa: E402
+import bed  # noqa: E402
 import curvekeys  # noqa: E402
 import egress  # noqa: E402
 import ingest  # noqa: E402
@@ -75,10 +80,10 @@ from common import HERE, spark_session  # noqa: E402
 
 FULL = {"raw": 1_000_000, "socket": 30_000, "arrow_messages": 400, "arrow_rows": 10_000, "latency_s": 10.0,
         "bp_messages": 200_000, "scaling": 200_000, "reqrep_arrow": 4_000_000, "reqrep_json": 20_000,
-        "reqrep_lru": 400, "reqrep_latency": 2_000}
+        "reqrep_lru": 400, "reqrep_latency": 2_000, "bed": 200_000}
 SMOKE = {"raw": 5_000, "socket": 2_000, "arrow_messages": 4, "arrow_rows": 1_000, "latency_s": 2.0,
          "bp_messages": 5_000, "scaling": 5_000, "reqrep_arrow": 10_000, "reqrep_json": 500,
-         "reqrep_lru": 40, "reqrep_latency": 100}
+         "reqrep_lru": 40, "reqrep_latency": 100, "bed": 4_000}
 
 
 #: each scenario's fair ceiling: the contender that does everything the connector must do
@@ -403,6 +408,8 @@ def main(argv: list[str]) -> int:
         "latency": lambda: {"scenario": "latency", **latency.measure(spark, 10_000, size["latency_s"], reps)},
         "backpressure": lambda: {"scenario": "backpressure", **backpressure.connector(
             spark, size["bp_messages"], 1024, spool_bytes=16 << 20, rows_per_trigger=20_000)},
+        # across hosts on the tests' multi-host bed (root only): bed-fetch and bed-ingest
+        "bed": lambda: bed.measure(size["bed"], reps, compare),
     }
     results = []
     started = time.time()
@@ -414,6 +421,9 @@ def main(argv: list[str]) -> int:
             print(f"{name:18s} skipped: {no_node}", flush=True)
             continue
         result = run()
+        if isinstance(result, list):  # a scenario of several rows (bed)
+            results.extend(result)
+            continue
         if name in ("latency", "backpressure", "reqrep-broker-lru", "reqrep-latency"):  # (scaling prints its own)
             print(f"{name:18s} " + json.dumps({k: v for k, v in result.items() if k != "scenario"}), flush=True)
         results.append(result)

@@ -149,7 +149,8 @@ SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
          choices=("threads", "processes")),
     _src("receiverLingerSeconds", "seconds", "receiver_linger_seconds", "With `receivers=processes`: how long "
          "a stopped query's receiver processes keep receiving and spooling, detached, waiting for the restarted "
-         "query (same `spoolDir` and options) to attach to them; a restart within it loses nothing. Past it they "
+         "query (same `spoolDir` and options) to attach to them; a restart within it loses nothing, and a new "
+         "query on that `spoolDir` with `startingOffsets=latest` begins where the stopped one left. Past it they "
          "drain into the spool and exit. `0`: they stop with the query.", default=300.0, default_doc="300",
          minimum=0.0, maximum=MAX_SECONDS, allow_zero=True),
     _src("relayReader", "name", "relay_reader", "With `relays`: the name this query reads under. Several "
@@ -158,8 +159,9 @@ SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
          "name another running query holds is refused.", default="default", default_doc="`default`",
          valid_doc="1 to 64 letters, digits, `.`, `_`, `-`, starting with a letter or digit"),
     _src("relayTimeout", "seconds", "relay_timeout", "With `relays`: how long the driver waits for a silent "
-         "relay (requests are resent meanwhile, so a relay may restart within it) before the query fails.",
-         default=30.0, default_doc="30", minimum=0.0, maximum=MAX_SECONDS),
+         "relay (requests are resent meanwhile, so a relay may restart, or a network blink between it and the driver "
+         "pass, within it) before the query fails.",
+         default=120.0, default_doc="120", minimum=0.0, maximum=MAX_SECONDS),
     _src("fetchTimeout", "seconds", "fetch_timeout", "How long a read task waits for a silent spool server (the "
          "driver's fetch service or a relay's port) before it fails and Spark retries it. A request unanswered "
          "for 15 s is resent meanwhile, by then on a new connection if heartbeats found the old one dead.",
@@ -183,8 +185,9 @@ SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
     _src("maxTriggerDelay", "duration", "max_trigger_delay", "With `minRowsPerTrigger`: the longest a "
          "micro-batch waits for them, counted from the last batch (or the query's start); then it takes what "
          "has arrived.", default=900.0, default_doc="`15min`", maximum=MAX_SECONDS),
-    _src("startingOffsets", "choice", "starting_offsets", "`latest`: what arrives after the query starts; "
-         "`earliest`: also what an existing spool holds. Only for a new checkpoint.",
+    _src("startingOffsets", "choice", "starting_offsets", "`latest`: what arrives after the query starts "
+         "(and what receiver processes left lingering by a stopped query took since it stopped); `earliest`: also "
+         "what an existing spool holds. Only for a new checkpoint.",
          default="latest", default_doc="`latest`", choices=("latest", "earliest")),
     _src("startingTimestamp", "int", "starting_timestamp", "Milliseconds since the epoch: start at the first "
          "message received at or after it that the spool (or relay) still holds; before the oldest message held, at "

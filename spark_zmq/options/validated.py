@@ -78,7 +78,7 @@ class SourceOptions(_SocketSettings):
     committed_only: bool = False
     relays: list[str] = field(default_factory=list)
     relay_reader: str = "default"
-    relay_timeout: float = 30.0
+    relay_timeout: float = 120.0
     fetch_timeout: float = 120.0
     receivers: str = "processes"
     receiver_linger_seconds: float = 300.0

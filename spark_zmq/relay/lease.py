@@ -55,6 +55,14 @@ class Lease:
         return (isinstance(session, str) and self.holder == session
                 and self._clock() - self._renewed < self.ttl_s)
 
+    def last_held_by(self, session: object) -> bool:
+        """Whether ``session`` holds the lease or was its last holder and nobody has claimed
+        it since: what a fetch needs. A driver cut off from the relay for longer than ``ttl``
+        (a network blink, a long GC pause) lets its lease lapse while its executors, which
+        still reach the relay, go on reading; that is no reason to fail their tasks while no
+        other query has taken the name."""
+        return isinstance(session, str) and self.holder == session
+
     def release(self, session: str) -> None:
         """Give the lease up (a reader that stops); a stranger's release changes nothing."""
         if self.holder == session:

@@ -126,10 +126,17 @@ class Readers:
             if reader is not None:
                 reader.lease.release(session)
 
-    def holds(self, session: object) -> bool:
-        """Whether ``session`` holds some reader's lease now (a fetch's check)."""
+    def held_by(self, name: str, session: str) -> bool:
+        """Whether ``session`` holds ``name``'s lease now."""
         with self._lock:
-            return any(r.lease.holds(session) for r in self.readers.values())
+            reader = self.readers.get(name)
+            return reader is not None and reader.lease.holds(session)
+
+    def may_fetch(self, session: object) -> bool:
+        """Whether ``session`` holds some reader's lease, or held it last and nobody has
+        claimed it since (``Lease.last_held_by``): a fetch's check."""
+        with self._lock:
+            return any(r.lease.last_held_by(session) for r in self.readers.values())
 
     def held(self, name: str) -> bool:
         with self._lock:

@@ -94,6 +94,9 @@ class Relay:
         #: how old a held message may get, in seconds (``None``: no limit)
         self.retention_s = retention_s
         self._free_lock = threading.Lock()  # one freeing at a time (commits, retention)
+        #: each reader's channels' latest offsets at the last request of the query holding its
+        #: lease: what arrived later, no query of that name was there to see (``_handle``)
+        self._attended: dict[str, list[int]] = {}
         self.ingest = IngestRuntime(options)
         spool = self.ingest.spool
         try:
@@ -168,14 +171,20 @@ class Relay:
         if not isinstance(session, str) or not 0 < len(session) <= 64:
             raise ValueError("bad request: 'session' must be a string of 1 to 64 characters")
         if op is Op.DETACH:
+            if self.readers.held_by(reader, session):
+                self._attend(reader)
             self.readers.release_lease(reader, session)
             return {}
         lease_refusal = self.readers.claim(reader, session)
         if lease_refusal is not None:  # a clear refusal, not a failure
             return {"refused": {"idle": lease_refusal.idle_s, "lapses": lease_refusal.lapses_in_s, "reader": reader}}
+        attended = self._attended.get(reader)
+        self._attend(reader)
         if op is Op.ATTACH:
             log.info("relay: read by session %s as reader %r", session, reader)
-            return {**self._describe(reader), **self._state(reader)}
+            # ``attendedUntil``: where the last query of this name left (a receiver process a
+            # query left lingering took what came after for the next one: startingOffsets=latest)
+            return {**self._describe(reader), **self._state(reader), "attendedUntil": attended}
         if op is Op.STATE:
             return self._state(reader)
         if op is Op.START:
@@ -317,8 +326,9 @@ class Relay:
 
     def _authorize_fetch(self, request: dict[str, Any]) -> Optional[str]:
         """Why a fetch request may not be served (``None``: it may): it must name a session
-        that holds a reader's lease, and end within what the channel's spool has written."""
-        if not self.readers.holds(request.get("session")):
+        that holds a reader's lease (or held it last, nobody having claimed it since), and end
+        within what the channel's spool has written."""
+        if not self.readers.may_fetch(request.get("session")):
             return ("refused: a fetch must name the session that holds this relay's lease (the reading query's); "
                     "this one does not")
         channel, start, end = request.get("channel"), request.get("start"), request.get("end")
@@ -357,6 +367,9 @@ class Relay:
         return {"readers": readers, "latest": latest, "earliest": earliest, "spool": self.ingest.spool.spool_id,
                 "retention": {"bytes": self.retention_bytes, "seconds": self.retention_s},
                 "bytes": sum(c.size_bytes for c in channels)}
+
+    def _attend(self, reader: str) -> None:
+        self._attended[reader] = [c.next_offset for c in self.ingest.spool.channels]
 
     def _describe(self, reader: str) -> dict[str, Any]:
         spool = self.ingest.spool

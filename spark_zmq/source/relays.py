@@ -147,8 +147,23 @@ class RelayIngest:
             self.stop(force=True)
             raise
         #: startingOffsets=latest: what arrives after the query starts. A receiver process
-        #: has not started receiving yet (``start``), so this is where its spool ended.
+        #: this query started has not received yet (``start``), so this is where its spool
+        #: ended; one an earlier query left lingering took what came after that query, in
+        #: place of the producers' queues, so this query begins where that one left.
+        attended = {id(relay): relay.state.get("attendedUntil") for relay in self.relays}
         self.start_offsets = self.latest()
+        if self.processes is not None:
+            taken = 0
+            for view in self.channels:
+                mark = attended[id(view.relay)]
+                if mark is not None:
+                    key = str(view.channel)
+                    begin = max(min(int(mark[view.local]), self.start_offsets[key]), view.earliest)
+                    taken += self.start_offsets[key] - begin
+                    self.start_offsets[key] = begin
+            if taken:
+                log.info("startingOffsets=latest: the query begins where the previous query of spool directory %s "
+                         "left, with what its lingering receivers took since (%d offsets)", options.spool_dir, taken)
         self._stopping = threading.Event()
         self._heartbeat = threading.Thread(target=self._renew, name="zmq-relay-lease", daemon=True)
         self._heartbeat.start()

@@ -2,7 +2,9 @@
 
 The fenced ```python and ```bash blocks are extracted and run; a block that only
 illustrates (hosts of a real deployment, a fragment, a command that runs until stopped)
-says so in its info string (```python title="illustrative"), and blocks of other
+says so in its info string (```python title="illustrative"), a block for a cluster
+(```bash title="cluster") runs on the multi-host bed instead
+(tests/multihost/test_deployment_commands.py), and blocks of other
 languages (```text, ```ini) are not code to run. Well-known ports in a block are swapped
 for free ones, so examples may say 5555 and the tests still run beside each other.
 Python blocks run in one namespace per block holding ``spark``, the test session (as in
@@ -43,7 +45,7 @@ class Block:
 
     @property
     def illustrative(self) -> bool:
-        return 'title="illustrative"' in self.info
+        return 'title="illustrative"' in self.info or 'title="cluster"' in self.info
 
     @property
     def runnable(self) -> bool:

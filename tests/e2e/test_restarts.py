@@ -195,6 +195,75 @@ def test_a_query_that_fails_in_its_first_batch_restarts_it_from_the_same_start(s
         _stop_lingering(spool)
 
 
+def test_a_new_query_on_a_lingering_receiver_reads_what_came_after_the_last_one_left(spark, tmp_path):
+    """A query stops and leaves its receiver lingering (the default 300 s); producers send
+    while no query runs; a new query (a new checkpoint, the default
+    ``startingOffsets=latest``) on the same spool directory reads those messages, as it
+    would have found them queued in the producers had no receiver lingered, and nothing of
+    the first query's."""
+    (port,) = free_ports(1)
+    spool = str(tmp_path / "spool")
+    before, after = 300, 500
+
+    def start(ckpt: str, got: list):
+        reader = (spark.readStream.format("zmq").option("endpoints", f"@tcp://127.0.0.1:{port}")
+                  .option("format", "json").schema(SCHEMA).option("spoolDir", spool)
+                  .option("receivers", "processes").option("timeout", "2"))
+        return (reader.load().select("seq").writeStream
+                .foreachBatch(lambda batch, _id: got.extend(r[0] for r in batch.collect()))
+                .option("checkpointLocation", ckpt).trigger(availableNow=True).start())
+
+    first: list = []
+    query = start(str(tmp_path / "ckpt-1"), first)
+    second: list = []
+    try:
+        producer = Producer(f"tcp://127.0.0.1:{port}", _messages(before), hwm=100)
+        producer.start()
+        producer.finish(120)
+        query.awaitTermination(180)
+        assert query.exception() is None, query.exception()
+        assert sorted(first) == list(range(before))
+        pids = _lingering_pids(spool)
+        assert pids and all(procstat.is_alive(pid) for pid in pids), "the receiver did not linger after the stop"
+        # no query runs: the lingering receiver takes these (their seqs follow the first's)
+        later = Producer(f"tcp://127.0.0.1:{port}", (json.dumps({"seq": before + i, "pad": ""}).encode()
+                                                     for i in range(after)), hwm=100)
+        later.start()
+        later.finish(120)
+        wait_until(lambda: _unread(spool) >= after, 60, "the lingering receiver to spool the messages")
+        query = start(str(tmp_path / "ckpt-2"), second)
+        query.awaitTermination(180)
+        assert query.exception() is None, query.exception()
+        assert _lingering_pids(spool) == pids  # attached to, not replaced
+        assert sorted(second) == list(range(before, before + after)), (
+            f"{len(second)} rows, from {min(second, default=None)} to {max(second, default=None)}")
+    finally:
+        query.stop()
+        _stop_lingering(spool)
+
+
+def _unread(spool: str) -> int:
+    """What the lingering receiver of ``spool``'s channel 0 holds past what the last query
+    committed, asked as ``spark-zmq relay-readers`` does (no lease taken)."""
+    import uuid
+
+    from spark_zmq.patterns.curve import Curve
+    from spark_zmq.patterns.curve_keys import KeyPair
+    from spark_zmq.relay.client import RelayClient
+    from spark_zmq.relay.protocol import Op
+
+    with open(os.path.join(spool, "receiver-0.state")) as f:
+        state = json.load(f)
+    curve = Curve.client(KeyPair(state["client_public"].encode(), state["client_secret"].encode()),
+                         state["server_public"].encode())
+    client = RelayClient(state["listen"], uuid.uuid4().hex, curve=curve, timeout_s=10.0)
+    try:
+        readers = client.call(Op.READERS)["readers"]
+    finally:
+        client.close()
+    return sum(r["behind"][0] for r in readers if r["name"] == "default")
+
+
 def _spool_listing(spool: str) -> dict[str, int]:
     """The spool's files and their sizes, for a failure's message."""
     listing = {}

@@ -342,6 +342,19 @@ class NetBed:
         self._rules(host, peer, direction, "tcp flags & rst == 0 reject with tcp reset")
         self._rules(host, peer, direction, "meta l4proto != tcp reject")
 
+    def firewall(self, host: str, peers: Sequence[str], tcp_ports: Iterable[int]) -> None:
+        """What a firewall in front of ``host`` does: from ``peers``, only new TCP connections
+        to ``tcp_ports`` (and what belongs to connections ``host`` made) get in; the rest is
+        dropped silently. ``heal`` removes it."""
+        ports = ", ".join(str(int(p)) for p in tcp_ports)
+        lines = []
+        for peer in peers:
+            saddr = f"ip saddr {self.addr(peer)}"
+            lines += [f"add rule inet netbed input {saddr} ct state established,related accept",
+                      f"add rule inet netbed input {saddr} tcp dport {{ {ports} }} accept",
+                      f"add rule inet netbed input {saddr} drop"]
+        self._nft(host, "\n".join(lines) + "\n")
+
     def heal(self, host: str) -> None:
         """Remove every drop/reject rule of ``host``."""
         self._nft(host, "flush chain inet netbed input\nflush chain inet netbed output\n")

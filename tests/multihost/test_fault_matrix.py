@@ -24,6 +24,8 @@ pytestmark = [pytest.mark.multihost, pytest.mark.spark, pytest.mark.matrix]
 
 #: the producer sends 1,000 msg/s for 40 s; a fault starts after 3,000 (3 s in)
 RATE, MESSAGES, AFTER, FAULT_SECONDS = 1000, 40_000, 3000, 30
+#: a blink of the network a firewall or a switch's failover makes
+LONG_FAULT_SECONDS = 120
 #: what the source logs at the next trigger when a producer connection broke
 WARN = "producer connection(s) broke"
 
@@ -119,12 +121,12 @@ def _stall(timeline: list, after: float, healed) -> dict:
     return figures
 
 
-def _stream(kit: Kit, bed: netbed.NetBed, name: str) -> tuple:
+def _stream(kit: Kit, bed: netbed.NetBed, name: str, deadline: float = 300) -> tuple:
     """The query (defaults; the driver binds, the spool private to its host), a paced
     producer that keeps its socket open to the end, and a ``Watch``."""
     private = private_spool(kit, "driver")
     endpoint = f"tcp://{bed.addr('driver')}:5555"
-    job = kit.spark("stream", expected=MESSAGES, deadline=300, output=kit.path("out"),
+    job = kit.spark("stream", expected=MESSAGES, deadline=deadline, output=kit.path("out"),
                     checkpoint=kit.path("checkpoint"),
                     options={"endpoints": "@" + endpoint, "format": "text",
                              "spoolDir": os.path.join(private, f"spool-{name}")})
@@ -161,20 +163,42 @@ def _finish(kit: Kit, job: dict, producer: dict, watch: Watch, label: str, **ext
     return figures
 
 
+def _outage(kit: Kit, bed: netbed.NetBed, name: str, label: str, cut, restore, seconds: float = FAULT_SECONDS,
+            deadline: float = 300, quiet: float = 30, settle_timeout: float = 240) -> dict:
+    """A paced stream, ``cut()`` after 3,000 messages, ``restore()`` ``seconds`` later, then
+    until the query has every message or its sink has not grown for ``quiet`` s."""
+    job, producer, watch = _stream(kit, bed, name, deadline=deadline)
+    cut()
+    watch.fault()
+    _elapse(seconds, watch.look)
+    restore()
+    healed = watch.heal()
+    watch.wait_event(producer, "sent_all", 300)
+    watch.settle(quiet=quiet, timeout=settle_timeout)
+    return _finish(kit, job, producer, watch, label, healed_to_settled_s=round(time.time() - healed, 1))
+
+
 @pytest.mark.timeout(480)
 def test_producer_to_driver_dropped_one_way_for_30s(bed, kit):
     """Only the producer's packets to the driver are dropped (the driver's reach the
     producer) for 30 s, then healed: nothing lost, nothing duplicated, nothing reported."""
-    job, producer, watch = _stream(kit, bed, "oneway")
-    bed.drop("producer", peer="driver", direction="out")
-    watch.fault()
-    _elapse(FAULT_SECONDS, watch.look)
-    bed.heal("producer")
-    healed = watch.heal()
-    watch.wait_event(producer, "sent_all", 180)
-    watch.settle()
-    figures = _finish(kit, job, producer, watch, "one-way drop 30 s",
-                      healed_to_settled_s=round(time.time() - healed, 1))
+    figures = _outage(kit, bed, "oneway", "one-way drop 30 s",
+                      lambda: bed.drop("producer", peer="driver", direction="out"), lambda: bed.heal("producer"))
+    assert figures["query_error"] is None
+    assert figures["sent"] == MESSAGES
+    assert figures["missing"] == 0 and figures["duplicates"] == 0, figures
+    assert figures["broken_connections"] == 0 and figures["warn_lines"] == 0, figures
+
+
+@pytest.mark.timeout(900)
+def test_producer_cut_both_ways_for_2_minutes(bed, kit):
+    """The producer's traffic is dropped both ways for 2 minutes, then healed: shorter than
+    the source's heartbeatTimeout (300 s), so the connection outlives the outage and TCP
+    retransmits what was in flight once its back-off's next retransmission comes (up to
+    two minutes after the heal): nothing lost, nothing duplicated, nothing reported."""
+    figures = _outage(kit, bed, "cut120", "cut both ways 2 min", lambda: bed.drop("producer"),
+                      lambda: bed.heal("producer"), seconds=LONG_FAULT_SECONDS, deadline=600,
+                      quiet=150, settle_timeout=420)  # TCP's retransmission back-off reaches 120 s
     assert figures["query_error"] is None
     assert figures["sent"] == MESSAGES
     assert figures["missing"] == 0 and figures["duplicates"] == 0, figures
@@ -234,16 +258,7 @@ def test_worker_link_down_for_30s_during_a_query(bed, kit):
     """Spark worker ``w1``'s link is down for 30 s (its executor cut from the driver, the
     master and everything else) while the query reads a paced producer: the batches stall
     and resume; nothing lost, nothing duplicated."""
-    job, producer, watch = _stream(kit, bed, "link")
-    bed.link_down("w1")
-    watch.fault()
-    _elapse(FAULT_SECONDS, watch.look)
-    bed.link_up("w1")
-    healed = watch.heal()
-    watch.wait_event(producer, "sent_all", 180)
-    watch.settle()
-    figures = _finish(kit, job, producer, watch, "w1 link down 30 s",
-                      healed_to_settled_s=round(time.time() - healed, 1))
+    figures = _outage(kit, bed, "link", "w1 link down 30 s", lambda: bed.link_down("w1"), lambda: bed.link_up("w1"))
     assert figures["query_error"] is None
     assert figures["sent"] == MESSAGES
     assert figures["missing"] == 0 and figures["duplicates"] == 0, figures
@@ -339,3 +354,45 @@ def test_broker_to_worker_dropped_for_30s_during_requests(bed, kit):
                "fault_to_done_s": round(done_at - fault_at, 1)}
     print("matrix request:", json.dumps(figures))
     assert result["ok"], figures
+
+
+@pytest.mark.timeout(720)
+def test_relay_to_driver_dropped_for_30s(bed, kit):
+    """``spark-zmq relay`` on ``relay`` receives a paced producer; the query (defaults, the
+    relay's address in ``relays``) leases it from the driver, its executors fetch from it. The
+    traffic between the relay and the driver is dropped both ways for 30 s (the executors
+    still reach the relay), then healed. The query's control requests are resent for up to
+    ``relayTimeout`` (120 s) and its lease lapses, but its executors' fetches are served
+    while no other query claims the reader: the query stalls and goes on; every message
+    arrives exactly once."""
+    private = private_spool(kit, "relay")
+    listen = f"tcp://{bed.addr('relay')}:7000"
+    kit.relay("relay", "@tcp://*:5555", listen, os.path.join(private, "spool"), private_dirs=[private])
+    job = kit.spark("stream", expected=MESSAGES, deadline=300, output=kit.path("out"),
+                    checkpoint=kit.path("checkpoint"),
+                    options={"relays": listen, "format": "text", "startingOffsets": "earliest"})
+    kit.wait_event(job, "started", 180)
+    watch = Watch(kit, job)
+    producer = kit.start("producer", "produce", "producer", endpoint=f"tcp://{bed.addr('relay')}:5555",
+                         count=MESSAGES, rate=RATE, report_every=500, hold=True)
+    kit.wait_event(producer, "sent", 60, sent=AFTER)
+    bed.drop("relay", peer="driver")
+    watch.fault()
+    _elapse(FAULT_SECONDS, watch.look)
+    bed.heal("relay")
+    healed = watch.heal()
+    watch.wait_event(producer, "sent_all", 180)
+    first = kit.result(job, 360)
+    ended_at = [e["t"] for e in kit.events(job) if e["event"] == "done"][0]
+    values = sink_values(kit.path("out"))
+    expected = {str(i) for i in range(MESSAGES)}
+    figures = {"fault": "relay-driver dropped 30 s", "error": (first.get("error") or "")[:600] or None,
+               "ended_after_fault_s": watch.since_fault(ended_at),
+               "rows": sum(values.values()), "missing": len(expected - set(values)),
+               "duplicates": sum(n - 1 for n in values.values() if n > 1),
+               "unexpected": len(set(values) - expected), "healed_to_end_s": round(ended_at - healed, 1),
+               **_stall(first.get("timeline", []), watch.fault_at, healed)}
+    print("matrix relay:", json.dumps(figures))
+    netbed.NetBed.stop(producer["proc"])
+    assert figures["error"] is None, figures
+    assert figures["missing"] == 0 and figures["duplicates"] == 0 and figures["unexpected"] == 0, figures

@@ -15,8 +15,11 @@ import zmq
 
 from spark_zmq.ingest.fetch import FetchAccess, FetchError, fetch_range
 from spark_zmq.relay.client import RelayClient, RelayError
+from spark_zmq.options import SourceOptions
 from spark_zmq.relay.lease import Lease
+from spark_zmq.relay.service import Relay
 from relaytest import relay  # noqa: F401  (a fixture)
+from zmqtest import Producer, free_ports, numbered, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -73,6 +76,33 @@ def test_a_fetch_after_the_lease_lapsed_or_was_released_is_refused(relay, holder
     holder.call("detach")
     with pytest.raises(FetchError, match="must name the session that holds"):
         _fetch(relay, holder.session)
+
+
+def test_a_fetch_after_the_lease_lapsed_is_served_until_another_query_claims_it(tmp_path):
+    """The driver is cut off from the relay longer than the lease's ttl (its heartbeats do
+    not arrive) while its executors still reach the relay: their fetches are served, until
+    another query takes the reader's name."""
+    data = free_ports(1)[0]
+    options = SourceOptions.parse({"endpoints": f"@tcp://127.0.0.1:{data}", "spoolDir": str(tmp_path / "spool"),
+                                   "spoolAccess": "local"})
+    served = Relay(options, f"tcp://127.0.0.1:{free_ports(1)[0]}", lease_ttl_s=0.5)
+    holder = RelayClient(served.listen, "holder", timeout_s=10)
+    other = RelayClient(served.listen, "other", timeout_s=10)
+    try:
+        producer = Producer(f"tcp://127.0.0.1:{data}", numbered(500))
+        producer.start()
+        producer.finish()
+        wait_until(lambda: served.ingest.spool.channels[0].next_offset == 500, 30, "500 messages spooled")
+        holder.call("attach")
+        wait_until(lambda: not served.readers.held("default"), 10, "the lease to lapse")
+        assert sum(batch.num_rows for _, batch in _fetch(served, holder.session)) == 500
+        other.call("attach")
+        with pytest.raises(FetchError, match="must name the session that holds"):
+            _fetch(served, holder.session)
+    finally:
+        holder.close()
+        other.close()
+        served.stop()
 
 
 def test_release_past_latest_is_refused_and_frees_nothing(relay, holder):
