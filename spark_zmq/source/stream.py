@@ -141,8 +141,10 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                 channel_log.next_offset)
                 if foreign:
                     # Messages this (other) spool numbered below the checkpoint will never be read.
-                    earliest = channel_log.earliest
-                    below = channel_log.snapshot().count_between(earliest, wanted)[0]
+                    # It holds none past its latest, and a relay refuses to count past it (an
+                    # answer there would plan batches over messages that do not exist).
+                    earliest, held = channel_log.earliest, min(wanted, channel_log.next_offset)
+                    below = channel_log.snapshot().count_between(earliest, held)[0] if held > earliest else 0
                     if below:
                         self._loss.lose(LostRange(
                             channel_log.channel, earliest, wanted, messages=below,
