@@ -77,3 +77,30 @@ def test_deadlines_must_be_positive_seconds_or_none(option):
     for bad in (0, -1, float("nan"), "5s"):
         with pytest.raises(ValueError, match=f"option '{option}' of Broker"):
             Broker(ANY, ANY, **{option: bad})
+
+
+def test_expired_requests_stop_counting_toward_hwm_before_any_worker_is_free(running, busy):
+    """A client floods the broker up to ``hwm`` while no worker is connected, then gives up
+    on its requests. Once they are past ``request_ttl`` they are dropped and counted, with no
+    worker free to take them, so the broker reads again: a second client's request is
+    admitted at once and is the only one a worker, connecting later, is given."""
+    hwm, ttl = 20, 2.0
+    broker = running(hwm=hwm, request_ttl=ttl)
+    flooder = zmq.Context.instance().socket(zmq.DEALER)  # a plain client: [request id, b"", body]
+    flooder.setsockopt(zmq.LINGER, 0)
+    flooder.connect(broker.frontend_addresses[0])
+    for i in range(hwm):
+        flooder.send_multipart([b"%d" % i, b"", b"flood-%d" % i])
+    _stats(broker, lambda s: s.requests_waiting == hwm, "the flood waiting in the broker, which is full")
+    with Client(broker.frontend_addresses[0], timeout=20, retries=0) as client:
+        # past the flood's ttl, the broker is not full any more: the live request is read
+        live = client.send(b"live")
+        _stats(broker, lambda s: s.requests_expired == hwm and s.requests_waiting == 1,
+               "the flood dropped as expired and the live request admitted, with no worker connected")
+        worker = _worker(broker.backend_addresses[0])
+        assert _answer(worker, "the live request") == b"live"
+        assert client.recv(10) == (live, [b"re:live"])
+    stats = broker.stats()
+    assert (stats.requests_forwarded, stats.requests_expired, stats.requests_waiting) == (1, hwm, 0), stats
+    worker.close(0)
+    flooder.close(0)
