@@ -132,6 +132,8 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             log.warning("%s; continuing on spool %s after the checkpoint's offsets (failOnDataLoss=false)", message, ours)
             assert theirs is not None  # (``foreign``)
             self._foreign_spools_seen.add(theirs)
+        if foreign:
+            runtime.latest()  # what a relay has written now (its channels' next_offset), for the count below
         for channel_log in runtime.channels:
             wanted = offsets[channel_log.channel]
             if wanted > channel_log.next_offset:

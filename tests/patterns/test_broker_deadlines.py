@@ -104,3 +104,24 @@ def test_expired_requests_stop_counting_toward_hwm_before_any_worker_is_free(run
     assert (stats.requests_forwarded, stats.requests_expired, stats.requests_waiting) == (1, hwm, 0), stats
     worker.close(0)
     flooder.close(0)
+
+
+def test_expiry_frees_the_places_of_stalled_and_served_clients_alike():
+    """The bookkeeping under the broker (no sockets): a stalled client's expired requests
+    leave ``stalled_hwm`` as a served client's leave ``hwm``, so neither refuses nor holds
+    back a live request; nothing is looked at before the oldest can expire."""
+    from spark_zmq.patterns.broker_clients import ClientQueues
+
+    queues = ClientQueues(hwm=2, client_hwm=1, max_held_bytes=1 << 20, request_ttl=1.0)
+    assert queues.hold(b"stalled", [zmq.Frame(b"reply")], 5, drop_after=1e9, now=0.0)  # one held: stalled
+    assert queues.add(b"stalled", (0.0, [zmq.Frame(b"a")]))
+    assert not queues.add(b"stalled", (0.1, [zmq.Frame(b"b")])), "client_hwm 1: refused"
+    assert queues.add(b"served", (0.2, [zmq.Frame(b"c")])) and queues.add(b"served", (0.5, [zmq.Frame(b"d")]))
+    assert not queues.room()
+    assert queues.expire(1.0) == []  # nothing past its ttl yet
+    assert [(client, round(waited, 6)) for client, waited in queues.expire(1.3)] == [(b"stalled", 1.3),
+                                                                                       (b"served", 1.1)]
+    assert (queues.waiting_stalled, queues.waiting_ready, queues.room()) == (0, 1, True)
+    assert queues.add(b"stalled", (1.3, [zmq.Frame(b"e")])), "its place was freed"
+    assert [(client, round(waited, 6)) for client, waited in queues.expire(1.6)] == [(b"served", 1.1)]
+    assert queues.waiting == 1 and queues.next_request() is None  # the stalled client's waits; none to dispatch
