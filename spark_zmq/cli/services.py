@@ -215,8 +215,9 @@ def broker_command(
                                         "dropped (counted undeliverable) and the client's own timeout resends the "
                                         "request. 0 drops it at once."),
     request_ttl: float = typer.Option(30.0, "--request-ttl", min=0.0, max=86400.0, help="Seconds a request may "
-                                      "wait in the broker for a worker; an older one is dropped, not dispatched "
-                                      "(counted expired: its client has resent it by then). 0: no limit."),
+                                      "wait in the broker for a worker; an older one is dropped as its time passes, "
+                                      "never dispatched, and takes no place under --hwm (counted expired: its "
+                                      "client has resent it by then). 0: no limit."),
     hold_limit: float = typer.Option(90.0, "--hold-limit", min=0.0, max=86400.0, help="Seconds a worker may hold "
                                      "a request before it is counted lost (the broker does not resend it: the "
                                      "client's own timeout does). 0: no limit."),

@@ -65,8 +65,10 @@ Held replies are bounded per client (``client_hwm``) and in bytes (``max_held_by
 client at its bound gets no new request while the others go on, and its further requests
 are refused (``requests_refused``): ``broker_clients`` says how and why.
 
-Deadlines: a request that waited longer than ``request_ttl`` for a worker is dropped, not
-dispatched (its client has resent it by then); a worker that holds a request longer than
+Deadlines: a request that waited longer than ``request_ttl`` for a worker is dropped within
+about 0.1 s of its deadline, whether or not a worker is free (its client has resent it or
+given up by then), and from then on takes no place under ``hwm``: expired requests never
+keep the broker from reading, or make it refuse, the requests of live clients; a worker that holds a request longer than
 ``hold_limit`` counts it lost, once, and the broker does not resend it. The worker side
 (idle and busy workers, their connections, reconnections under the same routing id) is
 ``broker_workers``; the per-client queues ``broker_clients``; the counters ``broker_stats``.
@@ -189,7 +191,8 @@ class Broker(WorkerSide):
             self._frontend.close()
             raise
         #: waiting requests and held replies, per client
-        self._clients = ClientQueues(hwm, hwm if client_hwm is None else client_hwm, max_held_bytes)
+        self._clients = ClientQueues(hwm, hwm if client_hwm is None else client_hwm, max_held_bytes,
+                                     self.request_ttl)
         #: clients whose refused request was logged (bounded: at most _LOGGED_CLIENTS)
         self._refusals_logged: set[bytes] = set()
         self.requests_refused = 0
@@ -308,6 +311,8 @@ class Broker(WorkerSide):
             ready = dict(poller.poll(math.ceil(wait_s * 1000)))
             now = time.monotonic()
             self._check_holds(now)
+            for client, waited in self._clients.expire(now):
+                self._expired(client, waited)
             retried = self._clients.due(now)
             for client in retried:
                 self._retry(client, now)

@@ -17,6 +17,13 @@ room again. A client's held replies are tried again on a timer of their own that
 when the client sends something (it is alive, and usually reading again). A client that
 never reads costs a few failed sends a second, not a loop turn every 10 ms.
 
+Why expired requests are dropped on their own clock: a request that waited past
+``request_ttl`` will never be dispatched (its client has resent it or given up), so it must
+not keep a place under ``hwm`` or ``stalled_hwm`` until a worker happens to be free: a burst
+of them would keep the broker from reading, or make it refuse, the requests of live
+clients. ``expire`` drops them as their time passes, and looks at nothing before the oldest
+waiting request can have expired.
+
 Pure bookkeeping, no sockets: the broker passes the function that sends a reply.
 """
 
@@ -62,12 +69,16 @@ class ClientQueues:
     ``client_hwm``: replies held for one client before it counts as stalled, and requests a
     stalled client may have waiting. ``max_held_bytes``: the bytes of all held replies (a reply that
     would pass it is not held: the caller drops it), a client holding a quarter of it
-    counts as stalled too."""
+    counts as stalled too. ``request_ttl``: seconds a request may wait (``None``: for ever;
+    see ``expire``)."""
 
-    def __init__(self, hwm: int, client_hwm: int, max_held_bytes: int) -> None:
+    def __init__(self, hwm: int, client_hwm: int, max_held_bytes: int, request_ttl: Optional[float] = None) -> None:
         self.hwm = hwm
         self.client_hwm = client_hwm
         self.max_held_bytes = max_held_bytes
+        self.request_ttl = request_ttl
+        #: no waiting request expires before this (monotonic seconds; None: none waits)
+        self._next_expiry: Optional[float] = None
         #: requests all stalled clients together may have waiting
         self.stalled_hwm = max(hwm, client_hwm)
         self._clients: dict[bytes, _Client] = {}
@@ -100,6 +111,7 @@ class ClientQueues:
             self._forget_if_empty(client_id, client)
             return False
         client.waiting.append(frames)
+        self._expires(frames[0])
         if client.stalled:
             self.waiting_stalled += 1
         else:
@@ -107,6 +119,33 @@ class ClientQueues:
             if client_id not in self._ready:
                 self._ready[client_id] = None
         return True
+
+    def expire(self, now: float) -> list[tuple[bytes, float]]:
+        """Drop every request that arrived more than ``request_ttl`` seconds before ``now``,
+        returning the client and seconds waited of each (for the caller to count and log).
+        Each client's requests wait in arrival order, so only the heads are looked at, and
+        nothing at all before ``_next_expiry``."""
+        ttl = self.request_ttl
+        if ttl is None or self._next_expiry is None or now < self._next_expiry:
+            return []
+        dropped: list[tuple[bytes, float]] = []
+        oldest: Optional[float] = None
+        for client_id, client in list(self._clients.items()):
+            waiting = client.waiting
+            while waiting and now - waiting[0][0] > ttl:
+                arrived, _ = waiting.popleft()
+                dropped.append((client_id, now - arrived))
+                if client.stalled:
+                    self.waiting_stalled -= 1
+                else:
+                    self.waiting_ready -= 1
+            if waiting:
+                oldest = waiting[0][0] if oldest is None else min(oldest, waiting[0][0])
+            else:
+                self._ready.pop(client_id, None)
+                self._forget_if_empty(client_id, client)
+        self._next_expiry = None if oldest is None else oldest + ttl
+        return dropped
 
     def next_request(self) -> Optional[tuple[bytes, Request]]:
         """The next request to dispatch, round-robin across the clients that may be served."""
@@ -128,6 +167,7 @@ class ClientQueues:
         if client is None:
             client = self._clients[client_id] = _Client()
         client.waiting.appendleft(frames)
+        self._expires(frames[0])
         if client.stalled:
             self.waiting_stalled += 1
         else:
@@ -207,9 +247,17 @@ class ClientQueues:
         return None
 
     def clear(self) -> None:
-        self.__init__(self.hwm, self.client_hwm, self.max_held_bytes)  # type: ignore[misc]  # a reset: a new object's state
+        self.__init__(self.hwm, self.client_hwm, self.max_held_bytes,  # type: ignore[misc]  # a reset: a new object's state
+                      self.request_ttl)
 
     # -- internals ----------------------------------------------------------------------------
+
+    def _expires(self, arrived: float) -> None:
+        """A request that arrived at ``arrived`` waits: ``expire`` looks again no later than its expiry."""
+        if self.request_ttl is not None:
+            at = arrived + self.request_ttl
+            if self._next_expiry is None or at < self._next_expiry:
+                self._next_expiry = at
 
     def _schedule(self, client_id: bytes, client: _Client, now: float) -> None:
         at = now + client.backoff

@@ -26,8 +26,9 @@ only the Spark cluster reaches.
 Every request on ``--listen`` but ``hello``, ``readers`` and ``remove_reader`` is checked
 against a lease: control requests claim or renew their reader's, and a fetch must name a
 session that holds one (the reader passes its session to its read tasks). Offsets beyond
-what the spool has written are refused: a fetch or a ``release`` past a channel's latest
-offset, an ``advance`` past ``MAX_ADVANCE``.
+what the spool has written are refused, naming the channel, the offset and the latest: a
+fetch, a ``release``, ``count``, ``end_within``, ``lost``, ``locate`` or ``describe``
+past a channel's latest offset, an ``advance`` past ``MAX_ADVANCE``.
 
 What is freed: a segment once every registered reader has committed past it (with no
 reader registered, commits free nothing), or once ``retention_bytes`` (what the spool may
@@ -218,6 +219,7 @@ class Relay:
             if channel >= len(channels) or not isinstance(bounds, list) or len(bounds) != 2:
                 raise ValueError(f"bad request: range {key!r}: {bounds!r} (the relay has {len(channels)} channels)")
             start, end = _int({"start": bounds[0]}, "start"), _int({"end": bounds[1]}, "end")
+            self._within_written(channel, start, end)
             info = describe_range(channels[channel], start, end)
             out[str(channel)] = {"rows": info.rows, "bytes": info.bytes, "at": list(info.hint) or None,
                                  "lost": [[r.first, r.end, r.within(start, end).describe()] for r in info.lost]}
@@ -238,9 +240,12 @@ class Relay:
             log_.advance_to(offset)
             return {}
         if op is Op.LOCATE:
-            where = log_.locate(_int(request, "offset"))
+            offset = _int(request, "offset")
+            self._within_written(channel, offset)
+            where = log_.locate(offset)
             return {"at": list(where) if where else None}
         start, end = _int(request, "start"), _int(request, "end")
+        self._within_written(channel, start, end)
         index = log_.snapshot()
         if op is Op.COUNT:
             rows, nbytes = index.count_between(start, end)
@@ -258,11 +263,21 @@ class Relay:
         index = int(channel) if isinstance(channel, str) and channel.isdigit() and len(channel) < 6 else -1
         if not 0 <= index < len(channels):
             raise ValueError(f"bad request: channel {channel!r} (the relay has {len(channels)} channels)")
-        latest = channels[index].next_offset
-        if offset > latest:
-            raise ValueError(f"bad request: offset {offset} of channel {index} is past what the spool has written "
-                             f"(latest {latest})")
+        self._within_written(index, offset)
         return offset
+
+    def _within_written(self, channel: int, *offsets: int) -> None:
+        """Refuse offsets past what ``channel``'s spool has written, naming the highest asked
+        and the latest. Answered, they would read as zero messages, no loss and no place: a
+        batch planned over them would hold nothing, and its offsets would name other
+        messages once those arrive. No reader needs them: it plans up to the latest the
+        relay reported, and moves a checkpoint that is ahead of a recreated spool past it
+        with ``advance`` after counting only what the spool holds."""
+        latest = self.ingest.spool.channels[channel].next_offset
+        asked = max(offsets)
+        if asked > latest:
+            raise ValueError(f"bad request: offset {asked} of channel {channel} is past what the spool has written "
+                             f"(latest {latest})")
 
     # -- freeing ---------------------------------------------------------------------------------
 

@@ -132,6 +132,8 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             log.warning("%s; continuing on spool %s after the checkpoint's offsets (failOnDataLoss=false)", message, ours)
             assert theirs is not None  # (``foreign``)
             self._foreign_spools_seen.add(theirs)
+        if foreign:
+            runtime.latest()  # what a relay has written now (its channels' next_offset), for the count below
         for channel_log in runtime.channels:
             wanted = offsets[channel_log.channel]
             if wanted > channel_log.next_offset:
@@ -141,8 +143,10 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                 channel_log.next_offset)
                 if foreign:
                     # Messages this (other) spool numbered below the checkpoint will never be read.
-                    earliest = channel_log.earliest
-                    below = channel_log.snapshot().count_between(earliest, wanted)[0]
+                    # It holds none past its latest, and a relay refuses to count past it (an
+                    # answer there would plan batches over messages that do not exist).
+                    earliest, held = channel_log.earliest, min(wanted, channel_log.next_offset)
+                    below = channel_log.snapshot().count_between(earliest, held)[0] if held > earliest else 0
                     if below:
                         self._loss.lose(LostRange(
                             channel_log.channel, earliest, wanted, messages=below,

@@ -77,3 +77,51 @@ def test_deadlines_must_be_positive_seconds_or_none(option):
     for bad in (0, -1, float("nan"), "5s"):
         with pytest.raises(ValueError, match=f"option '{option}' of Broker"):
             Broker(ANY, ANY, **{option: bad})
+
+
+def test_expired_requests_stop_counting_toward_hwm_before_any_worker_is_free(running, busy):
+    """A client floods the broker up to ``hwm`` while no worker is connected, then gives up
+    on its requests. Once they are past ``request_ttl`` they are dropped and counted, with no
+    worker free to take them, so the broker reads again: a second client's request is
+    admitted at once and is the only one a worker, connecting later, is given."""
+    hwm, ttl = 20, 2.0
+    broker = running(hwm=hwm, request_ttl=ttl)
+    flooder = zmq.Context.instance().socket(zmq.DEALER)  # a plain client: [request id, b"", body]
+    flooder.setsockopt(zmq.LINGER, 0)
+    flooder.connect(broker.frontend_addresses[0])
+    for i in range(hwm):
+        flooder.send_multipart([b"%d" % i, b"", b"flood-%d" % i])
+    _stats(broker, lambda s: s.requests_waiting == hwm, "the flood waiting in the broker, which is full")
+    with Client(broker.frontend_addresses[0], timeout=20, retries=0) as client:
+        # past the flood's ttl, the broker is not full any more: the live request is read
+        live = client.send(b"live")
+        _stats(broker, lambda s: s.requests_expired == hwm and s.requests_waiting == 1,
+               "the flood dropped as expired and the live request admitted, with no worker connected")
+        worker = _worker(broker.backend_addresses[0])
+        assert _answer(worker, "the live request") == b"live"
+        assert client.recv(10) == (live, [b"re:live"])
+    stats = broker.stats()
+    assert (stats.requests_forwarded, stats.requests_expired, stats.requests_waiting) == (1, hwm, 0), stats
+    worker.close(0)
+    flooder.close(0)
+
+
+def test_expiry_frees_the_places_of_stalled_and_served_clients_alike():
+    """The bookkeeping under the broker (no sockets): a stalled client's expired requests
+    leave ``stalled_hwm`` as a served client's leave ``hwm``, so neither refuses nor holds
+    back a live request; nothing is looked at before the oldest can expire."""
+    from spark_zmq.patterns.broker_clients import ClientQueues
+
+    queues = ClientQueues(hwm=2, client_hwm=1, max_held_bytes=1 << 20, request_ttl=1.0)
+    assert queues.hold(b"stalled", [zmq.Frame(b"reply")], 5, drop_after=1e9, now=0.0)  # one held: stalled
+    assert queues.add(b"stalled", (0.0, [zmq.Frame(b"a")]))
+    assert not queues.add(b"stalled", (0.1, [zmq.Frame(b"b")])), "client_hwm 1: refused"
+    assert queues.add(b"served", (0.2, [zmq.Frame(b"c")])) and queues.add(b"served", (0.5, [zmq.Frame(b"d")]))
+    assert not queues.room()
+    assert queues.expire(1.0) == []  # nothing past its ttl yet
+    assert [(client, round(waited, 6)) for client, waited in queues.expire(1.3)] == [(b"stalled", 1.3),
+                                                                                       (b"served", 1.1)]
+    assert (queues.waiting_stalled, queues.waiting_ready, queues.room()) == (0, 1, True)
+    assert queues.add(b"stalled", (1.3, [zmq.Frame(b"e")])), "its place was freed"
+    assert [(client, round(waited, 6)) for client, waited in queues.expire(1.6)] == [(b"served", 1.1)]
+    assert queues.waiting == 1 and queues.next_request() is None  # the stalled client's waits; none to dispatch

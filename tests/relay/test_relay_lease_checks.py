@@ -141,3 +141,52 @@ def test_the_lease_holds_only_its_live_holder():
     assert lease.holds("a") and not lease.holds("b") and not lease.holds(None) and not lease.holds(["a"])
     now[0] = 10.0
     assert not lease.holds("a")  # lapsed, though nobody claimed it since
+
+
+@pytest.mark.parametrize("op, fields", [
+    ("count", {"channel": 0, "start": 0, "end": 501}),
+    ("count", {"channel": 0, "start": 600, "end": 700}),
+    ("end_within", {"channel": 0, "start": 0, "end": 501, "rows": 10}),
+    ("lost", {"channel": 0, "start": 400, "end": 501}),
+    ("locate", {"channel": 0, "offset": 501}),
+    ("describe", {"ranges": {"0": [0, 501]}}),
+    ("describe", {"ranges": {"0": [600, 700]}}),
+])
+def test_read_only_ops_past_what_the_spool_has_written_are_refused(relay, holder, op, fields):
+    """Answered, they read as zero messages, no loss, no place: a batch planned over them
+    would be empty, and its offsets name other messages once those arrive."""
+    asked = max(v for k, v in fields.items() if k in ("end", "offset")) if op != "describe" \
+        else max(fields["ranges"]["0"])
+    with pytest.raises(RelayError, match=rf"failed '{op}': bad request: offset {asked} of channel 0 is past what the "
+                                         r"spool has written \(latest 500\)"):
+        holder.call(op, **fields)
+
+
+def test_read_only_ops_up_to_the_latest_are_answered(relay, holder):
+    assert holder.call("count", channel=0, start=0, end=500)["rows"] == 500
+    assert holder.call("end_within", channel=0, start=0, end=500, rows=10)["end"] == 10
+    assert holder.call("lost", channel=0, start=0, end=500)["lost"] == []
+    assert holder.call("locate", channel=0, offset=0)["at"] is not None
+    assert holder.call("describe", ranges={"0": [100, 500]})["ranges"]["0"]["rows"] == 400
+
+
+def test_a_checkpoint_ahead_of_a_recreated_relay_spool_is_reconciled_without_asking_past_latest(relay, tmp_path):
+    """A query restarted on a relay whose spool was recreated: its checkpoint (offset 800 of
+    another spool) is past the relay's latest (500). The reader counts what the spool holds
+    below the checkpoint as lost (failOnDataLoss=false) and moves the relay past it, though
+    the relay refuses to be asked about offsets past its latest."""
+    from spark_zmq.options import SourceOptions
+    from spark_zmq.source.offsets import ChannelOffsets
+    from spark_zmq.source.schema_contract import default_schema
+    from spark_zmq.source.stream import ZmqStreamReader
+
+    options = SourceOptions.parse({"relays": relay.listen, "failOnDataLoss": "false",
+                                   "spoolDir": str(tmp_path / "query")})
+    reader = ZmqStreamReader(options, default_schema(options))
+    try:
+        runtime = reader._ingest(ChannelOffsets({"0": 800}, "spool-of-before"))
+        assert reader._loss.lost == 500
+        assert runtime.latest() == {"0": 800}
+        assert relay.ingest.spool.channels[0].next_offset == 800
+    finally:
+        reader.stop()
