@@ -203,35 +203,38 @@ def test_a_new_query_on_a_lingering_receiver_reads_what_came_after_the_last_one_
     the first query's."""
     (port,) = free_ports(1)
     spool = str(tmp_path / "spool")
-    before, after = 300, 500
+    before, after = 301, 500
 
-    def start(ckpt: str, got: list):
+    def send(first_seq: int, n: int) -> None:
+        producer = Producer(f"tcp://127.0.0.1:{port}", (json.dumps({"seq": first_seq + i, "pad": ""}).encode()
+                                                        for i in range(n)), hwm=100)
+        producer.start()
+        producer.finish(120)
+
+    def start(ckpt: str, got: list, **trigger):
         reader = (spark.readStream.format("zmq").option("endpoints", f"@tcp://127.0.0.1:{port}")
                   .option("format", "json").schema(SCHEMA).option("spoolDir", spool)
                   .option("receivers", "processes").option("timeout", "2"))
         return (reader.load().select("seq").writeStream
                 .foreachBatch(lambda batch, _id: got.extend(r[0] for r in batch.collect()))
-                .option("checkpointLocation", ckpt).trigger(availableNow=True).start())
+                .option("checkpointLocation", ckpt).trigger(**trigger).start())
 
     first: list = []
-    query = start(str(tmp_path / "ckpt-1"), first)
+    query = start(str(tmp_path / "ckpt-1"), first, processingTime="0 seconds")
     second: list = []
     try:
-        producer = Producer(f"tcp://127.0.0.1:{port}", _messages(before), hwm=100)
-        producer.start()
-        producer.finish(120)
-        query.awaitTermination(180)
-        assert query.exception() is None, query.exception()
+        send(0, before - 1)
+        wait_until(lambda: len(first) >= before - 1, 120, "the first query's rows")
+        send(before - 1, 1)  # a batch after the first: Spark commits the first one's offsets to the source
+        wait_until(lambda: len(first) >= before, 120, "the first query's last row")
+        query.stop()
         assert sorted(first) == list(range(before))
         pids = _lingering_pids(spool)
         assert pids and all(procstat.is_alive(pid) for pid in pids), "the receiver did not linger after the stop"
-        # no query runs: the lingering receiver takes these (their seqs follow the first's)
-        later = Producer(f"tcp://127.0.0.1:{port}", (json.dumps({"seq": before + i, "pad": ""}).encode()
-                                                     for i in range(after)), hwm=100)
-        later.start()
-        later.finish(120)
-        wait_until(lambda: _unread(spool) >= after, 60, "the lingering receiver to spool the messages")
-        query = start(str(tmp_path / "ckpt-2"), second)
+        send(before, after)  # no query runs: the lingering receiver takes these
+        # (behind the first query's committed offset: its last row, then these)
+        wait_until(lambda: _unread(spool) >= 1 + after, 60, "the lingering receiver to spool the messages")
+        query = start(str(tmp_path / "ckpt-2"), second, availableNow=True)
         query.awaitTermination(180)
         assert query.exception() is None, query.exception()
         assert _lingering_pids(spool) == pids  # attached to, not replaced
