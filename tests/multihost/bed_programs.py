@@ -255,17 +255,21 @@ def stream(spec: dict, session=None) -> int:
                  .trigger(processingTime=spec.get("trigger", "1 second")).start())
         _status(status, event="started", driver_host=result["driver_host"], executors=result["executors"])
         expected, deadline = int(spec["expected"]), time.monotonic() + float(spec["deadline"])
-        seen: dict = {}
+        seen: dict = {}  # batch id -> its rows (batches with rows only)
+        looked: set = set()  # (batch id, timestamp) of every progress read
         first_rows_at = None
         error = None
         broken, timeline = 0, []
         while time.monotonic() < deadline:
             for p in query.recentProgress:
-                if p["batchId"] not in seen:
-                    seen[p["batchId"]] = p["numInputRows"]
-                    if p["numInputRows"] and first_rows_at is None:
-                        first_rows_at = time.monotonic() - began
-                    if p["numInputRows"]:
+                # an idle trigger's progress (every 10 s with no data) carries the id of the
+                # batch that runs next: key progress by its timestamp too, batches by rows
+                if (p["batchId"], p["timestamp"]) not in looked:
+                    looked.add((p["batchId"], p["timestamp"]))
+                    if p["numInputRows"] and p["batchId"] not in seen:
+                        seen[p["batchId"]] = p["numInputRows"]
+                        if first_rows_at is None:
+                            first_rows_at = time.monotonic() - began
                         timeline.append([round(time.time(), 2), p["numInputRows"]])
                     count = _broken_connections(p)
                     if count > broken:
