@@ -6,7 +6,8 @@ batch runs; the spool keeps every message until Spark commits past it. So a retr
 restarted from the checkpoint reads exactly the same messages for the same batch:
 exactly-once into Spark for everything the connector received.
 
-Every path that reads checks the checkpoint against the spool: ``latestOffset`` (the
+Every path that reads checks the checkpoint against the spool (the rules are
+``exactly_once``, the ingest is the one the data source hands over): ``latestOffset`` (the
 start of the next batch), ``partitions`` (including the batch Spark re-runs after a
 restart) and ``read`` (each task checks the spool id of every segment it opens). A
 checkpoint paired with another or a recreated spool, a checkpoint behind the spool's
