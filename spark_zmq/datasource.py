@@ -93,9 +93,11 @@ class ZmqDataSource(DataSource):
         return ZmqBatchReader(options, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from .source.ingest import open_ingest
         from .source.stream import ZmqStreamReader
 
-        return ZmqStreamReader(SourceOptions.parse(self.options), schema)
+        # the reader opens the ingest on its first offset call, in the process Spark keeps for it
+        return ZmqStreamReader(SourceOptions.parse(self.options), schema, open_ingest)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from .sink.writer import ZmqBatchWriter

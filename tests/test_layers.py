@@ -45,12 +45,14 @@ ALLOWED = {
 }
 ENTRY_POINTS = {"__init__", "datasource", "cli", "loadgen", "worker_env"}
 
-#: modules a process that never runs Spark imports: none may load pyspark
+#: modules a process that never runs Spark imports, and the source's exactly-once rules
+#: (tested without Spark): none may load pyspark
 SPARK_FREE = ["spark_zmq", "spark_zmq.patterns", "spark_zmq.options", "spark_zmq.ingest.runtime",
               "spark_zmq.ingest.fetch", "spark_zmq.ingest.spool_reader", "spark_zmq.relay.service",
               "spark_zmq.relay.run", "spark_zmq.relay.child", "spark_zmq.relay.client",
               "spark_zmq.relay.processes", "spark_zmq.service.call", "spark_zmq.service.codec",
-              "spark_zmq.patterns.broker", "spark_zmq.worker", "spark_zmq.worker_process"]
+              "spark_zmq.patterns.broker", "spark_zmq.worker", "spark_zmq.worker_process",
+              "spark_zmq.source.exactly_once"]
 
 
 def _layer(module: str) -> str:
@@ -107,11 +109,11 @@ def test_the_spark_free_modules_never_load_pyspark():
 def test_both_ingests_offer_everything_the_reader_uses_of_an_ingest():
     """``source.ingest.Ingest`` is the reader's whole view of an ingest: the driver's own
     (``LocalIngest``) and relays (``RelayIngest``) both offer every method and property of
-    it, and the reader uses nothing else of them."""
+    it, and the reader (with its exactly-once rules) uses nothing else of them."""
     import inspect
     import re
 
-    from spark_zmq.source import stream
+    from spark_zmq.source import exactly_once, stream
     from spark_zmq.source.ingest import Ingest, LocalIngest
     from spark_zmq.source.relays import RelayIngest
 
@@ -127,4 +129,5 @@ def test_both_ingests_offer_everything_the_reader_uses_of_an_ingest():
         assert not unset, f"{cls.__name__} never sets {unset}"
     used = set(re.findall(r"\bruntime\.([a-z_]+)", inspect.getsource(stream)))
     used |= set(re.findall(r"\bself\._runtime\.([a-z_]+)", inspect.getsource(stream)))
+    used |= set(re.findall(r"\bingest\.([a-z_]+)", inspect.getsource(exactly_once.ExactlyOnce)))
     assert used <= members | data, f"the reader uses {sorted(used - members - data)} beyond the Ingest interface"

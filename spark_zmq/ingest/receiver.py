@@ -21,7 +21,8 @@ from ..patterns.curve import Curve
 from ..patterns.heartbeat import Heartbeat
 from ..patterns.tuning import SocketTuning
 from ..patterns.endpoints import Endpoint
-from .spool import ChannelLog, SpoolBudget
+from .spool import ChannelLog
+from .spool_budget import SpoolBudget
 from .spool_format import messages_to_batch
 
 __all__ = ["Receiver", "open_channel_socket", "messages_to_batch"]

@@ -19,7 +19,8 @@ from ..options import SourceOptions
 from .fetch import SpoolServer
 from .loss import LostRange
 from .receiver import Receiver, open_channel_socket
-from .spool import ChannelLog, Spool, SpoolBudget
+from .spool import ChannelLog, Spool
+from .spool_budget import SpoolBudget
 
 __all__ = ["IngestRuntime", "RangeInfo", "describe_range"]
 

@@ -8,8 +8,9 @@ source replayable offsets (exactly-once into Spark, like Kafka's) and bounded me
 
 This module is the log's owner: the receiving process appends, recovers after a restart
 or a crash, answers the planner's questions about the index, and releases what Spark
-committed. Read tasks read segments through ``spool_reader``; the bytes on disk are
-described in ``spool_format``.
+committed. Read tasks read segments through ``spool_reader``; ``spool_format`` describes
+the bytes on disk, ``spool_budget`` the room receivers wait for, ``spool_freed`` the record
+of released segments that ``startingTimestamp`` reads.
 
 The rules that make it crash-safe:
 
@@ -36,14 +37,13 @@ from __future__ import annotations
 import bisect
 import errno
 import fcntl
-import json
 import logging
 import os
 import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Optional
 
 import pyarrow as pa
 
@@ -74,19 +74,15 @@ from .spool_format import (
     scan_records,
     segment_name,
 )
+from .spool_freed import FREED_FILE, encode_freed, freed_since, kept_freed, read_freed
 from .spool_index import BatchEntry, IndexSnapshot, Segment, batch_entry
 
 __all__ = [
-    "SPOOL_SCHEMA", "Spool", "ChannelLog", "SpoolBudget", "LostRange", "SpoolLockedError", "SpoolSecurityError",
+    "SPOOL_SCHEMA", "Spool", "ChannelLog", "LostRange", "SpoolLockedError", "SpoolSecurityError",
     "DataLossError", "read_spool_id",
 ]
 
 log = logging.getLogger(__name__)
-
-#: a channel's record of its freed segments (``ChannelLog.freed``), and how many it keeps
-FREED_FILE = "freed.json"
-FREED_KEPT = 256
-
 
 @dataclass
 class ChannelLog:
@@ -103,13 +99,13 @@ class ChannelLog:
     #: offsets recovery could not read (torn in the middle, corrupt), in offset order
     lost: list[LostRange] = field(default_factory=list)
     #: the freed segments, oldest first, as ``[first, end, newest receive time (us)]`` (the
-    #: last ``FREED_KEPT``; ``freed.json``): what ``start_at_time`` knows of what is gone
+    #: last ``spool_freed.FREED_KEPT``; ``freed.json``): what ``start_at_time`` knows of what is gone
     freed: list[list[int]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.dir = os.path.join(self.spool_dir, f"ch-{self.channel}")
         private_dir(self.dir, fsync_parent=self.fsync)
-        self.freed = self._read_freed()
+        self.freed = read_freed(self.dir)
         # Two locks, so that the driver's calls (latest, earliest, snapshot, release) never
         # wait for a write: ``_write_lock`` serialises the writers (the receiver thread; a
         # stop's close) and is held through a record's serialising, checksum, write and
@@ -342,28 +338,8 @@ class ChannelLog:
         received at or after it, if any (data loss under ``failOnDataLoss``)."""
         with self._lock:
             offset = next((e.first for e in self.entries if e.received_us >= received_us), self.next_offset)
-            gone = [f for f in self.freed if f[2] >= received_us]
-        if not gone:
-            return offset, None
-        first, end = gone[0][0], max(f[1] for f in gone)
-        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(received_us / 1e6))
-        return offset, LostRange(self.channel, first, end, text=(
-            f"channel {self.channel}: offsets {first}..{end}, freed from the spool {self.spool_dir!r} before this query "
-            f"started, include messages received at or after startingTimestamp ({received_us // 1000} ms, {when} UTC)"))
-
-    def _read_freed(self) -> list[list[int]]:
-        try:
-            with open(os.path.join(self.dir, FREED_FILE), "rb") as f:
-                kept = json.loads(f.read(1 << 20))
-            if isinstance(kept, list) and all(isinstance(x, list) and len(x) == 3 and all(isinstance(v, int) for v in x)
-                                              for x in kept):
-                return kept
-            log.warning("ignoring %s: not a list of freed segments", os.path.join(self.dir, FREED_FILE))
-        except FileNotFoundError:
-            pass
-        except (OSError, ValueError) as exc:
-            log.warning("ignoring %s: %s", os.path.join(self.dir, FREED_FILE), exc)
-        return []
+            freed = list(self.freed)
+        return offset, freed_since(freed, received_us, self.channel, self.spool_dir)
 
     # -- releasing (commit) -------------------------------------------------------------------
 
@@ -383,9 +359,9 @@ class ChannelLog:
                     keep += 1
                 del self.entries[:keep]
                 del self._firsts[:keep]
-                self.freed = (self.freed + [[s.first, s.end, newest[id(s)]] for s in doomed if id(s) in newest]
-                              )[-FREED_KEPT:]
-                freed = json.dumps(self.freed).encode()
+                self.freed = kept_freed(self.freed, [[s.first, s.end, newest[id(s)]] for s in doomed
+                                                     if id(s) in newest])
+                freed = encode_freed(self.freed)
             self.lost = [r for r in self.lost if r.end > offset]
         if doomed:
             write_atomically(self.dir, FREED_FILE, freed, fsync=self.fsync)
@@ -498,38 +474,3 @@ class Spool:
         finally:
             os.close(self._lock_fd)
 
-
-class SpoolBudget:
-    """The shared disk budget (``maxSpoolBytes``): receivers wait here while it is spent."""
-
-    def __init__(self, max_bytes: int, logs: list[ChannelLog]) -> None:
-        self.max_bytes = max_bytes
-        self._logs = logs
-        self._room = threading.Condition()
-
-    def used(self) -> int:
-        return sum(channel.size_bytes for channel in self._logs)
-
-    def wait_for_room(self, channel: ChannelLog, stop: threading.Event, poll_s: float = 0.1,
-                      idle: Optional[Callable[[], object]] = None) -> int:
-        """Wait until the spool has room (or a stop); ``idle`` runs at every wake-up
-        meanwhile (the receiver reads its socket monitor there, see ``HandshakeWatch``).
-        Returns the payload bytes one channel may receive now: its share of the room left
-        (at least 1), so that a receive batch ends the spool at most one message past
-        the budget, not one whole batch (8 MiB) past it."""
-        used = self.used()
-        if used >= self.max_bytes:
-            # Close the active segment so a commit can delete it: otherwise the segment being
-            # written could be the only one, never released, and the spool would stay full.
-            channel.roll()
-            with self._room:
-                while not stop.is_set() and used >= self.max_bytes:
-                    self._room.wait(poll_s)
-                    if idle is not None:
-                        idle()
-                    used = self.used()
-        return max(1, (self.max_bytes - used) // max(1, len(self._logs)))
-
-    def released(self) -> None:
-        with self._room:
-            self._room.notify_all()

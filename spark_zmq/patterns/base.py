@@ -24,6 +24,7 @@ from .frames import Frames, Message, as_frame, check_bytes_messages, flatten, fr
 from .handshakes import HANDSHAKE_FAILURES, HandshakeWatch, open_monitor
 from .heartbeat import Heartbeat
 from .rcvmore import rcvmore_check
+from .recv_values import recv_values_from
 from .socket_options import apply_tuning, check_common, set_common_options, timeout_deadline
 
 __all__ = ["PatternSocket", "SocketClosedError"]
@@ -389,11 +390,10 @@ class PatternSocket:
 
         A one-frame message is a value (topic ``None``); a multi-frame message is
         ``[topic, payload...]``: its first frame is the topic and the rest, joined, the value.
-        ``topics`` is ``None`` when every message had one frame. Why this exists: per message
-        it costs one ``recv`` and one RCVMORE check (through ctypes, see ``rcvmore``), with no
-        list per message; the connector's receivers spend their time here. Returns empty
-        lists only when every message that arrived was discarded (multipart on a
-        single-part socket).
+        ``topics`` is ``None`` when every message had one frame. Why this exists: the
+        connector's receivers spend their time here, and the loop (``recv_values_from``) reads
+        frame by frame with no list per message. Returns empty lists only when every message
+        that arrived was discarded (multipart on a single-part socket).
         """
         deadline = self._start_recv(max_messages, timeout)
         try:
@@ -402,38 +402,11 @@ class PatternSocket:
                 # so no hook is bypassed; the frame-by-frame fast path is for the rest
                 messages = self._recv_batch_locked(max_messages, deadline, max_bytes)
                 return flatten(messages, self._discard_multipart if self.single_part else None)
-            values: list[bytes] = []
-            topics: Optional[list[Optional[bytes]]] = None
-            limit = max_bytes if max_bytes is not None else 1 << 62
-            size = 0
-            received_any = False
-            sock = self._socket
-            recv, more = sock.recv, self._rcvmore
+            more = self._rcvmore
             assert more is not None  # a receiving socket (``can_recv``) has the check
-            NOBLOCK = _NOBLOCK
-            while len(values) < max_messages and size < limit:
-                try:
-                    frame = recv(NOBLOCK)
-                except zmq.Again:
-                    if received_any:
-                        break
-                    self._wait(zmq.POLLIN, deadline, "recv")
-                    continue
-                received_any = True
-                if more():
-                    rest = sock.recv_multipart()  # a message's parts arrive together
-                    if self.single_part:
-                        self._discard_multipart()
-                        continue
-                    if topics is None:
-                        topics = [None] * len(values)
-                    topics.append(frame)
-                    frame = rest[0] if len(rest) == 1 else b"".join(rest)
-                elif topics is not None:
-                    topics.append(None)
-                values.append(frame)
-                size += len(frame)
-            return values, topics
+            return recv_values_from(self._socket, more, max_messages, max_bytes,
+                                    lambda: self._wait(zmq.POLLIN, deadline, "recv"),
+                                    self._discard_multipart if self.single_part else None)
         finally:
             self._lock.release()
 

@@ -5,6 +5,11 @@ long-running Python process that hosts the ``DataSourceStreamReader``, lazily by
 offset call (never in a constructor: Spark also builds readers in short-lived planning
 processes, where a bind would only steal the port), plus what only Spark needs: whether
 executors need the fetch service, and the read task for a range.
+
+``open_ingest`` is the ingest a query's options ask for, ``LocalIngest`` or relays
+(``relays.RelayIngest``). The data source hands it to the stream reader, which calls it on
+its first offset call; a test hands the reader another factory, as Spark's Kafka connector
+hands ``KafkaMicroBatchStream`` its ``KafkaOffsetReader``.
 """
 
 from __future__ import annotations
@@ -14,10 +19,11 @@ from typing import TYPE_CHECKING, Any, Optional, Protocol, Sequence
 from ..ingest.runtime import IngestRuntime, RangeInfo
 from ..options import SourceOptions
 from .driver_host import fetch_service_host
-from .locality import executors_share_host
+from .locality import needs_fetch_service
 from .partitions import SpoolRange
+from .relays import RelayIngest
 
-__all__ = ["Ingest", "IngestChannel", "LocalIngest", "needs_fetch_service"]
+__all__ = ["Ingest", "IngestChannel", "LocalIngest", "open_ingest"]
 
 
 class IngestChannel(Protocol):
@@ -108,15 +114,6 @@ class Ingest(Protocol):
     def stop(self) -> None: ...
 
 
-def needs_fetch_service(spool_access: str) -> bool:
-    """Whether the driver must serve the spool over the network: always for
-    ``spoolAccess=fetch``, never for ``local``, and for ``auto`` unless Spark's master is
-    known to run every executor on this host (``locality``)."""
-    if spool_access == "auto":
-        return not executors_share_host()
-    return spool_access == "fetch"
-
-
 class LocalIngest(IngestRuntime):
     """The driver's spool and receivers, serving read tasks."""
 
@@ -132,3 +129,13 @@ class LocalIngest(IngestRuntime):
             self.server.access if self.server is not None else None,
             hint if hint is not None else (self.spool.channels[channel].locate(start) or ()), self.spool.spool_id,
         )
+
+
+def open_ingest(options: SourceOptions) -> Ingest:
+    """The ingest ``options`` ask for: relays (option ``relays``, or receiver processes,
+    ``receivers=processes``, which are relays the query starts) or the driver's own
+    receiver threads. Binds or attaches at once: call it where the ingest is to live
+    (the reader's first offset call), never in a planning process."""
+    if options.relays or options.receivers == "processes":
+        return RelayIngest(options)
+    return LocalIngest(options)

@@ -18,7 +18,7 @@ from typing import Optional
 
 from .. import procstat
 
-__all__ = ["spark_master", "spark_conf", "submit_process", "executors_share_host", "local_cores"]
+__all__ = ["spark_master", "spark_conf", "submit_process", "executors_share_host", "needs_fetch_service", "local_cores"]
 
 _SUBMIT_CLASS = b"org.apache.spark.deploy.SparkSubmit"
 _MAX_DEPTH = 8
@@ -120,6 +120,15 @@ def executors_share_host(master: Optional[str] = None) -> bool:
     """``True`` only when the master is known to run every executor on this host."""
     master = master if master is not None else spark_master()
     return master is not None and master.strip().lower().startswith("local")
+
+
+def needs_fetch_service(spool_access: str) -> bool:
+    """Whether the driver must serve the spool over the network: always for
+    ``spoolAccess=fetch``, never for ``local``, and for ``auto`` unless Spark's master is
+    known to run every executor on this host (``executors_share_host``)."""
+    if spool_access == "auto":
+        return not executors_share_host()
+    return spool_access == "fetch"
 
 
 def local_cores(master: Optional[str] = None) -> Optional[int]:

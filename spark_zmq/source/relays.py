@@ -29,7 +29,7 @@ from ..ingest.loss import LostRange
 from ..ingest.runtime import RangeInfo
 from ..relay.processes import ReceiverProcesses, ReceiverTarget
 from ..relay.protocol import LEASE_TTL_S, PROTOCOL, Op
-from .ingest import needs_fetch_service
+from .locality import needs_fetch_service
 from .partitions import SpoolRange
 
 __all__ = ["RelayIngest", "RelayError", "RelayBusyError"]

@@ -6,7 +6,8 @@ batch runs; the spool keeps every message until Spark commits past it. So a retr
 restarted from the checkpoint reads exactly the same messages for the same batch:
 exactly-once into Spark for everything the connector received.
 
-Every path that reads checks the checkpoint against the spool: ``latestOffset`` (the
+Every path that reads checks the checkpoint against the spool (the rules are
+``exactly_once``, the ingest is the one the data source hands over): ``latestOffset`` (the
 start of the next batch), ``partitions`` (including the batch Spark re-runs after a
 restart) and ``read`` (each task checks the spool id of every segment it opens). A
 checkpoint paired with another or a recreated spool, a checkpoint behind the spool's
@@ -22,7 +23,7 @@ from __future__ import annotations
 import logging
 import socket
 import time
-from typing import Iterator, Mapping, Optional, Sequence, Union
+from typing import Callable, Iterator, Mapping, Optional, Sequence, Union
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -37,19 +38,18 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from ..ingest.fetch import FetchError, fetch_range
-from ..ingest.loss import LossPolicy, LostRange
-from ..ingest.spool_format import DataLossError
+from ..ingest.loss import LossPolicy
 from ..ingest.spool_reader import coalesce, read_range, sees_spool
 from ..options import SourceOptions
 from .committed import CommittedOnly, kept_batches
 from .decoders import decoder_for
-from .ingest import Ingest, LocalIngest
+from .exactly_once import ExactlyOnce
+from .ingest import Ingest, open_ingest
 from .partitions import SpoolRange
 from .offsets import ChannelOffsets
 from .locality import local_cores
 from .planner import admit, holds_back, split
 from .query_start import QueryStart
-from .relays import RelayIngest
 
 __all__ = ["ZmqStreamReader"]
 
@@ -59,7 +59,11 @@ log = logging.getLogger(__name__)
 class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batch reader over the spool filled by the receivers."""
 
-    def __init__(self, options: SourceOptions, schema: StructType) -> None:
+    def __init__(self, options: SourceOptions, schema: StructType,
+                 open_ingest: Callable[[SourceOptions], Ingest] = open_ingest) -> None:
+        """``open_ingest`` makes the ingest the reader reads (``source.ingest.open_ingest``
+        unless a test gives another); it is called on the first offset call, never here:
+        Spark also builds readers in short-lived planning processes."""
         self.options = options
         self.schema = schema
         decoder_for(options, schema)  # validate early
@@ -69,7 +73,9 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._planned_end: Optional[ChannelOffsets] = None
         #: failOnDataLoss on the driver; what it skips is reported in the progress
         self._loss = LossPolicy.from_option(options.fail_on_data_loss, counted=True)
-        self._foreign_spools_seen: set[str] = set()
+        #: the checks of Spark's offsets against the spool, reporting to ``_loss``
+        self._rules = ExactlyOnce.for_options(options, self._loss)
+        self._open_ingest = open_ingest
         #: the task slots of a local master, once looked up (``_slots``); False: not yet
         self._local_slots: Union[int, None, bool] = False
         #: the first batch's start, kept in the spool directory until Spark commits a batch
@@ -85,100 +91,28 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- driver: the spool and the checkpoint ------------------------------------------------------
 
     def _ingest(self, *checkpointed: ChannelOffsets) -> Ingest:
-        """The runtime, created on first use; every call checks the offsets Spark passed."""
+        """The ingest, opened on first use; every call checks the offsets Spark passed
+        (``exactly_once``)."""
         if self._runtime is None:
-            relayed = self.options.relays or self.options.receivers == "processes"
-            runtime: Ingest = RelayIngest(self.options) if relayed else LocalIngest(self.options)
-            try:
-                for offsets in checkpointed:
-                    self._reconcile(runtime, offsets)
-            except BaseException:
-                runtime.stop()
-                raise
-            runtime.start()
-            self._runtime = runtime
+            self._runtime = self._rules.open(lambda: self._open_ingest(self.options), checkpointed)
         else:
             for offsets in checkpointed:
-                self._reconcile(self._runtime, offsets)
+                self._rules.reconcile(self._runtime, offsets)
         self._runtime.raise_if_failed()
         return self._runtime
-
-    def _reconcile(self, runtime: Ingest, offsets: ChannelOffsets) -> None:
-        """Check offsets from Spark's checkpoint against the spool: same channels, same
-        spool; a spool behind them continues numbering after them (never reusing an offset
-        Spark has seen)."""
-        channels = offsets.to_channel_dict()
-        expected = [str(c) for c in range(len(runtime.channels))]
-        source = "relays" if self.options.relays else "endpoints"
-        if set(channels) != set(expected):
-            raise ValueError(
-                f"the checkpoint's offsets name channels {sorted(channels, key=int)} but option {source!r} "
-                f"({', '.join(runtime.channel_names)}) defines channels {expected}: "
-                f"a query's {source} cannot change across restarts; use a new checkpointLocation"
-            )
-        theirs, ours = offsets.spool, runtime.spool_id
-        foreign = theirs is not None and theirs != ours
-        if foreign and theirs not in self._foreign_spools_seen:
-            message = (
-                f"the checkpoint's offsets {channels} refer to spool {theirs}, but the spool "
-                f"{runtime.where} is spool {ours} (it was deleted and recreated, or belongs to "
-                "another query): the messages of the checkpointed spool that Spark had not processed are lost"
-            )
-            if self._loss.fail:
-                raise DataLossError(
-                    message + ". Set failOnDataLoss=false to continue on this spool after the checkpoint's offsets, "
-                    "or start the query with a new checkpointLocation"
-                )
-            log.warning("%s; continuing on spool %s after the checkpoint's offsets (failOnDataLoss=false)", message, ours)
-            assert theirs is not None  # (``foreign``)
-            self._foreign_spools_seen.add(theirs)
-        if foreign:
-            runtime.latest()  # what a relay has written now (its channels' next_offset), for the count below
-        for channel_log in runtime.channels:
-            wanted = offsets[channel_log.channel]
-            if wanted > channel_log.next_offset:
-                if runtime.started and not foreign:
-                    log.warning("channel %d: the checkpoint is at offset %d, ahead of the spool's %d: the spool lost "
-                                "its tail (a crash without spoolFsync?)", channel_log.channel, wanted,
-                                channel_log.next_offset)
-                if foreign:
-                    # Messages this (other) spool numbered below the checkpoint will never be read.
-                    # It holds none past its latest, and a relay refuses to count past it (an
-                    # answer there would plan batches over messages that do not exist).
-                    earliest, held = channel_log.earliest, min(wanted, channel_log.next_offset)
-                    below = channel_log.snapshot().count_between(earliest, held)[0] if held > earliest else 0
-                    if below:
-                        self._loss.lose(LostRange(
-                            channel_log.channel, earliest, wanted, messages=below,
-                            text=f"channel {channel_log.channel}: {below} messages spool {ours} holds below the "
-                                 f"checkpoint's offset {wanted}"))
-                channel_log.advance_to(wanted)
 
     # -- driver: offsets -----------------------------------------------------------------------
 
     def initialOffset(self) -> dict:
-        """Where a query without a checkpoint begins; the same answer on every call until
-        Spark commits a batch, across restarts too (``query_start``)."""
+        """Where a query without a checkpoint begins (``ExactlyOnce.first_offsets``); the
+        same answer on every call until Spark commits a batch, across restarts too
+        (``query_start``)."""
         runtime = self._ingest()
         start = self._query_start.recall(runtime.spool_id, len(runtime.channels))
         if start is None:
-            if self.options.starting_timestamp is not None:  # it takes precedence over startingOffsets
-                start = ChannelOffsets(self._start_at_time(runtime, self.options.starting_timestamp), runtime.spool_id)
-            else:
-                start = ChannelOffsets(runtime.earliest() if self.options.starting_offsets == "earliest"
-                                       else runtime.start_offsets, runtime.spool_id)
+            start = self._rules.first_offsets(runtime, self.options.starting_offsets, self.options.starting_timestamp)
             self._query_start.remember(start)
         return start.to_dict()
-
-    def _start_at_time(self, runtime: Ingest, timestamp_ms: int) -> dict[str, int]:
-        """``startingTimestamp``: each channel's first message received at or after it that
-        the spool still holds; freed messages received at or after it are data loss."""
-        offsets = {}
-        for channel, (offset, lost) in sorted(runtime.start_at_time(timestamp_ms).items()):
-            if lost is not None:
-                self._loss.lose(lost)
-            offsets[str(channel)] = offset
-        return offsets
 
     def getDefaultReadLimit(self) -> ReadLimit:
         # PySpark has no composite limit: the caps of maxRowsPerTrigger/maxBytesPerTrigger
@@ -199,14 +133,7 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # here is what lets a full spool drain when the receivers are the ones waiting.
         runtime.release(begin.to_channel_dict())
         self._warn_broken_connections(runtime)
-        for channel_log in runtime.channels:
-            channel, earliest = channel_log.channel, channel_log.earliest
-            if begin[channel] < earliest:
-                self._loss.lose(LostRange(
-                    channel, begin[channel], earliest,
-                    text=f"Spark resumes channel {channel} at offset {begin[channel]}, but the spool "
-                         f"{runtime.where} starts at {earliest} (spool deleted or pruned)"))
-                begin = begin.replace(channel, earliest)
+        begin = self._rules.resume(runtime, begin)
         latest = self._pinned_end if self._pinned_end is not None else ChannelOffsets(runtime.latest())
         latest = latest.at_least(begin)
         if self._committed is not None:
@@ -287,39 +214,13 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         begin, finish = ChannelOffsets.from_dict(start), ChannelOffsets.from_dict(end)
         runtime = self._ingest(begin, finish)
-        spool_id = runtime.spool_id
-        if finish.spool not in (None, spool_id):
-            # A batch planned on another spool (Spark re-runs it after a restart): its
-            # messages are not in this spool, whatever offsets this spool has given out.
-            why = (f"the batch {begin.to_channel_dict()}..{finish.to_channel_dict()} was planned on spool "
-                   f"{finish.spool}, which the spool {runtime.where} no longer is (it is spool {spool_id})")
-            for channel, (lo, hi) in begin.ranges_to(finish).items():
-                if hi > lo:
-                    self._loss.lose(LostRange(channel, lo, hi, text=why))
+        ranges = self._rules.readable(runtime, begin, finish)
+        if ranges is None:
             return []
-        ranges: dict[int, tuple[int, int]] = {}
-        for channel_log in runtime.channels:
-            channel = channel_log.channel
-            lo, hi = begin.get(channel, finish[channel]), finish[channel]
-            if hi <= lo:
-                continue
-            earliest = channel_log.earliest
-            if lo < earliest:
-                self._loss.lose(LostRange(
-                    channel, lo, min(hi, earliest),
-                    text=f"offsets {lo}..{min(hi, earliest)} of channel {channel} are no longer in the spool "
-                         f"{runtime.where}, which starts at {earliest}"))
-                lo = min(hi, earliest)
-            if hi > lo:
-                ranges[channel] = (lo, hi)
         # one call for every channel's counts, losses and read hints (a relay: one round trip)
         described = runtime.describe(ranges)
-        nbytes: dict[int, int] = {}
-        for channel, (lo, hi) in ranges.items():
-            info = described[channel]
-            for lost in info.lost:
-                self._loss.lose(lost.within(lo, hi))
-            nbytes[channel] = info.bytes
+        self._rules.spool_losses(ranges, described)
+        nbytes = {channel: described[channel].bytes for channel in ranges}
         parts: list[InputPartition] = []
         for piece in split(ranges, nbytes, self.options.min_partitions, slots=self._slots()):
             first = piece.start == ranges[piece.channel][0]
