@@ -80,11 +80,30 @@ def _markdown(results: list[dict], smoke: bool, command: str) -> str:
             lines += ["", f"One request at a time: through the broker p50 {b['p50_ms']:.3f} ms, p99 {b['p99_ms']:.3f} ms;"
                           f" direct REQ/REP p50 {d['p50_ms']:.3f} ms, p99 {d['p99_ms']:.3f} ms (p50 ratio "
                           f"{r['p50_ratio']:.2f})"]
+        elif r["scenario"] == "pipeline" and r.get("latency"):
+            lines += ["", pipeline_latency_line(r)]
+        elif r["scenario"] == "relay-readers":
+            m = r["median"]
+            lines += ["", f"Two readers on one relay: {m['connector']:,.0f} and {m['second reader, same run']:,.0f} "
+                          f"rows/s, one reader alone {m['one reader alone']:,.0f} rows/s (ratios "
+                          f"{r['ratios']['one reader alone']:.2f} and "
+                          f"{m['second reader, same run'] / m['one reader alone']:.2f})"]
         elif r["scenario"] == "backpressure":
             lines += ["", f"Backpressure: {r['messages']:,} messages ({r['payload_mb']:.0f} MiB) through a "
                           f"{r['max_spool_mb']:.0f} MiB spool: peak spool {r['peak_spool_mb']:.1f} MiB, receiver "
                           f"process RSS growth {r['rss_growth_mb']:.1f} MiB, lost {r['lost']}, {r['seconds']:.1f} s"]
     return "\n".join(lines) + "\n"
+
+
+def pipeline_latency_line(r: dict) -> str:
+    """The pipeline's per-row latency, upstream write to downstream batch, with and
+    without committedOnly, and what holding runs until their commit record costs."""
+    lat = r["latency"]
+    with_, without = lat["committedOnly"], lat["without committedOnly"]
+    return (f"pipeline: latency at {lat['rate']:,.0f} msgs/s from the first stage's write to the second stage's "
+            f"micro-batch: committedOnly p50 {with_['p50_ms']:.0f} ms, p99 {with_['p99_ms']:.0f} ms; without "
+            f"p50 {without['p50_ms']:.0f} ms, p99 {without['p99_ms']:.0f} ms (with / without: p50 "
+            f"{lat['p50_ratio']:.2f}, p99 {lat['p99_ratio']:.2f})")
 
 
 def fixed_cost_line(r: dict) -> str:

@@ -41,6 +41,13 @@ Scenarios (the benchmark issue's numbering):
                       bed-fetch, read tasks on two other hosts fetching from the driver's spool
                       vs reading spool files every host sees (spoolAccess=local); bed-ingest,
                       producers on two other hosts vs one on the driver's host (bench/bed.py).
+ 10 pipeline          two queries, the first's zmq sink (arrow) feeding the second, which reads
+                      with committedOnly: rows/s vs the second stage without committedOnly vs
+                      one query fed the same Arrow messages by the producer (one-stage ingest);
+                      and per-row latency p50/p99 from the first stage's write to the second's
+                      micro-batch, with and without committedOnly (2,000 msgs/s);
+ 11 relay-readers     two queries reading one relay under their own relayReader, concurrently:
+                      each one's rows/s vs one query reading the same relay alone.
 Fair ceilings (``CEILINGS``; the sources are in bench/ceilings.py): Spark's own cost with a
 Python source or sink that does no ZeroMQ work (in-memory sources for ingest and latency, a
 discarding writer for egress); the wire's (a bare pyzmq loop, libzmq's C test) where that
@@ -73,6 +80,7 @@ import curvekeys  # noqa: E402
 import egress  # noqa: E402
 import ingest  # noqa: E402
 import latency  # noqa: E402
+import pipeline  # noqa: E402
 import report  # noqa: E402
 import requestreply  # noqa: E402
 import wire  # noqa: E402
@@ -80,10 +88,12 @@ from common import HERE, spark_session  # noqa: E402
 
 FULL = {"raw": 1_000_000, "socket": 30_000, "arrow_messages": 400, "arrow_rows": 10_000, "latency_s": 10.0,
         "bp_messages": 200_000, "scaling": 200_000, "reqrep_arrow": 4_000_000, "reqrep_json": 20_000,
-        "reqrep_lru": 400, "reqrep_latency": 2_000, "bed": 200_000}
+        "reqrep_lru": 400, "reqrep_latency": 2_000, "bed": 200_000, "pipeline_messages": 400, "pipeline_rate": 2_000,
+        "pipeline_latency_s": 10.0, "relay_messages": 400}
 SMOKE = {"raw": 5_000, "socket": 2_000, "arrow_messages": 4, "arrow_rows": 1_000, "latency_s": 2.0,
          "bp_messages": 5_000, "scaling": 5_000, "reqrep_arrow": 10_000, "reqrep_json": 500,
-         "reqrep_lru": 40, "reqrep_latency": 100, "bed": 4_000}
+         "reqrep_lru": 40, "reqrep_latency": 100, "bed": 4_000, "pipeline_messages": 20, "pipeline_rate": 2_000,
+         "pipeline_latency_s": 1.0, "relay_messages": 20}
 
 
 #: each scenario's fair ceiling: the contender that does everything the connector must do
@@ -103,6 +113,9 @@ CEILINGS = {
     "pull from libzmq PUSH": "the connector itself, fed by libzmq's PUSH instead of SCATTER",
     "connector without CURVE": "the connector itself without encryption",
     "Spark mapInArrow, no call": "Spark's ceiling: the same plan with the call taken out (mapInArrow appends the reply itself)",
+    "one-stage ingest": "the same Arrow messages sent straight to one query: a pipeline's second stage can go no "
+                        "faster than a query fed by the producer itself",
+    "one reader alone": "one query reading the same relay alone: what a second reader may take from the first",
 }
 
 
@@ -336,6 +349,36 @@ def reqrep(spark, fmt: str, rows: int, reps: int) -> dict:
         }, reps, "bare pyzmq DEALER", 0.7, ceiling="Spark mapInArrow, no call")
 
 
+def two_stages(spark, count: int, rows: int, rate: float, seconds: float, reps: int) -> dict:
+    """Scenario 10, pipeline: two queries, the upstream's zmq sink feeding the downstream
+    reading with ``committedOnly`` (``pipeline.two_stage``), rows/s beside the same
+    downstream without it and beside the one-stage ingest of the same messages; then the
+    per-row latency from the upstream's write to the downstream's batch, with and without
+    ``committedOnly`` at ``rate`` one-row messages a second, a rate both stages keep up
+    with on 2 cores, so the figures are the holding and not a backlog
+    (``pipeline.latency_pair``), filed under ``latency``."""
+    row = compare("pipeline", "rows/s", {
+        "connector": lambda: pipeline.two_stage(spark, count, rows, committed_only=True),
+        "two stages without committedOnly": lambda: pipeline.two_stage(spark, count, rows, committed_only=False),
+        "one-stage ingest": lambda: ingest.connector(spark, count, "arrow", rows),
+    }, reps, "one-stage ingest", None)
+    row["latency"] = pipeline.latency_pair(spark, rate, seconds, reps)
+    print(report.pipeline_latency_line(row), flush=True)
+    return row
+
+
+def relay_readers(spark, count: int, rows: int, reps: int) -> dict:
+    """Scenario 11, relay-readers: two queries reading one relay under their own
+    ``relayReader``, concurrently, each one's rows/s, against one query reading the same
+    relay alone (``pipeline.relay_readers``)."""
+    two = pipeline.TwoReaders(spark, count, rows)
+    return compare("relay-readers", "rows/s", {
+        "connector": two.first,
+        "second reader, same run": two.second,
+        "one reader alone": lambda: pipeline.relay_readers(spark, count, rows, 1)[0],
+    }, reps, "one reader alone", None)
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, one repetition: proves the command works")
@@ -406,6 +449,9 @@ def main(argv: list[str]) -> int:
         "reqrep-latency": lambda: requestreply.latency(size["reqrep_latency"]),
         "scaling": lambda: scaling(spark, size["scaling"], reps),
         "latency": lambda: {"scenario": "latency", **latency.measure(spark, 10_000, size["latency_s"], reps)},
+        "pipeline": lambda: two_stages(spark, size["pipeline_messages"], r, size["pipeline_rate"],
+                                       size["pipeline_latency_s"], reps),
+        "relay-readers": lambda: relay_readers(spark, size["relay_messages"], r, reps),
         "backpressure": lambda: {"scenario": "backpressure", **backpressure.connector(
             spark, size["bp_messages"], 1024, spool_bytes=16 << 20, rows_per_trigger=20_000)},
         # across hosts on the tests' multi-host bed (root only): bed-fetch and bed-ingest

@@ -20,6 +20,8 @@ Spark's replayable offsets:
   (fsync) before any batch planned with them is returned to Spark, and never change: a
   batch Spark re-runs, after a task failure or a restart of this query, is read with the
   same decisions, although the records themselves may have been freed from the spool.
+  The file is compacted (``decisions.py``; ``RunSelector.compactable`` says which
+  decisions no read can need any more), so it does not grow a line per batch forever.
 * The driver gives each read task the decisions of the batches its range holds
   (``SpoolRange.committed_runs``); the task drops the messages of other runs and the
   records (``keep``), and reads the rest as the ``arrow`` format does.
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import time
 from dataclasses import dataclass, replace
@@ -45,22 +48,20 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping, Optiona
 
 import pyarrow as pa
 
+from .decisions import BatchKey, Decisions
 from .decoders.base import MalformedMessageError, _offsets_and_data
 
 if TYPE_CHECKING:
     from .ingest import Ingest
     from .partitions import SpoolRange
 
-__all__ = ["Tag", "tag_of", "read_tag", "Decisions", "RunSelector", "keep", "CommittedOnly", "BLOCKED_WARN_SECONDS",
+__all__ = ["BatchKey", "Tag", "tag_of", "read_tag", "Decisions", "RunSelector", "keep", "CommittedOnly", "BLOCKED_WARN_SECONDS",
            "kept_slices", "kept_batches", "message_tags"]
 
 log = logging.getLogger(__name__)
 
 #: a channel held this long by a batch without its commit record gets a warning
 BLOCKED_WARN_SECONDS = 60.0
-
-#: (query_id, batch_id): what a commit record decides
-BatchKey = tuple[str, int]
 
 _PREFIX = "spark_zmq."
 
@@ -153,68 +154,6 @@ def keep(tag: Tag, decisions: Mapping[BatchKey, Mapping[int, str]]) -> bool:
     return runs is not None and runs.get(tag.partition) == tag.attempt_id
 
 
-class Decisions:
-    """``(query_id, batch_id)`` -> the runs its first commit record names; append-only,
-    kept in a file (``path``, JSON lines) when given. ``add`` of a decided batch is ignored
-    (the first record stands); ``flush`` writes what was added and syncs it."""
-
-    def __init__(self, path: Optional[str] = None) -> None:
-        self.path = path
-        self._runs: dict[BatchKey, dict[int, str]] = {}
-        self._unwritten: list[BatchKey] = []
-        if path is not None and os.path.exists(path):
-            self._load(path)
-
-    def _load(self, path: str) -> None:
-        with open(path, "rb") as f:
-            data = f.read()
-        complete = data.rfind(b"\n") + 1
-        for line in data[:complete].splitlines():
-            entry = json.loads(line)
-            key = (str(entry["query"]), int(entry["batch"]))
-            self._runs.setdefault(key, {int(p): str(a) for p, a in entry["runs"].items()})
-        if complete < len(data):
-            # a line torn by a crash mid-write: never returned to Spark (flush had not
-            # finished), so it is read again from the spool
-            with open(path, "r+b") as f:
-                f.truncate(complete)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._runs
-
-    def __len__(self) -> int:
-        return len(self._runs)
-
-    def get(self, key: BatchKey) -> Optional[Mapping[int, str]]:
-        return self._runs.get(key)
-
-    def as_mapping(self) -> Mapping[BatchKey, Mapping[int, str]]:
-        return self._runs
-
-    def add(self, key: BatchKey, runs: Mapping[int, str]) -> bool:
-        if key in self._runs:
-            return False
-        self._runs[key] = dict(runs)
-        self._unwritten.append(key)
-        return True
-
-    def flush(self) -> None:
-        if not self._unwritten:
-            return
-        if self.path is not None:
-            lines = "".join(
-                json.dumps({"query": k[0], "batch": k[1], "runs": {str(p): a for p, a in sorted(self._runs[k].items())}},
-                           separators=(",", ":")) + "\n"
-                for k in self._unwritten)
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-            try:
-                os.write(fd, lines.encode())
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        self._unwritten.clear()
-
-
 class _Channel:
     """What the selector knows of one channel."""
 
@@ -228,6 +167,10 @@ class _Channel:
         #: since when (monotonic) this channel has been held, and the batches already warned of
         self.held_since: Optional[float] = None
         self.warned: set[BatchKey] = set()
+        #: (offset, key) of the commit records observed and not yet released, in order
+        self.records: list[tuple[int, BatchKey]] = []
+        #: writing query -> its newest batch whose commit record Spark committed past here
+        self.passed: dict[str, int] = {}
 
 
 class RunSelector:
@@ -256,7 +199,8 @@ class RunSelector:
             state.spans.append((offset, key))
         if tag.kind == "record" and tag.key is not None and tag.runs is not None:
             self.decisions.add(tag.key, tag.runs)
-        elif key is not None and key not in self.decisions and key not in state.undecided:
+            state.records.append((offset, tag.key))
+        elif key is not None and not self.decisions.settled(key) and key not in state.undecided:
             state.undecided[key] = offset
         state.cursor = offset + 1
 
@@ -267,7 +211,7 @@ class RunSelector:
 
     def end(self, channel: int) -> int:
         state = self.channels[channel]
-        for key in [k for k in state.undecided if k in self.decisions]:
+        for key in [k for k in state.undecided if self.decisions.settled(k)]:
             del state.undecided[key]
         return min(state.undecided.values(), default=state.cursor)
 
@@ -286,6 +230,8 @@ class RunSelector:
             if key is None or stop <= lo or first >= hi:
                 continue
             runs = self.decisions.get(key)
+            if runs is None and self.decisions.settled(key):
+                continue  # compacted away: a straggler of a batch decided long ago, dropped
             if runs is None:
                 raise RuntimeError(f"committedOnly: channel {channel} offsets {lo}..{hi} hold batch {key[1]} of query "
                                    f"{key[0]}, which has no commit record")
@@ -297,12 +243,43 @@ class RunSelector:
         state = self.channels.get(channel)
         if state is None:
             return
+        while state.records and state.records[0][0] < offset:
+            _, (query, batch) = state.records.pop(0)
+            state.passed[query] = max(state.passed.get(query, batch), batch)
         spans = state.spans
         i = 0
         while i + 1 < len(spans) and spans[i + 1][0] <= offset:
             i += 1
         if i:
             del spans[:i]
+
+
+    def compactable(self) -> list[BatchKey]:
+        """The decisions no read can need any more: on every channel, Spark committed past
+        a commit record of a later batch of the same writing query (the spool freed it, and
+        Spark re-runs no batch below). The writing query sends a batch's data before Spark
+        commits it and the next batch's record only after that batch committed, so the
+        batch's messages lie below that record on every channel; and it runs the batch no
+        more, since Spark starts a batch only once the one before is in its commit log. No
+        older batch of that query may be undecided on any channel either: the floor that
+        compaction leaves must not settle a batch still waiting for its record."""
+        if not self.channels:
+            return []
+        waiting: dict[str, float] = {}
+        for state in self.channels.values():
+            for q, b in state.undecided:
+                if not self.decisions.settled((q, b)):  # (``end`` forgets the decided ones lazily)
+                    waiting[q] = min(waiting.get(q, math.inf), b)
+        return [(q, b) for q, b in self.decisions if b < waiting.get(q, math.inf)
+                and all(state.passed.get(q, -1) > b for state in self.channels.values())]
+
+    def compact(self, step: Optional[Callable[[str], None]] = None) -> bool:
+        """``Decisions.compact`` of what ``compactable`` names, when the file has grown
+        enough for it to be worth the scan."""
+        if not self.decisions.worth_compacting():
+            return False
+        dead = self.compactable()
+        return self.decisions.compact(dead, step)
 
 
 def kept_slices(batch: pa.RecordBatch, first: int, channel: int, decisions: Mapping[BatchKey, Mapping[int, str]],
@@ -428,6 +405,9 @@ class CommittedOnly:
             selector.decisions_within(part.channel, part.start, part.end))) for part in parts]
 
     def release(self, end: Mapping[int, int]) -> None:
+        """Spark committed up to ``end``: forget what lies below, and compact the decisions'
+        file when enough of it is dead (``RunSelector.compact``)."""
         if self.selector is not None:
             for channel, offset in end.items():
                 self.selector.release(int(channel), int(offset))
+            self.selector.compact()

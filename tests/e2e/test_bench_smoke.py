@@ -9,20 +9,21 @@ import sys
 
 import pytest
 
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(1260)]
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(1560)]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def test_bench_smoke_run_writes_its_report(tmp_path):
     result = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "run.py"), "--smoke", "--out", str(tmp_path)],
-                            capture_output=True, text=True, timeout=1200, cwd=ROOT)  # 7 min alone, more beside the suite
+                            capture_output=True, text=True, timeout=1500, cwd=ROOT)  # 10 min alone, more beside the suite
     assert result.returncode == 0, result.stderr[-3000:]
     rows = {r["scenario"]: r for r in json.loads((tmp_path / "results.json").read_text())["results"]}
     assert set(rows) == {"ingest-arrow", "ingest-raw-100B", "ingest-raw-1KB", "egress-raw-100B", "egress-arrow",
                          "scaling", "latency", "backpressure", "curve-ingest-raw-100B", "curve-ingest-arrow",
                          "curve-egress-raw-100B", "curve-egress-arrow", "gather-raw-100B", "gather-arrow",
-                         "reqrep-arrow", "reqrep-json", "reqrep-broker-lru", "reqrep-latency"}
+                         "reqrep-arrow", "reqrep-json", "reqrep-broker-lru", "reqrep-latency", "pipeline",
+                         "relay-readers"}
     compared = [r for r in rows.values() if "ratios" in r]
     assert all(v > 0 for r in compared for v in r["median"].values())
     # connector, in-memory Python source (at once and in the connector's micro-batches), bare pyzmq, Spark's
@@ -65,6 +66,13 @@ def test_bench_smoke_run_writes_its_report(tmp_path):
     assert all(rows[name]["versus"] == "bare pyzmq DEALER" for name in ("reqrep-arrow", "reqrep-json"))
     assert rows["reqrep-broker-lru"]["time_ratio"] > 0
     assert 0 < rows["reqrep-latency"]["broker"]["p50_ms"] <= rows["reqrep-latency"]["broker"]["p99_ms"]
+    # a two-stage pipeline beside one-stage ingest, its latency with and without committedOnly
+    assert set(rows["pipeline"]["median"]) == {"connector", "two stages without committedOnly", "one-stage ingest"}
+    for side in ("committedOnly", "without committedOnly"):
+        assert 0 < rows["pipeline"]["latency"][side]["p50_ms"] <= rows["pipeline"]["latency"][side]["p99_ms"]
+    assert "pipeline: latency at" in (tmp_path / "report.md").read_text()
+    assert set(rows["relay-readers"]["median"]) == {"connector", "second reader, same run", "one reader alone"}
+    assert "Two readers on one relay" in (tmp_path / "report.md").read_text()
     assert "fair ceiling" in (tmp_path / "report.md").read_text()
     assert "egress-raw-100B: Spark's fixed cost of a write job: median" in (tmp_path / "report.md").read_text()
     assert "Python-source floor" in (tmp_path / "report.md").read_text()

@@ -1,11 +1,13 @@
 """The ``zmq.<name>`` socket options: parsed on every side (keys as Spark passes them,
 lower-cased), refused with an error naming the option when unknown or of the wrong kind,
 and honoured by libzmq sockets and by the package's ZMTP engine alike (read back from
-the sockets: libzmq's getsockopt, the kernel's SO_RCVBUF of the engine's connection)."""
+the sockets: libzmq's getsockopt, the kernel's SO_RCVBUF of the engine's connection), and
+by a Spark write's sink, seen through when it reconnects to a consumer that came late."""
 
 from __future__ import annotations
 
 import socket
+import threading
 
 import pytest
 import zmq
@@ -86,3 +88,68 @@ def test_the_engine_takes_the_receive_buffer_keepalive_and_reconnect_interval():
         push.close()
         context.term()
         pull.close(linger=0)
+
+
+class FirstAttemptThenPull:
+    """A port that takes the sink's first connection and closes it at once (as a consumer
+    that is not there yet would refuse it), then binds a ZeroMQ PULL on the same port and
+    collects what arrives. The sink's next attempt comes after its reconnect interval: the
+    one synchronisation point is the accept, not a sleep."""
+
+    def __init__(self) -> None:
+        self.listener = socket.socket()
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(8)
+        self.port = self.listener.getsockname()[1]
+        self.received: list[bytes] = []
+        self.context = zmq.Context()
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        conn, _ = self.listener.accept()
+        conn.close()
+        self.listener.close()
+        pull = self.context.socket(zmq.PULL)
+        pull.setsockopt(zmq.LINGER, 0)
+        pull.bind(f"tcp://127.0.0.1:{self.port}")
+        try:
+            while not self.done.is_set():
+                if pull.poll(100):
+                    self.received.append(pull.recv())
+        finally:
+            pull.close()
+
+    def close(self) -> None:
+        self.done.set()
+        self.thread.join(10)
+        self.context.term()
+
+
+def _write(spark, port: int, **options: str) -> None:
+    """Ten text rows in one task (one sink socket) to ``port``, waiting up to 4 s for a peer."""
+    (spark.range(0, 10, 1, 1).selectExpr("cast(id as string) as value").write.format("zmq").mode("append")
+     .option("endpoints", f"tcp://127.0.0.1:{port}").option("format", "text").option("sendTimeoutMs", "4000")
+     .options(**options).save())
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(180)
+def test_a_spark_sink_honours_zmq_reconnect_interval(spark):
+    # with the default interval the sink comes back within the write's 4 s and delivers
+    consumer = FirstAttemptThenPull()
+    try:
+        _write(spark, consumer.port)
+        assert wait_until(lambda: len(consumer.received) == 10, 10, "the ten rows")
+    finally:
+        consumer.close()
+    # with a minute between attempts it does not: the write times out, nothing arrives
+    consumer = FirstAttemptThenPull()
+    try:
+        with pytest.raises(Exception, match=f"tcp://127.0.0.1:{consumer.port}"):
+            _write(spark, consumer.port, **{"zmq.reconnectInterval": "60s"})
+        assert consumer.received == []
+    finally:
+        consumer.close()

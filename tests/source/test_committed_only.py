@@ -175,13 +175,13 @@ def histories(draw):
 class Reader:
     """The reading query's driver and tasks over the streams (what stream.py does)."""
 
-    def __init__(self, streams, path):
-        self.streams, self.path = streams, path
+    def __init__(self, streams, path, margin=10**9):
+        self.streams, self.path, self.margin = streams, path, margin
         self.arrived = [0] * len(streams)
         self.start()
 
     def start(self, committed=None):
-        self.selector = RunSelector(Decisions(self.path))
+        self.selector = RunSelector(Decisions(self.path, margin=self.margin))
         self.committed = committed or [0] * len(self.streams)
 
     def scan(self, begin, upto):
@@ -215,7 +215,9 @@ def test_each_recorded_row_once_whatever_the_arrival_order_and_restarts(history,
     # the decisions file on a memory file system when there is one: the property runs
     # thousands of plans, each of which syncs the file
     with tempfile.TemporaryDirectory(dir="/dev/shm" if os.path.isdir("/dev/shm") else None) as tmp:
-        reader = Reader(streams, os.path.join(tmp, "runs.jsonl"))
+        # margin 0: the decisions file is compacted whenever a decision is dead (the
+        # selector's compaction rule then meets every arrival order and restart)
+        reader = Reader(streams, os.path.join(tmp, "runs.jsonl"), margin=data.draw(st.sampled_from([0, 10**9])))
         delivered = []
         for _ in range(40):
             for c in range(len(streams)):
@@ -233,6 +235,7 @@ def test_each_recorded_row_once_whatever_the_arrival_order_and_restarts(history,
             reader.committed = end
             for c in range(len(streams)):
                 reader.selector.release(c, end[c])
+            reader.selector.compact()
         reader.arrived = [len(s) for s in streams]
         begin, end = reader.plan()
         delivered += reader.read(begin, end, [])
