@@ -37,7 +37,7 @@ Scenarios (the benchmark issue's numbering):
     reqrep-broker-lru four workers, one 10x slower: spark-zmq broker's time over plain
                       round-robin's (target <= 0.6);
     reqrep-latency    one request at a time through the broker vs a direct REQ/REP round trip.
-  9 bed               across hosts on the tests' multi-host bed (root, ip, nft; skipped without):
+  9 bed               across hosts on the tests' multi-host bed (root, ip, nft; only with --only bed):
                       bed-fetch, read tasks on two other hosts fetching from the driver's spool
                       vs reading spool files every host sees (spoolAccess=local); bed-ingest,
                       producers on two other hosts vs one on the driver's host (bench/bed.py).
@@ -325,6 +325,8 @@ def curve_cost(name: str, unit: str, keys: str, reps: int, connector: Callable[[
 
 #: scenarios whose producer is libzmq itself, through node's zeromq package
 NEEDS_NODE = ("gather-raw-100B", "gather-arrow")
+#: scenarios that run only when named in --only
+OPT_IN = ("bed",)
 
 
 def node_missing() -> str | None:
@@ -462,6 +464,9 @@ def main(argv: list[str]) -> int:
     no_node = node_missing()
     for name, run in comparisons.items():
         if only and name not in only:
+            continue
+        if name in OPT_IN and name not in only:
+            print(f"{name:18s} skipped: minutes of set-up (a multi-host bed), run it by name: --only {name}", flush=True)
             continue
         if name in NEEDS_NODE and no_node:
             print(f"{name:18s} skipped: {no_node}", flush=True)
