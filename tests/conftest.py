@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 
 import pytest
 from hypothesis import settings
@@ -22,6 +23,10 @@ os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 # second checkout's run) has receivers of its own that a test here must not kill.
 RUN_MARK = f"SPARK_ZMQ_TEST_RUN={os.getpid()}"
 os.environ["SPARK_ZMQ_TEST_RUN"] = str(os.getpid())
+# The default ``spoolDir`` lives under $XDG_STATE_HOME and is derived from the options: a
+# test that binds a port an earlier run (or another checkout's run) bound must not find
+# that run's spool. Each run has a state directory of its own, inherited like the mark.
+os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="spark-zmq-test-state-")
 
 
 # Hypothesis: "ci" (the default) runs each property's full count of examples; "dev", for

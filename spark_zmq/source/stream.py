@@ -81,6 +81,8 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         #: the first batch's start, kept in the spool directory until Spark commits a batch
         self._query_start = QueryStart(options.spool_dir)
         self._start_forgotten = False
+        #: what ``initialOffset`` answered (None: not asked in this run of the query)
+        self._initial: Optional[ChannelOffsets] = None
         #: producer connections seen broken so far (each new one is logged at WARN)
         self._broken_seen = 0
         #: committedOnly: the runs the writing sink's commit records name (``committed``)
@@ -112,6 +114,7 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if start is None:
             start = self._rules.first_offsets(runtime, self.options.starting_offsets, self.options.starting_timestamp)
             self._query_start.remember(start)
+        self._initial = start
         return start.to_dict()
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -132,6 +135,11 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # commit log, but calls commit() only once it has a next batch to run. Releasing
         # here is what lets a full spool drain when the receivers are the ones waiting.
         runtime.release(begin.to_channel_dict())
+        if self._initial is None or begin != self._initial:
+            # a start other than the first batch's: a batch is in Spark's commit log. An
+            # availableNow query (or one stopped between batches) gets no commit() for its
+            # last batch; a new query on this spool must not begin at this one's start.
+            self._forget_query_start()
         self._warn_broken_connections(runtime)
         begin = self._rules.resume(runtime, begin)
         latest = self._pinned_end if self._pinned_end is not None else ChannelOffsets(runtime.latest())
@@ -236,10 +244,14 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._local_slots = local_cores()
         return self._local_slots
 
-    def commit(self, end: dict) -> None:
+    def _forget_query_start(self) -> None:
+        """A batch is in Spark's commit log: the first batch's start is in the checkpoint now."""
         if not self._start_forgotten:
-            self._query_start.forget()  # a batch is in Spark's commit log: its start with it
+            self._query_start.forget()
             self._start_forgotten = True
+
+    def commit(self, end: dict) -> None:
+        self._forget_query_start()
         if self._runtime is not None:
             self._runtime.release(ChannelOffsets.from_dict(end).to_channel_dict())
         if self._committed is not None:

@@ -136,10 +136,9 @@ def test_bash_example_runs(block: Block, tmp_path):
     assert result.returncode == 0, f"{block}:\n{code}\nstdout:\n{result.stdout[-2000:]}\nstderr:\n{result.stderr[-3000:]}"
 
 
-def test_the_readme_first_example_reads_what_spark_zmq_produce_sends(spark, tmp_path, monkeypatch):
-    """The README's first stream, fed by ``spark-zmq produce --format json`` as the README
-    says: every reading arrives, and its ``ts`` (epoch seconds) is a timestamp, not null."""
-    ports: dict[str, str] = {}
+def _run_first_example(ports: dict[str, str], spark, tmp_path, monkeypatch) -> list:
+    """The README's first stream once, fed 2,000 readings by ``spark-zmq produce --format
+    json`` as the README says; the rows of its table."""
     code = localize(FIRST_EXAMPLE.code, ports)
     port = ports["5555"]
     producer = subprocess.Popen([os.path.join(CLI_DIR, "spark-zmq"), "produce", f"tcp://127.0.0.1:{port}",
@@ -151,9 +150,27 @@ def test_the_readme_first_example_reads_what_spark_zmq_produce_sends(spark, tmp_
     finally:
         producer.kill()
     assert producer.returncode == 0, err
-    rows = spark.table("by_sensor").collect()
+    return spark.table("by_sensor").collect()
+
+
+def test_the_readme_first_example_reads_what_spark_zmq_produce_sends(spark, tmp_path, monkeypatch):
+    """The README's first stream, fed by ``spark-zmq produce --format json`` as the README
+    says: every reading arrives, and its ``ts`` (epoch seconds) is a timestamp, not null."""
+    rows = _run_first_example({}, spark, tmp_path, monkeypatch)
     assert sum(r["readings"] for r in rows) == 2000, rows
     assert rows and all(r["latest"] is not None and r["average"] is not None for r in rows), rows
+
+
+def test_the_readme_first_example_run_again_counts_only_the_new_readings(spark, tmp_path, monkeypatch):
+    """Run twice on the same port (so on the same default spool directory), as a newcomer
+    trying it does: the second run counts its own 2,000 readings, not the first run's again.
+    (An ``availableNow`` query ends without Spark telling the source its last batch was
+    committed; the second query must still start at the latest offsets.)"""
+    ports: dict[str, str] = {}
+    first = _run_first_example(ports, spark, tmp_path, monkeypatch)
+    second = _run_first_example(ports, spark, tmp_path, monkeypatch)
+    assert sum(r["readings"] for r in first) == 2000, first
+    assert sum(r["readings"] for r in second) == 2000, second
 
 
 #: how long the README's ``spark-submit`` may take to bind after ``python producer.py &``

@@ -61,3 +61,27 @@ def test_the_reader_applies_the_rules_to_a_checkpoint_of_another_spool(tmp_path,
         assert reader.reportLatestOffset()["dataLoss"] == {"records": 10}
     finally:
         reader.stop()
+
+
+def test_the_first_batch_start_is_forgotten_once_spark_plans_past_it(tmp_path):
+    """An availableNow query ends without a commit() for its last batch; Spark's next offset
+    call after a batch (``latestOffset`` from that batch's end) is what says the batch is in
+    its commit log. From then on a new query on this spool begins at the latest offsets,
+    not at this query's start (which would read this query's rows again)."""
+    opened: list = []
+    reader = _reader(tmp_path, opened)
+    kept = tmp_path / "spool" / "query-start.json"
+    try:
+        start = reader.initialOffset()
+        opened[0].channels[0].append(messages_to_batch([b"a", b"b", b"c"], None, "raw", 0))
+        end = reader.latestOffset(start, reader.getDefaultReadLimit())
+        assert kept.exists(), "batch 0 is planned, not committed: a restart must begin where it began"
+        reader.latestOffset(end, reader.getDefaultReadLimit())
+        assert not kept.exists()
+    finally:
+        reader.stop()
+    again = ZmqStreamReader(reader.options, default_schema(reader.options), open_ingest)
+    try:
+        assert again.initialOffset()["0"] == 3, "a new query begins at the latest offsets"
+    finally:
+        again.stop()
