@@ -137,7 +137,7 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         runtime.release(begin.to_channel_dict())
         if self._initial is None or begin != self._initial:
             # a start other than the first batch's: a batch is in Spark's commit log. An
-            # availableNow query (or one stopped between batches) gets no commit() for its
+            # availableNow query (or one stopped after its first batch) gets no commit() for its
             # last batch; a new query on this spool must not begin at this one's start.
             self._forget_query_start()
         self._warn_broken_connections(runtime)
