@@ -21,6 +21,7 @@ from ..options import SourceOptions
 from .driver_host import fetch_service_host
 from .locality import needs_fetch_service
 from .partitions import SpoolRange
+from .planner import ChannelIndex
 from .relays import RelayIngest
 
 __all__ = ["Ingest", "IngestChannel", "LocalIngest", "open_ingest"]
@@ -37,9 +38,9 @@ class IngestChannel(Protocol):
     @property
     def earliest(self) -> int: ...
 
-    def snapshot(self) -> Any:
-        """An index with ``count_between``, ``end_within`` and ``lost_within``
-        (``planner.ChannelIndex``)."""
+    def snapshot(self) -> ChannelIndex:
+        """The channel's index for planning: a copy in memory for a spool's channel, the
+        relay's own (every question a round trip) for a relay's."""
         ...
 
     def advance_to(self, offset: int) -> None: ...

@@ -73,8 +73,24 @@ class RelayChannel:
     def earliest(self) -> int:
         return int(self.relay.state["earliest"][self.local])
 
-    def snapshot(self) -> "RelayChannel":
-        return self  # the relay answers from its own index at each call
+    def snapshot(self) -> "RelayIndex":
+        """The channel's index, which lives in the relay: every question put to it is a
+        round trip (a spool's ``snapshot`` is a copy in memory)."""
+        return RelayIndex(self)
+
+    def advance_to(self, offset: int) -> None:
+        self.relay.client.call(Op.ADVANCE, channel=self.local, offset=int(offset))
+
+
+class RelayIndex:
+    """A relay channel's index as the planner reads one (``planner.ChannelIndex``), each
+    answer asked of the relay (``COUNT``, ``END_WITHIN``, ``LOST``) when it is read. The
+    reader asks for many channels at once with ``RelayIngest.describe`` instead."""
+
+    def __init__(self, channel: RelayChannel) -> None:
+        self.relay = channel.relay
+        self.local = channel.local
+        self.channel = channel.channel
 
     def count_between(self, start: int, end: int) -> tuple[int, int]:
         if end <= start:
@@ -98,9 +114,6 @@ class RelayChannel:
         answer = self.relay.client.call(Op.LOST, channel=self.local, start=int(start), end=int(end))
         return [LostRange(self.channel, int(a), int(b), text=f"{text} ({self.relay.target.label})")
                 for a, b, text in answer["lost"]]
-
-    def advance_to(self, offset: int) -> None:
-        self.relay.client.call(Op.ADVANCE, channel=self.local, offset=int(offset))
 
 
 class RelayIngest:
@@ -328,9 +341,10 @@ class RelayIngest:
                 channel = relay.first_channel + int(local)
                 view = self.channels[channel]
                 if answer is None:
-                    rows, nbytes = view.count_between(lo, hi)
+                    index = view.snapshot()
+                    rows, nbytes = index.count_between(lo, hi)
                     at = relay.client.call(Op.LOCATE, channel=view.local, offset=lo)["at"]
-                    out[channel] = RangeInfo(rows, nbytes, view.lost_within(lo, hi), tuple(at or ()))
+                    out[channel] = RangeInfo(rows, nbytes, index.lost_within(lo, hi), tuple(at or ()))
                     continue
                 got = answer[local]
                 out[channel] = RangeInfo(

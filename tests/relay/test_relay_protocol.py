@@ -196,7 +196,7 @@ def test_losses_cross_the_wire_in_protocol_1s_form_and_read_back_as_loss_records
                                                       b'/spool/ch-0/0-0.seg (record at byte 7: checksum mismatch)"]], '
                                                       b'"id": 7}']
         view = SimpleNamespace(client=client, first_channel=3, target=SimpleNamespace(label="relay at X"))
-        [loss] = RelayChannel(view, 0).lost_within(12, 30)
+        [loss] = RelayChannel(view, 0).snapshot().lost_within(12, 30)
         assert (loss.channel, loss.first, loss.end) == (3, 10, 20)
         assert loss.within(12, 30).describe() == ("offsets 12..20 of channel 0 in /spool/ch-0/0-0.seg (record at byte "
                                                   "7: checksum mismatch) (relay at X)")
