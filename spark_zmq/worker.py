@@ -32,7 +32,7 @@ Formats (``format``), for a request body of one frame:
 - ``raw``: ``bytes -> bytes``.  ``text``: ``str -> str`` (UTF-8 both ways).
 
 Untrusted requests. An ``arrow`` request is read through the same guard as every Arrow
-message this package receives (``spark_zmq.ingest.arrow_guard``): its rows and the bytes
+message this package receives (``spark_zmq.arrow.guard``): its rows and the bytes
 its buffers take once decompressed are read from the metadata *before* anything is
 decompressed, and a request claiming more than ``max_decompressed_bytes`` (or 10,000,000
 rows) is answered with an error reply without being decoded. A 12 KB zstd request cannot
@@ -68,7 +68,7 @@ from typing import Any, Callable, Optional, Protocol, Sequence, Union, cast
 import pyarrow as pa
 import zmq
 
-from .ingest.arrow_guard import MAX_DECOMPRESSED_BYTES, MalformedArrowError, read_batches
+from .arrow.guard import MAX_DECOMPRESSED_BYTES, MalformedArrowError, read_batches
 
 from .patterns import Heartbeat, Rep, Req
 from .patterns.bounds import MAX_FRAMES, MessageBounds

@@ -1,11 +1,13 @@
 """The package's layers: what may import what, and pyspark only where Spark is used.
 
 Layers, bottom up: ``patterns`` (ZeroMQ only) < ``options`` < ``ingest`` (receive, spool,
-serve) < ``relay`` < ``source``; ``sink`` sits on ``patterns``, ``options`` and ``schemas``;
-``service`` (calling ZeroMQ services from Spark) on ``patterns``, ``options``, ``ingest``'s
-Arrow guard, ``schemas`` and ``worker`` (whose error reply it reads); ``worker`` (a request-reply service's loop) on ``patterns`` and ``ingest``'s Arrow guard
-(every request is read through it) and ``worker_process`` (the handler's child process,
-on nothing);
+serve) < ``relay`` < ``source``; ``arrow`` (reading untrusted Arrow within bounds) on
+nothing, under ``ingest``, ``source``, ``service`` and ``worker``; ``sink`` sits on
+``patterns``, ``options`` and ``schemas``; ``service`` (calling ZeroMQ services from Spark)
+on ``patterns``, ``options``, ``arrow``, ``schemas`` and ``worker`` (whose error reply it
+reads); ``worker`` (a request-reply service's loop) on ``patterns``, ``arrow`` (every
+request is read through it) and ``worker_process`` (the handler's child process, on
+nothing);
 ``procstat`` (what ``/proc`` says of a process) on nothing;
 the entry points (``datasource``, ``cli``, ``loadgen``, ``worker_env``, the package's
 ``__init__``) may import anything. A module importing a layer above its own, or a layer it
@@ -31,15 +33,16 @@ PACKAGE = pathlib.Path(spark_zmq.__file__).parent
 #: layer -> the layers it may import (besides itself)
 ALLOWED = {
     "procstat": set(),
+    "arrow": set(),
     "patterns": set(),
     "options": {"patterns"},
-    "ingest": {"patterns", "options"},
+    "ingest": {"patterns", "options", "arrow"},
     "relay": {"ingest", "patterns", "options", "procstat"},
-    "source": {"relay", "ingest", "patterns", "options", "schemas", "procstat"},
+    "source": {"relay", "ingest", "arrow", "patterns", "options", "schemas", "procstat"},
     "schemas": set(),
     "sink": {"patterns", "options", "schemas"},
-    "service": {"patterns", "options", "ingest", "schemas", "worker"},
-    "worker": {"patterns", "ingest", "worker_process"},
+    "service": {"patterns", "options", "arrow", "schemas", "worker"},
+    "worker": {"patterns", "arrow", "worker_process"},
     "worker_process": set(),
     "thread_session": set(),
 }
@@ -47,7 +50,7 @@ ENTRY_POINTS = {"__init__", "datasource", "cli", "loadgen", "worker_env"}
 
 #: modules a process that never runs Spark imports, and the source's exactly-once rules
 #: (tested without Spark): none may load pyspark
-SPARK_FREE = ["spark_zmq", "spark_zmq.patterns", "spark_zmq.options", "spark_zmq.ingest.runtime",
+SPARK_FREE = ["spark_zmq", "spark_zmq.patterns", "spark_zmq.options", "spark_zmq.arrow", "spark_zmq.ingest.runtime",
               "spark_zmq.ingest.fetch", "spark_zmq.ingest.spool_reader", "spark_zmq.relay.service",
               "spark_zmq.relay.run", "spark_zmq.relay.child", "spark_zmq.relay.client",
               "spark_zmq.relay.processes", "spark_zmq.service.call", "spark_zmq.service.codec",

@@ -5,7 +5,7 @@ by a standalone relay and by receiver processes (``spark_zmq.relay``):
 
 - ``receiver``: one socket per channel drained into the spool, under a disk budget;
 - ``spool_format``, ``spool``, ``spool_reader``: the durable, numbered log of each channel,
-  written by the receiver and read back by offsets (``arrow_guard`` checks untrusted Arrow);
+  written by the receiver and read back by offsets (``spark_zmq.arrow`` checks untrusted Arrow);
   ``spool_files`` keeps the spool directory private and its small files atomic,
   ``spool_index`` is the in-memory index the planner reads;
 - ``fetch``: the CURVE-only service that hands spool ranges to read tasks on other hosts,

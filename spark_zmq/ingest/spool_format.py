@@ -46,7 +46,7 @@ import numpy as np
 import pyarrow as pa
 import xxhash
 
-from . import arrow_guard
+from ..arrow import guard as arrow_guard
 
 __all__ = [
     "SPOOL_SCHEMA", "DataLossError", "SpoolFormatError", "SegmentHeader", "Record", "segment_name", "parse_segment_name",

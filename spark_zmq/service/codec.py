@@ -24,7 +24,7 @@ from typing import Iterator, Optional, Sequence
 
 import pyarrow as pa
 
-from ..ingest.arrow_guard import MalformedArrowError, read_batches
+from ..arrow.guard import MalformedArrowError, read_batches
 from ..worker import is_error_reply
 
 __all__ = ["ReplyMismatch", "Unit", "RowCodec", "ArrowCodec", "ValueCodec", "codec_for"]

@@ -37,7 +37,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from spark_zmq.ingest import arrow_guard
+from spark_zmq.arrow import guard as arrow_guard
 from spark_zmq.options import OptionError, SourceOptions
 from spark_zmq.schemas import fixed_schema
 from spark_zmq.source.decoders import (

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from pyspark.sql.types import BooleanType, LongType, MapType, StringType, StructField, StructType
 
 from spark_zmq.options import OptionError, SourceOptions
-from spark_zmq.ingest import arrow_guard
+from spark_zmq.arrow import guard as arrow_guard
 from spark_zmq.source.decoders import base as decoders_base
 from spark_zmq.source.decoders import (
     ROW_KEY,

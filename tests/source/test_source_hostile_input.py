@@ -8,7 +8,7 @@ import json
 import pyarrow as pa
 import pytest
 
-from spark_zmq.ingest import arrow_guard
+from spark_zmq.arrow import guard as arrow_guard
 
 from zmqtest import Producer, arrow_message, run_available_now
 

@@ -17,7 +17,7 @@ from typing import Any, Iterator, Optional
 import pyarrow as pa
 from pyspark.sql.types import StructType
 
-from ...ingest import arrow_guard
+from ...arrow import guard as arrow_guard
 from . import base
 from .base import Decoder, MalformedMessageError
 from .headers import Headers, headers_column, headers_template

@@ -1,6 +1,6 @@
 """The structure of an Arrow IPC stream, read from its bytes before pyarrow decodes it.
 
-Step 1 of ``arrow_guard``: a bounds-checked reader of the Message/RecordBatch flatbuffers
+Step 1 of ``guard``: a bounds-checked reader of the Message/RecordBatch flatbuffers
 (pyarrow exposes none of their fields), the checks of that metadata made before anything
 is decompressed, the rows a stream claims, and ``message_layout`` for fuzzers and tests.
 """
@@ -48,7 +48,7 @@ class MalformedArrowError(ValueError):
 
 
 class CorruptMetadataError(Exception):
-    """The flatbuffer reader found an out-of-bounds or inconsistent field (``arrow_guard``
+    """The flatbuffer reader found an out-of-bounds or inconsistent field (``guard``
     reports it as a ``MalformedArrowError``)."""
 
 
@@ -169,7 +169,7 @@ def rows_claimed(buf: BytesLike) -> int:
 
 
 def check_stream(buffer: pa.Buffer, max_rows: int, max_body_bytes: int) -> None:
-    """Step 1: every IPC message's metadata checked (see ``arrow_guard``), nothing
+    """Step 1: every IPC message's metadata checked (see ``guard``), nothing
     decompressed; ``MalformedArrowError`` or ``CorruptMetadataError`` for a bad one."""
     reader = pa.ipc.MessageReader.open_stream(buffer)
     rows = 0

@@ -7,7 +7,7 @@ claims to decompress to, hand Spark a batch with non-monotonic offsets or invali
 or raise an exception class nobody caught (which, on the receiver thread, lost the whole
 receive batch with it). Reading a message therefore happens in three steps:
 
-1. **Metadata, before anything is decompressed** (``arrow_ipc``). The stream is walked with
+1. **Metadata, before anything is decompressed** (``ipc``). The stream is walked with
    pyarrow's own ``MessageReader`` (so the messages checked are exactly the ones the
    stream reader decodes next; bodies are zero-copy slices of the message), and each
    message's flatbuffer metadata is read with a small bounds-checked reader there:
@@ -37,7 +37,7 @@ receive batch with it). Reading a message therefore happens in three steps:
    ones would hang the task. Null views must be well-formed too (length >= 0, inside
    their data buffer): validation skips them but pyarrow's cast copies them.
 
-3. **Conversion to the declared schema** (``arrow_conform``; when ``schema`` is given):
+3. **Conversion to the declared schema** (``conform``; when ``schema`` is given):
    columns are matched by name (a missing or duplicated name is malformed), NOT NULL
    top-level columns must have no nulls, every cast's output is fully validated too
    (pyarrow 26's cast from list_view to list makes invalid arrays: top-level list views
@@ -67,8 +67,8 @@ from typing import NamedTuple, Optional
 import numpy as np
 import pyarrow as pa
 
-from .arrow_conform import column_plan, conform, is_list_like, is_view
-from .arrow_ipc import (
+from .conform import column_plan, conform, is_list_like, is_view
+from .ipc import (
     MAX_DECOMPRESSED_BYTES,
     MAX_IPC_MESSAGES,
     MAX_ROWS,

@@ -1,4 +1,4 @@
-"""Conversion of checked Arrow batches to the query's declared schema (step 3 of ``arrow_guard``).
+"""Conversion of checked Arrow batches to the query's declared schema (step 3 of ``guard``).
 
 Columns are matched by name and cast; before each cast, an upper bound of the bytes it
 allocates is computed from the validated arrays, and every cast's output is validated.
@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .arrow_ipc import MalformedArrowError, error_reason
+from .ipc import MalformedArrowError, error_reason
 
 __all__ = ["column_plan", "conform", "is_view", "is_list_like"]
 
