@@ -20,6 +20,7 @@ from rich.markup import escape
 
 from ..options import OptionError, SourceOptions, reader_name_problem
 from ..patterns import Broker, BrokerStats, parse_endpoints
+from ..patterns.broker import DEFAULT_MAX_WAITING_BYTES
 from .console import err_console, print_error
 from .flags import (
     CURVE_PANEL,
@@ -201,8 +202,9 @@ def broker_command(
     backend: str = typer.Option(..., "--backend", help="Where workers (REQ, e.g. spark_zmq.worker.serve) reach the "
                                 "broker: '@tcp://*:5560' binds (the default), '>tcp://host:port' connects."),
     hwm: int = typer.Option(1000, "--hwm", min=1, help="Requests that may wait in the broker while no worker is "
-                            "idle; beyond that it stops reading clients (backpressure). Also the sockets' "
-                            "high-water marks."),
+                            f"idle (and {DEFAULT_MAX_WAITING_BYTES >> 20} MiB of them at most); beyond that it stops "
+                            "reading clients (backpressure). Also the sockets' high-water marks, except the "
+                            "frontend's receive queue, sized in bytes from --max-message-bytes."),
     max_message_bytes: int = typer.Option(64 << 20, "--max-message-bytes", min=1, help="Largest message "
                                           "accepted from a client or worker, all frames together (a larger frame "
                                           "disconnects its peer; a larger message is dropped and counted). "

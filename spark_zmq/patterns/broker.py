@@ -38,9 +38,11 @@ Fair to every client (see ``broker_clients``): requests wait in one queue per cl
 are dispatched round-robin across clients, so a client with thousands waiting takes turns
 with one that has a single request.
 
-Bounded memory: at most ``hwm`` requests of the clients being served wait in the broker
-while no worker is idle; beyond that it stops reading the frontend, libzmq's queues fill
-and clients' sends block (backpressure), as everywhere in this package. Because it then stops reading client
+Bounded memory: at most ``hwm`` requests of the clients being served, and
+``max_waiting_bytes`` of requests in all, wait in the broker while no worker is idle; beyond
+that it stops reading the frontend, libzmq's queues (a few messages per client connection,
+``frontend_rcvhwm``) fill and clients' sends block (backpressure), as everywhere in this
+package. Because it then stops reading client
 connections on purpose, the frontend sends PINGs but does not drop a peer whose PONGs it
 has not read (see ``heartbeat``); the backend, always read, does.
 
@@ -105,6 +107,12 @@ log = logging.getLogger(__name__)
 _WAKE_S = 0.1
 #: the bytes held replies may take by default
 DEFAULT_MAX_HELD_BYTES = 256 << 20
+#: the bytes waiting requests may take by default (beyond: backpressure), as many as held replies
+DEFAULT_MAX_WAITING_BYTES = DEFAULT_MAX_HELD_BYTES
+#: the bytes libzmq may queue per client connection in front of the broker (see ``frontend_rcvhwm``)
+FRONTEND_QUEUE_BYTES = 8 << 20
+#: the frontend's RCVHWM is never below this (see ``frontend_rcvhwm``)
+FRONTEND_RCVHWM_MIN = 2
 #: seconds a request may wait for a worker by default (``spark_zmq.request``'s default timeout)
 DEFAULT_REQUEST_TTL = 30.0
 #: seconds a worker may hold a request by default before it counts as lost (``spark_zmq.request``'s
@@ -114,11 +122,44 @@ DEFAULT_HOLD_LIMIT = 90.0
 _LOGGED_CLIENTS = 1000
 
 
+def frontend_rcvhwm(hwm: int, max_message_bytes: Optional[int]) -> int:
+    """The frontend's RCVHWM: how many requests libzmq queues per client connection before
+    the broker reads them.
+
+    Why not ``hwm``: what the broker has read is bounded by ``max_waiting_bytes``, but libzmq
+    reads on while the broker does not, up to RCVHWM messages per connection (one more
+    waits decoded in libzmq's I/O thread), each up to ``max_message_bytes``: with ``hwm``
+    1000 and 64 MiB messages, 64 GB per client before the broker's own bound is even
+    looked at. So the queue is sized in bytes: as many messages as ``FRONTEND_QUEUE_BYTES``
+    holds of the largest accepted, at least ``FRONTEND_RCVHWM_MIN`` (libzmq refills a
+    queue once half of it is read: two keeps one message ready while the next is decoded),
+    at most ``hwm``. With 64 MiB messages that is 2 per connection (libzmq holds at most 3
+    × 64 MiB per client); with messages of at most 64 KiB, 128 (small requests keep
+    flowing in batches). Without ``max_message_bytes`` a message's size is unknown, and
+    the least queue is taken. The broker's memory is then about ``max_waiting_bytes`` +
+    ``max_held_bytes`` + (RCVHWM + 1) × ``max_message_bytes`` for each client connection
+    (and the sockets' kernel buffers, outside the process)."""
+    if max_message_bytes is None:
+        return min(hwm, FRONTEND_RCVHWM_MIN)
+    return min(hwm, max(FRONTEND_RCVHWM_MIN, FRONTEND_QUEUE_BYTES // max_message_bytes))
+
+
 class BrokerFrontend(Router):
     """The broker's frontend: read only while the broker has room, so no ZMTP timeout (a
-    peer whose PONG waits unread behind a full queue is alive; see ``heartbeat``)."""
+    peer whose PONG waits unread behind a full queue is alive; see ``heartbeat``).
+    ``rcvhwm``: its receive high-water mark (``frontend_rcvhwm``), below ``hwm``."""
 
     heartbeat_zmtp_timeout: ClassVar[bool] = False
+
+    @classmethod
+    def _extra_options(cls) -> tuple[str, ...]:
+        return super()._extra_options() + ("rcvhwm",)
+
+    def _configure(self, sock: zmq.Socket[Any], options: dict[str, Any]) -> None:
+        super()._configure(sock, options)
+        if options.get("rcvhwm") is not None:
+            # before bind/connect: each connection's queue takes the value when it is made
+            sock.setsockopt(zmq.RCVHWM, options["rcvhwm"])
 
 
 class BrokerBackend(Router):
@@ -137,7 +178,11 @@ class Broker(WorkerSide):
     before it is dropped (the client's own timeout then resends the request).
     ``client_hwm`` (default ``hwm``): replies held for one client before it is given no new
     request, and requests one client may have waiting. ``max_held_bytes``: the bytes all
-    held replies may take (default 256 MiB).
+    held replies may take (default 256 MiB). ``max_waiting_bytes``: the bytes (all frames)
+    waiting requests may take before the broker stops reading clients (default 256 MiB;
+    one request is always taken, whatever its size); clients that read no reply may have
+    half of it waiting, their further requests are refused. libzmq's own queue in front
+    of the broker is bounded in bytes too (``frontend_rcvhwm``).
     ``max_message_bytes``: the largest message accepted from a peer on either side (a
     frame larger: libzmq disconnects the peer; frames larger together: the message is
     dropped, counted in ``messages_oversize`` and logged once per peer). ``max_frames``:
@@ -151,7 +196,8 @@ class Broker(WorkerSide):
                  context: Optional[zmq.Context[Any]] = None, reply_timeout: float = 30.0,
                  client_hwm: Optional[int] = None, max_held_bytes: int = DEFAULT_MAX_HELD_BYTES,
                  max_frames: int = MAX_FRAMES, request_ttl: Optional[float] = DEFAULT_REQUEST_TTL,
-                 hold_limit: Optional[float] = DEFAULT_HOLD_LIMIT) -> None:
+                 hold_limit: Optional[float] = DEFAULT_HOLD_LIMIT,
+                 max_waiting_bytes: int = DEFAULT_MAX_WAITING_BYTES) -> None:
         if isinstance(hwm, bool) or not isinstance(hwm, int) or hwm < 1:
             raise ValueError(f"option 'hwm' of Broker must be a positive integer (requests that may wait for a "
                              f"worker), got {hwm!r}")
@@ -168,7 +214,8 @@ class Broker(WorkerSide):
         self.request_ttl = None if request_ttl is None else float(request_ttl)
         self.hold_limit = None if hold_limit is None else float(hold_limit)
         for name, value in (("client_hwm", hwm if client_hwm is None else client_hwm),
-                            ("max_held_bytes", max_held_bytes), ("max_frames", max_frames)):
+                            ("max_held_bytes", max_held_bytes), ("max_waiting_bytes", max_waiting_bytes),
+                            ("max_frames", max_frames)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"option {name!r} of Broker must be a positive integer, got {value!r}")
         warn_shared_keys(curve_frontend, curve_backend)
@@ -179,7 +226,8 @@ class Broker(WorkerSide):
             common["max_request_bytes"] = max_message_bytes
         if context is not None:
             common["context"] = context
-        self._frontend: Router = BrokerFrontend(frontend, curve=curve_frontend, **common)
+        self._frontend: Router = BrokerFrontend(frontend, curve=curve_frontend,
+                                                rcvhwm=frontend_rcvhwm(hwm, max_message_bytes), **common)
         try:
             # the monitor's disconnections tell which workers are gone (see _on_disconnect)
             self._backend: Router = BrokerBackend(backend, curve=curve_backend, monitor=zmq.EVENT_DISCONNECTED,
@@ -192,7 +240,7 @@ class Broker(WorkerSide):
             raise
         #: waiting requests and held replies, per client
         self._clients = ClientQueues(hwm, hwm if client_hwm is None else client_hwm, max_held_bytes,
-                                     self.request_ttl)
+                                     self.request_ttl, max_waiting_bytes)
         #: clients whose refused request was logged (bounded: at most _LOGGED_CLIENTS)
         self._refusals_logged: set[bytes] = set()
         self.requests_refused = 0
@@ -250,7 +298,7 @@ class Broker(WorkerSide):
                            self.workers_gone, rejected, clients.held_count, self.replies_unexpected,
                            self.requests_refused, clients.held_bytes, self.messages_oversize,
                            workers_reconnected=self.workers_reconnected, requests_expired=self.requests_expired,
-                           workers_overdue=len(self._overdue))
+                           workers_overdue=len(self._overdue), waiting_bytes=clients.waiting_bytes)
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -427,9 +475,12 @@ class Broker(WorkerSide):
         self.requests_refused += 1
         if client not in self._refusals_logged and len(self._refusals_logged) < _LOGGED_CLIENTS:
             self._refusals_logged.add(client)
-            log.warning("Broker: refused a request of client %r: it has %d requests waiting and reads no reply "
-                        "(client_hwm); further ones of this client are counted, not logged", client,
-                        self._clients.client_hwm)
+            clients = self._clients
+            log.warning("Broker: refused a request of client %r: it reads no reply, and it has %d requests waiting "
+                        "(client_hwm), or all clients that read no reply have %d requests (the larger of hwm and "
+                        "client_hwm) or %d bytes (half of max_waiting_bytes) waiting; further ones of this client "
+                        "are counted, not logged", client, clients.client_hwm, clients.stalled_hwm,
+                        clients.stalled_max_bytes or 0)
 
     # -- lifetime -------------------------------------------------------------------------
 

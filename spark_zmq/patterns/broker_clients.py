@@ -17,6 +17,17 @@ room again. A client's held replies are tried again on a timer of their own that
 when the client sends something (it is alive, and usually reading again). A client that
 never reads costs a few failed sends a second, not a loop turn every 10 ms.
 
+Why the waiting requests are bounded in bytes too (``max_waiting_bytes``): ``hwm`` counts
+requests, and a few large ones take as much memory as many small ones (1,000 requests of
+64 MiB would be 64 GB). Served and stalled clients' requests count together: the broker
+stops reading the frontend once they take ``max_waiting_bytes`` (backpressure, as for
+``hwm``). The stalled clients' share is bounded apart: a stalled client's request is refused
+while the stalled clients have half of ``max_waiting_bytes`` waiting, and ``room`` counts
+no more than that half of theirs, so clients that read nothing can never take the broker's
+whole room and stop it reading the others. Each bound is checked before a request is taken,
+never against its size: one request is always admissible, whatever its size (up to
+``max_message_bytes``), so no request is too large to ever be read.
+
 Why expired requests are dropped on their own clock: a request that waited past
 ``request_ttl`` will never be dispatched (its client has resent it or given up), so it must
 not keep a place under ``hwm`` or ``stalled_hwm`` until a worker happens to be free: a burst
@@ -35,7 +46,7 @@ from typing import Callable, Optional
 
 import zmq
 
-__all__ = ["ClientQueues", "RETRY_FIRST_S", "RETRY_MAX_S"]
+__all__ = ["ClientQueues", "RETRY_FIRST_S", "RETRY_MAX_S", "request_bytes"]
 
 #: the first retry of a client's held replies comes this soon (seconds) ...
 RETRY_FIRST_S = 0.01
@@ -46,13 +57,21 @@ RETRY_MAX_S = 0.25
 Frames = list[zmq.Frame]
 #: a request waiting for a worker: (when it arrived, monotonic seconds; its frames)
 Request = tuple[float, Frames]
+#: a request as it waits: (when it arrived, its frames, its bytes: all frames' lengths together)
+_Waiting = tuple[float, Frames, int]
+
+
+def request_bytes(frames: Frames) -> int:
+    """The bytes a request takes: all its frames' lengths together (envelope included)."""
+    return sum(len(frame) for frame in frames)
 
 
 class _Client:
-    __slots__ = ("waiting", "held", "held_bytes", "stalled", "retry_at", "backoff")
+    __slots__ = ("waiting", "waiting_bytes", "held", "held_bytes", "stalled", "retry_at", "backoff")
 
     def __init__(self) -> None:
-        self.waiting: collections.deque[Request] = collections.deque()
+        self.waiting: collections.deque[_Waiting] = collections.deque()
+        self.waiting_bytes = 0
         #: (drop after, payload, bytes), oldest first
         self.held: collections.deque[tuple[float, Frames, int]] = collections.deque()
         self.held_bytes = 0
@@ -70,13 +89,19 @@ class ClientQueues:
     stalled client may have waiting. ``max_held_bytes``: the bytes of all held replies (a reply that
     would pass it is not held: the caller drops it), a client holding a quarter of it
     counts as stalled too. ``request_ttl``: seconds a request may wait (``None``: for ever;
-    see ``expire``)."""
+    see ``expire``). ``max_waiting_bytes``: the bytes of all waiting requests beyond which
+    the broker stops reading the frontend; stalled clients may have half of it waiting, a
+    request beyond that is refused (``None``: no bound in bytes)."""
 
-    def __init__(self, hwm: int, client_hwm: int, max_held_bytes: int, request_ttl: Optional[float] = None) -> None:
+    def __init__(self, hwm: int, client_hwm: int, max_held_bytes: int, request_ttl: Optional[float] = None,
+                 max_waiting_bytes: Optional[int] = None) -> None:
         self.hwm = hwm
         self.client_hwm = client_hwm
         self.max_held_bytes = max_held_bytes
         self.request_ttl = request_ttl
+        self.max_waiting_bytes = max_waiting_bytes
+        #: bytes of requests all stalled clients together may have waiting (None: no bound)
+        self.stalled_max_bytes = None if max_waiting_bytes is None else max_waiting_bytes // 2
         #: no waiting request expires before this (monotonic seconds; None: none waits)
         self._next_expiry: Optional[float] = None
         #: requests all stalled clients together may have waiting
@@ -86,6 +111,9 @@ class ClientQueues:
         self._ready: collections.OrderedDict[bytes, None] = collections.OrderedDict()
         self.waiting_ready = 0
         self.waiting_stalled = 0
+        #: the bytes of those requests (``request_bytes``)
+        self.bytes_ready = 0
+        self.bytes_stalled = 0
         self.held_count = 0
         self.held_bytes = 0
         self._timers: list[tuple[float, bytes]] = []
@@ -96,28 +124,42 @@ class ClientQueues:
     def waiting(self) -> int:
         return self.waiting_ready + self.waiting_stalled
 
+    @property
+    def waiting_bytes(self) -> int:
+        """The bytes of all waiting requests (``request_bytes``), stalled clients' included."""
+        return self.bytes_ready + self.bytes_stalled
+
     def room(self) -> bool:
-        """Whether the broker may read the frontend (requests of served clients below ``hwm``)."""
-        return self.waiting_ready < self.hwm
+        """Whether the broker may read the frontend: requests of served clients below
+        ``hwm``, and the bytes of all waiting requests below ``max_waiting_bytes`` (the
+        stalled clients' counted up to their share, ``stalled_max_bytes``)."""
+        if self.waiting_ready >= self.hwm:
+            return False
+        if self.max_waiting_bytes is None:
+            return True
+        assert self.stalled_max_bytes is not None  # set with max_waiting_bytes
+        return self.bytes_ready + min(self.bytes_stalled, self.stalled_max_bytes) < self.max_waiting_bytes
+
+    def refuses(self, client_id: bytes) -> bool:
+        """Whether ``add`` would refuse a request of this client now (it is stalled and at
+        one of the stalled bounds)."""
+        client = self._clients.get(client_id)
+        return client is not None and client.stalled and (
+            len(client.waiting) >= self.client_hwm or self.waiting_stalled >= self.stalled_hwm
+            or (self.stalled_max_bytes is not None and self.bytes_stalled >= self.stalled_max_bytes))
 
     def add(self, client_id: bytes, frames: Request) -> bool:
         """Queue a request; False when refused: the client is stalled and has ``client_hwm``
-        waiting, or the stalled clients have ``stalled_hwm`` waiting. (A client being served
-        is bounded by ``hwm`` through ``room``: backpressure, nothing refused.)"""
+        waiting, or the stalled clients have ``stalled_hwm`` or ``stalled_max_bytes``
+        waiting. (A client being served is bounded by ``hwm`` and ``max_waiting_bytes``
+        through ``room``: backpressure, nothing refused.)"""
+        if self.refuses(client_id):
+            return False
         client = self._clients.get(client_id)
         if client is None:
             client = self._clients[client_id] = _Client()
-        if client.stalled and (len(client.waiting) >= self.client_hwm or self.waiting_stalled >= self.stalled_hwm):
-            self._forget_if_empty(client_id, client)
-            return False
-        client.waiting.append(frames)
-        self._expires(frames[0])
-        if client.stalled:
-            self.waiting_stalled += 1
-        else:
-            self.waiting_ready += 1
-            if client_id not in self._ready:
-                self._ready[client_id] = None
+        arrived, payload = frames
+        self._push(client_id, client, (arrived, payload, request_bytes(payload)), last=True)
         return True
 
     def expire(self, now: float) -> list[tuple[bytes, float]]:
@@ -133,12 +175,8 @@ class ClientQueues:
         for client_id, client in list(self._clients.items()):
             waiting = client.waiting
             while waiting and now - waiting[0][0] > ttl:
-                arrived, _ = waiting.popleft()
+                arrived, _, _ = self._pop(client)
                 dropped.append((client_id, now - arrived))
-                if client.stalled:
-                    self.waiting_stalled -= 1
-                else:
-                    self.waiting_ready -= 1
             if waiting:
                 oldest = waiting[0][0] if oldest is None else min(oldest, waiting[0][0])
             else:
@@ -153,26 +191,21 @@ class ClientQueues:
             return None
         client_id, _ = self._ready.popitem(last=False)
         client = self._clients[client_id]
-        frames = client.waiting.popleft()
-        self.waiting_ready -= 1
+        arrived, frames, _ = self._pop(client)
         if client.waiting:
             self._ready[client_id] = None  # its next request after everyone else's
         else:
             self._forget_if_empty(client_id, client)
-        return client_id, frames
+        return client_id, (arrived, frames)
 
     def put_back(self, client_id: bytes, frames: Request) -> None:
         """A request ``next_request`` gave that could not be sent: first again."""
         client = self._clients.get(client_id)
         if client is None:
             client = self._clients[client_id] = _Client()
-        client.waiting.appendleft(frames)
-        self._expires(frames[0])
-        if client.stalled:
-            self.waiting_stalled += 1
-        else:
-            self.waiting_ready += 1
-            self._ready[client_id] = None
+        arrived, payload = frames
+        self._push(client_id, client, (arrived, payload, request_bytes(payload)), last=False)
+        if not client.stalled:
             self._ready.move_to_end(client_id, last=False)
 
     # -- held replies -------------------------------------------------------------------------
@@ -248,9 +281,42 @@ class ClientQueues:
 
     def clear(self) -> None:
         self.__init__(self.hwm, self.client_hwm, self.max_held_bytes,  # type: ignore[misc]  # a reset: a new object's state
-                      self.request_ttl)
+                      self.request_ttl, self.max_waiting_bytes)
 
     # -- internals ----------------------------------------------------------------------------
+
+    def _push(self, client_id: bytes, client: _Client, request: _Waiting, last: bool) -> None:
+        """Queue ``request`` at the end (or, ``last`` False, the front) of the client's
+        waiting requests, counted where the client is (served or stalled). With ``_pop``
+        the only places a waiting request is counted in or out."""
+        if last:
+            client.waiting.append(request)
+        else:
+            client.waiting.appendleft(request)
+        nbytes = request[2]
+        client.waiting_bytes += nbytes
+        self._expires(request[0])
+        if client.stalled:
+            self.waiting_stalled += 1
+            self.bytes_stalled += nbytes
+        else:
+            self.waiting_ready += 1
+            self.bytes_ready += nbytes
+            if client_id not in self._ready:
+                self._ready[client_id] = None
+
+    def _pop(self, client: _Client) -> _Waiting:
+        """The client's first waiting request, counted out (the caller updates ``_ready``)."""
+        request = client.waiting.popleft()
+        nbytes = request[2]
+        client.waiting_bytes -= nbytes
+        if client.stalled:
+            self.waiting_stalled -= 1
+            self.bytes_stalled -= nbytes
+        else:
+            self.waiting_ready -= 1
+            self.bytes_ready -= nbytes
+        return request
 
     def _expires(self, arrived: float) -> None:
         """A request that arrived at ``arrived`` waits: ``expire`` looks again no later than its expiry."""
@@ -271,14 +337,18 @@ class ClientQueues:
         if stalled == client.stalled:
             return
         client.stalled = stalled
-        n = len(client.waiting)
+        n, nbytes = len(client.waiting), client.waiting_bytes
         if stalled:
             self.waiting_ready -= n
             self.waiting_stalled += n
+            self.bytes_ready -= nbytes
+            self.bytes_stalled += nbytes
             self._ready.pop(client_id, None)
         else:
             self.waiting_stalled -= n
             self.waiting_ready += n
+            self.bytes_stalled -= nbytes
+            self.bytes_ready += nbytes
             if n:
                 self._ready[client_id] = None
 

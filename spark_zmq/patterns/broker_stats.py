@@ -62,6 +62,8 @@ class BrokerStats:
     requests_expired: int = 0
     #: workers holding a request longer than ``hold_limit`` (each such request counted in ``requests_lost``)
     workers_overdue: int = 0
+    #: bytes of the requests waiting (all frames; at most about ``max_waiting_bytes``)
+    waiting_bytes: int = 0
 
     def line(self) -> str:
         """One line for a log or a terminal."""
