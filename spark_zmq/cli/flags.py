@@ -15,6 +15,7 @@ from typing import Callable, Optional, Sequence, TypeVar
 import typer
 
 from ..options import OptionError, check_curve, curve_of
+from ..options.table import SOURCE_OPTIONS
 from ..patterns import DEFAULT_HEARTBEAT, Heartbeat, parse_endpoints
 from ..patterns.curve import Curve
 from ..patterns.curve_keys import CurveError, KeyPair, load_authorized_keys, load_public_key
@@ -188,3 +189,15 @@ def check_endpoints(endpoints: str, default_bind: bool) -> None:
         parse_endpoints(endpoints, default_bind=default_bind)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="'ENDPOINTS'") from None
+
+
+def source_default(name: str) -> str:
+    """How the options table shows source option ``name``'s default (``64 MiB``), for a
+    flag's help: the defaults live in the table alone, never copied into the CLI."""
+    spec = next(s for s in SOURCE_OPTIONS if s.name == name)
+    return spec.default_doc.strip("`")
+
+
+def source_default_value(name: str) -> object:
+    """Source option ``name``'s parsed default, for a flag whose default is the option's."""
+    return next(s for s in SOURCE_OPTIONS if s.name == name).default

@@ -20,7 +20,8 @@ from rich.markup import escape
 
 from ..options import OptionError, SourceOptions, reader_name_problem
 from ..patterns import Broker, BrokerStats, parse_endpoints
-from ..patterns.broker import DEFAULT_MAX_WAITING_BYTES
+from ..patterns.broker import (DEFAULT_HOLD_LIMIT, DEFAULT_HWM, DEFAULT_MAX_WAITING_BYTES, DEFAULT_REPLY_TIMEOUT,
+                               DEFAULT_REQUEST_TTL)
 from .console import err_console, print_error
 from .flags import (
     CURVE_PANEL,
@@ -34,9 +35,15 @@ from .flags import (
     heartbeat_interval_option,
     heartbeat_timeout_option,
     heartbeat_ttl_option,
+    source_default,
+    source_default_value,
 )
 
 __all__ = ["relay_command", "relay_readers_command", "broker_command"]
+
+#: the broker's default bound on a message from the command line: the source's (a broker
+#: object built in code has none unless given one)
+BROKER_MAX_MESSAGE_BYTES = int(source_default_value("maxMessageBytes"))  # type: ignore[call-overload]
 
 
 def relay_command(
@@ -51,9 +58,11 @@ def relay_command(
                                   "counted by rows, others by messages (queries must match arrow or not)."),
     topics: Optional[str] = typer.Option(None, help="sub: comma-separated subscription prefixes."),
     max_spool_bytes: Optional[str] = typer.Option(None, help="Disk the spool may use before the relay stops reading "
-                                                  "(backpressure), e.g. '10 GiB'. Default 1 GiB."),
-    hwm: Optional[int] = typer.Option(None, help="Receive high-water mark per socket (messages). Default 10000."),
-    max_message_bytes: Optional[str] = typer.Option(None, help="Largest message accepted. Default 64 MiB."),
+                                                  f"(backpressure), e.g. '10 GiB'. Default {source_default('maxSpoolBytes')}."),
+    hwm: Optional[int] = typer.Option(None, help="Receive high-water mark per socket (messages). "
+                                     f"Default {source_default('hwm')}."),
+    max_message_bytes: Optional[str] = typer.Option(None, help="Largest message accepted. "
+                                                    f"Default {source_default('maxMessageBytes')}."),
     fsync: bool = typer.Option(False, help="fsync every spooled batch (survives a machine crash)."),
     retention_bytes: Optional[str] = typer.Option(None, "--retention-bytes", help="What the spool may hold for "
                                                   "readers that lag, e.g. '5 GiB': beyond it the oldest segments "
@@ -201,26 +210,26 @@ def broker_command(
                                  "'>tcp://host:port' connects."),
     backend: str = typer.Option(..., "--backend", help="Where workers (REQ, e.g. spark_zmq.worker.serve) reach the "
                                 "broker: '@tcp://*:5560' binds (the default), '>tcp://host:port' connects."),
-    hwm: int = typer.Option(1000, "--hwm", min=1, help="Requests that may wait in the broker while no worker is "
+    hwm: int = typer.Option(DEFAULT_HWM, "--hwm", min=1, help="Requests that may wait in the broker while no worker is "
                             f"idle (and {DEFAULT_MAX_WAITING_BYTES >> 20} MiB of them at most); beyond that it stops "
                             "reading clients (backpressure). Also the sockets' high-water marks, except the "
                             "frontend's receive queue, sized in bytes from --max-message-bytes."),
-    max_message_bytes: int = typer.Option(64 << 20, "--max-message-bytes", min=1, help="Largest message "
+    max_message_bytes: int = typer.Option(BROKER_MAX_MESSAGE_BYTES, "--max-message-bytes", min=1, help="Largest message "
                                           "accepted from a client or worker, all frames together (a larger frame "
                                           "disconnects its peer; a larger message is dropped and counted). "
-                                          "Default 64 MiB."),
+                                          f"Default {source_default('maxMessageBytes')}, as the source's."),
     client_hwm: Optional[int] = typer.Option(None, "--client-hwm", min=1, help="Replies held for one client that "
                                              "is not reading before it gets no new request (the others go on), "
                                              "and requests such a client may have waiting. Default: --hwm."),
-    reply_timeout: float = typer.Option(30.0, "--reply-timeout", min=0.0, max=86400.0, help="Seconds a reply waits "
+    reply_timeout: float = typer.Option(DEFAULT_REPLY_TIMEOUT, "--reply-timeout", min=0.0, max=86400.0, help="Seconds a reply waits "
                                         "in the broker for a connected client that is not reading; then it is "
                                         "dropped (counted undeliverable) and the client's own timeout resends the "
                                         "request. 0 drops it at once."),
-    request_ttl: float = typer.Option(30.0, "--request-ttl", min=0.0, max=86400.0, help="Seconds a request may "
+    request_ttl: float = typer.Option(DEFAULT_REQUEST_TTL, "--request-ttl", min=0.0, max=86400.0, help="Seconds a request may "
                                       "wait in the broker for a worker; an older one is dropped as its time passes, "
                                       "never dispatched, and takes no place under --hwm (counted expired: its "
                                       "client has resent it by then). 0: no limit."),
-    hold_limit: float = typer.Option(90.0, "--hold-limit", min=0.0, max=86400.0, help="Seconds a worker may hold "
+    hold_limit: float = typer.Option(DEFAULT_HOLD_LIMIT, "--hold-limit", min=0.0, max=86400.0, help="Seconds a worker may hold "
                                      "a request before it is counted lost (the broker does not resend it: the "
                                      "client's own timeout does). 0: no limit."),
     status_interval: float = typer.Option(10.0, "--status-interval", min=0.05, help="Seconds between status lines "

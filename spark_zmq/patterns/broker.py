@@ -107,6 +107,10 @@ log = logging.getLogger(__name__)
 _WAKE_S = 0.1
 #: the bytes held replies may take by default
 DEFAULT_MAX_HELD_BYTES = 256 << 20
+#: requests that may wait for a worker (``hwm``)
+DEFAULT_HWM = 1000
+#: seconds a reply waits for a client that is not reading (``reply_timeout``)
+DEFAULT_REPLY_TIMEOUT = 30.0
 #: the bytes waiting requests may take by default (beyond: backpressure), as many as held replies
 DEFAULT_MAX_WAITING_BYTES = DEFAULT_MAX_HELD_BYTES
 #: the bytes libzmq may queue per client connection in front of the broker (see ``frontend_rcvhwm``)
@@ -190,10 +194,10 @@ class Broker(WorkerSide):
     sockets (by default as ``PatternSocket`` chooses).
     """
 
-    def __init__(self, frontend: EndpointsSpec, backend: EndpointsSpec, *, hwm: int = 1000,
+    def __init__(self, frontend: EndpointsSpec, backend: EndpointsSpec, *, hwm: int = DEFAULT_HWM,
                  curve_frontend: Optional[Curve] = None, curve_backend: Optional[Curve] = None,
                  heartbeat: Optional[Heartbeat] = None, max_message_bytes: Optional[int] = None,
-                 context: Optional[zmq.Context[Any]] = None, reply_timeout: float = 30.0,
+                 context: Optional[zmq.Context[Any]] = None, reply_timeout: float = DEFAULT_REPLY_TIMEOUT,
                  client_hwm: Optional[int] = None, max_held_bytes: int = DEFAULT_MAX_HELD_BYTES,
                  max_frames: int = MAX_FRAMES, request_ttl: Optional[float] = DEFAULT_REQUEST_TTL,
                  hold_limit: Optional[float] = DEFAULT_HOLD_LIMIT,

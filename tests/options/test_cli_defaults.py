@@ -1,0 +1,37 @@
+"""The CLI's defaults are the library's: a flag's default is read from the options table or
+the object it configures, never typed in again (a copy drifts, and ``--help`` then says
+what the program does not do)."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+from spark_zmq.cli.flags import source_default
+from spark_zmq.cli.services import BROKER_MAX_MESSAGE_BYTES, broker_command
+from spark_zmq.options import SourceOptions
+from spark_zmq.patterns import Broker
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def _flag_defaults(command) -> dict:
+    return {name: p.default.default for name, p in inspect.signature(command).parameters.items()}
+
+
+def test_the_broker_flags_default_to_the_brokers_own_defaults():
+    flags = _flag_defaults(broker_command)
+    broker = {name: p.default for name, p in inspect.signature(Broker.__init__).parameters.items()}
+    for name in ("hwm", "reply_timeout", "request_ttl", "hold_limit"):
+        assert flags[name] == broker[name], name
+
+
+def test_the_broker_command_bounds_messages_as_the_source_does():
+    source = SourceOptions.parse({"endpoints": "@tcp://127.0.0.1:5555"})
+    assert _flag_defaults(broker_command)["max_message_bytes"] == BROKER_MAX_MESSAGE_BYTES == source.max_message_bytes
+
+
+def test_a_flags_help_shows_the_tables_default():
+    assert source_default("maxMessageBytes") == "64 MiB"
+    assert source_default("hwm") == "10000"
