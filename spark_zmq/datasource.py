@@ -93,7 +93,7 @@ class ZmqDataSource(DataSource):
         return ZmqBatchReader(options, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        from .source.ingest import open_ingest
+        from .source.reader_ingest import open_ingest
         from .source.stream import ZmqStreamReader
 
         # the reader opens the ingest on its first offset call, in the process Spark keeps for it

@@ -110,14 +110,14 @@ def test_the_spark_free_modules_never_load_pyspark():
 
 
 def test_both_ingests_offer_everything_the_reader_uses_of_an_ingest():
-    """``source.ingest.Ingest`` is the reader's whole view of an ingest: the driver's own
+    """``source.reader_ingest.Ingest`` is the reader's whole view of an ingest: the driver's own
     (``LocalIngest``) and relays (``RelayIngest``) both offer every method and property of
     it, and the reader (with its exactly-once rules) uses nothing else of them."""
     import inspect
     import re
 
     from spark_zmq.source import exactly_once, stream
-    from spark_zmq.source.ingest import Ingest, LocalIngest
+    from spark_zmq.source.reader_ingest import Ingest, LocalIngest
     from spark_zmq.source.relays import RelayIngest
 
     members = {name for name, _ in inspect.getmembers(Ingest) if not name.startswith("_")}

@@ -1,7 +1,7 @@
 """One ingest unit: spool, sockets, receivers, disk budget, and optionally the fetch service.
 
 A query's driver runs one inside the long-running Python process that hosts its stream
-reader (``spark_zmq.source.ingest``); a relay runs one as its core (``spark_zmq.relay``).
+reader (``spark_zmq.source.reader_ingest``); a relay runs one as its core (``spark_zmq.relay``).
 
 Sockets are bound when the runtime is created, but receivers start only after the stream
 reader has checked the checkpoint against the spool (``start``): a recreated spool must

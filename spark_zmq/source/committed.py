@@ -52,7 +52,7 @@ from .decisions import BatchKey, Decisions
 from .decoders.base import MalformedMessageError, _offsets_and_data
 
 if TYPE_CHECKING:
-    from .ingest import Ingest
+    from .reader_ingest import Ingest
     from .partitions import SpoolRange
 
 __all__ = ["BatchKey", "Tag", "tag_of", "read_tag", "Decisions", "RunSelector", "keep", "CommittedOnly", "BLOCKED_WARN_SECONDS",

@@ -18,7 +18,7 @@ against what the ingest reports of its spool before anything is planned or read:
 - ``ExactlyOnce.first_offsets``: where a query without a checkpoint begins.
 
 No Spark here (``tests/test_layers.py`` keeps it so): the rules take an ingest
-(``source.ingest.Ingest``: its channels' next and earliest offsets, the spool's id) and
+(``source.reader_ingest.Ingest``: its channels' next and earliest offsets, the spool's id) and
 plain offsets, so ``tests/source/test_exactly_once.py`` drives each rule directly. The
 arithmetic is in plain functions (``is_foreign``, ``skip_freed``) for the same reason.
 """
@@ -35,7 +35,7 @@ from .offsets import ChannelOffsets
 
 if TYPE_CHECKING:
     from ..options import SourceOptions
-    from .ingest import Ingest
+    from .reader_ingest import Ingest
 
 __all__ = ["ExactlyOnce", "is_foreign", "skip_freed"]
 

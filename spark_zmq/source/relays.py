@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 HEARTBEAT_S = LEASE_TTL_S / 5
 
 
-class _Relay:
+class _RelayLink:
     """One relay as the query sees it: its client, its description, its latest state."""
 
     def __init__(self, target: ReceiverTarget, client: RelayClient, hello: dict[str, Any], first_channel: int) -> None:
@@ -60,7 +60,7 @@ class RelayChannel:
     """One relay channel with the attributes the reader uses of a ``ChannelLog``; offsets
     come from the state its relay last reported (refreshed at every reader call)."""
 
-    def __init__(self, relay: _Relay, local: int) -> None:
+    def __init__(self, relay: _RelayLink, local: int) -> None:
         self.relay = relay
         self.local = local
         self.channel = relay.first_channel + local
@@ -122,7 +122,7 @@ class RelayIngest:
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
         self.session = uuid.uuid4().hex
-        self.relays: list[_Relay] = []
+        self.relays: list[_RelayLink] = []
         self.channels: list[RelayChannel] = []
         self.processes: Optional[ReceiverProcesses] = None
         #: whether the channels receive: standalone relays always do; receiver processes
@@ -153,7 +153,7 @@ class RelayIngest:
                 except BaseException:
                     client.close()
                     raise
-                relay = _Relay(target, client, hello, len(self.channels))
+                relay = _RelayLink(target, client, hello, len(self.channels))
                 self.relays.append(relay)
                 self.channels.extend(RelayChannel(relay, c) for c in range(relay.channels))
         except BaseException:

@@ -44,7 +44,7 @@ from ..options import SourceOptions
 from .committed import CommittedOnly, kept_batches
 from .decoders import decoder_for
 from .exactly_once import ExactlyOnce
-from .ingest import Ingest, open_ingest
+from .reader_ingest import Ingest, open_ingest
 from .partitions import SpoolRange
 from .offsets import ChannelOffsets
 from .locality import local_cores
@@ -61,7 +61,7 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, options: SourceOptions, schema: StructType,
                  open_ingest: Callable[[SourceOptions], Ingest] = open_ingest) -> None:
-        """``open_ingest`` makes the ingest the reader reads (``source.ingest.open_ingest``
+        """``open_ingest`` makes the ingest the reader reads (``source.reader_ingest.open_ingest``
         unless a test gives another); it is called on the first offset call, never here:
         Spark also builds readers in short-lived planning processes."""
         self.options = options

@@ -13,7 +13,7 @@ import pytest
 import zmq
 
 from spark_zmq.options import SourceOptions
-from spark_zmq.source.ingest import LocalIngest
+from spark_zmq.source.reader_ingest import LocalIngest
 from spark_zmq.source.relays import RelayIngest
 
 from zmqtest import free_ports

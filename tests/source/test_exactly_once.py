@@ -27,7 +27,7 @@ from spark_zmq.ingest.runtime import RangeInfo
 from spark_zmq.ingest.spool_format import DataLossError, messages_to_batch
 from spark_zmq.options import SourceOptions
 from spark_zmq.source.exactly_once import ExactlyOnce, is_foreign, skip_freed
-from spark_zmq.source.ingest import open_ingest
+from spark_zmq.source.reader_ingest import open_ingest
 from spark_zmq.source.offsets import ChannelOffsets
 
 from zmqtest import examples, free_ports, wait_until
@@ -102,7 +102,7 @@ class MemoryChannel:
 
 
 class MemoryIngest:
-    """The part of ``source.ingest.Ingest`` the rules use, over plain values."""
+    """The part of ``source.reader_ingest.Ingest`` the rules use, over plain values."""
 
     def __init__(self, spool_id: str = "ours", channels: tuple[tuple[int, int], ...] = ((0, 10),),
                  at_time: Optional[dict] = None) -> None:

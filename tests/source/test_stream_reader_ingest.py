@@ -10,7 +10,7 @@ import pytest
 
 from spark_zmq.ingest.spool_format import DataLossError, messages_to_batch
 from spark_zmq.options import SourceOptions
-from spark_zmq.source.ingest import Ingest, open_ingest
+from spark_zmq.source.reader_ingest import Ingest, open_ingest
 from spark_zmq.source.schema_contract import default_schema
 from spark_zmq.source.stream import ZmqStreamReader
 
