@@ -30,7 +30,7 @@ from typing import Sequence
 import pyarrow as pa
 
 from ..options import SinkOptions
-from .encode import arrow_message
+from .encoders import arrow_message
 from .send import TaskSender
 
 __all__ = ["commit_record", "send_commit_record", "COMMIT_RECORD_TIMEOUT_MS"]

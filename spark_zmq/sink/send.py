@@ -128,7 +128,7 @@ class TaskSender:
             return False
 
     def send(self, messages: list[tuple[Optional[bytes], bytes]]) -> None:
-        """Send ``(topic, payload)`` messages; topicless ones go through the batch fast path.
+        """Send ``(topic, payload)`` messages (``pub``); topicless ones go through the batch path.
 
         ``pub`` never waits: as PUB does at the high-water mark, a message that a full
         subscriber cannot take is dropped, but here for every subscriber (XPUB_NODROP
@@ -156,7 +156,7 @@ class TaskSender:
 
     def send_payloads(self, payloads: list[bytes]) -> None:
         """Send single-part messages in order, through the socket's batch path (``push``
-        and ``scatter``; the rows of ``raw``/``text`` and the Arrow messages)."""
+        and ``scatter``, whatever the format: one call per batch of rows, no tuple per message)."""
         self._check_rejections()
         try:
             self.sent += self.socket.send_many(payloads, timeout=self.timeout_s)

@@ -2,7 +2,11 @@
 
 Arrow writers (``DataSourceArrowWriter``/``DataSourceStreamArrowWriter``) hand each task
 its rows as ``pyarrow.RecordBatch``es, so rows never become Python ``Row`` objects on the
-way to the wire.
+way to the wire. The Spark-facing parts are here: the writer classes, ``task_header``
+(which task this is, from ``TaskContext``) and the driver's commit and report. The task
+itself (``_write_task``) only joins an encoder (``encoders``, chosen by the options) to
+a sender (``send.py``) and reads nothing of Spark, so it runs in a test on real sockets
+without a Spark session.
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass
-from typing import Iterator, Optional, TypedDict
+from typing import Callable, Iterator, Optional
 
 import pyarrow as pa
 from pyspark import TaskContext
@@ -20,7 +24,8 @@ from pyspark.sql.types import StructType
 from ..options import SinkOptions
 from ..schemas import arrow_schema
 from . import commit_record
-from .encode import arrow_message, arrow_pieces, check_schema, row_messages, row_payloads
+from .encoders import Encoder, TaskHeader, TopicEncoder, check_schema, encoder_for
+from .encoders.base import T
 from .send import TaskSender
 
 __all__ = ["ZmqBatchWriter", "ZmqStreamWriter", "SinkCommit"]
@@ -37,7 +42,8 @@ class SinkCommit(WriterCommitMessage):
     rows: int
     #: pub: messages dropped at a subscriber's high-water mark (0 for push/scatter)
     dropped: int = 0
-    #: CURVE handshakes that failed on the task's socket (refused peers, or refusals of us)
+    #: handshakes that failed on the task's socket: with CURVE, refused keys (ours or a peer's);
+    #: without, peers that closed the connection during the handshake or cannot talk to it
     rejected_handshakes: int = 0
     #: push/scatter: consumers whose connection broke while the task wrote
     lost_peers: int = 0
@@ -46,16 +52,6 @@ class SinkCommit(WriterCommitMessage):
     #: the run of the task (its ``spark_zmq.attempt_id``) and the query (or batch write) it wrote for
     attempt_id: str = ""
     query_id: str = ""
-
-
-class TaskHeader(TypedDict):
-    """``task_header``'s keys."""
-
-    query_id: str
-    batch_id: int
-    partition: int
-    attempt: int
-    attempt_id: str
 
 
 def task_header(batch_id: Optional[int], write_id: str) -> TaskHeader:
@@ -78,45 +74,19 @@ def task_header(batch_id: Optional[int], write_id: str) -> TaskHeader:
     }
 
 
-def _write_task(options: SinkOptions, batches: Iterator[pa.RecordBatch], batch_id: Optional[int],
-                write_id: str = "") -> SinkCommit:
-    header = task_header(batch_id, write_id)
-    sender = TaskSender(options)
-    rows = 0
-    numbered = 0  # every message gets its number before it is sent (a pub drop keeps its own)
-    held: Optional[tuple[Optional[bytes], pa.RecordBatch, int]] = None  # arrow: the latest message
-
-    def encoded(message: tuple[Optional[bytes], pa.RecordBatch, int], last: bool) -> tuple[Optional[bytes], bytes]:
-        topic, piece, sequence = message
-        return topic, arrow_message(piece, {**header, "sequence": sequence, "last": "true" if last else "false"})
-
+def _write_task(options: SinkOptions, batches: Iterator[pa.RecordBatch], header: TaskHeader,
+                sender_factory: Callable[[SinkOptions], TaskSender] = TaskSender) -> SinkCommit:
+    """Send one task's rows: wait for a peer before the first row, encode each batch and
+    send it, then send what the encoder held back and flush. Nothing here reads Spark:
+    ``header`` says which task this is (``task_header`` on an executor), so a test drives
+    it with plain batches and a real sender."""
+    encoder = encoder_for(options, header)
+    sender = sender_factory(options)
     try:
-        first = True
-        for batch in batches:
-            if batch.num_rows == 0:
-                continue
-            if first:
-                sender.wait_for_peers()
-                first = False
-            if options.format == "arrow":
-                # each message is sent once the next one exists, so the last can say so
-                out = []
-                for topic, piece in arrow_pieces(batch, options):
-                    if held is not None:
-                        out.append(encoded(held, last=False))
-                    held = (topic, piece, numbered)
-                    numbered += 1
-                if out:
-                    sender.send(out)
-            else:
-                payloads = row_payloads(batch, options)
-                if payloads is not None:
-                    sender.send_payloads(payloads)
-                else:
-                    sender.send(list(row_messages(batch, options)))
-            rows += batch.num_rows
-        if held is not None:
-            sender.send([encoded(held, last=True)])
+        if isinstance(encoder, TopicEncoder):
+            rows = _send_all(encoder, sender.send, batches, sender)
+        else:
+            rows = _send_all(encoder, sender.send_payloads, batches, sender)
         rejected = sender.rejected_handshakes
         sender.flush_and_close()
     except BaseException:
@@ -126,6 +96,27 @@ def _write_task(options: SinkOptions, batches: Iterator[pa.RecordBatch], batch_i
                       sender.lost_peers, sender.resent, header["attempt_id"], header["query_id"])
 
 
+def _send_all(encoder: Encoder[T], send: Callable[[list[T]], None], batches: Iterator[pa.RecordBatch],
+              sender: TaskSender) -> int:
+    """Encode and send every batch in order (empty ones skipped); returns the rows sent."""
+    rows = 0
+    first = True
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        if first:
+            sender.wait_for_peers()
+            first = False
+        messages = encoder.encode(batch)
+        if messages:
+            send(messages)
+        rows += batch.num_rows
+    rest = encoder.finish()
+    if rest:
+        send(rest)
+    return rows
+
+
 def _commit(options: SinkOptions, schema: StructType, messages: list, batch_id: int, what: str) -> None:
     """On the driver, once every task succeeded: tell the consumers which run of each task
     Spark kept (``commit_record``), then log what the tasks sent."""
@@ -133,18 +124,25 @@ def _commit(options: SinkOptions, schema: StructType, messages: list, batch_id: 
     if commit_record.wanted(options) and commits:
         record = commit_record.commit_record(arrow_schema(schema), commits[0].query_id, batch_id, commit_record.runs_of(commits))
         commit_record.send_commit_record(options, record, what)
-    _report(messages, what)
+    _report(messages, what, curve=options.curve is not None)
 
 
-def _report(messages: list, what: str) -> None:
+def _report(messages: list, what: str, curve: bool) -> None:
     """Log, on the driver, what the tasks sent; pub drops as a warning with their count."""
     commits = [m for m in messages if isinstance(m, SinkCommit)]
     sent, dropped = sum(m.messages for m in commits), sum(m.dropped for m in commits)
     log.info("zmq sink: %s: %d messages sent by %d tasks", what, sent, len(commits))
     rejected = sum(m.rejected_handshakes for m in commits)
-    if rejected:
+    if rejected and curve:
         log.warning("zmq sink: %s: %d CURVE handshakes were rejected (peers without an authorized key, or without "
                     "CURVE); the write tasks' logs name them", what, rejected)
+    elif rejected:
+        # without CURVE a handshake fails when the peer closes the connection before it
+        # completes (not a ZeroMQ peer, a socket type that cannot talk to ours, a consumer
+        # going away), or takes longer than the engine's handshake interval
+        log.warning("zmq sink: %s: %d handshakes with peers failed (peers that are not ZeroMQ peers, of a socket "
+                    "type that cannot talk to the sink's, or that closed the connection or took too long during the "
+                    "handshake); the write tasks' logs name them", what, rejected)
     lost, resent = sum(m.lost_peers for m in commits), sum(m.resent for m in commits)
     if lost:
         log.warning("zmq sink: %s: %d consumer connections broke during the write; %d messages they had not "
@@ -167,7 +165,7 @@ class ZmqBatchWriter(DataSourceArrowWriter):
         self.write_id = f"write-{uuid.uuid4()}"  # tells apart the messages of two writes
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
-        return _write_task(self.options, iterator, batch_id=None, write_id=self.write_id)
+        return _write_task(self.options, iterator, task_header(None, self.write_id))
 
     def commit(self, messages: list) -> None:
         _commit(self.options, self.schema, messages, -1, "write")
@@ -182,7 +180,7 @@ class ZmqStreamWriter(DataSourceStreamArrowWriter):
         self.schema = schema
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
-        return _write_task(self.options, iterator, batch_id=None)
+        return _write_task(self.options, iterator, task_header(None, ""))
 
     def commit(self, messages: list, batchId: int) -> None:
         _commit(self.options, self.schema, messages, batchId, f"batch {batchId}")

@@ -1,5 +1,5 @@
 """What a read's schema must look like, per format and option: the source's side of the
-contract whose write side is ``sink/encode.py`` (``check_schema``).
+contract whose write side is ``sink/encoders/schema.py`` (``check_schema``).
 
 - ``raw``, ``text``: the fixed schema of ``schemas.fixed_schema`` (``value`` binary or
   string, then ``topic``, ``partition``, ``offset``, ``timestamp``); a declared schema may

@@ -23,7 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spark_zmq.sink.commit_record import commit_record
-from spark_zmq.sink.encode import arrow_message
+from spark_zmq.sink.encoders import arrow_message
 from spark_zmq.source.committed import (
     Decisions,
     RunSelector,

@@ -37,7 +37,7 @@ PROPERTY = settings(max_examples=examples(150), deadline=None, suppress_health_c
 HEADERS = StructField("headers", MapType(StringType(), StringType(), True), True)
 SCHEMA = StructType([StructField("id", LongType(), True), HEADERS])
 MODES = ("PERMISSIVE", "DROPMALFORMED", "FAILFAST")
-# what the sink puts into every arrow message it sends (spark_zmq/sink/writer.py)
+# what the sink puts into every arrow message it sends (spark_zmq/sink/encoders/arrow.py)
 SINK_KEYS = [b"spark_zmq.query_id", b"spark_zmq.batch_id", b"spark_zmq.partition", b"spark_zmq.sequence",
              b"spark_zmq.attempt", b"spark_zmq.attempt_id", b"spark_zmq.last"]
 
