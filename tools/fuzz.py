@@ -75,7 +75,7 @@ from pyspark.sql.types import (  # noqa: E402
     TimestampType,
 )
 
-from spark_zmq.ingest import arrow_guard  # noqa: E402
+from spark_zmq.arrow import guard as arrow_guard  # noqa: E402
 from spark_zmq.source.decoders import Decoder, MalformedMessageError, make_decoder  # noqa: E402
 from spark_zmq.source.decoders import json as json_decoder  # noqa: E402
 from spark_zmq.ingest.receiver import messages_to_batch  # noqa: E402
