@@ -174,7 +174,7 @@ def relay_readers_command(
     """List the readers of a relay (the names queries read it under, option relayReader), with what each has
     committed and has yet to read; with --remove NAME, unregister one. Prints JSON on stdout."""
     from ..relay.client import RelayClient, RelayError
-    from ..relay.protocol import Op
+    from ..relay.messages import ReadersRequest, RemoveReaderRequest
 
     try:
         address = parse_endpoints(listen, default_bind=False)
@@ -191,17 +191,13 @@ def relay_readers_command(
     curve = checked_curve_flags(curve_certificate, curve_server_key, None)
     client = RelayClient(address[0].address, "admin-" + uuid.uuid4().hex, curve=curve, timeout_s=timeout)
     try:
-        if remove is not None:
-            answer = client.call(Op.REMOVE_READER, name=remove)
-        else:
-            answer = client.call(Op.READERS)
+        answer = client.ask(ReadersRequest() if remove is None else RemoveReaderRequest(remove))
     except RelayError as exc:
         print_error(str(exc))
         raise typer.Exit(1) from None
     finally:
         client.close()
-    answer.pop("id", None)
-    print(json.dumps(answer, indent=2))
+    print(json.dumps(answer.to_wire(), indent=2))
 
 
 def broker_command(

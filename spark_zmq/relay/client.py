@@ -4,6 +4,10 @@ A request that gets no answer within ``RESEND_S`` is sent again (every control r
 idempotent), so a relay that restarts, or a reconnect that lost a request, costs a resend
 rather than the query; only a relay silent for the whole ``timeout`` is an error, and the
 error says where and what to check.
+
+``ask`` sends a request of ``messages`` and reads its answer into the request's answer
+type, so callers use named fields; ``call`` sends any op with any fields and returns the
+answer's JSON object as it came: what tests send as an adversary would.
 """
 
 from __future__ import annotations
@@ -11,16 +15,19 @@ from __future__ import annotations
 import itertools
 import json
 import time
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Optional, TypeVar, Union
 
 from ..patterns import Dealer, SocketClosedError
 from ..patterns.curve import Curve
+from .messages import Envelope, LeaseRefused, ProtocolMismatch, Request
 from .protocol import Op
 
 __all__ = ["RelayClient", "RelayError", "RelayBusyError", "RESEND_S"]
 
 #: a request unanswered for this long is sent again
 RESEND_S = 1.0
+
+A = TypeVar("A")
 
 
 class RelayError(RuntimeError):
@@ -56,24 +63,44 @@ class RelayClient:
         self._ids = itertools.count(1)
         self._dealer = Dealer([f">{address}"], linger=0, hwm=64, curve=curve)
 
+    def ask(self, request: Request[A], timeout_s: Optional[float] = None) -> A:
+        """Send ``request`` and return the relay's answer, read into its type (``RelayError``
+        on an error reply, an answer it cannot read, or silence for ``timeout_s``;
+        ``RelayBusyError`` when another query holds the lease)."""
+        op = request.op.value
+        answer = self._exchange(op, lambda request_id: Envelope(request, self.reader, self.session,
+                                                                request_id).to_wire(), timeout_s)
+        try:
+            return request.answer(answer)
+        except ProtocolMismatch as exc:
+            raise RelayError(f"the {self.label} {exc}") from None
+        except ValueError as exc:
+            raise RelayError(f"the {self.label} answered {op!r} with what this connector cannot read: {exc}") from None
+
     def call(self, op: Union[Op, str], timeout_s: Optional[float] = None, **fields: Any) -> dict[str, Any]:
-        """Send one request and return the relay's answer (``RelayError`` on an error reply
-        or silence for ``timeout_s``, ``RelayBusyError`` when another query holds the lease)."""
-        op = Op(op)
+        """Send one request of any ``op`` and ``fields`` and return the relay's answer as its
+        JSON object (``RelayError`` on an error reply or silence for ``timeout_s``,
+        ``RelayBusyError`` when another query holds the lease)."""
+        name = Op(op).value
+        return self._exchange(name, lambda request_id: {"op": name, "id": request_id, "session": self.session,
+                                                        "reader": self.reader, **fields}, timeout_s)
+
+    def _exchange(self, op: str, request: Callable[[int], dict[str, Any]],
+                  timeout_s: Optional[float]) -> dict[str, Any]:
+        """Send ``request(id)`` until its answer comes (resending every ``RESEND_S``)."""
         request_id = next(self._ids)
-        body = json.dumps({"op": op.value, "id": request_id, "session": self.session, "reader": self.reader,
-                           **fields}).encode()
+        body = json.dumps(request(request_id)).encode()
         deadline = time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
         while True:
             if self._watch is not None:
                 self._watch()
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise RelayError(self._silence(op.value))
+                raise RelayError(self._silence(op))
             try:
                 self._dealer.send([b"", body], timeout=remaining)
             except TimeoutError:
-                raise RelayError(self._silence(op.value)) from None
+                raise RelayError(self._silence(op)) from None
             resend_at = time.monotonic() + min(RESEND_S, remaining)
             while True:
                 wait = resend_at - time.monotonic()
@@ -86,9 +113,9 @@ class RelayClient:
                 answer = self._parse(frames)
                 if answer is None or answer.get("id") != request_id:
                     continue  # the answer to a request sent before (resent, or timed out)
-                return self._result(op.value, frames[1], answer)
+                return self._result(op, frames[1], answer)
 
-    def _parse(self, frames: list[bytes]) -> Optional[dict]:
+    def _parse(self, frames: list[bytes]) -> Optional[dict[str, Any]]:
         if len(frames) != 3 or frames[0] != b"":
             return None
         try:
@@ -100,12 +127,16 @@ class RelayClient:
             return None
         return answer if isinstance(answer, dict) else None
 
-    def _result(self, op: str, status: bytes, answer: dict) -> dict[str, Any]:
+    def _result(self, op: str, status: bytes, answer: dict[str, Any]) -> dict[str, Any]:
         if status != b"ok":
             raise RelayError(f"the {self.label} failed {op!r}: {answer.get('error')}")
         if "refused" in answer:
-            idle, lapses = float(answer["refused"]["idle"]), float(answer["refused"]["lapses"])
-            reader = answer["refused"].get("reader", self.reader)
+            try:
+                refused = LeaseRefused.from_wire(answer, self.reader)
+            except ValueError as exc:
+                raise RelayError(f"the {self.label} refused {op!r} in words this connector cannot read: {exc}") \
+                    from None
+            idle, lapses, reader = float(refused.idle), float(refused.lapses), refused.reader
             raise RelayBusyError(
                 f"the {self.label} is read by another query under relayReader {reader!r} (its reader renewed its "
                 f"claim {idle:.1f} s ago; a claim nobody renews lapses after {idle + lapses:.0f} s): one query at a "

@@ -37,7 +37,8 @@ from ..options import SourceOptions
 from ..patterns.curve import Curve
 from ..patterns.curve_keys import KeyPair
 from .client import RelayClient, RelayError
-from .protocol import LEASE_TTL_S, Op
+from .messages import HelloRequest
+from .protocol import LEASE_TTL_S
 from .run import read_ready
 
 __all__ = ["ReceiverProcesses", "ReceiverTarget"]
@@ -192,10 +193,11 @@ class ReceiverProcesses:
 
     @staticmethod
     def _held(target: ReceiverTarget) -> Optional[bool]:
-        """Whether a query holds the receiver's lease now (``None``: it does not answer)."""
+        """Whether a query holds the receiver's lease now (``None``: it does not answer, or
+        not in this connector's protocol: not a receiver to attach to)."""
         client = RelayClient(target.address, uuid.uuid4().hex, curve=target.curve, timeout_s=5.0, label=target.label)
         try:
-            return bool(client.call(Op.HELLO).get("held"))
+            return client.ask(HelloRequest()).held
         except RelayError:
             return None
         finally:

@@ -5,7 +5,8 @@ DEALER to the relay's ROUTER (``[b"", request]``). A request names the reader it
 for in ``"reader"`` (option ``relayReader``; a request without one is the reader
 ``default``, as older connectors send them); replies are ``[b"ok", json]`` or
 ``[b"error", json]``, the JSON echoing ``"id"`` so a client that resent a request can drop
-stale answers. Every op is idempotent, so a request may be resent freely.
+stale answers. Every op is idempotent, so a request may be resent freely. Each op's
+request and answer, field by field, is a type of ``messages``.
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ is full it stops reading: ZeroMQ's high-water marks fill and PUSH producers bloc
 A query talks to it over ZeroMQ request-reply (DEALER to ROUTER, the Guide's chapter 3) on
 one ``--listen`` port:
 - its driver sends control requests (``protocol``: JSON objects whose ``"op"`` is an
-  ``Op``) under a reader's name (option ``relayReader``) and that name's lease
+  ``Op``, each read once into its named type, ``messages``, which also checks everything
+  a request can be checked for without the relay) under a reader's name (option ``relayReader``) and that name's lease
   (``readers``, ``lease``): several queries read one relay under different names, one
   query at a time under each;
 - its executors fetch ``[start, end)`` of a channel exactly as they fetch from a driver
@@ -43,42 +44,34 @@ import json
 import logging
 import threading
 import time
-from typing import Any, Literal, Optional, Union, cast, overload
+from typing import Any, Optional, Protocol, Union
 
-from ..options import SourceOptions, reader_name_problem
+from ..options import SourceOptions
 from ..patterns import Router
 from ..patterns.curve import Curve
 from ..ingest.fetch import SpoolServer, bind_first
 from ..ingest.runtime import IngestRuntime, describe_range
-from .protocol import LEASE_TTL_S, MAX_ADVANCE, PROTOCOL, QUEUE, REQUEST_BYTES, RETENTION_CHECK_S, Op
-from .readers import DEFAULT_READER, Readers
+from .messages import (AdvanceRequest, AtTimeAnswer, AtTimeRequest, AttachAnswer, AttachRequest, CountAnswer,
+                       CountRequest, DescribeAnswer, DescribeRequest, DetachRequest, Done, EndWithinAnswer,
+                       EndWithinRequest, Envelope, HelloAnswer, HelloRequest, LeaseRefused, LocateAnswer, LocateRequest,
+                       LostAnswer, LostRequest, RangeDescription, ReaderEntry, ReadersAnswer, ReadersRequest,
+                       RelayDescription, ReleaseRequest, RemoveReaderRequest, Retention, StartRequest, StateAnswer,
+                       StateRequest, TimeStart, WireLoss, reply_id)
+from .protocol import LEASE_TTL_S, QUEUE, REQUEST_BYTES, RETENTION_CHECK_S
+from .readers import Readers
 
 __all__ = ["Relay"]
 
 log = logging.getLogger(__name__)
 
+#: the requests about one channel's offsets
+_ChannelRequest = Union[CountRequest, EndWithinRequest, LostRequest, AdvanceRequest, LocateRequest]
 
 
-@overload
-def _int(request: dict[str, Any], key: str, *, optional: Literal[False] = False) -> int: ...
-@overload
-def _int(request: dict[str, Any], key: str, *, optional: bool) -> Optional[int]: ...
-def _int(request: dict[str, Any], key: str, *, optional: bool = False) -> Optional[int]:
-    value = request.get(key)
-    if value is None and optional:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < (1 << 63):
-        raise ValueError(f"bad request: {key!r} must be an integer from 0 to 2^63-1")
-    return value
+class _Answer(Protocol):
+    """Any answer type of ``messages``: the service only needs its JSON."""
 
-
-def _reader(request: dict[str, Any], key: str, default: Optional[str] = None) -> str:
-    """A reader's name from ``request[key]`` (``default`` when absent), or a clear error."""
-    name = request.get(key, default)
-    problem = reader_name_problem(name)
-    if problem is not None:
-        raise ValueError(f"bad request: {key!r}: {problem}")
-    return cast(str, name)  # a valid reader name (``reader_name_problem`` said nothing)
+    def to_wire(self) -> dict[str, Any]: ...
 
 
 class Relay:
@@ -140,131 +133,108 @@ class Relay:
 
     def _control(self, request: dict[str, Any]) -> list[bytes]:
         self.control_requests += 1
-        reply_id = request.get("id")
         try:
-            body = self._handle(request)
+            body = self._answer(Envelope.from_wire(request)).to_wire()
             status = b"ok"
         except ValueError as exc:
             body, status = {"error": str(exc)}, b"error"
         except Exception as exc:  # never let one request end the service
             log.exception("relay: request %r failed", request.get("op"))
             body, status = {"error": f"the relay failed to answer {request.get('op')!r}: {exc!r}"}, b"error"
-        body["id"] = reply_id if isinstance(reply_id, (int, str)) else None
+        body["id"] = reply_id(request)
         return [status, json.dumps(body).encode()]
 
-    def _handle(self, request: dict[str, Any]) -> dict[str, Any]:
-        try:
-            op = Op(request.get("op"))
-        except ValueError:
-            raise ValueError(f"bad request: unknown op {request.get('op')!r}") from None
-        reader = _reader(request, "reader", DEFAULT_READER)
-        if op is Op.HELLO:  # no lease: what a client needs to know before it claims one
+    def _answer(self, envelope: Envelope) -> _Answer:
+        """The answer to a request ``Envelope.from_wire`` has checked (a ``ValueError`` is
+        answered as an error: a refusal or what is wrong with the request)."""
+        request, reader, session = envelope.request, envelope.reader, envelope.session
+        if isinstance(request, HelloRequest):  # no lease: what a client needs to know before it claims one
             return self._hello(reader)
-        if op is Op.READERS:  # no lease: ``spark-zmq relay-readers``
+        if isinstance(request, ReadersRequest):  # no lease: ``spark-zmq relay-readers``
             return self._list_readers()
-        if op is Op.REMOVE_READER:
-            refusal = self.readers.remove(_reader(request, "name"))
+        if isinstance(request, RemoveReaderRequest):
+            refusal = self.readers.remove(request.name)
             if refusal is not None:
                 raise ValueError(f"refused: {refusal}")
             self._free_committed()
             return self._list_readers()
-        session = request.get("session")
-        if not isinstance(session, str) or not 0 < len(session) <= 64:
+        if session is None:  # ``Envelope.from_wire`` gives every request that needs the lease one
             raise ValueError("bad request: 'session' must be a string of 1 to 64 characters")
-        if op is Op.DETACH:
+        if isinstance(request, DetachRequest):
             if self.readers.held_by(reader, session):
                 self._attend(reader)
             self.readers.release_lease(reader, session)
-            return {}
+            return Done()
         lease_refusal = self.readers.claim(reader, session)
         if lease_refusal is not None:  # a clear refusal, not a failure
-            return {"refused": {"idle": lease_refusal.idle_s, "lapses": lease_refusal.lapses_in_s, "reader": reader}}
+            return LeaseRefused(lease_refusal.idle_s, lease_refusal.lapses_in_s, reader)
         attended = self._attended.get(reader)
         self._attend(reader)
-        if op is Op.ATTACH:
+        if isinstance(request, AttachRequest):
             log.info("relay: read by session %s as reader %r", session, reader)
-            # ``attendedUntil``: where the last query of this name left (a receiver process a
+            # ``attended``: where the last query of this name left (a receiver process a
             # query left lingering took what came after for the next one: startingOffsets=latest)
-            return {**self._describe(reader), **self._state(reader), "attendedUntil": attended}
-        if op is Op.STATE:
+            return AttachAnswer(self._describe(reader), self._state(reader), attended)
+        if isinstance(request, StateRequest):
             return self._state(reader)
-        if op is Op.START:
+        if isinstance(request, StartRequest):
             self.ingest.start()
             return self._state(reader)
-        if op is Op.RELEASE:
-            offsets = request.get("offsets")
-            if not isinstance(offsets, dict):
-                raise ValueError("bad request: 'offsets' must be an object {channel: offset}")
-            self.readers.commit(reader, {int(k): self._written(_int(offsets, k), k) for k in offsets})
+        if isinstance(request, ReleaseRequest):
+            channels = self.ingest.spool.channels
+            for channel, offset in request.offsets.items():
+                if channel >= len(channels):
+                    raise ValueError(f"bad request: channel {str(channel)!r} (the relay has {len(channels)} channels)")
+                self._within_written(channel, offset)
+            self.readers.commit(reader, request.offsets)
             self._free_committed()
             return self._state(reader)
-        if op is Op.DESCRIBE:
+        if isinstance(request, DescribeRequest):
             return self._describe_ranges(request)
-        if op is Op.AT_TIME:
-            starts = self.ingest.start_at_time(_int(request, "timestamp"))
-            return {"starts": [[offset, None if lost is None else [lost.first, lost.end, lost.describe()]]
-                               for offset, lost in (starts[c] for c in sorted(starts))]}
-        return self._channel_op(op, request)
+        if isinstance(request, AtTimeRequest):
+            starts = self.ingest.start_at_time(request.timestamp)
+            return AtTimeAnswer([TimeStart(offset, None if lost is None else WireLoss.of(lost))
+                                 for offset, lost in (starts[c] for c in sorted(starts))])
+        if isinstance(request, (CountRequest, EndWithinRequest, LostRequest, AdvanceRequest, LocateRequest)):
+            return self._channel_op(request)
+        raise ValueError(f"bad request: unknown op {request.op.value!r}")  # an op this relay has no answer for
 
-    def _describe_ranges(self, request: dict[str, Any]) -> dict[str, Any]:
-        """``{"ranges": {"<channel>": [start, end]}}`` -> per channel ``rows``, ``bytes``,
-        ``lost`` (protocol 1's ``[first, end, words]``) and ``at`` (as ``LOCATE``)."""
-        ranges = request.get("ranges")
+    def _describe_ranges(self, request: DescribeRequest) -> DescribeAnswer:
+        """Per channel asked: what ``COUNT``, ``LOST`` and ``LOCATE`` answer for its range."""
         channels = self.ingest.spool.channels
-        if not isinstance(ranges, dict) or len(ranges) > len(channels):
+        if len(request.ranges) > len(channels):
             raise ValueError("bad request: 'ranges' must be an object {channel: [start, end]}")
-        out: dict[str, Any] = {}
-        for key, bounds in ranges.items():
-            channel = int(key) if isinstance(key, str) and key.isdigit() and len(key) < 6 else len(channels)
-            if channel >= len(channels) or not isinstance(bounds, list) or len(bounds) != 2:
-                raise ValueError(f"bad request: range {key!r}: {bounds!r} (the relay has {len(channels)} channels)")
-            start, end = _int({"start": bounds[0]}, "start"), _int({"end": bounds[1]}, "end")
+        out = {}
+        for channel, (start, end) in request.ranges.items():
+            if channel >= len(channels):
+                raise ValueError(f"bad request: range {str(channel)!r}: {[start, end]!r} (the relay has "
+                                 f"{len(channels)} channels)")
             self._within_written(channel, start, end)
-            info = describe_range(channels[channel], start, end)
-            out[str(channel)] = {"rows": info.rows, "bytes": info.bytes, "at": list(info.hint) or None,
-                                 "lost": [[r.first, r.end, r.within(start, end).describe()] for r in info.lost]}
-        return {"ranges": out}
+            out[channel] = RangeDescription.of(describe_range(channels[channel], start, end), start, end)
+        return DescribeAnswer(out)
 
-    def _channel_op(self, op: Op, request: dict[str, Any]) -> dict[str, Any]:
+    def _channel_op(self, request: _ChannelRequest) -> _Answer:
         """The ops about one channel's offsets."""
         channels = self.ingest.spool.channels
-        channel = _int(request, "channel")
+        channel = request.channel
         if channel >= len(channels):
             raise ValueError(f"bad request: channel {channel} (the relay has {len(channels)} channels)")
         log_ = channels[channel]
-        if op is Op.ADVANCE:
-            offset = _int(request, "offset")
-            if offset > MAX_ADVANCE:
-                raise ValueError(f"bad request: 'offset' {offset} of 'advance' is past {MAX_ADVANCE} (2^62), the "
-                                 "highest a channel's numbering may continue from")
-            log_.advance_to(offset)
-            return {}
-        if op is Op.LOCATE:
-            offset = _int(request, "offset")
-            self._within_written(channel, offset)
-            where = log_.locate(offset)
-            return {"at": list(where) if where else None}
-        start, end = _int(request, "start"), _int(request, "end")
+        if isinstance(request, AdvanceRequest):  # at most MAX_ADVANCE (``AdvanceRequest.from_wire``)
+            log_.advance_to(request.offset)
+            return Done()
+        if isinstance(request, LocateRequest):
+            self._within_written(channel, request.offset)
+            return LocateAnswer(log_.locate(request.offset))
+        start, end = request.start, request.end
         self._within_written(channel, start, end)
         index = log_.snapshot()
-        if op is Op.COUNT:
-            rows, nbytes = index.count_between(start, end)
-            return {"rows": rows, "bytes": nbytes}
-        if op is Op.END_WITHIN:
-            return {"end": index.end_within(start, end, _int(request, "rows", optional=True),
-                                            _int(request, "bytes", optional=True))}
-        assert op is Op.LOST, op
+        if isinstance(request, CountRequest):
+            return CountAnswer(*index.count_between(start, end))
+        if isinstance(request, EndWithinRequest):
+            return EndWithinAnswer(index.end_within(start, end, request.rows, request.bytes))
         # protocol 1's form of a loss, whatever the reader's type for it: [first, end, words]
-        return {"lost": [[r.first, r.end, r.within(start, end).describe()] for r in index.lost_within(start, end)]}
-
-    def _written(self, offset: int, channel: object) -> int:
-        """``offset`` when a channel's spool has written that far, else a clear error."""
-        channels = self.ingest.spool.channels
-        index = int(channel) if isinstance(channel, str) and channel.isdigit() and len(channel) < 6 else -1
-        if not 0 <= index < len(channels):
-            raise ValueError(f"bad request: channel {channel!r} (the relay has {len(channels)} channels)")
-        self._within_written(index, offset)
-        return offset
+        return LostAnswer([WireLoss.of(r, (start, end)) for r in index.lost_within(start, end)])
 
     def _within_written(self, channel: int, *offsets: int) -> None:
         """Refuse offsets past what ``channel``'s spool has written, naming the highest asked
@@ -361,63 +331,56 @@ class Relay:
                     "every registered reader had committed them). Set failOnDataLoss=false to skip such offsets")
         return None
 
-    def _hello(self, reader: str) -> dict[str, Any]:
+    def _hello(self, reader: str) -> HelloAnswer:
         """What anyone who reaches ``--listen`` may know: never where the spool is."""
         spool = self.ingest.spool
-        return {"protocol": PROTOCOL, "spool": spool.spool_id, "channels": len(spool.channels),
-                "format": self.options.format, "held": self.readers.held(reader),
-                "controlRequests": self.control_requests}
+        return HelloAnswer(spool.spool_id, len(spool.channels), self.options.format, self.readers.held(reader),
+                           self.control_requests)
 
-    def _list_readers(self) -> dict[str, Any]:
+    def _list_readers(self) -> ReadersAnswer:
         """The registered readers, with what each has yet to read (``behind``: messages
         between its committed offset and the latest, per channel) and the offsets freed
         before it committed them (``lost``), and the relay's retention."""
         channels = self.ingest.spool.channels
         latest, earliest = [c.next_offset for c in channels], [c.earliest for c in channels]
-        readers = self.readers.describe()
-        for reader in readers:
-            reader["behind"] = [channels[c].snapshot().count_between(max(offset, earliest[c]), latest[c])[0]
-                                if latest[c] > offset else 0 for c, offset in enumerate(reader["committed"])]
-            reader["lost"] = [max(0, earliest[c] - offset) for c, offset in enumerate(reader["committed"])]
-        return {"readers": readers, "latest": latest, "earliest": earliest, "spool": self.ingest.spool.spool_id,
-                "retention": {"bytes": self.retention_bytes, "seconds": self.retention_s},
-                "bytes": sum(c.size_bytes for c in channels)}
+        readers = []
+        for reader in self.readers.describe():
+            committed: list[int] = reader["committed"]
+            behind = [channels[c].snapshot().count_between(max(offset, earliest[c]), latest[c])[0]
+                      if latest[c] > offset else 0 for c, offset in enumerate(committed)]
+            lost = [max(0, earliest[c] - offset) for c, offset in enumerate(committed)]
+            readers.append(ReaderEntry(reader["name"], committed, reader["registered"], reader["held"], reader["idle"],
+                                       behind, lost))
+        return ReadersAnswer(readers, latest, earliest, self.ingest.spool.spool_id,
+                             Retention(self.retention_bytes, self.retention_s), sum(c.size_bytes for c in channels))
 
     def _attend(self, reader: str) -> None:
         self._attended[reader] = [c.next_offset for c in self.ingest.spool.channels]
 
-    def _describe(self, reader: str) -> dict[str, Any]:
+    def _describe(self, reader: str) -> RelayDescription:
         spool = self.ingest.spool
-        return {
-            "protocol": PROTOCOL, "spool": spool.spool_id, "channels": len(spool.channels),
-            "spoolDir": spool.spool_dir, "owner": spool.owner_id, "format": self.options.format,
-            "pattern": self.options.pattern, "endpoints": [str(e) for e in self.options.endpoints],
-            "held": self.readers.held(reader), "reader": reader,
-            #: control requests answered so far (what planning a micro-batch costs in round trips)
-            "controlRequests": self.control_requests,
-        }
+        return RelayDescription(
+            spool.spool_id, len(spool.channels), spool.spool_dir, spool.owner_id, self.options.format,
+            self.options.pattern, [str(e) for e in self.options.endpoints], self.readers.held(reader), reader,
+            self.control_requests)
 
-    def _state(self, reader: Optional[str] = None) -> dict[str, Any]:
+    def _errors(self) -> list[str]:
+        """The receivers' failures, naming each one's channel and endpoint."""
+        return [f"channel {receiver.log.channel} ({self.options.endpoints[receiver.log.channel]}): {receiver.error!r}"
+                for receiver in self.ingest.receivers if receiver.error is not None]
+
+    def _state(self, reader: str) -> StateAnswer:
         spool = self.ingest.spool
-        errors = []
-        for receiver in self.ingest.receivers:
-            if receiver.error is not None:
-                errors.append(f"channel {receiver.log.channel} ({self.options.endpoints[receiver.log.channel]}): "
-                              f"{receiver.error!r}")
         last = max([r.last_receive for r in self.ingest.receivers], default=time.monotonic())
-        return {
-            "latest": [c.next_offset for c in spool.channels], "earliest": [c.earliest for c in spool.channels],
-            "errors": errors, "idle": time.monotonic() - last,
-            "rejected": self.ingest.rejected_handshakes(),
-            "broken": self.ingest.broken_connections(),
-            **({"committed": self.readers.committed(reader)} if reader is not None else {}),
-        }
+        return StateAnswer([c.next_offset for c in spool.channels], [c.earliest for c in spool.channels],
+                           self._errors(), time.monotonic() - last, self.ingest.rejected_handshakes(),
+                           self.ingest.broken_connections(), self.readers.committed(reader))
 
     # -- life ------------------------------------------------------------------------------------
 
     def failed(self) -> Optional[str]:
         """A receiver's failure, if one stopped (the relay exits then, for its supervisor)."""
-        errors = self._state()["errors"]
+        errors = self._errors()
         return errors[0] if errors else None
 
     def stop(self, drain: bool = True) -> None:

@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 import uuid
-from typing import Any, Optional
+from typing import Optional
 
 from ..options import SourceOptions
 from ..relay.client import RelayBusyError, RelayClient, RelayError
@@ -27,8 +27,11 @@ from ..ingest.fetch import FetchAccess
 from .driver_host import fetch_service_host
 from ..ingest.loss import LostRange
 from ..ingest.runtime import RangeInfo
+from ..relay.messages import (AdvanceRequest, AtTimeRequest, AttachAnswer, AttachRequest, CountRequest,
+                              DescribeRequest, DetachRequest, EndWithinRequest, LocateRequest, LostRequest,
+                              ReleaseRequest, StartRequest, StateAnswer, StateRequest)
 from ..relay.processes import ReceiverProcesses, ReceiverTarget
-from ..relay.protocol import LEASE_TTL_S, PROTOCOL, Op
+from ..relay.protocol import LEASE_TTL_S
 from .locality import needs_fetch_service
 from .partitions import SpoolRange
 
@@ -43,17 +46,19 @@ HEARTBEAT_S = LEASE_TTL_S / 5
 class _RelayLink:
     """One relay as the query sees it: its client, its description, its latest state."""
 
-    def __init__(self, target: ReceiverTarget, client: RelayClient, hello: dict[str, Any], first_channel: int) -> None:
+    def __init__(self, target: ReceiverTarget, client: RelayClient, attached: AttachAnswer, first_channel: int) -> None:
         self.target = target
         self.address = target.address
         self.client = client
-        self.hello = hello
-        self.spool_id: str = hello["spool"]
-        self.spool_dir: str = hello["spoolDir"]
-        self.owner: str = hello["owner"]
-        self.channels: int = int(hello["channels"])
+        self.description = attached.relay
+        self.spool_id = attached.relay.spool
+        self.spool_dir = attached.relay.spool_dir
+        self.owner = attached.relay.owner
+        self.channels = attached.relay.channels
         self.first_channel = first_channel
-        self.state: dict[str, Any] = hello
+        #: each channel's latest offset when the last query of this reader name left
+        self.attended_until = attached.attended_until
+        self.state: StateAnswer = attached.state
 
 
 class RelayChannel:
@@ -67,11 +72,11 @@ class RelayChannel:
 
     @property
     def next_offset(self) -> int:
-        return int(self.relay.state["latest"][self.local])
+        return self.relay.state.latest[self.local]
 
     @property
     def earliest(self) -> int:
-        return int(self.relay.state["earliest"][self.local])
+        return self.relay.state.earliest[self.local]
 
     def snapshot(self) -> "RelayIndex":
         """The channel's index, which lives in the relay: every question put to it is a
@@ -79,7 +84,7 @@ class RelayChannel:
         return RelayIndex(self)
 
     def advance_to(self, offset: int) -> None:
-        self.relay.client.call(Op.ADVANCE, channel=self.local, offset=int(offset))
+        self.relay.client.ask(AdvanceRequest(self.local, int(offset)))
 
 
 class RelayIndex:
@@ -95,15 +100,13 @@ class RelayIndex:
     def count_between(self, start: int, end: int) -> tuple[int, int]:
         if end <= start:
             return 0, 0
-        answer = self.relay.client.call(Op.COUNT, channel=self.local, start=int(start), end=int(end))
-        return int(answer["rows"]), int(answer["bytes"])
+        answer = self.relay.client.ask(CountRequest(self.local, int(start), int(end)))
+        return answer.rows, answer.bytes
 
     def end_within(self, start: int, limit: int, max_rows: Optional[int], max_bytes: Optional[int]) -> int:
         if max_rows is None and max_bytes is None:
             return limit
-        answer = self.relay.client.call(Op.END_WITHIN, channel=self.local, start=int(start), end=int(limit),
-                                        rows=max_rows, bytes=max_bytes)
-        return int(answer["end"])
+        return self.relay.client.ask(EndWithinRequest(self.local, int(start), int(limit), max_rows, max_bytes)).end
 
     def lost_within(self, start: int, end: int) -> list[LostRange]:
         """The relay's losses in ``[start, end)``. The wire carries ``[first, end, words]``
@@ -111,9 +114,8 @@ class RelayIndex:
         as they are, with the relay named after them."""
         if end <= start:
             return []
-        answer = self.relay.client.call(Op.LOST, channel=self.local, start=int(start), end=int(end))
-        return [LostRange(self.channel, int(a), int(b), text=f"{text} ({self.relay.target.label})")
-                for a, b, text in answer["lost"]]
+        answer = self.relay.client.ask(LostRequest(self.local, int(start), int(end)))
+        return [loss.lost_range(self.channel, self.relay.target.label) for loss in answer.lost]
 
 
 class RelayIngest:
@@ -141,7 +143,7 @@ class RelayIngest:
                                      label=target.label, reader=options.relay_reader,
                                      watch=self.processes.raise_if_failed if self.processes is not None else None)
                 try:
-                    hello = self._attach(client)
+                    attached = self._attach(client)
                 except RelayBusyError as busy:
                     client.close()
                     if self.processes is None:
@@ -153,7 +155,7 @@ class RelayIngest:
                 except BaseException:
                     client.close()
                     raise
-                relay = _RelayLink(target, client, hello, len(self.channels))
+                relay = _RelayLink(target, client, attached, len(self.channels))
                 self.relays.append(relay)
                 self.channels.extend(RelayChannel(relay, c) for c in range(relay.channels))
         except BaseException:
@@ -163,15 +165,14 @@ class RelayIngest:
         #: this query started has not received yet (``start``), so this is where its spool
         #: ended; one an earlier query left lingering took what came after that query, in
         #: place of the producers' queues, so this query begins where that one left.
-        attended = {id(relay): relay.state.get("attendedUntil") for relay in self.relays}
         self.start_offsets = self.latest()
         if self.processes is not None:
             taken = 0
             for view in self.channels:
-                mark = attended[id(view.relay)]
+                mark = view.relay.attended_until
                 if mark is not None:
                     key = str(view.channel)
-                    begin = max(min(int(mark[view.local]), self.start_offsets[key]), view.earliest)
+                    begin = max(min(mark[view.local], self.start_offsets[key]), view.earliest)
                     taken += self.start_offsets[key] - begin
                     self.start_offsets[key] = begin
             if taken:
@@ -181,14 +182,15 @@ class RelayIngest:
         self._heartbeat = threading.Thread(target=self._renew, name="zmq-relay-lease", daemon=True)
         self._heartbeat.start()
 
-    def _attach(self, client: RelayClient) -> dict[str, Any]:
+    def _attach(self, client: RelayClient) -> AttachAnswer:
         """Claim the relay; a holder that has stopped renewing (a driver that was killed)
-        is waited out, a live one is an error at once."""
+        is waited out, a live one is an error at once. A relay of another protocol is
+        refused as its answer is read (``AttachAnswer.from_wire``)."""
         deadline = time.monotonic() + LEASE_TTL_S + self.options.relay_timeout
         last_idle = -1.0
         while True:
             try:
-                hello = client.call(Op.ATTACH)
+                attached = client.ask(AttachRequest())
                 break
             except RelayBusyError as busy:
                 # A live holder renews every HEARTBEAT_S: watch it for a little longer than
@@ -204,16 +206,14 @@ class RelayIngest:
                     time.sleep(min(busy.lapses_in_s + 0.05, HEARTBEAT_S))
                 else:
                     time.sleep(HEARTBEAT_S / 8)
-        if hello.get("protocol") != PROTOCOL:
-            raise RelayError(f"the relay at {client.address} speaks protocol {hello.get('protocol')!r}, this "
-                             f"connector {PROTOCOL}: run the same spark-zmq version on both sides")
-        if (hello.get("format") == "arrow") != (self.options.format == "arrow"):
+        spooled = attached.relay.format
+        if (spooled == "arrow") != (self.options.format == "arrow"):
             raise RelayError(
-                f"the relay at {client.address} spools format {hello.get('format')!r} but this query reads "
+                f"the relay at {client.address} spools format {spooled!r} but this query reads "
                 f"{self.options.format!r}: Arrow messages are counted by rows, others by messages, so start the "
                 f"relay with '--format {self.options.format}'"
             )
-        return hello
+        return attached
 
     def _renew(self) -> None:
         clients: dict[str, Optional[RelayClient]] = {relay.address: None for relay in self.relays}
@@ -226,7 +226,7 @@ class RelayIngest:
                             relay.address, self.session, curve=relay.target.curve, timeout_s=HEARTBEAT_S,
                             reader=self.options.relay_reader)
                     try:
-                        client.call(Op.STATE)
+                        client.ask(StateRequest())
                     except RelayError:
                         pass  # the reader's own next call reports it
         finally:
@@ -257,21 +257,20 @@ class RelayIngest:
         """Let receiver processes receive, once the reader has checked the checkpoint
         (standalone relays receive already; for them this changes nothing)."""
         for relay in self.relays:
-            relay.state = relay.client.call(Op.START)
+            relay.state = relay.client.ask(StartRequest())
         self.started = True
 
     def _refresh(self) -> None:
         for relay in self.relays:
-            relay.state = relay.client.call(Op.STATE)
+            relay.state = relay.client.ask(StateRequest())
 
     def raise_if_failed(self) -> None:
         if self.processes is not None:
             self.processes.raise_if_failed()
         self._refresh()
         for relay in self.relays:
-            if relay.state.get("errors"):
-                raise RuntimeError(f"the {relay.target.label} has a failed receiver: "
-                                   + "; ".join(relay.state["errors"]))
+            if relay.state.errors:
+                raise RuntimeError(f"the {relay.target.label} has a failed receiver: " + "; ".join(relay.state.errors))
 
     def latest(self) -> dict[str, int]:
         self._refresh()
@@ -286,78 +285,76 @@ class RelayIngest:
         out: dict[int, tuple[int, Optional[LostRange]]] = {}
         for relay in self.relays:
             try:
-                starts = relay.client.call(Op.AT_TIME, timestamp=int(timestamp_ms))["starts"]
+                starts = relay.client.ask(AtTimeRequest(int(timestamp_ms))).starts
             except RelayError as exc:
                 if "unknown op" in str(exc):
                     raise RelayError(f"the {relay.target.label} runs an older spark-zmq that cannot find an offset by "
                                      "time (option 'startingTimestamp'): upgrade it, or use 'startingOffsets'") from None
                 raise
-            for local, (offset, lost) in enumerate(starts):
+            for local, start in enumerate(starts):
                 channel = relay.first_channel + local
-                out[channel] = (int(offset), None if lost is None else LostRange(
-                    channel, int(lost[0]), int(lost[1]), text=f"{lost[2]} ({relay.target.label})"))
+                out[channel] = (start.offset, None if start.lost is None
+                                else start.lost.lost_range(channel, relay.target.label))
         return out
 
     def release(self, end: dict[str, int]) -> None:
         for relay in self.relays:
-            offsets = {str(c): int(end[str(relay.first_channel + c)]) for c in range(relay.channels)
+            offsets = {c: int(end[str(relay.first_channel + c)]) for c in range(relay.channels)
                        if str(relay.first_channel + c) in end}
             if offsets:
-                relay.state = relay.client.call(Op.RELEASE, offsets=offsets)
+                relay.state = relay.client.ask(ReleaseRequest(offsets))
 
     def drain_until_idle(self, idle_s: float) -> None:
         while True:
             self.raise_if_failed()
-            wait = idle_s - min(float(relay.state["idle"]) for relay in self.relays)
+            wait = idle_s - min(relay.state.idle for relay in self.relays)
             if wait <= 0:
                 return
             time.sleep(min(wait, 0.05))
 
     def broken_connections(self) -> int:
-        return sum(int(relay.state.get("broken", 0)) for relay in self.relays)
+        return sum(relay.state.broken for relay in self.relays)
 
     def rejected_handshakes(self) -> int:
-        return sum(int(relay.state.get("rejected", 0)) for relay in self.relays)
+        return sum(relay.state.rejected for relay in self.relays)
 
     def describe(self, ranges: dict[int, tuple[int, int]]) -> dict[int, RangeInfo]:
         """``RangeInfo`` of each channel's range: one ``DESCRIBE`` per relay holding any
         (a relay that does not know the op answers it with ``COUNT``, ``LOST``, ``LOCATE``)."""
         out: dict[int, RangeInfo] = {}
-        by_relay: dict[int, dict[str, list[int]]] = {}
+        by_relay: dict[int, dict[int, tuple[int, int]]] = {}
         for channel, (lo, hi) in ranges.items():
             view = self.channels[channel]
-            by_relay.setdefault(id(view.relay), {})[str(view.local)] = [int(lo), int(hi)]
+            by_relay.setdefault(id(view.relay), {})[view.local] = (int(lo), int(hi))
         for relay in self.relays:
             asked = by_relay.get(id(relay))
             if not asked:
                 continue
             try:
-                answer = relay.client.call(Op.DESCRIBE, ranges=asked)["ranges"]
+                described = relay.client.ask(DescribeRequest(asked)).ranges
             except RelayError as exc:
                 if "unknown op" not in str(exc):
                     raise
-                answer = None  # a relay of before DESCRIBE
+                described = None  # a relay of before DESCRIBE
             for local, (lo, hi) in asked.items():
-                channel = relay.first_channel + int(local)
+                channel = relay.first_channel + local
                 view = self.channels[channel]
-                if answer is None:
+                if described is None:
                     index = view.snapshot()
                     rows, nbytes = index.count_between(lo, hi)
-                    at = relay.client.call(Op.LOCATE, channel=view.local, offset=lo)["at"]
+                    at = relay.client.ask(LocateRequest(view.local, lo)).at
                     out[channel] = RangeInfo(rows, nbytes, index.lost_within(lo, hi), tuple(at or ()))
                     continue
-                got = answer[local]
-                out[channel] = RangeInfo(
-                    int(got["rows"]), int(got["bytes"]),
-                    [LostRange(channel, int(a), int(b), text=f"{text} ({relay.target.label})")
-                     for a, b, text in got["lost"]],
-                    tuple(got["at"] or ()))
+                got = described.get(local)
+                if got is None:
+                    raise RelayError(f"the {relay.target.label} answered 'describe' without channel {local}'s range")
+                out[channel] = got.range_info(channel, relay.target.label)
         return out
 
     def spool_range(self, channel: int, start: int, end: int, hint: Optional[tuple] = None) -> SpoolRange:
         view = self.channels[channel]
         relay = view.relay
-        where = hint if hint is not None else relay.client.call(Op.LOCATE, channel=view.local, offset=int(start))["at"]
+        where = hint if hint is not None else relay.client.ask(LocateRequest(view.local, int(start))).at
         curve = relay.target.curve
         access = FetchAccess(
             relay.address, curve.server_key if curve is not None else None,
@@ -377,7 +374,7 @@ class RelayIngest:
             self._heartbeat.join(HEARTBEAT_S + 1)
         for relay in self.relays:
             try:
-                relay.client.call(Op.DETACH, timeout_s=1.0)
+                relay.client.ask(DetachRequest(), timeout_s=1.0)
             except RuntimeError:
                 pass  # silent, or a receiver process that exited (its watch says so)
             relay.client.close()

@@ -127,11 +127,12 @@ _json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow
                      max_leaves=10)
 _request = st.fixed_dictionaries(
     {"op": st.sampled_from(["hello", "attach", "state", "count", "end_within", "lost", "advance", "release",
-                            "locate", "describe", "detach", "other"]),
+                            "locate", "describe", "detach", "at_time", "readers", "other"]),
      "session": st.one_of(st.just("fuzz"), _json)},
     optional={"channel": _json | st.integers(-2, 3), "start": _json | st.integers(-2, 10 ** 20),
               "end": _json | st.integers(-2, 10 ** 20), "offset": _json | st.integers(-2, 10 ** 20),
               "offsets": _json, "rows": _json, "bytes": _json, "id": _json,
+              "timestamp": _json | st.integers(-2, 10 ** 20),
               "ranges": _json | st.dictionaries(st.sampled_from(["0", "1", "-1", "x", "00", "9" * 7]),
                                                 st.lists(_json | st.integers(-2, 10 ** 20), max_size=3), max_size=3)})
 
@@ -142,7 +143,9 @@ def test_any_request_gets_a_json_answer_and_never_moves_offsets_backwards(relay,
     before = relay.ingest.spool.channels[0].next_offset
     status, body = relay._control(request)
     assert status in (b"ok", b"error")
-    json.loads(body)
+    answer = json.loads(body)
+    # refused for what is wrong with it, never a failure of the relay
+    assert status == b"ok" or answer["error"].startswith("bad request: "), answer
     assert relay.ingest.spool.channels[0].next_offset >= before
     relay.readers.release_lease("default", "fuzz")
 
@@ -223,3 +226,48 @@ def test_describe_answers_counts_losses_and_hints_of_several_ranges_in_one_reque
             client.call("describe", ranges={"5": [0, 1]})
     finally:
         client.close()
+
+
+def test_typed_requests_get_the_answers_raw_requests_get_read_into_their_types(relay):
+    """``ask`` sends what ``call`` sends for the same fields, and its answer is the raw
+    answer read into the request's answer type."""
+    from spark_zmq.relay import messages as m
+
+    client = RelayClient(relay.listen, "holder", timeout_s=5)
+    try:
+        attached = client.ask(m.AttachRequest())
+        assert attached.relay.spool_dir == relay.ingest.spool.spool_dir and attached.relay.reader == "default"
+        assert attached.state.latest == [500] and attached.state.committed == [0]
+        for request, op, fields in (
+                (m.CountRequest(0, 100, 500), "count", {"channel": 0, "start": 100, "end": 500}),
+                (m.EndWithinRequest(0, 0, 500, 10), "end_within", {"channel": 0, "start": 0, "end": 500, "rows": 10}),
+                (m.LostRequest(0, 0, 500), "lost", {"channel": 0, "start": 0, "end": 500}),
+                (m.LocateRequest(0, 12), "locate", {"channel": 0, "offset": 12}),
+                (m.DescribeRequest({0: (12, 500)}), "describe", {"ranges": {"0": [12, 500]}}),
+                (m.AtTimeRequest(0), "at_time", {"timestamp": 0})):
+            assert client.ask(request) == request.answer(client.call(op, **fields)), op
+        assert client.ask(m.CountRequest(0, 100, 500)).rows == 400
+        assert client.ask(m.EndWithinRequest(0, 0, 500, 10)).end == 10
+        released = client.ask(m.ReleaseRequest({0: 100}))
+        assert (released.latest, released.committed) == ([500], [100])
+        assert client.ask(m.HelloRequest()).channels == 1
+        assert [r.name for r in client.ask(m.ReadersRequest()).readers] == ["default"]
+        with pytest.raises(RelayError, match=r"failed 'count': bad request: offset 501 of channel 0 is past"):
+            client.ask(m.CountRequest(0, 0, 501))
+        assert client.ask(m.DetachRequest()) == m.Done()
+    finally:
+        client.close()
+
+
+def test_a_malformed_request_claims_no_lease_and_registers_no_reader(relay):
+    """What is wrong with a request is found before the relay acts on it: a stranger's
+    malformed request neither takes a free reader name nor registers a new one."""
+    status, body = relay._control({"op": "count", "session": "stranger", "reader": "newcomer", "channel": "0",
+                                   "start": 0, "end": 1})
+    assert status == b"error" and b"'channel' must be an integer" in body
+    assert "newcomer" not in relay.readers.readers
+    holder = RelayClient(relay.listen, "holder", timeout_s=5, reader="newcomer")
+    try:
+        assert holder.call("attach")["reader"] == "newcomer"  # nobody took the name
+    finally:
+        holder.close()
