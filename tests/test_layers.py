@@ -134,3 +134,35 @@ def test_both_ingests_offer_everything_the_reader_uses_of_an_ingest():
     used |= set(re.findall(r"\bself\._runtime\.([a-z_]+)", inspect.getsource(stream)))
     used |= set(re.findall(r"\bingest\.([a-z_]+)", inspect.getsource(exactly_once.ExactlyOnce)))
     assert used <= members | data, f"the reader uses {sorted(used - members - data)} beyond the Ingest interface"
+
+
+def test_the_ingest_and_the_sink_hold_their_data_sockets_as_the_wire_contract_only():
+    """The pattern layer chooses the wire of each data pattern (``patterns.wires``): the
+    receivers, the bounded batch read and the sink's sender import no socket class, and use
+    nothing of their sockets beyond ``ReceivingWire``/``SendingWire`` (``wire_contract``)."""
+    import inspect
+    import re
+
+    from spark_zmq.ingest import receiver, runtime
+    from spark_zmq.patterns import wire_contract
+    from spark_zmq.sink import send
+    from spark_zmq.source import batch
+
+    concrete = {"PatternSocket", "Pull", "Push", "ZmtpPull", "Gather", "Scatter", "ReroutingPush", "Sub", "Pub",
+                "XPub", "XSub", "ZmtpPatternSocket", "socket_for", "PATTERNS"}
+    for module in (receiver, runtime, batch, send):
+        names = {target.rsplit(".", 1)[-1] for _, target in _imports(pathlib.Path(module.__file__))}
+        modules = {target for _, target in _imports(pathlib.Path(module.__file__))}
+        assert not names & concrete, f"{module.__name__} imports {sorted(names & concrete)}"
+        classes = [m for m in modules
+                   if re.search(r"\.(pipeline|pubsub|scattergather|zmtppull|reroutingpush|base)\b", m)]
+        assert not classes, f"{module.__name__} imports {classes}"
+        assert not re.search(r"isinstance\((self\.)?sock", inspect.getsource(module)), module.__name__
+    receiving = {n for k in (wire_contract.Wire, wire_contract.ReceivingWire) for n in vars(k) if not n.startswith("_")}
+    sending = {n for k in (wire_contract.Wire, wire_contract.SendingWire) for n in vars(k) if not n.startswith("_")}
+    used_receiving = set(re.findall(r"\bself\.socket\.([a-z_]+)", inspect.getsource(receiver.Receiver)))
+    used_receiving |= set(re.findall(r"\breceiver\.socket\.([a-z_]+)", inspect.getsource(runtime)))
+    used_receiving |= set(re.findall(r"\bsocket\.([a-z_]+)", inspect.getsource(batch.receive_bounded)))
+    used_sending = set(re.findall(r"\b(?:self\.socket|sock)\.([a-z_]+)", inspect.getsource(send.TaskSender)))
+    assert {"recv_values", "close"} <= used_receiving <= receiving, sorted(used_receiving - receiving)
+    assert {"send_many", "unsent"} <= used_sending <= sending, sorted(used_sending - sending)

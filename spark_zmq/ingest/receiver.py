@@ -16,7 +16,7 @@ import time
 from typing import Any, Optional
 
 
-from ..patterns import PatternSocket, Pull, SocketClosedError, ZmtpPull, socket_for
+from ..patterns import ReceivingWire, SocketClosedError, receiving_wire
 from ..patterns.curve import Curve
 from ..patterns.heartbeat import Heartbeat
 from ..patterns.tuning import SocketTuning
@@ -36,22 +36,14 @@ def open_channel_socket(
     pattern: str, endpoint: Endpoint, *, hwm: int, topics: list[str], max_message_bytes: Optional[int] = None,
     curve: Optional[Curve] = None, heartbeat: Optional[Heartbeat] = None, rcvbuf: Optional[int] = None,
     tuning: Optional[SocketTuning] = None,
-) -> PatternSocket:
+) -> ReceivingWire:
     """The socket of one channel. Opened on the caller's thread so that a bind error (port
     in use) surfaces in the Spark call that started the receivers, with its message.
-    ``max_message_bytes``: a peer that sends a larger frame (or, on ``ZmtpPull``, a larger
-    multipart message) is disconnected, as libzmq's ZMQ_MAXMSGSIZE does.
-    ``curve``: CURVE security (the socket then counts rejected handshakes).
-
-    ``pull`` runs on the package's own ZMTP engine (``ZmtpPull``), as ``gather`` does: it
-    costs less per message than libzmq's PULL through pyzmq, and times out a silent peer
-    even under backpressure. Two cases keep libzmq's ``Pull``: ``inproc://`` endpoints,
-    which only libzmq's own sockets reach, and CURVE, which libzmq decrypts in C on its
-    I/O thread while the engine calls libsodium once a message from Python (one-row
-    ingest at 100 B with CURVE, bench: 467 k msgs/s on libzmq, 236 k on the engine)."""
-    cls = socket_for(pattern)
-    if cls is Pull and curve is None and not endpoint.address.startswith("inproc://"):
-        cls = ZmtpPull
+    ``max_message_bytes``: a peer that sends a larger frame (or, on the engine's ``pull``,
+    a larger multipart message) is disconnected, as libzmq's ZMQ_MAXMSGSIZE does.
+    ``curve``: CURVE security (the socket then counts rejected handshakes). Which wire
+    serves the pattern (the package's engine or libzmq) is the pattern layer's choice
+    (``patterns.wires.receiving_wire``)."""
     options: dict[str, Any] = {"hwm": hwm, "linger": 0, "heartbeat": heartbeat, "rcvbuf": rcvbuf}
     if max_message_bytes is not None:
         options["max_message_bytes"] = max_message_bytes
@@ -61,7 +53,7 @@ def open_channel_socket(
         options["tuning"] = tuning
     if pattern == "sub":
         options["topics"] = topics or None
-    return cls([str(endpoint)], **options)
+    return receiving_wire(pattern, [str(endpoint)], **options)
 
 
 class Receiver:
@@ -89,7 +81,7 @@ class Receiver:
 
     def __init__(
         self,
-        socket: PatternSocket,
+        socket: ReceivingWire,
         log: ChannelLog,
         budget: SpoolBudget,
         fmt: str,
@@ -143,7 +135,7 @@ class Receiver:
         """Connections of this channel that broke (not closed in order by their producer),
         with what the producer had in flight on them; counted on the package's engine
         (``pull`` without CURVE, ``gather``), 0 on libzmq's sockets, which do not say."""
-        return int(getattr(self.socket, "broken_connections", 0))
+        return self.socket.broken_connections
 
     @property
     def rejected_handshakes(self) -> int:

@@ -8,7 +8,9 @@ work per message than libzmq through pyzmq, multipart bounded as a whole), ``Pub
 ``XPub``/``XSub`` (29/PUBSUB), ``Req``/``Rep``/``Dealer``/``Router`` (request-reply, the
 Guide's chapter 3) and ``Client``, the Guide's asynchronous client over a DEALER (request
 ids, replies in any order, resends on silence) and ``Broker``, the Guide's load-balancing
-broker between such clients and REQ workers. Every socket class is
+broker between such clients and REQ workers. ``receiving_wire``/``sending_wire`` choose the
+socket of a data pattern for the connector, as the contract ``ReceivingWire``/``SendingWire``
+(``wire_contract``) that both wires satisfy. Every socket class is
 ``Cls(endpoints, *, hwm=None, **options)`` with ``send(data, timeout=None)``, ``recv(timeout=None)``, ``close()`` and ``with`` support;
 timeouts are seconds and raise the built-in ``TimeoutError``.
 
@@ -25,6 +27,8 @@ from .pubsub import Pub, Sub, XPub, XSub
 from .reqrep import Dealer, Rep, Req, Router
 from .reroutingpush import ReroutingPush
 from .scattergather import Gather, Scatter
+from .wire_contract import ReceivingWire, SendingWire
+from .wires import receiving_wire, sending_wire
 from .zmtppull import ZmtpPull
 
 PATTERNS: dict[str, type[PatternSocket]] = {
@@ -69,16 +73,20 @@ __all__ = [
     "Pub",
     "Pull",
     "Push",
+    "ReceivingWire",
     "ReroutingPush",
     "Rep",
     "Req",
     "Router",
     "Scatter",
+    "SendingWire",
     "SocketClosedError",
     "Sub",
     "XPub",
     "XSub",
     "ZmtpPull",
     "parse_endpoints",
+    "receiving_wire",
+    "sending_wire",
     "socket_for",
 ]

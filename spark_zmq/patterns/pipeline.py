@@ -20,11 +20,12 @@ from typing import ClassVar
 import zmq
 
 from .base import PatternSocket
+from .wire_contract import UncountedWire
 
 __all__ = ["Push", "Pull"]
 
 
-class Push(PatternSocket):
+class Push(UncountedWire, PatternSocket):
     """Round-robin to every connected PULL/GATHER peer; blocks when none can take a message.
 
     Connects by default. ``send(data, timeout=None)`` accepts bytes or a list of frames.
@@ -36,7 +37,7 @@ class Push(PatternSocket):
     default_linger_ms: ClassVar[int] = 1000
 
 
-class Pull(PatternSocket):
+class Pull(UncountedWire, PatternSocket):
     """Fair-queues from every connected PUSH/SCATTER peer. Binds by default."""
 
     socket_type: ClassVar[int] = zmq.PULL

@@ -32,13 +32,14 @@ import zmq
 from .base import PatternSocket, SocketClosedError
 from .frames import topic_bytes, topics_list
 from .socket_options import timeout_deadline
+from .wire_contract import UncountedWire
 
 __all__ = ["Pub", "Sub", "XPub", "XSub", "Topics"]
 
 Topics = Union[None, str, bytes, Iterable[Union[str, bytes]]]
 
 
-class Pub(PatternSocket):
+class Pub(UncountedWire, PatternSocket):
     """Broadcast to matching subscribers; never blocks, drops for a subscriber whose queue
     is at the high-water mark (as the RFC requires). Binds by default."""
 
@@ -48,7 +49,7 @@ class Pub(PatternSocket):
     default_linger_ms: ClassVar[int] = 1000
 
 
-class Sub(PatternSocket):
+class Sub(UncountedWire, PatternSocket):
     """Receive messages whose first frame starts with one of ``topics`` (prefix match).
 
     ``topics``: a str/bytes prefix or an iterable of them; ``None`` or ``""`` = everything.
@@ -91,7 +92,7 @@ class Sub(PatternSocket):
             self._lock.release()
 
 
-class XPub(PatternSocket):
+class XPub(UncountedWire, PatternSocket):
     """A PUB that delivers subscribe/unsubscribe commands to the application.
 
     ``recv()`` returns the next incoming message: a raw command (``b"\\x01" + topic`` or
@@ -169,7 +170,7 @@ class XPub(PatternSocket):
             self._lock.release()
 
 
-class XSub(PatternSocket):
+class XSub(UncountedWire, PatternSocket):
     """A SUB that sends messages and subscription commands upstream. Connects by default.
 
     Starts with no subscription unless ``topics`` is given; ``subscribe``/``unsubscribe``

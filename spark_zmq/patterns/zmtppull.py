@@ -19,11 +19,11 @@ even while this socket applies backpressure (libzmq would take the unread PONGs 
 silence, so ``Pull`` has no ZMTP timeout; see ``heartbeat``), and a multipart message is
 bounded as a whole (see ``zmtp.stream._Stream._add_part``), where libzmq bounds each frame.
 
-The connector keeps ``Pull`` for ``inproc://`` (which reaches only other sockets of this
-engine, not libzmq's) and with CURVE: libzmq decrypts in C on its own I/O thread, while
-this engine makes one libsodium call a message from Python, which costs more than the
-receive it saves (one-row ingest at 100 B with CURVE through Spark: 467 k msgs/s on
-libzmq, 236 k on this socket).
+The connector (``wires.receiving_wire``) keeps ``Pull`` for ``inproc://`` (which reaches
+only other sockets of this engine, not libzmq's) and with CURVE: libzmq decrypts in C on
+its own I/O thread, while this engine makes one libsodium call a message from Python,
+which costs more than the receive it saves (one-row ingest at 100 B with CURVE through
+Spark: 467 k msgs/s on libzmq, 236 k on this socket).
 """
 
 from __future__ import annotations

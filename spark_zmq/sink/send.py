@@ -1,15 +1,16 @@
 """One write task's socket: connect, wait for peers, send with a bound, flush before commit.
 
-``push`` and ``scatter`` run on the pattern layer's own ZMTP engine (``ReroutingPush``,
-``Scatter``), not on libzmq: when a consumer's connection breaks mid-write, what the task
-still held for it, and what the consumer's TCP had not acknowledged, goes to the
-consumers still there (or to the same endpoint when it comes back); libzmq's PUSH would
-drop that queue (``ZMQ_IMMEDIATE``) or hold it for a peer that may never return, and tell
-nobody. A task commits only once every message was acknowledged by a consumer's TCP,
-within ``sendTimeoutMs``; otherwise it fails, saying how many were not, and Spark retries.
+The pattern layer chooses the wire (``patterns.wires.sending_wire``) and the sender holds
+the socket as the contract's ``SendingWire``. ``push`` and ``scatter`` run on the pattern
+layer's own ZMTP engine: when a consumer's connection breaks mid-write, what the task still
+held for it, and what the consumer's TCP had not acknowledged, goes to the consumers still
+there (or to the same endpoint when it comes back). A task commits only once every message
+was acknowledged by a consumer's TCP (the socket's ``unsent`` and ``unconfirmed`` after
+``close``), within ``sendTimeoutMs``; otherwise it fails, saying how many were not, and
+Spark retries.
 
-``pub`` stays on libzmq's XPUB, with a ZeroMQ context per task: ``Context.term()`` is
-how libzmq tells a sender that its queued messages have left the process.
+``pub`` runs on libzmq's XPUB, with a ZeroMQ context per task: ``Context.term()`` is how
+libzmq tells a sender that its queued messages have left the process.
 """
 
 from __future__ import annotations
@@ -20,8 +21,7 @@ from typing import Optional
 import zmq
 
 from ..options import SinkOptions
-from ..patterns import PatternSocket, ReroutingPush, Scatter, XPub
-from ..patterns.scattergather import ZmtpPatternSocket
+from ..patterns import SendingWire, sending_wire
 
 __all__ = ["TaskSender", "SinkTimeoutError"]
 
@@ -43,21 +43,21 @@ class TaskSender:
             common["curve"] = options.curve
         if options.tuning is not None:  # the zmq.* options, over the choices below
             common["tuning"] = options.tuning
-        self.socket: PatternSocket
+        endpoints = [str(e) for e in options.endpoints]
+        self.socket: SendingWire
         if options.pattern == "pub":
             # XPUB is PUB on the wire; it also shows us the subscriptions, so we can wait
             # for subscribers before publishing (PUB/SUB's slow-joiner problem). NODROP
             # makes libzmq tell us when a subscriber is full, so the drop is ours and counted.
             self.context = zmq.Context()
-            self.socket = XPub([str(e) for e in options.endpoints], nodrop=True, context=self.context, **common)
+            self.socket = sending_wire("pub", endpoints, nodrop=True, context=self.context, **common)
         else:
-            cls = Scatter if options.pattern == "scatter" else ReroutingPush
             # immediate: queue only to peers whose handshake completed, so an absent peer
             # blocks the send (and times out with a clear error) instead of filling a queue
             # nobody reads; a peer that leaves hands its queue back to the others.
             # confirm: close() waits until the consumers' TCP acknowledged every message.
-            self.socket = cls(
-                [str(e) for e in options.endpoints], immediate=True, confirm=True,
+            self.socket = sending_wire(
+                options.pattern, endpoints, immediate=True, confirm=True,
                 monitor=zmq.EVENT_HANDSHAKE_SUCCEEDED, **common
             )
         self.sent = 0
@@ -174,13 +174,13 @@ class TaskSender:
     @property
     def lost_peers(self) -> int:
         """push/scatter: consumer connections that broke while this task wrote."""
-        return getattr(self.socket, "lost_peers", 0)
+        return self.socket.lost_peers
 
     @property
     def resent(self) -> int:
         """push/scatter: messages sent again because a consumer that left had not
         acknowledged them (tcp)."""
-        return getattr(self.socket, "resent", 0)
+        return self.socket.resent
 
     def flush_and_close(self) -> None:
         """Return once every message reached a consumer (push/scatter: acknowledged by its
@@ -195,8 +195,7 @@ class TaskSender:
                     f"{self.options.send_timeout_ms}; some may not have been delivered"
                 )
             return
-        sock = self.socket
-        assert isinstance(sock, ZmtpPatternSocket)  # push or scatter: pub returned above
+        sock = self.socket  # push or scatter (pub returned above): the engine counts both
         unsent = sock.unsent
         if unsent:
             raise SinkTimeoutError(

@@ -1,0 +1,181 @@
+"""The wire contract: what the connector's ingest and sink use of a data socket.
+
+Two wires carry the data patterns: libzmq through pyzmq (``PatternSocket`` and its
+classes: ``Pull``, ``Sub``, ``XPub``...) and the package's own ZMTP engine (``zmtp``:
+``ZmtpPull``, ``Gather``, ``Scatter``, ``ReroutingPush``). ``wires.receiving_wire`` and
+``wires.sending_wire`` choose the wire for each pattern and return the socket as a
+``ReceivingWire`` or a ``SendingWire``: the ingest (``ingest.receiver``, ``source.batch``)
+and the sink (``sink.send``) hold these types and nothing more concrete, and mypy checks
+that every class the factories return satisfies them.
+
+What every data socket guarantees, whichever wire carries it:
+
+* It is attached when it is made: every endpoint is bound (``@``) or connected (``>``)
+  before the factory returns. A bind or connect that fails raises ``OSError`` naming the
+  address (a port in use: ``errno.EADDRINUSE``), and nothing of the socket stays open.
+* Timeouts are seconds, as in ``queue.Queue``: ``None`` waits without limit, ``0`` does
+  not wait (but looks once). A wait that runs out raises the built-in ``TimeoutError``.
+* ``close`` may come from any thread: a call blocked in another thread then raises
+  ``SocketClosedError`` within a tenth of a second, and so does every later call.
+  ``close`` again does nothing.
+* Counters start at 0 when the socket is opened and only grow; reading one takes no lock.
+  A wire that cannot observe what a counter counts reports 0: libzmq tells its application
+  nothing of broken connections, lost peers, or what its queues held at close.
+* Events: ``handshakes`` is the socket's monitor, present when the socket was made with
+  ``curve`` or with ``monitor`` (``ZMQ_EVENT_*`` bits), else ``None``.
+  ``handshakes.poll(timeout_s)`` returns the watched events that came (waiting up to
+  ``timeout_s`` for the first), and counts and logs rejected handshakes
+  (``handshakes.rejected``, the last one's text in ``handshakes.last_rejection``). Its owner
+  polls it regularly, even while it waits for something else: a libzmq monitor's queue has
+  no limit.
+
+``UncountedWire`` gives the libzmq classes the counters they cannot keep (always 0).
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Protocol, Sequence
+
+from .endpoints import Endpoint
+from .frames import Frames
+from .handshakes import HandshakeWatch
+
+__all__ = ["ReceivingWire", "SendingWire", "UncountedWire", "Wire"]
+
+
+class Wire(Protocol):
+    """What a receiving and a sending data socket have in common."""
+
+    @property
+    def endpoints(self) -> list[Endpoint]:
+        """The endpoints it was attached to, as given."""
+        ...
+
+    @property
+    def bound_addresses(self) -> list[str]:
+        """The addresses it bound (a ``*`` port resolved to the real one)."""
+        ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    @property
+    def handshakes(self) -> Optional[HandshakeWatch]:
+        """The socket's events and rejected handshakes (see the module's docstring)."""
+        ...
+
+    @property
+    def broken_connections(self) -> int:
+        """Connections that ended other than by the peer's orderly close (a reset, a
+        timeout, a heartbeat timeout, a protocol error), with whatever the peer had in
+        flight on them. Counted on the engine; 0 on libzmq."""
+        ...
+
+    def close(self, linger: Optional[int] = None) -> None:
+        """Close the socket. ``linger`` (ms) bounds how long a sender still waits for what
+        it holds to leave (``0``: drop it at once, ``-1``: no limit, ``None``: the socket's
+        own linger); a receiver's queue is discarded, so a receiver drains it first."""
+        ...
+
+
+class ReceivingWire(Wire, Protocol):
+    """A data socket the ingest receives on: ``pull``, ``gather``, ``sub``."""
+
+    def recv_values(
+        self, max_messages: int, timeout: Optional[float] = None, max_bytes: Optional[int] = None
+    ) -> tuple[list[bytes], Optional[list[Optional[bytes]]]]:
+        """Wait up to ``timeout`` for a message, then take what is already queued without
+        waiting again: up to ``max_messages`` messages (``>= 1``, else ``ValueError``) and
+        about ``max_bytes`` of values (at least one message).
+
+        Returns ``(values, topics)``: a one-frame message is a value (topic ``None``); a
+        multi-frame one is ``[topic, payload...]``, its first frame the topic and the rest,
+        joined, the value. ``topics`` is ``None`` when every message had one frame.
+        ``TimeoutError`` when no message came in time; empty lists when every message that
+        came was discarded (a multipart message on ``gather``, which is single-part).
+        """
+        ...
+
+    def poll_recv(self, timeout: Optional[float] = 0.0) -> bool:
+        """Whether a message waits to be received, waiting up to ``timeout`` seconds for
+        one (``False`` then, never ``TimeoutError``)."""
+        ...
+
+
+class SendingWire(Wire, Protocol):
+    """A data socket the sink sends on: ``push``, ``scatter``, ``pub``."""
+
+    def send(self, data: Frames, timeout: Optional[float] = None) -> None:
+        """Queue one message: bytes-like, or a list of frames where the pattern has
+        multipart messages (``push``, ``pub``; ``scatter`` raises ``ValueError``). Blocks
+        while no peer can take it (``pub`` made with ``nodrop``: while a subscriber's queue
+        is full), ``timeout`` seconds at most, then ``TimeoutError``: what cannot be queued
+        is never dropped unseen. A frame over ``max_message_bytes`` raises ``ValueError``."""
+        ...
+
+    def send_many(self, messages: Sequence[bytes], timeout: Optional[float] = None) -> int:
+        """Queue single-frame ``bytes`` messages in order (the sink's fast path; all are
+        checked before the first is queued) and return how many: all of them. ``timeout``
+        bounds the wait for each message, as in ``send``; on ``TimeoutError`` the messages
+        before it were queued, and the error's ``sent`` attribute says how many."""
+        ...
+
+    def recv(self, timeout: Optional[float] = None) -> bytes:
+        """The next message a peer sent upstream: on ``pub`` (XPUB) a subscription
+        (``b"\\x01" + topic``) or an unsubscription (``b"\\x00" + topic``), which the sink
+        waits for before it publishes. ``push`` and ``scatter`` have no upstream messages:
+        ``TypeError``."""
+        ...
+
+    @property
+    def lost_peers(self) -> int:
+        """Connections that broke while they held messages of this socket (queued, being
+        written, or not yet acknowledged by the peer's TCP). Counted on the engine; 0 on
+        libzmq."""
+        ...
+
+    @property
+    def resent(self) -> int:
+        """Messages sent again to another peer (or the same endpoint once it came back)
+        because the peer they were written to left before its TCP acknowledged them.
+        Counted on the engine; 0 on libzmq, which drops or keeps such a queue unseen."""
+        ...
+
+    @property
+    def unsent(self) -> int:
+        """After ``close``: messages the socket still held, never written to a peer.
+        Counted on the engine; 0 on libzmq (``zmq.Context.term`` is how libzmq tells that
+        its queued messages left the process)."""
+        ...
+
+    @property
+    def unconfirmed(self) -> int:
+        """After ``close`` of a socket made with ``confirm=True`` (the engine's option):
+        messages written that no peer's TCP acknowledged within the linger. 0 otherwise."""
+        ...
+
+
+class UncountedWire:
+    """The counters of the contract on a libzmq socket, which cannot keep them: always 0
+    (libzmq tells its application nothing of broken connections, lost peers, or what its
+    queues held at close). A base of the libzmq data classes (``pipeline``, ``pubsub``)."""
+
+    @property
+    def broken_connections(self) -> int:
+        return 0
+
+    @property
+    def lost_peers(self) -> int:
+        return 0
+
+    @property
+    def resent(self) -> int:
+        return 0
+
+    @property
+    def unsent(self) -> int:
+        return 0
+
+    @property
+    def unconfirmed(self) -> int:
+        return 0
