@@ -20,8 +20,8 @@ from rich.markup import escape
 
 from ..options import OptionError, SourceOptions, reader_name_problem
 from ..patterns import Broker, BrokerStats, parse_endpoints
-from ..patterns.broker import (DEFAULT_HOLD_LIMIT, DEFAULT_HWM, DEFAULT_MAX_WAITING_BYTES, DEFAULT_REPLY_TIMEOUT,
-                               DEFAULT_REQUEST_TTL)
+from ..patterns.broker_defaults import (DEFAULT_HOLD_LIMIT, DEFAULT_HWM, DEFAULT_MAX_WAITING_BYTES, DEFAULT_REPLY_TIMEOUT,
+                                        DEFAULT_REQUEST_TTL)
 from .console import err_console, print_error
 from .flags import (
     CURVE_PANEL,
