@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as dt
 import os
 import signal
-import socket
 import shutil
 import subprocess
 import sys
@@ -15,9 +14,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port below the ephemeral range, which no connection takes before the query binds it."""
+    from spark_zmq.free_ports import free_tcp_port
+
+    return free_tcp_port()
 
 
 def spark_session():

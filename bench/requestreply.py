@@ -30,15 +30,10 @@ IN_FLIGHT = 4
 
 
 def _free_ports(n: int) -> list[int]:
-    import socket
+    """Ports below the ephemeral range, which no connection takes before a worker binds them."""
+    from spark_zmq.free_ports import free_tcp_ports
 
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
+    return free_tcp_ports(n)
 
 
 @contextlib.contextmanager

@@ -29,7 +29,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import sys
 import tempfile
 import threading
@@ -38,13 +37,13 @@ import time
 import jobkit  # noqa: E402  (sets PYSPARK_PYTHON to this interpreter first)
 import pyarrow as pa  # noqa: E402
 from spark_zmq import loadgen  # noqa: E402  (the built-in producer: sensor readings over PUSH)
+from spark_zmq.free_ports import free_tcp_port  # noqa: E402
 import zmq  # noqa: E402
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port below the ephemeral range, which no connection takes before the query binds it."""
+    return free_tcp_port()
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

@@ -32,7 +32,7 @@ from typing import Callable, Iterator, Optional, Sequence
 import pyarrow as pa
 import zmq
 
-from .patterns import Heartbeat, Pub, Push, Scatter, parse_endpoints
+from .patterns import Heartbeat, Pub, Push, Scatter, SendTimeoutError, parse_endpoints
 from .patterns.curve import Curve
 
 __all__ = ["FORMATS", "PATTERNS", "HandshakeRejectedError", "LoadResult", "payloads", "produce", "ARROW_SCHEMA"]
@@ -232,8 +232,8 @@ def produce(
                     try:
                         sock.send_many(batch, timeout=slice_s)
                         return
-                    except TimeoutError as exc:
-                        sent = exc.sent  # type: ignore[attr-defined]  # set by send_many on its TimeoutError
+                    except SendTimeoutError as exc:
+                        sent = exc.sent
                         batch = batch[sent:]
                         if sent and send_timeout is not None:
                             # send_timeout bounds the wait for each message, as send_many's does

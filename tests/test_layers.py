@@ -8,7 +8,8 @@ on ``patterns``, ``options``, ``arrow``, ``schemas`` and ``worker`` (whose error
 reads); ``worker`` (a request-reply service's loop) on ``patterns``, ``arrow`` (every
 request is read through it) and ``worker_process`` (the handler's child process, on
 nothing);
-``procstat`` (what ``/proc`` says of a process) on nothing;
+``procstat`` (what ``/proc`` says of a process) and ``free_ports`` (ports for endpoints
+the jobs, benchmarks and tests bind) on nothing;
 the entry points (``datasource``, ``cli``, ``loadgen``, ``worker_env``, the package's
 ``__init__``) may import anything. A module importing a layer above its own, or a layer it
 does not need, makes a cycle possible and drags Spark into processes that never run it
@@ -33,6 +34,7 @@ PACKAGE = pathlib.Path(spark_zmq.__file__).parent
 #: layer -> the layers it may import (besides itself)
 ALLOWED = {
     "procstat": set(),
+    "free_ports": set(),
     "arrow": set(),
     "patterns": set(),
     "options": {"patterns"},
@@ -55,7 +57,7 @@ SPARK_FREE = ["spark_zmq", "spark_zmq.patterns", "spark_zmq.options", "spark_zmq
               "spark_zmq.relay.run", "spark_zmq.relay.child", "spark_zmq.relay.client",
               "spark_zmq.relay.processes", "spark_zmq.service.call", "spark_zmq.service.codec",
               "spark_zmq.patterns.broker", "spark_zmq.worker", "spark_zmq.worker_process",
-              "spark_zmq.source.exactly_once"]
+              "spark_zmq.source.exactly_once", "spark_zmq.free_ports"]
 
 
 def _layer(module: str) -> str:

@@ -198,6 +198,9 @@ def source_default(name: str) -> str:
     return spec.default_doc.strip("`")
 
 
-def source_default_value(name: str) -> object:
-    """Source option ``name``'s parsed default, for a flag whose default is the option's."""
-    return next(s for s in SOURCE_OPTIONS if s.name == name).default
+def source_default_int(name: str) -> int:
+    """Source option ``name``'s parsed default, an integer, for a flag whose default is the option's."""
+    value = next(s for s in SOURCE_OPTIONS if s.name == name).default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"source option {name!r} has no integer default: {value!r}")
+    return value

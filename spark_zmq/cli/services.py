@@ -36,14 +36,14 @@ from .flags import (
     heartbeat_timeout_option,
     heartbeat_ttl_option,
     source_default,
-    source_default_value,
+    source_default_int,
 )
 
 __all__ = ["relay_command", "relay_readers_command", "broker_command"]
 
 #: the broker's default bound on a message from the command line: the source's (a broker
 #: object built in code has none unless given one)
-BROKER_MAX_MESSAGE_BYTES = int(source_default_value("maxMessageBytes"))  # type: ignore[call-overload]
+BROKER_MAX_MESSAGE_BYTES = source_default_int("maxMessageBytes")
 
 
 def relay_command(

@@ -17,7 +17,7 @@ timeouts are seconds and raise the built-in ``TimeoutError``.
 This package never imports Spark.
 """
 
-from .base import PatternSocket, SocketClosedError
+from .base import PatternSocket, SendTimeoutError, SocketClosedError
 from .broker import Broker, BrokerStats
 from .client import Client, RequestTimeoutError
 from .endpoints import Endpoint, parse_endpoints
@@ -79,6 +79,7 @@ __all__ = [
     "Req",
     "Router",
     "Scatter",
+    "SendTimeoutError",
     "SendingWire",
     "SocketClosedError",
     "Sub",

@@ -49,6 +49,15 @@ class SocketClosedError(RuntimeError):
     """The socket was closed (possibly by another thread) while a call used it."""
 
 
+class SendTimeoutError(TimeoutError):
+    """``send_many`` waited ``timeout`` for room for one message: the ``sent`` messages
+    before it were queued, the rest were not (a caller resumes from ``messages[sent:]``)."""
+
+    def __init__(self, message: str, sent: int) -> None:
+        super().__init__(message)
+        self.sent = sent
+
+
 class PatternSocket:
     """Base of ``Push``, ``Pull``, ``Scatter``, ``Gather``, ``Pub``, ``Sub``, ``XPub``, ``XSub``.
 
@@ -278,8 +287,7 @@ class PatternSocket:
                         try:
                             self._wait(zmq.POLLOUT, timeout_deadline(timeout), "send")
                         except TimeoutError as exc:
-                            exc.sent = sent  # type: ignore[attr-defined]  # send_many's count, on the error
-                            raise
+                            raise SendTimeoutError(str(exc), sent) from None
                 sent += 1
             return sent
         finally:

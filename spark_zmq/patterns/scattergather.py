@@ -37,7 +37,7 @@ from typing import Any, ClassVar, Optional, Sequence, cast
 
 import zmq
 
-from .base import PatternSocket
+from .base import PatternSocket, SendTimeoutError
 from .endpoints import EndpointsSpec, bind_error, check_ipc_bind
 from .frames import Frames, flatten
 from .handshakes import HANDSHAKE_FAILURES, HandshakeWatch
@@ -216,9 +216,7 @@ class ZmtpPatternSocket(PatternSocket):
         timeout_deadline(timeout)  # validates
         sent, timed_out = self._engine.send_round_robin(messages, timeout, self._check_open)
         if timed_out:
-            exc = TimeoutError(f"{type(self).__name__}.send timed out{self._timeout_hint('send')}")
-            exc.sent = sent  # type: ignore[attr-defined]  # send_many's count, on the error
-            raise exc
+            raise SendTimeoutError(f"{type(self).__name__}.send timed out{self._timeout_hint('send')}", sent)
         return sent
 
     # -- receiving --------------------------------------------------------------------------

@@ -116,8 +116,8 @@ class SendingWire(Wire, Protocol):
     def send_many(self, messages: Sequence[bytes], timeout: Optional[float] = None) -> int:
         """Queue single-frame ``bytes`` messages in order (the sink's fast path; all are
         checked before the first is queued) and return how many: all of them. ``timeout``
-        bounds the wait for each message, as in ``send``; on ``TimeoutError`` the messages
-        before it were queued, and the error's ``sent`` attribute says how many."""
+        bounds the wait for each message, as in ``send``; on ``SendTimeoutError`` (a
+        ``TimeoutError``) the messages before it were queued, and its ``sent`` says how many."""
         ...
 
     def recv(self, timeout: Optional[float] = None) -> bytes:

@@ -21,7 +21,7 @@ from typing import Optional
 import zmq
 
 from ..options import SinkOptions
-from ..patterns import SendingWire, sending_wire
+from ..patterns import SendingWire, SendTimeoutError, sending_wire
 
 __all__ = ["TaskSender", "SinkTimeoutError"]
 
@@ -160,8 +160,8 @@ class TaskSender:
         self._check_rejections()
         try:
             self.sent += self.socket.send_many(payloads, timeout=self.timeout_s)
-        except TimeoutError as exc:
-            self.sent += getattr(exc, "sent", 0)
+        except SendTimeoutError as exc:
+            self.sent += exc.sent
             raise self._timed_out() from None
 
     def _timed_out(self) -> SinkTimeoutError:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import sys
 import threading
@@ -23,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from spark_zmq.free_ports import free_tcp_port
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -83,9 +84,7 @@ RUNNABLE = [b for b in ALL if b.runnable and b not in (FIRST_EXAMPLE, OWN_PRODUC
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_tcp_port()
 
 
 def localize(code: str, ports: dict[str, str]) -> str:

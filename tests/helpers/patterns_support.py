@@ -17,6 +17,7 @@ from typing import Callable, Iterable, Optional, Sequence
 
 import zmq
 
+from spark_zmq.free_ports import ephemeral_low
 from spark_zmq.patterns import PatternSocket
 from zmqtest import SocketEvents
 
@@ -47,14 +48,6 @@ def bind_spec(transport: str) -> str:
     raise AssertionError(transport)
 
 
-def _ephemeral_port_floor() -> int:
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            return int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768  # the common default (Linux); other systems start higher
-
-
 def unbound_address(transport: str) -> str:
     """An address nothing is bound to yet (for connect-before-bind tests).
 
@@ -66,7 +59,7 @@ def unbound_address(transport: str) -> str:
     """
     if transport == "inproc":
         return f"inproc://{unique_name()}"
-    floor = _ephemeral_port_floor()
+    floor = ephemeral_low()
     rng = random.Random()
     for _ in range(500):
         port = rng.randrange(max(1024, floor - 16000), floor)

@@ -13,47 +13,12 @@ import pyarrow as pa
 import zmq
 
 
-def _ephemeral_low() -> int:
-    """The first port of the kernel's ephemeral range (the source ports of connections)."""
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            return int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
-
-
 def free_ports(n: int) -> list[int]:
-    """``n`` distinct TCP ports free on 127.0.0.1 right now (held together while chosen,
-    so they differ; for endpoints that a child process or Spark binds).
+    """``n`` distinct TCP ports free on 127.0.0.1 right now, below the kernel's ephemeral
+    range (for endpoints that a child process or Spark binds; ``spark_zmq.free_ports`` says why)."""
+    from spark_zmq.free_ports import free_tcp_ports
 
-    Why below the kernel's ephemeral range: a port taken from it (``bind(0)``) may be given
-    to any outgoing connection before the endpoint binds it, and a producer that connects
-    to the endpoint before the job binds it may even connect to itself from that very port
-    (TCP simultaneous open): the bind then fails with EADDRINUSE. No connection gets a
-    source port outside the range unless asked."""
-    import random
-    import socket
-    low, high = 20000, _ephemeral_low()
-    if high - low < 1000:
-        low = 1024
-    chosen: list[socket.socket] = []
-    try:
-        for _ in range(1000 * n):
-            if len(chosen) == n:
-                break
-            s = socket.socket()
-            try:
-                s.bind(("127.0.0.1", random.randrange(low, high)))
-            except OSError:
-                s.close()
-                continue
-            chosen.append(s)
-        if len(chosen) < n:
-            raise RuntimeError(f"no {n} free ports in {low}..{high - 1}")
-        return [s.getsockname()[1] for s in chosen]
-    finally:
-        for s in chosen:
-            s.close()
+    return free_tcp_ports(n)
 
 
 def free_port_range(n: int) -> int:

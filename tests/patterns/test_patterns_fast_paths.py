@@ -7,7 +7,7 @@ import sys
 import pytest
 import zmq
 
-from spark_zmq.patterns import Gather, Pull, Push
+from spark_zmq.patterns import Gather, Pull, Push, Scatter
 from spark_zmq.patterns.rcvmore import rcvmore_check
 
 pytestmark = pytest.mark.timeout(30)
@@ -66,6 +66,24 @@ def test_send_many_times_out_with_no_peer_and_says_how_many_went():
         with pytest.raises(TimeoutError) as info:
             push.send_many([b"a", b"b"], timeout=0.2)
         assert info.value.sent == 0
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("sender, receiver", [(Push, Pull), (Scatter, Gather)], ids=["libzmq", "engine"])
+def test_send_many_timing_out_midway_says_how_many_were_queued_on_either_wire(sender, receiver):
+    """A peer that stops reading: ``send_many`` gives up after ``timeout`` with a
+    ``SendTimeoutError`` whose ``sent`` is what was queued, so the caller resumes from there."""
+    from spark_zmq.patterns import SendTimeoutError
+
+    with receiver("@tcp://127.0.0.1:*", hwm=2) as stalled:
+        with sender(stalled.last_endpoint, hwm=2) as push:
+            push.send(b"first", timeout=10)  # connected: the rest waits only for room
+            assert stalled.recv(timeout=10) == b"first"
+            messages = [bytes(4096)] * 100_000
+            with pytest.raises(SendTimeoutError) as info:
+                push.send_many(messages, timeout=0.5)
+            assert 0 < info.value.sent < len(messages)
+            assert isinstance(info.value, TimeoutError)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the libzmq lookup reads /proc/self/maps")

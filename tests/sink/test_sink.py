@@ -8,7 +8,6 @@ import os
 import re
 import subprocess
 import sys
-import socket
 import threading
 import time
 
@@ -17,7 +16,7 @@ import pytest
 import zmq
 from chispa import assert_df_equality
 
-from zmqtest import stop_all, wait_until
+from zmqtest import free_ports, stop_all, wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(180)]
 
@@ -131,9 +130,7 @@ def test_pub_topic_column_reaches_only_matching_subscribers(spark):
 
 
 def test_no_peer_fails_the_task_naming_endpoint_and_timeout(spark):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # nothing listens here
+    (port,) = free_ports(1)  # nothing listens here
     started = time.monotonic()
     with pytest.raises(Exception) as info:
         _write(spark.range(3).selectExpr("cast(id as string) value"), f"tcp://127.0.0.1:{port}", sendTimeoutMs=2000)

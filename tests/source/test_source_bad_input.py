@@ -8,7 +8,7 @@ import socket
 import pyarrow as pa
 import pytest
 
-from zmqtest import Producer, arrow_message, stop_all, wait_until, run_available_now
+from zmqtest import Producer, arrow_message, free_ports, stop_all, wait_until, run_available_now
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(180)]
 
@@ -132,9 +132,7 @@ def test_two_queries_on_one_spool_directory_are_refused(spark, free_port, spool_
              .writeStream.format("memory").queryName("owner").option("checkpointLocation", str(tmp_path / "c1")).start())
     try:
         wait_until(lambda: first.recentProgress, 60, "the first query to own the spool")
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            other_port = s.getsockname()[1]
+        (other_port,) = free_ports(1)
         df = spark.readStream.format("zmq").option("endpoints", f"@tcp://127.0.0.1:{other_port}").option("spoolDir", spool_dir).load()
         _, error = _run_available_now(spark, df, tmp_path, "intruder")
         assert error and "is in use by another running query" in error and "spoolDir" in error

@@ -13,7 +13,7 @@ import pytest
 import zmq
 from chispa import assert_df_equality
 
-from zmqtest import Producer, arrow_message, numbered, stop_all, wait_until
+from zmqtest import Producer, arrow_message, free_ports, numbered, stop_all, wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(240)]
 
@@ -258,12 +258,7 @@ def test_gather_fair_queues_several_producers(spark, free_port, spool_dir, tmp_p
 
 
 def test_several_endpoints_are_several_channels_read_in_parallel(spark, spool_dir, tmp_path):
-    ports = []
-    import socket
-    for _ in range(2):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            ports.append(s.getsockname()[1])
+    ports = free_ports(2)
     endpoints = ",".join(f"@tcp://127.0.0.1:{p}" for p in ports)
     df = spark.readStream.format("zmq").option("endpoints", endpoints).option("spoolDir", spool_dir).load()
     query = _start(spark, "channels", df.select("partition", "offset", "value"), tmp_path)
