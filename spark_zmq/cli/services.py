@@ -90,13 +90,16 @@ def relay_command(
              "for any key. Required with --curve-authorized-keys."),
     heartbeat_interval: Optional[str] = typer.Option(None, "--heartbeat-interval", rich_help_panel=HEARTBEAT_PANEL,
                                                      help="Seconds between PINGs on every connection (receiving "
-                                                          "and --listen); 0 switches heartbeats off. Default 2."),
+                                                          "and --listen); 0 switches heartbeats off. Default "
+                                                          f"{source_default('heartbeatInterval')}."),
     heartbeat_timeout: Optional[str] = typer.Option(None, "--heartbeat-timeout", rich_help_panel=HEARTBEAT_PANEL,
                                                     help="Seconds a producer may stay silent after a PING before its "
                                                          "connection is closed (closing loses what it has in "
-                                                         "flight). Default 300."),
+                                                         "flight). Default "
+                                                         f"{source_default('heartbeatTimeout')}."),
     heartbeat_ttl: Optional[str] = typer.Option(None, "--heartbeat-ttl", rich_help_panel=HEARTBEAT_PANEL,
-                                                help="The TTL our PINGs ask of the peer (0: none). Default 300."),
+                                                help="The TTL our PINGs ask of the peer (0: none). Default "
+                                                     f"{source_default('heartbeatTtl')}."),
 ) -> None:
     """Receive and spool ZeroMQ messages for Spark queries, until SIGTERM/SIGINT (then drain and exit 0).
     Queries read it with the source option relays=<--listen address>, each under a name of its own (option

@@ -9,7 +9,7 @@ import inspect
 import pytest
 
 from spark_zmq.cli.flags import source_default
-from spark_zmq.cli.services import BROKER_MAX_MESSAGE_BYTES, broker_command
+from spark_zmq.cli.services import BROKER_MAX_MESSAGE_BYTES, broker_command, relay_command
 from spark_zmq.options import SourceOptions
 from spark_zmq.patterns import Broker
 
@@ -35,3 +35,23 @@ def test_the_broker_command_bounds_messages_as_the_source_does():
 def test_a_flags_help_shows_the_tables_default():
     assert source_default("maxMessageBytes") == "64 MiB"
     assert source_default("hwm") == "10000"
+
+
+def test_no_flag_types_a_default_into_its_help():
+    """A number after "Default" in a flag's help is a copy of a default: it comes from the
+    table (``source_default``) or from the flag's own default (typer shows it)."""
+    import re
+
+    from spark_zmq.cli import services, traffic
+
+    for module in (services, traffic):
+        source = inspect.getsource(module)
+        typed = re.findall(r"Default \d[^\"]*", source)
+        assert not typed, f"{module.__name__}: defaults typed into help texts: {typed}"
+
+
+def test_the_relays_heartbeat_help_shows_the_tables_defaults():
+    helps = {name: p.default.help for name, p in inspect.signature(relay_command).parameters.items()}
+    assert helps["heartbeat_interval"].endswith(f"Default {source_default('heartbeatInterval')}.")
+    assert helps["heartbeat_timeout"].endswith(f"Default {source_default('heartbeatTimeout')}.")
+    assert helps["heartbeat_ttl"].endswith(f"Default {source_default('heartbeatTtl')}.")
