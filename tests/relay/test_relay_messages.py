@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import typing
 
 import pytest
 from hypothesis import given, settings
@@ -85,6 +86,9 @@ def test_every_op_has_one_request_type():
     assert set(m.REQUESTS) == set(Op) == set(REQUESTS)
     assert all(kind.op is op for op, kind in m.REQUESTS.items())
     assert {op for op, kind in m.REQUESTS.items() if not kind.leased} == {Op.HELLO, Op.READERS, Op.REMOVE_READER}
+    for kind in m.REQUESTS.values():  # the type that reads the answer is the one the type checker sees
+        (declared,) = typing.get_args(kind.__orig_bases__[0])
+        assert kind.answer_type is declared, kind.__name__
 
 
 @settings(max_examples=examples(300), deadline=None)

@@ -32,6 +32,8 @@ class Request(Generic[A]):
     op: ClassVar[Op]
     #: whether it needs the reader's lease (all but ``hello``, ``readers``, ``remove_reader``)
     leased: ClassVar[bool] = True
+    #: the answer's type (``A``), which reads the relay's answer (``from_wire``)
+    answer_type: ClassVar[type[Any]]
 
     def to_wire(self) -> dict[str, Any]:
         return {}
@@ -42,7 +44,8 @@ class Request(Generic[A]):
 
     def answer(self, wire: Wire) -> A:
         """The relay's answer to this request, read (``ValueError`` naming what is wrong)."""
-        raise NotImplementedError
+        answer: A = self.answer_type.from_wire(wire)
+        return answer
 
 
 @dataclass(frozen=True)
@@ -51,9 +54,7 @@ class HelloRequest(Request[HelloAnswer]):
 
     op = Op.HELLO
     leased = False
-
-    def answer(self, wire: Wire) -> HelloAnswer:
-        return HelloAnswer.from_wire(wire)
+    answer_type = HelloAnswer
 
 
 @dataclass(frozen=True)
@@ -61,9 +62,7 @@ class AttachRequest(Request[AttachAnswer]):
     """Claim the reader's lease, registering the reader the first time."""
 
     op = Op.ATTACH
-
-    def answer(self, wire: Wire) -> AttachAnswer:
-        return AttachAnswer.from_wire(wire)
+    answer_type = AttachAnswer
 
 
 @dataclass(frozen=True)
@@ -71,9 +70,7 @@ class DetachRequest(Request[Done]):
     """Give the reader's lease up."""
 
     op = Op.DETACH
-
-    def answer(self, wire: Wire) -> Done:
-        return Done.from_wire(wire)
+    answer_type = Done
 
 
 @dataclass(frozen=True)
@@ -81,9 +78,7 @@ class StateRequest(Request[StateAnswer]):
     """The relay's state (and a renewal of the lease: the reader's heartbeat)."""
 
     op = Op.STATE
-
-    def answer(self, wire: Wire) -> StateAnswer:
-        return StateAnswer.from_wire(wire)
+    answer_type = StateAnswer
 
 
 @dataclass(frozen=True)
@@ -91,9 +86,7 @@ class StartRequest(Request[StateAnswer]):
     """Let a receiver process receive (the reader has checked its checkpoint)."""
 
     op = Op.START
-
-    def answer(self, wire: Wire) -> StateAnswer:
-        return StateAnswer.from_wire(wire)
+    answer_type = StateAnswer
 
 
 @dataclass(frozen=True)
@@ -102,9 +95,7 @@ class ReadersRequest(Request[ReadersAnswer]):
 
     op = Op.READERS
     leased = False
-
-    def answer(self, wire: Wire) -> ReadersAnswer:
-        return ReadersAnswer.from_wire(wire)
+    answer_type = ReadersAnswer
 
 
 @dataclass(frozen=True)
@@ -121,9 +112,7 @@ class RemoveReaderRequest(Request[ReadersAnswer]):
     @classmethod
     def from_wire(cls, wire: Wire) -> RemoveReaderRequest:
         return cls(reader_name(wire, "name"))
-
-    def answer(self, wire: Wire) -> ReadersAnswer:
-        return ReadersAnswer.from_wire(wire)
+    answer_type = ReadersAnswer
 
 
 @dataclass(frozen=True)
@@ -141,9 +130,7 @@ class CountRequest(Request[CountAnswer]):
     @classmethod
     def from_wire(cls, wire: Wire) -> CountRequest:
         return cls(int63(wire, "channel"), int63(wire, "start"), int63(wire, "end"))
-
-    def answer(self, wire: Wire) -> CountAnswer:
-        return CountAnswer.from_wire(wire)
+    answer_type = CountAnswer
 
 
 @dataclass(frozen=True)
@@ -165,9 +152,7 @@ class EndWithinRequest(Request[EndWithinAnswer]):
     def from_wire(cls, wire: Wire) -> EndWithinRequest:
         return cls(int63(wire, "channel"), int63(wire, "start"), int63(wire, "end"), int63(wire, "rows", optional=True),
                    int63(wire, "bytes", optional=True))
-
-    def answer(self, wire: Wire) -> EndWithinAnswer:
-        return EndWithinAnswer.from_wire(wire)
+    answer_type = EndWithinAnswer
 
 
 @dataclass(frozen=True)
@@ -185,9 +170,7 @@ class LostRequest(Request[LostAnswer]):
     @classmethod
     def from_wire(cls, wire: Wire) -> LostRequest:
         return cls(int63(wire, "channel"), int63(wire, "start"), int63(wire, "end"))
-
-    def answer(self, wire: Wire) -> LostAnswer:
-        return LostAnswer.from_wire(wire)
+    answer_type = LostAnswer
 
 
 @dataclass(frozen=True)
@@ -209,9 +192,7 @@ class AdvanceRequest(Request[Done]):
             raise ValueError(f"bad request: 'offset' {offset} of 'advance' is past {MAX_ADVANCE} (2^62), the "
                              "highest a channel's numbering may continue from")
         return cls(channel, offset)
-
-    def answer(self, wire: Wire) -> Done:
-        return Done.from_wire(wire)
+    answer_type = Done
 
 
 @dataclass(frozen=True)
@@ -228,9 +209,7 @@ class LocateRequest(Request[LocateAnswer]):
     @classmethod
     def from_wire(cls, wire: Wire) -> LocateRequest:
         return cls(int63(wire, "channel"), int63(wire, "offset"))
-
-    def answer(self, wire: Wire) -> LocateAnswer:
-        return LocateAnswer.from_wire(wire)
+    answer_type = LocateAnswer
 
 
 @dataclass(frozen=True)
@@ -256,9 +235,7 @@ class ReleaseRequest(Request[StateAnswer]):
                 raise ValueError(f"bad request: channel {key!r:.20} of 'offsets' is not a channel number")
             out[channel] = offset
         return cls(out)
-
-    def answer(self, wire: Wire) -> StateAnswer:
-        return StateAnswer.from_wire(wire)
+    answer_type = StateAnswer
 
 
 @dataclass(frozen=True)
@@ -284,9 +261,7 @@ class DescribeRequest(Request[DescribeAnswer]):
                 raise ValueError(f"bad request: range {key!r:.20}: {bounds!r:.60} (not {{channel: [start, end]}})")
             out[channel] = (int63({"start": bounds[0]}, "start"), int63({"end": bounds[1]}, "end"))
         return cls(out)
-
-    def answer(self, wire: Wire) -> DescribeAnswer:
-        return DescribeAnswer.from_wire(wire)
+    answer_type = DescribeAnswer
 
 
 @dataclass(frozen=True)
@@ -302,9 +277,7 @@ class AtTimeRequest(Request[AtTimeAnswer]):
     @classmethod
     def from_wire(cls, wire: Wire) -> AtTimeRequest:
         return cls(int63(wire, "timestamp"))
-
-    def answer(self, wire: Wire) -> AtTimeAnswer:
-        return AtTimeAnswer.from_wire(wire)
+    answer_type = AtTimeAnswer
 
 
 #: each op's request type
