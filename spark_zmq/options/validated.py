@@ -7,7 +7,7 @@ raw strings; their fields are checked against the table when this module is impo
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, ClassVar, Mapping, Optional
 
 from ..patterns.curve import Curve
@@ -166,6 +166,12 @@ def _check_tables() -> None:
         for spec in TABLES[side]:
             if spec.side != side or spec.kind not in (*PARSERS, "endpoints", "zmq"):
                 raise AssertionError(f"bad option spec {spec}")
+        # a default written on the dataclass (for code that builds one directly) is the table's
+        defaults = {spec.attr: spec.default for spec in TABLES[side]}
+        for f in fields(klass):
+            if f.default is not MISSING and f.default != defaults[f.name]:
+                raise AssertionError(f"{klass.__name__}.{f.name} defaults to {f.default!r}, the {side} options "
+                                     f"table to {defaults[f.name]!r}")
 
 
 _check_tables()
