@@ -98,7 +98,7 @@ from .broker_stats import BrokerStats, delimiter, warn_shared_keys
 from .broker_workers import _BATCH, READY, WorkerSide
 from .heartbeat import Heartbeat
 from .broker_defaults import (DEFAULT_HOLD_LIMIT, DEFAULT_HWM, DEFAULT_MAX_HELD_BYTES, DEFAULT_MAX_WAITING_BYTES,
-                              DEFAULT_REPLY_TIMEOUT, DEFAULT_REQUEST_TTL, frontend_rcvhwm)
+                              DEFAULT_REPLY_TIMEOUT, DEFAULT_REQUEST_TTL, frontend_rcvhwm, frontend_sndhwm)
 from .reqrep import Router
 
 __all__ = ["Broker", "BrokerStats", "READY"]
@@ -114,19 +114,22 @@ _LOGGED_CLIENTS = 1000
 class BrokerFrontend(Router):
     """The broker's frontend: read only while the broker has room, so no ZMTP timeout (a
     peer whose PONG waits unread behind a full queue is alive; see ``heartbeat``).
-    ``rcvhwm``: its receive high-water mark (``frontend_rcvhwm``), below ``hwm``."""
+    ``rcvhwm``/``sndhwm``: its receive and send high-water marks (``frontend_rcvhwm``,
+    ``frontend_sndhwm``), at most ``hwm``."""
 
     heartbeat_zmtp_timeout: ClassVar[bool] = False
 
     @classmethod
     def _extra_options(cls) -> tuple[str, ...]:
-        return super()._extra_options() + ("rcvhwm",)
+        return super()._extra_options() + ("rcvhwm", "sndhwm")
 
     def _configure(self, sock: zmq.Socket[Any], options: dict[str, Any]) -> None:
         super()._configure(sock, options)
         if options.get("rcvhwm") is not None:
             # before bind/connect: each connection's queue takes the value when it is made
             sock.setsockopt(zmq.RCVHWM, options["rcvhwm"])
+        if options.get("sndhwm") is not None:
+            sock.setsockopt(zmq.SNDHWM, options["sndhwm"])
 
 
 class BrokerBackend(Router):
@@ -194,7 +197,8 @@ class Broker(WorkerSide):
         if context is not None:
             common["context"] = context
         self._frontend: Router = BrokerFrontend(frontend, curve=curve_frontend,
-                                                rcvhwm=frontend_rcvhwm(hwm, max_message_bytes), **common)
+                                                rcvhwm=frontend_rcvhwm(hwm, max_message_bytes),
+                                                sndhwm=frontend_sndhwm(hwm, max_message_bytes), **common)
         try:
             # the monitor's disconnections tell which workers are gone (see _on_disconnect)
             self._backend: Router = BrokerBackend(backend, curve=curve_backend, monitor=zmq.EVENT_DISCONNECTED,
@@ -371,7 +375,7 @@ class Broker(WorkerSide):
         # counted before the send: whoever sees the reply arrive sees it counted
         self.replies_returned += 1
         try:
-            self._frontend.zmq_socket.send_multipart(payload, zmq.NOBLOCK, copy=False)
+            self._send_now(payload)
             return True
         except zmq.ZMQError as exc:
             self.replies_returned -= 1
@@ -382,6 +386,21 @@ class Broker(WorkerSide):
             # the client is gone: it resends if it comes back and still wants the reply
             self.replies_undeliverable += 1
             return True
+
+    def _send_now(self, payload: Frames) -> None:
+        """Send without blocking; a full queue is looked at once more after libzmq has taken
+        in what its I/O thread wrote out. Why: the socket learns that the I/O thread took
+        messages off a client's queue from commands it processes at most about once a
+        millisecond when sending, so with the frontend's small SNDHWM (``frontend_sndhwm``)
+        a client that reads every reply would find its queue full, its reply held for a
+        retry 10 ms later, though libzmq had written the queue out; reading the socket's
+        events processes those commands (measured: ``bench/broker_queues.py``)."""
+        front = self._frontend.zmq_socket
+        try:
+            front.send_multipart(payload, zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            front.getsockopt(zmq.EVENTS)
+            front.send_multipart(payload, zmq.NOBLOCK, copy=False)
 
     def _retry(self, client: bytes, now: float) -> None:
         """Try a client's held replies again; drop those held for ``reply_timeout``."""

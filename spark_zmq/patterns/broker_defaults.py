@@ -12,7 +12,7 @@ from typing import Optional
 
 __all__ = ["DEFAULT_HWM", "DEFAULT_REPLY_TIMEOUT", "DEFAULT_MAX_HELD_BYTES", "DEFAULT_MAX_WAITING_BYTES",
            "DEFAULT_REQUEST_TTL", "DEFAULT_HOLD_LIMIT", "FRONTEND_QUEUE_BYTES", "FRONTEND_RCVHWM_MIN",
-           "frontend_rcvhwm"]
+           "FRONTEND_SNDHWM_MIN", "frontend_rcvhwm", "frontend_sndhwm"]
 
 #: the bytes held replies may take by default
 DEFAULT_MAX_HELD_BYTES = 256 << 20
@@ -26,6 +26,8 @@ DEFAULT_MAX_WAITING_BYTES = DEFAULT_MAX_HELD_BYTES
 FRONTEND_QUEUE_BYTES = 8 << 20
 #: the frontend's RCVHWM is never below this (see ``frontend_rcvhwm``)
 FRONTEND_RCVHWM_MIN = 2
+#: the frontend's SNDHWM is never below this (see ``frontend_sndhwm``)
+FRONTEND_SNDHWM_MIN = 8
 #: seconds a request may wait for a worker by default (``spark_zmq.request``'s default timeout)
 DEFAULT_REQUEST_TTL = 30.0
 #: seconds a worker may hold a request by default before it counts as lost (``spark_zmq.request``'s
@@ -53,3 +55,10 @@ def frontend_rcvhwm(hwm: int, max_message_bytes: Optional[int]) -> int:
     if max_message_bytes is None:
         return min(hwm, FRONTEND_RCVHWM_MIN)
     return min(hwm, max(FRONTEND_RCVHWM_MIN, FRONTEND_QUEUE_BYTES // max_message_bytes))
+
+
+def frontend_sndhwm(hwm: int, max_message_bytes: Optional[int]) -> int:
+    """The frontend's SNDHWM: TODO"""
+    if max_message_bytes is None:
+        return min(hwm, FRONTEND_SNDHWM_MIN)
+    return min(hwm, max(FRONTEND_SNDHWM_MIN, FRONTEND_QUEUE_BYTES // max_message_bytes))

@@ -1,9 +1,11 @@
-"""The broker's memory bounded in bytes: the bytes of waiting requests (``max_waiting_bytes``)
-and libzmq's own queue in front of the broker (the frontend's RCVHWM, ``frontend_rcvhwm``).
-The bookkeeping is checked without sockets; the flood on real sockets, with the broker in a
-process of its own (its resident memory, VmRSS in /proc, is its own) and a plain pyzmq
-DEALER as the attacker. Each wait is on what can be observed (the broker's counters, a
-socket's poll), never a sleep.
+"""The broker's memory bounded in bytes: the bytes of waiting requests (``max_waiting_bytes``),
+libzmq's own queues in front of the broker (the frontend's RCVHWM, ``frontend_rcvhwm``) and
+toward each client (its SNDHWM, ``frontend_sndhwm``), and the replies the broker holds
+(``max_held_bytes``). The bookkeeping is checked without sockets; the floods on real sockets,
+with the broker in a process of its own (its resident memory, VmRSS in /proc, is its own),
+plain pyzmq DEALERs as the attacker and the honest client, and a plain pyzmq REQ as the
+worker. Each wait is on what can be observed (the broker's counters, a socket's poll), never
+a sleep.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ import zmq
 
 from spark_zmq.patterns import Broker
 from spark_zmq.patterns.broker_defaults import (DEFAULT_MAX_HELD_BYTES, DEFAULT_MAX_WAITING_BYTES, FRONTEND_QUEUE_BYTES,
-                                                FRONTEND_RCVHWM_MIN, frontend_rcvhwm)
+                                                FRONTEND_RCVHWM_MIN, FRONTEND_SNDHWM_MIN, frontend_rcvhwm,
+                                                frontend_sndhwm)
 from spark_zmq.patterns.broker_clients import ClientQueues, request_bytes
 from brokertest import ANY, running  # noqa: F401  (a fixture)
 from zmqtest import free_ports, peak_rss_bytes, rss_bytes, wait_until
@@ -78,20 +81,23 @@ def test_waiting_bytes_are_counted_exactly_through_add_dispatch_expire_and_stall
 
 
 def test_the_bounds_in_bytes_are_validated_and_sized_from_the_message_bound(running):
-    """``max_waiting_bytes`` is checked like ``max_held_bytes``; the frontend's RCVHWM holds
-    ``FRONTEND_QUEUE_BYTES`` of the largest messages, at least two, never more than ``hwm``."""
+    """``max_waiting_bytes`` is checked like ``max_held_bytes``; the frontend's RCVHWM and
+    SNDHWM hold ``FRONTEND_QUEUE_BYTES`` of the largest messages, at least their minima,
+    never more than ``hwm``; the backend's stay at ``hwm``."""
     assert DEFAULT_MAX_WAITING_BYTES == DEFAULT_MAX_HELD_BYTES
     for bad in (0, -1, 1.5, True, None):
         with pytest.raises(ValueError, match="max_waiting_bytes"):
             Broker(ANY, ANY, max_waiting_bytes=bad)
-    assert frontend_rcvhwm(1000, 64 * MiB) == FRONTEND_RCVHWM_MIN == 2
-    assert frontend_rcvhwm(1000, None) == 2
+    assert frontend_rcvhwm(1000, 64 * MiB) == frontend_rcvhwm(1000, None) == FRONTEND_RCVHWM_MIN
     assert frontend_rcvhwm(1000, 64 << 10) == FRONTEND_QUEUE_BYTES // (64 << 10) == 128
     assert frontend_rcvhwm(5, 1024) == 5 and frontend_rcvhwm(1, None) == 1
+    assert frontend_sndhwm(1000, 64 * MiB) == frontend_sndhwm(1000, None) == FRONTEND_SNDHWM_MIN
+    assert frontend_sndhwm(1000, 64 << 10) == 128 and frontend_sndhwm(1, None) == 1
     broker = running(hwm=1000, max_message_bytes=64 * MiB)
-    assert broker._frontend.zmq_socket.getsockopt(zmq.RCVHWM) == 2
-    assert broker._frontend.zmq_socket.getsockopt(zmq.SNDHWM) == 1000  # replies: as before
-    assert broker._backend.zmq_socket.getsockopt(zmq.RCVHWM) == 1000
+    assert broker._frontend.zmq_socket.getsockopt(zmq.RCVHWM) == FRONTEND_RCVHWM_MIN
+    assert broker._frontend.zmq_socket.getsockopt(zmq.SNDHWM) == FRONTEND_SNDHWM_MIN
+    for side in (broker._backend.zmq_socket.getsockopt(zmq.RCVHWM), broker._backend.zmq_socket.getsockopt(zmq.SNDHWM)):
+        assert side == 1000  # workers: one request at a time each, always read
 
 
 #: the flood: this many requests of this many bytes, at a broker that takes this many bytes
@@ -104,7 +110,7 @@ BROKER = textwrap.dedent("""
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with Broker(sys.argv[1], sys.argv[2], max_message_bytes=int(sys.argv[3]),
-                max_waiting_bytes=int(sys.argv[4])) as broker:
+                max_waiting_bytes=int(sys.argv[4]), max_held_bytes=int(sys.argv[5])) as broker:
         print("ready", flush=True)
         broker.run(stop, report=lambda stats: print(json.dumps(dataclasses.asdict(stats)), flush=True),
                    report_interval=0.05)
@@ -130,7 +136,7 @@ def test_a_flood_of_large_requests_takes_max_waiting_bytes_and_the_others_are_st
     front_port, back_port = free_ports(2)
     front, back = f"tcp://127.0.0.1:{front_port}", f"tcp://127.0.0.1:{back_port}"
     broker = subprocess.Popen([sys.executable, "-c", BROKER, "@" + front, "@" + back, str(MAX_MESSAGE),
-                               str(MAX_WAITING)], stdout=subprocess.PIPE, text=True)
+                               str(MAX_WAITING), str(DEFAULT_MAX_HELD_BYTES)], stdout=subprocess.PIPE, text=True)
     sockets: list[zmq.Socket] = []
     try:
         assert broker.stdout.readline().strip() == "ready"
@@ -157,7 +163,7 @@ def test_a_flood_of_large_requests_takes_max_waiting_bytes_and_the_others_are_st
                 # backpressure: nothing of the flood moves on for 3 s (the broker reads no more)
                 if not attacker.poll(3000, zmq.POLLOUT):
                     break
-        rcvhwm = 2  # frontend_rcvhwm(1000, MAX_MESSAGE): at least two, 8 MiB holds none of 16 MiB
+        rcvhwm = frontend_rcvhwm(1000, MAX_MESSAGE)  # the least: 8 MiB holds none of 16 MiB
         bound = MAX_WAITING + (rcvhwm + 2) * REQUEST + 24 * MiB
         if sent == FLOOD:  # nothing held the flood back: wait until the broker has it all, or the bound is passed
             wait_until(lambda: stats()["requests_waiting"] == FLOOD or rss_bytes(broker.pid) - baseline >= bound,
@@ -194,6 +200,110 @@ def test_a_flood_of_large_requests_takes_max_waiting_bytes_and_the_others_are_st
     finally:
         for sock in sockets:
             sock.close(0)
+        broker.terminate()
+        try:
+            broker.wait(30)
+        except subprocess.TimeoutExpired:
+            broker.kill()
+            broker.wait(10)
+
+
+#: a worker that echoes every request, until its parent closes its stdin
+ECHO_WORKER = textwrap.dedent("""
+    import sys, threading, zmq
+    sock = zmq.Context.instance().socket(zmq.REQ)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.SNDTIMEO, 10_000)
+    sock.connect(sys.argv[1])
+    sock.send(b"READY")
+    done = threading.Event()
+    threading.Thread(target=lambda: (sys.stdin.read(), done.set()), daemon=True).start()
+    while not done.is_set():
+        if sock.poll(100):
+            sock.send_multipart(sock.recv_multipart(copy=False), copy=False)
+""")
+
+#: the reply flood: this many requests of this many bytes, echoed to a client that reads none
+REPLY_FLOOD, REPLY, REPLY_MAX_MESSAGE, REPLY_MAX_WAITING, REPLY_MAX_HELD = 150, 1 * MiB, 2 * MiB, 16 * MiB, 16 * MiB
+
+
+def test_replies_to_a_client_that_reads_nothing_take_the_documented_bytes_and_the_others_are_served():
+    """A DEALER sends 150 requests of 1 MiB through a broker to an echo worker and reads no
+    reply (its own receive queue is one message, its kernel buffer small). What the broker's
+    process keeps for it is bounded in bytes: libzmq's queue toward it (SNDHWM, one more
+    being written), the replies the broker holds (at most ``max_held_bytes``), its waiting
+    requests (at most ``max_waiting_bytes``) and libzmq's queue in front (RCVHWM, one more
+    being read), so the broker's resident memory grows by less than that formula + 24 MiB
+    of slack. With SNDHWM ``hwm`` (1000) libzmq took every reply: about 150 MiB. Meanwhile a
+    second client gets each of its replies."""
+    front_port, back_port = free_ports(2)
+    front, back = f"tcp://127.0.0.1:{front_port}", f"tcp://127.0.0.1:{back_port}"
+    broker = subprocess.Popen([sys.executable, "-c", BROKER, "@" + front, "@" + back, str(REPLY_MAX_MESSAGE),
+                               str(REPLY_MAX_WAITING), str(REPLY_MAX_HELD)], stdout=subprocess.PIPE, text=True)
+    worker = None
+    sockets: list[zmq.Socket] = []
+    try:
+        assert broker.stdout.readline().strip() == "ready"
+        reports: queue.Queue = queue.Queue()
+        threading.Thread(target=lambda: [reports.put(json.loads(line)) for line in broker.stdout],
+                         daemon=True).start()
+        latest = [reports.get(timeout=30)]
+
+        def stats() -> dict:
+            while not reports.empty():
+                latest[0] = reports.get_nowait()
+            return latest[0]
+
+        worker = subprocess.Popen([sys.executable, "-c", ECHO_WORKER, back], stdin=subprocess.PIPE)
+        wait_until(lambda: stats()["workers_idle"] == 1, 30, "the echo worker ready")
+        baseline = rss_bytes(broker.pid)
+        sndhwm, rcvhwm = frontend_sndhwm(1000, REPLY_MAX_MESSAGE), frontend_rcvhwm(1000, REPLY_MAX_MESSAGE)
+        bound = (REPLY_MAX_WAITING + REPLY_MAX_HELD + (sndhwm + 1 + rcvhwm + 1) * REPLY_MAX_MESSAGE + 24 * MiB)
+
+        # the attacker reads nothing: libzmq in its process takes one reply, its kernel little
+        attacker = _socket(zmq.DEALER, front, RCVHWM=1, RCVBUF=64 << 10)
+        sockets.append(attacker)
+        body = b"x" * REPLY
+        for sent in range(REPLY_FLOOD):
+            assert attacker.poll(30_000, zmq.POLLOUT), f"the broker read no more requests after {sent} ({stats()})"
+            attacker.send_multipart([b"", body], zmq.NOBLOCK, copy=False)
+
+        def settled() -> bool:
+            now = stats()
+            accounted = now["requests_forwarded"] + now["requests_waiting"] + now["requests_refused"]
+            return (accounted == REPLY_FLOOD and now["requests_in_flight"] == 0
+                    and now["requests_forwarded"] == now["replies_returned"] + now["replies_held"])
+
+        wait_until(lambda: settled() or rss_bytes(broker.pid) - baseline >= bound, 60,
+                   "every request of the flood forwarded and answered, waiting or refused; or the memory past the bound")
+        flood = stats()
+        grown = rss_bytes(broker.pid) - baseline
+        print(f"\nbroker (SNDHWM {sndhwm}, RCVHWM {rcvhwm}): {REPLY_FLOOD} requests of {REPLY // MiB} MiB from a "
+              f"client that reads nothing: {flood['requests_forwarded']} forwarded, {flood['replies_returned']} "
+              f"replies sent, {flood['replies_held']} held ({flood['held_bytes'] / MiB:.1f} MiB), "
+              f"{flood['requests_waiting']} waiting, {flood['requests_refused']} refused; resident memory grew "
+              f"{grown / MiB:.1f} MiB (bound {bound / MiB:.0f} MiB)")
+        assert grown < bound, f"the broker's resident memory grew {grown / MiB:.0f} MiB (bound {bound / MiB:.0f})"
+
+        honest = _socket(zmq.DEALER, front)
+        sockets.append(honest)
+        for i in range(20):
+            honest.send_multipart([b"", b"honest %d" % i], zmq.NOBLOCK)
+            assert honest.poll(10_000), f"the honest client's request {i} was not answered ({stats()})"
+            assert honest.recv_multipart(zmq.NOBLOCK) == [b"", b"honest %d" % i]
+        peak = peak_rss_bytes(broker.pid) - baseline
+        print(f"broker: the honest client got its 20 replies; peak memory grew {peak / MiB:.1f} MiB")
+        assert peak < bound, f"the broker's peak memory grew {peak / MiB:.0f} MiB (bound {bound / MiB:.0f})"
+    finally:
+        for sock in sockets:
+            sock.close(0)
+        if worker is not None:
+            worker.stdin.close()
+            try:
+                worker.wait(10)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+                worker.wait(10)
         broker.terminate()
         try:
             broker.wait(30)
