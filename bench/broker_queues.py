@@ -96,7 +96,7 @@ def one_run(rcvhwm: int, sndhwm: int, workers: int, count: int, size: int, in_fl
             procs.append(subprocess.Popen([sys.executable, "-c", WORKER, back]))
         sock.connect(front)
         body = b"x" * size
-        for i in range(200):  # warm up: connections, every worker READY
+        for _ in range(200):  # warm up: connections, every worker READY
             sock.send_multipart([b"", body])
             sock.recv_multipart()
         started = time.perf_counter()

@@ -212,7 +212,8 @@ def broker_command(
     hwm: int = typer.Option(DEFAULT_HWM, "--hwm", min=1, help="Requests that may wait in the broker while no worker is "
                             f"idle (and {DEFAULT_MAX_WAITING_BYTES >> 20} MiB of them at most); beyond that it stops "
                             "reading clients (backpressure). Also the sockets' high-water marks, except the "
-                            "frontend's receive queue, sized in bytes from --max-message-bytes."),
+                            "frontend's receive and send queues per client connection, sized in bytes from "
+                            "--max-message-bytes."),
     max_message_bytes: int = typer.Option(BROKER_MAX_MESSAGE_BYTES, "--max-message-bytes", min=1, help="Largest message "
                                           "accepted from a client or worker, all frames together (a larger frame "
                                           "disconnects its peer; a larger message is dropped and counted). "

@@ -42,7 +42,8 @@ Bounded memory: at most ``hwm`` requests of the clients being served, and
 ``max_waiting_bytes`` of requests in all, wait in the broker while no worker is idle; beyond
 that it stops reading the frontend, libzmq's queues (a few messages per client connection,
 ``frontend_rcvhwm``) fill and clients' sends block (backpressure), as everywhere in this
-package. Because it then stops reading client
+package. Replies to a client that does not read fill libzmq's queue to it (a few,
+``frontend_sndhwm``), then are held (``max_held_bytes``). Because it stops reading client
 connections on purpose, the frontend sends PINGs but does not drop a peer whose PONGs it
 has not read (see ``heartbeat``); the backend, always read, does.
 
@@ -61,8 +62,10 @@ connection broke while it held a request and that answers on a new one therefore
 that answer to the client's resend; its new connection is taken as an idle worker.
 
 Never throws away finished work because a client paused: a reply whose client is
-connected but not reading (a garbage-collection pause, a busy machine) is held, for up to
-``reply_timeout`` seconds, then dropped (``replies_undeliverable``; the client resends).
+connected but not reading (a garbage-collection pause, a busy machine) waits in libzmq's
+queue toward that client (a few replies, ``frontend_sndhwm``), then is held in the broker,
+for up to ``reply_timeout`` seconds, then dropped (``replies_undeliverable``; the client
+resends).
 Held replies are bounded per client (``client_hwm``) and in bytes (``max_held_bytes``); a
 client at its bound gets no new request while the others go on, and its further requests
 are refused (``requests_refused``): ``broker_clients`` says how and why.
@@ -141,7 +144,7 @@ class Broker(WorkerSide):
     (``backend``). Both endpoints bind by default (``@``/``>`` choose).
 
     ``hwm``: requests that may wait in the broker while no worker is idle (and the
-    sockets' high-water marks). ``curve_frontend``/``curve_backend``: a ``Curve`` for that
+    backend's high-water marks; the frontend's are at most ``hwm``). ``curve_frontend``/``curve_backend``: a ``Curve`` for that
     side (usually a server: clients or workers must hold an authorized key).
     ``heartbeat``: the connections' liveness (``Heartbeat``; the default is on).
     ``reply_timeout``: seconds a reply is held for a connected client that is not reading
@@ -151,8 +154,11 @@ class Broker(WorkerSide):
     held replies may take (default 256 MiB). ``max_waiting_bytes``: the bytes (all frames)
     waiting requests may take before the broker stops reading clients (default 256 MiB;
     one request is always taken, whatever its size); clients that read no reply may have
-    half of it waiting, their further requests are refused. libzmq's own queue in front
-    of the broker is bounded in bytes too (``frontend_rcvhwm``).
+    half of it waiting, their further requests are refused. libzmq's own queues in front
+    of the broker and toward each client are bounded in bytes too (``frontend_rcvhwm``,
+    ``frontend_sndhwm``): the broker's memory is about ``max_waiting_bytes`` +
+    ``max_held_bytes`` + (RCVHWM + 1 + SNDHWM + 1) × ``max_message_bytes`` per client
+    connection.
     ``max_message_bytes``: the largest message accepted from a peer on either side (a
     frame larger: libzmq disconnects the peer; frames larger together: the message is
     dropped, counted in ``messages_oversize`` and logged once per peer). ``max_frames``:
@@ -388,13 +394,8 @@ class Broker(WorkerSide):
             return True
 
     def _send_now(self, payload: Frames) -> None:
-        """Send without blocking; a full queue is looked at once more after libzmq has taken
-        in what its I/O thread wrote out. Why: the socket learns that the I/O thread took
-        messages off a client's queue from commands it processes at most about once a
-        millisecond when sending, so with the frontend's small SNDHWM (``frontend_sndhwm``)
-        a client that reads every reply would find its queue full, its reply held for a
-        retry 10 ms later, though libzmq had written the queue out; reading the socket's
-        events processes those commands (measured: ``bench/broker_queues.py``)."""
+        """Send without blocking; a queue found full is tried once more after the socket has
+        processed libzmq's commands (what its I/O thread wrote out: ``frontend_sndhwm``)."""
         front = self._frontend.zmq_socket
         try:
             front.send_multipart(payload, zmq.NOBLOCK, copy=False)
