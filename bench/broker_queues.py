@@ -6,7 +6,7 @@ A ``Broker`` in a process of its own with ``max_message_bytes`` 64 MiB (the CLI'
 per run), ``--workers`` plain pyzmq REQ echo workers, and one plain pyzmq DEALER sending
 ``--count`` requests of ``--size`` bytes with ``--in-flight`` outstanding. Prints requests/s
 per setting, the runs interleaved (each setting once per round), and the median, and how
-many replies found the client's queue full (held by the broker and sent again later).
+many sends found a client's queue full (the reply then held by the broker and sent again later).
 
     python bench/broker_queues.py --sndhwm 1,2,4,8,1000 --rcvhwm 2 --in-flight 8
 """
@@ -146,12 +146,12 @@ def main() -> None:
             rates[(rcvhwm, sndhwm)].append(rate)
             fulls[(rcvhwm, sndhwm)].append(full)
             print(f"round {round_ + 1}: RCVHWM min {rcvhwm} SNDHWM min {sndhwm} (broker's sockets: {seen}): "
-                  f"{rate:,.0f} requests/s, {full} replies found the queue full", flush=True)
+                  f"{rate:,.0f} requests/s, {full} sends found a queue full", flush=True)
     print(f"\n{args.workers} workers, {args.in_flight} in flight, {args.size} B requests, {args.count:,} per run"
           f"{', no second look at a full queue' if args.no_refresh else ''}:")
     for (rcvhwm, sndhwm), runs in rates.items():
         print(f"  RCVHWM min {rcvhwm:5d}  SNDHWM min {sndhwm:5d}: median {statistics.median(runs):9,.0f} requests/s "
-              f"(runs {', '.join(f'{r:,.0f}' for r in runs)}); replies that found the queue full: "
+              f"(runs {', '.join(f'{r:,.0f}' for r in runs)}); sends that found a queue full: "
               f"{', '.join(map(str, fulls[(rcvhwm, sndhwm)]))}")
 
 

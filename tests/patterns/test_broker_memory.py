@@ -16,6 +16,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+from typing import Callable
 
 import pytest
 import zmq
@@ -119,6 +120,23 @@ BROKER = textwrap.dedent("""
 """)
 
 
+def _reports(broker: subprocess.Popen) -> tuple[list[str], Callable[[], dict]]:
+    """The broker's ``ready`` line (its frontend's SNDHWM and RCVHWM), and a function that
+    returns its latest report, read by a thread so that each wait has its timeout."""
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in broker.stdout], daemon=True).start()
+    ready = lines.get(timeout=30).split()
+    assert ready[:1] == ["ready"], ready
+    latest = [json.loads(lines.get(timeout=30))]
+
+    def stats() -> dict:
+        while not lines.empty():
+            latest[0] = json.loads(lines.get_nowait())
+        return latest[0]
+
+    return ready, stats
+
+
 def _socket(kind: int, address: str, **options: int) -> zmq.Socket:
     sock = zmq.Context.instance().socket(kind)
     sock.setsockopt(zmq.LINGER, 0)
@@ -141,17 +159,7 @@ def test_a_flood_of_large_requests_takes_max_waiting_bytes_and_the_others_are_st
                                str(MAX_WAITING), str(DEFAULT_MAX_HELD_BYTES)], stdout=subprocess.PIPE, text=True)
     sockets: list[zmq.Socket] = []
     try:
-        ready = broker.stdout.readline().split()
-        assert ready[:1] == ["ready"], ready
-        reports: queue.Queue = queue.Queue()
-        threading.Thread(target=lambda: [reports.put(json.loads(line)) for line in broker.stdout],
-                         daemon=True).start()
-        latest = [reports.get(timeout=30)]
-
-        def stats() -> dict:
-            while not reports.empty():
-                latest[0] = reports.get_nowait()
-            return latest[0]
+        ready, stats = _reports(broker)
 
         baseline = rss_bytes(broker.pid)
         attacker = _socket(zmq.DEALER, front, SNDHWM=1)
@@ -246,17 +254,7 @@ def test_replies_to_a_client_that_reads_nothing_take_the_documented_bytes_and_th
     worker = None
     sockets: list[zmq.Socket] = []
     try:
-        ready = broker.stdout.readline().split()
-        assert ready[:1] == ["ready"], ready
-        reports: queue.Queue = queue.Queue()
-        threading.Thread(target=lambda: [reports.put(json.loads(line)) for line in broker.stdout],
-                         daemon=True).start()
-        latest = [reports.get(timeout=30)]
-
-        def stats() -> dict:
-            while not reports.empty():
-                latest[0] = reports.get_nowait()
-            return latest[0]
+        ready, stats = _reports(broker)
 
         worker = subprocess.Popen([sys.executable, "-c", ECHO_WORKER, back], stdin=subprocess.PIPE)
         wait_until(lambda: stats()["workers_idle"] == 1, 30, "the echo worker ready")
