@@ -39,7 +39,9 @@ BROKER = textwrap.dedent("""
             payload, zmq.NOBLOCK, copy=False)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    with Broker(sys.argv[1], sys.argv[2], max_message_bytes=64 << 20) as broker:
+    read_only = int(sys.argv[6])  # > 0: no worker, room for this many requests, the count waiting reported
+    options = {"hwm": read_only, "request_ttl": None} if read_only else {}
+    with Broker(sys.argv[1], sys.argv[2], max_message_bytes=64 << 20, **options) as broker:
         front = broker._frontend.zmq_socket
         print("ready", front.getsockopt(zmq.RCVHWM), front.getsockopt(zmq.SNDHWM),
               broker_defaults.__file__, flush=True)
@@ -52,7 +54,11 @@ BROKER = textwrap.dedent("""
             return sent
 
         broker._try_send = counted
-        broker.run(stop)
+        if read_only:
+            broker.run(stop, report=lambda stats: print("waiting", stats.requests_waiting, flush=True),
+                       report_interval=0.005)
+        else:
+            broker.run(stop)
         print("full", full[0], flush=True)
 """)
 
@@ -82,7 +88,7 @@ def one_run(rcvhwm: int, sndhwm: int, workers: int, count: int, size: int, in_fl
     front, back = (f"tcp://127.0.0.1:{p}" for p in free_ports(2))
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     broker = subprocess.Popen([sys.executable, "-c", BROKER, "@" + front, "@" + back, str(rcvhwm), str(sndhwm),
-                               "refresh" if refresh else "no-refresh"],
+                               "refresh" if refresh else "no-refresh", str(count if workers == 0 else 0)],
                               stdout=subprocess.PIPE, text=True, env=env)
     procs = [broker]
     sock = zmq.Context.instance().socket(zmq.DEALER)
@@ -96,6 +102,18 @@ def one_run(rcvhwm: int, sndhwm: int, workers: int, count: int, size: int, in_fl
             procs.append(subprocess.Popen([sys.executable, "-c", WORKER, back]))
         sock.connect(front)
         body = b"x" * size
+        if workers == 0:  # the broker's read rate: how soon it has taken ``count`` requests
+            sock.setsockopt(zmq.SNDHWM, 0)
+            started = time.perf_counter()
+            for _ in range(count):
+                sock.send_multipart([b"", body])
+            for report in broker.stdout:
+                if report.split()[:2] == ["waiting", str(count)]:
+                    break
+            rate = count / (time.perf_counter() - started)
+            broker.terminate()
+            out = broker.communicate(timeout=30)[0].split()
+            return rate, int(out[out.index("full") + 1]), " ".join(line[1:])
         for _ in range(200):  # warm up: connections, every worker READY
             sock.send_multipart([b"", body])
             sock.recv_multipart()
@@ -128,7 +146,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sndhwm", default="1,2,4,8,1000", help="frontend SNDHWM minima to try (comma-separated)")
     parser.add_argument("--rcvhwm", default="2", help="frontend RCVHWM minima to try (comma-separated)")
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=2,
+                        help="echo workers; 0: none, the broker's read rate (time until it has every request waiting)")
     parser.add_argument("--count", type=int, default=20_000)
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--in-flight", type=int, default=8)

@@ -26,7 +26,7 @@ DEFAULT_MAX_WAITING_BYTES = DEFAULT_MAX_HELD_BYTES
 #: (see ``frontend_rcvhwm``, ``frontend_sndhwm``)
 FRONTEND_QUEUE_BYTES = 8 << 20
 #: the frontend's RCVHWM is never below this (see ``frontend_rcvhwm``)
-FRONTEND_RCVHWM_MIN = 2
+FRONTEND_RCVHWM_MIN = 4
 #: the frontend's SNDHWM is never below this (see ``frontend_sndhwm``)
 FRONTEND_SNDHWM_MIN = 8
 #: seconds a request may wait for a worker by default (``spark_zmq.request``'s default timeout)
