@@ -45,15 +45,26 @@ def frontend_rcvhwm(hwm: int, max_message_bytes: Optional[int]) -> int:
     waits decoded in libzmq's I/O thread), each up to ``max_message_bytes``: with ``hwm``
     1000 and 64 MiB messages, 64 GB per client before the broker's own bound is even
     looked at. So the queue is sized in bytes: as many messages as ``FRONTEND_QUEUE_BYTES``
-    holds of the largest accepted, at least ``FRONTEND_RCVHWM_MIN`` (libzmq refills a
-    queue once half of it is read: two keeps one message ready while the next is decoded),
-    at most ``hwm``. With 64 MiB messages that is 2 per connection (libzmq holds at most 3
-    × 64 MiB per client); with messages of at most 64 KiB, 128 (small requests keep
-    flowing in batches). Without ``max_message_bytes`` a message's size is unknown, and
-    the least queue is taken. With the queue toward each client (``frontend_sndhwm``) the
-    broker's memory is about ``max_waiting_bytes`` + ``max_held_bytes`` + (RCVHWM + 1 +
-    SNDHWM + 1) × ``max_message_bytes`` for each client connection (and the sockets' kernel
-    buffers, outside the process)."""
+    holds of the largest accepted, at least ``FRONTEND_RCVHWM_MIN``, at most ``hwm``. With
+    64 MiB messages that is 4 per connection (libzmq holds at most 5 × 64 MiB per client);
+    with messages of at most 64 KiB, 128 (small requests keep flowing in batches). Without
+    ``max_message_bytes`` a message's size is unknown, and the least queue is taken.
+
+    Why the minimum is 4: libzmq's I/O thread stops reading a connection whose queue is
+    full and reads on once the socket has taken half of it, so a short queue costs a
+    thread wake-up every message or two, and the least queue applies to every deployment
+    whose ``max_message_bytes`` is above 2 MiB (the CLI's default is 64 MiB), however small
+    its requests are. Measured (``bench/broker_queues.py --workers 0``: one client sends
+    50,000 requests of 100 B to a broker with no worker, medians of 5 and 3 runs): the
+    broker takes 52,000-53,000 requests/s with RCVHWM 2, 62,000-63,000 with 3 or 4, 72,000
+    with 8, 85,000 with 64 and 89,000 with 1000; through four echo workers, 64 or 512 in
+    flight, the rates with 2 are 2-9 % below those with 3, 4 or 8, within the runs' spread.
+    4 takes back 10,000 requests/s of that for two messages more per connection.
+
+    With the queue toward each client (``frontend_sndhwm``) the broker's memory is about
+    ``max_waiting_bytes`` + ``max_held_bytes`` + (RCVHWM + 1 + SNDHWM + 1) ×
+    ``max_message_bytes`` for each client connection (and the sockets' kernel buffers,
+    outside the process)."""
     if max_message_bytes is None:
         return min(hwm, FRONTEND_RCVHWM_MIN)
     return min(hwm, max(FRONTEND_RCVHWM_MIN, FRONTEND_QUEUE_BYTES // max_message_bytes))
@@ -75,11 +86,21 @@ def frontend_sndhwm(hwm: int, max_message_bytes: Optional[int]) -> int:
     hold its replies, bounded as above, once (SNDHWM + 1) × ``max_message_bytes`` wait in
     libzmq.
 
-    Why the minimum is small: a client that reads its replies keeps libzmq's queue nearly
-    empty, since libzmq's I/O thread writes replies out to the connection as they come; the
-    socket learns of it from commands it processes on its own schedule, and the broker has
-    it process them before it takes a queue as full (``Broker._send_now``). Measured
-    (``bench/broker_queues.py``, 100 B requests, two echo workers): MEASURED."""
+    Why the minimum is 8: a client that reads its replies keeps libzmq's queue nearly
+    empty, since libzmq's I/O thread writes replies out to the connection as they come; but
+    the socket learns of it only from commands it processes on its own schedule (when
+    sending, about once a millisecond), so the broker has it process them before it takes a
+    queue as full (``Broker._send_now``), and the queue must still take a burst of replies
+    the workers answered together. Measured (``bench/broker_queues.py``: one client
+    pipelining 10,000 requests of 100 B through echo workers, RCVHWM 2; medians of 3 or 5
+    runs): with SNDHWM 8, 16 or 1000 no send found a queue full, with two or four workers
+    and 8, 16 or 64 requests in flight; with 4, up to 98 sends of 10,000 did (four workers),
+    with 2 up to 568, with 1 up to 4,154 (the reply held, sent again at the client's next
+    request or 10 ms later). Throughput with SNDHWM 8 was within the runs' spread of 1000's
+    (four workers, 64 in flight: 7,012 and 7,055 requests/s; 16 in flight: 6,637 and 6,925,
+    and with RCVHWM 4, 7,406 and 7,637). The second look is what lets the queue be short:
+    without it, SNDHWM 8 served 2,547 requests/s (405-595 sends of 10,000 found a queue
+    full; four workers, 16 in flight) against 7,341 with 1000."""
     if max_message_bytes is None:
         return min(hwm, FRONTEND_SNDHWM_MIN)
     return min(hwm, max(FRONTEND_SNDHWM_MIN, FRONTEND_QUEUE_BYTES // max_message_bytes))

@@ -148,7 +148,7 @@ def _socket(kind: int, address: str, **options: int) -> zmq.Socket:
 
 def test_a_flood_of_large_requests_takes_max_waiting_bytes_and_the_others_are_still_served():
     """A DEALER sends 40 requests of 8 MiB to a broker with no worker. The broker takes
-    ``max_waiting_bytes`` (32 MiB) of them, libzmq a few more (RCVHWM 2 per connection),
+    ``max_waiting_bytes`` (32 MiB) of them, libzmq a few more (RCVHWM 4 per connection),
     and stops reading: the attacker's sends block, and the broker's resident memory grows
     by less than max_waiting_bytes + (RCVHWM + 2) x 8 MiB + 24 MiB of slack (with the
     count alone, ``hwm`` 1000, it took all 40: 320 MiB). Once a worker appears, a second
