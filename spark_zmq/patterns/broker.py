@@ -144,7 +144,8 @@ class Broker(WorkerSide):
     (``backend``). Both endpoints bind by default (``@``/``>`` choose).
 
     ``hwm``: requests that may wait in the broker while no worker is idle (and the
-    backend's high-water marks; the frontend's are at most ``hwm``). ``curve_frontend``/``curve_backend``: a ``Curve`` for that
+    backend's high-water marks; the frontend's are at most ``hwm``).
+    ``curve_frontend``/``curve_backend``: a ``Curve`` for that
     side (usually a server: clients or workers must hold an authorized key).
     ``heartbeat``: the connections' liveness (``Heartbeat``; the default is on).
     ``reply_timeout``: seconds a reply is held for a connected client that is not reading

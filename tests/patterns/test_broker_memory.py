@@ -279,7 +279,8 @@ def test_replies_to_a_client_that_reads_nothing_take_the_documented_bytes_and_th
         wait_until(settled, 60, "every request of the flood forwarded and answered, waiting or refused")
         flood = stats()
         grown = rss_bytes(broker.pid) - baseline
-        print(f"\nbroker (frontend SNDHWM {ready[1]}, RCVHWM {ready[2]}; the rule's {sndhwm}, {rcvhwm}): {REPLY_FLOOD} requests of {REPLY // MiB} MiB from a "
+        print(f"\nbroker (frontend SNDHWM {ready[1]}, RCVHWM {ready[2]}; the rule's {sndhwm}, {rcvhwm}): "
+              f"{REPLY_FLOOD} requests of {REPLY // MiB} MiB from a "
               f"client that reads nothing: {flood['requests_forwarded']} forwarded, {flood['replies_returned']} "
               f"replies sent, {flood['replies_held']} held ({flood['held_bytes'] / MiB:.1f} MiB), "
               f"{flood['requests_waiting']} waiting, {flood['requests_refused']} refused; resident memory grew "
