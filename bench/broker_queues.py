@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -23,6 +22,8 @@ import textwrap
 import time
 
 import zmq
+
+from spark_zmq.free_ports import free_tcp_ports
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -73,19 +74,9 @@ WORKER = textwrap.dedent("""
 """)
 
 
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 def one_run(rcvhwm: int, sndhwm: int, workers: int, count: int, size: int, in_flight: int,
             refresh: bool) -> tuple[float, int, str]:
-    front, back = (f"tcp://127.0.0.1:{p}" for p in free_ports(2))
+    front, back = (f"tcp://127.0.0.1:{p}" for p in free_tcp_ports(2))
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     broker = subprocess.Popen([sys.executable, "-c", BROKER, "@" + front, "@" + back, str(rcvhwm), str(sndhwm),
                                "refresh" if refresh else "no-refresh", str(count if workers == 0 else 0)],
