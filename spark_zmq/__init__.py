@@ -61,7 +61,7 @@ def request(df: "DataFrame", endpoints: "str | list[str]", *, reply_schema: "str
     (``format``, ``batchRows``, ``maxInFlight``, ``timeout``, ``retries``, ``mode``, CURVE,
     ...) are keyword arguments; the README's "Calling services" lists them. Calls are at
     least once: the service must be idempotent."""
-    from .service.transform import request as _request
+    from .requester.transform import request as _request
 
     return _request(df, endpoints, reply_schema=reply_schema, **options)
 

@@ -2,8 +2,8 @@
 
 Layers, bottom up: ``patterns`` (ZeroMQ only) < ``options`` < ``ingest`` (receive, spool,
 serve) < ``relay`` < ``source``; ``arrow`` (reading untrusted Arrow within bounds) on
-nothing, under ``ingest``, ``source``, ``service`` and ``worker``; ``sink`` sits on
-``patterns``, ``options`` and ``schemas``; ``service`` (calling ZeroMQ services from Spark)
+nothing, under ``ingest``, ``source``, ``requester`` and ``worker``; ``sink`` sits on
+``patterns``, ``options`` and ``schemas``; ``requester`` (calling ZeroMQ services from Spark)
 on ``patterns``, ``options``, ``arrow``, ``schemas`` and ``worker`` (whose error reply it
 reads); ``worker`` (a request-reply service's loop) on ``patterns``, ``arrow`` (every
 request is read through it) and ``worker_process`` (the handler's child process, on
@@ -43,7 +43,7 @@ ALLOWED = {
     "source": {"relay", "ingest", "arrow", "patterns", "options", "schemas", "procstat"},
     "schemas": set(),
     "sink": {"patterns", "options", "schemas"},
-    "service": {"patterns", "options", "arrow", "schemas", "worker"},
+    "requester": {"patterns", "options", "arrow", "schemas", "worker"},
     "worker": {"patterns", "arrow", "worker_process"},
     "worker_process": set(),
     "thread_session": set(),
@@ -53,9 +53,9 @@ ENTRY_POINTS = {"__init__", "datasource", "cli", "loadgen", "worker_env"}
 #: modules a process that never runs Spark imports, and the source's exactly-once rules
 #: (tested without Spark): none may load pyspark
 SPARK_FREE = ["spark_zmq", "spark_zmq.patterns", "spark_zmq.options", "spark_zmq.arrow", "spark_zmq.ingest.runtime",
-              "spark_zmq.ingest.fetch", "spark_zmq.ingest.spool_reader", "spark_zmq.relay.service",
+              "spark_zmq.ingest.fetch", "spark_zmq.ingest.spool_reader", "spark_zmq.relay.server",
               "spark_zmq.relay.run", "spark_zmq.relay.child", "spark_zmq.relay.client",
-              "spark_zmq.relay.processes", "spark_zmq.service.call", "spark_zmq.service.codec",
+              "spark_zmq.relay.processes", "spark_zmq.requester.call", "spark_zmq.requester.codec",
               "spark_zmq.patterns.broker", "spark_zmq.worker", "spark_zmq.worker_process",
               "spark_zmq.source.exactly_once", "spark_zmq.free_ports"]
 

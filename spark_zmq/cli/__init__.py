@@ -17,7 +17,7 @@ the data source options ``curveCertificate``, ``curveServerKey`` and
 ``curveAuthorizedKeys`` mean, and are checked by the same rules (``curve_from_flags``),
 so a key pair can be tried from a shell before a job uses it.
 
-The subcommands live by group (``traffic``: produce, consume; ``services``: relay,
+The subcommands live by group (``traffic``: produce, consume; ``servers``: relay,
 broker; ``keys``: keygen), what they share in ``flags`` and ``console``; this module
 assembles them into ``app``.
 """
@@ -28,7 +28,7 @@ import typer
 
 from .flags import CURVE_FLAGS, ConsumePattern, Format, ProducePattern, curve_from_flags
 from .keys import keygen_command
-from .services import broker_command, relay_command, relay_readers_command
+from .servers import broker_command, relay_command, relay_readers_command
 from .traffic import consume, produce
 
 __all__ = ["app", "main", "curve_from_flags", "CURVE_FLAGS", "ProducePattern", "ConsumePattern", "Format",

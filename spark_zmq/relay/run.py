@@ -21,7 +21,7 @@ from typing import Union, Optional
 
 from ..options import SourceOptions
 from ..patterns.curve import Curve
-from .service import Relay
+from .server import Relay
 
 __all__ = ["serve", "read_ready", "READY"]
 

@@ -14,7 +14,7 @@ import pytest
 
 from spark_zmq.options import SourceOptions
 from spark_zmq.relay.run import read_ready
-from spark_zmq.relay.service import Relay
+from spark_zmq.relay.server import Relay
 from zmqtest import Producer, free_ports, numbered, wait_until
 
 

@@ -9,7 +9,7 @@ import inspect
 import pytest
 
 from spark_zmq.cli.flags import source_default
-from spark_zmq.cli.services import BROKER_MAX_MESSAGE_BYTES, broker_command, relay_command
+from spark_zmq.cli.servers import BROKER_MAX_MESSAGE_BYTES, broker_command, relay_command
 from spark_zmq.options import SourceOptions
 from spark_zmq.patterns import Broker
 
@@ -42,9 +42,9 @@ def test_no_flag_types_a_default_into_its_help():
     table (``source_default``) or from the flag's own default (typer shows it)."""
     import re
 
-    from spark_zmq.cli import services, traffic
+    from spark_zmq.cli import servers, traffic
 
-    for module in (services, traffic):
+    for module in (servers, traffic):
         source = inspect.getsource(module)
         typed = re.findall(r"Default \d[^\"]*", source)
         assert not typed, f"{module.__name__}: defaults typed into help texts: {typed}"

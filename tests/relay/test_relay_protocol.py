@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from spark_zmq.options import SourceOptions
 from spark_zmq.relay.client import RelayBusyError, RelayClient, RelayError
 from spark_zmq.relay.lease import Lease
-from spark_zmq.relay.service import Relay
+from spark_zmq.relay.server import Relay
 
 from relaytest import relay  # noqa: F401  (a fixture)
 from zmqtest import Producer, free_ports, numbered, wait_until, examples

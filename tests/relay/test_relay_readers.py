@@ -19,7 +19,7 @@ from spark_zmq.ingest.spool_format import DataLossError
 from spark_zmq.options import OptionError, SourceOptions
 from spark_zmq.relay.client import RelayBusyError, RelayClient
 from spark_zmq.relay.protocol import Op
-from spark_zmq.relay.service import Relay
+from spark_zmq.relay.server import Relay
 from relaytest import RelayProcess, stop_relays
 from zmqtest import Producer, free_ports, numbered, wait_until
 

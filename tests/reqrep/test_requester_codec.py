@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spark_zmq.options import RequestOptions
-from spark_zmq.service.call import ServiceCall
-from spark_zmq.service.codec import ArrowCodec, ReplyMismatch, Unit, ValueCodec, codec_for
+from spark_zmq.requester.call import ServiceCall
+from spark_zmq.requester.codec import ArrowCodec, ReplyMismatch, Unit, ValueCodec, codec_for
 
 pytestmark = pytest.mark.timeout(300)
 
