@@ -41,9 +41,16 @@ def test_a_connection_in_flight_never_holds_a_chosen_port():
 
 
 def _closes_an_ephemeral_port(source: str) -> bool:
-    """Whether ``source`` picks a port by binding port 0 in a ``with`` that does nothing but
-    read the port back: the socket is closed at once and someone else binds the port later."""
+    """Whether ``source`` picks a port by binding port 0 and closing the socket: in a
+    ``with`` that does nothing but read the port back, or in a function that binds port 0,
+    reads the port and closes the socket without ever listening on it. Someone else binds
+    the port later."""
     for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            text = ast.unparse(node)
+            if (", 0))" in text and ".bind((" in text and "getsockname()" in text and ".close()" in text
+                    and ".listen(" not in text):
+                return True
         if isinstance(node, ast.With):
             simple = all(isinstance(statement, (ast.Expr, ast.Assign, ast.Return)) for statement in node.body)
             body = [ast.unparse(statement) for statement in node.body]
