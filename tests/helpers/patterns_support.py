@@ -7,8 +7,6 @@ sleep, and every wait is bounded by a deadline.
 
 from __future__ import annotations
 
-import random
-import socket
 import threading
 import time
 import uuid
@@ -17,7 +15,7 @@ from typing import Callable, Iterable, Optional, Sequence
 
 import zmq
 
-from spark_zmq.free_ports import ephemeral_low
+from spark_zmq.free_ports import free_tcp_port
 from spark_zmq.patterns import PatternSocket
 from zmqtest import SocketEvents
 
@@ -51,27 +49,14 @@ def bind_spec(transport: str) -> str:
 def unbound_address(transport: str) -> str:
     """An address nothing is bound to yet (for connect-before-bind tests).
 
-    For tcp, a free port *below* the OS's ephemeral range, checked free by binding it
-    (synchronously) and releasing it. Not an ephemeral port such as ``bind("*")`` hands
+    For tcp, a free port *below* the OS's ephemeral range (``spark_zmq.free_ports``). Not an ephemeral port such as ``bind("*")`` hands
     out: a socket that keeps reconnecting to an ephemeral port nobody listens on can be
     given that very port as its own source port and connect to itself (TCP simultaneous
     open), and the port is then taken when the peer finally tries to bind it.
     """
     if transport == "inproc":
         return f"inproc://{unique_name()}"
-    floor = ephemeral_low()
-    rng = random.Random()
-    for _ in range(500):
-        port = rng.randrange(max(1024, floor - 16000), floor)
-        probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        finally:
-            probe.close()
-        return f"tcp://127.0.0.1:{port}"
-    raise AssertionError("no free tcp port below the ephemeral range")
+    return f"tcp://127.0.0.1:{free_tcp_port()}"
 
 
 def recv_n(sock: PatternSocket, n: int, timeout: float = SOON_S) -> list[bytes]:

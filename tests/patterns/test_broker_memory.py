@@ -137,6 +137,15 @@ def _reports(broker: subprocess.Popen) -> tuple[list[str], Callable[[], dict]]:
     return ready, stats
 
 
+def _reap(process: subprocess.Popen, timeout: float) -> None:
+    """Wait for a child told to end; kill it if it has not within ``timeout`` seconds."""
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(10)
+
+
 def _socket(kind: int, address: str, **options: int) -> zmq.Socket:
     sock = zmq.Context.instance().socket(kind)
     sock.setsockopt(zmq.LINGER, 0)
@@ -212,11 +221,7 @@ def test_a_flood_of_large_requests_takes_max_waiting_bytes_and_the_others_are_st
         for sock in sockets:
             sock.close(0)
         broker.terminate()
-        try:
-            broker.wait(30)
-        except subprocess.TimeoutExpired:
-            broker.kill()
-            broker.wait(10)
+        _reap(broker, 30)
 
 
 #: a worker that echoes every request, until its parent closes its stdin
@@ -301,14 +306,6 @@ def test_replies_to_a_client_that_reads_nothing_take_the_documented_bytes_and_th
             sock.close(0)
         if worker is not None:
             worker.stdin.close()
-            try:
-                worker.wait(10)
-            except subprocess.TimeoutExpired:
-                worker.kill()
-                worker.wait(10)
+            _reap(worker, 10)
         broker.terminate()
-        try:
-            broker.wait(30)
-        except subprocess.TimeoutExpired:
-            broker.kill()
-            broker.wait(10)
+        _reap(broker, 30)

@@ -19,11 +19,10 @@ from spark_zmq.patterns import Broker, Client
 from spark_zmq.patterns.curve import Curve
 from spark_zmq.patterns.curve_keys import KeyPair, load_authorized_keys, load_public_key
 from spark_zmq.worker import ERROR, WorkerStats, is_error_reply, serve
+from brokertest import ANY, running  # noqa: F401  (a fixture)
 from zmqtest import free_ports, wait_until
 
 pytestmark = pytest.mark.timeout(60)
-
-ANY = "@tcp://127.0.0.1:*"
 
 
 def ipc(*batches: pa.RecordBatch) -> bytes:
@@ -129,23 +128,6 @@ def serving():
         worker.thread.join(5)
 
 
-@pytest.fixture
-def broker():
-    running: list = []
-
-    def start(**options) -> Broker:
-        b = Broker(options.pop("frontend", ANY), options.pop("backend", ANY), **options)
-        thread = threading.Thread(target=b.run, daemon=True, name="broker")
-        thread.start()
-        running.append((b, thread))
-        return b
-
-    yield start
-    for b, thread in running:
-        b.close()
-        thread.join(5)
-
-
 def _exercise(client: Client, fmt: str) -> None:
     """Every good and bad request of ``fmt``, twice over: the worker keeps serving after errors."""
     _, good, bad = CASES[fmt]
@@ -170,8 +152,8 @@ def test_a_rep_server_answers_each_format_and_errors_with_the_error_reply(servin
 
 
 @pytest.mark.parametrize("fmt", list(CASES))
-def test_a_broker_worker_answers_each_format_behind_the_broker(serving, broker, fmt):
-    b = broker()
+def test_a_broker_worker_answers_each_format_behind_the_broker(serving, running, fmt):
+    b = running()
     workers = [serving(CASES[fmt][0], b.backend_addresses[0], format=fmt) for _ in range(2)]
     wait_until(lambda: b.stats().workers_idle == 2, 10, "two workers READY")
     with Client(b.frontend_addresses[0], timeout=10) as client:
@@ -181,8 +163,8 @@ def test_a_broker_worker_answers_each_format_behind_the_broker(serving, broker, 
     assert all(s.requests > 0 for s in served), served  # both took turns (least recently used)
 
 
-def test_a_plain_req_client_gets_the_reply_frames_of_a_broker_worker(serving, broker):
-    b = broker()
+def test_a_plain_req_client_gets_the_reply_frames_of_a_broker_worker(serving, running):
+    b = running()
     serving(upper, b.backend_addresses[0], format="raw")
     wait_until(lambda: b.stats().workers_idle == 1, 10, "the worker READY")
     req = zmq.Context.instance().socket(zmq.REQ)
@@ -198,8 +180,8 @@ def test_a_plain_req_client_gets_the_reply_frames_of_a_broker_worker(serving, br
         req.close(0)
 
 
-def test_stop_ends_an_idle_worker_at_once_and_the_broker_forgets_it(serving, broker):
-    b = broker()
+def test_stop_ends_an_idle_worker_at_once_and_the_broker_forgets_it(serving, running):
+    b = running()
     worker = serving(upper, b.backend_addresses[0], format="raw")
     wait_until(lambda: b.stats().workers_idle == 1, 10, "the worker READY")
     stats = worker.close()
@@ -253,8 +235,8 @@ def _process_worker(backend: str, name: str, stop) -> None:
     serve_in_child(tag, backend, stop=stop)
 
 
-def test_workers_in_processes_of_their_own_share_the_load(broker):
-    b = broker()
+def test_workers_in_processes_of_their_own_share_the_load(running):
+    b = running()
     spawn = multiprocessing.get_context("spawn")
     stop = spawn.Event()
     processes = [spawn.Process(target=_process_worker, args=(b.backend_addresses[0], f"p{i}", stop))
@@ -277,11 +259,11 @@ def test_workers_in_processes_of_their_own_share_the_load(broker):
     assert [p.exitcode for p in processes] == [0, 0]
 
 
-def test_a_curve_worker_behind_a_curve_backend(serving, broker, tmp_path):
+def test_a_curve_worker_behind_a_curve_backend(serving, running, tmp_path):
     (tmp_path / "workers").mkdir()
     _, broker_secret = zmq.auth.create_certificates(str(tmp_path), "broker")
     _, worker_secret = zmq.auth.create_certificates(str(tmp_path / "workers"), "worker")
-    b = broker(curve_backend=Curve.server(KeyPair.from_certificate(broker_secret),
+    b = running(curve_backend=Curve.server(KeyPair.from_certificate(broker_secret),
                                           load_authorized_keys(str(tmp_path / "workers"))))
     curve = Curve.client(KeyPair.from_certificate(worker_secret), load_public_key(str(tmp_path / "broker.key")))
     serving(add_sum, b.backend_addresses[0], format="json", curve=curve)
