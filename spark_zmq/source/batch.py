@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Iterator, Optional, Sequence
+from typing import Iterable, Iterator, Optional, Sequence
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
@@ -21,10 +21,19 @@ from ..ingest.spool_format import SPOOL_SCHEMA, messages_to_batch
 from ..options import SourceOptions
 from .decoders import decoder_for
 from .partitions import InlineMessages
+from .read_task import decoded_rows
 
 __all__ = ["ZmqBatchReader", "receive_bounded"]
 
 _MESSAGES_PER_PARTITION = 50_000
+
+
+def _numbered(first_offset: int, batches: Iterable[pa.RecordBatch]) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """``(first offset, batch)`` of consecutive batches starting at ``first_offset``."""
+    offset = first_offset
+    for batch in batches:
+        yield offset, batch
+        offset += batch.num_rows
 
 
 def receive_bounded(options: SourceOptions) -> list[tuple[list[bytes], Optional[list[Optional[bytes]]]]]:
@@ -109,8 +118,5 @@ class ZmqBatchReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, InlineMessages):  # Spark's placeholder when nothing arrived
             return
-        decoder = decoder_for(self.options, self.schema)
-        offset = partition.first_offset
-        for batch in pa.ipc.open_stream(pa.py_buffer(partition.ipc)):
-            yield from decoder.decode(batch, partition.channel, offset)
-            offset += batch.num_rows
+        yield from decoded_rows(decoder_for(self.options, self.schema), partition.channel,
+                                _numbered(partition.first_offset, pa.ipc.open_stream(pa.py_buffer(partition.ipc))))

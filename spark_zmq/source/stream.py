@@ -39,11 +39,12 @@ from pyspark.sql.types import StructType
 
 from ..ingest.fetch import FetchError, fetch_range
 from ..ingest.loss import LossPolicy
-from ..ingest.spool_reader import coalesce, read_range, sees_spool
+from ..ingest.spool_reader import read_range, sees_spool
 from ..options import SourceOptions
 from .committed import CommittedOnly, kept_batches
 from .decoders import decoder_for
 from .exactly_once import ExactlyOnce
+from .read_task import decoded_rows
 from .reader_ingest import Ingest, open_ingest
 from .partitions import SpoolRange
 from .offsets import ChannelOffsets
@@ -270,10 +271,7 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         batches = self._spool_batches(partition)
         if self.options.committed_only:
             batches = kept_batches(batches, partition.channel, partition.committed_runs, self.options.mode)
-        # one row per message: join the spool's small batches first; an Arrow message is
-        # decoded on its own anyway, so joining would only copy every message once more
-        for first, batch in (batches if decoder.fmt == "arrow" else coalesce(batches)):
-            yield from decoder.decode(batch, partition.channel, first)
+        yield from decoded_rows(decoder, partition.channel, batches)
 
     def _spool_batches(self, partition: SpoolRange) -> Iterator[tuple[int, pa.RecordBatch]]:
         mode = self.options.spool_access
