@@ -29,10 +29,11 @@ from typing import Any, ClassVar, Iterable, Optional, Union
 
 import zmq
 
-from .base import PatternSocket, SocketClosedError
+from .base import PatternSocket
 from .frames import topic_bytes, topics_list
+from .libzmq_wire import LibzmqWire
 from .socket_options import timeout_deadline
-from .wire_contract import UncountedWire
+from .wire_contract import UncountedWire, WireClass
 
 __all__ = ["Pub", "Sub", "XPub", "XSub", "Topics"]
 
@@ -73,23 +74,63 @@ class Sub(UncountedWire, PatternSocket):
     def subscribe(self, topic: Union[str, bytes]) -> None:
         """Add a prefix subscription."""
         topic_b = topic_bytes(topic, "topic")
-        self._acquire(None)
-        try:
-            self._socket.setsockopt(zmq.SUBSCRIBE, topic_b)
-            self.topics.append(topic_b)
-        finally:
-            self._lock.release()
+        self._libzmq_wire.set_option(zmq.SUBSCRIBE, topic_b)
+        self.topics.append(topic_b)
 
     def unsubscribe(self, topic: Union[str, bytes]) -> None:
         """Remove a prefix subscription added earlier."""
         topic_b = topic_bytes(topic, "topic")
-        self._acquire(None)
+        self._libzmq_wire.set_option(zmq.UNSUBSCRIBE, topic_b)
+        if topic_b in self.topics:
+            self.topics.remove(topic_b)
+
+    @property
+    def _libzmq_wire(self) -> LibzmqWire:
+        wire = self._wire
+        assert isinstance(wire, LibzmqWire)  # ``Sub``'s wire
+        return wire
+
+
+class XPubWire(LibzmqWire):
+    """The libzmq wire of an XPUB: data messages ``recv_subscription`` passed over are kept
+    for the next receive, and with NODROP a send waits in short sleeps (see ``wait``)."""
+
+    def configure(self, sock: zmq.Socket[Any], options: dict[str, Any]) -> None:
+        #: data messages recv_subscription() passed over, delivered first by recv().
+        self.set_aside: deque[list[bytes]] = deque()
+        self.nodrop = bool(options.get("nodrop"))
+
+    def wait(self, event: int, deadline: Optional[float], what: str) -> None:
+        """With NODROP, POLLOUT stays true while a subscriber is full (libzmq's XPUB
+        always reports room), so a wait on it would spin: back off in short sleeps instead,
+        after one zero-time poll that lets libzmq process "room again" commands."""
+        if not (self.nodrop and event == zmq.POLLOUT):
+            return super().wait(event, deadline, what)
+        self.socket.poll(0, zmq.POLLOUT)
+        self.state.check_during(what)
+        if deadline is not None and time.monotonic() >= deadline:
+            raise TimeoutError(f"{self.label}.{what} timed out: a subscriber's queue is full (nodrop)")
+        time.sleep(0.001 if deadline is None else max(0.0, min(0.001, deadline - time.monotonic())))
+
+    def recv_one_nowait(self) -> Optional[list[bytes]]:
+        if self.set_aside:
+            return self.set_aside.popleft()
+        return super().recv_one_nowait()
+
+    def recv_subscription(self, deadline: Optional[float]) -> tuple[bool, bytes]:
+        """The next subscription command by ``deadline``; data messages set aside."""
+        self.acquire(deadline)
         try:
-            self._socket.setsockopt(zmq.UNSUBSCRIBE, topic_b)
-            if topic_b in self.topics:
-                self.topics.remove(topic_b)
+            while True:
+                message = LibzmqWire.recv_one_nowait(self)
+                if message is None:
+                    self.wait(zmq.POLLIN, deadline, "recv_subscription")
+                    continue
+                if XPub._is_command(message):
+                    return message[0][:1] == b"\x01", message[0][1:]
+                self.set_aside.append(message)
         finally:
-            self._lock.release()
+            self.lock.release()
 
 
 class XPub(UncountedWire, PatternSocket):
@@ -108,6 +149,7 @@ class XPub(UncountedWire, PatternSocket):
     """
 
     socket_type: ClassVar[int] = zmq.XPUB
+    wire_class: ClassVar[WireClass] = XPubWire
     default_bind: ClassVar[bool] = True
     can_send: ClassVar[bool] = True
     can_recv: ClassVar[bool] = True
@@ -118,31 +160,10 @@ class XPub(UncountedWire, PatternSocket):
         return ("verbose", "nodrop")
 
     def _configure(self, sock: zmq.Socket[Any], options: dict[str, Any]) -> None:
-        #: data messages recv_subscription() passed over, delivered first by recv().
-        self._set_aside: deque[list[bytes]] = deque()
         if options.get("verbose"):
             sock.setsockopt(zmq.XPUB_VERBOSE, 1)
-        self._nodrop = bool(options.get("nodrop"))
-        if self._nodrop:
+        if options.get("nodrop"):
             sock.setsockopt(zmq.XPUB_NODROP, 1)
-
-    def _wait(self, event: int, deadline: Optional[float], what: str) -> None:
-        """With NODROP, POLLOUT stays true while a subscriber is full (libzmq's XPUB
-        always reports room), so a wait on it would spin: back off in short sleeps instead,
-        after one zero-time poll that lets libzmq process "room again" commands."""
-        if not (self._nodrop and event == zmq.POLLOUT):
-            return super()._wait(event, deadline, what)
-        self._socket.poll(0, zmq.POLLOUT)
-        if self._closing:
-            raise SocketClosedError(f"{type(self).__name__} was closed during {what}")
-        if deadline is not None and time.monotonic() >= deadline:
-            raise TimeoutError(f"{type(self).__name__}.{what} timed out: a subscriber's queue is full (nodrop)")
-        time.sleep(0.001 if deadline is None else max(0.0, min(0.001, deadline - time.monotonic())))
-
-    def _recv_one_nowait(self) -> Optional[list[bytes]]:
-        if self._set_aside:
-            return self._set_aside.popleft()
-        return super()._recv_one_nowait()
 
     @staticmethod
     def _is_command(message: list[bytes]) -> bool:
@@ -155,19 +176,9 @@ class XPub(UncountedWire, PatternSocket):
         arrive meanwhile; those stay queued for ``recv()`` (in memory: an application that
         receives data upstream should call ``recv()`` too).
         """
-        deadline = timeout_deadline(timeout)
-        self._acquire(deadline)
-        try:
-            while True:
-                message = PatternSocket._recv_one_nowait(self)
-                if message is None:
-                    self._wait(zmq.POLLIN, deadline, "recv_subscription")
-                    continue
-                if self._is_command(message):
-                    return message[0][:1] == b"\x01", message[0][1:]
-                self._set_aside.append(message)
-        finally:
-            self._lock.release()
+        wire = self._wire
+        assert isinstance(wire, XPubWire)  # ``XPub``'s wire
+        return wire.recv_subscription(timeout_deadline(timeout))
 
 
 class XSub(UncountedWire, PatternSocket):

@@ -3,8 +3,9 @@ read frame by frame off a libzmq socket.
 
 Why a loop of its own: per message it costs one ``recv`` and one RCVMORE check (through
 ctypes, see ``rcvmore``), with no list per message, where receiving whole messages and
-flattening them (``frames.flatten``) builds a list for every one. ``PatternSocket.recv_values``
-takes the socket's lock, then calls this; the socket keeps the waiting (``_wait``: bounded,
+flattening them (``frames.flatten``) builds a list for every one. The libzmq wire
+(``LibzmqWire.receive_values``, behind ``PatternSocket.recv_values``) takes the socket's
+lock, then calls this; the wire keeps the waiting (``LibzmqWire.wait``: bounded,
 interrupted by ``close``), the loop only decides when to wait and what a message becomes.
 """
 

@@ -17,7 +17,9 @@ import zmq
 
 from .base import PatternSocket
 from .frames import Message
+from .libzmq_wire import LibzmqWire
 from .socket_options import positive_int
+from .wire_contract import WireClass
 
 __all__ = ["Req", "Rep", "Dealer", "Router"]
 
@@ -49,6 +51,21 @@ class Dealer(PatternSocket):
     can_recv: ClassVar[bool] = True
 
 
+class RouterWire(LibzmqWire):
+    """A ROUTER's libzmq wire: with ``mandatory``, a reply to no connected identity is a
+    ``ConnectionError`` naming it, not libzmq's bare EHOSTUNREACH."""
+
+    def send_locked(self, frames: list[Message], deadline: Optional[float]) -> None:
+        try:
+            super().send_locked(frames, deadline)
+        except zmq.ZMQError as exc:
+            if exc.errno != zmq.EHOSTUNREACH:
+                raise
+            raise ConnectionError(
+                f"Router: no connected peer has identity {bytes(frames[0])!r} (mandatory routing refuses the reply)"
+            ) from None
+
+
 class Router(PatternSocket):
     """Asynchronous server: ``recv_multipart()`` returns ``[identity, ...]``; a reply sent as
     ``[identity, ...]`` goes to that peer. ``mandatory=True`` (ZMQ_ROUTER_MANDATORY) makes a
@@ -57,6 +74,7 @@ class Router(PatternSocket):
     without bounding its replies, unlike ``max_message_bytes``. Binds by default."""
 
     socket_type: ClassVar[int] = zmq.ROUTER
+    wire_class: ClassVar[WireClass] = RouterWire
     default_bind: ClassVar[bool] = True
     can_send: ClassVar[bool] = True
     can_recv: ClassVar[bool] = True
@@ -71,13 +89,3 @@ class Router(PatternSocket):
         if options.get("max_request_bytes") is not None:
             # before bind: a listener copies the socket's options when it is created
             sock.setsockopt(zmq.MAXMSGSIZE, positive_int("max_request_bytes", options["max_request_bytes"]))
-
-    def _send_locked(self, frames: list[Message], deadline: Optional[float]) -> None:
-        try:
-            super()._send_locked(frames, deadline)
-        except zmq.ZMQError as exc:
-            if exc.errno != zmq.EHOSTUNREACH:
-                raise
-            raise ConnectionError(
-                f"Router: no connected peer has identity {bytes(frames[0])!r} (mandatory routing refuses the reply)"
-            ) from None

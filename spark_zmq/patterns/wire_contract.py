@@ -30,17 +30,32 @@ What every data socket guarantees, whichever wire carries it:
   no limit.
 
 ``UncountedWire`` gives the libzmq classes the counters they cannot keep (always 0).
+
+Inside a socket the same promises are split in two. The API class (``base.PatternSocket``)
+checks arguments, options, frames and timeouts (a timeout becomes a deadline there), keeps
+the endpoints and the socket's lifetime (``deadlines.SocketState``), and hands the I/O to
+its wire, a ``SocketWire``: ``libzmq_wire.LibzmqWire`` (a pyzmq socket) or
+``engine_wire.EngineWire`` (this package's ZMTP engine). A socket class picks its wire with
+``wire_class`` (a ``WireClass``); mypy checks that both wires satisfy ``SocketWire``, and both
+wait by the one rule of ``deadlines`` (a slice at a time, ``SocketClosedError`` once the
+socket is closing, ``TimeoutError`` past the deadline, at least one look first).
 """
 
 from __future__ import annotations
 
-from typing import Optional, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Protocol, Sequence
 
 from .endpoints import Endpoint
-from .frames import Frames
+from .frames import Frames, Message
 from .handshakes import HandshakeWatch
 
-__all__ = ["ReceivingWire", "SendingWire", "UncountedWire", "Wire"]
+if TYPE_CHECKING:
+    import zmq
+
+    from .curve import Curve
+    from .deadlines import SocketState
+
+__all__ = ["ReceivingWire", "SendingWire", "SocketWire", "UncountedWire", "Wire", "WireClass"]
 
 
 class Wire(Protocol):
@@ -179,3 +194,106 @@ class UncountedWire:
     @property
     def unconfirmed(self) -> int:
         return 0
+
+
+class SocketWire(Protocol):
+    """The I/O half of a socket, behind its API class (``base.PatternSocket``).
+
+    The API class has checked every argument before it calls in: ``frames`` are checked
+    frames, ``messages`` checked ``bytes``, ``max_messages >= 1``. A ``deadline`` is
+    ``time.monotonic()`` seconds (``None``: no limit); a wait looks at least once, raises
+    ``SocketClosedError`` once the socket is closing and ``TimeoutError`` past the deadline
+    (``deadlines``). Counters and events are the contract's (``Wire``).
+    """
+
+    #: the socket's events and rejected handshakes, or ``None`` (see ``Wire.handshakes``)
+    handshakes: Optional[HandshakeWatch]
+
+    # -- open / attach: made configured by its ``WireClass``, then attached and started --
+
+    def attach(self, endpoint: Endpoint) -> Optional[str]:
+        """Bind (the real address is returned) or connect ``endpoint``; an ``OSError``
+        naming the address when that fails."""
+        ...
+
+    def start(self) -> None:
+        """Begin the I/O, once every endpoint is attached."""
+        ...
+
+    def abort(self) -> None:
+        """Release what was made when attaching or starting failed."""
+        ...
+
+    @property
+    def zmq_socket(self) -> zmq.Socket[Any]:
+        """The pyzmq socket, or ``AttributeError`` on a wire that has none."""
+        ...
+
+    # -- sending --
+
+    def send_frames(self, frames: list[Message], deadline: Optional[float]) -> None:
+        """Queue one whole message, waiting until ``deadline`` while no peer can take it."""
+        ...
+
+    def send_many(self, messages: Sequence[bytes], timeout: Optional[float], deadline: Optional[float]) -> int:
+        """Queue single-frame messages in order: ``timeout`` bounds the wait for each one
+        (``SendTimeoutError`` with ``sent``), ``deadline`` is the first's."""
+        ...
+
+    # -- receiving --
+
+    def receive(self, max_messages: int, deadline: Optional[float], max_bytes: Optional[int]) -> list[list[bytes]]:
+        """Wait until ``deadline`` for one message, then take up to ``max_messages`` (and
+        about ``max_bytes``) already queued, each as its list of frames."""
+        ...
+
+    def receive_values(
+        self, max_messages: int, deadline: Optional[float], max_bytes: Optional[int]
+    ) -> tuple[list[bytes], Optional[list[Optional[bytes]]]]:
+        """As ``receive``, flattened to ``(values, topics)`` (``ReceivingWire.recv_values``)."""
+        ...
+
+    def wait_readable(self, deadline: Optional[float]) -> bool:
+        """Whether a message waits, waiting until ``deadline`` for one."""
+        ...
+
+    # -- close --
+
+    def close(self, linger: Optional[int]) -> None:
+        """Let a sender's queue leave within ``linger`` ms (``None``: the socket's own),
+        set the socket's state ``closing`` (a blocked call raises at its next look), and
+        release everything, setting the state ``closed`` (the libzmq wire does both under
+        its lock, once the call holding it let go)."""
+        ...
+
+    def abandon(self) -> None:
+        """The socket was dropped unclosed (``__del__``): release it without waiting."""
+        ...
+
+    # -- counters (``Wire``, ``SendingWire``; 0 where the wire cannot tell) --
+
+    @property
+    def broken_connections(self) -> int: ...
+
+    @property
+    def lost_peers(self) -> int: ...
+
+    @property
+    def resent(self) -> int: ...
+
+    @property
+    def unsent(self) -> int: ...
+
+    @property
+    def unconfirmed(self) -> int: ...
+
+
+class WireClass(Protocol):
+    """What a socket class names as its ``wire_class``: the options the wire adds to the
+    common ones, and how to make one for a socket whose arguments were checked."""
+
+    @property
+    def extra_options(self) -> tuple[str, ...]: ...
+
+    def __call__(self, owner: Any, state: SocketState, hwm: Optional[int], curve: Optional[Curve],
+                 options: dict[str, Any]) -> SocketWire: ...

@@ -321,12 +321,14 @@ class Engine(_Sessions, _Stream):
 
     def _wait_until(self, deadline: Optional[float], check: Callable[[], None]) -> bool:
         """Wait (lock held) a slice for the I/O thread to change something, unless
-        ``deadline`` passed (``False``); ``check()`` before and after."""
-        check()
-        now = time.monotonic()
-        if deadline is not None and now >= deadline:
+        ``deadline`` passed (``False``); ``check()`` before and after: the sockets' one
+        waiting rule (``deadlines.next_slice``), which the libzmq wire follows too."""
+        from ..deadlines import next_slice  # here: this method is the engine's one use
+
+        slice_s = next_slice(deadline, check)
+        if slice_s is None:
             return False
-        self.wait(_WAIT_SLICE_S if deadline is None else min(_WAIT_SLICE_S, deadline - now))
+        self.wait(slice_s)
         check()
         return True
 

@@ -1,0 +1,323 @@
+"""The libzmq wire: a socket's I/O through one pyzmq socket (``wire_contract.SocketWire``).
+
+It owns what only libzmq has: the pyzmq socket and the lock that makes one call at a time
+use it (pyzmq sockets are not thread-safe), the poll-based wait (``deadlines``' rule: poll a
+slice, look at ``closing`` and the deadline), sending without blocking libzmq, the receive
+loop (``recv_values.recv_values_from``), and at close the monitor, the socket and a CURVE
+server's ZAP domain. The API class (``base.PatternSocket``) checks the arguments, frames
+and timeouts before it calls in, and keeps the endpoints and the socket's lifetime.
+
+A class whose socket needs more than this wire does (``XPub``: subscriptions set aside and
+``nodrop``; ``Router``: mandatory routing) sets a subclass of ``LibzmqWire`` as its
+``wire_class``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from functools import partial
+from typing import TYPE_CHECKING, Any, ClassVar, Optional, Sequence
+
+import zmq
+
+from .curve import Curve, secure_context
+from .deadlines import SendTimeoutError, SocketState, first_slice, next_slice
+from .deadlines import WAIT_SLICE_S as _WAIT_SLICE_S
+from .endpoints import Endpoint, attach
+from .frames import Message, flatten
+from .handshakes import HANDSHAKE_FAILURES, HandshakeWatch, open_monitor
+from .rcvmore import rcvmore_check
+from .recv_values import recv_values_from
+from .socket_options import apply_tuning, set_common_options, timeout_deadline
+
+if TYPE_CHECKING:
+    from .base import PatternSocket
+
+__all__ = ["LibzmqWire"]
+
+# Frames at least this large (immutable ``bytes`` only) are handed to libzmq without a copy.
+_ZERO_COPY_MIN_BYTES = 65536
+
+# send/recv flags as plain ints: pyzmq's constants are ``IntFlag`` members, and combining
+# them (``NOBLOCK | SNDMORE``) builds a new enum member each time, 2 us per frame here
+_NOBLOCK = int(zmq.NOBLOCK)
+_NOBLOCK_SNDMORE = int(zmq.NOBLOCK | zmq.SNDMORE)
+
+
+class LibzmqWire:
+    """One pyzmq socket of ``owner``'s ``socket_type``, configured (common options,
+    heartbeat, the class's ``_configure``, tuning, CURVE, monitor) but not yet attached."""
+
+    #: options this wire takes beyond the common ones
+    extra_options: ClassVar[tuple[str, ...]] = ()
+    #: libzmq tells its application nothing of what these count (``wire_contract``)
+    broken_connections: ClassVar[int] = 0
+    lost_peers: ClassVar[int] = 0
+    resent: ClassVar[int] = 0
+    unsent: ClassVar[int] = 0
+    unconfirmed: ClassVar[int] = 0
+
+    def __init__(self, owner: PatternSocket, state: SocketState, hwm: Optional[int], curve: Optional[Curve],
+                 options: dict[str, Any]) -> None:
+        self.state = state
+        self.label = state.label
+        self.send_hint = f" (no peer available on {', '.join(map(str, owner.endpoints))})"
+        context = options.get("context") or (
+            secure_context() if curve is not None and curve.is_server else zmq.Context.instance()
+        )
+        self.zap = None
+        self.monitor_socket: Optional[zmq.Socket[Any]] = None
+        self.handshakes: Optional[HandshakeWatch] = None
+        self.lock = threading.Lock()
+        self.socket: zmq.Socket[Any] = context.socket(owner.socket_type)
+        #: a single-part socket reports a multipart message it dropped here (none on libzmq)
+        self.discard_multipart = self._discard_multipart if owner.single_part else None
+        #: a subclass filters or sets messages aside in ``recv_one_nowait`` (XPub): then
+        #: ``receive_values`` takes that path too, so no hook is bypassed
+        self.filtered = type(self).recv_one_nowait is not LibzmqWire.recv_one_nowait
+        try:
+            sock = self.socket
+            # only receiving sockets ask (the check probes the socket once when it is made)
+            self.rcvmore = rcvmore_check(sock) if owner.can_recv else None
+            set_common_options(sock, options, hwm, owner.max_message_bytes, owner.default_linger_ms)
+            owner.heartbeat.apply(sock, zmtp_timeout=owner.heartbeat_zmtp_timeout, pings=owner.heartbeat_pings)
+            owner._configure(sock, options)
+            self.configure(sock, options)
+            apply_tuning(sock, options)
+            if curve is not None:
+                self.zap = curve.apply(sock)
+            # A monitor must exist before bind/connect, or it misses the first events.
+            events = int(options.get("monitor") or 0) | (HANDSHAKE_FAILURES if curve is not None else 0)
+            self.monitor_socket = open_monitor(sock, events) if events else None
+            if self.monitor_socket is not None:
+                self.handshakes = HandshakeWatch(self.monitor_socket, is_server=curve is None or curve.is_server,
+                                                 label=self.label, curve=curve is not None)
+        except BaseException:
+            self.release(linger=0)
+            raise
+
+    def configure(self, sock: zmq.Socket[Any], options: dict[str, Any]) -> None:
+        """Subclass hook, run before bind/connect, after the socket class's ``_configure``."""
+
+    # -- attaching ------------------------------------------------------------------------
+
+    def attach(self, endpoint: Endpoint) -> Optional[str]:
+        return attach(self.socket, endpoint, self.label)
+
+    def start(self) -> None:
+        """Nothing to start: libzmq's I/O thread runs already."""
+
+    def abort(self) -> None:
+        """Undo a construction that failed after the socket was made."""
+        self.release(linger=0)
+
+    @property
+    def zmq_socket(self) -> zmq.Socket[Any]:
+        return self.socket
+
+    # -- waiting --------------------------------------------------------------------------
+
+    def acquire(self, deadline: Optional[float]) -> None:
+        """Take the socket's lock by ``deadline``; interrupted by ``close``."""
+        state = self.state
+        if deadline is None:
+            while not self.lock.acquire(timeout=_WAIT_SLICE_S):
+                state.check_open()
+        else:
+            if not self.lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                raise TimeoutError(f"{self.label}: timed out waiting for another thread using the socket")
+        if state.closed:
+            self.lock.release()
+            state.check_open()
+
+    def wait(self, event: int, deadline: Optional[float], what: str) -> None:
+        """Poll (lock held) until ``event`` is ready, the deadline passes, or close() is called.
+
+        The socket is polled at least once, even when the deadline has already passed
+        (``timeout=0``): libzmq throttles command processing in a non-blocking send, so a
+        peer's "queue has room again" (activate_write) may still be pending when the send
+        fails with EAGAIN, and only a poll processes it. Raising ``TimeoutError`` without that
+        poll made ``send(timeout=0)`` fail spuriously right after a receiver drained the
+        queue (30/PIPELINE: a peer whose queue is not full is available).
+        """
+        poll = self.socket.poll
+        if poll(int(first_slice(deadline) * 1000), event):
+            return
+        check = partial(self.state.check_during, what)
+        while True:
+            slice_s = next_slice(deadline, check)
+            if slice_s is None:
+                raise TimeoutError(f"{self.label}.{what} timed out{self.send_hint if what == 'send' else ''}")
+            if poll(int(slice_s * 1000), event):
+                return
+
+    def wait_readable(self, deadline: Optional[float]) -> bool:
+        self.acquire(deadline)
+        try:
+            try:
+                self.wait(zmq.POLLIN, deadline, "recv")
+                return True
+            except TimeoutError:
+                return False
+        finally:
+            self.lock.release()
+
+    # -- sending --------------------------------------------------------------------------
+
+    def send_frames(self, frames: list[Message], deadline: Optional[float]) -> None:
+        self.acquire(deadline)
+        try:
+            self.send_locked(frames, deadline)
+        finally:
+            self.lock.release()
+
+    def send_many(self, messages: Sequence[bytes], timeout: Optional[float], deadline: Optional[float]) -> int:
+        self.acquire(deadline)
+        sent = 0
+        try:
+            send, NOBLOCK = self.socket.send, _NOBLOCK
+            for message in messages:
+                while True:
+                    try:
+                        send(message, NOBLOCK, copy=len(message) < _ZERO_COPY_MIN_BYTES)
+                        break
+                    except zmq.Again:
+                        try:
+                            self.wait(zmq.POLLOUT, timeout_deadline(timeout), "send")
+                        except TimeoutError as exc:
+                            raise SendTimeoutError(str(exc), sent) from None
+                sent += 1
+            return sent
+        finally:
+            self.lock.release()
+
+    def send_locked(self, frames: list[Message], deadline: Optional[float]) -> None:
+        """Queue one whole message without blocking libzmq; wait (bounded) while no peer
+        can take it.
+
+        Only an immutable ``bytes`` frame is sent zero-copy: libzmq keeps referencing a
+        zero-copy buffer until the message leaves the process, so a ``bytearray`` or
+        ``memoryview`` the caller reuses after ``send`` returned would change (or, when
+        resized, break) a message already accepted. The RFCs say a sender SHALL NOT modify
+        outgoing messages, so mutable buffers are copied at send time.
+        """
+        sock = self.socket
+        last = len(frames) - 1
+        while True:
+            i = 0
+            try:
+                for i, frame in enumerate(frames):
+                    zero_copy = type(frame) is bytes and len(frame) >= _ZERO_COPY_MIN_BYTES
+                    sock.send(frame, _NOBLOCK_SNDMORE if i < last else _NOBLOCK, copy=not zero_copy)
+                return
+            except zmq.Again:
+                if i == 0:  # no peer can take it: wait (bounded) until one can
+                    self.wait(zmq.POLLOUT, deadline, "send")
+                # else: once a message's first frame is accepted libzmq accepts the rest
+                # (the high-water mark counts whole messages), except when the pipe it was
+                # going to is terminated in between (its peer left): libzmq then drops the
+                # frames written so far and answers EAGAIN, meaning "send the whole message
+                # again"
+
+    # -- receiving ------------------------------------------------------------------------
+
+    def receive(self, max_messages: int, deadline: Optional[float], max_bytes: Optional[int]) -> list[list[bytes]]:
+        self.acquire(deadline)
+        try:
+            return self.receive_locked(max_messages, deadline, max_bytes)
+        finally:
+            self.lock.release()
+
+    def receive_locked(
+        self, max_messages: int, deadline: Optional[float], max_bytes: Optional[int] = None
+    ) -> list[list[bytes]]:
+        out: list[list[bytes]] = []
+        recv_one = self.recv_one_nowait
+        while True:
+            message = recv_one()
+            if message is not None:
+                out.append(message)
+                break
+            self.wait(zmq.POLLIN, deadline, "recv")
+        if max_bytes is None:
+            while len(out) < max_messages:
+                message = recv_one()
+                if message is None:
+                    break
+                out.append(message)
+            return out
+        size = sum(map(len, out[0]))
+        while len(out) < max_messages and size < max_bytes:
+            message = recv_one()
+            if message is None:
+                break
+            out.append(message)
+            size += sum(map(len, message))
+        return out
+
+    def receive_values(
+        self, max_messages: int, deadline: Optional[float], max_bytes: Optional[int]
+    ) -> tuple[list[bytes], Optional[list[Optional[bytes]]]]:
+        """The frame-by-frame loop (``recv_values_from``), or whole messages flattened
+        when a subclass filters them (``filtered``)."""
+        self.acquire(deadline)
+        try:
+            if self.filtered:
+                return flatten(self.receive_locked(max_messages, deadline, max_bytes), self.discard_multipart)
+            more = self.rcvmore
+            assert more is not None  # a receiving socket (``can_recv``) has the check
+            return recv_values_from(self.socket, more, max_messages, max_bytes,
+                                    lambda: self.wait(zmq.POLLIN, deadline, "recv"), self.discard_multipart)
+        finally:
+            self.lock.release()
+
+    def _discard_multipart(self) -> None:
+        """Called when a single-part socket drained a multipart message (none on libzmq)."""
+
+    def recv_one_nowait(self) -> Optional[list[bytes]]:
+        """One whole message or ``None`` if nothing is queued (subclasses filter here)."""
+        sock = self.socket
+        try:
+            frames = [sock.recv(_NOBLOCK)]
+        except zmq.Again:
+            return None
+        more = self.rcvmore
+        assert more is not None  # a receiving socket (``can_recv``) has the check
+        while more():  # (a message's parts arrive together: the rest is there)
+            frames.append(sock.recv(_NOBLOCK))
+        return frames
+
+    def set_option(self, option: int, value: Any) -> None:
+        """Set a socket option between calls (under the lock; interrupted by ``close``)."""
+        self.acquire(None)
+        try:
+            self.socket.setsockopt(option, value)
+        finally:
+            self.lock.release()
+
+    # -- lifetime -------------------------------------------------------------------------
+
+    def close(self, linger: Optional[int]) -> None:
+        """Mark the socket closing (a blocked call raises at its next look), then close it
+        once the lock is free; ``linger`` (ms) overrides the socket's linger."""
+        state = self.state
+        state.closing = True
+        with self.lock:
+            if not state.closed:
+                state.closed = True
+                self.release(linger)
+
+    def release(self, linger: Optional[int]) -> None:
+        """Close the monitor, the socket and (CURVE server) its ZAP domain, in that order:
+        the domain's handler may stop with it, and must outlive the socket's handshakes."""
+        if self.monitor_socket is not None:
+            self.socket.disable_monitor()
+            self.monitor_socket.close(0)
+        self.socket.close(linger=linger)
+        if self.zap is not None:
+            self.zap.release()
+
+    def abandon(self) -> None:
+        """The socket was dropped unclosed (``__del__``): close it without waiting."""
+        self.socket.close(linger=0)
