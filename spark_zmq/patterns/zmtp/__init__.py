@@ -9,8 +9,10 @@ Layers, each usable and testable on its own:
 * ``policies``: round-robin and fair queueing over peers (no I/O);
 * ``engine``: one I/O thread per socket that accepts, connects, reconnects, handshakes and
   moves frames between TCP/IPC streams and per-peer queues, built from ``connection``
-  (one connection's state), ``stream`` (the protocol on it), ``sessions`` (connections
-  coming and going) and ``poller`` (the thread's loop).
+  (one connection's state), ``stream`` (the protocol on it: one object per connection),
+  ``owner`` (the narrow interface between that object and its owner), ``sessions``
+  (listeners, connectors and connections coming and going: the owner) and ``poller`` (the
+  thread's loop); they import one way, with no cycle.
 
 Nothing here imports Spark.
 """

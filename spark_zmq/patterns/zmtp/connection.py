@@ -6,8 +6,10 @@
 * ``Connection``: one OS socket speaking ZMTP: stage, input and output buffers, the write
   in progress, TCP acknowledgement tracking and the heartbeat clock.
 
-They hold state and answer questions about it; the engine (``engine``, ``stream``,
-``sessions``) does the I/O and decides what to do with the answers.
+They hold state and answer questions about it; the protocol on a connection
+(``stream.StreamEngine``, a ``Connection`` that also reads and writes it) and its owner
+(``sessions``) do the I/O and decide what to do with the answers. This module imports
+neither of them, so the state sits below both.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import itertools
 import socket
 import struct
 import time
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Callable, Optional, Union
 
 from ..heartbeat import Heartbeat
 from . import transport
@@ -25,7 +27,11 @@ from .codec import COMMAND, Chunk, EngineMessage, frame_header
 from .wire import GREETING_SIZE
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .parts import EngineParts
+    from .curve import CurveClient, CurveServer
+    from .null import NullMechanism
+
+    #: the security mechanism of one connection
+    Mechanism = Union[NullMechanism, CurveClient, CurveServer]
 
 __all__ = ["Peer", "Connector", "Connection", "GREETING", "HANDSHAKE", "READY", "CLOSED"]
 
@@ -93,8 +99,8 @@ class Connection:
     TCP acknowledgement tracking and heartbeat clock (the engine's I/O thread alone
     touches it, except ``out`` and ``inflight``, which the application's calls read)."""
 
-    def __init__(self, engine: EngineParts, sock: socket.socket, address: str, connector: Optional[Connector],
-                 endpoint: str) -> None:
+    def __init__(self, sock: socket.socket, address: str, connector: Optional[Connector], endpoint: str,
+                 handshake_ivl_s: float, new_mechanism: Callable[[], Mechanism]) -> None:
         self.sock = sock
         self.address = address
         #: what events name, as libzmq's monitor does: the bound address (for accepted
@@ -105,7 +111,7 @@ class Connection:
         self.peer = connector.peer if connector is not None else Peer()
         self.stage = GREETING
         self.connecting = False
-        self.mechanism = engine.new_mechanism(self)
+        self.mechanism = new_mechanism()
         self.pending: list[Chunk] = []
         self.pending_len = 0
         self.need = GREETING_SIZE
@@ -128,11 +134,11 @@ class Connection:
         self.finished = False
         self.in_multipart = False
         #: a multipart message being assembled (sockets that take them): its frames so far,
-        #: their bytes, and their cost against the size limit (``_Stream._add_part``)
+        #: their bytes, and their cost against the size limit (``StreamEngine._add_part``)
         self.parts: list[bytes] = []
         self.parts_bytes = 0
         self.parts_cost = 0
-        self.deadline = time.monotonic() + engine.handshake_ivl_s
+        self.deadline = time.monotonic() + handshake_ivl_s
         self.events = 0
         self.sent_metadata = False
         #: the handshake failed: what this peer's queue holds goes to other peers

@@ -34,8 +34,13 @@ GATHER and a PUSH as PULL. See ``null.py`` for who declares first.
 
 The parts, as libzmq splits them: ``codec`` (frames as bytes), ``policies`` (round-robin
 and fair queueing), ``connection`` (one connection's state), ``stream`` (the protocol on a
-connection), ``sessions`` (connecting, accepting, closing and re-routing), ``poller`` (the
-I/O thread's loop). ``Engine`` joins them and is the sockets' only way in.
+connection: one ``StreamEngine`` object per connection), ``owner`` (the narrow interface
+between such an object and its owner, and the settings it is given), ``sessions``
+(listeners, connectors and connections: accepting, connecting, closing and re-routing; the
+owner of every connection), ``poller`` (the I/O thread's loop). ``Engine`` holds the queues
+the application shares with the I/O thread, derives from the session manager and is the
+sockets' only way in. The modules import one way (engine -> sessions -> stream ->
+connection -> codec), so each can be read without the ones above it.
 """
 
 from __future__ import annotations
@@ -46,16 +51,17 @@ import selectors
 import socket
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence, cast
 
 from ..heartbeat import DEFAULT_HEARTBEAT, Heartbeat
 from . import transport
 from .codec import HANDSHAKE_FRAME_LIMIT, EngineMessage
-from .connection import READY, Connection, Connector, Peer
+from .connection import READY, Connector, Peer
+from .owner import Settings
 from .poller import Poller
 from .policies import FairQueue, RoundRobin
 from .sessions import _Sessions
-from .stream import _Stream
+from .stream import StreamEngine
 from .wire import command
 
 if TYPE_CHECKING:
@@ -71,7 +77,7 @@ _WAIT_SLICE_S = 0.1
 _ACK_POLL_S = 0.005
 
 
-class Engine(_Sessions, _Stream):
+class Engine(_Sessions):
     """One ZMTP socket's I/O thread and queues. Socket classes (``Scatter``, ``Gather``)
     hold one and call ``send_round_robin``, ``receive``, ``wait_readable``, ``drain`` and
     ``release`` (each takes the lock itself); everything else is the engine's own.
@@ -156,7 +162,7 @@ class Engine(_Sessions, _Stream):
         self._accept_failing = False
         self._listeners: list[tuple[socket.socket, str, transport.Address]] = []
         self._inproc_names: list[str] = []
-        self._connections: set[Connection] = set()
+        self._connections: set[StreamEngine] = set()
         #: no connection's handshake or heartbeat clock is due before this (monotonic
         #: seconds), so the loop walks the connections only when one may be: set by each
         #: walk, lowered by whatever sets an earlier clock (``_due``)
@@ -167,6 +173,11 @@ class Engine(_Sessions, _Stream):
         #: (host, key) of the CURVE clients refused and logged: each once per socket, as the
         #: libzmq sockets' ZAP handler does (``curve._KeyPolicy``), at most 10,000
         self._refused_logged: set[tuple[str, str]] = set()
+        #: what each connection's protocol object reads of the socket (``owner.Settings``)
+        self._settings = Settings(
+            socket_type=socket_type, peer_types=peer_types, label=label, max_message_bytes=max_message_bytes,
+            multipart=multipart, receive_only=receive_only, heartbeat=heartbeat, ping=self._ping,
+            ack_liveness_bytes=self._ack_liveness_bytes, handshake_ivl_s=handshake_ivl_s)
 
     # -- set-up (application thread, before start) ------------------------------------------
 
@@ -336,13 +347,21 @@ class Engine(_Sessions, _Stream):
         """Ask the I/O thread to write ``peer``'s outbox (lock held)."""
         conn = peer.conn
         if conn is not None and not conn.out:
-            self.call_soon(lambda: self._flush(conn))
+            self.call_soon(cast(StreamEngine, conn).flush)
 
     def _ask_resume(self, peer: Peer) -> None:
         """``peer``'s inbox was drained below half its limit: read its connection again."""
         conn = peer.conn
         if conn is not None:
-            self.call_soon(lambda: self._resume(conn))
+            self.call_soon(lambda: self._resume(cast(StreamEngine, conn)))
+
+    def _resume(self, conn: StreamEngine) -> None:
+        """Read ``conn`` again (I/O thread): its peer's inbox drained."""
+        peer = conn.peer
+        with self.lock:
+            peer.paused = False
+            peer.resume_asked = False
+        conn.resume()
 
     def pending_outgoing(self) -> int:
         """Messages this socket still holds for sending (lock held)."""

@@ -2,25 +2,40 @@
 reconnecting, handshake deadlines, and what happens to a peer's messages when its
 connection fails or closes (re-routed, never forgotten: see ``engine``).
 
-``_Sessions`` is a part of ``Engine``, split off by concern: its methods run on the I/O
-thread and use the engine's state; the protocol on each connection is ``stream``'s.
+``_Sessions`` is the session manager of ``Engine`` (its base): it owns the listeners, the
+connectors and the connections, makes each connection's protocol object
+(``stream.StreamEngine``) and is that object's owner (``owner.ConnectionOwner``): the
+queues, policies and counters a connection touches are reached through it alone. Its
+methods run on the I/O thread; the state it shares with the application's calls (the
+lock, the queues, the counters) is the engine's, declared below for the type checker.
 """
 
 from __future__ import annotations
 
+import collections
 import errno
 import logging
 import os
 import selectors
 import socket
-from typing import TYPE_CHECKING, Optional
+import threading
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 import zmq
 
 from . import transport
-from .codec import COMMAND, ZmtpError
-from .connection import CLOSED, GREETING, HANDSHAKE, READY, Connection, Connector
-from .stream import _Renegotiate
+from .codec import EngineMessage, ZmtpError
+from .connection import CLOSED, GREETING, HANDSHAKE, READY, Connection, Connector, Peer
+from .null import NullMechanism
+from .owner import Renegotiate, Settings
+from .stream import StreamEngine
+
+if TYPE_CHECKING:
+    from ..curve import Curve
+    from ..heartbeat import Heartbeat
+    from .connection import Mechanism
+    from .poller import Poller
+    from .policies import FairQueue, RoundRobin
 
 #: the engine's logger: one name for all its parts, so one logging setting covers the engine
 log = logging.getLogger("spark_zmq.patterns.zmtp.engine")
@@ -28,20 +43,59 @@ log = logging.getLogger("spark_zmq.patterns.zmtp.engine")
 _ACCEPT_RETRY_S = 0.2
 #: the longest wait between tries at an endpoint whose handshakes keep failing
 HANDSHAKE_BACKOFF_MAX_S = 5.0
+#: about this many bytes of messages are taken for one write batch of a connection
+_WRITE_BATCH_BYTES = 256 * 1024
+#: messages taken from a peer's queue per step of a refill (the batch may pass
+#: _WRITE_BATCH_BYTES by at most one run's worth)
+_REFILL_RUN = 64
 
 
-if TYPE_CHECKING:
-    from .parts import EngineParts
-else:
-    EngineParts = object
+class _Sessions:
+    """The session manager of ``Engine`` and the owner of its connections (see the
+    module's docstring)."""
 
-
-class _Sessions(EngineParts):
-    """The connection management of ``Engine`` (see the module's docstring)."""
+    # the engine's state used here, set by ``Engine.__init__``: the settings, ...
+    socket_type: bytes
+    peer_types: dict[bytes, bytes]
+    label: str
+    curve: Optional[Curve]
+    heartbeat: Heartbeat
+    rcvbuf: Optional[int]
+    sndbuf: Optional[int]
+    tcp_options: list[tuple[int, int, int]]
+    immediate: bool
+    reconnect_ivl_s: float
+    reconnect_ivl_max_s: float
+    on_event: Optional[Callable[[int, int, str], None]]
+    _settings: Settings
+    _mechanism_keys: Optional[dict[str, Any]]
+    # ... what it shares with the application's calls (under ``lock``) ...
+    lock: threading.Lock
+    cond: threading.Condition
+    _lb: RoundRobin
+    _fq: FairQueue
+    orphans: collections.deque[EngineMessage]
+    closing: bool
+    waiters: int
+    heartbeat_timeouts: int
+    broken_connections: int
+    sequence_gaps: int
+    discarded_multipart: int
+    resent: int
+    lost_peers: int
+    # ... and its own: the loop, the listeners and the connections
+    _poller: Poller
+    _selector: selectors.BaseSelector
+    _accept_failing: bool
+    _listeners: list[tuple[socket.socket, str, transport.Address]]
+    _inproc_names: list[str]
+    _connections: set[StreamEngine]
+    _connections_due: float
+    _refused_logged: set[tuple[str, str]]
 
     # -- clocks ------------------------------------------------------------------------
 
-    def _due(self, at: float) -> None:
+    def due(self, at: float) -> None:
         """A connection's clock was set to ``at``: the next walk comes no later."""
         if at < self._connections_due:
             self._connections_due = at
@@ -53,12 +107,12 @@ class _Sessions(EngineParts):
         for conn in list(self._connections):
             if conn.stage in (GREETING, HANDSHAKE):
                 if now >= conn.deadline:
-                    self._fail(conn, ZmtpError("the peer did not complete the handshake in time",
-                                               zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL, errno.ETIMEDOUT))
+                    conn.fail(ZmtpError("the peer did not complete the handshake in time",
+                                        zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL, errno.ETIMEDOUT))
                 else:
                     delay = min(delay, conn.deadline - now)
             elif conn.stage == READY and self.heartbeat.enabled:
-                delay = min(delay, self._heartbeat(conn, now))
+                delay = min(delay, conn.heartbeat(now))
         return delay
 
     # -- accepting and connecting ------------------------------------------------------
@@ -103,7 +157,7 @@ class _Sessions(EngineParts):
             if self.closing:
                 sock.close()
                 return
-            self.call_soon(lambda: self._adopt(sock, address, None))
+            self._poller.call_soon(lambda: self._adopt(sock, address, None))
 
     def _connect(self, connector: Connector) -> None:
         if self.closing or connector.conn is not None:
@@ -141,7 +195,7 @@ class _Sessions(EngineParts):
             return
         conn = self._adopt(sock, connector.endpoint, connector, connecting=code != 0)
         if conn is not None and code != 0:
-            self._set_events(conn, selectors.EVENT_WRITE)
+            conn.set_events(selectors.EVENT_WRITE)
 
     def _retry(self, connector: Connector) -> None:
         if not self.closing:
@@ -158,28 +212,117 @@ class _Sessions(EngineParts):
             self._poller.at(wait, lambda: self._connect(connector))
 
     def _adopt(self, sock: socket.socket, address: str, connector: Optional[Connector],
-               connecting: bool = False, endpoint: Optional[str] = None) -> Optional[Connection]:
+               connecting: bool = False, endpoint: Optional[str] = None) -> Optional[StreamEngine]:
         if self.closing:
             sock.close()
             return None
         if connector is None or connector.address.transport == "inproc":
             self._configure(sock)
-        conn = Connection(self, sock, address, connector, endpoint or address)
+        conn = StreamEngine(self, self._settings, self._selector, sock, address, connector, endpoint or address,
+                            self.new_mechanism)
         if connector is not None:
             connector.conn = conn
         self._connections.add(conn)
-        self._due(conn.deadline)
+        self.due(conn.deadline)
         conn.connecting = connecting
         if not connecting:
-            self._start_greeting(conn)
-        self._set_events(conn, selectors.EVENT_READ | (selectors.EVENT_WRITE if conn.out or connecting else 0))
+            conn.start_greeting()
+        conn.set_events(selectors.EVENT_READ | (selectors.EVENT_WRITE if conn.out or connecting else 0))
         if not connecting:
-            self._flush(conn)
+            conn.flush()
         return conn
+
+    def new_mechanism(self, conn: StreamEngine) -> Mechanism:
+        """The security mechanism of a new connection: the socket holds the keys and the
+        policy on client keys; the connection answers what to declare and accept."""
+        declare, accept = conn.declare_metadata, conn.accept_metadata
+        if self.curve is None:
+            return NullMechanism(conn.initiator, declare, accept)
+        from .curve import CurveClient, CurveServer
+        keys = self._mechanism_keys
+        assert keys is not None  # prepared from ``curve`` (Engine._prepare_curve)
+        if self.curve.is_server:
+            allowed = keys["authorized"]
+            authorize = (lambda key: True) if allowed is None else (lambda key: self._authorize(conn, key, allowed))
+            return CurveServer(keys["public"], keys["secret"], authorize, declare, accept)
+        return CurveClient(keys["public"], keys["secret"], keys["server"], declare, accept)
+
+    def _authorize(self, conn: Connection, key: bytes, allowed: frozenset[bytes]) -> bool:
+        if key in allowed:
+            return True
+        from zmq.utils import z85
+        text = z85.encode(key).decode()
+        entry = (conn.address.rsplit(":", 1)[0], text)
+        if entry not in self._refused_logged and len(self._refused_logged) < 10_000:
+            self._refused_logged.add(entry)
+            log.warning("CURVE: refused client key %s from %s (not in curveAuthorizedKeys)", text, conn.address)
+        return False
+
+    # -- what a connection asks of its owner (``owner.ConnectionOwner``) ------------------
+
+    def deliver(self, conn: Connection, messages: Sequence[EngineMessage], nbytes: Optional[int]) -> bool:
+        if self.socket_type in (b"SCATTER", b"PUSH"):
+            return False  # a send-only socket ignores messages (a well-behaved peer sends none)
+        with self.lock:
+            paused = self._fq.deliver(conn.peer, messages, nbytes)
+            if self.waiters:
+                self.cond.notify()
+        return paused
+
+    def take_outgoing(self, peer: Peer) -> Optional[list[EngineMessage]]:
+        with self.lock:
+            source = self.orphans if self.orphans else peer.outbox
+            if not source:
+                if self.waiters:  # a close() waiting for the queues to drain
+                    self.cond.notify_all()
+                return None
+            batch: list[EngineMessage] = []
+            size = 0
+            take = source.popleft
+            while source and size < _WRITE_BATCH_BYTES:
+                # a run of messages at a time, their sizes summed after (one Python step per
+                # run, not per message); a multipart message is sized frame by frame
+                run = [take() for _ in range(min(len(source), _REFILL_RUN))]
+                batch += run
+                size += sum(map(len, run)) if tuple not in set(map(type, run)) else \
+                    sum(len(m) if type(m) is not tuple else sum(map(len, m)) for m in run)
+            if self.waiters:
+                self.cond.notify_all()
+        return batch
+
+    def written(self) -> None:
+        if self.waiters:  # a close() waiting for the queues to drain
+            with self.lock:
+                self.cond.notify_all()
+
+    def peer_ready(self, conn: Connection) -> None:
+        with self.lock:
+            self._lb.add(conn.peer)
+            self.cond.notify_all()
+        self.emit(zmq.EVENT_HANDSHAKE_SUCCEEDED, 0, conn.endpoint)
+
+    def command(self, conn: Connection, body: bytes) -> None:
+        self._on_command(conn, body)
+
+    def _on_command(self, conn: Connection, body: bytes) -> None:
+        """This socket takes no command itself (no SUBSCRIBE on these types): the
+        connection answers them. (A seam where a socket type would take its own.)"""
+        assert isinstance(conn, StreamEngine)
+        conn.on_command(body)
+
+    def discarded(self, count: int) -> None:
+        self.discarded_multipart += count
+
+    def expired(self, conn: Connection, exc: ZmtpError) -> None:
+        self.heartbeat_timeouts += 1
+        self.failed(conn, exc)
+
+    def abort(self, conn: Connection, *, quiet: bool = False) -> None:
+        self._close(conn, requeue=True, quiet=quiet)
 
     # -- failing and closing -----------------------------------------------------------
 
-    def _lost(self, conn: Connection, code: int) -> None:
+    def lost(self, conn: Connection, code: int) -> None:
         """The peer closed the connection (``code`` 0) or it broke (an errno)."""
         if conn.stage == READY and code:
             self.broken_connections += 1
@@ -195,32 +338,27 @@ class _Sessions(EngineParts):
                 conn.refused = True
             if connector is not None:
                 connector.failed_handshakes += 1
-            self._emit(zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL, code, conn.endpoint)
+            self.emit(zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL, code, conn.endpoint)
         self._close(conn, requeue=True)
 
     def _other_type(self, declared: bytes) -> bytes:
         answers = list(dict.fromkeys(self.peer_types.values()))
         return answers[(answers.index(declared) + 1) % len(answers)] if declared in answers else self.socket_type
 
-    def _fail(self, conn: Connection, exc: ZmtpError) -> None:
+    def failed(self, conn: Connection, exc: ZmtpError) -> None:
+        """``conn`` broke the protocol or was refused (``StreamEngine.fail`` sent its ERROR)."""
         if conn.stage == CLOSED:
             return
-        if isinstance(exc, _Renegotiate):
+        if isinstance(exc, Renegotiate):
             log.debug("%s: %s: %s", self.label, conn.endpoint, exc)
             conn.retry_now = True
             self._close(conn, requeue=True)
             return
-        if exc.reply is not None:
-            conn.queue_frame(COMMAND, exc.reply)
-            try:
-                self._write(conn)
-            except OSError:
-                pass
         if conn.stage != READY:
             conn.refused = True
             if conn.connector is not None:
                 conn.connector.failed_handshakes += 1
-            self._emit(exc.event, exc.value, conn.endpoint)
+            self.emit(exc.event, exc.value, conn.endpoint)
         else:
             if getattr(exc, "missing", 0) and not getattr(exc, "replay", True):
                 # a CURVE stream skipped messages (curve_message.CurveSequenceError): tampering or loss
@@ -240,17 +378,8 @@ class _Sessions(EngineParts):
         # a peer that leaves with nothing of ours unacknowledged or queued left in good order
         last_end = conn.batch_base + conn.inflight_ends[-1] if conn.inflight_ends else 0
         held = bool(conn.unacked or conn.peer.outbox or (conn.inflight and (confirmed is None or last_end > confirmed)))
-        conn.stage = CLOSED
-        try:
-            if conn.events:
-                self._selector.unregister(conn.sock)
-        except (KeyError, ValueError):
-            pass
-        conn.events = 0
-        try:
-            conn.sock.close()
-        except OSError:
-            pass
+        assert isinstance(conn, StreamEngine)  # every connection is (``_adopt``)
+        conn.shutdown()
         self._connections.discard(conn)
         peer = conn.peer
         keep = conn.connector is not None and not self.immediate and not conn.refused
@@ -283,7 +412,7 @@ class _Sessions(EngineParts):
         if was_ready and not quiet:
             if held:
                 self.lost_peers += 1
-            self._emit(zmq.EVENT_DISCONNECTED, 0, conn.endpoint)
+            self.emit(zmq.EVENT_DISCONNECTED, 0, conn.endpoint)
         connector = conn.connector
         if connector is not None and connector.conn is conn:
             connector.conn = None
@@ -298,7 +427,7 @@ class _Sessions(EngineParts):
     def _serve_orphans(self) -> None:
         for conn in list(self._connections):
             if conn.stage == READY and not conn.out:
-                self._flush(conn)
+                conn.flush()
                 if not self.orphans:
                     return
 
@@ -326,7 +455,7 @@ class _Sessions(EngineParts):
 
     # -- events ------------------------------------------------------------------------
 
-    def _emit(self, event: int, value: int, address: str) -> None:
+    def emit(self, event: int, value: int, address: str) -> None:
         if self.on_event is not None:
             try:
                 self.on_event(event, value, address)

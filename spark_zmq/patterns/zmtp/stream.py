@@ -2,10 +2,16 @@
 socket, the greeting, the mechanism's handshake, frames in both directions, commands
 (PING/PONG, ERROR) and heartbeats.
 
-``_Stream`` is a part of ``Engine``, split off by concern: its methods run on the I/O
-thread and use the engine's state (queues, policies, counters, the poller), and the
-engine's connection management (``sessions``) calls them and is called back. Frames are
-parsed and encoded by ``codec`` alone.
+``StreamEngine`` is one connection's protocol object: a ``Connection`` (its state) with
+the methods that parse and write its bytes. It gets the socket's settings when it is made
+(``owner.Settings``) and reaches the socket only through ``owner.ConnectionOwner``
+(deliver, take outgoing, lost/failed/abort, emit, due), as libzmq's stream engine talks to
+its session: it reads no attribute of the engine, so the protocol can be read, and
+tested, as one object, and no module of the engine imports another back. The hot paths
+(``_read`` -> ``_feed`` -> ``_message_frames`` -> ``_frames_in_order``, and ``_flush`` ->
+``_write`` -> ``_refill``) call the owner once per read or write batch, never per message,
+through methods bound when the connection is made. Frames are parsed and encoded by
+``codec`` alone.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ import logging
 import selectors
 import socket
 import time
-from typing import TYPE_CHECKING, Any, Optional, Sequence, cast
+from typing import TYPE_CHECKING, Any, Callable, Optional, cast
 
 import zmq
 
@@ -24,18 +30,19 @@ from .codec import (
     COMMAND, HANDSHAKE_FRAME_LIMIT, HARD_FRAME_LIMIT, MORE, FrameTooLarge, EngineMessage, ParsedFrame, ZmtpError,
     encode_messages, parse_frames,
 )
-from .connection import CLOSED, GREETING, HANDSHAKE, READY, Connection
-from .null import NullMechanism
+from .connection import CLOSED, GREETING, HANDSHAKE, READY, Connection, Connector
 from .wire import GREETING_SIZE, command, error_from_command, greeting, parse_command, parse_greeting, socket_type_of
+
+from .owner import Renegotiate
+
+if TYPE_CHECKING:
+    from .connection import Mechanism
+    from .owner import ConnectionOwner, Settings
 
 #: the engine's logger: one name for all its parts, so one logging setting covers the engine
 log = logging.getLogger("spark_zmq.patterns.zmtp.engine")
 
 _READ_BYTES = 256 * 1024
-_WRITE_BATCH_BYTES = 256 * 1024
-#: messages taken from a peer's queue per step of a refill (the batch may pass
-#: _WRITE_BATCH_BYTES by at most one run's worth)
-_REFILL_RUN = 64
 #: a peer's PINGs are answered while less than this is waiting to be written; beyond it a
 #: PING flood from a peer that does not read would grow the queue without bound
 _MAX_PENDING_REPLY_BYTES = 64 * 1024
@@ -47,187 +54,221 @@ PART_OVERHEAD = 64
 _HEARTBEAT_WARNINGS = 1
 
 
-class _Renegotiate(ZmtpError):
-    """The peer told us its socket type after we announced ours (we had to speak first) and
-    wants the other answer (a PUSH peer needs a PULL, not a GATHER): not a refusal. The
-    connection is closed and opened again at once, announcing what the peer accepts, and
-    the endpoint keeps its queue."""
 
+class StreamEngine(Connection):
+    """One connection's protocol (see the module's docstring): it registers its socket with
+    ``selector`` itself and calls ``owner`` back; the owner drives it through
+    ``start_greeting``, ``set_events``, ``flush``, ``fail``, ``heartbeat``, ``resume``,
+    ``on_command`` and ``shutdown``."""
 
-if TYPE_CHECKING:
-    from .parts import EngineParts, Mechanism
-else:
-    EngineParts = object
-
-
-class _Stream(EngineParts):
-    """The ZMTP protocol handling of ``Engine`` (see the module's docstring)."""
+    def __init__(self, owner: ConnectionOwner, settings: Settings, selector: selectors.BaseSelector,
+                 sock: socket.socket, address: str, connector: Optional[Connector], endpoint: str,
+                 new_mechanism: Callable[[StreamEngine], Mechanism]) -> None:
+        self.owner = owner
+        self.settings = settings
+        self._selector = selector
+        # bound once: the hot paths call them per read or write batch
+        self._deliver_to = owner.deliver
+        self._take = owner.take_outgoing
+        self.multipart = settings.multipart
+        #: a message (or a multipart message's frames with their overhead) larger than
+        #: this closes the connection
+        self.message_limit = settings.max_message_bytes if settings.max_message_bytes is not None \
+            else HARD_FRAME_LIMIT
+        super().__init__(sock, address, connector, endpoint, settings.handshake_ivl_s, lambda: new_mechanism(self))
 
     # -- reading and writing a connection ----------------------------------------------
 
-    def _on_io(self, conn: Connection, mask: int) -> None:
-        if conn.stage == CLOSED:
+    def on_io(self, mask: int) -> None:
+        """The selector's callback: ``mask`` says what the socket is ready for."""
+        if self.stage == CLOSED:
             return
-        if conn.connecting and mask & selectors.EVENT_WRITE:
-            code = conn.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if self.connecting and mask & selectors.EVENT_WRITE:
+            code = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
             if code:
-                self._close(conn, requeue=True, quiet=True)
+                self.owner.abort(self, quiet=True)
                 return
-            conn.connecting = False
-            self._start_greeting(conn)
+            self.connecting = False
+            self.start_greeting()
         try:
             if mask & selectors.EVENT_READ:
-                self._read(conn)
-            if conn.stage != CLOSED:
-                self._flush(conn)  # replies, and (a new peer) what waits to be sent
+                self._read()
+            if self.stage != CLOSED:
+                self.flush()  # replies, and (a new peer) what waits to be sent
         except ZmtpError as exc:
-            self._fail(conn, exc)
+            self.fail(exc)
         except Exception:  # a bug of ours: never leave a connection out of step with its stream
-            log.exception("%s: unexpected error on the connection of %s; closing it", self.label, conn.address)
-            self._close(conn, requeue=True)
+            log.exception("%s: unexpected error on the connection of %s; closing it", self.settings.label,
+                          self.address)
+            self.owner.abort(self)
 
-    def _read(self, conn: Connection) -> None:
+    def _read(self) -> None:
         for _ in range(16):  # bounded, so one busy peer cannot starve the others
-            if conn.peer.paused or conn.stage == CLOSED:
+            if self.peer.paused or self.stage == CLOSED:
                 return
             try:
-                data = conn.sock.recv(_READ_BYTES)
+                data = self.sock.recv(_READ_BYTES)
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:
-                self._lost(conn, exc.errno or 0)
+                self.owner.lost(self, exc.errno or 0)
                 return
             if not data:
-                self._lost(conn, 0)
+                self.owner.lost(self, 0)
                 return
-            conn.heard_from_peer(time.monotonic())
-            self._feed(conn, data)
+            self.heard_from_peer(time.monotonic())
+            self._feed(data)
             if len(data) < _READ_BYTES:
                 return
 
-    def _set_events(self, conn: Connection, events: int) -> None:
-        if conn.stage == CLOSED or events == conn.events:
+    def set_events(self, events: int) -> None:
+        """Wait for ``events`` (``selectors.EVENT_*``) on the socket, and nothing else."""
+        if self.stage == CLOSED or events == self.events:
             return
-        if conn.events == 0:
-            self._selector.register(conn.sock, events, lambda mask, c=conn: self._on_io(c, mask))
+        if self.events == 0:
+            self._selector.register(self.sock, events, self.on_io)
         elif events == 0:
-            self._selector.unregister(conn.sock)
+            self._selector.unregister(self.sock)
         else:
-            self._selector.modify(conn.sock, events, lambda mask, c=conn: self._on_io(c, mask))
-        conn.events = events
+            self._selector.modify(self.sock, events, self.on_io)
+        self.events = events
 
-    def _read_events(self, conn: Connection) -> int:
-        return 0 if conn.peer.paused else selectors.EVENT_READ
+    def shutdown(self) -> None:
+        """The connection is over: out of the selector, its socket closed (the owner then
+        settles its messages)."""
+        self.stage = CLOSED
+        try:
+            if self.events:
+                self._selector.unregister(self.sock)
+        except (KeyError, ValueError):
+            pass
+        self.events = 0
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+    def fail(self, exc: ZmtpError) -> None:
+        """The connection broke the protocol or was refused: the ERROR reply ``exc``
+        carries, if any, is written as it can be, and the owner closes the connection."""
+        if self.stage == CLOSED:
+            return
+        if exc.reply is not None and not isinstance(exc, Renegotiate):
+            self.queue_frame(COMMAND, exc.reply)
+            try:
+                self._write()
+            except OSError:
+                pass
+        self.owner.failed(self, exc)
 
     # -- input: greeting, handshake, frames --------------------------------------------
 
-    def _start_greeting(self, conn: Connection) -> None:
-        conn.start_ack_tracking()
-        data = greeting(conn.mechanism.name, conn.mechanism.as_server)
-        conn.out.append(data)
-        conn.out_bytes += len(data)
-        self._emit(zmq.EVENT_CONNECTED if conn.initiator else zmq.EVENT_ACCEPTED, 0, conn.endpoint)
+    def start_greeting(self) -> None:
+        """The socket is connected: our greeting goes first."""
+        self.start_ack_tracking()
+        data = greeting(self.mechanism.name, self.mechanism.as_server)
+        self.out.append(data)
+        self.out_bytes += len(data)
+        self.owner.emit(zmq.EVENT_CONNECTED if self.initiator else zmq.EVENT_ACCEPTED, 0, self.endpoint)
 
-    def _feed(self, conn: Connection, data: bytes) -> None:
-        if conn.pending:
-            conn.pending.append(data)
-            conn.pending_len += len(data)
-            if conn.pending_len < conn.need:
+    def _feed(self, data: bytes) -> None:
+        if self.pending:
+            self.pending.append(data)
+            self.pending_len += len(data)
+            if self.pending_len < self.need:
                 return
-            data = b"".join(conn.pending)
-            conn.pending = []
-            conn.pending_len = 0
+            data = b"".join(self.pending)
+            self.pending = []
+            self.pending_len = 0
         i = 0
-        if conn.stage == GREETING:
+        if self.stage == GREETING:
             if len(data) < GREETING_SIZE:
-                conn.pending, conn.pending_len, conn.need = [data], len(data), GREETING_SIZE
+                self.pending, self.pending_len, self.need = [data], len(data), GREETING_SIZE
                 return
-            self._on_greeting(conn, data[:GREETING_SIZE])
+            self._on_greeting(data[:GREETING_SIZE])
             i = GREETING_SIZE
-        if conn.stage == HANDSHAKE:
-            i = self._handshake_frames(conn, data, i)
-        if conn.stage == READY and i < len(data):
-            i = self._message_frames(conn, data, i)
-        if conn.stage != CLOSED and i < len(data):
+        if self.stage == HANDSHAKE:
+            i = self._handshake_frames(data, i)
+        if self.stage == READY and i < len(data):
+            i = self._message_frames(data, i)
+        if self.stage != CLOSED and i < len(data):
             rest = memoryview(data)[i:]  # no copy: joined with the next chunks once the frame is whole
-            conn.pending, conn.pending_len = [rest], len(rest)
+            self.pending, self.pending_len = [rest], len(rest)
 
-    def _on_greeting(self, conn: Connection, data: bytes) -> None:
+    def _on_greeting(self, data: bytes) -> None:
         version, mechanism, _ = parse_greeting(data)
-        ours = conn.mechanism
+        ours = self.mechanism
         if mechanism != ours.name:
             raise ZmtpError(f"the peer uses the {mechanism.decode('ascii', 'replace')} security mechanism, this socket "
                             f"{ours.name.decode()}", zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL,
                             zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
         # the as-server byte is not checked: libzmq 4.3 always sends 0 there; a CURVE peer
         # in the wrong role fails the handshake's first command instead
-        conn.stage = HANDSHAKE
+        self.stage = HANDSHAKE
         for body in ours.start():
-            conn.queue_frame(COMMAND, body)
+            self.queue_frame(COMMAND, body)
 
-    def _handshake_frames(self, conn: Connection, data: bytes, i: int) -> int:
-        while conn.stage == HANDSHAKE:
+    def _handshake_frames(self, data: bytes, i: int) -> int:
+        while self.stage == HANDSHAKE:
             frames: list[ParsedFrame] = []
-            i, conn.need, _ = parse_frames(data, i, HANDSHAKE_FRAME_LIMIT, frames, one=True)
+            i, self.need, _ = parse_frames(data, i, HANDSHAKE_FRAME_LIMIT, frames, one=True)
             if not frames:
                 return i
             frame = frames[0]
             if type(frame) is not tuple or not frame[0] & COMMAND or frame[0] & MORE:
                 raise ZmtpError("a message frame before the handshake completed", zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL,
                                 zmq.PROTOCOL_ERROR_ZMTP_UNEXPECTED_COMMAND)
-            for body in conn.mechanism.on_command(frame[1]):
-                conn.queue_frame(COMMAND, body)
-            if conn.mechanism.ready:
-                self._on_ready(conn)
+            for body in self.mechanism.on_command(frame[1]):
+                self.queue_frame(COMMAND, body)
+            if self.mechanism.ready:
+                self._on_ready()
         return i
 
-    def _on_ready(self, conn: Connection) -> None:
-        conn.stage = READY
-        if conn.connector is not None:
-            conn.connector.renegotiated = False
-            conn.connector.backoff_s = None  # reconnect_ivl_max's backoff starts over
-            conn.connector.failed_handshakes = 0
-        conn.next_ping = time.monotonic() + self.heartbeat.interval
-        self._due(conn.next_ping)
-        peer = conn.peer
-        with self.lock:
-            self._lb.add(peer)
-            self.cond.notify_all()
-        self._emit(zmq.EVENT_HANDSHAKE_SUCCEEDED, 0, conn.endpoint)
+    def _on_ready(self) -> None:
+        self.stage = READY
+        connector = self.connector
+        if connector is not None:
+            connector.renegotiated = False
+            connector.backoff_s = None  # reconnect_ivl_max's backoff starts over
+            connector.failed_handshakes = 0
+        self.next_ping = time.monotonic() + self.settings.heartbeat.interval
+        self.owner.due(self.next_ping)
+        self.owner.peer_ready(self)
 
-    def _message_frames(self, conn: Connection, data: bytes, i: int) -> int:
+    def _message_frames(self, data: bytes, i: int) -> int:
         """Whole frames after the handshake: messages into the inbox, commands answered."""
-        encrypted = conn.mechanism.name != b"NULL"
+        encrypted = self.mechanism.name != b"NULL"
         overhead = 33 if encrypted else 0  # CURVE's MESSAGE: name, nonce, MAC and flags around the payload
-        limit = (self.max_message_bytes if self.max_message_bytes is not None else HARD_FRAME_LIMIT) + overhead
         frames: list[ParsedFrame] = []
         too_large = None
         try:
-            i, conn.need, flagged = parse_frames(data, i, limit, frames)
+            i, self.need, flagged = parse_frames(data, i, self.message_limit + overhead, frames)
         except FrameTooLarge as exc:  # what came before it is still delivered, then the connection closes
             too_large = ZmtpError(f"a message of {exc.size - overhead} bytes exceeds "
-                                  f"max_message_bytes={self.max_message_bytes or HARD_FRAME_LIMIT}")
+                                  f"max_message_bytes={self.settings.max_message_bytes or HARD_FRAME_LIMIT}")
             flagged = 1
         if frames:
-            if flagged or encrypted or conn.in_multipart:
-                self._frames_in_order(conn, frames, encrypted)
-            else:  # single-part messages only: the frames are the messages (bodies alone)
-                self._deliver(conn, cast("list[bytes]", frames))
+            if flagged or encrypted or self.in_multipart:
+                self._frames_in_order(frames, encrypted)
+            elif self._deliver_to(self, cast("list[bytes]", frames), None):
+                # single-part messages only: the frames are the messages (bodies alone)
+                self._pause()
         if too_large is not None:
             raise too_large
         return i
 
-    def _frames_in_order(self, conn: Connection, frames: list[ParsedFrame], encrypted: bool) -> None:
+    def _frames_in_order(self, frames: list[ParsedFrame], encrypted: bool) -> None:
         """Frames with flags (``parse_frames``'s tuples) or sealed by CURVE, one by one:
-        commands answered, multipart messages dropped whole (49/SCATTERGATHER) or, on a
+        commands to the owner, multipart messages dropped whole (49/SCATTERGATHER) or, on a
         socket that takes them (``multipart``), delivered as a tuple of their frames once
         the last one came; messages delivered (also those before a frame that fails)."""
         out: list[EngineMessage] = []
         append = out.append
-        in_multipart = conn.in_multipart
-        decode = conn.mechanism.decode
+        in_multipart = self.in_multipart
+        decode = self.mechanism.decode
         multipart = self.multipart
         joined = 0  # bytes of the multipart messages in ``out``, beyond len() of the tuples
+        dropped = 0  # multipart messages dropped whole
         # a frame is exactly bytes or a (flags, body) tuple: ``type(f) is tuple`` does not
         # narrow the other case for mypy
         each: list[Any] = frames
@@ -240,256 +281,216 @@ class _Stream(EngineParts):
                 if encrypted:
                     flags, body = decode(flags, body)
                 if flags & COMMAND:
-                    self._on_command(conn, body)
+                    self.owner.command(self, body)
                     continue
                 if flags & MORE or in_multipart:
                     in_multipart = bool(flags & MORE)
                     if multipart:
-                        self._add_part(conn, body)
+                        self._add_part(body)
                         if not in_multipart:
-                            append(tuple(conn.parts))
-                            joined += conn.parts_bytes
-                            conn.parts, conn.parts_bytes = [], 0
+                            append(tuple(self.parts))
+                            joined += self.parts_bytes
+                            self.parts, self.parts_bytes = [], 0
                     elif not in_multipart:
                         # a single-part socket drops a multipart message whole (49/SCATTERGATHER)
-                        self.discarded_multipart += 1
+                        dropped += 1
                     continue
                 append(body)
         finally:
-            conn.in_multipart = in_multipart
-            if out:
-                self._deliver(conn, out, None if not joined else
-                              sum(len(m) if type(m) is not tuple else 0 for m in out) + joined)
+            self.in_multipart = in_multipart
+            if dropped:
+                self.owner.discarded(dropped)
+            if out and self._deliver_to(self, out, None if not joined else
+                                        sum(len(m) if type(m) is not tuple else 0 for m in out) + joined):
+                self._pause()
 
-    def _add_part(self, conn: Connection, body: bytes) -> None:
+    def _add_part(self, body: bytes) -> None:
         """One frame of a multipart message being assembled. The whole message is held
         until its last frame, so its size is bounded: its frames' bytes plus
         ``PART_OVERHEAD`` per frame (what a frame costs us in memory, so a stream of empty
         frames is bounded too) may not pass ``max_message_bytes`` (else 2 GiB); past it
         the connection closes, as for a frame that is too large."""
-        conn.parts.append(body)
-        conn.parts_bytes += len(body)
-        conn.parts_cost += len(body) + PART_OVERHEAD
-        limit = self.max_message_bytes if self.max_message_bytes is not None else HARD_FRAME_LIMIT
-        if conn.parts_cost > limit:
-            parts = len(conn.parts)
-            conn.parts, conn.parts_bytes, conn.parts_cost = [], 0, 0
+        self.parts.append(body)
+        self.parts_bytes += len(body)
+        self.parts_cost += len(body) + PART_OVERHEAD
+        limit = self.message_limit
+        if self.parts_cost > limit:
+            parts = len(self.parts)
+            self.parts, self.parts_bytes, self.parts_cost = [], 0, 0
             raise ZmtpError(f"a multipart message exceeds max_message_bytes={limit} at its frame {parts} "
                             f"(its frames' bytes plus {PART_OVERHEAD} per frame count)")
 
-    def _deliver(self, conn: Connection, messages: Sequence[EngineMessage], nbytes: Optional[int] = None) -> None:
-        """Queue ``messages`` (``bytes``, or tuples of frames on a ``multipart`` socket, whose
-        bytes the caller counts in ``nbytes``) in the peer's inbox."""
-        peer = conn.peer
-        if self.socket_type in (b"SCATTER", b"PUSH"):
-            return  # a send-only socket ignores messages (a well-behaved peer sends none)
-        with self.lock:
-            paused = self._fq.deliver(peer, messages, nbytes)
-            if self.waiters:
-                self.cond.notify()
-        if paused:
-            self._set_events(conn, (selectors.EVENT_WRITE if conn.out else 0))
+    def _pause(self) -> None:
+        """The peer's inbox is full (backpressure): stop reading until the owner resumes us."""
+        self.set_events(selectors.EVENT_WRITE if self.out else 0)
 
-    def _resume(self, conn: Connection) -> None:
-        peer = conn.peer
-        with self.lock:
-            peer.paused = False
-            peer.resume_asked = False
-        conn.resumed = time.monotonic()  # its silence counts from now, not from the pause
-        if conn.stage == CLOSED:
+    def resume(self) -> None:
+        """The peer's inbox drained (the owner cleared ``peer.paused``): read again, and
+        feed what was already read, if a whole frame of it waits."""
+        self.resumed = time.monotonic()  # its silence counts from now, not from the pause
+        if self.stage == CLOSED:
             return
-        self._set_events(conn, selectors.EVENT_READ | (selectors.EVENT_WRITE if conn.out else 0))
-        if conn.pending and conn.pending_len >= conn.need:  # a whole frame was waiting
-            data = b"".join(conn.pending)
-            conn.pending, conn.pending_len = [], 0
+        self.set_events(selectors.EVENT_READ | (selectors.EVENT_WRITE if self.out else 0))
+        if self.pending and self.pending_len >= self.need:  # a whole frame was waiting
+            data = b"".join(self.pending)
+            self.pending, self.pending_len = [], 0
             try:
-                self._feed(conn, data)
+                self._feed(data)
             except ZmtpError as exc:
-                self._fail(conn, exc)
+                self.fail(exc)
 
     # -- commands and heartbeats -------------------------------------------------------
 
-    def _on_command(self, conn: Connection, body: bytes) -> None:
+    def on_command(self, body: bytes) -> None:
+        """A command the owner handed back (``ConnectionOwner.command``)."""
         name, data = parse_command(body)
         if name == b"PING":
-            self._on_ping(conn, data)
+            self._on_ping(data)
         elif name == b"ERROR":
-            raise error_from_command(data, is_server=not conn.initiator)
+            raise error_from_command(data, is_server=not self.initiator)
         # PONG and commands of other socket types (SUBSCRIBE, CANCEL) need nothing
 
-    def _on_ping(self, conn: Connection, data: bytes) -> None:
+    def _on_ping(self, data: bytes) -> None:
         """RFC 37: a PING is a 2-byte TTL (deciseconds) and a context of at most 16 bytes,
         echoed in the PONG. The TTL is honoured: no traffic from the peer within it closes
         the connection (it is 16 bits, so at most 6553.5 s: nothing absurd can be asked).
         Answers stop while our replies pile up unread (a PING flood from a peer that does
         not read), so memory stays bounded; a malformed PING or a flood is logged once."""
         if len(data) < 2 or len(data) > 18:
-            self._heartbeat_warning(conn, f"a malformed PING of {len(data)} bytes (RFC 37: a 2-byte TTL and "
-                                          "at most 16 bytes of context); ignored")
+            self._heartbeat_warning(f"a malformed PING of {len(data)} bytes (RFC 37: a 2-byte TTL and "
+                                    "at most 16 bytes of context); ignored")
             if len(data) < 2:
                 return
         ttl = int.from_bytes(data[:2], "big") / 10.0
         if ttl > 0:
-            conn.ttl_deadline = time.monotonic() + ttl
-            self._due(conn.ttl_deadline)
-        if conn.finished:
+            self.ttl_deadline = time.monotonic() + ttl
+            self.owner.due(self.ttl_deadline)
+        if self.finished:
             return  # our sending side is shut down (a close waiting for acknowledgements)
-        if conn.out_bytes < _MAX_PENDING_REPLY_BYTES:
-            conn.queue_command(command(b"PONG", data[2:18]))
+        if self.out_bytes < _MAX_PENDING_REPLY_BYTES:
+            self.queue_command(command(b"PONG", data[2:18]))
         else:
-            self._heartbeat_warning(conn, "PINGs faster than it reads our PONGs; not answering until it reads")
+            self._heartbeat_warning("PINGs faster than it reads our PONGs; not answering until it reads")
 
-    def _heartbeat_warning(self, conn: Connection, what: str) -> None:
-        if conn.heartbeat_warnings < _HEARTBEAT_WARNINGS:
-            conn.heartbeat_warnings += 1
-            log.warning("%s: the peer at %s sends %s", self.label, conn.address, what)
+    def _heartbeat_warning(self, what: str) -> None:
+        if self.heartbeat_warnings < _HEARTBEAT_WARNINGS:
+            self.heartbeat_warnings += 1
+            log.warning("%s: the peer at %s sends %s", self.settings.label, self.address, what)
 
-    def _heartbeat(self, conn: Connection, now: float) -> float:
-        """Send the PING that is due, drop a connection whose peer stayed silent past the
+    def heartbeat(self, now: float) -> float:
+        """Send the PING that is due, drop the connection if its peer stayed silent past the
         timeout (after our PING) or past its own PING's TTL; returns the time to the next
-        heartbeat event of ``conn``."""
-        expired = conn.heartbeat_expired(now, self.heartbeat, self._ack_liveness_bytes)
+        heartbeat event."""
+        settings = self.settings
+        expired = self.heartbeat_expired(now, settings.heartbeat, settings.ack_liveness_bytes)
         if expired is not None:
-            self.heartbeat_timeouts += 1
-            self._fail(conn, ZmtpError(expired, zmq.EVENT_DISCONNECTED, errno.ETIMEDOUT))
+            self.owner.expired(self, ZmtpError(expired, zmq.EVENT_DISCONNECTED, errno.ETIMEDOUT))
             return 1.0
-        if conn.ping_due(now, self.heartbeat, self.receive_only) and conn.out_bytes < _MAX_PENDING_REPLY_BYTES and not conn.finished:
+        if self.ping_due(now, settings.heartbeat, settings.receive_only) \
+                and self.out_bytes < _MAX_PENDING_REPLY_BYTES and not self.finished:
             # (a peer that does not read what we queued gets no more PINGs, nor one whose
             # sending side we shut down at close; silence still counts from the first)
-            conn.queue_command(self._ping)
-            self._flush(conn)
-            if conn.stage == CLOSED:
+            self.queue_command(settings.ping)
+            self.flush()
+            if self.stage == CLOSED:
                 return 1.0
-        return conn.next_heartbeat_in(now)
+        return self.next_heartbeat_in(now)
 
     # -- output ------------------------------------------------------------------------
 
-    def _flush(self, conn: Connection) -> None:
+    def flush(self) -> None:
+        """Write what waits (replies, then the peer's messages) as far as the kernel takes
+        it, and wait for the socket's events that are wanted now."""
         try:
-            self._write(conn)
+            self._write()
         except ZmtpError as exc:
-            self._fail(conn, exc)
+            self.fail(exc)
             return
         except OSError as exc:
-            self._lost(conn, exc.errno or 0)
+            self.owner.lost(self, exc.errno or 0)
             return
-        if conn.stage == CLOSED:
+        if self.stage == CLOSED:
             return
-        wanted = self._read_events(conn) | (selectors.EVENT_WRITE if conn.out else 0)
-        self._set_events(conn, wanted)
+        self.set_events((0 if self.peer.paused else selectors.EVENT_READ) | (selectors.EVENT_WRITE if self.out else 0))
 
-    def _refill(self, conn: Connection) -> bool:
-        """Take the next messages to send (orphans first) into the write buffer."""
-        peer = conn.peer
-        with self.lock:
-            source = self.orphans if self.orphans else peer.outbox
-            if not source:
-                return False
-            batch: list[EngineMessage] = []
-            size = 0
-            take = source.popleft
-            while source and size < _WRITE_BATCH_BYTES:
-                # a run of messages at a time, their sizes summed after (one Python step per
-                # run, not per message); a multipart message is sized frame by frame
-                run = [take() for _ in range(min(len(source), _REFILL_RUN))]
-                batch += run
-                size += sum(map(len, run)) if tuple not in set(map(type, run)) else \
-                    sum(len(m) if type(m) is not tuple else sum(map(len, m)) for m in run)
-            if self.waiters:
-                self.cond.notify_all()
-        encode = None if conn.mechanism.name == b"NULL" else conn.mechanism.encode
-        ends = encode_messages(batch, conn.out, conn.written, encode, getattr(conn.mechanism, "encode_batch", None))
-        offset = ends[-1]
-        conn.out_bytes += offset - conn.written
-        conn.inflight, conn.inflight_ends = batch, ends
-        conn.batch_base = conn.sent_total
+    def _refill(self) -> bool:
+        """Take the next messages to send from the owner into the write buffer."""
+        batch = self._take(self.peer)
+        if batch is None:
+            return False
+        mechanism = self.mechanism
+        encode = None if mechanism.name == b"NULL" else mechanism.encode
+        ends = encode_messages(batch, self.out, self.written, encode, getattr(mechanism, "encode_batch", None))
+        self.out_bytes += ends[-1] - self.written
+        self.inflight, self.inflight_ends = batch, ends
+        self.batch_base = self.sent_total
         return True
 
-    def _write(self, conn: Connection) -> None:
-        if conn.stage == CLOSED or conn.connecting:
+    def _write(self) -> None:
+        if self.stage == CLOSED or self.connecting:
             return
+        out = self.out
         while True:
-            if not conn.out:
-                if conn.inflight and conn.track_acks:  # written whole: unconfirmed until acknowledged
-                    base = conn.batch_base
-                    conn.unacked.extend(zip(map(base.__add__, conn.inflight_ends), conn.inflight))
-                    conn.trim_acked()
-                conn.inflight, conn.inflight_ends = [], []
-                conn.written = 0
-                if conn.stage != READY or not self._refill(conn):
-                    if self.waiters:  # a close() waiting for the queues to drain
-                        with self.lock:
-                            self.cond.notify_all()
+            if not out:
+                if self.inflight and self.track_acks:  # written whole: unconfirmed until acknowledged
+                    base = self.batch_base
+                    self.unacked.extend(zip(map(base.__add__, self.inflight_ends), self.inflight))
+                    self.trim_acked()
+                self.inflight, self.inflight_ends = [], []
+                self.written = 0
+                if self.stage != READY:
+                    self.owner.written()  # a close() waiting for the queues to drain
                     return
-            chunks = list(itertools.islice(conn.out, _IOV_MAX))
+                if not self._refill():
+                    return
+            chunks = list(itertools.islice(out, _IOV_MAX))
             try:
-                sent = conn.sock.sendmsg(chunks)
+                sent = self.sock.sendmsg(chunks)
             except (BlockingIOError, InterruptedError):
                 return
-            conn.out_bytes -= sent
-            conn.sent_total += sent
-            if conn.inflight:
-                conn.written += sent
+            self.out_bytes -= sent
+            self.sent_total += sent
+            if self.inflight:
+                self.written += sent
             while sent:
-                head = conn.out[0]
+                head = out[0]
                 if sent >= len(head):
                     sent -= len(head)
-                    conn.out.popleft()
+                    out.popleft()
                 else:
-                    conn.out[0] = memoryview(head)[sent:]
+                    out[0] = memoryview(head)[sent:]
                     sent = 0
-            if conn.out:
+            if out:
                 return  # a partial write: the kernel buffer is full, wait until writable
 
-    # -- mechanisms --------------------------------------------------------------------
+    # -- the mechanism's questions -----------------------------------------------------
 
-    def new_mechanism(self, conn: Connection) -> Mechanism:
-        declare = lambda peer: self._declare(conn, peer)  # noqa: E731
-        accept = lambda metadata: self._accept(conn, metadata)  # noqa: E731
-        if self.curve is None:
-            return NullMechanism(conn.initiator, declare, accept)
-        from .curve import CurveClient, CurveServer
-        keys = self._mechanism_keys
-        assert keys is not None  # prepared from ``curve`` (Engine._prepare_curve)
-        if self.curve.is_server:
-            allowed = keys["authorized"]
-            authorize = (lambda key: True) if allowed is None else (lambda key: self._authorize(conn, key, allowed))
-            return CurveServer(keys["public"], keys["secret"], authorize, declare, accept)
-        return CurveClient(keys["public"], keys["secret"], keys["server"], declare, accept)
-
-    def _authorize(self, conn: Connection, key: bytes, allowed: frozenset[bytes]) -> bool:
-        if key in allowed:
-            return True
-        from zmq.utils import z85
-        text = z85.encode(key).decode()
-        entry = (conn.address.rsplit(":", 1)[0], text)
-        if entry not in self._refused_logged and len(self._refused_logged) < 10_000:
-            self._refused_logged.add(entry)
-            log.warning("CURVE: refused client key %s from %s (not in curveAuthorizedKeys)", text, conn.address)
-        return False
-
-    def _declare(self, conn: Connection, peer: Optional[dict[str, bytes]]) -> dict[str, bytes]:
-        conn.sent_metadata = True
+    def declare_metadata(self, peer: Optional[dict[str, bytes]]) -> dict[str, bytes]:
+        """The metadata we announce (``Socket-Type``), given the peer's if it spoke first."""
+        self.sent_metadata = True
+        settings = self.settings
         if peer is not None:
             kind = (peer.get("socket-type") or b"").upper()
-            ours = self.peer_types.get(kind, self.socket_type)
-        elif conn.connector is not None:
-            ours = conn.connector.declare
+            ours = settings.peer_types.get(kind, settings.socket_type)
+        elif self.connector is not None:
+            ours = self.connector.declare
         else:
-            ours = self.socket_type
-        conn.declared = ours
+            ours = settings.socket_type
+        self.declared = ours
         return {"Socket-Type": ours}
 
-    def _accept(self, conn: Connection, metadata: dict[str, bytes]) -> None:
+    def accept_metadata(self, metadata: dict[str, bytes]) -> None:
+        """Check the peer's metadata: its socket type must be one ours talks to."""
+        settings = self.settings
         kind = socket_type_of(metadata)
-        answer = self.peer_types.get(kind)
-        declared = conn.declared
-        if answer is not None and conn.connector is not None:
-            conn.connector.declare = answer  # what this peer accepts, for the next attempts
-        if answer is not None and declared is not None and declared != answer and conn.connector is not None:
-            raise _Renegotiate(f"the peer is a {kind.decode('ascii', 'replace')[:20]}: announcing {answer.decode()}")
+        answer = settings.peer_types.get(kind)
+        declared = self.declared
+        if answer is not None and self.connector is not None:
+            self.connector.declare = answer  # what this peer accepts, for the next attempts
+        if answer is not None and declared is not None and declared != answer and self.connector is not None:
+            raise Renegotiate(f"the peer is a {kind.decode('ascii', 'replace')[:20]}: announcing {answer.decode()}")
         if answer is None or (declared is not None and declared != answer):
             raise ZmtpError(
                 f"socket type mismatch: a {kind.decode('ascii', 'replace')[:20]} peer cannot talk to this "
-                f"{(declared or self.socket_type).decode()} socket",
+                f"{(declared or settings.socket_type).decode()} socket",
                 zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL, zmq.PROTOCOL_ERROR_ZMTP_INVALID_METADATA)
