@@ -51,7 +51,7 @@ import selectors
 import socket
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence, cast
+from typing import TYPE_CHECKING, Callable, Iterable, Optional, Sequence, cast
 
 from ..heartbeat import DEFAULT_HEARTBEAT, Heartbeat
 from . import transport
@@ -159,42 +159,15 @@ class Engine(_Sessions):
         self.waiters = 0
         self._poller = Poller(self.lock, label)
         self._selector = self._poller.selector
-        self._accept_failing = False
-        self._listeners: list[tuple[socket.socket, str, transport.Address]] = []
-        self._inproc_names: list[str] = []
-        self._connections: set[StreamEngine] = set()
-        #: no connection's handshake or heartbeat clock is due before this (monotonic
-        #: seconds), so the loop walks the connections only when one may be: set by each
-        #: walk, lowered by whatever sets an earlier clock (``_due``)
-        self._connections_due = 0.0
-        self._thread = threading.Thread(target=self._run, name=f"zmtp-{label}", daemon=True)
-        self._stopped = threading.Event()
-        self._mechanism_keys = self._prepare_curve(curve)
-        #: (host, key) of the CURVE clients refused and logged: each once per socket, as the
-        #: libzmq sockets' ZAP handler does (``curve._KeyPolicy``), at most 10,000
-        self._refused_logged: set[tuple[str, str]] = set()
-        #: what each connection's protocol object reads of the socket (``owner.Settings``)
-        self._settings = Settings(
+        # the session manager's own state: listeners, connections, the CURVE keys
+        super().__init__(Settings(
             socket_type=socket_type, peer_types=peer_types, label=label, max_message_bytes=max_message_bytes,
             multipart=multipart, receive_only=receive_only, heartbeat=heartbeat, ping=self._ping,
-            ack_liveness_bytes=self._ack_liveness_bytes, handshake_ivl_s=handshake_ivl_s)
+            ack_liveness_bytes=self._ack_liveness_bytes, handshake_ivl_s=handshake_ivl_s), curve)
+        self._thread = threading.Thread(target=self._run, name=f"zmtp-{label}", daemon=True)
+        self._stopped = threading.Event()
 
     # -- set-up (application thread, before start) ------------------------------------------
-
-    @staticmethod
-    def _prepare_curve(curve: Optional[Curve]) -> Optional[dict[str, Any]]:
-        if curve is None:
-            return None
-        from zmq.utils import z85
-        keys: dict[str, Any] = {"public": z85.decode(curve.public_key), "secret": z85.decode(curve.secret_key)}
-        if curve.is_server:
-            authorized = curve.authorized
-            assert authorized is not None  # a server has it (``Curve.__post_init__``)
-            keys["authorized"] = None if isinstance(authorized, str) else frozenset(z85.decode(k) for k in authorized)
-        else:
-            assert curve.server_key is not None  # a client has one (``Curve.__post_init__``)
-            keys["server"] = z85.decode(curve.server_key)
-        return keys
 
     def bind(self, endpoint: str) -> str:
         """Listen on ``endpoint`` now (errors surface in the caller); returns the real address."""

@@ -50,11 +50,28 @@ _WRITE_BATCH_BYTES = 256 * 1024
 _REFILL_RUN = 64
 
 
+def _prepare_curve(curve: Optional[Curve]) -> Optional[dict[str, Any]]:
+    """The socket's CURVE keys, decoded once for every connection's mechanism."""
+    if curve is None:
+        return None
+    from zmq.utils import z85
+    keys: dict[str, Any] = {"public": z85.decode(curve.public_key), "secret": z85.decode(curve.secret_key)}
+    if curve.is_server:
+        authorized = curve.authorized
+        assert authorized is not None  # a server has it (``Curve.__post_init__``)
+        keys["authorized"] = None if isinstance(authorized, str) else frozenset(z85.decode(k) for k in authorized)
+    else:
+        assert curve.server_key is not None  # a client has one (``Curve.__post_init__``)
+        keys["server"] = z85.decode(curve.server_key)
+    return keys
+
+
 class _Sessions:
     """The session manager of ``Engine`` and the owner of its connections (see the
     module's docstring)."""
 
-    # the engine's state used here, set by ``Engine.__init__``: the settings, ...
+    # the engine's state used here, set by ``Engine.__init__`` (its own is set below): the
+    # settings, ...
     socket_type: bytes
     peer_types: dict[bytes, bytes]
     label: str
@@ -67,8 +84,6 @@ class _Sessions:
     reconnect_ivl_s: float
     reconnect_ivl_max_s: float
     on_event: Optional[Callable[[int, int, str], None]]
-    _settings: Settings
-    _mechanism_keys: Optional[dict[str, Any]]
     # ... what it shares with the application's calls (under ``lock``) ...
     lock: threading.Lock
     cond: threading.Condition
@@ -83,15 +98,25 @@ class _Sessions:
     discarded_multipart: int
     resent: int
     lost_peers: int
-    # ... and its own: the loop, the listeners and the connections
+    # ... and the I/O thread's loop
     _poller: Poller
     _selector: selectors.BaseSelector
-    _accept_failing: bool
-    _listeners: list[tuple[socket.socket, str, transport.Address]]
-    _inproc_names: list[str]
-    _connections: set[StreamEngine]
-    _connections_due: float
-    _refused_logged: set[tuple[str, str]]
+
+    def __init__(self, settings: Settings, curve: Optional[Curve]) -> None:
+        #: what each connection's protocol object reads of the socket
+        self._settings = settings
+        self._accept_failing = False
+        self._listeners: list[tuple[socket.socket, str, transport.Address]] = []
+        self._inproc_names: list[str] = []
+        self._connections: set[StreamEngine] = set()
+        #: no connection's handshake or heartbeat clock is due before this (monotonic
+        #: seconds), so the loop walks the connections only when one may be: set by each
+        #: walk, lowered by whatever sets an earlier clock (``due``)
+        self._connections_due = 0.0
+        self._mechanism_keys = _prepare_curve(curve)
+        #: (host, key) of the CURVE clients refused and logged: each once per socket, as the
+        #: libzmq sockets' ZAP handler does (``curve._KeyPolicy``), at most 10,000
+        self._refused_logged: set[tuple[str, str]] = set()
 
     # -- clocks ------------------------------------------------------------------------
 
@@ -240,7 +265,7 @@ class _Sessions:
             return NullMechanism(conn.initiator, declare, accept)
         from .curve import CurveClient, CurveServer
         keys = self._mechanism_keys
-        assert keys is not None  # prepared from ``curve`` (Engine._prepare_curve)
+        assert keys is not None  # prepared from ``curve`` (``_prepare_curve``)
         if self.curve.is_server:
             allowed = keys["authorized"]
             authorize = (lambda key: True) if allowed is None else (lambda key: self._authorize(conn, key, allowed))
