@@ -40,11 +40,6 @@ class SendTimeoutError(TimeoutError):
         self.sent = sent
 
 
-# they were defined in ``base``, and tracebacks and pickles name them there (``base``
-# re-exports them, so that name still resolves)
-SocketClosedError.__module__ = SendTimeoutError.__module__ = "spark_zmq.patterns.base"
-
-
 class SocketState:
     """A socket's lifetime: ``closed`` until its wire is open, ``closing`` from the moment
     ``close()`` starts (so every wait that looks raises), ``closed`` once it is released."""

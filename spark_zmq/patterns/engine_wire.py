@@ -29,7 +29,7 @@ from .zmtp.codec import EngineMessage
 from .zmtp.engine import Engine
 
 if TYPE_CHECKING:
-    from .scattergather import ZmtpPatternSocket
+    from .wire_contract import EngineSocketSpec
 
 __all__ = ["EngineWatch", "EngineWire"]
 
@@ -71,7 +71,7 @@ class EngineWire:
 
     extra_options: ClassVar[tuple[str, ...]] = ("handshake_ivl", "confirm")
 
-    def __init__(self, owner: ZmtpPatternSocket, state: SocketState, hwm: Optional[int], curve: Optional[Curve],
+    def __init__(self, owner: EngineSocketSpec, state: SocketState, hwm: Optional[int], curve: Optional[Curve],
                  options: dict[str, Any]) -> None:
         self.state = state
         self.label = label = state.label

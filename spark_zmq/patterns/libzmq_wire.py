@@ -32,7 +32,7 @@ from .recv_values import recv_values_from
 from .socket_options import apply_tuning, set_common_options, timeout_deadline
 
 if TYPE_CHECKING:
-    from .base import PatternSocket
+    from .wire_contract import LibzmqSocketSpec
 
 __all__ = ["LibzmqWire"]
 
@@ -58,7 +58,7 @@ class LibzmqWire:
     unsent: ClassVar[int] = 0
     unconfirmed: ClassVar[int] = 0
 
-    def __init__(self, owner: PatternSocket, state: SocketState, hwm: Optional[int], curve: Optional[Curve],
+    def __init__(self, owner: LibzmqSocketSpec, state: SocketState, hwm: Optional[int], curve: Optional[Curve],
                  options: dict[str, Any]) -> None:
         self.state = state
         self.label = state.label

@@ -54,8 +54,10 @@ if TYPE_CHECKING:
 
     from .curve import Curve
     from .deadlines import SocketState
+    from .heartbeat import Heartbeat
 
-__all__ = ["ReceivingWire", "SendingWire", "SocketWire", "UncountedWire", "Wire", "WireClass"]
+__all__ = ["EngineSocketSpec", "LibzmqSocketSpec", "ReceivingWire", "SendingWire", "SocketSpec", "SocketWire",
+           "UncountedWire", "Wire", "WireClass"]
 
 
 class Wire(Protocol):
@@ -286,6 +288,60 @@ class SocketWire(Protocol):
 
     @property
     def unconfirmed(self) -> int: ...
+
+
+class SocketSpec(Protocol):
+    """What a wire reads of the socket it is made for: the socket class's declarations and
+    the options the API class checked. A protocol, not the API class, so that a wire never
+    imports the class that holds it."""
+
+    @property
+    def endpoints(self) -> list[Endpoint]: ...
+
+    @property
+    def can_recv(self) -> bool: ...
+
+    @property
+    def can_send(self) -> bool: ...
+
+    @property
+    def single_part(self) -> bool: ...
+
+    @property
+    def default_linger_ms(self) -> int: ...
+
+    @property
+    def max_message_bytes(self) -> Optional[int]: ...
+
+    @property
+    def heartbeat(self) -> Heartbeat: ...
+
+
+class LibzmqSocketSpec(SocketSpec, Protocol):
+    """What the libzmq wire reads besides: the libzmq socket type, how libzmq's heartbeats
+    apply to it, and the class's hook run before bind/connect (subscriptions...)."""
+
+    @property
+    def socket_type(self) -> int: ...
+
+    @property
+    def heartbeat_zmtp_timeout(self) -> bool: ...
+
+    @property
+    def heartbeat_pings(self) -> bool: ...
+
+    def _configure(self, sock: zmq.Socket[Any], options: dict[str, Any]) -> None: ...
+
+
+class EngineSocketSpec(SocketSpec, Protocol):
+    """What the engine wire reads besides: the ZMTP socket type it announces, and the type
+    it announces to each kind of peer it accepts."""
+
+    @property
+    def zmtp_type(self) -> bytes: ...
+
+    @property
+    def peer_types(self) -> dict[bytes, bytes]: ...
 
 
 class WireClass(Protocol):

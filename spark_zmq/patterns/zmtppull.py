@@ -17,7 +17,7 @@ backpressure through TCP, and, as libzmq does, what a peer sent before it left i
 delivered. Where it differs, in the connector's favour: heartbeats time a silent peer out
 even while this socket applies backpressure (libzmq would take the unread PONGs for
 silence, so ``Pull`` has no ZMTP timeout; see ``heartbeat``), and a multipart message is
-bounded as a whole (see ``zmtp.stream._Stream._add_part``), where libzmq bounds each frame.
+bounded as a whole (see ``zmtp.stream.StreamEngine._add_part``), where libzmq bounds each frame.
 
 The connector (``wires.receiving_wire``) keeps ``Pull`` for ``inproc://`` (which reaches
 only other sockets of this engine, not libzmq's) and with CURVE: libzmq decrypts in C on

@@ -57,6 +57,25 @@ def test_an_engine_socket_names_its_wire_and_leaves_the_api_to_pattern_socket(cl
     assert cls.wire_class is EngineWire
 
 
+def _spec_members(protocol: type) -> set[str]:
+    """Every member a spec protocol declares, its bases' included (``_configure`` too)."""
+    return {name for klass in protocol.__mro__ if klass.__dict__.get("_is_protocol")
+            for name in vars(klass) if name == "_configure" or not name.startswith("_")}
+
+
+@pytest.mark.parametrize("cls", ENGINE_CLASSES[1:] + LIBZMQ_CLASSES, ids=lambda c: c.__name__)
+def test_every_socket_class_offers_what_its_wire_reads_of_it(cls):
+    """A wire reads its socket through a spec protocol (``wire_contract``), not through the
+    API class, so that no wire imports the class that holds it; every class that names the
+    wire must still have every member of that wire's spec (as attributes of the class or,
+    for the checked options, of an instance)."""
+    spec = wire_contract.EngineSocketSpec if cls.wire_class is EngineWire else wire_contract.LibzmqSocketSpec
+    instance_attributes = {"endpoints", "max_message_bytes", "heartbeat"}
+    missing = sorted(name for name in _spec_members(spec) if name not in instance_attributes and not hasattr(cls, name))
+    assert not missing, f"{cls.__name__} lacks {missing} of {spec.__name__}"
+    assert instance_attributes <= _spec_members(spec)
+
+
 @pytest.mark.parametrize("cls", LIBZMQ_CLASSES, ids=lambda c: c.__name__)
 def test_a_libzmq_socket_has_a_libzmq_wire(cls):
     assert issubclass(cls, PatternSocket)

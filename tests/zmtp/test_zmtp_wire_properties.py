@@ -164,7 +164,7 @@ def test_error_command_reads_back(reason):
 # -- the NULL mechanism ---------------------------------------------------------------------
 
 def null_mechanism(initiator: bool = False) -> NullMechanism:
-    """A NullMechanism with a GATHER's declare/accept rules (as Engine._declare/_accept)."""
+    """A NullMechanism with a GATHER's declare/accept rules (as StreamEngine.declare_metadata/accept_metadata)."""
     def declare(peer):
         kind = ((peer or {}).get("socket-type") or b"").upper()
         return {"Socket-Type": PEER_TYPES.get(kind, b"GATHER")}

@@ -53,6 +53,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Callable, Iterable, Optional, Sequence, cast
 
+from ..deadlines import next_slice
 from ..heartbeat import DEFAULT_HEARTBEAT, Heartbeat
 from . import transport
 from .codec import HANDSHAKE_FRAME_LIMIT, EngineMessage
@@ -78,9 +79,10 @@ _ACK_POLL_S = 0.005
 
 
 class Engine(_Sessions):
-    """One ZMTP socket's I/O thread and queues. Socket classes (``Scatter``, ``Gather``)
-    hold one and call ``send_round_robin``, ``receive``, ``wait_readable``, ``drain`` and
-    ``release`` (each takes the lock itself); everything else is the engine's own.
+    """One ZMTP socket's I/O thread and queues. The engine sockets' wire
+    (``engine_wire.EngineWire``) holds one and calls ``send_round_robin``, ``receive``,
+    ``wait_readable``, ``drain`` and ``release`` (each takes the lock itself); everything
+    else is the engine's own.
     """
 
     def __init__(
@@ -307,8 +309,6 @@ class Engine(_Sessions):
         """Wait (lock held) a slice for the I/O thread to change something, unless
         ``deadline`` passed (``False``); ``check()`` before and after: the sockets' one
         waiting rule (``deadlines.next_slice``), which the libzmq wire follows too."""
-        from ..deadlines import next_slice  # here: this method is the engine's one use
-
         slice_s = next_slice(deadline, check)
         if slice_s is None:
             return False
