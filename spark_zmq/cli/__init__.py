@@ -18,7 +18,8 @@ the data source options ``curveCertificate``, ``curveServerKey`` and
 so a key pair can be tried from a shell before a job uses it.
 
 The subcommands live by group (``traffic``: produce, consume; ``servers``: relay,
-broker; ``keys``: keygen), what they share in ``flags`` and ``console``; this module
+broker; ``keys``: keygen), what they share in ``flags`` and ``console``, and their flags
+that stand for options are made from the options table by ``source_flags``; this module
 assembles them into ``app``.
 """
 

@@ -1,5 +1,6 @@
 """What the subcommands share of their flags: the choices (patterns, formats), the
-``--curve-*`` and ``--heartbeat-*`` flags and the endpoint checks.
+``--curve-*`` and ``--heartbeat-*`` flags and the endpoint checks (a flag that stands for
+an option is made by ``source_flags.option_flag``).
 
 Why together: a flag means the same in every subcommand and is checked by the same rules
 as the data source option it stands for (``curve_from_flags`` runs the options' CURVE
@@ -15,13 +16,15 @@ from typing import Callable, Optional, Sequence, TypeVar
 import typer
 
 from ..options import OptionError, check_curve, curve_of
-from ..options.table import SOURCE_OPTIONS
 from ..patterns import DEFAULT_HEARTBEAT, Heartbeat, parse_endpoints
 from ..patterns.curve import Curve
 from ..patterns.curve_keys import CurveError, KeyPair, load_authorized_keys, load_public_key
+from ..patterns.heartbeat import MAX_TTL_S
+from .source_flags import documented_default, flag_name, option_flag, option_spec
 
 __all__ = ["ProducePattern", "ConsumePattern", "Format", "CURVE_FLAGS", "CURVE_PANEL", "HEARTBEAT_PANEL",
-           "heartbeat_from_flags", "heartbeat_interval_option", "heartbeat_timeout_option", "heartbeat_ttl_option",
+           "heartbeat_from_flags", "heartbeat_flag", "heartbeat_interval_option", "heartbeat_timeout_option",
+           "heartbeat_ttl_option", "source_default", "source_default_int",
            "curve_from_flags", "checked_curve_flags", "check_endpoints", "broker_curves", "reader_curve"]
 
 
@@ -44,9 +47,9 @@ class Format(str, enum.Enum):
     arrow = "arrow"
 
 
-#: the CLI flags of the data source options curveCertificate, curveServerKey, curveAuthorizedKeys
-CURVE_FLAGS = ("--curve-certificate", "--curve-server-key", "--curve-authorized-keys")
 _CURVE_OPTIONS = ("curveCertificate", "curveServerKey", "curveAuthorizedKeys")
+#: the CLI flags of the data source options curveCertificate, curveServerKey, curveAuthorizedKeys
+CURVE_FLAGS = tuple(flag_name(option) for option in _CURVE_OPTIONS)
 _T = TypeVar("_T")
 #: the --help panels the CURVE and heartbeat flags are listed under
 CURVE_PANEL = "CURVE security (see 'spark-zmq keygen')"
@@ -64,22 +67,32 @@ def heartbeat_from_flags(interval: float, timeout: float, ttl: float) -> Heartbe
     return Heartbeat(interval, timeout, ttl)
 
 
-def heartbeat_interval_option() -> float:
-    """The ``--heartbeat-interval`` flag of a subcommand."""
-    return typer.Option(DEFAULT_HEARTBEAT.interval, "--heartbeat-interval", rich_help_panel=HEARTBEAT_PANEL,
-                        help="Seconds between PINGs on every connection; 0 switches heartbeats off.")
+def heartbeat_interval_option(side: str) -> float:
+    """The ``--heartbeat-interval`` flag of a subcommand whose sockets take the ``side``
+    table's heartbeat defaults (see ``heartbeat_flag``)."""
+    return heartbeat_flag("heartbeatInterval", side,
+                          "Seconds between PINGs on every connection; 0 switches heartbeats off.")
 
 
-def heartbeat_timeout_option() -> float:
-    """The ``--heartbeat-timeout`` flag of a subcommand."""
-    return typer.Option(DEFAULT_HEARTBEAT.timeout, "--heartbeat-timeout", rich_help_panel=HEARTBEAT_PANEL,
-                        help="Seconds a peer may stay silent after a PING before its connection counts as broken.")
+def heartbeat_timeout_option(side: str) -> float:
+    """The ``--heartbeat-timeout`` flag of a subcommand (see ``heartbeat_interval_option``)."""
+    return heartbeat_flag("heartbeatTimeout", side,
+                          "Seconds a peer may stay silent after a PING before its connection counts as broken.")
 
 
-def heartbeat_ttl_option() -> float:
-    """The ``--heartbeat-ttl`` flag of a subcommand."""
-    return typer.Option(DEFAULT_HEARTBEAT.ttl, "--heartbeat-ttl", rich_help_panel=HEARTBEAT_PANEL,
-                        help="The TTL our PINGs ask of the peer (0: none), at most 6553.5.")
+def heartbeat_ttl_option(side: str) -> float:
+    """The ``--heartbeat-ttl`` flag of a subcommand (see ``heartbeat_interval_option``)."""
+    return heartbeat_flag("heartbeatTtl", side, f"The TTL our PINGs ask of the peer (0: none), at most {MAX_TTL_S:g}.")
+
+
+def heartbeat_flag(option: str, side: str, help: str) -> float:
+    """A heartbeat flag whose value the command uses itself (``heartbeat_from_flags``), so
+    its default is the table's value, not ``None``.
+
+    Why a side: the sink's and ``request``'s rows document the package's sockets' own
+    defaults (``DEFAULT_HEARTBEAT``), which ``produce``, ``consume`` and ``broker`` use; the
+    source's are the spooling receiver's, longer, and only the relay's flags take them."""
+    return option_flag(option, side=side, table_default=True, panel=HEARTBEAT_PANEL, help=help)
 
 
 def curve_from_flags(certificate: Optional[str], server_key: Optional[str], authorized_keys: Optional[str],
@@ -194,13 +207,12 @@ def check_endpoints(endpoints: str, default_bind: bool) -> None:
 def source_default(name: str) -> str:
     """How the options table shows source option ``name``'s default (``64 MiB``), for a
     flag's help: the defaults live in the table alone, never copied into the CLI."""
-    spec = next(s for s in SOURCE_OPTIONS if s.name == name)
-    return spec.default_doc.strip("`")
+    return documented_default("source", name)
 
 
 def source_default_int(name: str) -> int:
     """Source option ``name``'s parsed default, an integer, for a flag whose default is the option's."""
-    value = next(s for s in SOURCE_OPTIONS if s.name == name).default
+    value = option_spec("source", name).default
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"source option {name!r} has no integer default: {value!r}")
     return value

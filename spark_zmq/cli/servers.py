@@ -35,9 +35,9 @@ from .flags import (
     heartbeat_interval_option,
     heartbeat_timeout_option,
     heartbeat_ttl_option,
-    source_default,
     source_default_int,
 )
+from .source_flags import given_options, option_flag, option_flags, usage_error
 
 __all__ = ["relay_command", "relay_readers_command", "broker_command"]
 
@@ -47,23 +47,22 @@ BROKER_MAX_MESSAGE_BYTES = source_default_int("maxMessageBytes")
 
 
 def relay_command(
-    endpoints: str = typer.Option(..., "--endpoints", "-e", help="Where to receive, as the source option "
-                                  "'endpoints' (each endpoint one channel; pull/gather bind by default)."),
+    endpoints: str = option_flag("endpoints", "-e", required=True, help="Where to receive, as the source option "
+                                 "'endpoints' (each endpoint one channel; pull/gather bind by default)."),
     listen: str = typer.Option(..., "--listen", "-l", help="Where queries reach this relay, e.g. "
                                "'tcp://10.0.0.5:7000' (the source option 'relays' names it)."),
-    spool_dir: str = typer.Option(..., "--spool-dir", help="The spool's directory (created 0700; kept across "
-                                  "restarts: what it holds is served after a restart)."),
-    pattern: ConsumePattern = typer.Option(ConsumePattern.pull, help="pull, gather, or sub."),
-    format: Format = typer.Option(Format.raw, "--format", "-f", help="The format queries read: arrow messages are "
-                                  "counted by rows, others by messages (queries must match arrow or not)."),
-    topics: Optional[str] = typer.Option(None, help="sub: comma-separated subscription prefixes."),
-    max_spool_bytes: Optional[str] = typer.Option(None, help="Disk the spool may use before the relay stops reading "
-                                                  f"(backpressure), e.g. '10 GiB'. Default {source_default('maxSpoolBytes')}."),
-    hwm: Optional[int] = typer.Option(None, help="Receive high-water mark per socket (messages). "
-                                     f"Default {source_default('hwm')}."),
-    max_message_bytes: Optional[str] = typer.Option(None, help="Largest message accepted. "
-                                                    f"Default {source_default('maxMessageBytes')}."),
-    fsync: bool = typer.Option(False, help="fsync every spooled batch (survives a machine crash)."),
+    spool_dir: str = option_flag("spoolDir", required=True, help="The spool's directory (created 0700; kept across "
+                                 "restarts: what it holds is served after a restart)."),
+    pattern: Optional[ConsumePattern] = option_flag("pattern", help="pull, gather, or sub."),
+    format: Optional[Format] = option_flag("format", "-f", help="The format queries read: arrow messages are "
+                                           "counted by rows, others by messages (queries must match arrow or not)."),
+    topics: Optional[str] = option_flag("topics", help="sub: comma-separated subscription prefixes."),
+    max_spool_bytes: Optional[str] = option_flag("maxSpoolBytes", help="Disk the spool may use before the relay "
+                                                 "stops reading (backpressure), e.g. '10 GiB'."),
+    hwm: Optional[int] = option_flag("hwm", help="Receive high-water mark per socket (messages)."),
+    max_message_bytes: Optional[str] = option_flag("maxMessageBytes", help="Largest message accepted."),
+    fsync: Optional[bool] = option_flag("spoolFsync", "--fsync/--no-fsync",
+                                        help="fsync every spooled batch (survives a machine crash)."),
     retention_bytes: Optional[str] = typer.Option(None, "--retention-bytes", help="What the spool may hold for "
                                                   "readers that lag, e.g. '5 GiB': beyond it the oldest segments "
                                                   "are freed whoever has not read them (their queries report data "
@@ -72,64 +71,45 @@ def relay_command(
                                                       help="How long a message is kept for readers that lag: "
                                                            "older segments are freed whoever has not read them. "
                                                            "Default: no limit."),
-    curve_certificate: Optional[str] = typer.Option(
-        None, metavar="FILE", rich_help_panel=CURVE_PANEL,
+    curve_certificate: Optional[str] = option_flag(
+        "curveCertificate", panel=CURVE_PANEL,
         help="The relay's secret certificate. With --curve-authorized-keys the receiving sockets are CURVE servers "
              "accepting those producers' keys; with --reader-authorized-keys the --listen port is one accepting "
              "those queries' keys."),
-    curve_server_key: Optional[str] = typer.Option(
-        None, metavar="FILE|Z85", rich_help_panel=CURVE_PANEL,
+    curve_server_key: Optional[str] = option_flag(
+        "curveServerKey", panel=CURVE_PANEL,
         help="The receiving sockets are CURVE clients of this server key (e.g. sub to a CURVE pub)."),
-    curve_authorized_keys: Optional[str] = typer.Option(
-        None, metavar="DIR|*", rich_help_panel=CURVE_PANEL,
+    curve_authorized_keys: Optional[str] = option_flag(
+        "curveAuthorizedKeys", panel=CURVE_PANEL,
         help="Producer keys the receiving sockets accept: a directory of public certificates (*.key), or '*' for "
              "any key. Never accepted on --listen."),
     reader_authorized_keys: Optional[str] = typer.Option(
         None, "--reader-authorized-keys", metavar="DIR|*", rich_help_panel=CURVE_PANEL,
         help="Query (reader) keys the --listen port accepts: a directory of public certificates (*.key), or '*' "
              "for any key. Required with --curve-authorized-keys."),
-    heartbeat_interval: Optional[str] = typer.Option(None, "--heartbeat-interval", rich_help_panel=HEARTBEAT_PANEL,
-                                                     help="Seconds between PINGs on every connection (receiving "
-                                                          "and --listen); 0 switches heartbeats off. Default "
-                                                          f"{source_default('heartbeatInterval')}."),
-    heartbeat_timeout: Optional[str] = typer.Option(None, "--heartbeat-timeout", rich_help_panel=HEARTBEAT_PANEL,
-                                                    help="Seconds a producer may stay silent after a PING before its "
-                                                         "connection is closed (closing loses what it has in "
-                                                         "flight). Default "
-                                                         f"{source_default('heartbeatTimeout')}."),
-    heartbeat_ttl: Optional[str] = typer.Option(None, "--heartbeat-ttl", rich_help_panel=HEARTBEAT_PANEL,
-                                                help="The TTL our PINGs ask of the peer (0: none). Default "
-                                                     f"{source_default('heartbeatTtl')}."),
+    heartbeat_interval: Optional[str] = option_flag("heartbeatInterval", panel=HEARTBEAT_PANEL,
+                                                    help="Seconds between PINGs on every connection (receiving "
+                                                         "and --listen); 0 switches heartbeats off."),
+    heartbeat_timeout: Optional[str] = option_flag("heartbeatTimeout", panel=HEARTBEAT_PANEL,
+                                                   help="Seconds a producer may stay silent after a PING before its "
+                                                        "connection is closed (closing loses what it has in "
+                                                        "flight)."),
+    heartbeat_ttl: Optional[str] = option_flag("heartbeatTtl", panel=HEARTBEAT_PANEL,
+                                               help="The TTL our PINGs ask of the peer (0: none)."),
 ) -> None:
     """Receive and spool ZeroMQ messages for Spark queries, until SIGTERM/SIGINT (then drain and exit 0).
     Queries read it with the source option relays=<--listen address>, each under a name of its own (option
     relayReader); what a registered reader has not committed is kept, within --retention-bytes and
     --retention-seconds."""
+    given = dict(locals())  # the arguments by name, before any other local: the flags' values
     from ..relay.run import serve
 
-    raw = {"pattern": pattern.value, "endpoints": endpoints, "format": format.value, "spoolDir": spool_dir,
-           "topics": topics, "maxSpoolBytes": max_spool_bytes, "hwm": None if hwm is None else str(hwm),
-           "maxMessageBytes": max_message_bytes, "spoolFsync": str(fsync).lower(), "spoolAccess": "local",
-           "curveCertificate": curve_certificate, "curveServerKey": curve_server_key,
-           "curveAuthorizedKeys": curve_authorized_keys, "heartbeatInterval": heartbeat_interval,
-           "heartbeatTimeout": heartbeat_timeout, "heartbeatTtl": heartbeat_ttl}
-    flags = {"endpoints": "--endpoints", "spoolDir": "--spool-dir", "topics": "--topics",
-             "maxSpoolBytes": "--max-spool-bytes", "hwm": "--hwm", "maxMessageBytes": "--max-message-bytes",
-             "curveCertificate": "--curve-certificate", "curveServerKey": "--curve-server-key",
-             "curveAuthorizedKeys": "--curve-authorized-keys", "pattern": "--pattern", "format": "--format",
-             "heartbeatInterval": "--heartbeat-interval", "heartbeatTimeout": "--heartbeat-timeout",
-             "heartbeatTtl": "--heartbeat-ttl"}
-    raw["spoolDir"] = os.path.abspath(os.path.expanduser(spool_dir))
+    raw = {**given_options(relay_command, given), "spoolAccess": "local",
+           "spoolDir": os.path.abspath(os.path.expanduser(spool_dir))}
     try:
-        options = SourceOptions.parse({k: v for k, v in raw.items() if v is not None})
+        options = SourceOptions.parse(raw)
     except OptionError as exc:
-        text = str(exc)
-        for option, flag in flags.items():
-            text = text.replace(f"option '{option}'", flag).replace(f"'{option}'", flag)
-        hint = flags.get(exc.option or "")
-        if hint and text.startswith(hint + ": "):
-            text = text[len(hint) + 2:]
-        raise typer.BadParameter(text, param_hint=f"'{hint}'" if hint else None) from None
+        raise usage_error(exc, option_flags(relay_command)) from None
     retained: Optional[int] = None
     if retention_bytes is not None:
         try:
@@ -166,13 +146,12 @@ def relay_readers_command(
                                          "relayReader name): the relay no longer keeps what it has not committed. "
                                          "Refused while a query reads under it."),
     timeout: float = typer.Option(10.0, "--timeout", min=0.1, max=3600.0, help="Seconds to wait for the relay."),
-    curve_certificate: Optional[str] = typer.Option(
-        None, metavar="FILE", rich_help_panel=CURVE_PANEL,
+    curve_certificate: Optional[str] = option_flag(
+        "curveCertificate", panel=CURVE_PANEL,
         help="A reader's secret certificate (one the relay's --reader-authorized-keys accepts), with "
              "--curve-server-key: as the source options curveCertificate and curveServerKey."),
-    curve_server_key: Optional[str] = typer.Option(
-        None, metavar="FILE|Z85", rich_help_panel=CURVE_PANEL,
-        help="The relay's public key (its certificate file or Z85 text)."),
+    curve_server_key: Optional[str] = option_flag(
+        "curveServerKey", panel=CURVE_PANEL, help="The relay's public key (its certificate file or Z85 text)."),
 ) -> None:
     """List the readers of a relay (the names queries read it under, option relayReader), with what each has
     committed and has yet to read; with --remove NAME, unregister one. Prints JSON on stdout."""
@@ -214,10 +193,10 @@ def broker_command(
                             "reading clients (backpressure). Also the sockets' high-water marks, except the "
                             "frontend's receive and send queues per client connection, sized in bytes from "
                             "--max-message-bytes."),
-    max_message_bytes: int = typer.Option(BROKER_MAX_MESSAGE_BYTES, "--max-message-bytes", min=1, help="Largest message "
-                                          "accepted from a client or worker, all frames together (a larger frame "
-                                          "disconnects its peer; a larger message is dropped and counted). "
-                                          f"Default {source_default('maxMessageBytes')}, as the source's."),
+    max_message_bytes: int = option_flag("maxMessageBytes", table_default=True, min=1, metavar=None,
+                                         help="Largest message accepted from a client or worker, all frames "
+                                              "together (a larger frame disconnects its peer; a larger message is "
+                                              "dropped and counted), as the source's option maxMessageBytes."),
     client_hwm: Optional[int] = typer.Option(None, "--client-hwm", min=1, help="Replies held for one client that "
                                              "is not reading before it gets no new request (the others go on), "
                                              "and requests such a client may have waiting. Default: --hwm."),
@@ -234,8 +213,8 @@ def broker_command(
                                      "client's own timeout does). 0: no limit."),
     status_interval: float = typer.Option(10.0, "--status-interval", min=0.05, help="Seconds between status lines "
                                           "on stderr."),
-    curve_certificate: Optional[str] = typer.Option(
-        None, metavar="FILE", rich_help_panel=CURVE_PANEL,
+    curve_certificate: Optional[str] = option_flag(
+        "curveCertificate", side="request", panel=CURVE_PANEL,
         help="The broker's secret certificate: the frontend and the backend are CURVE servers, each accepting "
              "only its own authorized keys (--frontend-authorized-keys, --backend-authorized-keys)."),
     frontend_authorized_keys: Optional[str] = typer.Option(
@@ -245,13 +224,13 @@ def broker_command(
         None, "--backend-authorized-keys", metavar="DIR|*", rich_help_panel=CURVE_PANEL,
         help="Worker keys the backend accepts: a directory of public certificates (*.key), or '*' for any key. "
              "A worker is trusted with the requests it is given and answers them: never the clients' keys."),
-    curve_authorized_keys: Optional[str] = typer.Option(
-        None, metavar="DIR|*", rich_help_panel=CURVE_PANEL,
+    curve_authorized_keys: Optional[str] = option_flag(
+        "curveAuthorizedKeys", side="request", panel=CURVE_PANEL,
         help="The older name of --frontend-authorized-keys (clients only; the backend needs "
              "--backend-authorized-keys)."),
-    heartbeat_interval: float = heartbeat_interval_option(),
-    heartbeat_timeout: float = heartbeat_timeout_option(),
-    heartbeat_ttl: float = heartbeat_ttl_option(),
+    heartbeat_interval: float = heartbeat_interval_option("request"),
+    heartbeat_timeout: float = heartbeat_timeout_option("request"),
+    heartbeat_ttl: float = heartbeat_ttl_option("request"),
 ) -> None:
     """Load-balance requests from clients to workers (the ZeroMQ Guide's LRU broker), until SIGTERM/SIGINT.
     Prints a status line on stderr every --status-interval seconds."""

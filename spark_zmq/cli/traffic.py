@@ -29,6 +29,7 @@ from .flags import (
     heartbeat_timeout_option,
     heartbeat_ttl_option,
 )
+from .source_flags import option_flag
 
 __all__ = ["produce", "consume"]
 
@@ -36,7 +37,8 @@ __all__ = ["produce", "consume"]
 def produce(
     endpoints: str = typer.Argument(..., help="Where to send: 'tcp://host:port' connects, '@tcp://*:port' binds; "
                                              "comma-separated for several peers."),
-    pattern: ProducePattern = typer.Option(ProducePattern.push, help="push (round-robin), scatter, or pub (topics)."),
+    pattern: ProducePattern = option_flag("pattern", side="sink", table_default=True,
+                                          help="push (round-robin), scatter, or pub (topics)."),
     format: Format = typer.Option(Format.json, "--format", "-f", help="Message format (see spark_zmq.loadgen)."),
     count: int = typer.Option(1000, "--count", "-n", min=0, help="Messages to send."),
     rate: Optional[float] = typer.Option(None, min=0.001, help="Messages per second (default: as fast as possible)."),
@@ -54,19 +56,19 @@ def produce(
                                                         "starting); then the run fails, saying the queued messages "
                                                         "were dropped."),
     progress: bool = typer.Option(True, help="Show live progress on stderr."),
-    curve_certificate: Optional[str] = typer.Option(
-        None, metavar="FILE", rich_help_panel=CURVE_PANEL,
+    curve_certificate: Optional[str] = option_flag(
+        "curveCertificate", side="sink", panel=CURVE_PANEL,
         help="This side's secret certificate (NAME.key_secret): with --curve-server-key a CURVE client, with "
              "--curve-authorized-keys a CURVE server."),
-    curve_server_key: Optional[str] = typer.Option(
-        None, metavar="FILE|Z85", rich_help_panel=CURVE_PANEL,
+    curve_server_key: Optional[str] = option_flag(
+        "curveServerKey", side="sink", panel=CURVE_PANEL,
         help="The CURVE server's public key: its certificate file (NAME.key) or 40-character Z85 text."),
-    curve_authorized_keys: Optional[str] = typer.Option(
-        None, metavar="DIR|*", rich_help_panel=CURVE_PANEL,
+    curve_authorized_keys: Optional[str] = option_flag(
+        "curveAuthorizedKeys", side="sink", panel=CURVE_PANEL,
         help="As a CURVE server: a directory of the clients' public certificates (*.key), or '*' for any key."),
-    heartbeat_interval: float = heartbeat_interval_option(),
-    heartbeat_timeout: float = heartbeat_timeout_option(),
-    heartbeat_ttl: float = heartbeat_ttl_option(),
+    heartbeat_interval: float = heartbeat_interval_option("sink"),
+    heartbeat_timeout: float = heartbeat_timeout_option("sink"),
+    heartbeat_ttl: float = heartbeat_ttl_option("sink"),
 ) -> None:
     """Send numbered sensor readings (a load generator); prints what was sent."""
     check_endpoints(endpoints, default_bind=loadgen.PATTERNS[pattern.value].default_bind)
@@ -111,28 +113,29 @@ def _describe(payload: bytes, fmt: Format, table: Optional[pa.Table]) -> str:
 def consume(
     endpoints: str = typer.Argument(..., help="Where to receive: '@tcp://*:port' binds (default for pull/gather), "
                                              "'>tcp://host:port' connects (default for sub)."),
-    pattern: ConsumePattern = typer.Option(ConsumePattern.pull, help="pull, gather, or sub."),
-    format: Format = typer.Option(Format.raw, "--format", "-f", help="How to print and count messages."),
-    topic: List[str] = typer.Option([], help="Topic prefix(es) for sub (default: all); repeat the option."),
+    pattern: ConsumePattern = option_flag("pattern", table_default=True, help="pull, gather, or sub."),
+    format: Format = option_flag("format", "-f", table_default=True, help="How to print and count messages."),
+    topic: Optional[List[str]] = option_flag("topics", "--topic", metavar=None,
+                                             help="Topic prefix(es) for sub; repeat the option."),
     count: Optional[int] = typer.Option(None, "--count", "-n", min=1, help="Stop after this many messages "
                                                                           "(exit 1 if --timeout ends first)."),
     timeout: Optional[float] = typer.Option(None, min=0, help="Stop after this many seconds with no message."),
     print_messages: bool = typer.Option(False, "--print", help="Print each message on stdout."),
     progress: bool = typer.Option(True, help="Show the live rate on stderr."),
-    curve_certificate: Optional[str] = typer.Option(
-        None, metavar="FILE", rich_help_panel=CURVE_PANEL,
+    curve_certificate: Optional[str] = option_flag(
+        "curveCertificate", panel=CURVE_PANEL,
         help="This side's secret certificate (NAME.key_secret): with --curve-authorized-keys a CURVE server, "
              "with --curve-server-key a CURVE client."),
-    curve_server_key: Optional[str] = typer.Option(
-        None, metavar="FILE|Z85", rich_help_panel=CURVE_PANEL,
+    curve_server_key: Optional[str] = option_flag(
+        "curveServerKey", panel=CURVE_PANEL,
         help="As a CURVE client: the server's public key, its certificate file (NAME.key) or 40-character Z85 text."),
-    curve_authorized_keys: Optional[str] = typer.Option(
-        None, metavar="DIR|*", rich_help_panel=CURVE_PANEL,
+    curve_authorized_keys: Optional[str] = option_flag(
+        "curveAuthorizedKeys", panel=CURVE_PANEL,
         help="As a CURVE server: a directory of the clients' public certificates (*.key), or '*' for any key; "
              "rejected handshakes are counted in the summary."),
-    heartbeat_interval: float = heartbeat_interval_option(),
-    heartbeat_timeout: float = heartbeat_timeout_option(),
-    heartbeat_ttl: float = heartbeat_ttl_option(),
+    heartbeat_interval: float = heartbeat_interval_option("sink"),
+    heartbeat_timeout: float = heartbeat_timeout_option("sink"),
+    heartbeat_ttl: float = heartbeat_ttl_option("sink"),
 ) -> None:
     """Receive messages and count them (or print them) with a live rate; prints a summary."""
     cls = {"pull": Pull, "gather": Gather, "sub": Sub}[pattern.value]
