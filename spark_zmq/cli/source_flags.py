@@ -46,7 +46,7 @@ class _FromKind:
         return "<metavar from the option's kind>"
 
 
-FROM_KIND: Any = _FromKind()
+_FROM_KIND: Any = _FromKind()
 
 
 class OptionFlag(OptionInfo):
@@ -85,7 +85,7 @@ def documented_default(side: str, name: str) -> str:
 
 def option_flag(option: str, *decls: str, help: Optional[str] = None, side: str = "source",
                 required: bool = False, table_default: bool = False, panel: Optional[str] = None,
-                metavar: Any = FROM_KIND, **kwargs: Any) -> Any:
+                metavar: Any = _FROM_KIND, **kwargs: Any) -> Any:
     """A typer option for the ``side`` table's option ``option``.
 
     ``decls``: the flag's names; a long one (``--fsync/--no-fsync``) replaces the one derived
@@ -112,7 +112,7 @@ def option_flag(option: str, *decls: str, help: Optional[str] = None, side: str 
         if callable(default):
             raise ValueError(f"option {option!r}'s default depends on other options: a flag cannot take it")
     return OptionFlag(spec=spec, flag=names[0].split("/")[0], default=default, param_decls=names, help=text,
-                      metavar=_METAVARS.get(spec.kind) if metavar is FROM_KIND else metavar,
+                      metavar=_METAVARS.get(spec.kind) if metavar is _FROM_KIND else metavar,
                       rich_help_panel=panel, show_default=False, **kwargs)
 
 
