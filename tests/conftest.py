@@ -161,6 +161,17 @@ def free_port() -> int:
 
 
 @pytest.fixture
+def ctx():
+    """A ZeroMQ context of the test's own, for the plain pyzmq peers it makes: destroyed
+    after the test with linger 0, so a socket the test left open cannot hold it up."""
+    import zmq
+
+    context = zmq.Context()
+    yield context
+    context.destroy(linger=0)
+
+
+@pytest.fixture
 def spool_dir(tmp_path) -> str:
     """A fresh spool directory per test, so tests never see each other's messages."""
     return str(tmp_path / "spool")

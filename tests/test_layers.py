@@ -26,6 +26,7 @@ import sys
 import pytest
 
 import spark_zmq
+from import_graph import cycles, describe, import_graph
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -98,6 +99,25 @@ def test_every_module_imports_only_its_own_layer_and_those_below():
             if layer != own and layer not in ALLOWED[own]:
                 wrong.append(f"{path.relative_to(PACKAGE.parent)}:{line} ({own}) imports {target} ({layer})")
     assert not wrong, "imports against the layers:\n" + "\n".join(wrong)
+
+
+def test_no_module_of_the_package_imports_another_back():
+    """No import cycle anywhere in the package, counting the imports made only for the
+    type checker and those inside functions: a cycle is two modules a reader cannot
+    understand one without the other, whatever the interpreter tolerates."""
+    graph = import_graph()
+    found = cycles(graph)
+    assert not found, "import cycles:\n  " + describe(graph, found)
+
+
+#: the longest a module of the package may be: past it, a module holds more than one job
+MAX_MODULE_LINES = 500
+
+
+def test_every_module_is_shorter_than_the_limit():
+    long = {str(path.relative_to(PACKAGE.parent)): n for path in sorted(PACKAGE.rglob("*.py"))
+            if (n := len(path.read_text().splitlines())) >= MAX_MODULE_LINES}
+    assert not long, f"modules of {MAX_MODULE_LINES} lines or more (split them by job): {long}"
 
 
 def test_the_spark_free_modules_never_load_pyspark():

@@ -46,13 +46,6 @@ MiB = 1024 * 1024
 
 # --------------------------------------------------------------------------- helpers
 
-@pytest.fixture
-def ctx() -> Iterator[zmq.Context]:
-    context = zmq.Context()
-    yield context
-    context.destroy(linger=0)
-
-
 def socket_(ctx: zmq.Context, kind: int, **options: object) -> zmq.Socket:
     sock = ctx.socket(kind)
     sock.setsockopt(zmq.LINGER, 0)

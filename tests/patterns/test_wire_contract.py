@@ -22,13 +22,6 @@ from spark_zmq.patterns.wires import RECEIVING_PATTERNS, SENDING_PATTERNS
 pytestmark = pytest.mark.timeout(60)
 
 
-@pytest.fixture
-def ctx():
-    context = zmq.Context()
-    yield context
-    context.destroy(linger=0)
-
-
 def members(protocol: type) -> set[str]:
     """The public members a Protocol declares, its bases' included."""
     declaring = [k for k in protocol.__mro__

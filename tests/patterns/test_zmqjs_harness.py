@@ -27,13 +27,6 @@ def _node_peers():
     skip_unless_node()
 
 
-@pytest.fixture
-def ctx():
-    context = zmq.Context()
-    yield context
-    context.destroy(linger=0)
-
-
 def bound(ctx, socket_type, **options):
     sock = ctx.socket(socket_type)
     for option, value in options.items():

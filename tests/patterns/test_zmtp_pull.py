@@ -24,13 +24,6 @@ from zmqtest import SocketEvents
 pytestmark = pytest.mark.timeout(60)
 
 
-@pytest.fixture
-def ctx():
-    context = zmq.Context()
-    yield context
-    context.destroy(linger=0)
-
-
 def _receive(sock, count: int, timeout: float = 10.0) -> tuple[list[bytes], list]:
     """``count`` messages' values and topics (``None`` for single-part ones)."""
     values: list[bytes] = []

@@ -118,13 +118,6 @@ class Driver:
         self.sock.close()
 
 
-@pytest.fixture
-def ctx():
-    context = zmq.Context()
-    yield context
-    context.destroy(linger=0)
-
-
 def raw(keypair: tuple[bytes, bytes]) -> tuple[bytes, bytes]:
     return z85.decode(keypair[0]), z85.decode(keypair[1])
 
