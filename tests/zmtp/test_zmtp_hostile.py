@@ -36,7 +36,8 @@ from zmq.utils import z85
 from spark_zmq.patterns import Gather, Scatter
 from spark_zmq.patterns.curve import Curve
 from spark_zmq.patterns.curve_keys import KeyPair
-from spark_zmq.patterns.zmtp import engine as engine_module
+from spark_zmq.patterns.zmtp import security as security_module
+from spark_zmq.patterns.zmtp import sessions as sessions_module
 from spark_zmq.patterns.zmtp import wire
 from spark_zmq.patterns.zmtp.curve import CurveClient
 from spark_zmq.patterns.zmtp.engine import HANDSHAKE_FRAME_LIMIT
@@ -736,7 +737,7 @@ def test_curve_gather_closes_on_a_message_above_max_message_bytes(make_gather):
 def test_a_send_while_the_scatter_connects_does_not_raise(make_gather, monkeypatch):
     gather = make_gather()
     in_window, go = threading.Event(), threading.Event()
-    original = engine_module.Engine.new_mechanism
+    original = security_module.Security.new_mechanism
 
     def held(self, conn):
         if conn.initiator and not in_window.is_set():
@@ -744,7 +745,7 @@ def test_a_send_while_the_scatter_connects_does_not_raise(make_gather, monkeypat
             go.wait(5)
         return original(self, conn)
 
-    monkeypatch.setattr(engine_module.Engine, "new_mechanism", held)
+    monkeypatch.setattr(security_module.Security, "new_mechanism", held)
     scatter = Scatter(">" + gather.last_endpoint)
     try:
         assert in_window.wait(5)
@@ -761,14 +762,14 @@ def test_a_send_while_the_scatter_connects_does_not_raise(make_gather, monkeypat
 @pytest.mark.timeout(30)
 def test_an_unexpected_error_on_one_connection_closes_that_connection(make_gather, monkeypatch):
     gather = make_gather()
-    original = engine_module.Engine._on_command
+    original = sessions_module.Sessions._on_command
 
     def failing(self, conn, body):
         if wire.parse_command(body)[0] == b"PING":
             raise RuntimeError("simulated bug in a command handler")
         return original(self, conn, body)
 
-    monkeypatch.setattr(engine_module.Engine, "_on_command", failing)
+    monkeypatch.setattr(sessions_module.Sessions, "_on_command", failing)
     raw = Raw(gather)
     raw.handshake()
     raw.send(raw.frame(b"before") + raw.command(b"PING", b"\x00\x00") + raw.frame(b"dropped?") + raw.frame(b"x" * 300)[:5])

@@ -11,8 +11,10 @@ Layers, each usable and testable on its own:
   moves frames between TCP/IPC streams and per-peer queues, built from ``connection``
   (one connection's state), ``stream`` (the protocol on it: one object per connection),
   ``owner`` (the narrow interface between that object and its owner), ``sessions``
-  (listeners, connectors and connections coming and going: the owner) and ``poller`` (the
-  thread's loop); they import one way, with no cycle.
+  (listeners, connectors and connections coming and going: the owner, an object the
+  engine holds), ``security`` (each connection's mechanism), ``state`` (what the
+  application's calls and the I/O thread share) and ``poller`` (the thread's loop); they
+  import one way, with no cycle.
 
 Nothing here imports Spark.
 """

@@ -37,17 +37,18 @@ and fair queueing), ``connection`` (one connection's state), ``stream`` (the pro
 connection: one ``StreamEngine`` object per connection), ``owner`` (the narrow interface
 between such an object and its owner, and the settings it is given), ``sessions``
 (listeners, connectors and connections: accepting, connecting, closing and re-routing; the
-owner of every connection), ``poller`` (the I/O thread's loop). ``Engine`` holds the queues
-the application shares with the I/O thread, derives from the session manager and is the
-sockets' only way in. The modules import one way (engine -> sessions -> stream ->
-connection -> codec), so each can be read without the ones above it.
+owner of every connection), ``security`` (each connection's mechanism), ``state`` (what the
+application's calls and the I/O thread share under the lock), ``poller`` (the I/O thread's
+loop). ``Engine`` is the sockets' only way in: it makes the shared state, the loop and the
+session manager and holds them (it inherits from none), waits on the shared state for the
+application and hands the session manager what it needs when it is made. The modules
+import one way (engine -> sessions -> stream -> connection -> codec), so each can be read
+without the ones above it.
 """
 
 from __future__ import annotations
 
-import collections
 import logging
-import selectors
 import socket
 import threading
 import time
@@ -55,13 +56,12 @@ from typing import TYPE_CHECKING, Callable, Iterable, Optional, Sequence, cast
 
 from ..deadlines import next_slice
 from ..heartbeat import DEFAULT_HEARTBEAT, Heartbeat
-from . import transport
 from .codec import HANDSHAKE_FRAME_LIMIT, EngineMessage
-from .connection import READY, Connector, Peer
+from .connection import READY, Peer
 from .owner import Settings
 from .poller import Poller
-from .policies import FairQueue, RoundRobin
-from .sessions import _Sessions
+from .sessions import Sessions
+from .state import SharedState
 from .stream import StreamEngine
 from .wire import command
 
@@ -78,11 +78,13 @@ _WAIT_SLICE_S = 0.1
 _ACK_POLL_S = 0.005
 
 
-class Engine(_Sessions):
+class Engine:
     """One ZMTP socket's I/O thread and queues. The engine sockets' wire
     (``engine_wire.EngineWire``) holds one and calls ``send_round_robin``, ``receive``,
     ``wait_readable``, ``drain`` and ``release`` (each takes the lock itself); everything
-    else is the engine's own.
+    else is the engine's own. It holds the shared state (``SharedState``), the I/O thread's
+    loop (``Poller``) and the session manager (``Sessions``), and keeps direct references
+    to the objects its hot paths use (the lock, the policies).
     """
 
     def __init__(
@@ -123,19 +125,11 @@ class Engine(_Sessions):
         # no TTL from a receive-only socket: libzmq arms a peer's TTL timer at each PING
         # and drops the connection when nothing follows within it, and such a socket stays
         # quiet for as long as its peer streams to it
-        self._ping = command(b"PING", b"\x00\x00" if receive_only else heartbeat.ttl_field)
+        ping = command(b"PING", b"\x00\x00" if receive_only else heartbeat.ttl_field)
         #: acknowledged bytes past a PING that prove a live consumer: more than our own
         #: PINGs can account for within one timeout
-        self._ack_liveness_bytes = 1024 + (int(heartbeat.timeout / heartbeat.interval) + 2) * 64 \
+        ack_liveness_bytes = 1024 + (int(heartbeat.timeout / heartbeat.interval) + 2) * 64 \
             if heartbeat.enabled else 0
-        #: connections closed because the peer was silent past the heartbeat timeout or TTL
-        self.heartbeat_timeouts = 0
-        #: connections that ended after their handshake other than by the peer's orderly
-        #: close (a reset, the kernel's timeout, our heartbeat timeout, a protocol error):
-        #: what the peer had in flight on one may be lost, so receivers report them
-        self.broken_connections = 0
-        #: connections closed because a CURVE stream skipped a message (deleted in transit)
-        self.sequence_gaps = 0
         self.rcvbuf, self.sndbuf = rcvbuf, sndbuf
         #: ZMQ_RECONNECT_IVL_MAX: a failing connect waits twice as long each time, up to this (0: no backoff)
         self.reconnect_ivl_max_s = reconnect_ivl_max_s
@@ -143,29 +137,22 @@ class Engine(_Sessions):
         self.tcp_options = list(tcp_options)
         self.immediate = immediate
         self.on_event = on_event
-        self.lock = threading.Lock()
-        self.cond = threading.Condition(self.lock)
-        #: the peers a message may be queued to, round-robin: those with a completed
-        #: handshake and (unless ``immediate``) connect endpoints not refused by their peer
-        self._lb = RoundRobin()
-        #: peers with messages in their inbox, in fair-queue order
-        self._fq = FairQueue(hwm)
-        self.orphans: collections.deque[EngineMessage] = collections.deque()
-        self.discarded_multipart = 0
-        #: messages sent again because a peer's TCP never acknowledged them before it left
-        self.resent = 0
-        #: peers whose connection broke after their handshake while they held messages of
-        #: ours (queued, being written, or written and not acknowledged by their TCP)
-        self.lost_peers = 0
-        self.closing = False
-        self.waiters = 0
+        #: what the application's calls share with the I/O thread; the objects that never
+        #: change are held directly too (the hot paths take no extra step)
+        self._state = state = SharedState(hwm)
+        self.lock, self.cond, self._lb, self._fq, self.orphans = state.lock, state.cond, state.lb, state.fq, state.orphans
         self._poller = Poller(self.lock, label)
-        self._selector = self._poller.selector
-        # the session manager's own state: listeners, connections, the CURVE keys
-        super().__init__(Settings(
+        settings = Settings(
             socket_type=socket_type, peer_types=peer_types, label=label, max_message_bytes=max_message_bytes,
-            multipart=multipart, receive_only=receive_only, heartbeat=heartbeat, ping=self._ping,
-            ack_liveness_bytes=self._ack_liveness_bytes, handshake_ivl_s=handshake_ivl_s), curve)
+            multipart=multipart, receive_only=receive_only, heartbeat=heartbeat, ping=ping,
+            ack_liveness_bytes=ack_liveness_bytes, handshake_ivl_s=handshake_ivl_s)
+        #: the listeners, connectors and connections, made with what they use
+        self._sessions = Sessions(
+            settings, state, self._poller, curve=curve, rcvbuf=rcvbuf, sndbuf=sndbuf, tcp_options=self.tcp_options,
+            immediate=immediate, reconnect_ivl_s=reconnect_ivl_s, reconnect_ivl_max_s=reconnect_ivl_max_s,
+            on_event=on_event)
+        #: every connection (the session manager's set, read here with the lock held)
+        self._connections = self._sessions.connections
         self._thread = threading.Thread(target=self._run, name=f"zmtp-{label}", daemon=True)
         self._stopped = threading.Event()
 
@@ -173,22 +160,12 @@ class Engine(_Sessions):
 
     def bind(self, endpoint: str) -> str:
         """Listen on ``endpoint`` now (errors surface in the caller); returns the real address."""
-        address = transport.parse_address(endpoint, bind=True)
-        if address.transport == "inproc":
-            transport.register_inproc(address.host, self._accept_inproc)
-            self._inproc_names.append(address.host)
-            return f"inproc://{address.host}"
-        sock, actual = transport.listen(address)
-        self._listeners.append((sock, actual, address))
-        self._selector.register(sock, selectors.EVENT_READ, lambda mask, s=sock, a=actual: self._on_accept(s, a))
-        return actual
+        return self._sessions.listen(endpoint)
 
     def connect(self, endpoint: str) -> None:
-        address = transport.parse_address(endpoint, bind=False)
-        connector = Connector(endpoint, address, self.socket_type)
-        if not self.immediate:
-            self._lb.add(connector.peer)
-        self._poller.call_soon(lambda: self._connect(connector))
+        """Connect to ``endpoint`` (the I/O thread does, once started, and again whenever
+        the connection ends)."""
+        self._sessions.connect(endpoint)
 
     def start(self) -> None:
         self._thread.start()
@@ -348,11 +325,12 @@ class Engine(_Sessions):
     def wait(self, timeout_s: float) -> None:
         """Wait (lock held) up to ``timeout_s`` for the I/O thread to change something: a
         message received, room in a queue, a handshake, a flush."""
-        self.waiters += 1
+        state = self._state
+        state.waiters += 1
         try:
             self.cond.wait(timeout_s)
         finally:
-            self.waiters -= 1
+            state.waiters -= 1
 
     def unconfirmed(self, finish: bool = False) -> int:
         """Messages written to the kernel that the peers' TCP has not acknowledged yet (lock
@@ -394,11 +372,11 @@ class Engine(_Sessions):
     def stop(self) -> None:
         """Stop the I/O thread and close every OS socket (no lock held)."""
         with self.lock:
-            self.closing = True
+            self._state.closing = True
             self.cond.notify_all()
             self.wake()
         if self._thread.ident is None:  # never started
-            self._close_all()
+            self._sessions.close_all()
         elif threading.current_thread() is not self._thread:
             self._stopped.wait(10)
 
@@ -406,18 +384,42 @@ class Engine(_Sessions):
 
     def _run(self) -> None:
         try:
-            self._poller.run(lambda: self.closing, self._tick)
+            state = self._state
+            self._poller.run(lambda: state.closing, self._sessions.tick)
         except BaseException:  # never expected: every callback is guarded
             log.exception("%s: the ZMTP I/O thread failed", self.label)
         finally:
-            self._close_all()
+            self._sessions.close_all()
             self._stopped.set()
 
-    def _tick(self, now: float) -> float:
-        """The connections' clocks (handshake deadlines, heartbeats), walked only when one
-        may be due; returns the time to the next."""
-        if now < self._connections_due:
-            return self._connections_due - now
-        delay = self._walk_connections(now)
-        self._connections_due = now + delay
-        return delay
+    # -- the counters (kept in the shared state by the session manager; the wire reads them) --
+
+    @property
+    def heartbeat_timeouts(self) -> int:
+        """Connections closed because the peer was silent past the heartbeat timeout or TTL."""
+        return self._state.heartbeat_timeouts
+
+    @property
+    def broken_connections(self) -> int:
+        """Connections that ended after their handshake other than by the peer's orderly close."""
+        return self._state.broken_connections
+
+    @property
+    def sequence_gaps(self) -> int:
+        """Connections closed because a CURVE stream skipped a message."""
+        return self._state.sequence_gaps
+
+    @property
+    def discarded_multipart(self) -> int:
+        """Received multipart messages dropped whole."""
+        return self._state.discarded_multipart
+
+    @property
+    def resent(self) -> int:
+        """Messages sent again because a peer's TCP never acknowledged them before it left."""
+        return self._state.resent
+
+    @property
+    def lost_peers(self) -> int:
+        """Peers whose connection broke after their handshake while they held messages of ours."""
+        return self._state.lost_peers
