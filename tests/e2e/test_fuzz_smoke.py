@@ -78,7 +78,7 @@ def _zmtp_case(seed: int, kind: str) -> "fuzz.Case":
 def test_the_zmtp_target_checks_what_the_gather_delivers(monkeypatch, tmp_path):
     """In this process (no fork): a valid stream passes and replays from its saved file; a
     Gather that drops a message, or whose I/O thread fails on every input, is a finding."""
-    from spark_zmq.patterns.zmtp import engine
+    from spark_zmq.patterns.zmtp import sessions, stream
 
     try:
         case = _zmtp_case(1, "null-valid")
@@ -89,16 +89,17 @@ def test_the_zmtp_target_checks_what_the_gather_delivers(monkeypatch, tmp_path):
         for kind in ("curve-session", "huge-size", "garbage"):
             fuzz.run_case(_zmtp_case(2, kind))
 
-        deliver = engine.Engine._deliver
-        monkeypatch.setattr(engine.Engine, "_deliver", lambda self, conn, messages: deliver(self, conn, messages[1:]))
+        deliver = sessions.Sessions.deliver
+        monkeypatch.setattr(sessions.Sessions, "deliver",
+                            lambda self, conn, messages, nbytes: deliver(self, conn, messages[1:], None))
         with pytest.raises(fuzz.Unclear, match="delivered"):
             fuzz.run_case(case)
-        monkeypatch.setattr(engine.Engine, "_deliver", deliver)
+        monkeypatch.setattr(sessions.Sessions, "deliver", deliver)
 
-        def broken(self, conn, data):
+        def broken(self, data):
             raise RuntimeError("a bug in the engine")
 
-        monkeypatch.setattr(engine.Engine, "_feed", broken)
+        monkeypatch.setattr(stream.StreamEngine, "_feed", broken)
         monkeypatch.setattr(fuzz, "ZMTP_DEADLINE_S", 1.5)
         with pytest.raises(fuzz.Unclear, match="stopped delivering|logged an error|did not deliver|0 successful and 0 failed handshakes"):
             fuzz.run_case(_zmtp_case(3, "garbage"))
