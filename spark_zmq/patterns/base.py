@@ -157,6 +157,37 @@ class PatternSocket:
             raise AttributeError(f"{type(self).__name__} has no libzmq monitor (see handshakes)")
         return wire.monitor_socket
 
+    # -- counters (the wire's: ``wire_contract``; 0 on libzmq, which cannot keep them) -----
+
+    @property
+    def broken_connections(self) -> int:
+        """Connections that ended other than by the peer's orderly close (a reset, a
+        timeout, a protocol error), with whatever the peer had in flight on them."""
+        return self._wire.broken_connections
+
+    @property
+    def lost_peers(self) -> int:
+        """Connections that broke, since the socket was opened, while they held messages of
+        this socket (queued, being written, or not yet acknowledged by the peer's TCP)."""
+        return self._wire.lost_peers
+
+    @property
+    def resent(self) -> int:
+        """Messages sent again, since the socket was opened, because the peer they were
+        written to left before its TCP acknowledged them (tcp only)."""
+        return self._wire.resent
+
+    @property
+    def unsent(self) -> int:
+        """After ``close()``: messages the socket still held (never written to a peer)."""
+        return self._wire.unsent
+
+    @property
+    def unconfirmed(self) -> int:
+        """After ``close()`` with ``confirm=True``: messages written that no peer's TCP
+        acknowledged."""
+        return self._wire.unconfirmed
+
     # -- sending --------------------------------------------------------------------------
 
     def _frames(self, data: Frames) -> list[Message]:

@@ -20,12 +20,11 @@ from typing import ClassVar
 import zmq
 
 from .base import PatternSocket
-from .wire_contract import UncountedWire
 
 __all__ = ["Push", "Pull"]
 
 
-class Push(UncountedWire, PatternSocket):
+class Push(PatternSocket):
     """Round-robin to every connected PULL/GATHER peer; blocks when none can take a message.
 
     Connects by default. ``send(data, timeout=None)`` accepts bytes or a list of frames.
@@ -37,7 +36,7 @@ class Push(UncountedWire, PatternSocket):
     default_linger_ms: ClassVar[int] = 1000
 
 
-class Pull(UncountedWire, PatternSocket):
+class Pull(PatternSocket):
     """Fair-queues from every connected PUSH/SCATTER peer. Binds by default."""
 
     socket_type: ClassVar[int] = zmq.PULL

@@ -33,14 +33,14 @@ from .base import PatternSocket
 from .frames import topic_bytes, topics_list
 from .libzmq_wire import LibzmqWire
 from .socket_options import timeout_deadline
-from .wire_contract import UncountedWire, WireClass
+from .wire_contract import WireClass
 
 __all__ = ["Pub", "Sub", "XPub", "XSub", "Topics"]
 
 Topics = Union[None, str, bytes, Iterable[Union[str, bytes]]]
 
 
-class Pub(UncountedWire, PatternSocket):
+class Pub(PatternSocket):
     """Broadcast to matching subscribers; never blocks, drops for a subscriber whose queue
     is at the high-water mark (as the RFC requires). Binds by default."""
 
@@ -50,7 +50,7 @@ class Pub(UncountedWire, PatternSocket):
     default_linger_ms: ClassVar[int] = 1000
 
 
-class Sub(UncountedWire, PatternSocket):
+class Sub(PatternSocket):
     """Receive messages whose first frame starts with one of ``topics`` (prefix match).
 
     ``topics``: a str/bytes prefix or an iterable of them; ``None`` or ``""`` = everything.
@@ -133,7 +133,7 @@ class XPubWire(LibzmqWire):
             self.lock.release()
 
 
-class XPub(UncountedWire, PatternSocket):
+class XPub(PatternSocket):
     """A PUB that delivers subscribe/unsubscribe commands to the application.
 
     ``recv()`` returns the next incoming message: a raw command (``b"\\x01" + topic`` or
@@ -181,7 +181,7 @@ class XPub(UncountedWire, PatternSocket):
         return wire.recv_subscription(timeout_deadline(timeout))
 
 
-class XSub(UncountedWire, PatternSocket):
+class XSub(PatternSocket):
     """A SUB that sends messages and subscription commands upstream. Connects by default.
 
     Starts with no subscription unless ``topics`` is given; ``subscribe``/``unsubscribe``

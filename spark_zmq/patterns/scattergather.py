@@ -74,38 +74,10 @@ class ZmtpPatternSocket(PatternSocket):
         return self._engine_wire.engine
 
     @property
-    def resent(self) -> int:
-        """Messages sent again, since the socket was opened, because the peer they were
-        written to left before its TCP acknowledged them (tcp only)."""
-        return self._wire.resent
-
-    @property
-    def broken_connections(self) -> int:
-        """Connections that ended other than by the peer's orderly close (a reset, a
-        timeout, a protocol error), with whatever the peer had in flight on them."""
-        return self._wire.broken_connections
-
-    @property
-    def lost_peers(self) -> int:
-        """Connections that broke, since the socket was opened, while they held messages of
-        this socket (queued, being written, or not yet acknowledged by the peer's TCP)."""
-        return self._wire.lost_peers
-
-    @property
     def discarded_multipart(self) -> int:
         """Multipart messages dropped whole since the socket was opened."""
-        return self._engine_wire.engine.discarded_multipart
+        return self._engine_wire.discarded_multipart
 
-    @property
-    def unsent(self) -> int:
-        """After ``close()``: messages the socket still held (never written to a peer)."""
-        return self._wire.unsent
-
-    @property
-    def unconfirmed(self) -> int:
-        """After ``close()`` with ``confirm=True``: messages written that no peer's TCP
-        acknowledged."""
-        return self._wire.unconfirmed
 
 
 class Scatter(ZmtpPatternSocket):

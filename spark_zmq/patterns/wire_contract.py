@@ -29,7 +29,7 @@ What every data socket guarantees, whichever wire carries it:
   polls it regularly, even while it waits for something else: a libzmq monitor's queue has
   no limit.
 
-``UncountedWire`` gives the libzmq classes the counters they cannot keep (always 0).
+``PatternSocket`` reads the counters from its wire, and the libzmq wire reports 0 for each.
 
 Inside a socket the same promises are split in two. The API class (``base.PatternSocket``)
 checks arguments, options, frames and timeouts (a timeout becomes a deadline there), keeps
@@ -57,7 +57,7 @@ if TYPE_CHECKING:
     from .heartbeat import Heartbeat
 
 __all__ = ["EngineSocketSpec", "LibzmqSocketSpec", "ReceivingWire", "SendingWire", "SocketSpec", "SocketWire",
-           "UncountedWire", "Wire", "WireClass"]
+           "Wire", "WireClass"]
 
 
 class Wire(Protocol):
@@ -170,32 +170,6 @@ class SendingWire(Wire, Protocol):
         """After ``close`` of a socket made with ``confirm=True`` (the engine's option):
         messages written that no peer's TCP acknowledged within the linger. 0 otherwise."""
         ...
-
-
-class UncountedWire:
-    """The counters of the contract on a libzmq socket, which cannot keep them: always 0
-    (libzmq tells its application nothing of broken connections, lost peers, or what its
-    queues held at close). A base of the libzmq data classes (``pipeline``, ``pubsub``)."""
-
-    @property
-    def broken_connections(self) -> int:
-        return 0
-
-    @property
-    def lost_peers(self) -> int:
-        return 0
-
-    @property
-    def resent(self) -> int:
-        return 0
-
-    @property
-    def unsent(self) -> int:
-        return 0
-
-    @property
-    def unconfirmed(self) -> int:
-        return 0
 
 
 class SocketWire(Protocol):
