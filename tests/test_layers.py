@@ -26,7 +26,7 @@ import sys
 import pytest
 
 import spark_zmq
-from import_graph import cycles, describe, import_graph
+from import_graph import cycles, describe, from_target, import_graph
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -74,12 +74,7 @@ def _imports(path: pathlib.Path) -> list[tuple[int, str]]:
     found = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")
-                base = base[: len(base) - node.level + 1]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
+            target = from_target(package, node)
             targets = [target] if node.module else [f"{target}.{alias.name}" for alias in node.names]
             found += [(node.lineno, t) for t in targets]
         elif isinstance(node, ast.Import):

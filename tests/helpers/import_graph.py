@@ -23,6 +23,16 @@ def module_name(path: pathlib.Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def from_target(package: str, node: ast.ImportFrom) -> str:
+    """The absolute module a ``from ... import`` in ``package`` reads from
+    (``from ..heartbeat import x`` in ``spark_zmq.patterns.zmtp``: ``spark_zmq.patterns.heartbeat``)."""
+    if not node.level:
+        return node.module or ""
+    base = package.split(".")
+    base = base[: len(base) - node.level + 1]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
 def import_graph(under: str = "spark_zmq") -> dict[str, set[str]]:
     """module -> the modules of ``under`` (a package, with its subpackages) it imports."""
     directory = ROOT.parent.joinpath(*under.split("."))
@@ -33,12 +43,7 @@ def import_graph(under: str = "spark_zmq") -> dict[str, set[str]]:
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             targets: list[str] = []
             if isinstance(node, ast.ImportFrom):
-                if node.level:
-                    base = package.split(".")
-                    base = base[: len(base) - node.level + 1]
-                    target = ".".join(base + ([node.module] if node.module else []))
-                else:
-                    target = node.module or ""
+                target = from_target(package, node)
                 # ``from . import x`` names the module x; ``from .codec import y`` a name
                 # in codec (importing a submodule loads its parent packages first: that
                 # is not a dependency on what they define)
