@@ -16,8 +16,8 @@ from typing import Optional
 
 from .spool_format import open_private
 
-__all__ = ["ID_FILE", "SpoolLockedError", "SpoolSecurityError", "private_dir", "fsync_dir", "write_atomically",
-           "read_spool_id"]
+__all__ = ["ID_FILE", "SpoolLockedError", "SpoolSecurityError", "private_dir", "check_ancestors", "fsync_dir",
+           "write_atomically", "read_spool_id"]
 
 #: the file holding the spool's identity, written once when the spool is created
 ID_FILE = "SPOOL_ID"
@@ -33,10 +33,12 @@ class SpoolSecurityError(PermissionError):
 
 def private_dir(path: str, *, fsync_parent: bool = False) -> None:
     """Create ``path`` (mode 0700) or check an existing one: a real directory (not a
-    symlink), owned by this user; group/other permissions are removed."""
+    symlink), owned by this user, under parents no other user can rename it in (see
+    ``check_ancestors``); group/other permissions are removed."""
     parent = os.path.dirname(path)
     if parent and not os.path.isdir(parent):
         os.makedirs(parent, mode=0o700, exist_ok=True)
+    check_ancestors(path)
     try:
         os.mkdir(path, 0o700)
         if fsync_parent:
@@ -58,6 +60,38 @@ def private_dir(path: str, *, fsync_parent: bool = False) -> None:
         )
     if st.st_mode & 0o077:
         os.chmod(path, 0o700)
+
+
+def check_ancestors(path: str) -> None:
+    """Refuse a spool directory that another user could swap.
+
+    The checks on the directory itself (a real directory, ours) hold only while nobody else
+    can rename it: whoever may write a directory above it can move the spool aside and put
+    a symbolic link to a directory of theirs in its place between two of our operations, and
+    then receive (and delete) the segments. So every directory above it must, as OpenSSH's
+    ``StrictModes`` asks of a home directory, belong to this user or to root and be
+    writable by nobody else, unless it has the sticky bit (``/tmp``), under which another
+    user can neither rename nor remove what is ours.
+    """
+    me = os.geteuid()
+    directory = os.path.dirname(os.path.abspath(path))
+    while True:
+        st = os.stat(directory)
+        if st.st_uid not in (me, 0):
+            raise SpoolSecurityError(
+                f"spool directory {path!r} lies under {directory!r}, which belongs to uid {st.st_uid}: that user "
+                "could replace the spool; choose a 'spoolDir' under directories owned by this user or root"
+            )
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
+            raise SpoolSecurityError(
+                f"spool directory {path!r} lies under {directory!r}, which others may write "
+                f"(mode {stat.S_IMODE(st.st_mode):04o}, no sticky bit): another user could replace the spool; "
+                "choose a 'spoolDir' under directories only this user can write, or set the sticky bit on it"
+            )
+        above = os.path.dirname(directory)
+        if above == directory:
+            return
+        directory = above
 
 
 def fsync_dir(path: str) -> None:

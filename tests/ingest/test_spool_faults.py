@@ -550,3 +550,34 @@ def test_a_symlink_planted_at_the_segment_name_after_a_restart_is_not_followed(t
     assert read_dict(spool_dir, 0, 2, spool.spool_id) == {0: b"m-0", 1: b"m-1"}
     spool.close()
     assert target.read_bytes() == b"precious data"
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o775])
+def test_a_spool_under_a_directory_others_may_write_is_refused(tmp_path, mode):
+    """Whoever may write a directory above the spool can rename the spool aside and plant a
+    symbolic link to a directory of theirs in its place after the spool's own checks: the
+    spool refuses such a place, naming the directory and its mode, and creates nothing."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, mode)
+    with pytest.raises(SpoolSecurityError, match=r"others may write \(mode 0%o" % mode):
+        Spool(str(shared / "spool"), 1)
+    assert os.listdir(shared) == []
+
+
+def test_a_spool_under_a_sticky_shared_directory_is_accepted(tmp_path):
+    """The sticky bit (as on /tmp) keeps other users from renaming what is ours."""
+    shared = tmp_path / "sticky"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    Spool(str(shared / "spool"), 1).close()
+
+
+def test_a_spool_under_another_users_directory_is_refused(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("giving a directory to another user needs root")
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o755)
+    os.chown(theirs, 54321, 54321)
+    with pytest.raises(SpoolSecurityError, match="belongs to uid 54321"):
+        Spool(str(theirs / "spool"), 1)
