@@ -271,7 +271,7 @@ class RunSelector:
                 if not self.decisions.settled((q, b)):  # (``end`` forgets the decided ones lazily)
                     waiting[q] = min(waiting.get(q, math.inf), b)
         return [(q, b) for q, b in self.decisions if b < waiting.get(q, math.inf)
-                and all(state.passed.get(q, -1) > b for state in self.channels.values())]
+                and all(q in state.passed and state.passed[q] > b for state in self.channels.values())]
 
     def compact(self, step: Optional[Callable[[str], None]] = None) -> bool:
         """``Decisions.compact`` of what ``compactable`` names, when the file has grown

@@ -93,7 +93,10 @@ class Decisions:
     def settled(self, key: BatchKey) -> bool:
         """Whether ``key`` has its decision: held here, or compacted away (at or below its
         query's floor)."""
-        return key in self._runs or key[1] <= self.floor.get(key[0], -1)
+        # no floor is no floor: a default of -1 would settle every batch write (batch -1)
+        # on arrival, its rows dropped and its record ignored
+        floor = self.floor.get(key[0])
+        return key in self._runs or (floor is not None and key[1] <= floor)
 
     def get(self, key: BatchKey) -> Optional[Mapping[int, str]]:
         return self._runs.get(key)
@@ -142,7 +145,7 @@ class Decisions:
             return False
         floor = dict(self.floor)
         for q, b in dead:
-            floor[q] = max(floor.get(q, -1), b)
+            floor[q] = max(floor.get(q, b), b)
         gone = set(dead)
         content = json.dumps({"floor": floor}, separators=(",", ":")) + "\n" + "".join(
             self._line(k, runs) for k, runs in self._runs.items() if k not in gone)

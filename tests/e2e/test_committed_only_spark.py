@@ -164,3 +164,33 @@ def test_downstream_gets_every_upstream_row_once(spark, free_port, spool_dir, tm
         assert spooled[0] > ROWS // 200 + 2 * FILES, f"only {spooled[0]} messages spooled: nothing was dropped"
     finally:
         stop_all(writers + [reader])
+
+
+BATCH_WRITE_ROWS = 3000
+
+
+@pytest.mark.timeout(300)
+def test_a_batch_write_reaches_a_committed_only_query_once(spark, free_port, spool_dir, tmp_path):
+    """``df.write`` is one writing micro-batch (-1) of its own ``write-<uuid>`` query: its
+    committed runs reach the downstream query, each row once (they were all dropped when
+    batch -1 counted as decided and forgotten)."""
+    endpoint = f"tcp://127.0.0.1:{free_port}"
+    reader = (spark.readStream.format("zmq").option("endpoints", "@" + endpoint).option("format", "arrow")
+              .option("committedOnly", "true").option("spoolDir", spool_dir).schema("id long").load()
+              .writeStream.format("memory").queryName("committed_batch_write")
+              .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(processingTime="200 milliseconds")
+              .start())
+    try:
+        (spark.range(0, BATCH_WRITE_ROWS, numPartitions=2).write.format("zmq").mode("append")
+         .option("endpoints", endpoint).option("format", "arrow").option("rowsPerMessage", 500).save())
+
+        def count() -> int:
+            return spark.sql("select count(*) from committed_batch_write").first()[0]
+
+        wait_until(lambda: count() >= BATCH_WRITE_ROWS, 120, f"{BATCH_WRITE_ROWS} rows of the batch write downstream")
+        # planned past the record: nothing more is coming, and nothing came twice
+        wait_until(lambda: messages_spooled(reader) >= BATCH_WRITE_ROWS // 500 + 1, 60, "the record spooled")
+        rows = spark.sql("select count(*), count(distinct id), min(id), max(id) from committed_batch_write").first()
+        assert tuple(rows) == (BATCH_WRITE_ROWS, BATCH_WRITE_ROWS, 0, BATCH_WRITE_ROWS - 1)
+    finally:
+        stop_all([reader])

@@ -324,3 +324,22 @@ def committed_range(channel, start, end):
     from spark_zmq.source.partitions import SpoolRange
 
     return SpoolRange("/nonexistent", channel, start, end)
+
+
+def test_a_batch_write_is_decided_by_its_record():
+    """A ``df.write`` is batch ``-1`` of its own ``write-<uuid>`` query: its messages wait
+    for its record and its committed runs are kept (no floor below -1 settles it)."""
+    selector = RunSelector()
+    selector.channel(0, 0)
+    messages = [data_message("write-1", -1, 0, "a", [1, 2]), data_message("write-1", -1, 1, "b", [3]),
+                commit_record(SCHEMA, "write-1", -1, {0: ("a", 1), 1: ("b", 1)})]
+    selector.observe(0, 0, read_tag(messages[0]))
+    assert selector.end(0) == 0, "a batch write's data was settled before its record arrived"
+    for offset, message in enumerate(messages[1:], start=1):
+        selector.observe(0, offset, read_tag(message))
+    assert selector.end(0) == 3
+    decisions = selector.decisions_within(0, 0, 3)
+    assert decisions == {("write-1", -1): {0: "a", 1: "b"}}
+    rows = [i for _, piece in kept_slices(spool_batch(messages), 0, 0, decisions, "FAILFAST")
+            for m in piece.column(0) for i in pa.ipc.open_stream(m.as_buffer()).read_all()["id"].to_pylist()]
+    assert rows == [1, 2, 3]
