@@ -7,6 +7,7 @@ only every other request, one that dies holding requests, one that answers with 
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 
@@ -181,6 +182,88 @@ def test_garbage_replies_are_counted_and_dropped(context):
     with Client(worker.endpoint, timeout=5) as client:
         assert client.request(b"real") == [b"real"]
         assert client.malformed == 4
+
+
+def _rep_upper_slowly(sock, frames):
+    time.sleep(0.02)  # (the honest worker is slow: the forger's replies come first)
+    _rep_upper(sock, frames)
+
+
+def test_a_worker_cannot_answer_requests_it_never_received_by_guessing_their_ids(context):
+    """The attack of #43: a worker answers its own request, then the 8 ids after it (ids
+    were a counter from 1). Ids are random now: every forged reply is dropped, counted."""
+    forged = []
+
+    def forger(sock, frames):
+        identity, wire_id = frames[0], frames[1]
+        sock.send_multipart([identity, wire_id, b"", frames[-1].upper()])
+        for step in range(1, 9):
+            guess = (int.from_bytes(wire_id, "big") + step) % 2 ** 64
+            sock.send_multipart([identity, guess.to_bytes(8, "big"), b"", b"FORGED"])
+            forged.append(guess)
+
+    honest = _start(context, zmq.REP, _rep_upper_slowly)
+    forging = _start(context, zmq.ROUTER, forger)
+    with Client([honest.endpoint, forging.endpoint], timeout=10) as client:
+        bodies = [b"r%d" % i for i in range(40)]
+        assert list(client.map(bodies, max_in_flight=4)) == [[b.upper()] for b in bodies]
+        assert forging.seen > 0 and honest.seen > 0
+        deadline = time.monotonic() + 5  # every forged reply the client read was dropped as one of no request
+        while client.malformed < len(forged) and time.monotonic() < deadline:
+            client.send(b"flush")
+            client.recv(timeout=5)
+        assert client.malformed >= 8 and client.misrouted == 0
+
+
+class _Accomplice(threading.Thread):
+    """A ROUTER worker that answers, over its own connection, the ids another worker saw."""
+
+    def __init__(self, context: zmq.Context, seen: "queue.Queue[bytes]") -> None:
+        super().__init__(daemon=True)
+        self.socket = context.socket(zmq.ROUTER)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.bind("tcp://127.0.0.1:*")
+        self.endpoint = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.seen, self.forged, self.stop = seen, 0, threading.Event()
+
+    def run(self) -> None:
+        client = None
+        while not self.stop.is_set():
+            if self.socket.poll(5):
+                frames = self.socket.recv_multipart()
+                client = frames[0]
+                self.socket.send_multipart([client, frames[1], b"", frames[-1].upper()])
+            while client is not None:
+                try:
+                    wire_id = self.seen.get_nowait()
+                except queue.Empty:
+                    break
+                self.socket.send_multipart([client, wire_id, b"", b"FORGED"])
+                self.forged += 1
+        self.socket.close(0)
+
+
+def test_a_reply_counts_only_from_the_connection_its_request_went_out_on(context):
+    """A worker that knows the id of a request sent to another (an accomplice, or one that
+    saw the traffic) answers it first over its own connection: dropped, in misrouted."""
+    seen: "queue.Queue[bytes]" = queue.Queue()
+
+    def tells_then_answers_slowly(sock, frames):
+        seen.put(frames[1])
+        time.sleep(0.02)
+        sock.send_multipart(frames[:-1] + [frames[-1].upper()])
+
+    honest = _start(context, zmq.ROUTER, tells_then_answers_slowly)
+    accomplice = _Accomplice(context.context, seen)
+    accomplice.start()
+    try:
+        with Client([honest.endpoint, accomplice.endpoint], timeout=10) as client:
+            bodies = [b"r%d" % i for i in range(40)]
+            assert list(client.map(bodies, max_in_flight=4)) == [[b.upper()] for b in bodies]
+            assert accomplice.forged > 0 and client.misrouted > 0
+    finally:
+        accomplice.stop.set()
+        accomplice.join(5)
 
 
 @pytest.mark.parametrize("kwargs, message", [
