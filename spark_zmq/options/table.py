@@ -293,7 +293,8 @@ SINK_OPTIONS: tuple[OptionSpec, ...] = (
 #: Every option of ``spark_zmq.request(df, endpoints, ...)`` (keyword arguments, camelCase or snake_case).
 REQUEST_OPTIONS: tuple[OptionSpec, ...] = (
     _req("endpoints", "endpoints", "endpoints", "The service: its workers, or a broker's frontend (the positional "
-         "argument `endpoints`); every task connects a DEALER to all of them and round-robins its requests.",
+         "argument `endpoints`); every task connects a DEALER to each and round-robins its requests over them, "
+         "and takes a reply only from the connection its request went out on.",
          required=True, default_doc="required", valid_doc=_ENDPOINTS_VALID),
     _req("format", "choice", "format", "How rows become requests: `arrow` (up to `batchRows` rows per request, "
          "an Arrow IPC stream of all of `df`'s columns; the reply one stream of as many rows with the "

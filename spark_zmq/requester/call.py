@@ -1,8 +1,8 @@
 """The executor side of ``spark_zmq.request``: one task's rows through a service.
 
-Each task owns one ``patterns.Client`` (a DEALER connected to every endpoint, requests
-round-robined over them): requests carry an id in their envelope, so replies may come back
-in any order and from any worker, and the output keeps the input's order because a unit
+Each task owns one ``patterns.Client`` (a DEALER per endpoint, requests round-robined over
+them): requests carry a random id in their envelope, so replies may come back in any order,
+and a reply counts only from the connection its request went out on; the output keeps the input's order because a unit
 (see ``codec``) is only emitted once every reply before it is in. At most
 ``maxInFlight`` requests are outstanding; the input is pulled from Spark only as fast as
 replies come back, so a slow service slows the task instead of filling its memory.
@@ -91,7 +91,8 @@ class ServiceCall:
 
     def _exchange(self, waiting: deque, units: Iterator[Unit]) -> Iterator[tuple[Unit, pa.RecordBatch]]:
         # (unit, body index) of every request sent and not yet answered, in send order; the
-        # client numbers requests from 1 in that order, so request k is sent[k - 1 - answered]
+        # client numbers requests from 1 in that order (its ids on the wire are random), so
+        # request k is sent[k - 1 - answered]
         sent: deque[tuple[Unit, int]] = deque()
         answered = 0
 
