@@ -35,6 +35,7 @@ from typing import Any, Callable, Iterator, Optional, TypeVar, cast
 import pyarrow as pa
 import zmq
 
+from ..options import is_wildcard_address
 from ..patterns import Dealer, Router, SocketClosedError
 from ..patterns.curve import Curve
 from ..patterns.curve_keys import KeyPair
@@ -74,9 +75,10 @@ class BadRequest(ValueError):
 
 
 def bind_address(host: str) -> str:
-    """``host`` as an address libzmq can bind (a name is resolved; a wildcard refused)."""
+    """``host`` as an address libzmq can bind (a name is resolved; a wildcard refused, by
+    the address it resolves to: ``0`` or a name mapped to 0.0.0.0 is one too)."""
     name = host.strip().strip("[]")
-    if name in ("", "*", "0.0.0.0", "::"):
+    if not name or is_wildcard_address(name):
         raise ValueError(f"the spool fetch service never listens on a wildcard address ({host!r}); name the "
                          "driver's address executors use (option spoolServerHost)")
     try:
@@ -85,9 +87,13 @@ def bind_address(host: str) -> str:
     except OSError:
         pass
     try:
-        return socket.gethostbyname(name)
+        address = socket.gethostbyname(name)
     except OSError as exc:
         raise ValueError(f"cannot resolve spoolServerHost {host!r}: {exc}") from None
+    if is_wildcard_address(address):
+        raise ValueError(f"the spool fetch service never listens on a wildcard address ({host!r} resolves to "
+                         f"{address}); name the driver's address executors use (option spoolServerHost)")
+    return address
 
 
 def listen_candidates(host: str, ports: Optional[tuple[int, int]] = None) -> list[str]:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from .curve_rules import check_curve, curve_of
 from .docs import main, manual, markdown_table, readme_block, update_readme
-from .kinds import READER_NAME_VALID, reader_name_problem
+from .kinds import READER_NAME_VALID, is_wildcard_address, reader_name_problem
 from .parse import parse_table
 from .spec import INT32_MAX, INT64_MAX, Default, GiB, KiB, MiB, OptionError, OptionSpec, TiB
 from .spool_dir import default_spool_dir
@@ -61,6 +61,7 @@ __all__ = [
     "main",
     "parse_table",
     "reader_name_problem",
+    "is_wildcard_address",
     "READER_NAME_VALID",
     "Default",
     "KiB",

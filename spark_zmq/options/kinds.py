@@ -8,9 +8,11 @@ by ``quote``) and what is valid.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
 import re
+import socket
 from typing import Any, Callable, Optional, TypeVar
 
 from ..patterns.curve_keys import CurveError, KeyPair, load_authorized_keys, load_public_key
@@ -18,7 +20,8 @@ from ..patterns.endpoints import Endpoint, parse_endpoints, tcp_host_problem
 from ..patterns.tuning import SocketTuning
 from .spec import INT32_MAX, GiB, KiB, MiB, TiB, OptionError, OptionSpec, quote, show, show_bytes
 
-__all__ = ["PARSERS", "parse_endpoints_value", "parse_zmq_options", "READER_NAME_VALID", "reader_name_problem"]
+__all__ = ["PARSERS", "parse_endpoints_value", "parse_zmq_options", "READER_NAME_VALID", "reader_name_problem",
+           "is_wildcard_address"]
 
 _T = TypeVar("_T")
 
@@ -161,11 +164,36 @@ def _parse_list(spec: OptionSpec, raw: str) -> list[str]:
     return [_utf8(spec, raw, t) for t in (part.strip() for part in raw.split(",")) if t]
 
 
+def is_wildcard_address(host: str) -> bool:
+    """Whether ``host`` (an address, bracketed or not) is a wildcard: ``*``, or an address
+    that means "every interface" once parsed, whatever its spelling. Read as the resolver
+    reads it, not as text: ``0``, ``0x0``, ``00.0.0.0`` and ``0.0`` are 0.0.0.0 to
+    ``inet_aton`` (and so to ``getaddrinfo``), and ``::ffff:0.0.0.0`` binds 0.0.0.0 too.
+    A host name is not resolved here: the fetch service checks the address it resolves to."""
+    name = host.strip()
+    if name.startswith("[") and name.endswith("]"):
+        name = name[1:-1]
+    if name == "*":
+        return True
+    try:
+        address = ipaddress.ip_address(name.split("%", 1)[0])
+    except ValueError:
+        try:  # the legacy IPv4 forms the C resolver accepts: 0, 0x0, 0.0, 00.0.0.0
+            packed = socket.inet_aton(name)
+        except (OSError, UnicodeError, ValueError):
+            return False
+        return packed == bytes(4)
+    if address.is_unspecified:
+        return True
+    mapped = getattr(address, "ipv4_mapped", None)
+    return mapped is not None and mapped.is_unspecified
+
+
 def _parse_host(spec: OptionSpec, raw: str) -> Optional[str]:
     host = raw.strip()
     if not host:
         return None
-    if host.strip("[]") in ("*", "0.0.0.0", "::"):
+    if is_wildcard_address(host):
         problem: Optional[str] = (
             "a wildcard address would accept fetch requests on every interface; name the driver's address"
         )

@@ -289,6 +289,17 @@ def test_spool_server_host_must_be_a_host_and_never_a_wildcard():
             "not a host name")
 
 
+@pytest.mark.parametrize("spelling", ["0", "0x0", "00.0.0.0", "0.0", "[::ffff:0.0.0.0]", "[0:0::0]"])
+def test_spool_server_host_is_checked_by_the_address_it_means_not_its_text(spelling):
+    """Each of these is 0.0.0.0 to the resolver and bound every interface (#43)."""
+    from spark_zmq.ingest.fetch import bind_address
+
+    refused(SourceOptions.parse, {**SRC, "spoolServerHost": spelling}, "option 'spoolServerHost'", "wildcard")
+    with pytest.raises(ValueError, match="wildcard"):
+        bind_address(spelling)
+    assert bind_address("127.1") == "127.0.0.1" and source(spoolServerHost="127.1").spool_server_host == "127.1"
+
+
 def test_endpoints_errors_name_the_option():
     refused(SourceOptions.parse, {}, "option 'endpoints' is required")
     refused(SourceOptions.parse, {"endpoints": "tcp//nowhere"}, "option 'endpoints'",
