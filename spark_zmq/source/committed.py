@@ -44,11 +44,11 @@ import math
 import os
 import time
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Collection, Iterable, Iterator, Mapping, Optional, Sequence
 
 import pyarrow as pa
 
-from .decisions import BatchKey, Decisions
+from .decisions import BatchKey, Decisions, RunKey
 from .decoders.base import MalformedMessageError, _offsets_and_data
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     from .partitions import SpoolRange
 
 __all__ = ["BatchKey", "Tag", "tag_of", "read_tag", "Decisions", "RunSelector", "keep", "CommittedOnly", "BLOCKED_WARN_SECONDS",
-           "kept_slices", "kept_batches", "message_tags"]
+           "kept_slices", "kept_batches", "message_tags", "encode_reading", "decode_reading"]
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +78,10 @@ class Tag:
     attempt_id: str = ""
     runs: Optional[Mapping[int, str]] = None
     why: str = ""
+    #: data: the message's ``spark_zmq.sequence`` within its run (-1: it has none)
+    sequence: int = -1
+    #: record: partition -> how many messages its committed run sent
+    messages: Optional[Mapping[int, int]] = None
 
 
 def _untagged(why: str) -> Tag:
@@ -105,17 +109,22 @@ def tag_of(metadata: Optional[Mapping[bytes, bytes]]) -> Tag:
         try:
             committed = json.loads(meta["commit"])
             runs = {int(p): str(run["attempt_id"]) for p, run in committed.items()}
+            counts = {int(p): int(run["messages"]) for p, run in committed.items() if "messages" in run}
         except (ValueError, TypeError, KeyError, AttributeError):
             return _untagged("its spark_zmq.commit metadata is not the sink's commit record "
                              '({"<partition>": {"attempt_id": ..., "messages": N}})')
-        return Tag("record", key, runs=runs)
+        return Tag("record", key, runs=runs, messages=counts if len(counts) == len(runs) else None)
     if "partition" not in meta or "attempt_id" not in meta:
         return _untagged("it has no spark_zmq.partition and spark_zmq.attempt_id metadata")
     try:
         partition = int(meta["partition"])
     except ValueError:
         return _untagged(f"its spark_zmq.partition {meta['partition'][:40]!r} is not a number")
-    return Tag("data", key, partition=partition, attempt_id=meta["attempt_id"])
+    try:
+        sequence = int(meta.get("sequence", "-1"))
+    except ValueError:
+        sequence = -1
+    return Tag("data", key, partition=partition, attempt_id=meta["attempt_id"], sequence=sequence)
 
 
 _READ_OPTIONS = pa.ipc.IpcReadOptions(use_threads=False)
@@ -171,6 +180,9 @@ class _Channel:
         self.records: list[tuple[int, BatchKey]] = []
         #: writing query -> its newest batch whose commit record Spark committed past here
         self.passed: dict[str, int] = {}
+        #: offset -> (batch, partition, attempt_id, sequence) of each data message observed
+        #: and not yet released: what ``skips`` deduplicates
+        self.data: dict[int, tuple[BatchKey, int, str, int]] = {}
 
 
 class RunSelector:
@@ -198,10 +210,12 @@ class RunSelector:
         if not state.spans or state.spans[-1][1] != key:
             state.spans.append((offset, key))
         if tag.kind == "record" and tag.key is not None and tag.runs is not None:
-            self.decisions.add(tag.key, tag.runs)
+            self.decisions.add(tag.key, tag.runs, tag.messages)
             state.records.append((offset, tag.key))
-        elif key is not None and not self.decisions.settled(key) and key not in state.undecided:
-            state.undecided[key] = offset
+        elif key is not None:
+            state.data[offset] = (key, tag.partition, tag.attempt_id, tag.sequence)
+            if not self.decisions.settled(key) and key not in state.undecided:
+                state.undecided[key] = offset
         state.cursor = offset + 1
 
     def skip_to(self, channel: int, offset: int) -> None:
@@ -238,11 +252,48 @@ class RunSelector:
             out[key] = dict(runs)
         return out
 
+    def skips(self, begin: Mapping[int, int], end: Mapping[int, int]) -> dict[int, tuple[int, ...]]:
+        """Per channel, the offsets in ``[begin, end)`` of the messages of committed runs that
+        do not reach Spark although ``keep`` says they would: a copy of a sequence already
+        delivered (here or by an earlier batch), or a sequence beyond the run's message count
+        in its record. Decided once per planned batch and kept with the decisions (written
+        by ``decisions.flush``), so a batch Spark runs again, on this driver or after a
+        restart, skips the same copies. Channels are walked in order, each in offset order:
+        the first copy a walk meets is the one delivered."""
+        plan = tuple(sorted((int(c), int(begin.get(c, e)), int(e)) for c, e in end.items()))
+        known = self.decisions.plans.get(plan)
+        if known is not None:
+            return dict(known)
+        skip: dict[int, list[int]] = {}
+        taken: dict[RunKey, set[int]] = {}
+        for channel, lo, hi in plan:
+            state = self.channels.get(channel)
+            if state is None or hi <= lo:
+                continue
+            for offset, (key, partition, attempt, sequence) in state.data.items():
+                if not lo <= offset < hi:
+                    continue
+                runs = self.decisions.get(key)
+                if runs is None or runs.get(partition) != attempt or sequence < 0:
+                    continue  # not delivered anyway (``keep``), or a message that cannot be told apart
+                run = (key[0], key[1], partition)
+                count = (self.decisions.counts(key) or {}).get(partition)
+                seen = self.decisions.taken.get(run, set())
+                if (count is not None and sequence >= count) or sequence in seen or sequence in taken.get(run, ()):
+                    skip.setdefault(channel, []).append(offset)
+                else:
+                    taken.setdefault(run, set()).add(sequence)
+        if skip or taken:
+            self.decisions.add_plan(plan, skip, taken)
+        return {c: tuple(o) for c, o in skip.items()}
+
     def release(self, channel: int, offset: int) -> None:
         """Forget the spans wholly below ``offset`` (Spark committed past them)."""
         state = self.channels.get(channel)
         if state is None:
             return
+        for below in [o for o in state.data if o < offset]:
+            del state.data[below]
         while state.records and state.records[0][0] < offset:
             _, (query, batch) = state.records.pop(0)
             state.passed[query] = max(state.passed.get(query, batch), batch)
@@ -283,10 +334,12 @@ class RunSelector:
 
 
 def kept_slices(batch: pa.RecordBatch, first: int, channel: int, decisions: Mapping[BatchKey, Mapping[int, str]],
-                mode: str) -> Iterator[tuple[int, pa.RecordBatch]]:
+                mode: str, skip: Collection[int] = ()) -> Iterator[tuple[int, pa.RecordBatch]]:
     """The contiguous pieces of a spool batch (``first``: its first offset) whose messages
-    reach Spark, each with its first offset. An untagged message is malformed: skipped with
-    ``DROPMALFORMED``, else a ``MalformedMessageError`` naming it and ``committedOnly``."""
+    reach Spark, each with its first offset; the offsets in ``skip`` (``RunSelector.skips``:
+    copies of a sequence delivered already) never do. An untagged message is malformed:
+    skipped with ``DROPMALFORMED``, else a ``MalformedMessageError`` naming it and
+    ``committedOnly``."""
     run_start: Optional[int] = None
     for i, tag in enumerate(message_tags(batch)):
         if tag.kind == "untagged" and mode != "DROPMALFORMED":
@@ -295,7 +348,7 @@ def kept_slices(batch: pa.RecordBatch, first: int, channel: int, decisions: Mapp
                 f"committedOnly=true needs: {tag.why}. committedOnly reads only what a spark-zmq sink wrote "
                 "(format=arrow, pattern push or scatter); set mode=DROPMALFORMED to skip such messages.",
                 channel, first + i)
-        if keep(tag, decisions):
+        if keep(tag, decisions) and first + i not in skip:
             if run_start is None:
                 run_start = i
             continue
@@ -308,14 +361,28 @@ def kept_slices(batch: pa.RecordBatch, first: int, channel: int, decisions: Mapp
 
 def kept_batches(batches: Iterable[tuple[int, pa.RecordBatch]], channel: int, encoded: Sequence,
                  mode: str) -> Iterator[tuple[int, pa.RecordBatch]]:
-    """A read task's spool batches cut down to the messages of the committed runs."""
-    decisions = decode_decisions(encoded)
+    """A read task's spool batches cut down to the messages of the committed runs, each
+    sequence once (``encoded``: ``encode_reading``)."""
+    decisions, skip = decode_reading(encoded)
     for first, batch in batches:
-        yield from kept_slices(batch, first, channel, decisions, mode)
+        yield from kept_slices(batch, first, channel, decisions, mode, skip)
+
+
+def encode_reading(decisions: Mapping[BatchKey, Mapping[int, str]], skip: Iterable[int]) -> tuple:
+    """What a read task needs (``SpoolRange.committed_runs``): the decisions of its batches
+    and the offsets it skips."""
+    return (encode_decisions(decisions), tuple(sorted(skip)))
+
+
+def decode_reading(encoded: Sequence) -> tuple[dict[BatchKey, dict[int, str]], frozenset[int]]:
+    if not encoded:
+        return {}, frozenset()
+    decisions, skip = encoded
+    return decode_decisions(decisions), frozenset(int(o) for o in skip)
 
 
 def encode_decisions(decisions: Mapping[BatchKey, Mapping[int, str]]) -> tuple:
-    """A small picklable form for ``SpoolRange.committed_runs``."""
+    """A small picklable form of decisions."""
     return tuple((q, b, tuple(sorted(runs.items()))) for (q, b), runs in sorted(decisions.items()))
 
 
@@ -401,8 +468,11 @@ class CommittedOnly:
                  read: ReadBatches) -> list:
         """Each read task with the decisions of the batches in its range."""
         selector = self.scan(runtime, begin, end, read)
-        return [replace(part, committed_runs=encode_decisions(
-            selector.decisions_within(part.channel, part.start, part.end))) for part in parts]
+        skips = selector.skips(begin, end)
+        selector.decisions.flush()
+        return [replace(part, committed_runs=encode_reading(
+            selector.decisions_within(part.channel, part.start, part.end),
+            [o for o in skips.get(part.channel, ()) if part.start <= o < part.end])) for part in parts]
 
     def release(self, end: Mapping[int, int]) -> None:
         """Spark committed up to ``end``: forget what lies below, and compact the decisions'

@@ -13,6 +13,14 @@ such a batch, or another commit record of it, is settled on arrival (its rows dr
 the record ignored: the first record stood), never held waiting for a record, and never
 decided a second time.
 
+Delivery within a committed run is once per ``spark_zmq.sequence``: the file also keeps, per
+planned micro-batch of the reading query (its offsets), the offsets of the copies it skips
+(a message of a committed run that arrived a second time, after the sink resent what a
+broken connection had not acknowledged) and the sequences it delivered. A batch Spark runs
+again is read with the same skips, and a copy arriving in a later batch, or after a
+restart, finds its sequence taken. ``compact`` keeps the sequences of the live decisions
+and the newest ``PLANS_KEPT`` plans (Spark re-runs only its newest batch).
+
 The rewrite is crash-safe: the new content goes to ``<file>.compact``, synced, renamed over
 the file (atomic), and the directory synced. A process killed at any step leaves either
 the old file (every decision, the old floor) or the new one (the live decisions, the new
@@ -24,12 +32,19 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Callable, Iterable, Iterator, Mapping, Optional
+from typing import Callable, Iterable, Iterator, Mapping, Optional, Sequence
 
-__all__ = ["BatchKey", "Decisions", "COMPACT_MARGIN"]
+__all__ = ["BatchKey", "RunKey", "PlanKey", "Decisions", "COMPACT_MARGIN", "PLANS_KEPT"]
 
 #: (query_id, batch_id): what a commit record decides
 BatchKey = tuple[str, int]
+#: (query_id, batch_id, partition): one committed run
+RunKey = tuple[str, int, int]
+#: a planned micro-batch of the reading query: its (channel, begin, end) triples
+PlanKey = tuple[tuple[int, int, int], ...]
+
+#: plans (and their skips) kept through a compaction: Spark re-runs only its newest batch
+PLANS_KEPT = 4
 
 #: ``compact`` rewrites the file once its dead lines exceed the live ones by this many
 COMPACT_MARGIN = 1024
@@ -52,6 +67,13 @@ class Decisions:
         self.path = path
         self.margin = margin
         self._runs: dict[BatchKey, dict[int, str]] = {}
+        #: batch -> partition -> messages its committed run sent (when the record says)
+        self._counts: dict[BatchKey, dict[int, int]] = {}
+        #: committed run -> the sequences delivered (by the plans below)
+        self.taken: dict[RunKey, set[int]] = {}
+        #: plan -> channel -> offsets of the copies it skips (newest last)
+        self.plans: dict[PlanKey, dict[int, tuple[int, ...]]] = {}
+        self._unwritten_plans: list[str] = []
         #: writing query -> the highest batch compacted away (see the module's docstring)
         self.floor: dict[str, int] = {}
         self._unwritten: list[BatchKey] = []
@@ -73,8 +95,14 @@ class Decisions:
             if "floor" in entry:
                 self.floor.update({str(q): int(b) for q, b in entry["floor"].items()})
                 continue
+            if "plan" in entry:
+                self._replay_plan(entry)
+                continue
             key = (str(entry["query"]), int(entry["batch"]))
-            self._runs.setdefault(key, {int(p): str(a) for p, a in entry["runs"].items()})
+            if key not in self._runs:
+                self._runs[key] = {int(p): str(a) for p, a in entry["runs"].items()}
+                if "messages" in entry:
+                    self._counts[key] = {int(p): int(n) for p, n in entry["messages"].items()}
         if complete < len(data):
             # a line torn by a crash mid-write: never returned to Spark (flush had not
             # finished), so it is read again from the spool
@@ -101,34 +129,56 @@ class Decisions:
     def get(self, key: BatchKey) -> Optional[Mapping[int, str]]:
         return self._runs.get(key)
 
+    def counts(self, key: BatchKey) -> Optional[Mapping[int, int]]:
+        """partition -> messages of its committed run, when the record said."""
+        return self._counts.get(key)
+
+    def _replay_plan(self, entry: dict) -> None:
+        plan = tuple((int(c), int(b), int(e)) for c, b, e in entry["plan"])
+        self.plans[plan] = {int(c): tuple(int(o) for o in offsets) for c, offsets in entry.get("skip", {}).items()}
+        for q, b, p, seqs in entry.get("taken", []):
+            self.taken.setdefault((str(q), int(b), int(p)), set()).update(int(x) for x in seqs)
+
+    def add_plan(self, plan: PlanKey, skip: Mapping[int, Sequence[int]], taken: Mapping[RunKey, Iterable[int]]) -> None:
+        """Remember a planned batch's skips and the sequences it delivered (``flush`` writes them)."""
+        entry = {"plan": [list(t) for t in plan], "skip": {str(c): list(o) for c, o in skip.items() if o},
+                 "taken": [[q, b, p, sorted(seqs)] for (q, b, p), seqs in taken.items() if seqs]}
+        self._replay_plan(json.loads(json.dumps(entry)))
+        self._unwritten_plans.append(json.dumps(entry, separators=(",", ":")) + "\n")
+
     def as_mapping(self) -> Mapping[BatchKey, Mapping[int, str]]:
         return self._runs
 
-    def add(self, key: BatchKey, runs: Mapping[int, str]) -> bool:
+    def add(self, key: BatchKey, runs: Mapping[int, str], counts: Optional[Mapping[int, int]] = None) -> bool:
         if self.settled(key):
             return False
         self._runs[key] = dict(runs)
+        if counts is not None:
+            self._counts[key] = dict(counts)
         self._unwritten.append(key)
         return True
 
-    @staticmethod
-    def _line(key: BatchKey, runs: Mapping[int, str]) -> str:
-        return json.dumps({"query": key[0], "batch": key[1], "runs": {str(p): a for p, a in sorted(runs.items())}},
-                          separators=(",", ":")) + "\n"
+    def _line(self, key: BatchKey, runs: Mapping[int, str]) -> str:
+        entry: dict = {"query": key[0], "batch": key[1], "runs": {str(p): a for p, a in sorted(runs.items())}}
+        counts = self._counts.get(key)
+        if counts is not None:
+            entry["messages"] = {str(p): n for p, n in sorted(counts.items())}
+        return json.dumps(entry, separators=(",", ":")) + "\n"
 
     def flush(self) -> None:
-        if not self._unwritten:
+        if not self._unwritten and not self._unwritten_plans:
             return
         if self.path is not None:
-            lines = "".join(self._line(k, self._runs[k]) for k in self._unwritten)
+            lines = "".join(self._line(k, self._runs[k]) for k in self._unwritten) + "".join(self._unwritten_plans)
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
             try:
                 os.write(fd, lines.encode())
                 os.fsync(fd)
             finally:
                 os.close(fd)
-            self.lines += len(self._unwritten)
+            self.lines += len(self._unwritten) + len(self._unwritten_plans)
         self._unwritten.clear()
+        self._unwritten_plans.clear()
 
     def worth_compacting(self) -> bool:
         """Cheap test first: the file is big enough that compaction could pay."""
@@ -147,8 +197,16 @@ class Decisions:
         for q, b in dead:
             floor[q] = max(floor.get(q, b), b)
         gone = set(dead)
+        taken = {run: seqs for run, seqs in self.taken.items() if (run[0], run[1]) not in gone}
+        plans = dict(list(self.plans.items())[-PLANS_KEPT:])
+        kept_plans = [json.dumps({"plan": [list(t) for t in plan], "skip": {str(c): list(o) for c, o in skip.items()},
+                                  "taken": [] if i else [[q, b, p, sorted(x)] for (q, b, p), x in taken.items()]},
+                                 separators=(",", ":")) + "\n" for i, (plan, skip) in enumerate(plans.items())]
+        if not plans and taken:
+            kept_plans = [json.dumps({"plan": [], "skip": {}, "taken": [[q, b, p, sorted(x)] for (q, b, p), x in
+                                                                         taken.items()]}, separators=(",", ":")) + "\n"]
         content = json.dumps({"floor": floor}, separators=(",", ":")) + "\n" + "".join(
-            self._line(k, runs) for k, runs in self._runs.items() if k not in gone)
+            self._line(k, runs) for k, runs in self._runs.items() if k not in gone) + "".join(kept_plans)
         temp = self.path + ".compact"
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
@@ -168,6 +226,8 @@ class Decisions:
         _fsync_dir(self.path)
         for key in gone:
             del self._runs[key]
+            self._counts.pop(key, None)
+        self.taken, self.plans = taken, plans
         self.floor = floor
-        self.lines = live + 1
+        self.lines = live + 1 + len(kept_plans)
         return True

@@ -29,6 +29,8 @@ from spark_zmq.source.committed import (
     RunSelector,
     Tag,
     decode_decisions,
+    decode_reading,
+    encode_reading,
     encode_decisions,
     keep,
     kept_slices,
@@ -50,9 +52,10 @@ def data_message(query: str, batch: int, partition: int, attempt_id: str, ids: l
 
 def test_tags_of_the_sinks_messages():
     data = read_tag(data_message("q", 3, 1, "a1", [1, 2]))
-    assert data == Tag("data", ("q", 3), partition=1, attempt_id="a1")
+    assert data == Tag("data", ("q", 3), partition=1, attempt_id="a1", sequence=0)
     record = read_tag(commit_record(SCHEMA, "q", 3, {0: ("a0", 2), 1: ("a1", 5)}))
     assert record.kind == "record" and record.key == ("q", 3) and dict(record.runs) == {0: "a0", 1: "a1"}
+    assert dict(record.messages) == {0: 2, 1: 5}
     assert keep(data, {("q", 3): {1: "a1"}})
     assert not keep(data, {("q", 3): {1: "other"}})
     assert not keep(data, {("q", 4): {1: "a1"}})
@@ -144,17 +147,25 @@ def histories(draw):
         pending: list[list[Message]] = [[] for _ in range(channels)]
         for execution in range(executions):
             kept = {}
+            counts = {}
             for p in range(partitions):
                 for failed in range(draw(st.integers(0, 2))):  # runs that fail part-way
                     attempt = f"{b}-{execution}-{p}-fail{failed}"
                     for i in range(draw(st.integers(0, len(rows[p])))):
                         pending[draw(st.integers(0, channels - 1))].append(
-                            Message(Tag("data", (query, b), p, attempt), (rows[p][i],)))
+                            Message(Tag("data", (query, b), p, attempt, sequence=i), (rows[p][i],)))
                 attempt = kept[p] = f"{b}-{execution}-{p}-ok"
                 per_message = draw(st.integers(1, 3))
-                for lo in range(0, len(rows[p]), per_message):
-                    pending[draw(st.integers(0, channels - 1))].append(
-                        Message(Tag("data", (query, b), p, attempt), tuple(rows[p][lo:lo + per_message])))
+                sent = []
+                for seq, lo in enumerate(range(0, len(rows[p]), per_message)):
+                    sent.append(Message(Tag("data", (query, b), p, attempt, sequence=seq),
+                                        tuple(rows[p][lo:lo + per_message])))
+                    pending[draw(st.integers(0, channels - 1))].append(sent[-1])
+                    if draw(st.integers(0, 4)) == 0:
+                        # the sink resends a message a broken connection had not acknowledged
+                        # (to the same consumer or another), a little later
+                        pending[draw(st.integers(0, channels - 1))].append(sent[draw(st.integers(0, len(sent) - 1))])
+                counts[p] = len(sent)
             if draw(st.booleans()) or execution == executions - 1:
                 if draw(st.integers(0, 5)) == 0 and execution == executions - 1 and not recorded:
                     continue  # the record never arrives: the batch stays held
@@ -162,7 +173,7 @@ def histories(draw):
                 for c in range(channels):
                     # the record comes after the batch's data, or a little before its last messages
                     at = len(pending[c]) - draw(st.integers(0, min(2, len(pending[c]))))
-                    pending[c].insert(at, Message(Tag("record", (query, b), runs=dict(kept))))
+                    pending[c].insert(at, Message(Tag("record", (query, b), runs=dict(kept), messages=dict(counts))))
         for c in range(channels):
             streams[c].extend(pending[c])
         if recorded:
@@ -199,12 +210,16 @@ class Reader:
 
     def read(self, begin, end, cut):
         self.scan(begin, end)
+        skips = self.selector.skips(dict(enumerate(begin)), dict(enumerate(end)))
+        self.selector.decisions.flush()
         rows = []
         for c in range(len(self.streams)):
             pieces = sorted({begin[c], end[c], *[x for x in cut if begin[c] < x < end[c]]})
             for lo, hi in zip(pieces, pieces[1:]):
-                decisions = decode_decisions(encode_decisions(self.selector.decisions_within(c, lo, hi)))
-                rows += [r for m in self.streams[c][lo:hi] if keep(m.tag, decisions) for r in m.rows]
+                decisions, skip = decode_reading(encode_reading(
+                    self.selector.decisions_within(c, lo, hi), [o for o in skips.get(c, ()) if lo <= o < hi]))
+                rows += [r for o, m in enumerate(self.streams[c][lo:hi], start=lo)
+                         if keep(m.tag, decisions) and o not in skip for r in m.rows]
         return rows
 
 
@@ -317,7 +332,7 @@ def test_a_held_channel_is_warned_of_once_and_the_decisions_reach_disk(tmp_path,
     # a new driver (the query restarted) reads the batch it re-runs with the same decisions
     again = committed.CommittedOnly(str(tmp_path))
     parts = again.annotate(spool, {0: 0}, {0: 2}, [committed_range(0, 0, 2)], spool.read)
-    assert decode_decisions(parts[0].committed_runs) == {("q", 0): {0: "a"}}
+    assert decode_reading(parts[0].committed_runs) == ({("q", 0): {0: "a"}}, frozenset())
 
 
 def committed_range(channel, start, end):

@@ -1,0 +1,109 @@
+"""committedOnly between two stages when something goes wrong on the way: the planning
+(``RunSelector``) and read filter (``kept_slices``) fed with what the sink's own encoder
+and commit record make, without Spark.
+
+* a message of a committed run that arrives a second time (the sink resends what a broken
+  connection had not acknowledged) reaches Spark once, by its ``spark_zmq.sequence``,
+  in the same batch, in a later batch and after a restart of the reading query;
+* a sequence beyond the record's message count never reaches Spark.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from spark_zmq.options import SinkOptions
+from spark_zmq.sink.commit_record import commit_record
+from spark_zmq.sink.encoders import ArrowEncoder
+from spark_zmq.source.committed import Decisions, RunSelector, kept_slices, read_tag
+
+SCHEMA = pa.schema([("id", pa.int64())])
+OPTIONS = SinkOptions.parse({"endpoints": "tcp://127.0.0.1:5555", "format": "arrow", "rowsPerMessage": "3"})
+
+
+def run(query: str, batch: int, partition: int, attempt_id: str, ids: list[int]) -> list[bytes]:
+    """One write task's messages, as the sink's encoder makes them (3 rows each)."""
+    encoder = ArrowEncoder(OPTIONS, {"query_id": query, "batch_id": batch, "partition": partition, "attempt": 0,
+                                     "attempt_id": attempt_id})
+    rows = pa.RecordBatch.from_arrays([pa.array(ids, pa.int64())], schema=SCHEMA)
+    return [bytes(m) for m in encoder.encode(rows) + encoder.finish()]
+
+
+class Stage:
+    """The reading query's driver and tasks over one channel's messages."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.messages: list[bytes] = []
+        self.committed = 0
+        self.restart()
+
+    def restart(self) -> None:
+        self.selector = RunSelector(Decisions(self.path))
+        self.selector.channel(0, self.committed)
+
+    def scan(self) -> None:
+        state = self.selector.channels[0]
+        for offset in range(state.cursor, len(self.messages)):
+            self.selector.observe(0, offset, read_tag(self.messages[offset]))
+        self.selector.decisions.flush()
+
+    def batch(self) -> list[int]:
+        """Plan up to what arrived, read it, commit it: the ids that reached Spark."""
+        self.scan()
+        begin, end = self.committed, self.selector.end(0)
+        ids = self.read(begin, end)
+        self.committed = end
+        self.selector.release(0, end)
+        return ids
+
+    def read(self, begin: int, end: int) -> list[int]:
+        self.scan()
+        skip = self.selector.skips({0: begin}, {0: end}).get(0, ())
+        self.selector.decisions.flush()
+        decisions = self.selector.decisions_within(0, begin, end)
+        spool = pa.RecordBatch.from_arrays([pa.array(self.messages[begin:end], pa.binary())], names=["message"])
+        return [i for _, piece in kept_slices(spool, begin, 0, decisions, "FAILFAST", skip)
+                for m in piece.column(0) for i in pa.ipc.open_stream(m.as_buffer()).read_all()["id"].to_pylist()]
+
+
+def test_a_resent_message_of_a_committed_run_reaches_spark_once(tmp_path):
+    stage = Stage(str(tmp_path / "runs.jsonl"))
+    data = run("q", 0, 0, "a", [1, 2, 3, 4])  # two messages: [1, 2, 3], [4]
+    record = commit_record(SCHEMA, "q", 0, {0: ("a", len(data))})
+    stage.messages += [data[0], data[1], data[0], record]  # the first one resent
+    assert stage.batch() == [1, 2, 3, 4]
+
+
+def test_a_copy_in_a_later_batch_or_after_a_restart_is_skipped_and_a_rerun_skips_the_same(tmp_path):
+    stage = Stage(str(tmp_path / "runs.jsonl"))
+    data = run("q", 0, 0, "a", [1, 2, 3, 4, 5, 6, 7])  # [1, 2, 3], [4, 5, 6], [7]
+    stage.messages += [data[0], data[1], data[2], commit_record(SCHEMA, "q", 0, {0: ("a", len(data))})]
+    assert stage.batch() == [1, 2, 3, 4, 5, 6, 7]
+    stage.messages.append(data[1])  # a resent copy, in the next batch
+    assert stage.batch() == []
+    # the reading query restarts: the copies still find their sequences delivered
+    stage.messages += [data[0], data[2]]
+    stage.restart()
+    begin = stage.committed
+    assert stage.batch() == []
+    # a batch Spark runs again after a restart is read with the same rows
+    stage.committed = begin
+    stage.restart()
+    assert stage.read(begin, begin + 2) == []
+
+
+def test_a_rerun_batch_delivers_the_copy_it_delivered_before(tmp_path):
+    stage = Stage(str(tmp_path / "runs.jsonl"))
+    data = run("q", 0, 0, "a", [1, 2, 3, 4])
+    stage.messages += [data[0], data[0], data[1], commit_record(SCHEMA, "q", 0, {0: ("a", len(data))})]
+    first = stage.read(0, 4)
+    stage.restart()  # before Spark committed the batch
+    assert stage.read(0, 4) == first == [1, 2, 3, 4]
+
+
+def test_a_sequence_beyond_the_records_count_never_reaches_spark(tmp_path):
+    stage = Stage(str(tmp_path / "runs.jsonl"))
+    data = run("q", 0, 0, "a", [1, 2, 3, 4])
+    stage.messages += [data[0], data[1], commit_record(SCHEMA, "q", 0, {0: ("a", 1)})]
+    assert stage.batch() == [1, 2, 3]
