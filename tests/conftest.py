@@ -61,7 +61,9 @@ def pytest_collection_modifyitems(config, items):
             # the session's tests share its worker; tests that start Spark applications of
             # their own (spark-submit jobs, notebooks, the cluster bed) run one at a time on
             # the other worker, beside the session rather than after it
-            item.add_marker(pytest.mark.xdist_group("spark" if "spark" in fixtures else "spark-apps"))
+            group = "spark" if "spark" in fixtures else "spark-apps"
+            item.add_marker(pytest.mark.xdist_group(group))
+            _GROUPS[item.nodeid] = group
         function = getattr(item, "function", None)
         try:
             source = inspect.getsource(function) if function is not None else ""
@@ -72,6 +74,55 @@ def pytest_collection_modifyitems(config, items):
         if any(name in source for name in _NODE_NAMES) or "_node_peers" in fixtures \
                 or any(f.startswith("node_") for f in fixtures) or libzmq_param:
             item.add_marker(pytest.mark.node)
+
+
+#: what one test may take (setup, call and teardown, seconds) before the run's summary
+#: names it: a test of the shared Spark session, one that starts Spark applications of
+#: its own (a JVM each), any other. A report, not a failure (a loaded machine stretches
+#: every test); CI's log shows it, so a slow newcomer is seen the day it lands.
+DURATION_BUDGET_S = {"spark": 45.0, "spark-apps": 90.0, "": 10.0}
+_durations: dict = {}
+#: each test's xdist group, as collected in this process
+_GROUPS: dict = {}
+
+
+def _budget_group(report) -> str:
+    """The xdist group a report's test ran in (``--dist loadgroup`` suffixes the id with
+    ``@group``), or from its markers in a run without xdist."""
+    _, at, group = report.nodeid.rpartition("@")
+    if at and group in DURATION_BUDGET_S:
+        return group
+    return _GROUPS.get(report.nodeid, "")
+
+
+def pytest_runtest_logreport(report):
+    group = _budget_group(report)
+    key = (report.nodeid, group)
+    _durations[key] = _durations.get(key, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The duration budget: each group's total (the Spark session's tests run one after
+    another on one worker, so their total bounds the run's length from below) and every
+    test over its budget."""
+    if not _durations:
+        return
+    totals: dict = {}
+    for (_, group), seconds in _durations.items():
+        count, total = totals.get(group, (0, 0.0))
+        totals[group] = (count + 1, total + seconds)
+    terminalreporter.write_sep("=", "duration budget")
+    names = {"spark": "the Spark session's tests (one worker, in turn)",
+             "spark-apps": "tests starting Spark applications (one worker, in turn)", "": "the other tests"}
+    for group, (count, total) in sorted(totals.items()):
+        terminalreporter.write_line(f"{total:8.1f} s  {count:5d} {names.get(group, group)}")
+    over = sorted(((seconds, nodeid, DURATION_BUDGET_S.get(group, DURATION_BUDGET_S[""]))
+                   for (nodeid, group), seconds in _durations.items()
+                   if seconds > DURATION_BUDGET_S.get(group, DURATION_BUDGET_S[""])), reverse=True)
+    for seconds, nodeid, budget in over:
+        terminalreporter.write_line(f"{seconds:8.1f} s  over its {budget:.0f} s: {nodeid}")
+    if not over:
+        terminalreporter.write_line("every test within its budget")
 
 
 @pytest.fixture(scope="session")
