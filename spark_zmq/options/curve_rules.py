@@ -43,7 +43,7 @@ def check_curve(parsed: dict[str, Any]) -> None:
     if server_key is None and authorized is None:
         raise OptionError(
             "option 'curveCertificate' without 'curveServerKey' makes this side a CURVE server, which needs "
-            "'curveAuthorizedKeys': a directory of the clients' public certificate files ('*.key'), or '*' to "
+            "'curveAuthorizedKeys': a directory of the clients' public certificate files ('*.key', or CZMQ's certificates), or '*' to "
             "accept any client key (encryption without client authentication)", "curveAuthorizedKeys",
         )
 

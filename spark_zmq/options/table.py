@@ -58,7 +58,8 @@ def _curve_specs(make: Callable[..., OptionSpec]) -> tuple[OptionSpec, ...]:
              "(`NAME.key`) or its 40-character Z85 text. Needs `curveCertificate`.", default_doc="none",
              valid_doc="certificate file or Z85 key"),
         make("curveAuthorizedKeys", "authorized", "curve_authorized_keys", "CURVE server: the client keys "
-             "accepted, a directory of public certificate files (`*.key`), or `*` for any client key "
+             "accepted, a directory of public certificate files (`*.key`, or CZMQ's certificate store: every file "
+             "not ending `_secret`), or `*` for any client key "
              "(encryption without client authentication). Required with `curveCertificate` alone.",
              default_doc="none", valid_doc="directory or `*`"),
     )

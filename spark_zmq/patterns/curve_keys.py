@@ -7,7 +7,6 @@ Secret keys never appear in a ``repr`` or a log line.
 
 from __future__ import annotations
 
-import glob
 import os
 import stat
 import struct
@@ -60,7 +59,7 @@ def _z85_key(text: bytes, what: str, option: Optional[str]) -> bytes:
 
 _AUTHORIZED_HELP = ("give a set of the clients' Z85 public keys (40 characters each, e.g. "
                     f"frozenset({{keys.public_key}})) or {ANY_KEY!r} (ANY_KEY) to accept any client key; "
-                    "load_authorized_keys(directory) reads the '*.key' certificates of a directory")
+                    "load_authorized_keys(directory) reads the certificates of a directory ('*.key', or CZMQ's)")
 
 
 def _shown(text: bytes) -> str:
@@ -158,23 +157,49 @@ def load_public_key(value: str, option: Optional[str] = "curveServerKey") -> byt
     return _read_certificate(text, option)[0]
 
 
+def _certificate_store(directory: str) -> tuple[list[str], list[str]]:
+    """The certificate files of a directory: ``(pyzmq's, CZMQ's)``. pyzmq's ``zmq.auth``
+    reads ``*.key``; CZMQ's ``zcertstore`` reads every file not ending ``_secret`` (its
+    ``zcert_save`` writes ``NAME`` and ``NAME_secret``, usually ``client.cert`` and
+    ``client.cert_secret``). Hidden files, ``*_secret`` files and all but regular files are
+    neither."""
+    pyzmq, czmq = [], []
+    for name in sorted(os.listdir(directory)):
+        path = os.path.join(directory, name)
+        if name.startswith(".") or name.endswith("_secret") or not os.path.isfile(path):
+            continue
+        (pyzmq if name.endswith(".key") else czmq).append(path)
+    return pyzmq, czmq
+
+
 def load_authorized_keys(value: str, option: Optional[str] = "curveAuthorizedKeys") -> Union[str, frozenset[bytes]]:
-    """``*`` (any key), or the public keys of every ``*.key`` certificate in a directory."""
+    """``*`` (any key), or the public keys of the certificates in a directory: every
+    ``*.key`` file (pyzmq's ``zmq.auth`` convention; one that is not a certificate is an
+    error), and every other file not ending ``_secret`` that is a certificate (CZMQ's
+    ``zcertstore`` convention, which skips the files it cannot load, as this does)."""
     text = value.strip()
     if text == ANY_KEY:
         return ANY_KEY
     if not os.path.isdir(text):
         raise CurveError(
-            f"{value!r} is not a directory; give a directory of public certificate files ('*.key') or '*' to "
-            "accept any client key", option,
+            f"{value!r} is not a directory; give a directory of public certificate files ('*.key', or CZMQ's "
+            "certificates) or '*' to accept any client key", option,
         )
-    keys = set()
-    for path in sorted(glob.glob(os.path.join(glob.escape(text), "*.key"))):
-        keys.add(_read_certificate(path, option)[0])
+    try:
+        pyzmq, czmq = _certificate_store(text)
+    except OSError as exc:
+        raise CurveError(f"cannot list the certificate directory {value!r}: {exc.strerror}", option) from None
+    keys = {_read_certificate(path, option)[0] for path in pyzmq}
+    for path in czmq:
+        try:
+            keys.add(_read_certificate(path, option)[0])
+        except CurveError:
+            continue  # not a certificate: zcertstore skips it too
     if not keys:
         raise CurveError(
-            f"the directory {value!r} holds no public certificate ('*.key') file, so no client could connect; "
-            "copy the clients' NAME.key files there, or give '*' to accept any client key", option,
+            f"the directory {value!r} holds no public certificate file ('*.key', as 'spark-zmq keygen' and pyzmq "
+            "write them, or a CZMQ certificate such as 'client.cert'), so no client could connect; copy the "
+            "clients' public certificates there, or give '*' to accept any client key", option,
         )
     return frozenset(keys)
 

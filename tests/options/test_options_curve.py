@@ -74,6 +74,57 @@ def test_a_czmq_zcert_certificate_works(certs, tmp_path):
     assert (curve.public_key, curve.secret_key) == (public, secret)
 
 
+def _czmq_certificate(path, public: bytes, secret=None) -> None:
+    """A certificate as CZMQ's ``zcert_save`` writes it (``zcert_save_public`` without ``secret``)."""
+    kind = "**Secret** Certificate" if secret else "CURVE Public Certificate"
+    keys = f"    public-key = \"{public.decode()}\"\n"
+    if secret:
+        keys += f"    secret-key = \"{secret.decode()}\"\n"
+    path.write_text(f"#   ****  Generated on 2026-11-01 12:00:00 by CZMQ  ****\n#   ZeroMQ {kind}\n\n"
+                    f"metadata\n    name = \"client\"\ncurve\n{keys}")
+
+
+def test_authorized_keys_reads_a_czmq_certificate_store_and_its_client_connects(certs, tmp_path):
+    """CZMQ's ``zcertstore`` convention: every file not ending ``_secret`` is a public
+    certificate (``client.cert``); it was refused as holding no '*.key' file (#43)."""
+    from spark_zmq.patterns import Pull
+
+    public, secret = zmq.curve_keypair()
+    store = tmp_path / "store"
+    store.mkdir()
+    _czmq_certificate(store / "client.cert", public)
+    _czmq_certificate(store / "client.cert_secret", public, secret)
+    (store / "README").write_text("the clients' certificates\n")  # not a certificate: skipped, as CZMQ does
+    other_public, other_secret = zmq.curve_keypair()
+    _czmq_certificate(store / ".hidden.cert", other_public)  # hidden: not read
+    curve = _source(curveCertificate=certs["secret"], curveAuthorizedKeys=str(store)).curve
+    assert curve.authorized == frozenset({public})
+
+    server_public = zmq.auth.load_certificate(certs["secret"])[0]
+    context = zmq.Context()
+    with Pull("@tcp://127.0.0.1:*", curve=curve) as pull:
+        push = context.socket(zmq.PUSH)
+        try:
+            push.setsockopt(zmq.LINGER, 0)
+            push.curve_publickey, push.curve_secretkey, push.curve_serverkey = public, secret, server_public
+            push.connect(pull.last_endpoint)
+            push.send(b"from a CZMQ client's key", flags=0)
+            assert pull.recv(timeout=10) == b"from a CZMQ client's key"
+        finally:
+            push.close(0)
+            context.term()
+
+
+def test_a_damaged_pyzmq_key_file_in_a_store_is_still_an_error(certs, tmp_path):
+    store = tmp_path / "store"
+    store.mkdir()
+    _czmq_certificate(store / "client.cert", zmq.curve_keypair()[0])
+    (store / "broken.key").write_text("not a certificate\n")
+    text = _refused("curveAuthorizedKeys", "broken.key", curveCertificate=certs["secret"],
+                    curveAuthorizedKeys=str(store))
+    assert "not a ZeroMQ certificate" in text
+
+
 def test_keygen_writes_a_pair_pyzmq_reads_with_a_private_secret(tmp_path):
     public_file, secret_file = keygen(str(tmp_path), "node1")
     assert zmq.auth.load_certificate(secret_file)[1] is not None
