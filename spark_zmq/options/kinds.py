@@ -289,13 +289,20 @@ def parse_zmq_options(spec: OptionSpec, opts: dict[str, Optional[str]]) -> Optio
 
 
 def _zmq_value(name: str, kind: str, raw: str) -> Any:
+    """One ``zmq.<name>`` value in libzmq's unit, within ``ZMQ_OPTION_RANGES``: a value libzmq
+    takes but the kernel refuses (a keepalive idle time past 32767 s) would let the query
+    start and receive nothing, so it is refused here, naming the option and the range."""
+    from .table import ZMQ_OPTION_RANGES
+
     text = raw.strip()
     if kind == "bool":
         return _parse_bool(OptionSpec(name=name, side="", kind="bool", attr="", doc=""), raw)
+    least, most, why = ZMQ_OPTION_RANGES[name]
+    because = f" ({why})" if why else ""
     if kind == "int":
-        if not _INTEGER.fullmatch(text) or len(text) > 12 or not 1 <= int(text.replace("_", "")) <= INT32_MAX:
-            raise OptionError(f"option {name!r} = {quote(raw)} is not valid; expected an integer from 1 to 2^31-1",
-                              name)
+        if not _INTEGER.fullmatch(text) or len(text) > 12 or not least <= int(text.replace("_", "")) <= most:
+            raise OptionError(f"option {name!r} = {quote(raw)} is not valid; expected an integer from {least} to "
+                              f"{_limit(most)}{because}", name)
         return int(text.replace("_", ""))
     unit = "milliseconds" if kind == "ms" else "seconds"
     match = _DURATION.fullmatch(text)
@@ -307,10 +314,14 @@ def _zmq_value(name: str, kind: str, raw: str) -> Any:
     number = float(match.group(1).replace("_", ""))
     ms = number * (_DURATION_UNITS[suffix] * 1000 if suffix else (1 if kind == "ms" else 1000))
     value = ms if kind == "ms" else ms / 1000
-    if not math.isfinite(value) or value != int(value) or not (0 if kind == "ms" else 1) <= value <= INT32_MAX:
-        whole = "whole milliseconds, 0" if kind == "ms" else "whole seconds, 1"
-        raise OptionError(f"option {name!r} = {quote(raw)} is out of range; expected {whole} to 2^31-1", name)
+    if not math.isfinite(value) or value != int(value) or not least <= value <= most:
+        raise OptionError(f"option {name!r} = {quote(raw)} is out of range; expected whole {unit}, from {least} to "
+                          f"{_limit(most)}{because}", name)
     return int(value)
+
+
+def _limit(most: int) -> str:
+    return "2^31-1" if most == INT32_MAX else str(most)
 
 
 #: the parser of each kind but ``endpoints`` (``parse_endpoints_value``: it reads other options)

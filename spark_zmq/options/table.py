@@ -14,7 +14,7 @@ from ..patterns.heartbeat import DEFAULT_HEARTBEAT, MAX_HEARTBEAT_S, MAX_TTL_S, 
 from .spec import GiB, INT32_MAX, INT64_MAX, KiB, MiB, OptionSpec
 from .spool_dir import default_spool_dir
 
-__all__ = ["ZMQ_SOCKET_OPTIONS", "SOURCE_OPTIONS", "SINK_OPTIONS", "REQUEST_OPTIONS", "TABLES", "SIDES", "QUERIES", "queries_of", "SOURCE_PATTERNS",
+__all__ = ["ZMQ_SOCKET_OPTIONS", "ZMQ_OPTION_RANGES", "SOURCE_OPTIONS", "SINK_OPTIONS", "REQUEST_OPTIONS", "TABLES", "SIDES", "QUERIES", "queries_of", "SOURCE_PATTERNS",
            "SINK_PATTERNS", "FORMATS", "MODES", "MAX_SECONDS", "MAX_REQUEST_ROWS"]
 
 SOURCE_PATTERNS = ("pull", "gather", "sub")
@@ -113,6 +113,27 @@ ZMQ_SOCKET_OPTIONS: dict[str, tuple[str, str, str]] = {
     "zmq.receiveBufferBytes": ("rcvbuf", "int", "ZMQ_RCVBUF"),
 }
 
+#: the kernel's most for the keepalive settings (Linux: ``MAX_TCP_KEEPIDLE``, ``MAX_TCP_KEEPINTVL``,
+#: ``MAX_TCP_KEEPCNT``); libzmq passes a larger value on, the kernel refuses it with EINVAL and
+#: the connection then carries nothing
+MAX_TCP_KEEPALIVE_S = 32_767
+MAX_TCP_KEEPALIVE_COUNT = 127
+
+#: the valid values of each ``zmq.<name>`` integer or interval, in its libzmq unit, checked when
+#: the options are parsed: (least, most, why when not libzmq's int range). Outside them libzmq
+#: accepts the value and the kernel or the package's engine refuses it in the task, or nothing
+#: is received at all.
+ZMQ_OPTION_RANGES: dict[str, tuple[int, int, str]] = {
+    "zmq.reconnectInterval": (1, INT32_MAX, "0 is no interval: the package's engine refuses it"),
+    "zmq.reconnectIntervalMax": (0, INT32_MAX, ""),
+    "zmq.handshakeInterval": (1, INT32_MAX, "0 is no handshake timeout: the package's engine refuses it"),
+    "zmq.tcpKeepaliveIdle": (1, MAX_TCP_KEEPALIVE_S, "the kernel's TCP_KEEPIDLE limit"),
+    "zmq.tcpKeepaliveInterval": (1, MAX_TCP_KEEPALIVE_S, "the kernel's TCP_KEEPINTVL limit"),
+    "zmq.tcpKeepaliveCount": (1, MAX_TCP_KEEPALIVE_COUNT, "the kernel's TCP_KEEPCNT limit"),
+    "zmq.sendBufferBytes": (1, INT32_MAX, ""),
+    "zmq.receiveBufferBytes": (1, INT32_MAX, ""),
+}
+
 
 def _zmq_spec(make: Callable[..., OptionSpec]) -> OptionSpec:
     """The ``zmq.<name>`` row, the same on every side: one row for all the socket options."""
@@ -120,7 +141,11 @@ def _zmq_spec(make: Callable[..., OptionSpec]) -> OptionSpec:
     return make("zmq.<name>", "zmq", "tuning", "libzmq socket options, honoured on libzmq sockets and on the "
                 "package's own ZMTP engine alike, set after the package's own settings: " + names + ". Intervals "
                 "are durations (`250ms`, `1s`) or a number in libzmq's unit (milliseconds; seconds for the "
-                "keepalive ones); `zmq.ipv6` and `zmq.immediate` are `true`/`false`; the rest integers. "
+                "keepalive ones); `zmq.ipv6` and `zmq.immediate` are `true`/`false`; the rest integers. Valid: "
+                "`zmq.reconnectInterval` and `zmq.handshakeInterval` from 1 ms, `zmq.reconnectIntervalMax` from "
+                f"0; `zmq.tcpKeepaliveIdle` and `zmq.tcpKeepaliveInterval` 1 to {MAX_TCP_KEEPALIVE_S} s and "
+                f"`zmq.tcpKeepaliveCount` 1 to {MAX_TCP_KEEPALIVE_COUNT} (the kernel's limits); the rest up to "
+                "2^31-1. "
                 "`zmq.ipv6` concerns libzmq sockets only: the engine resolves IPv4 and IPv6 alike.",
                 default_doc="libzmq's (and the package's)", valid_doc="see the names in the description")
 

@@ -40,6 +40,13 @@ def test_every_side_parses_the_socket_options_whatever_their_case(klass, base):
     ("zmq.ipv6", "maybe", "not a boolean"),
     ("zmq.sendBufferBytes", "1MiB", "integer"),
     ("zmq.tcpKeepaliveCount", "0", "integer from 1"),
+    # accepted once and then nothing was received (the kernel's EINVAL), or failed in the task (#43)
+    ("zmq.tcpKeepaliveIdle", "40000", "from 1 to 32767 (the kernel's TCP_KEEPIDLE limit)"),
+    ("zmq.tcpKeepaliveIdle", "10h", "from 1 to 32767"),
+    ("zmq.tcpKeepaliveInterval", "32768", "from 1 to 32767 (the kernel's TCP_KEEPINTVL limit)"),
+    ("zmq.tcpKeepaliveCount", "1000", "integer from 1 to 127 (the kernel's TCP_KEEPCNT limit)"),
+    ("zmq.reconnectInterval", "0", "from 1 to 2^31-1"),
+    ("zmq.handshakeInterval", "0ms", "from 1 to 2^31-1"),
 ])
 def test_an_unknown_socket_option_or_a_wrong_value_is_an_error_naming_it(klass, base, key, value, says):
     with pytest.raises(OptionError) as error:
@@ -67,6 +74,28 @@ def test_libzmq_sockets_take_the_socket_options():
                         "intvl": 5, "cnt": 4, "snd": 65536, "rcv": 131072}
     finally:
         sock.close(linger=0)
+
+
+@pytest.mark.parametrize("kind", [Pull, ZmtpPull])
+def test_the_largest_keepalive_settings_the_options_take_work_on_a_connection(kind):
+    """The top of each range is what the kernel takes: a connection with them carries
+    messages, on libzmq and on the engine (past it libzmq passed EINVAL on silently)."""
+    tuning = SourceOptions.parse({"endpoints": "@tcp://127.0.0.1:5555", "zmq.tcpKeepaliveIdle": "32767",
+                                  "zmq.tcpKeepaliveInterval": "32767", "zmq.tcpKeepaliveCount": "127",
+                                  "zmq.reconnectInterval": "1"}).tuning
+    port = free_ports(1)[0]
+    pull = kind([f"@tcp://127.0.0.1:{port}"], tuning=tuning, linger=0)
+    context = zmq.Context()
+    push = context.socket(zmq.PUSH)
+    push.setsockopt(zmq.LINGER, 0)
+    try:
+        push.connect(f"tcp://127.0.0.1:{port}")
+        push.send(b"kept alive")
+        assert pull.recv(timeout=10) == b"kept alive"
+    finally:
+        push.close()
+        context.term()
+        pull.close(linger=0)
 
 
 def test_the_engine_takes_the_receive_buffer_keepalive_and_reconnect_interval():
