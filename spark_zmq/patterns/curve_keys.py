@@ -163,7 +163,8 @@ def _certificate_store(directory: str) -> tuple[list[str], list[str]]:
     ``zcert_save`` writes ``NAME`` and ``NAME_secret``, usually ``client.cert`` and
     ``client.cert_secret``). Hidden files, ``*_secret`` files and all but regular files are
     neither."""
-    pyzmq, czmq = [], []
+    pyzmq: list[str] = []
+    czmq: list[str] = []
     for name in sorted(os.listdir(directory)):
         path = os.path.join(directory, name)
         if name.startswith(".") or name.endswith("_secret") or not os.path.isfile(path):
