@@ -9,7 +9,13 @@ schema (so a reader of the data, such as this connector's source, decodes it as 
 whose metadata says which run of each partition Spark committed:
 
 * ``spark_zmq.query_id``, ``spark_zmq.batch_id`` as on the data messages;
-* ``spark_zmq.commit``: JSON ``{"<partition>": {"attempt_id": "...", "messages": N}}``.
+* ``spark_zmq.commit``: JSON ``{"<partition>": {"attempt_id": "...", "messages": N}}``;
+* ``spark_zmq.recent`` (a streaming write): JSON ``{"<batch_id>": <its commit>}``, the
+  runs of the writing query's ``RECENT_BATCHES`` micro-batches before this one (those the
+  driver committed and remembers, ``RecentBatches``). A record is sent once; one lost on
+  the way (no consumer took it, or the connection broke) is repaired by the next: a
+  consumer that never got batch ``b``'s record decides ``b`` by the next record's
+  ``recent``.
 
 A consumer delivers the messages of those runs and drops every other run of the same
 tasks (``docs/examples/dedup_consumer.py``). Sent for ``format=arrow`` with ``push`` and
@@ -23,9 +29,12 @@ driver's log instead; a deduplicating consumer there keeps holding that batch's 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
-from typing import Sequence
+import os
+import tempfile
+from typing import Mapping, Optional, Sequence
 
 import pyarrow as pa
 
@@ -33,20 +42,89 @@ from ..options import SinkOptions
 from .encoders import arrow_message
 from .send import TaskSender
 
-__all__ = ["commit_record", "send_commit_record", "COMMIT_RECORD_TIMEOUT_MS"]
+__all__ = ["commit_record", "send_commit_record", "COMMIT_RECORD_TIMEOUT_MS", "RECENT_BATCHES", "RecentBatches"]
 
 log = logging.getLogger(__name__)
 
 #: how long the driver waits for each endpoint's consumer to take the record
 COMMIT_RECORD_TIMEOUT_MS = 5000
 
+#: how many earlier micro-batches of its query a record names (``spark_zmq.recent``)
+RECENT_BATCHES = 8
 
-def commit_record(schema: pa.Schema, query_id: str, batch_id: int, runs: dict[int, tuple[str, int]]) -> bytes:
-    """The record's bytes: ``runs`` maps partition -> (attempt_id, messages sent)."""
+#: partition -> (attempt_id, messages sent)
+Runs = Mapping[int, tuple[str, int]]
+
+
+def _commit_json(runs: Runs) -> dict:
+    return {str(p): {"attempt_id": a, "messages": n} for p, (a, n) in sorted(runs.items())}
+
+
+def commit_record(schema: pa.Schema, query_id: str, batch_id: int, runs: Runs,
+                  recent: Optional[Mapping[int, Runs]] = None) -> bytes:
+    """The record's bytes: ``runs`` maps partition -> (attempt_id, messages sent);
+    ``recent`` the same of earlier micro-batches of the query."""
     empty = pa.RecordBatch.from_arrays([pa.array([], type=f.type) for f in schema], schema=schema)
-    committed = {str(p): {"attempt_id": a, "messages": n} for p, (a, n) in sorted(runs.items())}
-    return arrow_message(empty, {"query_id": query_id, "batch_id": batch_id,
-                                 "commit": json.dumps(committed, separators=(",", ":"))})
+    metadata: dict[str, object] = {"query_id": query_id, "batch_id": batch_id,
+                                   "commit": json.dumps(_commit_json(runs), separators=(",", ":"))}
+    if recent:
+        metadata["recent"] = json.dumps({str(b): _commit_json(r) for b, r in sorted(recent.items())},
+                                        separators=(",", ":"))
+    return arrow_message(empty, metadata)
+
+
+class RecentBatches:
+    """What a streaming write's driver committed lately, per writing query: the ``recent``
+    of its next records. Spark makes a new writer for each commit (and may run it in
+    another Python worker), so it is kept in a file of the driver's, one per query, in a
+    directory only this user may use (``directory``; by default ``spark-zmq-sink-<uid>``
+    under the temporary directory). A file that cannot be read or written costs only the
+    repair: the record is sent without ``recent`` and a warning logged."""
+
+    def __init__(self, directory: Optional[str] = None, keep: int = RECENT_BATCHES) -> None:
+        self.directory = directory or os.path.join(tempfile.gettempdir(), f"spark-zmq-sink-{os.getuid()}")
+        self.keep = keep
+
+    def _path(self, query_id: str) -> str:
+        os.makedirs(self.directory, mode=0o700, exist_ok=True)
+        info = os.lstat(self.directory)
+        if info.st_uid != os.getuid() or info.st_mode & 0o077:
+            raise PermissionError(f"{self.directory} is not a directory of this user's alone")
+        return os.path.join(self.directory, hashlib.sha256(query_id.encode()).hexdigest()[:32] + ".json")
+
+    def remember(self, query_id: str, batch_id: int, runs: Runs) -> dict[int, dict[int, tuple[str, int]]]:
+        """Note ``batch_id``'s runs; returns the remembered runs of the query's earlier batches."""
+        try:
+            path = self._path(query_id)
+        except OSError as exc:
+            log.warning("zmq sink: the runs of the query's earlier micro-batches could not be kept or read (%s); "
+                        "this commit record names only its own batch, so a record lost on the way is not repaired "
+                        "by it", exc)
+            return {}
+        known: dict[int, dict[int, tuple[str, int]]] = {}
+        try:
+            if os.path.exists(path):
+                with open(path) as f:
+                    for b, r in json.load(f).items():
+                        known[int(b)] = {int(p): (str(a), int(n)) for p, (a, n) in r.items()}
+        except (OSError, ValueError, TypeError, AttributeError) as exc:
+            log.warning("zmq sink: the runs of the query's earlier micro-batches could not be read from %s (%s); "
+                        "this commit record names only its own batch, so a record lost on the way is not repaired "
+                        "by it", path, exc)
+            known = {}
+        try:
+            recent = {b: r for b, r in known.items() if b < batch_id}
+            recent = dict(sorted(recent.items())[-self.keep:])
+            known = {**recent, batch_id: dict(runs)}
+            temp = f"{path}.{os.getpid()}.tmp"
+            with open(temp, "w") as f:
+                json.dump({str(b): {str(p): list(x) for p, x in r.items()} for b, r in known.items()}, f)
+            os.replace(temp, path)
+            return recent
+        except OSError as exc:
+            log.warning("zmq sink: the runs of the query's micro-batches could not be kept in %s (%s); the next "
+                        "commit record will not name this batch", path, exc)
+            return recent
 
 
 def send_commit_record(options: SinkOptions, record: bytes, what: str) -> int:

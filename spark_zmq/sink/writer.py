@@ -117,12 +117,16 @@ def _send_all(encoder: Encoder[T], send: Callable[[list[T]], None], batches: Ite
     return rows
 
 
-def _commit(options: SinkOptions, schema: StructType, messages: list, batch_id: int, what: str) -> None:
+def _commit(options: SinkOptions, schema: StructType, messages: list, batch_id: int, what: str,
+            recent: Optional[commit_record.RecentBatches] = None) -> None:
     """On the driver, once every task succeeded: tell the consumers which run of each task
-    Spark kept (``commit_record``), then log what the tasks sent."""
+    Spark kept (``commit_record``; a streaming write's record also names its query's
+    ``recent`` batches, so it repairs a record lost before it), then log what the tasks sent."""
     commits = [m for m in messages if isinstance(m, SinkCommit)]
     if commit_record.wanted(options) and commits:
-        record = commit_record.commit_record(arrow_schema(schema), commits[0].query_id, batch_id, commit_record.runs_of(commits))
+        runs = commit_record.runs_of(commits)
+        earlier = recent.remember(commits[0].query_id, batch_id, runs) if recent is not None else None
+        record = commit_record.commit_record(arrow_schema(schema), commits[0].query_id, batch_id, runs, earlier)
         commit_record.send_commit_record(options, record, what)
     _report(messages, what, curve=options.curve is not None)
 
@@ -183,7 +187,7 @@ class ZmqStreamWriter(DataSourceStreamArrowWriter):
         return _write_task(self.options, iterator, task_header(None, ""))
 
     def commit(self, messages: list, batchId: int) -> None:
-        _commit(self.options, self.schema, messages, batchId, f"batch {batchId}")
+        _commit(self.options, self.schema, messages, batchId, f"batch {batchId}", commit_record.RecentBatches())
 
     def abort(self, messages: list, batchId: int) -> None:
         log.warning("zmq sink: batch %d aborted; messages already sent stay sent (at-least-once)", batchId)

@@ -82,6 +82,9 @@ class Tag:
     sequence: int = -1
     #: record: partition -> how many messages its committed run sent
     messages: Optional[Mapping[int, int]] = None
+    #: record: earlier batches of the same writing query it also decides (``spark_zmq.recent``):
+    #: batch -> (runs, messages)
+    recent: Optional[Mapping[BatchKey, tuple[Mapping[int, str], Optional[Mapping[int, int]]]]] = None
 
 
 def _untagged(why: str) -> Tag:
@@ -107,13 +110,13 @@ def tag_of(metadata: Optional[Mapping[bytes, bytes]]) -> Tag:
         return _untagged(f"its spark_zmq.batch_id {meta['batch_id'][:40]!r} is not a number")
     if "commit" in meta:
         try:
-            committed = json.loads(meta["commit"])
-            runs = {int(p): str(run["attempt_id"]) for p, run in committed.items()}
-            counts = {int(p): int(run["messages"]) for p, run in committed.items() if "messages" in run}
+            runs, counts = _commit_of(json.loads(meta["commit"]))
+            recent = {(key[0], int(b)): _commit_of(c) for b, c in json.loads(meta.get("recent", "{}")).items()}
         except (ValueError, TypeError, KeyError, AttributeError):
-            return _untagged("its spark_zmq.commit metadata is not the sink's commit record "
+            return _untagged("its spark_zmq.commit (or spark_zmq.recent) metadata is not the sink's commit record "
                              '({"<partition>": {"attempt_id": ..., "messages": N}})')
-        return Tag("record", key, runs=runs, messages=counts if len(counts) == len(runs) else None)
+        return Tag("record", key, runs=runs, messages=counts,
+                   recent={k: v for k, v in recent.items() if k[1] < key[1]} or None)
     if "partition" not in meta or "attempt_id" not in meta:
         return _untagged("it has no spark_zmq.partition and spark_zmq.attempt_id metadata")
     try:
@@ -125,6 +128,13 @@ def tag_of(metadata: Optional[Mapping[bytes, bytes]]) -> Tag:
     except ValueError:
         sequence = -1
     return Tag("data", key, partition=partition, attempt_id=meta["attempt_id"], sequence=sequence)
+
+
+def _commit_of(committed: Mapping) -> tuple[dict[int, str], Optional[dict[int, int]]]:
+    """(partition -> attempt_id, partition -> messages or None) of one commit's JSON."""
+    runs = {int(p): str(run["attempt_id"]) for p, run in committed.items()}
+    counts = {int(p): int(run["messages"]) for p, run in committed.items() if "messages" in run}
+    return runs, counts if len(counts) == len(runs) else None
 
 
 _READ_OPTIONS = pa.ipc.IpcReadOptions(use_threads=False)
@@ -211,6 +221,9 @@ class RunSelector:
             state.spans.append((offset, key))
         if tag.kind == "record" and tag.key is not None and tag.runs is not None:
             self.decisions.add(tag.key, tag.runs, tag.messages)
+            for earlier, (runs, counts) in sorted((tag.recent or {}).items()):
+                # a record lost on the way is repaired by this one (the first decision stands)
+                self.decisions.add(earlier, runs, counts)
             state.records.append((offset, tag.key))
         elif key is not None:
             state.data[offset] = (key, tag.partition, tag.attempt_id, tag.sequence)

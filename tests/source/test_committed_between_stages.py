@@ -5,7 +5,9 @@ and commit record make, without Spark.
 * a message of a committed run that arrives a second time (the sink resends what a broken
   connection had not acknowledged) reaches Spark once, by its ``spark_zmq.sequence``,
   in the same batch, in a later batch and after a restart of the reading query;
-* a sequence beyond the record's message count never reaches Spark.
+* a sequence beyond the record's message count never reaches Spark;
+* a commit record lost on the way is repaired by the next record of the same writing
+  query, which names the runs of its recent micro-batches (``spark_zmq.recent``).
 """
 
 from __future__ import annotations
@@ -107,3 +109,20 @@ def test_a_sequence_beyond_the_records_count_never_reaches_spark(tmp_path):
     data = run("q", 0, 0, "a", [1, 2, 3, 4])
     stage.messages += [data[0], data[1], commit_record(SCHEMA, "q", 0, {0: ("a", 1)})]
     assert stage.batch() == [1, 2, 3]
+
+
+def test_a_lost_record_is_repaired_by_the_next_one(tmp_path):
+    from spark_zmq.sink.commit_record import RecentBatches
+
+    stage = Stage(str(tmp_path / "runs.jsonl"))
+    recent = RecentBatches(str(tmp_path / "sink"))
+    batch0, batch1 = run("q", 0, 0, "a", [1, 2, 3, 4]), run("q", 1, 0, "b", [5])
+    runs0, runs1 = {0: ("a", len(batch0))}, {0: ("b", len(batch1))}
+    assert recent.remember("q", 0, runs0) == {}
+    commit_record(SCHEMA, "q", 0, runs0)  # made, and lost on the way
+    earlier = recent.remember("q", 1, runs1)
+    assert earlier == {0: runs0}
+    stage.messages += batch0 + batch1
+    assert stage.batch() == []  # batch 0 holds the channel, waiting for a record
+    stage.messages.append(commit_record(SCHEMA, "q", 1, runs1, earlier))
+    assert stage.batch() == [1, 2, 3, 4, 5]
