@@ -19,7 +19,29 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
-__version__ = "0.1.0"
+
+def _version() -> str:
+    """The version declared once, in ``pyproject.toml``: the installed distribution's
+    metadata, or, in a checkout that is not installed, the file itself (``0+unknown`` when
+    neither is there)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("spark-zmq")
+    except PackageNotFoundError:
+        import os
+        import re
+
+        try:
+            with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pyproject.toml"),
+                      encoding="utf-8") as f:
+                found = re.search(r'^version\s*=\s*"([^"]+)"', f.read(), re.MULTILINE)
+        except OSError:
+            found = None
+        return found.group(1) if found else "0+unknown"
+
+
+__version__ = _version()
 __all__ = ["register", "request", "__version__"]
 
 

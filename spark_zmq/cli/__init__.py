@@ -44,6 +44,22 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from .. import __version__
+
+        print(f"spark-zmq {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")) -> None:
+    """spark-zmq's companion program (see ``app``)."""
+
+
 app.command()(produce)
 app.command()(consume)
 app.command("relay")(relay_command)
