@@ -56,12 +56,28 @@ if TYPE_CHECKING:
     from .partitions import SpoolRange
 
 __all__ = ["BatchKey", "Tag", "tag_of", "read_tag", "Decisions", "RunSelector", "keep", "CommittedOnly", "BLOCKED_WARN_SECONDS",
+           "HOLD_LIMIT_SECONDS", "RELEASE_AFTER_BATCHES", "FORGET_AFTER_SECONDS",
            "kept_slices", "kept_batches", "message_tags", "encode_reading", "decode_reading"]
 
 log = logging.getLogger(__name__)
 
 #: a channel held this long by a batch without its commit record gets a warning
 BLOCKED_WARN_SECONDS = 60.0
+
+#: a batch without a decision this long after its first message was seen is released: decided
+#: as "no run committed", its messages skipped, logged and counted (``released_messages``)
+HOLD_LIMIT_SECONDS = 900.0
+
+#: a batch is released when a record of a batch of the same writing query this many batches
+#: later arrives without naming it: every record names its query's ``RECENT_BATCHES`` (8)
+#: earlier ones, so a record of the batch and the records naming it were all lost, or the
+#: writing query never committed it
+RELEASE_AFTER_BATCHES = 9
+
+#: a decision whose record Spark committed past, with no message of its batch left to read,
+#: is forgotten this long after it was made (without a floor): what bounds the decisions a
+#: batch write, or a record of a batch nobody wrote (forged), leaves behind
+FORGET_AFTER_SECONDS = 900.0
 
 _PREFIX = "spark_zmq."
 
@@ -202,9 +218,21 @@ class RunSelector:
     batch may end at: below the first data message whose batch has no decision.
     ``decisions_within`` names the decisions a read task of ``[lo, hi)`` needs."""
 
-    def __init__(self, decisions: Optional[Decisions] = None) -> None:
+    def __init__(self, decisions: Optional[Decisions] = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.decisions = decisions if decisions is not None else Decisions()
         self.channels: dict[int, _Channel] = {}
+        self.clock = clock
+        #: undecided batch -> when its first message was seen (by this driver)
+        self.first_seen: dict[BatchKey, float] = {}
+        #: decision -> when this driver made or loaded it (``forgettable``)
+        self.decided_at: dict[BatchKey, float] = dict.fromkeys(self.decisions, clock())
+        #: the batches a data message of which was seen (those loaded from disk: assumed)
+        self.seen_data: set[BatchKey] = set(self.decisions)
+        #: batches released undecided, the messages of them skipped, and records that
+        #: named other runs than the decision that stood (a forged record, or a forged first one)
+        self.released_batches = 0
+        self.released_messages = 0
+        self.conflicting_records = 0
 
     def channel(self, channel: int, start: int) -> _Channel:
         """The channel's state, starting at ``start`` when it is new."""
@@ -220,16 +248,63 @@ class RunSelector:
         if not state.spans or state.spans[-1][1] != key:
             state.spans.append((offset, key))
         if tag.kind == "record" and tag.key is not None and tag.runs is not None:
-            self.decisions.add(tag.key, tag.runs, tag.messages)
+            self._decide(channel, offset, tag.key, tag.runs, tag.messages)
             for earlier, (runs, counts) in sorted((tag.recent or {}).items()):
                 # a record lost on the way is repaired by this one (the first decision stands)
-                self.decisions.add(earlier, runs, counts)
+                self._decide(channel, offset, earlier, runs, counts)
             state.records.append((offset, tag.key))
+            query, batch = tag.key
+            for held in [k for k in self.first_seen if k[0] == query and k[1] <= batch - RELEASE_AFTER_BATCHES]:
+                self.release_batch(held, f"a record of batch {batch} of the same writing query arrived, and neither "
+                                         f"its record nor the {RELEASE_AFTER_BATCHES - 1} records after it named it")
         elif key is not None:
             state.data[offset] = (key, tag.partition, tag.attempt_id, tag.sequence)
-            if not self.decisions.settled(key) and key not in state.undecided:
-                state.undecided[key] = offset
+            self.seen_data.add(key)
+            if not self.decisions.settled(key):
+                self.first_seen.setdefault(key, self.clock())
+                state.undecided.setdefault(key, offset)
+            elif self.decisions.get(key) == {}:
+                self.released_messages += 1  # a straggler of a released batch
         state.cursor = offset + 1
+
+    def _decide(self, channel: int, offset: int, key: BatchKey, runs: Mapping[int, str],
+                counts: Optional[Mapping[int, int]]) -> None:
+        if self.decisions.add(key, runs, counts):
+            self.decided_at[key] = self.clock()
+            self.first_seen.pop(key, None)
+            return
+        stood = self.decisions.get(key)
+        if stood is not None and stood != {} and dict(stood) != dict(runs):
+            self.conflicting_records += 1
+            log.warning("committedOnly: the commit record at channel %d, offset %d names other runs of batch %d of "
+                        "query %s than the record that decided it: the first stands, and the rows of the runs only "
+                        "this one names are not delivered. Two records disagree only when one is not the writing "
+                        "query's (a sender without CURVE can forge one) or the writing query committed the batch "
+                        "again after a restart", channel, offset, key[1], key[0])
+        elif stood == {}:
+            log.warning("committedOnly: the commit record at channel %d, offset %d of batch %d of query %s came after "
+                        "the batch was released without one: its rows were skipped (counted as lost)",
+                        channel, offset, key[1], key[0])
+
+    def release_batch(self, key: BatchKey, why: str) -> None:
+        """Decide ``key`` as "no run committed": its messages are skipped, logged and counted."""
+        if not self.decisions.add(key, {}):
+            return
+        self.first_seen.pop(key, None)
+        self.decided_at[key] = self.clock()
+        held = sum(1 for state in self.channels.values() for k, *_ in state.data.values() if k == key)
+        self.released_batches += 1
+        self.released_messages += held
+        log.warning("committedOnly: released batch %d of query %s without a commit record (%s): its %d message(s) "
+                    "received so far, and any that follow, are skipped and counted as lost", key[1], key[0], why, held)
+
+    def release_stale(self) -> list[BatchKey]:
+        """Release the batches held longer than ``HOLD_LIMIT_SECONDS``; returns them."""
+        now = self.clock()
+        stale = [k for k, since in self.first_seen.items() if now - since >= HOLD_LIMIT_SECONDS]
+        for key in stale:
+            self.release_batch(key, f"none arrived within {HOLD_LIMIT_SECONDS:.0f} s of its first message")
+        return stale
 
     def skip_to(self, channel: int, offset: int) -> None:
         """Offsets below ``offset`` hold nothing more to observe (lost or never written)."""
@@ -291,7 +366,7 @@ class RunSelector:
                     continue  # not delivered anyway (``keep``), or a message that cannot be told apart
                 run = (key[0], key[1], partition)
                 count = (self.decisions.counts(key) or {}).get(partition)
-                seen = self.decisions.taken.get(run, set())
+                seen = self.decisions.taken.get(run, ())
                 if (count is not None and sequence >= count) or sequence in seen or sequence in taken.get(run, ()):
                     skip.setdefault(channel, []).append(offset)
                 else:
@@ -337,13 +412,36 @@ class RunSelector:
         return [(q, b) for q, b in self.decisions if b < waiting.get(q, math.inf)
                 and all(q in state.passed and state.passed[q] > b for state in self.channels.values())]
 
+    def forgettable(self) -> list[BatchKey]:
+        """The decisions to forget without a floor (``FORGET_AFTER_SECONDS``): made that long
+        ago, their records all committed past by Spark, no message of their batch left to read
+        on any channel, and either a batch write's (batch -1: no later batch of its query
+        ever comes to compact it, and a write never runs again under its id) or one of a
+        batch no data message of which was seen (a forged record). A streaming batch with
+        data keeps its decision until ``compactable`` (the writing query may commit it again
+        after a restart, and its second record must find the first standing), unless it was
+        released without a record (nothing of it was delivered). A message of a
+        forgotten batch arriving later still is held, and released by ``HOLD_LIMIT_SECONDS``."""
+        now = self.clock()
+        pending = {k for state in self.channels.values() for k in
+                   [*(key for _, key in state.records), *(d[0] for d in state.data.values())]}
+        return [k for k in self.decisions if k not in pending
+                and (k[1] == -1 or k not in self.seen_data or self.decisions.get(k) == {})
+                and now - self.decided_at.get(k, now) >= FORGET_AFTER_SECONDS]
+
     def compact(self, step: Optional[Callable[[str], None]] = None) -> bool:
-        """``Decisions.compact`` of what ``compactable`` names, when the file has grown
-        enough for it to be worth the scan."""
+        """``Decisions.compact`` of what ``compactable`` and ``forgettable`` name, when the
+        file has grown enough for it to be worth the scan."""
         if not self.decisions.worth_compacting():
             return False
         dead = self.compactable()
-        return self.decisions.compact(dead, step)
+        forget = [k for k in self.forgettable() if k not in set(dead)]
+        done = self.decisions.compact(dead, step, forget)
+        if done:
+            for key in [*dead, *forget]:
+                self.decided_at.pop(key, None)
+                self.seen_data.discard(key)
+        return done
 
 
 def kept_slices(batch: pa.RecordBatch, first: int, channel: int, decisions: Mapping[BatchKey, Mapping[int, str]],
@@ -451,6 +549,8 @@ class CommittedOnly:
         """``latest`` held back, per channel, below the first message of a batch without a
         decision; warns of a channel held for ``BLOCKED_WARN_SECONDS``."""
         selector = self.scan(runtime, begin, latest, read)
+        if selector.release_stale():
+            selector.decisions.flush()
         now = time.monotonic()
         out = {}
         for channel, hi in latest.items():
@@ -486,6 +586,18 @@ class CommittedOnly:
         return [replace(part, committed_runs=encode_reading(
             selector.decisions_within(part.channel, part.start, part.end),
             [o for o in skips.get(part.channel, ()) if part.start <= o < part.end])) for part in parts]
+
+    def report(self) -> dict:
+        """For the source's progress (``reportLatestOffset``), when anything happened:
+        ``{"committedOnly": {"releasedBatches", "releasedMessages", "conflictingRecords"}}``,
+        counted since this driver started."""
+        selector = self.selector
+        if selector is None or not (selector.released_batches or selector.released_messages
+                                    or selector.conflicting_records):
+            return {}
+        return {"committedOnly": {"releasedBatches": selector.released_batches,
+                                  "releasedMessages": selector.released_messages,
+                                  "conflictingRecords": selector.conflicting_records}}
 
     def release(self, end: Mapping[int, int]) -> None:
         """Spark committed up to ``end``: forget what lies below, and compact the decisions'

@@ -34,7 +34,7 @@ import json
 import os
 from typing import Callable, Iterable, Iterator, Mapping, Optional, Sequence
 
-__all__ = ["BatchKey", "RunKey", "PlanKey", "Decisions", "COMPACT_MARGIN", "PLANS_KEPT"]
+__all__ = ["BatchKey", "RunKey", "PlanKey", "Decisions", "Sequences", "COMPACT_MARGIN", "PLANS_KEPT"]
 
 #: (query_id, batch_id): what a commit record decides
 BatchKey = tuple[str, int]
@@ -48,6 +48,41 @@ PLANS_KEPT = 4
 
 #: ``compact`` rewrites the file once its dead lines exceed the live ones by this many
 COMPACT_MARGIN = 1024
+
+
+class Sequences:
+    """A set of a run's sequences, small when they come mostly in order: every number
+    below ``below``, and the ``others``."""
+
+    def __init__(self) -> None:
+        self.below = 0
+        self.others: set[int] = set()
+
+    def __contains__(self, sequence: object) -> bool:
+        return isinstance(sequence, int) and (sequence < self.below or sequence in self.others)
+
+    def add(self, sequence: int) -> None:
+        if sequence < self.below:
+            return
+        self.others.add(sequence)
+        while self.below in self.others:
+            self.others.discard(self.below)
+            self.below += 1
+
+    def update(self, sequences: Iterable[int]) -> None:
+        for sequence in sorted(sequences):
+            self.add(sequence)
+
+
+def ranges(sequences: Iterable[int]) -> list[list[int]]:
+    """``[[first, last], ...]``: how sequences are written (mostly one range per run)."""
+    out: list[list[int]] = []
+    for s in sorted(sequences):
+        if out and s == out[-1][1] + 1:
+            out[-1][1] = s
+        else:
+            out.append([s, s])
+    return out
 
 
 def _fsync_dir(path: str) -> None:
@@ -70,7 +105,7 @@ class Decisions:
         #: batch -> partition -> messages its committed run sent (when the record says)
         self._counts: dict[BatchKey, dict[int, int]] = {}
         #: committed run -> the sequences delivered (by the plans below)
-        self.taken: dict[RunKey, set[int]] = {}
+        self.taken: dict[RunKey, Sequences] = {}
         #: plan -> channel -> offsets of the copies it skips (newest last)
         self.plans: dict[PlanKey, dict[int, tuple[int, ...]]] = {}
         self._unwritten_plans: list[str] = []
@@ -136,13 +171,14 @@ class Decisions:
     def _replay_plan(self, entry: dict) -> None:
         plan = tuple((int(c), int(b), int(e)) for c, b, e in entry["plan"])
         self.plans[plan] = {int(c): tuple(int(o) for o in offsets) for c, offsets in entry.get("skip", {}).items()}
-        for q, b, p, seqs in entry.get("taken", []):
-            self.taken.setdefault((str(q), int(b), int(p)), set()).update(int(x) for x in seqs)
+        for q, b, p, spans in entry.get("taken", []):
+            self.taken.setdefault((str(q), int(b), int(p)), Sequences()).update(
+                x for lo, hi in spans for x in range(int(lo), int(hi) + 1))
 
     def add_plan(self, plan: PlanKey, skip: Mapping[int, Sequence[int]], taken: Mapping[RunKey, Iterable[int]]) -> None:
         """Remember a planned batch's skips and the sequences it delivered (``flush`` writes them)."""
         entry = {"plan": [list(t) for t in plan], "skip": {str(c): list(o) for c, o in skip.items() if o},
-                 "taken": [[q, b, p, sorted(seqs)] for (q, b, p), seqs in taken.items() if seqs]}
+                 "taken": [[q, b, p, ranges(seqs)] for (q, b, p), seqs in taken.items() if seqs]}
         self._replay_plan(json.loads(json.dumps(entry)))
         self._unwritten_plans.append(json.dumps(entry, separators=(",", ":")) + "\n")
 
@@ -184,27 +220,31 @@ class Decisions:
         """Cheap test first: the file is big enough that compaction could pay."""
         return self.path is not None and self.lines > self.margin
 
-    def compact(self, dead: Iterable[BatchKey], step: Optional[Callable[[str], None]] = None) -> bool:
-        """Forget the ``dead`` decisions (none may be unwritten) and rewrite the file without
-        them, when its dead lines then exceed the live ones by ``margin``. ``step`` is called
+    def compact(self, dead: Iterable[BatchKey], step: Optional[Callable[[str], None]] = None,
+                forget: Iterable[BatchKey] = ()) -> bool:
+        """Forget the ``dead`` decisions (none may be unwritten; each raises its query's floor)
+        and the ``forget`` ones (no floor: a late message of theirs is undecided again) and
+        rewrite the file without them, when its dead lines then exceed the live ones by ``margin``. ``step`` is called
         with each step's name before it is taken (``write``, ``fsync``, ``rename``,
         ``fsync-dir``), for tests that kill the process there. Returns whether it rewrote."""
         dead = [k for k in dead if k in self._runs and k not in self._unwritten]
-        live = len(self._runs) - len(dead)
-        if self.path is None or not dead or self.lines - live <= live + self.margin:
+        forget = [k for k in forget if k in self._runs and k not in self._unwritten and k not in set(dead)]
+        live = len(self._runs) - len(dead) - len(forget)
+        if self.path is None or not (dead or forget) or self.lines - live <= live + self.margin:
             return False
         floor = dict(self.floor)
         for q, b in dead:
             floor[q] = max(floor.get(q, b), b)
-        gone = set(dead)
+        gone = set(dead) | set(forget)
         taken = {run: seqs for run, seqs in self.taken.items() if (run[0], run[1]) not in gone}
         plans = dict(list(self.plans.items())[-PLANS_KEPT:])
+        taken_lines = [[q, b, p, ([[0, x.below - 1]] if x.below else []) + ranges(x.others)]
+                       for (q, b, p), x in taken.items()]
         kept_plans = [json.dumps({"plan": [list(t) for t in plan], "skip": {str(c): list(o) for c, o in skip.items()},
-                                  "taken": [] if i else [[q, b, p, sorted(x)] for (q, b, p), x in taken.items()]},
-                                 separators=(",", ":")) + "\n" for i, (plan, skip) in enumerate(plans.items())]
+                                  "taken": [] if i else taken_lines}, separators=(",", ":")) + "\n"
+                      for i, (plan, skip) in enumerate(plans.items())]
         if not plans and taken:
-            kept_plans = [json.dumps({"plan": [], "skip": {}, "taken": [[q, b, p, sorted(x)] for (q, b, p), x in
-                                                                         taken.items()]}, separators=(",", ":")) + "\n"]
+            kept_plans = [json.dumps({"plan": [], "skip": {}, "taken": taken_lines}, separators=(",", ":")) + "\n"]
         content = json.dumps({"floor": floor}, separators=(",", ":")) + "\n" + "".join(
             self._line(k, runs) for k, runs in self._runs.items() if k not in gone) + "".join(kept_plans)
         temp = self.path + ".compact"

@@ -218,6 +218,8 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             report["brokenConnections"] = self._broken_seen
         if self.options.curve is not None:
             report["rejectedHandshakes"] = self._runtime.rejected_handshakes()
+        if self._committed is not None:
+            report.update(self._committed.report())  # batches released without a record, conflicting records
         return report
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:

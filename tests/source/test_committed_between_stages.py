@@ -7,7 +7,12 @@ and commit record make, without Spark.
   in the same batch, in a later batch and after a restart of the reading query;
 * a sequence beyond the record's message count never reaches Spark;
 * a commit record lost on the way is repaired by the next record of the same writing
-  query, which names the runs of its recent micro-batches (``spark_zmq.recent``).
+  query, which names the runs of its recent micro-batches (``spark_zmq.recent``);
+* a batch nobody will commit is released (``HOLD_LIMIT_SECONDS`` after its first message,
+  or once its writing query is ``RELEASE_AFTER_BATCHES`` further on), logged and counted;
+* a record that disagrees with the one that decided its batch (a forged one arriving
+  first) is logged and counted;
+* forged records leave a bounded number of decisions, in memory and on disk.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import pyarrow as pa
 from spark_zmq.options import SinkOptions
 from spark_zmq.sink.commit_record import commit_record
 from spark_zmq.sink.encoders import ArrowEncoder
+from spark_zmq.source import committed
 from spark_zmq.source.committed import Decisions, RunSelector, kept_slices, read_tag
 
 SCHEMA = pa.schema([("id", pa.int64())])
@@ -34,14 +40,16 @@ def run(query: str, batch: int, partition: int, attempt_id: str, ids: list[int])
 class Stage:
     """The reading query's driver and tasks over one channel's messages."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, margin: int = 1024) -> None:
         self.path = path
+        self.margin = margin
+        self.now = 0.0
         self.messages: list[bytes] = []
         self.committed = 0
         self.restart()
 
     def restart(self) -> None:
-        self.selector = RunSelector(Decisions(self.path))
+        self.selector = RunSelector(Decisions(self.path, margin=self.margin), clock=lambda: self.now)
         self.selector.channel(0, self.committed)
 
     def scan(self) -> None:
@@ -53,10 +61,13 @@ class Stage:
     def batch(self) -> list[int]:
         """Plan up to what arrived, read it, commit it: the ids that reached Spark."""
         self.scan()
+        self.selector.release_stale()
+        self.selector.decisions.flush()
         begin, end = self.committed, self.selector.end(0)
         ids = self.read(begin, end)
         self.committed = end
         self.selector.release(0, end)
+        self.selector.compact()
         return ids
 
     def read(self, begin: int, end: int) -> list[int]:
@@ -126,3 +137,63 @@ def test_a_lost_record_is_repaired_by_the_next_one(tmp_path):
     assert stage.batch() == []  # batch 0 holds the channel, waiting for a record
     stage.messages.append(commit_record(SCHEMA, "q", 1, runs1, earlier))
     assert stage.batch() == [1, 2, 3, 4, 5]
+
+
+def test_a_stray_message_is_released_after_the_hold_limit_and_counted(tmp_path, caplog):
+    stage = Stage(str(tmp_path / "runs.jsonl"))
+    stray = run("gone", 7, 0, "x", [99])  # a batch whose writing query never commits it
+    data = run("q", 0, 0, "a", [1, 2])
+    stage.messages += stray + data + [commit_record(SCHEMA, "q", 0, {0: ("a", len(data))})]
+    assert stage.batch() == []  # held behind the stray
+    stage.now += committed.HOLD_LIMIT_SECONDS
+    with caplog.at_level("WARNING", logger=committed.__name__):
+        assert stage.batch() == [1, 2]
+    assert "released batch 7 of query gone" in caplog.text and "1 message(s)" in caplog.text
+    assert (stage.selector.released_batches, stage.selector.released_messages) == (1, 1)
+    driver = committed.CommittedOnly(str(tmp_path))
+    driver.selector = stage.selector
+    assert driver.report() == {"committedOnly": {"releasedBatches": 1, "releasedMessages": 1,
+                                                 "conflictingRecords": 0}}
+    # the release is a decision on disk: a restarted query is not held again
+    stage.messages += run("q", 1, 0, "b", [3]) + [commit_record(SCHEMA, "q", 1, {0: ("b", 1)})]
+    stage.restart()
+    assert stage.batch() == [3]
+
+
+def test_a_batch_is_released_once_its_query_is_further_on_than_any_record_names(tmp_path):
+    stage = Stage(str(tmp_path / "runs.jsonl"))
+    stage.messages += run("q", 0, 0, "a", [0])  # its record, and every one naming it, lost
+    for b in range(1, committed.RELEASE_AFTER_BATCHES):
+        stage.messages += run("q", b, 0, f"r{b}", [b]) + [commit_record(SCHEMA, "q", b, {0: (f"r{b}", 1)})]
+    assert stage.batch() == []
+    b = committed.RELEASE_AFTER_BATCHES
+    stage.messages += run("q", b, 0, f"r{b}", [b]) + [commit_record(SCHEMA, "q", b, {0: (f"r{b}", 1)})]
+    assert stage.batch() == list(range(1, b + 1))
+    assert stage.selector.released_messages == 1
+
+
+def test_a_forged_record_arriving_first_is_logged_and_counted(tmp_path, caplog):
+    stage = Stage(str(tmp_path / "runs.jsonl"))
+    data = run("q", 0, 0, "a", [1, 2, 3])
+    forged = commit_record(SCHEMA, "q", 0, {0: ("forged", 1)})
+    stage.messages += [forged] + data + [commit_record(SCHEMA, "q", 0, {0: ("a", len(data))})]
+    with caplog.at_level("WARNING", logger=committed.__name__):
+        assert stage.batch() == []  # the first record stands: without CURVE, anyone can send one
+    assert stage.selector.conflicting_records == 1
+    assert "names other runs of batch 0 of query q than the record that decided it" in caplog.text
+
+
+def test_forged_records_leave_a_bounded_number_of_decisions(tmp_path):
+    path = tmp_path / "runs.jsonl"
+    stage = Stage(str(path), margin=64)
+    for i in range(2000):
+        stage.messages.append(commit_record(SCHEMA, f"forged-{i}", i, {0: ("x", 1)}))
+        if i % 100 == 99:
+            stage.batch()
+            stage.now += 60
+    stage.now += committed.FORGET_AFTER_SECONDS
+    stage.messages.append(commit_record(SCHEMA, "q", 0, {0: ("a", 0)}))
+    stage.batch()
+    assert len(stage.selector.decisions) < 500, len(stage.selector.decisions)
+    assert path.stat().st_size < 100_000, path.stat().st_size
+    assert len(stage.selector.decisions.floor) == 0
