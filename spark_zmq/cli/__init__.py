@@ -3,7 +3,7 @@
     spark-zmq produce tcp://127.0.0.1:5555 --count 100000 --rate 20000 --format json
     spark-zmq consume @tcp://*:5556 --format arrow --count 10
     spark-zmq keygen server --dir keys/      # CURVE: keys/server.key, keys/server.key_secret
-    spark-zmq broker --frontend @tcp://*:5559 --backend @tcp://*:5560   # request-reply broker
+    spark-zmq broker --frontend @tcp://127.0.0.1:5559 --backend @tcp://127.0.0.1:5560   # request-reply broker
 
 Why a CLI: a connector is first tried from a shell; ``produce`` is the load generator the
 jobs, notebooks and benchmarks use (``spark_zmq.loadgen``), ``consume`` shows what a Spark

@@ -25,7 +25,8 @@ from .source_flags import documented_default, flag_name, option_flag, option_spe
 __all__ = ["ProducePattern", "ConsumePattern", "Format", "CURVE_FLAGS", "CURVE_PANEL", "HEARTBEAT_PANEL",
            "heartbeat_from_flags", "heartbeat_flag", "heartbeat_interval_option", "heartbeat_timeout_option",
            "heartbeat_ttl_option", "source_default", "source_default_int",
-           "curve_from_flags", "checked_curve_flags", "check_endpoints", "broker_curves", "reader_curve"]
+           "curve_from_flags", "checked_curve_flags", "check_endpoints", "broker_curves", "reader_curve",
+           "off_loopback"]
 
 
 class ProducePattern(str, enum.Enum):
@@ -190,10 +191,27 @@ def reader_curve(certificate: Optional[str], reader_keys: Optional[str],
         raise typer.BadParameter("--curve-authorized-keys names the producers' keys (the receiving endpoints); the "
                                  "--listen port, which queries read, needs keys of its own: --reader-authorized-keys "
                                  "DIR|* (the queries' public certificate files)", param_hint="'--reader-authorized-keys'")
+    if reader_keys is None and certificate:
+        raise typer.BadParameter("--curve-certificate is given but --listen, which queries read (and which tells "
+                                 "where the spool is), would serve without CURVE: give --reader-authorized-keys "
+                                 "DIR|* (the queries' public certificate files, or '*' for any key)",
+                                 param_hint="'--reader-authorized-keys'")
     if reader_keys is not None and not certificate:
         raise typer.BadParameter("--reader-authorized-keys needs --curve-certificate (the relay's secret certificate)",
                                  param_hint="'--reader-authorized-keys'")
     return _server_curve(certificate, reader_keys, "--reader-authorized-keys") if reader_keys is not None else None
+
+
+def off_loopback(address: str) -> bool:
+    """Whether ``address`` (``tcp://host:port``, ``ipc://``, ...) may be reached from other
+    hosts: a TCP address that is not a loopback one. Such a service without CURVE is open to
+    whoever reaches the network, so the servers say so (or refuse)."""
+    if not address.startswith("tcp://"):
+        return False
+    host = address[len("tcp://"):].rsplit(":", 1)[0].strip("[]")
+    if ";" in host:  # 'source;destination': the destination is what is reached
+        host = host.rsplit(";", 1)[1]
+    return not (host.startswith("127.") or host in ("localhost", "::1", "lo"))
 
 
 def check_endpoints(endpoints: str, default_bind: bool) -> None:

@@ -35,6 +35,7 @@ from .flags import (
     heartbeat_interval_option,
     heartbeat_timeout_option,
     heartbeat_ttl_option,
+    off_loopback,
     source_default_int,
 )
 from .source_flags import given_options, option_flag, option_flags, usage_error
@@ -128,7 +129,7 @@ def relay_command(
     curve = options.curve
     listen_curve = reader_curve(curve_certificate, reader_authorized_keys, curve is not None and curve.is_server)
     address = listen_endpoint[0].address
-    if listen_curve is None and not address.startswith(("ipc://", "inproc://", "tcp://127.", "tcp://localhost:")):
+    if listen_curve is None and off_loopback(address):
         err_console.print(f"[yellow]warning:[/] {escape(address)} serves the spool without CURVE: anyone who "
                           "reaches it can read the messages (see --curve-certificate / --reader-authorized-keys)")
     try:
@@ -265,6 +266,14 @@ def broker_command(
 
     security = "" if curve_frontend is None or curve_backend is None else \
         f"; frontend: {curve_frontend.describe()}; backend: {curve_backend.describe()}"
+    if curve_frontend is None:
+        exposed = [a for a in broker.frontend_addresses + broker.backend_addresses if off_loopback(a)] + \
+            [str(e) for e in parse_endpoints(frontend, default_bind=True) + parse_endpoints(backend, default_bind=True)
+             if not e.bind and off_loopback(e.address)]
+        if exposed:
+            err_console.print(f"[yellow]warning:[/] {escape(', '.join(exposed))} without CURVE: anyone who reaches "
+                              "it can send requests, read the replies, or take requests as a worker (see "
+                              "--curve-certificate, --frontend-authorized-keys and --backend-authorized-keys)")
     print(f"broker: frontend {', '.join(broker.frontend_addresses) or frontend}, backend "
           f"{', '.join(broker.backend_addresses) or backend}{security}", file=sys.stderr, flush=True)
     with broker:
