@@ -44,6 +44,10 @@ _ZERO_COPY_MIN_BYTES = 65536
 _NOBLOCK = int(zmq.NOBLOCK)
 _NOBLOCK_SNDMORE = int(zmq.NOBLOCK | zmq.SNDMORE)
 
+# the first pause before retrying a message the socket refused although it said it had room
+# (``LibzmqWire.wait_for_room``); each next one doubles, up to a wait slice
+_REFUSED_FIRST_S = 0.001
+
 
 class LibzmqWire:
     """One pyzmq socket of ``owner``'s ``socket_type``, configured (common options,
@@ -152,6 +156,35 @@ class LibzmqWire:
             if poll(int(slice_s * 1000), event):
                 return
 
+    def wait_for_room(self, deadline: Optional[float], refusals: int) -> None:
+        """Wait (lock held) after a send was refused (EAGAIN) ``refusals`` times before this
+        one; ``TimeoutError`` at ``deadline``, ``SocketClosedError`` once ``close()`` starts.
+
+        The first refusal polls for POLLOUT (``wait``). A refusal after that poll said the
+        socket has room means the poll cannot tell: a ROUTER (``ROUTER_MANDATORY``) is
+        writable while any one peer's queue has room, and a message to a peer whose queue is
+        full is refused however often it is retried. Polling again would return at once and
+        make the retry loop spin a core, never looking at the deadline or at ``close()``
+        (one client that sent requests and read no reply held a relay's serving thread, and
+        its shutdown, for good). So from the second refusal on the deadline and ``closing``
+        are checked before every retry, and the retries back off (``_REFUSED_FIRST_S``
+        doubling up to a wait slice), each after a zero-time poll that lets libzmq take in
+        the peer's "room again".
+        """
+        if refusals == 0:
+            self.wait(zmq.POLLOUT, deadline, "send")
+            return
+        self.state.check_during("send")
+        pause = min(_REFUSED_FIRST_S * (1 << min(refusals - 1, 16)), _WAIT_SLICE_S)
+        if deadline is not None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"{self.label}.send timed out (the socket has room, but not for this message: "
+                                   f"the peer it goes to has not taken what is queued for it)")
+            pause = min(pause, remaining)
+        time.sleep(pause)
+        self.socket.poll(0, zmq.POLLOUT)
+
     def wait_readable(self, deadline: Optional[float]) -> bool:
         self.acquire(deadline)
         try:
@@ -178,15 +211,18 @@ class LibzmqWire:
         try:
             send, NOBLOCK = self.socket.send, _NOBLOCK
             for message in messages:
+                refusals = 0
+                message_deadline = timeout_deadline(timeout)
                 while True:
                     try:
                         send(message, NOBLOCK, copy=len(message) < _ZERO_COPY_MIN_BYTES)
                         break
                     except zmq.Again:
                         try:
-                            self.wait(zmq.POLLOUT, timeout_deadline(timeout), "send")
+                            self.wait_for_room(message_deadline, refusals)
                         except TimeoutError as exc:
                             raise SendTimeoutError(str(exc), sent) from None
+                        refusals += 1
                 sent += 1
             return sent
         finally:
@@ -201,9 +237,15 @@ class LibzmqWire:
         ``memoryview`` the caller reuses after ``send`` returned would change (or, when
         resized, break) a message already accepted. The RFCs say a sender SHALL NOT modify
         outgoing messages, so mutable buffers are copied at send time.
+
+        The deadline holds even while the socket says it has room: a ROUTER's POLLOUT means
+        *some* peer can take a message, not the one this message is routed to
+        (``wait_for_room``), so a reply to a peer that reads nothing fails at its deadline
+        (``timeout=0``: at once) instead of retrying forever.
         """
         sock = self.socket
         last = len(frames) - 1
+        refusals = 0
         while True:
             i = 0
             try:
@@ -213,7 +255,8 @@ class LibzmqWire:
                 return
             except zmq.Again:
                 if i == 0:  # no peer can take it: wait (bounded) until one can
-                    self.wait(zmq.POLLOUT, deadline, "send")
+                    self.wait_for_room(deadline, refusals)
+                    refusals += 1
                 # else: once a message's first frame is accepted libzmq accepts the rest
                 # (the high-water mark counts whole messages), except when the pipe it was
                 # going to is terminated in between (its peer left): libzmq then drops the
