@@ -14,8 +14,12 @@ Spark's replayable offsets:
   no commit record of its ``(query_id, batch_id)`` has been seen on any channel. A record
   may arrive before the last data of its batch (a receiving socket reads its connections
   in turn), so a data message whose batch is decided already is decided on arrival.
-* A decision is the first record of its ``(query_id, batch_id)`` the driver read; a later
-  one (the writing query committed the batch again after a restart) is ignored. Decisions
+* A decision is the first record of its ``(query_id, batch_id)`` the driver read, or the
+  first later record of the same writing query that names the batch among its recent ones
+  (``spark_zmq.recent``: what repairs a record lost on the way); a later one (the writing
+  query committed the batch again after a restart) is ignored, and logged and counted
+  when it names other runs (``conflicting_records``: without CURVE, a forged record may
+  have come first). Decisions
   are appended to ``committed-runs-<spool id>.jsonl`` in ``spoolDir`` and written to disk
   (fsync) before any batch planned with them is returned to Spark, and never change: a
   batch Spark re-runs, after a task failure or a restart of this query, is read with the
@@ -25,12 +29,25 @@ Spark's replayable offsets:
 * The driver gives each read task the decisions of the batches its range holds
   (``SpoolRange.committed_runs``); the task drops the messages of other runs and the
   records (``keep``), and reads the rest as the ``arrow`` format does.
+* Within a committed run each ``spark_zmq.sequence`` is delivered once (``skips``): a copy
+  (the sink resends what a broken connection had not acknowledged) and a sequence beyond
+  the record's message count are skipped, by offsets decided once per planned batch and
+  kept with the decisions, so a re-run batch skips the same ones.
+* A batch that no record will decide is released (``release_batch``): ``HOLD_LIMIT_SECONDS``
+  after this driver saw its first message, or when a record of its writing query
+  ``RELEASE_AFTER_BATCHES`` later arrives without naming it. It is decided as "no run
+  committed" (its messages skipped), logged, and counted in the source's progress.
+* Decisions no compaction floor can cover (a batch write's, a released batch's, a record's
+  whose batch had no data: a forged one) are forgotten ``FORGET_AFTER_SECONDS`` after they
+  were made, once nothing of them is left to read: what bounds forged records.
 
 A message without the sink's metadata is malformed: ``DROPMALFORMED`` skips it, the
 other modes fail naming its channel, its offset and ``committedOnly``. It never blocks a
 channel. A batch whose record never arrives blocks its channels from its first message
-on: what arrives behind it is held in the spool (``maxSpoolBytes``, then backpressure),
-and the driver logs a warning once it has been held for ``BLOCKED_WARN_SECONDS``.
+on until it is released: what arrives behind it is held in the spool (``maxSpoolBytes``,
+then backpressure), and the driver logs a warning once it has been held for
+``BLOCKED_WARN_SECONDS``. Without CURVE anyone who can connect can send records and data:
+the rules above bound what they cost, CURVE keeps them out.
 
 The pure part (``Tag``, ``tag_of``, ``Decisions``, ``RunSelector``, ``keep``) has no Spark
 and no sockets, and is tested on its own; ``CommittedOnly`` is the reader's glue.
@@ -575,7 +592,7 @@ class CommittedOnly:
             log.warning("committedOnly: channel %d has held offsets %d..%d for %.0f s: batch %d of query %s has no "
                         "commit record yet (the writing query has not committed it, or its record did not reach "
                         "this endpoint); what arrives behind it stays in the spool (up to maxSpoolBytes, then "
-                        "backpressure)", channel, first, hi, held_s, key[1], key[0])
+                        "backpressure) until a record decides it or it is released, %.0f s after its first message", channel, first, hi, held_s, key[1], key[0], HOLD_LIMIT_SECONDS)
 
     def annotate(self, runtime: Ingest, begin: Mapping[int, int], end: Mapping[int, int], parts: list,
                  read: ReadBatches) -> list:
