@@ -170,17 +170,29 @@ BATCH_WRITE_ROWS = 3000
 
 
 @pytest.mark.timeout(300)
-def test_a_batch_write_reaches_a_committed_only_query_once(spark, free_port, spool_dir, tmp_path):
+def test_a_batch_write_reaches_a_committed_only_query_once(spark, free_port, spool_dir, tmp_path, ctx):
     """``df.write`` is one writing micro-batch (-1) of its own ``write-<uuid>`` query: its
     committed runs reach the downstream query, each row once (they were all dropped when
-    batch -1 counted as decided and forgotten)."""
+    batch -1 counted as decided and forgotten), beside a plain Arrow message that
+    ``DROPMALFORMED`` skips."""
+    import pyarrow as pa
+    import zmq
+
     endpoint = f"tcp://127.0.0.1:{free_port}"
     reader = (spark.readStream.format("zmq").option("endpoints", "@" + endpoint).option("format", "arrow")
-              .option("committedOnly", "true").option("spoolDir", spool_dir).schema("id long").load()
+              .option("committedOnly", "true").option("mode", "DROPMALFORMED").option("spoolDir", spool_dir)
+              .schema("id long").load()
               .writeStream.format("memory").queryName("committed_batch_write")
               .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(processingTime="200 milliseconds")
               .start())
     try:
+        plain = pa.BufferOutputStream()
+        with pa.ipc.new_stream(plain, pa.schema([("id", pa.int64())])) as stream:
+            stream.write_batch(pa.record_batch([pa.array([-1], pa.int64())], names=["id"]))
+        push = ctx.socket(zmq.PUSH)
+        push.setsockopt(zmq.SNDTIMEO, 30_000)
+        push.connect(endpoint)
+        push.send(plain.getvalue().to_pybytes())  # no spark_zmq metadata: malformed, skipped
         (spark.range(0, BATCH_WRITE_ROWS, numPartitions=2).write.format("zmq").mode("append")
          .option("endpoints", endpoint).option("format", "arrow").option("rowsPerMessage", 500).save())
 
@@ -189,7 +201,7 @@ def test_a_batch_write_reaches_a_committed_only_query_once(spark, free_port, spo
 
         wait_until(lambda: count() >= BATCH_WRITE_ROWS, 120, f"{BATCH_WRITE_ROWS} rows of the batch write downstream")
         # planned past the record: nothing more is coming, and nothing came twice
-        wait_until(lambda: messages_spooled(reader) >= BATCH_WRITE_ROWS // 500 + 1, 60, "the record spooled")
+        wait_until(lambda: messages_spooled(reader) >= BATCH_WRITE_ROWS // 500 + 2, 60, "the record spooled")
         rows = spark.sql("select count(*), count(distinct id), min(id), max(id) from committed_batch_write").first()
         assert tuple(rows) == (BATCH_WRITE_ROWS, BATCH_WRITE_ROWS, 0, BATCH_WRITE_ROWS - 1)
     finally:
