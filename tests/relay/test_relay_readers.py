@@ -43,8 +43,11 @@ def spooled(tmp_path):
     options = SourceOptions.parse({"endpoints": f"@tcp://127.0.0.1:{data}", "spoolDir": str(tmp_path / "spool"),
                                    "spoolAccess": "local"})
     # retention far above what is held: the relay's retention thread runs, and a test
-    # lowers the limit to see it act
-    relay = Relay(options, f"tcp://127.0.0.1:{free_ports(1)[0]}", retention_bytes=1 << 40)
+    # lowers the limit to see it act. Leases outlive any test (no test here waits for one
+    # to lapse): with the default 10 s, a reader held across two ``spark-zmq relay-readers``
+    # runs lapsed when a loaded machine took 5 s to start each (the relay-readers test
+    # failed so beside two busy processes: its held reader was removed)
+    relay = Relay(options, f"tcp://127.0.0.1:{free_ports(1)[0]}", retention_bytes=1 << 40, lease_ttl_s=600.0)
     channel = relay.ingest.spool.channels[0]
     try:
         for phase in range(3):
