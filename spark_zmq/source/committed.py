@@ -148,8 +148,9 @@ def tag_of(metadata: Optional[Mapping[bytes, bytes]]) -> Tag:
         except (ValueError, TypeError, KeyError, AttributeError):
             return _untagged("its spark_zmq.commit (or spark_zmq.recent) metadata is not the sink's commit record "
                              '({"<partition>": {"attempt_id": ..., "messages": N}})')
-        return Tag("record", key, runs=runs, messages=counts,
-                   recent={k: v for k, v in recent.items() if k[1] < key[1]} or None)
+        # the sink names at most RECENT_BATCHES (8) earlier batches: more is not the sink's
+        earlier = dict(sorted((k, v) for k, v in recent.items() if k[1] < key[1])[-8:])
+        return Tag("record", key, runs=runs, messages=counts, recent=earlier or None)
     if "partition" not in meta or "attempt_id" not in meta:
         return _untagged("it has no spark_zmq.partition and spark_zmq.attempt_id metadata")
     try:

@@ -197,3 +197,9 @@ def test_forged_records_leave_a_bounded_number_of_decisions(tmp_path):
     assert len(stage.selector.decisions) < 500, len(stage.selector.decisions)
     assert path.stat().st_size < 100_000, path.stat().st_size
     assert len(stage.selector.decisions.floor) == 0
+
+
+def test_a_record_decides_at_most_eight_earlier_batches():
+    recent = {b: {0: (f"r{b}", 1)} for b in range(20)}
+    tag = read_tag(commit_record(SCHEMA, "q", 30, {0: ("a", 1)}, {**recent, 31: {0: ("later", 1)}}))
+    assert sorted(b for _, b in tag.recent) == list(range(12, 20))
