@@ -73,6 +73,7 @@ from .arrow.guard import MAX_DECOMPRESSED_BYTES, MalformedArrowError, read_batch
 from .patterns import Heartbeat, Rep, Req
 from .patterns.bounds import MAX_FRAMES, MessageBounds
 from .patterns.broker import READY
+from .patterns.broker_stats import PING, pong
 from .patterns.curve import Curve
 from .patterns.endpoints import EndpointsSpec, parse_endpoints
 from .worker_process import HandlerProcess
@@ -203,7 +204,10 @@ _CALLS: dict[str, Callable[[Handler, bytes], bytes]] = {"arrow": _arrow, "json":
 
 def _answer(call: Callable[[Handler, bytes], bytes], handler: Handler, body: list[bytes],
             stats: WorkerStats, max_reply_bytes: Optional[int] = None) -> list[bytes]:
-    """The reply frames for request ``body``: the handler's answer, or an error reply."""
+    """The reply frames for request ``body``: the handler's answer, or an error reply (or,
+    for a probe, ``spark-zmq ping``, the worker's own answer without the handler)."""
+    if len(body) == 1 and body[0] == PING:
+        return pong("worker", requests=stats.requests, replies=stats.replies, errors=stats.errors)
     try:
         if len(body) != 1:
             raise _BadRequest(f"the request has {len(body)} body frames; one is expected")

@@ -18,7 +18,7 @@ the data source options ``curveCertificate``, ``curveServerKey`` and
 so a key pair can be tried from a shell before a job uses it.
 
 The subcommands live by group (``traffic``: produce, consume; ``servers``: relay,
-broker; ``keys``: keygen), what they share in ``flags`` and ``console``, and their flags
+broker; ``ping``: the probe of all three services; ``keys``: keygen), what they share in ``flags`` and ``console``, and their flags
 that stand for options are made from the options table by ``source_flags``; this module
 assembles them into ``app``.
 """
@@ -29,17 +29,20 @@ import typer
 
 from .flags import CURVE_FLAGS, ConsumePattern, Format, ProducePattern, curve_from_flags
 from .keys import keygen_command
+from .ping import ping_command
 from .servers import broker_command, relay_command, relay_readers_command
 from .traffic import consume, produce
 
 __all__ = ["app", "main", "curve_from_flags", "CURVE_FLAGS", "ProducePattern", "ConsumePattern", "Format",
-           "produce", "consume", "relay_command", "relay_readers_command", "broker_command", "keygen_command"]
+           "produce", "consume", "relay_command", "relay_readers_command", "broker_command", "keygen_command",
+           "ping_command"]
 
 app = typer.Typer(
     name="spark-zmq",
     help="spark-zmq's companion program: send and count test traffic (produce, consume), run a standalone "
     "relay that receives and spools for Spark queries (relay), list or remove a relay's readers (relay-readers), "
-    "run the load-balancing broker of request-reply (broker), and make CURVE key pairs (keygen).",
+    "run the load-balancing broker of request-reply (broker), ask a relay, broker or worker whether it serves "
+    "(ping), and make CURVE key pairs (keygen).",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -66,6 +69,7 @@ app.command("relay")(relay_command)
 app.command("relay-readers")(relay_readers_command)
 app.command("broker")(broker_command)
 app.command("keygen")(keygen_command)
+app.command("ping")(ping_command)
 
 
 def main() -> None:

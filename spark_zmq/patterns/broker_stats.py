@@ -6,6 +6,7 @@ values and pure functions, no sockets.
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from typing import Optional, Sequence, Union
@@ -14,7 +15,7 @@ import zmq
 
 from .curve import Curve
 
-__all__ = ["BrokerStats", "warn_shared_keys", "is_reply", "envelope", "delimiter"]
+__all__ = ["BrokerStats", "warn_shared_keys", "is_reply", "envelope", "delimiter", "PING", "PONG", "pong"]
 
 log = logging.getLogger("spark_zmq.patterns.broker")
 
@@ -75,6 +76,20 @@ class BrokerStats:
                 f"{self.messages_oversize} oversize, {self.workers_reconnected} workers reconnected, "
                 f"{self.requests_expired} expired, {self.workers_overdue} workers overdue, "
                 f"{self.handshakes_rejected} handshakes rejected")
+
+
+#: a liveness probe (``spark-zmq ping``): the one body frame a client sends to ask "are you
+#: serving?". It is a relay's ``hello`` request as it is, so a relay answers it unchanged;
+#: the broker (on its frontend) and a REP worker answer it themselves, without a worker or a
+#: handler, with ``[PONG, json]`` (``pong``).
+PING = b'{"op":"hello","id":"spark-zmq-ping"}'
+#: the first frame of the answer to ``PING`` (a relay's "ok" status, the same word)
+PONG = b"ok"
+
+
+def pong(service: str, **facts: int) -> list[bytes]:
+    """The answer to ``PING`` of a broker or worker: ``[PONG, {"service": ..., **facts}]``."""
+    return [PONG, json.dumps({"service": service, **facts}, separators=(",", ":")).encode()]
 
 
 def warn_shared_keys(front: Optional[Curve], back: Optional[Curve]) -> None:
