@@ -206,3 +206,94 @@ def test_a_batch_write_reaches_a_committed_only_query_once(spark, free_port, spo
         assert tuple(rows) == (BATCH_WRITE_ROWS, BATCH_WRITE_ROWS, 0, BATCH_WRITE_ROWS - 1)
     finally:
         stop_all([reader])
+
+
+class Forwarder:
+    """Between the stages: passes every message on, but loses the first commit record and
+    sends the first data message twice (as the sink's resend after a broken connection can)."""
+
+    def __init__(self, ctx, listen: str, downstream: str) -> None:
+        import threading
+
+        import zmq
+
+        self.pull = ctx.socket(zmq.PULL)
+        self.pull.bind(listen)
+        self.push = ctx.socket(zmq.PUSH)
+        self.push.setsockopt(zmq.SNDTIMEO, 30_000)
+        self.push.connect(downstream)
+        self.forwarded = self.lost_records = self.copies = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self) -> None:
+        from spark_zmq.source.committed import read_tag
+
+        while not self.stop.is_set():
+            if not self.pull.poll(100):
+                continue
+            message = self.pull.recv()
+            kind = read_tag(message).kind
+            if kind == "record" and not self.lost_records:
+                self.lost_records += 1
+                continue
+            copies = 2 if kind == "data" and not self.copies else 1
+            self.copies += copies - 1
+            for _ in range(copies):
+                self.push.send(message)
+                self.forwarded += 1
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(10)
+
+
+@pytest.mark.timeout(300)
+def test_a_lost_record_and_a_resent_message_between_streaming_stages(spark, spool_dir, tmp_path, ctx):
+    """Through Spark: the upstream's first commit record is lost on the way and its first data
+    message arrives twice; the next record (naming the batch before among its recent ones)
+    decides the first batch, and the copy is delivered once."""
+    from zmqtest import free_ports
+
+    source = tmp_path / "in"
+    source.mkdir()
+    for f in range(2):
+        path = source / f"part-{f}.json"
+        path.write_text("\n".join(json.dumps({"id": f * 1000 + i}) for i in range(1000)))
+        os.utime(path, (1_700_000_000 + f, 1_700_000_000 + f))  # one file per batch, in this order
+    relay_port, down_port = free_ports(2)
+    reader = (spark.readStream.format("zmq").option("endpoints", f"@tcp://127.0.0.1:{down_port}")
+              .option("format", "arrow").option("committedOnly", "true").option("spoolDir", spool_dir)
+              .schema("id long").load()
+              .writeStream.format("memory").queryName("committed_repair")
+              .option("checkpointLocation", str(tmp_path / "down")).trigger(processingTime="200 milliseconds")
+              .start())
+    forwarder = Forwarder(ctx, f"tcp://127.0.0.1:{relay_port}", f"tcp://127.0.0.1:{down_port}")
+    writer = None
+    try:
+        writer = (spark.readStream.schema("id long").option("maxFilesPerTrigger", 1).json(str(source))
+                  .writeStream.format("zmq").option("endpoints", f"tcp://127.0.0.1:{relay_port}")
+                  .option("format", "arrow").option("rowsPerMessage", 250)
+                  .option("checkpointLocation", str(tmp_path / "up")).trigger(availableNow=True).start())
+        assert writer.awaitTermination(120)
+        assert writer.exception() is None
+
+        def count() -> int:
+            return spark.sql("select count(*) from committed_repair").first()[0]
+
+        wait_until(lambda: forwarder.lost_records == 1 and forwarder.copies == 1, 30, "a record lost, a copy sent")
+        wait_until(lambda: messages_spooled(reader) >= forwarder.forwarded, 60, "every forwarded message spooled")
+        wait_until(lambda: count() >= 2000, 120, "2000 rows downstream")
+
+        def planned_everything() -> bool:
+            sources = (reader.lastProgress or {}).get("sources") or [{}]
+            latest, end = offsets(sources[0].get("latestOffset")), offsets(sources[0].get("endOffset"))
+            return sum(end.values()) >= forwarder.forwarded and end == latest
+
+        wait_until(planned_everything, 60, "every forwarded message planned")
+        rows = spark.sql("select count(*), count(distinct id) from committed_repair").first()
+        assert tuple(rows) == (2000, 2000)
+    finally:
+        forwarder.close()
+        stop_all([q for q in (writer, reader) if q is not None])
