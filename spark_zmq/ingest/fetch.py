@@ -57,6 +57,8 @@ QUEUE = 4
 #: a fetch request unanswered this long is sent again: past the default heartbeats'
 #: interval plus timeout, so a connection that went silent has been replaced by then
 RESEND_S = 15.0
+#: at most one log line about dropped replies this often (seconds)
+_DROP_LOG_S = 60.0
 _INT64_MAX = (1 << 63) - 1
 #: how long a read task waits for its connection to the spool server to complete its
 #: handshake before it fails: a wrong address or a closed port is then an error within
@@ -172,6 +174,7 @@ class SpoolServer:
         self._locate = locate or (lambda channel, offset: None)
         #: replies dropped because their peer did not read (or had gone)
         self.dropped_replies = 0
+        self._drop_logged: Optional[float] = None  # when a drop was last logged (monotonic)
         self._control = control
         #: ``authorize(request)``: why a fetch request is refused, or None (a relay's lease check)
         self._authorize = authorize
@@ -213,14 +216,27 @@ class SpoolServer:
                 continue  # not a DEALER request envelope: nothing to answer
             reply = self._reply(frames[2])
             try:
+                # one try, no wait: a peer that reads nothing must not hold the one thread
+                # every other reader is served by (the wire fails it at once even while
+                # other peers have room, which is all a ROUTER's "writable" tells)
                 self._router.send([frames[0], b""] + reply, timeout=0)
             except (TimeoutError, ConnectionError):
                 # the peer has QUEUE unread replies already, or is gone: never queue more
-                self.dropped_replies += 1
+                self._dropped()
             except SocketClosedError:
                 return
             except Exception:  # never let one reply end the service
                 log.exception("spool fetch service: could not send a reply")
+
+    def _dropped(self) -> None:
+        """Count a dropped reply; log the first, then at most one line a minute with the count
+        (a client that reads nothing must not flood the log either)."""
+        self.dropped_replies += 1
+        now = time.monotonic()
+        if self._drop_logged is None or now - self._drop_logged >= _DROP_LOG_S:
+            self._drop_logged = now
+            log.warning("spool fetch service: dropped a reply to a peer that reads none of those queued for it, "
+                        "or is gone (%d dropped so far; a reader that reads again resends)", self.dropped_replies)
 
     def _parse(self, request: object) -> tuple[int, int, int, Optional[str], bool]:
         if not isinstance(request, dict):
