@@ -233,7 +233,8 @@ def serve(handler: Handler, endpoint: EndpointsSpec, *, format: str = "arrow", b
           heartbeat: Optional[Heartbeat] = None, max_message_bytes: Optional[int] = None,
           on_ready: Optional[Callable[[list[str]], None]] = None,
           context: Optional[zmq.Context] = None, max_decompressed_bytes: Optional[int] = None,
-          max_frames: int = MAX_FRAMES, handler_timeout: Optional[float] = None) -> WorkerStats:
+          max_frames: int = MAX_FRAMES, handler_timeout: Optional[float] = None,
+          metrics: Optional[str] = None) -> WorkerStats:
     """Answer requests with ``handler`` until ``stop`` is set (see the module docstring).
 
     ``curve``: the socket's CURVE security (usually a client of the broker's backend, or a
@@ -250,7 +251,9 @@ def serve(handler: Handler, endpoint: EndpointsSpec, *, format: str = "arrow", b
     runs in a child process forked from the worker, and a request whose handler has not
     returned by then is answered with the error reply, the child killed and a new one
     forked (``timeouts``); ``stop`` then also ends a worker whose handler is running (that
-    request is not answered: its client resends it). Returns what the worker did."""
+    request is not answered: its client resends it). ``metrics``: ``"HOST:PORT"`` to serve
+    the worker's counters as Prometheus metrics at ``/metrics`` while it runs (needs the
+    extra ``spark-zmq[metrics]``; ``spark_zmq.metrics``). Returns what the worker did."""
     if not callable(handler):
         raise TypeError(f"handler must be callable, not {type(handler).__name__}")
     if handler_timeout is not None and (isinstance(handler_timeout, bool)
@@ -300,7 +303,12 @@ def serve(handler: Handler, endpoint: EndpointsSpec, *, format: str = "arrow", b
 
         child = HandlerProcess(in_child)  # forked before the socket exists
         answer = _answer_in(child, float(handler_timeout), stop, stats)
+    scrape = None
     try:
+        if metrics is not None:
+            from .metrics import serve_metrics, worker_metrics
+
+            scrape = serve_metrics(metrics, worker_metrics(stats), flag="metrics")
         sock: Union[Req, Rep]
         if broker:
             # the monitor's CONNECTED events tell when the connection to the broker is new
@@ -318,6 +326,8 @@ def serve(handler: Handler, endpoint: EndpointsSpec, *, format: str = "arrow", b
             except _Stopped:
                 pass
     finally:
+        if scrape is not None:
+            scrape.close()
         if child is not None:
             child.close()
     return stats

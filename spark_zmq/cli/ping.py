@@ -164,10 +164,10 @@ def ping_command(
         raise typer.BadParameter(str(exc), param_hint="'ENDPOINT'") from None
     if len(parsed) != 1 or parsed[0].bind:
         raise typer.BadParameter("one address to connect to, e.g. 'tcp://10.0.0.5:7000'", param_hint="'ENDPOINT'")
+    curve = checked_curve_flags(curve_certificate, curve_server_key, None)
     if (curve_certificate is None) != (curve_server_key is None):
         raise typer.BadParameter("a probe of a CURVE service needs both --curve-certificate (our key) and "
                                  "--curve-server-key (the service's)", param_hint="'--curve-server-key'")
-    curve = checked_curve_flags(curve_certificate, curve_server_key, None)
     address = parsed[0].address
     try:
         said, took = ping(address, timeout, curve)

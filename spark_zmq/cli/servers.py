@@ -40,11 +40,35 @@ from .flags import (
 )
 from .source_flags import given_options, option_flag, option_flags, usage_error
 
-__all__ = ["relay_command", "relay_readers_command", "broker_command"]
+__all__ = ["relay_command", "relay_readers_command", "broker_command", "metrics_option", "check_metrics"]
 
 #: the broker's default bound on a message from the command line: the source's (a broker
 #: object built in code has none unless given one)
 BROKER_MAX_MESSAGE_BYTES = source_default_int("maxMessageBytes")
+
+
+def metrics_option() -> Optional[str]:
+    """``--metrics HOST:PORT``: serve the service's Prometheus metrics there (off by default)."""
+    return typer.Option(None, "--metrics", metavar="HOST:PORT",
+                        help="Serve Prometheus metrics at http://HOST:PORT/metrics (needs the extra: pip install "
+                             "'spark-zmq[metrics]'); off by default. See docs/metrics.md.")
+
+
+def check_metrics(metrics: Optional[str]) -> None:
+    """A bad ``--metrics`` is a usage error, and a missing prometheus-client one too (exit 2),
+    before any socket is opened."""
+    if metrics is None:
+        return
+    from ..metrics import MISSING, parse_address
+
+    try:
+        parse_address(metrics)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc).replace(f"--metrics {metrics!r}: ", ""), param_hint="'--metrics'") from None
+    try:
+        import prometheus_client  # noqa: F401
+    except ImportError:
+        raise typer.BadParameter(MISSING, param_hint="'--metrics'") from None
 
 
 def relay_command(
@@ -97,6 +121,7 @@ def relay_command(
                                                         "flight)."),
     heartbeat_ttl: Optional[str] = option_flag("heartbeatTtl", panel=HEARTBEAT_PANEL,
                                                help="The TTL our PINGs ask of the peer (0: none)."),
+    metrics: Optional[str] = metrics_option(),
 ) -> None:
     """Receive and spool ZeroMQ messages for Spark queries, until SIGTERM/SIGINT (then drain and exit 0).
     Queries read it with the source option relays=<--listen address>, each under a name of its own (option
@@ -105,6 +130,7 @@ def relay_command(
     given = dict(locals())  # the arguments by name, before any other local: the flags' values
     from ..relay.run import serve
 
+    check_metrics(metrics)
     raw = {**given_options(relay_command, given), "spoolAccess": "local",
            "spoolDir": os.path.abspath(os.path.expanduser(spool_dir))}
     try:
@@ -133,7 +159,8 @@ def relay_command(
         err_console.print(f"[yellow]warning:[/] {escape(address)} serves the spool without CURVE: anyone who "
                           "reaches it can read the messages (see --curve-certificate / --reader-authorized-keys)")
     try:
-        code = serve(options, address, listen_curve, retention_bytes=retained, retention_s=retention_seconds)
+        code = serve(options, address, listen_curve, retention_bytes=retained, retention_s=retention_seconds,
+                     metrics=metrics)
     except Exception as exc:  # a bind error, a locked spool: the reason, not a trace
         print_error(f"{type(exc).__name__}: {exc}")
         raise typer.Exit(1) from None
@@ -232,9 +259,11 @@ def broker_command(
     heartbeat_interval: float = heartbeat_interval_option("request"),
     heartbeat_timeout: float = heartbeat_timeout_option("request"),
     heartbeat_ttl: float = heartbeat_ttl_option("request"),
+    metrics: Optional[str] = metrics_option(),
 ) -> None:
     """Load-balance requests from clients to workers (the ZeroMQ Guide's LRU broker), until SIGTERM/SIGINT.
     Prints a status line on stderr every --status-interval seconds."""
+    check_metrics(metrics)
     for flag, value in (("--frontend", frontend), ("--backend", backend)):
         try:
             parse_endpoints(value, default_bind=True)
@@ -274,6 +303,17 @@ def broker_command(
             err_console.print(f"[yellow]warning:[/] {escape(', '.join(exposed))} without CURVE: anyone who reaches "
                               "it can send requests, read the replies, or take requests as a worker (see "
                               "--curve-certificate, --frontend-authorized-keys and --backend-authorized-keys)")
+    scrape = None
+    if metrics is not None:
+        from ..metrics import broker_metrics, serve_metrics
+
+        try:
+            scrape = serve_metrics(metrics, broker_metrics(broker.stats))
+        except OSError as exc:
+            broker.close()
+            print_error(str(exc.strerror or exc))
+            raise typer.Exit(1) from None
+        security += f"; metrics http://{scrape.address}/metrics"
     print(f"broker: frontend {', '.join(broker.frontend_addresses) or frontend}, backend "
           f"{', '.join(broker.backend_addresses) or backend}{security}", file=sys.stderr, flush=True)
     with broker:
@@ -284,3 +324,5 @@ def broker_command(
             raise typer.Exit(1) from None
         print(f"broker: stopped ({stopped_by[0] if stopped_by else 'stop'}): {broker.stats().line()}",
               file=sys.stderr, flush=True)
+        if scrape is not None:
+            scrape.close()

@@ -36,7 +36,8 @@ _WATCH_S = 0.5
 
 def serve(options: SourceOptions, listen: Union[str, list[str]], listen_curve: Optional[Curve] = None,
           parent_pid: Optional[int] = None, start_receivers: bool = True, linger_s: float = 0.0,
-          retention_bytes: Optional[int] = None, retention_s: Optional[float] = None) -> int:
+          retention_bytes: Optional[int] = None, retention_s: Optional[float] = None,
+          metrics: Optional[str] = None) -> int:
     """Run a relay until SIGTERM/SIGINT (returns 0) or a receiver failure (returns 1).
     With ``parent_pid`` (a query's receiver process) it also stops, draining, once no
     query needs it: with ``linger_s`` 0 when that process is gone (its port and spool are
@@ -44,7 +45,8 @@ def serve(options: SourceOptions, listen: Union[str, list[str]], listen_curve: O
     ``linger_s`` seconds, so a query stopped and restarted within that time (a deploy)
     finds its receiver still receiving and attaches to it: nothing is lost in between.
     ``retention_bytes`` and ``retention_s`` bound what it keeps for readers that lag
-    (``Relay``)."""
+    (``Relay``). ``metrics``: ``HOST:PORT`` to serve its Prometheus metrics on
+    (``spark_zmq.metrics``; the ``ready`` line says where)."""
     import os
 
     stop = threading.Event()
@@ -53,9 +55,15 @@ def serve(options: SourceOptions, listen: Union[str, list[str]], listen_curve: O
     try:
         relay = Relay(options, listen, listen_curve=listen_curve, start_receivers=start_receivers,
                       retention_bytes=retention_bytes, retention_s=retention_s)
+        scrape = None
         try:
             ready = {"listen": relay.listen, "spool": relay.ingest.spool.spool_id,
                      "spoolDir": options.spool_dir, "channels": [str(e) for e in options.endpoints]}
+            if metrics is not None:
+                from ..metrics import relay_metrics, serve_metrics
+
+                scrape = serve_metrics(metrics, relay_metrics(relay))
+                ready["metrics"] = scrape.address
             print(READY.decode() + json.dumps(ready), flush=True)
             while not stop.wait(_WATCH_S):
                 if parent_pid is not None and linger_s <= 0 and os.getppid() != parent_pid:
@@ -80,6 +88,8 @@ def serve(options: SourceOptions, listen: Union[str, list[str]], listen_curve: O
             log.info("relay: stopping (signal); draining the sockets into the spool")
             return 0
         finally:
+            if scrape is not None:
+                scrape.close()
             relay.stop(drain=drain)
     finally:
         for sig, handler in previous.items():

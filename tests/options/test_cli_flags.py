@@ -41,6 +41,7 @@ NOT_THE_OPTION = {
     ("consume", "timeout"): "seconds without a message before consume stops, none by default (the source's "
                             "timeout ends a bounded batch read)",
     ("relay-readers", "timeout"): "seconds to wait for the relay's answer",
+    ("ping", "timeout"): "seconds to wait for the service's answer",
     ("broker", "hwm"): "the broker's queue bound, from spark_zmq.patterns.broker_defaults",
 }
 
@@ -192,6 +193,7 @@ def _base_args(command: str, tmp_path) -> list[str]:
     return {"relay": ["relay", "--endpoints", f"@tcp://127.0.0.1:{first}", "--listen",
                       f"tcp://127.0.0.1:{second}", "--spool-dir", str(tmp_path / "spool")],
             "relay-readers": ["relay-readers", "--listen", f"tcp://127.0.0.1:{first}", "--timeout", "0.5"],
+            "ping": ["ping", f"tcp://127.0.0.1:{first}", "--timeout", "0.5"],
             "broker": ["broker", "--frontend", f"@tcp://127.0.0.1:{first}", "--backend",
                        f"@tcp://127.0.0.1:{second}", "--status-interval", "0.1"],
             "produce": ["produce", f"tcp://127.0.0.1:{first}", "--no-progress", "--count", "1", "--peer-wait", "0",
