@@ -138,12 +138,18 @@ def histories(draw):
     streams: list[list[Message]] = [[] for _ in range(channels)]
     expected: list = []
     never_committed: set = set()
+    #: what the writing driver remembers of its committed batches (a record's ``recent``)
+    memory: list = []
+    #: batches committed whose every record was lost, with their rows; batches with a record arrived
+    lost: dict = {}
+    recorded_batches: list = []
     for b in range(draw(st.integers(1, 4))):
         query = "q"
         partitions = draw(st.integers(1, 3))
         rows = {p: [(b, p, i) for i in range(draw(st.integers(0, 4)))] for p in range(partitions)}
         executions = draw(st.integers(1, 2))  # 2: the writing query ran the batch again after a restart
         recorded = False
+        committed_runs = None
         pending: list[list[Message]] = [[] for _ in range(channels)]
         for execution in range(executions):
             kept = {}
@@ -167,17 +173,34 @@ def histories(draw):
                         pending[draw(st.integers(0, channels - 1))].append(sent[draw(st.integers(0, len(sent) - 1))])
                 counts[p] = len(sent)
             if draw(st.booleans()) or execution == executions - 1:
-                if draw(st.integers(0, 5)) == 0 and execution == executions - 1 and not recorded:
-                    continue  # the record never arrives: the batch stays held
+                if draw(st.integers(0, 5)) == 0 and execution == executions - 1 and committed_runs is None:
+                    continue  # never committed: no record, the batch stays held
+                committed_runs = (dict(kept), dict(counts))
+                if draw(st.integers(0, 4)) == 0:
+                    continue  # committed, but the record is lost on the way to every channel
                 recorded = True
+                recent = {(query, b2): runs for b2, runs in memory[-8:]}
                 for c in range(channels):
                     # the record comes after the batch's data, or a little before its last messages
                     at = len(pending[c]) - draw(st.integers(0, min(2, len(pending[c]))))
-                    pending[c].insert(at, Message(Tag("record", (query, b), runs=dict(kept), messages=dict(counts))))
+                    pending[c].insert(at, Message(Tag("record", (query, b), runs=dict(kept), messages=dict(counts),
+                                                      recent=recent or None)))
         for c in range(channels):
             streams[c].extend(pending[c])
+        batch_rows = [r for p in range(partitions) for r in rows[p]]
+        if committed_runs is not None:
+            memory.append((b, committed_runs))
         if recorded:
-            expected += [r for p in range(partitions) for r in rows[p]]
+            expected += batch_rows
+            recorded_batches.append(b)
+        elif committed_runs is not None:
+            lost[b] = batch_rows
+        else:
+            never_committed.add(b)
+    for b, batch_rows in lost.items():
+        # a later record names the batch among its recent ones: that repairs the lost record
+        if any(later > b for later in recorded_batches):
+            expected += batch_rows
         else:
             never_committed.add(b)
     return streams, sorted(expected), never_committed
