@@ -815,12 +815,16 @@ def test_xpub_nodrop_refuses_what_a_full_subscriber_cannot_take_so_drops_can_be_
                 refusal = str(exc)
         assert refused > 0 and "subscriber's queue is full" in refusal
         # a bounded wait, not a spin forever; on a busy machine the I/O threads may still be
-        # moving bytes into the kernel, so the message may also find room: either is fine
+        # moving bytes into the kernel, so the message may also find room: either is fine.
+        # A refusal names the full peer whichever check meets the deadline: the NODROP wait
+        # ("a subscriber's queue is full") or, when a retry after it was refused again, the
+        # send's own (the peer "has not taken what is queued for it"): under two busy
+        # processes 3 sends in 6 ended on the second
         started = time.monotonic()
         try:
             publisher.send([b"t", b"x" * 4000], timeout=0.3)
         except TimeoutError as exc:
-            assert "subscriber's queue is full" in str(exc)
+            assert "subscriber's queue is full" in str(exc) or "has not taken what is queued for it" in str(exc), exc
             refused += 1
         assert time.monotonic() - started < 2
         received = 0
