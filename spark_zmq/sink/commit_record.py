@@ -17,6 +17,9 @@ whose metadata says which run of each partition Spark committed:
   consumer that never got batch ``b``'s record decides ``b`` by the next record's
   ``recent``.
 
+A batch write that Spark aborts (a task failed for good) sends the same record naming no
+run (``{}``): none of its messages counts, and the write never runs again under its id.
+
 A consumer delivers the messages of those runs and drops every other run of the same
 tasks (``docs/examples/dedup_consumer.py``). Sent for ``format=arrow`` with ``push`` and
 ``scatter`` to each connect endpoint, after Spark committed: a consumer that is gone by

@@ -56,11 +56,16 @@ class SinkCommit(WriterCommitMessage):
 
 def task_header(batch_id: Optional[int], write_id: str) -> TaskHeader:
     """The dedup keys every Arrow message of this task carries (before its ``sequence`` and
-    ``last``): which query (or batch write), micro-batch, partition and task attempt."""
+    ``last``): which query (or batch write), micro-batch, partition and task attempt. A
+    batch write (``write_id``) is batch -1 of its own query, also inside a streaming query's
+    ``foreachBatch`` (whose micro-batch may write more than once): its driver's record
+    names exactly that."""
     context = TaskContext.get()
     partition = context.partitionId() if context else 0
-    # a streaming query's id; for a batch write, an id made once per write on the driver
-    query_id = (context.getLocalProperty("sql.streaming.queryId") if context else None) or write_id
+    if write_id:
+        query_id, batch_id = write_id, -1
+    else:
+        query_id = (context.getLocalProperty("sql.streaming.queryId") if context else None) or ""
     if batch_id is None and context is not None:
         batch_id = int(context.getLocalProperty("streaming.sql.batchId") or -1)
     return {
@@ -174,6 +179,16 @@ class ZmqBatchWriter(DataSourceArrowWriter):
     def commit(self, messages: list) -> None:
         _commit(self.options, self.schema, messages, -1, "write")
 
+    def abort(self, messages: list) -> None:
+        """A task failed for good, so Spark gives the write up: tell the consumers that no run
+        of it counts (an empty commit record), so a deduplicating consumer drops what the
+        tasks sent instead of holding it. The write never runs again under this id (a retry
+        is a new write), unlike a streaming micro-batch, whose abort sends nothing."""
+        if commit_record.wanted(self.options):
+            record = commit_record.commit_record(arrow_schema(self.schema), self.write_id, -1, {})
+            commit_record.send_commit_record(self.options, record, "aborted write")
+        log.warning("zmq sink: write aborted; the messages its tasks sent are named by no run (an empty commit "
+                    "record), so committedOnly readers drop them")
 
 class ZmqStreamWriter(DataSourceStreamArrowWriter):
     """``df.writeStream.format("zmq")``: at least once (a retried task may resend)."""

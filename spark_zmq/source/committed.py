@@ -250,6 +250,8 @@ class RunSelector:
         #: named other runs than the decision that stood (a forged record, or a forged first one)
         self.released_batches = 0
         self.released_messages = 0
+        #: the batches this driver released (their later messages count as released too)
+        self.released: set[BatchKey] = set()
         self.conflicting_records = 0
 
     def channel(self, channel: int, start: int) -> _Channel:
@@ -281,7 +283,7 @@ class RunSelector:
             if not self.decisions.settled(key):
                 self.first_seen.setdefault(key, self.clock())
                 state.undecided.setdefault(key, offset)
-            elif self.decisions.get(key) == {}:
+            elif key in self.released:
                 self.released_messages += 1  # a straggler of a released batch
         state.cursor = offset + 1
 
@@ -310,6 +312,7 @@ class RunSelector:
             return
         self.first_seen.pop(key, None)
         self.decided_at[key] = self.clock()
+        self.released.add(key)
         held = sum(1 for state in self.channels.values() for k, *_ in state.data.values() if k == key)
         self.released_batches += 1
         self.released_messages += held
@@ -459,6 +462,7 @@ class RunSelector:
             for key in [*dead, *forget]:
                 self.decided_at.pop(key, None)
                 self.seen_data.discard(key)
+                self.released.discard(key)
         return done
 
 

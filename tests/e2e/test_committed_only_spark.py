@@ -297,3 +297,44 @@ def test_a_lost_record_and_a_resent_message_between_streaming_stages(spark, spoo
     finally:
         forwarder.close()
         stop_all([q for q in (writer, reader) if q is not None])
+
+
+@pytest.mark.timeout(300)
+def test_a_failed_batch_write_then_its_retry_reach_a_committed_only_query_once(spark, free_port, spool_dir, tmp_path,
+                                                                              small_arrow_batches):
+    """A ``df.write`` that fails part-way is aborted by Spark: its empty commit record tells
+    the reading query that none of its messages counts, so the retry (a new write) is
+    delivered at once, each row once, instead of waiting behind the failed write's messages."""
+    endpoint = f"tcp://127.0.0.1:{free_port}"
+    reader = (spark.readStream.format("zmq").option("endpoints", "@" + endpoint).option("format", "arrow")
+              .option("committedOnly", "true").option("spoolDir", spool_dir).schema("id long").load()
+              .writeStream.format("memory").queryName("committed_retried_write")
+              .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(processingTime="200 milliseconds")
+              .start())
+
+    @F.udf("long")
+    def fail_late(i):
+        if i == BATCH_WRITE_ROWS - 10:
+            raise RuntimeError("injected failure of a batch write's task")
+        return i
+
+    def write(df):
+        (df.write.format("zmq").mode("append").option("endpoints", endpoint).option("format", "arrow")
+         .option("rowsPerMessage", 500).save())
+
+    try:
+        rows = spark.range(0, BATCH_WRITE_ROWS, numPartitions=2)
+        with pytest.raises(Exception, match="injected failure"):
+            write(rows.select(fail_late("id").alias("id")))
+        # the failed write's messages and its empty record reached the reading query
+        wait_until(lambda: messages_spooled(reader) >= 3, 60, "the failed write's messages spooled")
+        write(rows)
+
+        def count() -> int:
+            return spark.sql("select count(*) from committed_retried_write").first()[0]
+
+        wait_until(lambda: count() >= BATCH_WRITE_ROWS, 90, f"the retried write's {BATCH_WRITE_ROWS} rows")
+        result = spark.sql("select count(*), count(distinct id) from committed_retried_write").first()
+        assert tuple(result) == (BATCH_WRITE_ROWS, BATCH_WRITE_ROWS)
+    finally:
+        stop_all([reader])
