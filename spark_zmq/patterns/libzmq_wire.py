@@ -80,6 +80,9 @@ class LibzmqWire:
         #: a subclass filters or sets messages aside in ``recv_one_nowait`` (XPub): then
         #: ``receive_values`` takes that path too, so no hook is bypassed
         self.filtered = type(self).recv_one_nowait is not LibzmqWire.recv_one_nowait
+        #: a subclass whose ``wait`` for POLLOUT paces itself (XPub with NODROP: libzmq's XPUB
+        #: always reports room) is waited on for every refusal, not backed off here
+        self.own_wait = type(self).wait is not LibzmqWire.wait
         try:
             sock = self.socket
             # only receiving sockets ask (the check probes the socket once when it is made)
@@ -171,7 +174,7 @@ class LibzmqWire:
         doubling up to a wait slice), each after a zero-time poll that lets libzmq take in
         the peer's "room again".
         """
-        if refusals == 0:
+        if refusals == 0 or self.own_wait:
             self.wait(zmq.POLLOUT, deadline, "send")
             return
         self.state.check_during("send")
