@@ -338,3 +338,35 @@ def test_a_failed_batch_write_then_its_retry_reach_a_committed_only_query_once(s
         assert tuple(result) == (BATCH_WRITE_ROWS, BATCH_WRITE_ROWS)
     finally:
         stop_all([reader])
+
+
+@pytest.mark.timeout(300)
+def test_a_batch_write_inside_foreach_batch_reaches_a_committed_only_query(spark, free_port, spool_dir, tmp_path):
+    """Inside ``foreachBatch`` a ``df.write`` runs with the streaming query's id and batch in
+    its tasks' properties: its messages still name its own write (as its record does)."""
+    source = tmp_path / "in"
+    source.mkdir()
+    (source / "part-0.json").write_text("\n".join(json.dumps({"id": i}) for i in range(1000)))
+    endpoint = f"tcp://127.0.0.1:{free_port}"
+    reader = (spark.readStream.format("zmq").option("endpoints", "@" + endpoint).option("format", "arrow")
+              .option("committedOnly", "true").option("spoolDir", spool_dir).schema("id long").load()
+              .writeStream.format("memory").queryName("committed_foreach_batch")
+              .option("checkpointLocation", str(tmp_path / "down")).trigger(processingTime="200 milliseconds")
+              .start())
+
+    def write(df, batch_id):
+        (df.write.format("zmq").mode("append").option("endpoints", endpoint).option("format", "arrow")
+         .option("rowsPerMessage", 250).save())
+
+    writer = None
+    try:
+        writer = (spark.readStream.schema("id long").json(str(source)).writeStream.foreachBatch(write)
+                  .option("checkpointLocation", str(tmp_path / "up")).trigger(availableNow=True).start())
+        assert writer.awaitTermination(120)
+        assert writer.exception() is None
+        wait_until(lambda: spark.sql("select count(*) from committed_foreach_batch").first()[0] >= 1000, 60,
+                   "1000 rows downstream")
+        result = spark.sql("select count(*), count(distinct id) from committed_foreach_batch").first()
+        assert tuple(result) == (1000, 1000)
+    finally:
+        stop_all([q for q in (writer, reader) if q is not None])
