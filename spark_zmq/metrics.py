@@ -17,15 +17,11 @@ from __future__ import annotations
 
 import shutil
 from dataclasses import fields
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional
 
-if TYPE_CHECKING:
-    from .patterns.broker_stats import BrokerStats
-    from .relay.server import Relay
-    from .worker import WorkerStats
 
 __all__ = ["MetricsServer", "serve_metrics", "parse_address", "broker_metrics", "relay_metrics", "worker_metrics",
-           "MISSING"]
+           "source_metrics", "MISSING"]
 
 #: what a service says when ``--metrics`` is given without the extra installed
 MISSING = "metrics need prometheus-client: pip install 'spark-zmq[metrics]'"
@@ -123,8 +119,10 @@ def serve_metrics(address: str, collect: Callable[[], Iterable[Any]], flag: str 
     return MetricsServer(address, collect, flag)
 
 
-def broker_metrics(stats: "Callable[[], BrokerStats]") -> Callable[[], Iterator[Any]]:
-    """The broker's metrics, from ``stats()`` (``Broker.stats``: a thread-safe snapshot)."""
+def broker_metrics(stats: Callable[[], Any]) -> Callable[[], Iterator[Any]]:
+    """The broker's metrics, from ``stats()`` (``Broker.stats``: a thread-safe snapshot, a
+    ``BrokerStats``; typed loosely here because every service imports this module, which
+    imports none of them)."""
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
     def collect() -> Iterator[Any]:
@@ -137,7 +135,7 @@ def broker_metrics(stats: "Callable[[], BrokerStats]") -> Callable[[], Iterator[
     return collect
 
 
-def worker_metrics(stats: "WorkerStats") -> Callable[[], Iterator[Any]]:
+def worker_metrics(stats: Any) -> Callable[[], Iterator[Any]]:
     """A worker's metrics, read from its ``WorkerStats`` (plain integers it updates)."""
     from prometheus_client.core import CounterMetricFamily
 
@@ -148,10 +146,11 @@ def worker_metrics(stats: "WorkerStats") -> Callable[[], Iterator[Any]]:
     return collect
 
 
-def relay_metrics(relay: "Relay") -> Callable[[], Iterator[Any]]:
+def relay_metrics(relay: Any) -> Callable[[], Iterator[Any]]:
     """A relay's metrics: per channel its offsets, spool bytes, broken connections and
     refused handshakes; per reader its committed offsets and lag; the spool's budget and the
-    disk's free bytes. Offsets count messages, rows for ``format=arrow``."""
+    disk's free bytes. Offsets count messages, rows for ``format=arrow``. (``relay``: a
+    ``relay.server.Relay``.)"""
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
     def collect() -> Iterator[Any]:
@@ -200,5 +199,43 @@ def relay_metrics(relay: "Relay") -> Callable[[], Iterator[Any]]:
                                 "system.", value=free)
         yield CounterMetricFamily("spark_zmq_relay_control_requests", "Control requests answered on --listen.",
                                   value=relay.control_requests)
+
+    return collect
+
+
+def source_metrics(ingest: Callable[[], Any],
+                   planned: Callable[[], Optional[Mapping[int, int]]]) -> Callable[[], Iterator[Any]]:
+    """A query's receivers on the driver host (option ``metricsAddress``), from the stream
+    reader's ingest (``ingest()``: ``None`` until it is opened, or once stopped) and the end
+    of the batch Spark planned last (``planned()``): per channel the latest and earliest
+    offsets and the offsets not yet in a planned batch, and the broken connections and
+    refused handshakes of all channels. With ``receivers=threads`` the values are live; with
+    receiver processes or relays they are what the reader last learnt of them (each trigger
+    asks): the scrape never talks to a relay itself, whose socket is the reader's. The
+    query's progress keeps reporting what it did."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    def collect() -> Iterator[Any]:
+        runtime = ingest()
+        if runtime is None:
+            return
+        ends = planned() or {}
+        newest = GaugeMetricFamily("spark_zmq_source_latest_offset", "The next offset the channel's spool writes "
+                                   "(messages received, rows for format=arrow).", labels=["channel"])
+        oldest = GaugeMetricFamily("spark_zmq_source_earliest_offset", "The first offset the channel's spool still "
+                                   "holds.", labels=["channel"])
+        lag = GaugeMetricFamily("spark_zmq_source_lag", "Offsets received and not yet in a batch Spark planned.",
+                                labels=["channel"])
+        for channel in runtime.channels:
+            label = [str(channel.channel)]
+            end = channel.next_offset  # (never ``runtime.latest()``: a relay's is a round trip on the reader's socket)
+            newest.add_metric(label, end)
+            oldest.add_metric(label, channel.earliest)
+            lag.add_metric(label, max(0, end - ends.get(channel.channel, channel.earliest)))
+        yield from (newest, oldest, lag)
+        yield CounterMetricFamily("spark_zmq_source_broken_connections", "Producer connections that broke with data "
+                                  "possibly in flight (all channels).", value=runtime.broken_connections())
+        yield CounterMetricFamily("spark_zmq_source_handshakes_rejected", "Handshakes the channels' sockets refused "
+                                  "(CURVE, all channels).", value=runtime.rejected_handshakes())
 
     return collect

@@ -9,7 +9,8 @@ reads); ``worker`` (a request-reply service's loop) on ``patterns``, ``arrow`` (
 request is read through it) and ``worker_process`` (the handler's child process, on
 nothing);
 ``procstat`` (what ``/proc`` says of a process) and ``free_ports`` (ports for endpoints
-the jobs, benchmarks and tests bind) on nothing;
+the jobs, benchmarks and tests bind) on nothing; ``metrics`` (the services' Prometheus
+endpoints, which ``options``, ``relay``, ``source`` and ``worker`` use) on nothing;
 the entry points (``datasource``, ``cli``, ``loadgen``, ``worker_env``, the package's
 ``__init__``) may import anything. A module importing a layer above its own, or a layer it
 does not need, makes a cycle possible and drags Spark into processes that never run it
@@ -38,14 +39,15 @@ ALLOWED = {
     "free_ports": set(),
     "arrow": set(),
     "patterns": set(),
-    "options": {"patterns"},
+    "metrics": set(),
+    "options": {"patterns", "metrics"},
     "ingest": {"patterns", "options", "arrow"},
-    "relay": {"ingest", "patterns", "options", "procstat"},
-    "source": {"relay", "ingest", "arrow", "patterns", "options", "schemas", "procstat"},
+    "relay": {"ingest", "patterns", "options", "procstat", "metrics"},
+    "source": {"relay", "ingest", "arrow", "patterns", "options", "schemas", "procstat", "metrics"},
     "schemas": set(),
     "sink": {"patterns", "options", "schemas"},
     "requester": {"patterns", "options", "arrow", "schemas", "worker"},
-    "worker": {"patterns", "arrow", "worker_process"},
+    "worker": {"patterns", "arrow", "worker_process", "metrics"},
     "worker_process": set(),
     "thread_session": set(),
 }

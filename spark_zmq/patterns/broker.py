@@ -97,7 +97,7 @@ from .curve import Curve
 from .endpoints import EndpointsSpec
 from .broker_clients import ClientQueues, Frames
 from .bounds import MAX_FRAMES, recv_bounded
-from .broker_stats import PING, BrokerStats, delimiter, pong, warn_shared_keys
+from .broker_stats import BrokerStats, answered_probe, delimiter, warn_shared_keys
 from .broker_workers import _BATCH, READY, WorkerSide
 from .heartbeat import Heartbeat
 from .broker_defaults import (DEFAULT_HOLD_LIMIT, DEFAULT_HWM, DEFAULT_MAX_HELD_BYTES, DEFAULT_MAX_WAITING_BYTES,
@@ -434,9 +434,6 @@ class Broker(WorkerSide):
                                 frames[0].bytes, " (further ones are counted, not logged)"
                                 if self.malformed == 10 else "")
                 continue
-            if at == len(frames) - 2 and frames[-1].bytes == PING:  # a probe (``spark-zmq ping``): answered here
-                self._pong(frames[:at + 1])
-                continue
             client = frames[0].bytes
             if self._clients.has_held(client):
                 self._retry(client, time.monotonic())  # it is alive: maybe reading again
@@ -444,15 +441,6 @@ class Broker(WorkerSide):
                 self._refused(client)
                 continue
             self._dispatch()
-
-    def _pong(self, envelope: Frames) -> None:
-        """Answer a probe without a worker: the broker serves (dropped if the client cannot take it now)."""
-        idle, known = len(self._idle), len(self._idle) + len(self._busy)
-        try:
-            self._frontend.zmq_socket.send_multipart(
-                [*envelope, *pong("broker", workers=known, idle=idle, waiting=self._clients.waiting)], zmq.NOBLOCK)
-        except zmq.ZMQError:
-            pass
 
     def _recv(self, sock: zmq.Socket[Any], side: str) -> Optional[Frames]:
         """One message within ``max_frames`` and ``max_message_bytes``; ``[]`` when it was
@@ -469,7 +457,7 @@ class Broker(WorkerSide):
                 log.warning("Broker: dropped a message from %s peer %r: %s (further ones of this peer are "
                             "counted, not logged)", side, peer, why)
             return []
-        return frames
+        return [] if side == "frontend" and answered_probe(sock, frames, self.stats) else frames  # ``spark-zmq ping``
 
     def _refused(self, client: bytes) -> None:
         self.requests_refused += 1

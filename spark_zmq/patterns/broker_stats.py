@@ -9,13 +9,14 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
-from typing import Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 import zmq
 
 from .curve import Curve
 
-__all__ = ["BrokerStats", "warn_shared_keys", "is_reply", "envelope", "delimiter", "PING", "PONG", "pong"]
+__all__ = ["BrokerStats", "warn_shared_keys", "is_reply", "envelope", "delimiter", "PING", "PONG", "pong",
+           "answered_probe"]
 
 log = logging.getLogger("spark_zmq.patterns.broker")
 
@@ -90,6 +91,22 @@ PONG = b"ok"
 def pong(service: str, **facts: int) -> list[bytes]:
     """The answer to ``PING`` of a broker or worker: ``[PONG, {"service": ..., **facts}]``."""
     return [PONG, json.dumps({"service": service, **facts}, separators=(",", ":")).encode()]
+
+
+def answered_probe(front: "zmq.Socket[Any]", frames: Sequence[zmq.Frame], stats: Callable[[], BrokerStats]) -> bool:
+    """Whether client message ``frames`` (``[envelope..., b"", body]``) is a ``PING``; then the
+    broker answers it itself, no worker involved, with ``pong`` (dropped if the client's
+    queue is full: it asks again)."""
+    at = delimiter(frames, start=1)
+    if at is None or at != len(frames) - 2 or frames[-1].bytes != PING:
+        return False
+    now = stats()
+    try:
+        front.send_multipart([*frames[:at + 1], *pong("broker", workers=now.workers_known, idle=now.workers_idle,
+                                                        waiting=now.requests_waiting)], zmq.NOBLOCK)
+    except zmq.ZMQError:
+        pass
+    return True
 
 
 def warn_shared_keys(front: Optional[Curve], back: Optional[Curve]) -> None:
