@@ -147,6 +147,14 @@ def parse_table(side: str, options: Mapping[Any, Any]) -> dict[str, Any]:
                 spec.name,
             )
     check_curve(parsed)
+    if parsed.get("metrics_address") is not None:
+        from ..metrics import parse_address
+
+        try:
+            parse_address(parsed["metrics_address"])
+        except ValueError:
+            raise OptionError(f"option 'metricsAddress' = {parsed['metrics_address']!r} is not valid: expected "
+                              "HOST:PORT, e.g. '0.0.0.0:9108' (port 0: any free port)", "metricsAddress") from None
     if parsed.get("relays") and parsed["curve_certificate"] is not None and parsed["curve_server_key"] is None:
         raise OptionError(
             "with option 'relays' the query is a CURVE client of its relays: give 'curveServerKey' (the relays' "

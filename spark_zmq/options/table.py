@@ -256,6 +256,11 @@ SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
          "firewall between executors and the driver can let it through: one port, or a range `first-last` (with "
          "`receivers=processes` each endpoint's receiver process listens on a port of its own, so give at least as "
          "many ports as endpoints).", default_doc="any free port", valid_doc="`7100` or `7100-7107`"),
+    _src("metricsAddress", "string", "metrics_address", "`HOST:PORT` where the driver serves this query's "
+         "receivers' Prometheus metrics at `/metrics` (needs `pip install 'spark-zmq[metrics]'`): per channel the "
+         "latest and earliest offsets, the offsets received and not yet in a planned batch, and the broken "
+         "connections and refused handshakes (see docs/metrics.md).", default_doc="off",
+         valid_doc="`HOST:PORT`, e.g. `0.0.0.0:9108`"),
     _src("mode", "choice", "mode", "Malformed messages: `PERMISSIVE` keeps the row (raw text in the "
          "corrupt-record column if the schema has it), `DROPMALFORMED` drops it, `FAILFAST` fails the query. "
          "For `arrow`, anything but `DROPMALFORMED` fails on an unreadable message.",

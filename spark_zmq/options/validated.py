@@ -90,6 +90,7 @@ class SourceOptions(_SocketSettings):
     heartbeat_timeout: float = RECEIVER_HEARTBEAT.timeout
     heartbeat_ttl: float = RECEIVER_HEARTBEAT.ttl
     tuning: Optional[SocketTuning] = None
+    metrics_address: Optional[str] = None
 
     KNOWN: ClassVar[tuple[str, ...]] = tuple(spec.name for spec in SOURCE_OPTIONS)
 

@@ -39,6 +39,7 @@ from pyspark.sql.types import StructType
 
 from ..ingest.fetch import FetchError, fetch_range
 from ..ingest.loss import LossPolicy
+from ..metrics import MetricsServer, serve_metrics, source_metrics
 from ..ingest.spool_reader import read_range, sees_spool
 from ..options import SourceOptions
 from .committed import CommittedOnly, kept_batches
@@ -86,6 +87,8 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._initial: Optional[ChannelOffsets] = None
         #: producer connections seen broken so far (each new one is logged at WARN)
         self._broken_seen = 0
+        #: the Prometheus endpoint of option metricsAddress, once the ingest is open
+        self._metrics: Optional[MetricsServer] = None
         #: committedOnly: the runs the writing sink's commit records name (``committed``)
         self._committed = CommittedOnly(options.spool_dir) if options.committed_only else None
         #: when the last batch was planned (or the first offset call came): maxTriggerDelay's clock
@@ -98,6 +101,9 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         (``exactly_once``)."""
         if self._runtime is None:
             self._runtime = self._rules.open(lambda: self._open_ingest(self.options), checkpointed)
+            if self.options.metrics_address is not None and self._metrics is None:
+                self._metrics = serve_metrics(self.options.metrics_address, source_metrics(
+                    lambda: self._runtime, lambda: self._planned_end), flag="option 'metricsAddress'")
         else:
             for offsets in checkpointed:
                 self._rules.reconcile(self._runtime, offsets)
@@ -261,6 +267,9 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._committed.release(ChannelOffsets.from_dict(end))
 
     def stop(self) -> None:
+        if self._metrics is not None:
+            metrics, self._metrics = self._metrics, None
+            metrics.close()
         if self._runtime is not None:
             runtime, self._runtime = self._runtime, None
             runtime.stop()
