@@ -315,6 +315,11 @@ def test_a_failed_batch_write_then_its_retry_reach_a_committed_only_query_once(s
     @F.udf("long")
     def fail_late(i):
         if i == BATCH_WRITE_ROWS - 10:
+            import time
+
+            # the task's earlier messages leave its socket before it fails (an abort drops
+            # what is still queued), so they reach the reading query and would hold it
+            time.sleep(1)
             raise RuntimeError("injected failure of a batch write's task")
         return i
 
