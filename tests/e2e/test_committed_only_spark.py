@@ -16,6 +16,10 @@ table holds every upstream row exactly once, through:
 Without committedOnly the same pipeline delivers the failed runs' rows and the re-committed
 batch's rows too (the test checks that copies were sent, so the option is what made it
 exactly once).
+
+The other tests: batch writes (``df.write``, batch -1 of its own write: alone, beside a
+plain Arrow message, failed then retried, inside ``foreachBatch``) and a streaming stage
+whose first commit record is lost and first data message sent twice on the way.
 """
 
 from __future__ import annotations
