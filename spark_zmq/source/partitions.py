@@ -34,7 +34,7 @@ class SpoolRange(InputPartition):
     #: partition number): a relay's channel 0 can be the query's partition 3
     spool_channel: int = -1
     #: committedOnly: the decisions of the batches this range holds
-    #: (``committed.encode_decisions``); empty otherwise
+    #: (``run_tags.encode_reading``); empty otherwise
     committed_runs: tuple = ()
 
     @property

@@ -28,16 +28,15 @@ from spark_zmq.source.committed import (
     Decisions,
     RunSelector,
     Tag,
-    decode_decisions,
     decode_reading,
     encode_reading,
-    encode_decisions,
     keep,
     kept_slices,
     read_tag,
     tag_of,
 )
 from spark_zmq.source.decoders import MalformedMessageError
+from spark_zmq.source.run_tags import decode_decisions, encode_decisions
 
 # -- tags from the sink's real metadata ----------------------------------------------------------
 
