@@ -151,16 +151,18 @@ def test_consume_and_produce_run_with_heartbeats_of_their_own(free_port):
             consumer.kill()
 
 
-#: how long after ``produce`` started its consumer binds: past the default 30 s linger, as a
-#: Spark query that starts after its producer may take on a loaded machine
-LATE_BIND_S = 35
+#: the producer's linger here, and how long after ``produce`` started its consumer binds:
+#: well past the linger (the default 30 s behaves alike; a short one keeps the test short)
+LINGER_S = 2
+LATE_BIND_S = 5
 
 
 def test_produce_started_before_its_peer_delivers_once_the_peer_binds_past_the_linger(free_port):
     """``produce`` started first queues what fits (``--hwm``) and finishes sending; its peer
     binds only after a delay longer than the linger. Every message arrives: the linger
     starts once a peer is there, not at the last send."""
-    producer = subprocess.Popen([CLI, "produce", f"tcp://127.0.0.1:{free_port}", "--no-progress", "--count", "2000"],
+    producer = subprocess.Popen([CLI, "produce", f"tcp://127.0.0.1:{free_port}", "--no-progress", "--count", "2000",
+                                 "--linger", str(LINGER_S)],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         with pytest.raises(subprocess.TimeoutExpired):
