@@ -168,7 +168,7 @@ def broker_curves(certificate: Optional[str], frontend_keys: Optional[str], back
     front_keys = frontend_keys or legacy_keys
     if certificate and not front_keys:
         raise typer.BadParameter("the broker is a CURVE server on both sides, which needs --frontend-authorized-keys "
-                                 "(a directory of the clients' public certificate files ('*.key'), or '*' to accept "
+                                 "(a directory of the clients' public certificate files ('*.key', or CZMQ's certificate store), or '*' to accept "
                                  "any key) and --backend-authorized-keys (the workers')",
                                  param_hint="'--curve-certificate'")
     if certificate and not backend_keys:

@@ -106,11 +106,11 @@ def relay_command(
         help="The receiving sockets are CURVE clients of this server key (e.g. sub to a CURVE pub)."),
     curve_authorized_keys: Optional[str] = option_flag(
         "curveAuthorizedKeys", panel=CURVE_PANEL,
-        help="Producer keys the receiving sockets accept: a directory of public certificates (*.key), or '*' for "
+        help="Producer keys the receiving sockets accept: a directory of public certificates (*.key, or CZMQ's certificate store), or '*' for "
              "any key. Never accepted on --listen."),
     reader_authorized_keys: Optional[str] = typer.Option(
         None, "--reader-authorized-keys", metavar="DIR|*", rich_help_panel=CURVE_PANEL,
-        help="Query (reader) keys the --listen port accepts: a directory of public certificates (*.key), or '*' "
+        help="Query (reader) keys the --listen port accepts: a directory of public certificates (*.key, or CZMQ's certificate store), or '*' "
              "for any key. Required with --curve-authorized-keys."),
     heartbeat_interval: Optional[str] = option_flag("heartbeatInterval", panel=HEARTBEAT_PANEL,
                                                     help="Seconds between PINGs on every connection (receiving "
@@ -247,10 +247,10 @@ def broker_command(
              "only its own authorized keys (--frontend-authorized-keys, --backend-authorized-keys)."),
     frontend_authorized_keys: Optional[str] = typer.Option(
         None, "--frontend-authorized-keys", metavar="DIR|*", rich_help_panel=CURVE_PANEL,
-        help="Client keys the frontend accepts: a directory of public certificates (*.key), or '*' for any key."),
+        help="Client keys the frontend accepts: a directory of public certificates (*.key, or CZMQ's certificate store), or '*' for any key."),
     backend_authorized_keys: Optional[str] = typer.Option(
         None, "--backend-authorized-keys", metavar="DIR|*", rich_help_panel=CURVE_PANEL,
-        help="Worker keys the backend accepts: a directory of public certificates (*.key), or '*' for any key. "
+        help="Worker keys the backend accepts: a directory of public certificates (*.key, or CZMQ's certificate store), or '*' for any key. "
              "A worker is trusted with the requests it is given and answers them: never the clients' keys."),
     curve_authorized_keys: Optional[str] = option_flag(
         "curveAuthorizedKeys", side="request", panel=CURVE_PANEL,

@@ -65,7 +65,7 @@ def produce(
         help="The CURVE server's public key: its certificate file (NAME.key) or 40-character Z85 text."),
     curve_authorized_keys: Optional[str] = option_flag(
         "curveAuthorizedKeys", side="sink", panel=CURVE_PANEL,
-        help="As a CURVE server: a directory of the clients' public certificates (*.key), or '*' for any key."),
+        help="As a CURVE server: a directory of the clients' public certificates (*.key, or CZMQ's certificate store), or '*' for any key."),
     heartbeat_interval: float = heartbeat_interval_option("sink"),
     heartbeat_timeout: float = heartbeat_timeout_option("sink"),
     heartbeat_ttl: float = heartbeat_ttl_option("sink"),
@@ -131,7 +131,7 @@ def consume(
         help="As a CURVE client: the server's public key, its certificate file (NAME.key) or 40-character Z85 text."),
     curve_authorized_keys: Optional[str] = option_flag(
         "curveAuthorizedKeys", panel=CURVE_PANEL,
-        help="As a CURVE server: a directory of the clients' public certificates (*.key), or '*' for any key; "
+        help="As a CURVE server: a directory of the clients' public certificates (*.key, or CZMQ's certificate store), or '*' for any key; "
              "rejected handshakes are counted in the summary."),
     heartbeat_interval: float = heartbeat_interval_option("sink"),
     heartbeat_timeout: float = heartbeat_timeout_option("sink"),
