@@ -5,7 +5,8 @@ illustrates (hosts of a real deployment, a fragment, a command that runs until s
 says so in its info string (```python title="illustrative"), a block for a cluster
 (```bash title="cluster") runs on the multi-host bed instead
 (tests/multihost/test_deployment_commands.py), and blocks of other
-languages (```text, ```ini) are not code to run. Well-known ports in a block are swapped
+languages (```text, ```ini, ```yaml) are not code to run (a yaml block, a probe or
+scrape configuration, must still parse). Well-known ports in a block are swapped
 for free ones, so examples may say 5555 and the tests still run beside each other.
 Python blocks run in one namespace per block holding ``spark``, the test session (as in
 the pyspark shell); bash blocks run in a temporary directory with a timeout.
@@ -99,7 +100,16 @@ def test_every_block_says_what_it_is():
     assert len(ALL) > 40 and len(RUNNABLE) >= 6
     for block in ALL:
         assert block.lang, f"{block}: a fence without a language; say ```text for a diagram or output"
-        assert block.lang in ("python", "bash", "text", "ini"), f"{block}: {block.lang}"
+        assert block.lang in ("python", "bash", "text", "ini", "yaml"), f"{block}: {block.lang}"
+
+
+def test_every_yaml_block_parses():
+    """A probe or scrape configuration a reader copies is valid YAML."""
+    yaml = pytest.importorskip("yaml")
+    blocks_of_yaml = [block for block in ALL if block.lang == "yaml"]
+    assert blocks_of_yaml
+    for block in blocks_of_yaml:
+        assert isinstance(yaml.safe_load(block.code), (dict, list)), block
 
 
 def test_the_readme_install_and_test_commands_are_the_ones_that_set_up_and_pass_the_tests():
