@@ -175,6 +175,18 @@ class Readers:
                 return None
             return [min(r.committed[c] for r in self.readers.values()) for c in range(self.channels)]
 
+    def behind(self, name: str, channel: int, offset: int) -> Optional[tuple[str, int]]:
+        """Another registered reader that has not read ``channel`` up to ``offset``, and where
+        it stands (the lowest such): what an ``advance`` by ``name`` to ``offset`` must not
+        skip. ``None`` when every other reader is at or past it."""
+        with self._lock:
+            others = [(r.committed[channel], r.name) for r in self.readers.values()
+                      if r.name != name and r.committed[channel] < offset]
+        if not others:
+            return None
+        committed, other = min(others)
+        return other, committed
+
     def remove(self, name: str) -> Optional[str]:
         """Unregister ``name``; why not, when it cannot be (unknown, or held by a query)."""
         with self._lock:

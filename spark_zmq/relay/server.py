@@ -196,7 +196,7 @@ class Relay:
             return AtTimeAnswer([TimeStart(offset, None if lost is None else WireLoss.of(lost))
                                  for offset, lost in (starts[c] for c in sorted(starts))])
         if isinstance(request, (CountRequest, EndWithinRequest, LostRequest, AdvanceRequest, LocateRequest)):
-            return self._channel_op(request)
+            return self._channel_op(request, reader)
         raise ValueError(f"bad request: unknown op {request.op.value!r}")  # an op this relay has no answer for
 
     def _describe_ranges(self, request: DescribeRequest) -> DescribeAnswer:
@@ -213,14 +213,25 @@ class Relay:
             out[channel] = RangeDescription.of(describe_range(channels[channel], start, end), start, end)
         return DescribeAnswer(out)
 
-    def _channel_op(self, request: _ChannelRequest) -> _Answer:
-        """The ops about one channel's offsets."""
+    def _channel_op(self, request: _ChannelRequest, reader: str) -> _Answer:
+        """The ops about one channel's offsets (``reader``: the name asking, under its lease)."""
         channels = self.ingest.spool.channels
         channel = request.channel
         if channel >= len(channels):
             raise ValueError(f"bad request: channel {channel} (the relay has {len(channels)} channels)")
         log_ = channels[channel]
         if isinstance(request, AdvanceRequest):  # at most MAX_ADVANCE (``AdvanceRequest.from_wire``)
+            # a reader renumbers only what no other registered reader still needs: the
+            # offsets skipped would be data loss to every reader behind them
+            needing = self.readers.behind(reader, channel, request.offset) if request.offset > log_.next_offset \
+                else None
+            if needing is not None:
+                other, committed = needing
+                raise ValueError(
+                    f"refused: advance of channel {channel} to offset {request.offset} would skip offsets "
+                    f"{max(committed, log_.next_offset)}..{request.offset} that reader {other!r} of this relay has "
+                    f"not read (it has committed up to {committed}); a relay renumbers a channel only when no other "
+                    "registered reader needs the offsets skipped")
             log_.advance_to(request.offset)
             return Done()
         if isinstance(request, LocateRequest):

@@ -190,3 +190,26 @@ def test_a_checkpoint_ahead_of_a_recreated_relay_spool_is_reconciled_without_ask
         assert relay.ingest.spool.channels[0].next_offset == 800
     finally:
         reader.stop()
+
+
+def test_a_reader_cannot_renumber_a_channel_another_reader_still_needs(relay, holder):
+    """``advance`` to 2^62 by one reader moved the channel past what every other reader had
+    read, and their next fetch met data loss for good: it is refused, naming the reader
+    behind and the offsets, and the numbering stays."""
+    holder.call("release", offsets={"0": 200})  # the default reader read up to 200
+    dashboard = RelayClient(relay.listen, "dashboard-" + uuid.uuid4().hex, timeout_s=10, reader="dashboard")
+    try:
+        dashboard.call("attach")
+        with pytest.raises(RelayError, match=r"advance of channel 0 to offset 4611686018427387904 would skip offsets "
+                                             r"500\.\.4611686018427387904 that reader 'default' .* committed up to 200"):
+            dashboard.call("advance", channel=0, offset=1 << 62)
+        assert relay.ingest.spool.channels[0].next_offset == 500
+        assert sum(batch.num_rows for _, batch in _fetch(relay, holder.session, 200, 500)) == 300
+    finally:
+        dashboard.close()
+
+
+def test_the_only_reader_may_still_renumber_its_channel(relay, holder):
+    """A recreated spool behind its query's checkpoint is what ``advance`` is for."""
+    holder.call("advance", channel=0, offset=10_000)
+    assert relay.ingest.spool.channels[0].next_offset == 10_000
