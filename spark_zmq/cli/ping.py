@@ -105,10 +105,13 @@ def _refusal(address: str, event: int, seen: set[int], curve: bool) -> Optional[
                 "that takes no requests), or one side uses CURVE and the other does not"
                 + ("" if curve else " (give --curve-server-key and --curve-certificate for a CURVE service)"))
     if event == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+        # libzmq reports a socket-type mismatch as this or as FAILED_PROTOCOL, by which side
+        # saw it first: the reason names both causes
         return (f"handshake failed at {address}: " + ("wrong --curve-server-key, or the service is not a CURVE "
                                                       "server" if curve else "the peer broke off the ZeroMQ "
-                                                      "handshake (it may expect CURVE: give --curve-server-key and "
-                                                      "--curve-certificate)"))
+                                                      "handshake: it is not a relay, broker frontend or worker (a "
+                                                      "socket type that takes no requests), or it expects CURVE "
+                                                      "(give --curve-server-key and --curve-certificate)"))
     return None
 
 
