@@ -46,6 +46,7 @@ def _markdown(results: list[dict], smoke: bool, command: str) -> str:
     library = next((r["wire_library"] for r in results if r.get("wire_library")), None)
     if library:
         notes.append(f"wire's limit (libzmq C local_thr/remote_thr): built against {library}")
+    notes += [note for r in results for note in r.get("notes", [])]  # a scenario's own lines (peers)
     if notes:
         lines += [""] + [f"- {note}" for note in notes]
     for r in results:

@@ -48,6 +48,10 @@ Scenarios (the benchmark issue's numbering):
                       micro-batch, with and without committedOnly (2,000 msgs/s);
  11 relay-readers     two queries reading one relay under their own relayReader, concurrently:
                       each one's rows/s vs one query reading the same relay alone.
+ 12 peers             one-row ingest (raw, 100 B) from the same producer, msgs/s and CPU per message
+                      of every receiving process: the connector (a user's defaults) vs Bytewax 0.21
+                      reading ZeroMQ through a custom source (optional: pip install -e ".[bench]")
+                      vs a bare pyzmq PULL loop in its own process (bench/peers.py).
 Fair ceilings (``CEILINGS``; the sources are in bench/ceilings.py): Spark's own cost with a
 Python source or sink that does no ZeroMQ work (in-memory sources for ingest and latency, a
 discarding writer for egress); the wire's (a bare pyzmq loop, libzmq's C test) where that
@@ -80,6 +84,7 @@ import curvekeys  # noqa: E402
 import egress  # noqa: E402
 import ingest  # noqa: E402
 import latency  # noqa: E402
+import peers  # noqa: E402
 import pipeline  # noqa: E402
 import report  # noqa: E402
 import requestreply  # noqa: E402
@@ -454,6 +459,7 @@ def main(argv: list[str]) -> int:
         "pipeline": lambda: two_stages(spark, size["pipeline_messages"], r, size["pipeline_rate"],
                                        size["pipeline_latency_s"], reps),
         "relay-readers": lambda: relay_readers(spark, size["relay_messages"], r, reps),
+        "peers": lambda: peers.measure(spark, n, 100, reps, compare),
         "backpressure": lambda: {"scenario": "backpressure", **backpressure.connector(
             spark, size["bp_messages"], 1024, spool_bytes=16 << 20, rows_per_trigger=20_000)},
         # across hosts on the tests' multi-host bed (root only): bed-fetch and bed-ingest

@@ -23,7 +23,7 @@ def test_bench_smoke_run_writes_its_report(tmp_path):
                          "scaling", "latency", "backpressure", "curve-ingest-raw-100B", "curve-ingest-arrow",
                          "curve-egress-raw-100B", "curve-egress-arrow", "gather-raw-100B", "gather-arrow",
                          "reqrep-arrow", "reqrep-json", "reqrep-broker-lru", "reqrep-latency", "pipeline",
-                         "relay-readers"}
+                         "relay-readers", "peers"}
     compared = [r for r in rows.values() if "ratios" in r]
     assert all(v > 0 for r in compared for v in r["median"].values())
     # connector, in-memory Python source (at once and in the connector's micro-batches), bare pyzmq, Spark's
@@ -73,6 +73,12 @@ def test_bench_smoke_run_writes_its_report(tmp_path):
     assert "pipeline: latency at" in (tmp_path / "report.md").read_text()
     assert set(rows["relay-readers"]["median"]) == {"connector", "second reader, same run", "one reader alone"}
     assert "Two readers on one relay" in (tmp_path / "report.md").read_text()
+    # peers: the connector beside Bytewax's ZeroMQ source (where the bench extra installed it) and a bare PULL process
+    peers = rows["peers"]
+    assert set(peers["median"]) == {"connector", "bare pyzmq PULL"} | (
+        set() if peers["bytewax_skipped"] else {"Bytewax 0.21 ZeroMQ source"})
+    assert set(peers["cpu_us_per_msg"]) == set(peers["median"])
+    assert "peers: CPU us a message by receiving process" in (tmp_path / "report.md").read_text()
     assert "fair ceiling" in (tmp_path / "report.md").read_text()
     assert "egress-raw-100B: Spark's fixed cost of a write job: median" in (tmp_path / "report.md").read_text()
     assert "Python-source floor" in (tmp_path / "report.md").read_text()
