@@ -63,7 +63,11 @@ def bytewax_missing() -> Optional[str]:
     """Why Bytewax's contender cannot run here, or ``None`` when it can."""
     from importlib import metadata, util
 
-    if util.find_spec("bytewax") is None or util.find_spec("bytewax.inputs") is None:
+    try:
+        found = util.find_spec("bytewax") is not None and util.find_spec("bytewax.inputs") is not None
+    except ImportError as e:  # a ``bytewax`` that fails to import
+        return f'Bytewax does not import ({e}): pip install -e ".[bench]"'
+    if not found:
         return 'Bytewax is not installed (pip install -e ".[bench]")'
     version = metadata.version("bytewax")
     if not version.startswith("0.21."):
