@@ -23,7 +23,8 @@ from ..patterns.tuning import SocketTuning
 from ..patterns.endpoints import Endpoint
 from .spool import ChannelLog
 from .spool_budget import SpoolBudget
-from .spool_format import messages_to_batch
+from ..patterns.message_block import MessageBlock
+from .spool_format import block_to_batch, messages_to_batch
 
 __all__ = ["Receiver", "open_channel_socket", "messages_to_batch"]
 
@@ -111,16 +112,16 @@ class Receiver:
         self._thread.start()
         return self
 
-    def _spool(self, values: list[bytes], topics: Optional[list[Optional[bytes]]]) -> None:
+    def _spool(self, block: MessageBlock) -> None:
         """Append one received batch, retrying while the disk refuses it (until a stop)."""
-        batch = messages_to_batch(values, topics, self.fmt, time.time_ns() // 1000)
+        batch = block_to_batch(block, self.fmt, time.time_ns() // 1000)
         while True:
             try:
                 self.log.append(batch)
             except OSError as exc:
                 if self.write_error is None:
                     log.error("channel %d: cannot write to the spool (%s); holding %d messages and retrying every "
-                              "%.0f s, producers are held back meanwhile", self.log.channel, exc, len(values), self.retry_s)
+                              "%.0f s, producers are held back meanwhile", self.log.channel, exc, block.count, self.retry_s)
                 self.write_error = exc
                 if self._stop.wait(self.retry_s):
                     raise
@@ -159,16 +160,16 @@ class Receiver:
                 try:
                     # at most the room left (payload bytes; the record adds its framing)
                     limit = min(self.batch_bytes, room)
-                    values, topics = self.socket.recv_values(self.batch_messages, timeout=_POLL_S, max_bytes=limit)
+                    block = self.socket.recv_block(self.batch_messages, timeout=_POLL_S, max_bytes=limit)
                 except TimeoutError:
                     emptied = False  # nothing came for a while: the next message is written at once
                     continue
-                if not values:  # only discarded (multipart on GATHER) messages arrived
+                if not block.count:  # only discarded (multipart on GATHER) messages arrived
                     continue
-                # cut short by neither limit: the socket was empty (bytes counted only then)
-                emptied = len(values) < self.batch_messages and sum(map(len, values)) < limit
+                # cut short by neither limit: the socket was empty
+                emptied = block.count < self.batch_messages and block.nbytes < limit
                 written_at = time.monotonic()
-                self._spool(values, topics)
+                self._spool(block)
                 self.writes += 1
                 self.last_receive = time.monotonic()
         except SocketClosedError:
@@ -188,13 +189,13 @@ class Receiver:
             if wait <= 0:
                 return drained
             try:
-                values, topics = self.socket.recv_values(self.batch_messages, timeout=wait, max_bytes=self.batch_bytes)
+                block = self.socket.recv_block(self.batch_messages, timeout=wait, max_bytes=self.batch_bytes)
             except (TimeoutError, SocketClosedError):
                 return drained
-            if not values:
+            if not block.count:
                 continue
-            self.log.append(messages_to_batch(values, topics, self.fmt, time.time_ns() // 1000))
-            drained += len(values)
+            self.log.append(block_to_batch(block, self.fmt, time.time_ns() // 1000))
+            drained += block.count
 
     def stop(self, timeout: float = 5.0, drain: bool = True) -> None:
         """Stop receiving, spool what the socket already holds (``drain``), then close it."""

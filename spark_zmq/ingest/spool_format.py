@@ -47,11 +47,12 @@ import pyarrow as pa
 import xxhash
 
 from ..arrow import guard as arrow_guard
+from ..patterns.message_block import MessageBlock
 
 __all__ = [
     "SPOOL_SCHEMA", "DataLossError", "SpoolFormatError", "SegmentHeader", "Record", "segment_name", "parse_segment_name",
     "encode_segment_header", "decode_segment_header", "encode_record_header", "RecordEncoder", "scan_records", "map_segment",
-    "messages_to_batch", "SEGMENT_HEADER_SIZE", "RECORD_HEADER_SIZE", "checksum", "body_checksum", "open_private", "header_seed", "read_body",
+    "messages_to_batch", "block_to_batch", "SEGMENT_HEADER_SIZE", "RECORD_HEADER_SIZE", "checksum", "body_checksum", "open_private", "header_seed", "read_body",
 ]
 
 #: a message payload or topic as the receiver has it
@@ -111,18 +112,25 @@ def messages_to_batch(
 ) -> pa.RecordBatch:
     """Turn received messages (as ``PatternSocket.recv_values`` returns them) into one
     spool batch. ``topics`` is ``None`` when every message had a single frame."""
-    n = len(values)
+    return block_to_batch(MessageBlock.from_values(values, topics), fmt, received_us)
+
+
+def block_to_batch(block: MessageBlock, fmt: str, received_us: int) -> pa.RecordBatch:
+    """One spool batch of received messages (``recv_block``): the value column is the
+    block's buffer and offsets as they are, with no step per message (``raw``, ``text``,
+    ``json``); an Arrow message's row count is read from its metadata, one by one."""
+    n = block.count
+    topics = block.topics
     topic_array = pa.nulls(n, pa.string()) if topics is None else _decode_topics(topics)
+    values = pa.Array.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(block.offsets), pa.py_buffer(block.data)])
     if fmt == "arrow":
-        counts = np.fromiter(map(_arrow_rows, values), np.int32, n)
+        counts = np.fromiter(map(_arrow_rows, block.values()), np.int32, n)
         rows = pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(counts)])
     else:
         rows = pa.Array.from_buffers(pa.int32(), n, [None, _ones(n)])
     # every message of a batch has the same receive time: one 8-byte value repeated
     timestamps = pa.Array.from_buffers(_TIMESTAMP, n, [None, pa.py_buffer(_INT64.pack(received_us) * n)])
-    return pa.RecordBatch.from_arrays(
-        [_binary_array(values, pa.large_binary()), topic_array, timestamps, rows], schema=SPOOL_SCHEMA
-    )
+    return pa.RecordBatch.from_arrays([values, topic_array, timestamps, rows], schema=SPOOL_SCHEMA)
 
 
 _TIMESTAMP = SPOOL_SCHEMA.field("timestamp").type

@@ -24,6 +24,7 @@ from .deadlines import SendTimeoutError, SocketState
 from .endpoints import Endpoint, bind_error, check_ipc_bind
 from .frames import Message, flatten
 from .handshakes import HANDSHAKE_FAILURES, HandshakeWatch
+from .message_block import MessageBlock, MessageRun
 from .socket_options import check_linger, positive_int
 from .zmtp.codec import EngineMessage
 from .zmtp.engine import Engine
@@ -189,9 +190,21 @@ class EngineWire:
     ) -> tuple[list[bytes], Optional[list[Optional[bytes]]]]:
         """Fair-queued over the peers; ``topics`` is ``None`` when every message had one
         frame (always so on a single-part socket)."""
-        values = self.engine.receive(max_messages, max_bytes, deadline, self.check)
-        if not values:
+        return self._values_and_topics(self._take(max_messages, deadline, max_bytes))
+
+    def receive_block(self, max_messages: int, deadline: Optional[float], max_bytes: Optional[int]) -> MessageBlock:
+        """As ``receive_values``, as one ``MessageBlock``: runs of frames the engine split
+        in bulk reach it without an object per message."""
+        items = self.engine.receive(max_messages, max_bytes, deadline, self.check)
+        if not items:
             raise TimeoutError(f"{self.label}.recv timed out")
+        kinds = set(map(type, items))
+        if tuple not in kinds:
+            return MessageBlock.from_items(cast("list[Any]", items))
+        values, topics = self._values_and_topics(self._expand(items, kinds))
+        return MessageBlock.from_values(values, topics)
+
+    def _values_and_topics(self, values: list[EngineMessage]) -> tuple[list[bytes], Optional[list[Optional[bytes]]]]:
         if not self.single_part and tuple in set(map(type, values)):  # multipart messages: as Pull's
             # a message is exactly bytes or a tuple of them: ``type(m) is tuple`` does not narrow for mypy
             messages: list[Any] = values
@@ -199,12 +212,29 @@ class EngineWire:
         return cast("list[bytes]", values), None  # no tuple among them: single-part messages
 
     def receive(self, max_messages: int, deadline: Optional[float], max_bytes: Optional[int]) -> list[list[bytes]]:
-        values = self.engine.receive(max_messages, max_bytes, deadline, self.check)
-        if not values:
-            raise TimeoutError(f"{self.label}.recv timed out")
+        values = self._take(max_messages, deadline, max_bytes)
         # a message is exactly bytes or a tuple of them: ``type(v) is tuple`` does not narrow for mypy
         messages: list[Any] = values
         return [list(value) if type(value) is tuple else [value] for value in messages]
+
+    def _take(self, max_messages: int, deadline: Optional[float], max_bytes: Optional[int]) -> list[EngineMessage]:
+        """The engine's take, runs of messages (``MessageRun``) made one item per message."""
+        items = self.engine.receive(max_messages, max_bytes, deadline, self.check)
+        if not items:
+            raise TimeoutError(f"{self.label}.recv timed out")
+        return self._expand(items, set(map(type, items)))
+
+    @staticmethod
+    def _expand(items: list[Any], kinds: set[type]) -> list[EngineMessage]:
+        if MessageRun not in kinds:
+            return items
+        out: list[EngineMessage] = []
+        for item in items:
+            if type(item) is MessageRun:
+                out.extend(item.messages())
+            else:
+                out.append(item)
+        return out
 
     def wait_readable(self, deadline: Optional[float]) -> bool:
         return self.engine.wait_readable(deadline, self.check)

@@ -27,6 +27,7 @@ from .deadlines import WAIT_SLICE_S as _WAIT_SLICE_S
 from .endpoints import Endpoint, attach
 from .frames import Message, flatten
 from .handshakes import HANDSHAKE_FAILURES, HandshakeWatch, open_monitor
+from .message_block import MessageBlock
 from .rcvmore import rcvmore_check
 from .recv_values import recv_values_from
 from .socket_options import apply_tuning, set_common_options, timeout_deadline
@@ -301,6 +302,11 @@ class LibzmqWire:
             out.append(message)
             size += sum(map(len, message))
         return out
+
+    def receive_block(self, max_messages: int, deadline: Optional[float], max_bytes: Optional[int]) -> MessageBlock:
+        """``receive_values`` joined: libzmq hands messages over one by one anyway."""
+        values, topics = self.receive_values(max_messages, deadline, max_bytes)
+        return MessageBlock.from_values(values, topics)
 
     def receive_values(
         self, max_messages: int, deadline: Optional[float], max_bytes: Optional[int]

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any, Optional, Protocol, Sequence
 from .endpoints import Endpoint
 from .frames import Frames, Message
 from .handshakes import HandshakeWatch
+from .message_block import MessageBlock
 
 if TYPE_CHECKING:
     import zmq
@@ -111,6 +112,14 @@ class ReceivingWire(Wire, Protocol):
         ``TimeoutError`` when no message came in time; empty lists when every message that
         came was discarded (a multipart message on ``gather``, which is single-part).
         """
+        ...
+
+    def recv_block(
+        self, max_messages: int, timeout: Optional[float] = None, max_bytes: Optional[int] = None
+    ) -> "MessageBlock":
+        """As ``recv_values``, the values joined in one ``MessageBlock`` (what a spool batch's
+        column is made of): the receivers' fast path, with no object per message where the
+        wire splits frames in bulk (the package's engine)."""
         ...
 
     def poll_recv(self, timeout: Optional[float] = 0.0) -> bool:
@@ -227,6 +236,10 @@ class SocketWire(Protocol):
         self, max_messages: int, deadline: Optional[float], max_bytes: Optional[int]
     ) -> tuple[list[bytes], Optional[list[Optional[bytes]]]]:
         """As ``receive``, flattened to ``(values, topics)`` (``ReceivingWire.recv_values``)."""
+        ...
+
+    def receive_block(self, max_messages: int, deadline: Optional[float], max_bytes: Optional[int]) -> "MessageBlock":
+        """As ``receive_values``, as one ``MessageBlock`` (``ReceivingWire.recv_block``)."""
         ...
 
     def wait_readable(self, deadline: Optional[float]) -> bool:

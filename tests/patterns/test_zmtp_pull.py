@@ -9,6 +9,7 @@ as a whole against ``max_message_bytes``, empty frames included.
 from __future__ import annotations
 
 import os
+import threading
 
 import pytest
 import zmq
@@ -156,3 +157,47 @@ def test_the_connector_receives_pull_on_the_engine_but_curve_and_inproc_on_libzm
             assert type(sock) is expected, (endpoint, curve)
         finally:
             sock.close(linger=0)
+
+
+@pytest.mark.parametrize("cls", [Pull, ZmtpPull])
+def test_recv_block_takes_every_message_in_order_through_small_takes_and_a_small_hwm(ctx, cls):
+    """``recv_block`` (the receivers' fast path; on the engine, runs of same-size frames are
+    split in bulk): 20,000 messages from libzmq's PUSH, mostly runs of one size with other
+    sizes, empty ones and a multipart one between them, taken a few at a time under a
+    ``max_bytes`` that cuts runs, with a high-water mark far below the backlog so the peer
+    is paused and resumed many times: every message once, in order, topics where sent."""
+    sock = cls("@tcp://127.0.0.1:*", hwm=50)
+    push = ctx.socket(zmq.PUSH)
+    try:
+        push.connect(sock.last_endpoint)
+        sent: list[bytes] = []
+        for i in range(20_000):
+            size = 100 if (i // 1000) % 2 == 0 else (0 if i % 97 == 0 else 300 + i % 3)
+            sent.append((b"%08d" % i + b"." * size)[:max(size, 8)] if size else b"")
+        sent[12_345] = b"payload"
+        push.send(b"x")
+        assert sock.recv_block(1, timeout=10).values() == [b"x"]
+
+        def produce() -> None:  # the peer sends while this side takes (the queues hold far less)
+            for i, message in enumerate(sent):
+                if i == 12_345:
+                    push.send_multipart([b"topic", message])
+                else:
+                    push.send(message)
+
+        producer = threading.Thread(target=produce, daemon=True)
+        producer.start()
+        values: list[bytes] = []
+        topics: list = []
+        sizes = iter([1, 7, 500, 3000, 20_000] * 10_000)
+        while len(values) < len(sent):
+            block = sock.recv_block(next(sizes), timeout=10, max_bytes=40_000)
+            assert block.count >= 1 and len(block.offsets) == block.count + 1
+            values += block.values()
+            topics += block.topics if block.topics is not None else [None] * block.count
+        producer.join(10)
+        assert values == sent
+        assert [i for i, t in enumerate(topics) if t is not None] == [12_345] and topics[12_345] == b"topic"
+    finally:
+        push.close(linger=0)
+        sock.close(linger=0)

@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from spark_zmq.patterns import Gather
+from spark_zmq.patterns.message_block import MessageRun
 from spark_zmq.patterns.zmtp import codec, wire
 from spark_zmq.patterns.zmtp.null import NullMechanism
 from spark_zmq.patterns.zmtp.wire import COMMAND, MORE, ZmtpError
@@ -413,3 +414,65 @@ def test_chunked_null_frame_stream_over_tcp_delivers_exactly_the_messages_in_ord
         assert gather.discarded_multipart - discarded == multiparts
     finally:
         sock.close()
+
+
+def _expanded(items: list) -> list:
+    """``parse_frames``' output shape of what ``plain_run`` and ``parse_frames`` gave together."""
+    out: list = []
+    for item in items:
+        out.extend(item.messages() if isinstance(item, MessageRun) else [item])
+    return out
+
+
+# a stream as producers send it: runs of same-size plain frames, and frames of any kind between
+uniform_runs = st.tuples(st.sampled_from([0, 1, 7, 100, 255, 256, 1000]), st.integers(0, 40)).map(
+    lambda run: [(0, bytes([run[0] % 251]) * run[0])] * run[1])
+mixed_streams = st.lists(st.one_of(uniform_runs, frame_lists), max_size=6).map(lambda parts: sum(parts, []))
+
+
+@FAST
+@given(mixed_streams, st.binary(max_size=8), st.integers(0, 2000))
+def test_plain_run_then_parse_frames_read_what_parse_frames_alone_reads(frames, prefix, limit):
+    """What the engine does with a read (``plain_run`` from where it is, ``parse_frames``
+    for the rest) is exactly what ``parse_frames`` does on its own, frame for frame,
+    including where it stops, what it needs next and a size above ``limit`` raising."""
+    stream = prefix + b"".join(codec.frame_header(len(body), flags) + body for flags, body in frames)
+    alone: list = []
+    try:
+        expected = codec.parse_frames(stream, len(prefix), limit, alone)
+    except codec.FrameTooLarge:
+        expected = None
+    run, i = codec.plain_run(stream, len(prefix), limit)
+    together: list = [run] if run is not None else []
+    if run is not None:
+        assert run.count >= codec.RUN_MIN and len(set(run.messages())) == 1  # one size, plain
+    try:
+        got = codec.parse_frames(stream, i, limit, together)
+    except codec.FrameTooLarge:
+        got = None
+    assert (got is None) == (expected is None)
+    if expected is not None:
+        assert got[:2] == expected[:2]
+    assert _expanded(together) == alone
+
+
+@FAST
+@given(st.binary(max_size=3000), st.integers(0, 300))
+def test_plain_run_of_arbitrary_bytes_takes_only_whole_plain_frames_of_one_size(data, limit):
+    """Hostile bytes: a run is whole frames that ``parse_frames`` reads the same way."""
+    run, i = codec.plain_run(data, 0, limit)
+    if run is None:
+        assert i == 0
+        return
+    alone: list = []
+    codec.parse_frames(data[:i], 0, limit, alone)
+    assert alone == run.messages() and run.nbytes == sum(map(len, alone))
+
+
+def test_plain_run_splits_a_run_of_long_frames_and_stops_at_the_first_other_frame():
+    body = b"k" * 1024
+    frames = [codec.frame_header(1024) + body] * 20 + [codec.frame_header(3, MORE) + b"top", codec.frame_header(0)]
+    stream = b"".join(frames)
+    run, i = codec.plain_run(stream, 0, 4096)
+    assert run.count == 20 and run.messages() == [body] * 20 and i == 20 * (9 + 1024)
+    assert codec.plain_run(stream, 0, 1023) == (None, 0)  # too large for the limit: parse_frames raises

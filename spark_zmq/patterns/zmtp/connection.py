@@ -19,7 +19,7 @@ import itertools
 import socket
 import struct
 import time
-from typing import TYPE_CHECKING, Callable, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 from ..heartbeat import Heartbeat
 from . import transport
@@ -54,11 +54,14 @@ _ids = itertools.count(1)
 class Peer:
     """One connection's queues and state (shared by the I/O thread and the app's calls)."""
 
-    __slots__ = ("id", "inbox", "inbox_bytes", "outbox", "paused", "resume_asked", "conn")
+    __slots__ = ("id", "inbox", "inbox_count", "inbox_bytes", "outbox", "paused", "resume_asked", "conn")
 
     def __init__(self) -> None:
         self.id = next(_ids)
-        self.inbox: collections.deque[EngineMessage] = collections.deque()
+        #: received messages: ``bytes``, tuples of frames, or runs of single-part messages
+        #: (``MessageRun``), so ``inbox_count`` counts the messages
+        self.inbox: collections.deque[Any] = collections.deque()
+        self.inbox_count = 0
         self.inbox_bytes = 0
         self.outbox: collections.deque[EngineMessage] = collections.deque()
         self.paused = False

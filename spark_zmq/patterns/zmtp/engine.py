@@ -52,10 +52,11 @@ import logging
 import socket
 import threading
 import time
-from typing import TYPE_CHECKING, Callable, Iterable, Optional, Sequence, cast
+from typing import TYPE_CHECKING, Callable, Iterable, Optional, Sequence, Union, cast
 
 from ..deadlines import next_slice
 from ..heartbeat import DEFAULT_HEARTBEAT, Heartbeat
+from ..message_block import MessageRun
 from .codec import HANDSHAKE_FRAME_LIMIT, EngineMessage
 from .connection import READY, Peer
 from .owner import Settings
@@ -232,10 +233,11 @@ class Engine:
         return sent, False
 
     def receive(self, max_messages: int, max_bytes: Optional[int], deadline: Optional[float],
-                check: Callable[[], None]) -> list[EngineMessage]:
+                check: Callable[[], None]) -> list[Union[EngineMessage, MessageRun]]:
         """Up to ``max_messages`` received messages (and about ``max_bytes``), fair-queued
         over the peers, waiting until ``deadline`` (monotonic seconds; ``None``: no limit)
-        for the first; ``[]`` when none came in time. ``check`` as in ``send_round_robin``."""
+        for the first; ``[]`` when none came in time. ``check`` as in ``send_round_robin``.
+        Runs of single-part messages split in bulk come as one ``MessageRun`` each."""
         with self.lock:
             while True:
                 check()

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional, Protocol, Sequence
 
+from ..message_block import MessageRun
 from .codec import ZmtpError
 
 if TYPE_CHECKING:
@@ -64,6 +65,10 @@ class ConnectionOwner(Protocol):
         """Queue received ``messages`` in ``conn``'s peer's inbox (``nbytes``: their bytes
         when some are tuples of frames, else ``None``); ``True`` when the inbox is now full
         and ``conn`` must stop reading (the owner resumes it once the inbox drained)."""
+        ...
+
+    def deliver_run(self, conn: Connection, run: MessageRun) -> bool:
+        """As ``deliver``, for single-part messages split in bulk (``codec.plain_run``)."""
         ...
 
     def take_outgoing(self, peer: Peer) -> Optional[list[EngineMessage]]:

@@ -9,7 +9,9 @@ know nothing of connections, threads or the wire.
 from __future__ import annotations
 
 import collections
-from typing import TYPE_CHECKING, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Optional, Sequence, Union
+
+from ..message_block import MessageRun
 
 if TYPE_CHECKING:  # pragma: no cover
     from .codec import EngineMessage
@@ -111,42 +113,72 @@ class FairQueue:
         if not peer.inbox:
             self.readable.append(peer)
         peer.inbox.extend(messages)
+        peer.inbox_count += len(messages)
         peer.inbox_bytes += sum(map(len, messages)) if nbytes is None else nbytes
-        if self.hwm and len(peer.inbox) >= self.hwm:
+        return self._full(peer)
+
+    def deliver_run(self, peer: Peer, run: MessageRun) -> bool:
+        """As ``deliver``, for a run of single-part messages (one inbox item, ``run.count``
+        messages against the high-water mark)."""
+        if not peer.inbox:
+            self.readable.append(peer)
+        peer.inbox.append(run)
+        peer.inbox_count += run.count
+        peer.inbox_bytes += run.nbytes
+        return self._full(peer)
+
+    def _full(self, peer: Peer) -> bool:
+        if self.hwm and peer.inbox_count >= self.hwm:
             peer.paused = True
             peer.resume_asked = False
         return peer.paused
 
-    def take(self, max_messages: int, max_bytes: Optional[int], resume: Callable[[Peer], None]) -> list[EngineMessage]:
+    def take(self, max_messages: int, max_bytes: Optional[int],
+             resume: Callable[[Peer], None]) -> list[Union[EngineMessage, MessageRun]]:
         """Up to ``max_messages`` messages (and about ``max_bytes``: at least one), a share
         from each peer in turn; ``resume(peer)`` for each paused peer drained to half its
-        high-water mark."""
-        out: list[EngineMessage] = []
+        high-water mark. Runs (``MessageRun``) come out as they are, split where a share or
+        ``max_bytes`` ends inside one."""
+        out: list[Union[EngineMessage, MessageRun]] = []
         readable = self.readable
         size = 0
+        count = 0
         limit = max_bytes if max_bytes is not None else 1 << 62
         half = self.hwm // 2
-        while readable and len(out) < max_messages and size < limit:
+        while readable and count < max_messages and size < limit:
             peer = readable.popleft()
             inbox = peer.inbox
-            share = max(1, (max_messages - len(out)) // (len(readable) + 1))
-            if share >= len(inbox) and size + peer.inbox_bytes <= limit:
-                taken = list(inbox)  # the whole queue fits: one copy, no per-message work
+            share = max(1, (max_messages - count) // (len(readable) + 1))
+            if share >= peer.inbox_count and size + peer.inbox_bytes <= limit:
+                out.extend(inbox)  # the whole queue fits: no per-message work
                 inbox.clear()
                 size += peer.inbox_bytes
-                peer.inbox_bytes = 0
+                count += peer.inbox_count
+                peer.inbox_bytes = peer.inbox_count = 0
             else:
-                taken = []
-                while inbox and len(taken) < share and size < limit:
-                    message = inbox.popleft()
-                    taken.append(message)
-                    n = len(message) if type(message) is not tuple else sum(map(len, message))
+                got = 0
+                while inbox and got < share and size < limit:
+                    message = inbox[0]
+                    if type(message) is MessageRun:
+                        k = min(message.count, share - got, message.fitting(limit - size))
+                        if k < message.count:
+                            message, inbox[0] = message.split(k)
+                        else:
+                            inbox.popleft()
+                        n = message.nbytes
+                    else:
+                        inbox.popleft()
+                        k = 1
+                        n = len(message) if type(message) is not tuple else sum(map(len, message))
+                    out.append(message)
+                    got += k
                     size += n
                     peer.inbox_bytes -= n
-            out.extend(taken)
+                    peer.inbox_count -= k
+                count += got
             if inbox:
                 readable.append(peer)
-            if peer.paused and not peer.resume_asked and len(inbox) <= half:
+            if peer.paused and not peer.resume_asked and peer.inbox_count <= half:
                 peer.resume_asked = True
                 resume(peer)
         return out

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence
 import zmq
 
 from . import transport
+from ..message_block import MessageRun
 from .codec import EngineMessage, ZmtpError
 from .connection import CLOSED, GREETING, HANDSHAKE, READY, Connection, Connector, Peer
 from .owner import Renegotiate, Settings
@@ -64,6 +65,7 @@ class Sessions:
         # bound once, the objects that never change: the hot paths take no extra step
         self._lock, self._cond, self._lb, self._orphans = state.lock, state.cond, state.lb, state.orphans
         self._fq_deliver = state.fq.deliver
+        self._fq_deliver_run = state.fq.deliver_run
         #: a send-only socket ignores what its peers send (a well-behaved peer sends nothing)
         self._send_only = settings.socket_type in (b"SCATTER", b"PUSH")
         self._poller = poller
@@ -266,6 +268,15 @@ class Sessions:
             return False
         with self._lock:
             paused = self._fq_deliver(conn.peer, messages, nbytes)
+            if self._state.waiters:
+                self._cond.notify()
+        return paused
+
+    def deliver_run(self, conn: Connection, run: MessageRun) -> bool:
+        if self._send_only:
+            return False
+        with self._lock:
+            paused = self._fq_deliver_run(conn.peer, run)
             if self._state.waiters:
                 self._cond.notify()
         return paused

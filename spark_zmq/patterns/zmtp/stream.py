@@ -10,8 +10,8 @@ its session: it reads no attribute of the engine, so the protocol can be read, a
 tested, as one object, and no module of the engine imports another back. The hot paths
 (``_read`` -> ``_feed`` -> ``_message_frames`` -> ``_frames_in_order``, and ``_flush`` ->
 ``_write`` -> ``_refill``) call the owner once per read or write batch, never per message,
-through methods bound when the connection is made. Frames are parsed and encoded by
-``codec`` alone.
+through methods bound when the connection is made. Frames are parsed (a run of one size
+in bulk) and encoded by ``codec`` alone.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import zmq
 
 from .codec import (
     COMMAND, HANDSHAKE_FRAME_LIMIT, HARD_FRAME_LIMIT, MORE, FrameTooLarge, EngineMessage, ParsedFrame, ZmtpError,
-    encode_messages, parse_frames,
+    encode_messages, parse_frames, plain_run,
 )
 from .connection import CLOSED, GREETING, HANDSHAKE, READY, Connection, Connector
 from .wire import GREETING_SIZE, command, error_from_command, greeting, parse_command, parse_greeting, socket_type_of
@@ -43,8 +43,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("spark_zmq.patterns.zmtp.engine")
 
 _READ_BYTES = 256 * 1024
-#: a peer's PINGs are answered while less than this is waiting to be written; beyond it a
-#: PING flood from a peer that does not read would grow the queue without bound
+#: a peer's PINGs are answered while less than this waits to be written (beyond it, a PING flood)
 _MAX_PENDING_REPLY_BYTES = 64 * 1024
 _IOV_MAX = 512
 #: bytes a frame of a multipart message being assembled counts for beyond its body (a
@@ -52,7 +51,6 @@ _IOV_MAX = 512
 PART_OVERHEAD = 64
 #: PING flood and malformed heartbeat warnings: at most this many per connection
 _HEARTBEAT_WARNINGS = 1
-
 
 
 class StreamEngine(Connection):
@@ -69,6 +67,7 @@ class StreamEngine(Connection):
         self._selector = selector
         # bound once: the hot paths call them per read or write batch
         self._deliver_to = owner.deliver
+        self._deliver_run = owner.deliver_run
         self._take = owner.take_outgoing
         self.multipart = settings.multipart
         #: a message (or a multipart message's frames with their overhead) larger than
@@ -238,6 +237,10 @@ class StreamEngine(Connection):
     def _message_frames(self, data: bytes, i: int) -> int:
         """Whole frames after the handshake: messages into the inbox, commands answered."""
         encrypted = self.mechanism.name != b"NULL"
+        if not encrypted and not self.in_multipart:  # frames of one size back to back, split in bulk
+            run, i = plain_run(data, i, self.message_limit)
+            if run is not None and self._deliver_run(self, run):
+                self._pause()
         overhead = 33 if encrypted else 0  # CURVE's MESSAGE: name, nonce, MAC and flags around the payload
         frames: list[ParsedFrame] = []
         too_large = None
