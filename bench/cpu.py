@@ -100,3 +100,27 @@ def not_producer(process: Process) -> bool:
 
 def is_relay(process: Process) -> bool:
     return any(r in process.cmdline for r in RELAYS)
+
+
+#: what each process of a one-row ingest run is, by its command line, in the order tried
+ROLES = (
+    ("receivers", lambda p: is_relay(p)),
+    ("source runner", lambda p: "python_streaming_source_runner" in p.cmdline),
+    ("read tasks", lambda p: "pyspark.daemon pyspark.worker" in p.cmdline),
+    ("planning workers", lambda p: "pyspark.sql.worker" in p.cmdline),
+    ("jvm", lambda p: "java" in p.cmdline),
+    ("producers", lambda p: not not_producer(p)),
+)
+
+
+def role_of(process: Process) -> str:
+    """``ROLES``' name for ``process`` (``other`` for none of them)."""
+    return next((name for name, test in ROLES if test(process)), "other")
+
+
+def by_role(before: Snapshot, after: Snapshot) -> dict[str, float]:
+    """CPU seconds between two snapshots by ``role_of`` (Spark's JVM, its Python read
+    tasks and planning workers, the streaming source runner that hosts a Python source's
+    reader, the connector's receiver processes, the producers): where a message's cost goes."""
+    return {name: used(before, after, lambda p, name=name: role_of(p) == name)
+            for name in [n for n, _ in ROLES] + ["other"]}

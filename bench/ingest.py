@@ -102,6 +102,8 @@ def connector(spark, count: int, kind: str, arg: int, channels: int = 1, pattern
                         reader_pid = int(lock.read().strip())
                     receiving = cpu_tree.used(before, after, lambda p: p.pid == reader_pid)
                 producing = cpu_tree.used(before, after, lambda p: not cpu_tree.not_producer(p))
+                cpu["by_role_us_per_msg"] = {role: spent / messages * 1e6
+                                             for role, spent in cpu_tree.by_role(before, after).items()}
                 cpu.update({"messages": messages, "total_us_per_msg": total / messages * 1e6,
                             "producer_us_per_msg": producing / messages * 1e6,
                             "receiving_us_per_msg": receiving / messages * 1e6,
@@ -223,8 +225,11 @@ def memory_rows(spark, count: int, size: int, cpu: Optional[dict] = None, pacing
                 print(f"note: the paced in-memory rows source ran micro-batches of {replayed} messages, "
                       f"the connector's were {list(pacing)}", flush=True)
         if cpu is not None:
-            spent = cpu_tree.used(before, cpu_tree.snapshot(follow=before))
-            cpu.update({"messages": count, "total_us_per_msg": spent / count * 1e6})
+            after = cpu_tree.snapshot(follow=before)
+            spent = cpu_tree.used(before, after)
+            cpu.update({"messages": count, "total_us_per_msg": spent / count * 1e6,
+                        "by_role_us_per_msg": {role: used / count * 1e6
+                                               for role, used in cpu_tree.by_role(before, after).items()}})
     finally:
         query.stop()
     return count / (finished - started)

@@ -40,6 +40,7 @@ def _markdown(results: list[dict], smoke: bool, command: str) -> str:
     notes = [fixed_cost_line(r) for r in results if r.get("fixed_cost_s")]
     notes += [(curve_budget_line if r["scenario"].startswith("curve-") else budget_line)(r)
               for r in results if r.get("cpu_budget")]
+    notes += [roles_line(r) for r in results if r.get("cpu_budget", {}).get("by_role_us_per_msg")]
     skipped = next((r["wire_limit_skipped"] for r in results if r.get("wire_limit_skipped")), None)
     if skipped:
         notes.append(wire_line(skipped))
@@ -125,6 +126,17 @@ def _cores(b: dict) -> str:
     """A CPU budget's verdict: the cores the target needs against the machine's."""
     return f"{b['cores_needed']:.2f} cores, {'more than' if b['cores_needed'] > b['cores'] else 'within'} this " \
            f"machine's {b['cores']}"
+
+
+def roles_line(r: dict) -> str:
+    """CPU a message by process for the connector and the in-memory sources (``cpu.ROLES``),
+    as one line per contender: where each spends it, so the connector's own share and
+    Spark's share of a connector row can be held against a plain Python source's."""
+    lines = []
+    for contender, roles in r["cpu_budget"].get("by_role_us_per_msg", {}).items():
+        shown = ", ".join(f"{role} {us:.2f}" for role, us in roles.items() if us >= 0.005)
+        lines.append(f"{r['scenario']}: CPU us a message by process, {contender}: {shown}")
+    return "\n".join(lines)
 
 
 def budget_line(r: dict) -> str:

@@ -203,6 +203,12 @@ def cpu_budget(row: dict, cpu: dict[str, list[dict]]) -> dict:
               "connector_us_per_msg": median("connector", "total_us_per_msg"),
               "receiving_us_per_msg": median("connector", "receiving_us_per_msg"),
               "producer_us_per_msg": median("connector", "producer_us_per_msg")}
+    # CPU a message by process (Spark's JVM, its read tasks, the source runner, the receivers...)
+    budget["by_role_us_per_msg"] = {
+        contender: {role: statistics.median(c["by_role_us_per_msg"][role] for c in cpu[contender])
+                    for role in cpu[contender][0]["by_role_us_per_msg"]}
+        for contender in ("connector", "in-memory Python source", PACED)
+        if cpu.get(contender) and "by_role_us_per_msg" in cpu[contender][0]}
     parts = budget["spark_us_per_msg"]
     if cpu.get(wire.NAME):
         budget["c_sender_us_per_msg"] = median(wire.NAME, "sender_us_per_msg")
@@ -261,6 +267,7 @@ def one_row_ingest(spark, name: str, count: int, size: int, socket_count: int, r
         row["wire_library"] = wire.library()
     row["cpu_budget"] = cpu_budget(row, cpu)
     print(report.budget_line(row), flush=True)
+    print(report.roles_line(row), flush=True)
     return row
 
 
