@@ -92,24 +92,27 @@ class MessageBlock:
             run = items[0]
             return cls(run.data, run.offsets)
         datas: list[BytesLike] = []
-        lengths: list[np.ndarray] = []
+        ends: list[np.ndarray] = [np.zeros(1, np.int64)]  # each piece's message ends, from 0 on
+        base = 0
         loose: list[bytes] = []  # single messages since the last run
 
         def flush_loose() -> None:
+            nonlocal base
             if loose:
                 datas.extend(loose)
-                lengths.append(np.fromiter(map(len, loose), np.int64, len(loose)))
+                piece = np.cumsum(np.fromiter(map(len, loose), np.int64, len(loose)))
+                piece += base
+                ends.append(piece)
+                base = int(piece[-1])
                 loose.clear()
 
         for item in items:
             if type(item) is MessageRun:
                 flush_loose()
                 datas.append(item.data)
-                lengths.append(np.diff(item.offsets))
+                ends.append(item.offsets[1:] + base)
+                base += item.nbytes
             else:
                 loose.append(item)  # type: ignore[arg-type]
         flush_loose()
-        sizes = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
-        offsets = np.zeros(len(sizes) + 1, np.int64)
-        np.cumsum(sizes, out=offsets[1:])
-        return cls(b"".join(datas), offsets)
+        return cls(b"".join(datas), np.concatenate(ends))

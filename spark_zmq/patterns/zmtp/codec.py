@@ -176,13 +176,9 @@ def plain_run(data: Union[bytes, memoryview], i: int, limit: int) -> tuple[Optio
     if size > limit or count < RUN_MIN or data[i + stride:i + stride + head] != data[i:i + head]:
         return None, i  # (the second frame's header compared first: a cheap no for mixed sizes)
     rows = np.frombuffer(data, np.uint8, count * stride, i).reshape(count, stride)
-    if head == 2:
-        differ = (rows[:, 0] != flags) | (rows[:, 1] != size)
-    else:
-        differ = (rows[:, :head] != rows[0, :head]).any(axis=1)
-    bad = np.flatnonzero(differ)
-    if bad.size:
-        count = int(bad[0])
+    same = rows[:, :head] == rows[0, :head]
+    if not same.all():  # (two passes when every header is the same: the stream's usual case)
+        count = int(np.argmin(same.all(axis=1)))
         if count < RUN_MIN:
             return None, i
     bodies = rows[:count, head:].tobytes()
