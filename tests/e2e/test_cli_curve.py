@@ -16,6 +16,8 @@ import zmq
 import zmq.auth
 from zmq.auth.thread import ThreadAuthenticator
 
+from clitest import keygen, unboxed
+
 pytestmark = pytest.mark.timeout(120)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -49,20 +51,9 @@ def _listening(port: int, timeout: float = 60) -> None:
     raise AssertionError(f"nothing listens on port {port} after {timeout} s")
 
 
-def _flat(text: str) -> str:
-    """Rich's error box folded back into one line (it wraps long messages)."""
-    return " ".join(text.replace("│", " ").split())
-
-
 def _squashed(text: str) -> str:
     """``text`` without whitespace or box edges: the box also breaks long paths mid-word."""
     return "".join(text.replace("│", "").split())
-
-
-def _keygen(directory, name: str) -> tuple[str, str]:
-    result = _cli("keygen", name, "--dir", str(directory))
-    assert result.returncode == 0, result.stderr
-    return str(directory / f"{name}.key"), str(directory / f"{name}.key_secret")
 
 
 @pytest.fixture(scope="module")
@@ -71,9 +62,9 @@ def keys(tmp_path_factory):
     stranger, all made by ``spark-zmq keygen``: once for the module (three CLI starts, 1 s
     each idle and up to 18 s under load, were a third of its time); no test writes them."""
     tmp_path = tmp_path_factory.mktemp("keys")
-    server_public, server_secret = _keygen(tmp_path / "server", "server")
-    client_public, client_secret = _keygen(tmp_path / "client", "client")
-    _, stranger_secret = _keygen(tmp_path / "stranger", "stranger")
+    server_public, server_secret = keygen(tmp_path / "server", "server")
+    client_public, client_secret = keygen(tmp_path / "client", "client")
+    _, stranger_secret = keygen(tmp_path / "stranger", "stranger")
     authorized = tmp_path / "authorized"
     authorized.mkdir()
     (authorized / "client.key").write_bytes(open(client_public, "rb").read())
@@ -142,8 +133,8 @@ def test_unauthorized_producer_delivers_nothing_and_the_consumer_counts_the_refu
     out, err = consumer.communicate(timeout=90)
     # the producer learns of the refusal and says so, instead of lingering and reporting 100 sent
     assert produced.returncode == 1, produced.stdout + produced.stderr
-    assert "none of the 100 messages can be delivered" in _flat(produced.stderr)
-    assert "refused this side's CURVE certificate" in _flat(produced.stderr)
+    assert "none of the 100 messages can be delivered" in unboxed(produced.stderr)
+    assert "refused this side's CURVE certificate" in unboxed(produced.stderr)
     assert consumer.returncode == 1
     assert "received 0 messages" in out
     summary = err.strip().splitlines()[-1]
@@ -185,7 +176,7 @@ def test_a_refused_producer_whose_queue_is_full_fails_instead_of_blocking_foreve
         consumer.kill()
         consumer.communicate()
     assert stranger.returncode == 1
-    assert "CURVE handshake(s) rejected and none accepted" in _flat(stranger.stderr), stranger.stderr
+    assert "CURVE handshake(s) rejected and none accepted" in unboxed(stranger.stderr), stranger.stderr
 
 
 def test_a_server_accepting_any_key_takes_a_client_it_has_never_seen(free_port, keys):
@@ -200,7 +191,7 @@ def test_a_server_accepting_any_key_takes_a_client_it_has_never_seen(free_port, 
 
 
 def test_a_client_with_the_wrong_server_key_is_refused_on_both_sides(free_port, keys, tmp_path):
-    other_public, _ = _keygen(tmp_path / "other", "other")
+    other_public, _ = keygen(tmp_path / "other", "other")
     consumer = _consumer(f"@tcp://127.0.0.1:{free_port}", "--count", "10", "--timeout", "4",
                          "--curve-certificate", keys["server_secret"], "--curve-authorized-keys", "*")
     _listening(free_port)

@@ -17,6 +17,7 @@ import zmq
 import spark_zmq
 from spark_zmq.patterns import Broker
 from spark_zmq.worker import serve
+from clitest import keygen, unboxed
 from zmqtest import free_ports
 
 pytestmark = pytest.mark.timeout(120)
@@ -50,17 +51,6 @@ def test_py_typed_ships_with_the_package():
 # -- the servers' CURVE refusals and warnings ----------------------------------------------------
 
 
-def _flat(text: str) -> str:
-    """Rich's error box folded back into one line (it wraps long messages)."""
-    return " ".join(text.replace("│", " ").split())
-
-
-def _keygen(directory, name: str) -> tuple[str, str]:
-    result = _cli("keygen", name, "--dir", str(directory))
-    assert result.returncode == 0, result.stderr
-    return str(directory / f"{name}.key"), str(directory / f"{name}.key_secret")
-
-
 def _broker_banner(*args: str) -> str:
     """What ``spark-zmq broker`` prints on stderr up to its banner (``broker: frontend ...``),
     then stops it."""
@@ -83,20 +73,20 @@ def test_a_relay_with_a_certificate_but_no_reader_keys_refuses_to_serve_listen_i
     """--curve-certificate with --curve-server-key (the receiving sockets are CURVE clients)
     but no --reader-authorized-keys served --listen without CURVE: a plain client attached
     and learnt the spool's directory. Now a usage error naming the missing flag."""
-    pub_public, _ = _keygen(tmp_path, "pub")
-    _, relay_secret = _keygen(tmp_path, "relay")
+    pub_public, _ = keygen(tmp_path, "pub")
+    _, relay_secret = keygen(tmp_path, "relay")
     result = _cli("relay", "--endpoints", f">tcp://127.0.0.1:{free_port}", "--pattern", "sub",
                   "--listen", f"tcp://127.0.0.1:{free_port + 1}", "--spool-dir", str(tmp_path / "spool"),
                   "--curve-certificate", relay_secret, "--curve-server-key", pub_public)
     assert result.returncode == 2, result.stderr
-    flat = _flat(result.stderr)
+    flat = unboxed(result.stderr)
     assert "--listen, which queries read" in flat and "would serve without CURVE" in flat, flat
     assert "--reader-authorized-keys" in flat and "Traceback" not in result.stderr
     assert not (tmp_path / "spool").exists()  # refused before anything was opened
 
 
 def test_a_broker_without_curve_off_loopback_warns_and_on_loopback_does_not(free_port):
-    exposed = _flat(_broker_banner("--frontend", f"@tcp://0.0.0.0:{free_port}",
+    exposed = unboxed(_broker_banner("--frontend", f"@tcp://0.0.0.0:{free_port}",
                                    "--backend", f"@tcp://127.0.0.1:{free_port + 1}"))
     assert "warning:" in exposed and f"tcp://0.0.0.0:{free_port} without CURVE" in exposed, exposed
     assert f"tcp://127.0.0.1:{free_port + 1}" not in exposed.split("without CURVE")[0]
@@ -150,7 +140,7 @@ def test_ping_answers_for_a_live_relay_broker_and_worker(tmp_path):
 def test_ping_of_nothing_listening_says_refused_at_once(free_port):
     result, took = _ping(f"tcp://127.0.0.1:{free_port}", "--timeout", "5")
     assert result.returncode == 1
-    assert "refused: nothing listens at" in _flat(result.stderr), result.stderr
+    assert "refused: nothing listens at" in unboxed(result.stderr), result.stderr
     assert took < 4  # told by the refusal, not by the timeout
 
 
@@ -165,13 +155,13 @@ def test_ping_of_a_stuck_tcp_peer_and_a_silent_zeromq_peer_says_silent_within_th
     finally:
         stuck.close()
     assert result.returncode == 1
-    assert "never completed the ZeroMQ handshake within 1 s" in _flat(result.stderr), result.stderr
+    assert "never completed the ZeroMQ handshake within 1 s" in unboxed(result.stderr), result.stderr
     assert 1 <= took < 4
     router = ctx.socket(zmq.ROUTER)
     router.bind(f"tcp://127.0.0.1:{free_port}")
     result, took = _ping(f"tcp://127.0.0.1:{free_port}", "--timeout", "1")
     assert result.returncode == 1
-    assert "completed the ZeroMQ handshake but did not answer within 1 s" in _flat(result.stderr), result.stderr
+    assert "completed the ZeroMQ handshake but did not answer within 1 s" in unboxed(result.stderr), result.stderr
     assert 1 <= took < 4
 
 
@@ -179,7 +169,7 @@ def test_ping_of_a_socket_that_is_no_service_says_wrong_service(free_port, ctx):
     pull = ctx.socket(zmq.PULL)  # takes no requests: the handshake fails on socket types
     pull.bind(f"tcp://127.0.0.1:{free_port}")
     result, _ = _ping(f"tcp://127.0.0.1:{free_port}", "--timeout", "3")
-    assert result.returncode == 1 and "is not a relay, broker frontend or worker" in _flat(result.stderr)
+    assert result.returncode == 1 and "is not a relay, broker frontend or worker" in unboxed(result.stderr)
     pull.close(linger=0)
     echo = ctx.socket(zmq.ROUTER)  # answers, but not as a spark-zmq service
     echo.bind(f"tcp://127.0.0.1:{free_port + 1}")
@@ -188,13 +178,13 @@ def test_ping_of_a_socket_that_is_no_service_says_wrong_service(free_port, ctx):
     answering.start()
     result, _ = _ping(f"tcp://127.0.0.1:{free_port + 1}", "--timeout", "3")
     answering.join(5)
-    assert result.returncode == 1 and "wrong service" in _flat(result.stderr), result.stderr
+    assert result.returncode == 1 and "wrong service" in unboxed(result.stderr), result.stderr
 
 
 def test_ping_of_a_curve_broker_with_its_keys_without_them_and_with_a_stranger(tmp_path):
-    server_public, server_secret = _keygen(tmp_path / "server", "server")
-    client_public, client_secret = _keygen(tmp_path / "client", "client")
-    _, stranger_secret = _keygen(tmp_path / "stranger", "stranger")
+    server_public, server_secret = keygen(tmp_path / "server", "server")
+    client_public, client_secret = keygen(tmp_path / "client", "client")
+    _, stranger_secret = keygen(tmp_path / "stranger", "stranger")
     front, back = free_ports(2)
     broker = subprocess.Popen([CLI, "broker", "--frontend", f"@tcp://127.0.0.1:{front}", "--backend",
                                f"@tcp://127.0.0.1:{back}", "--curve-certificate", server_secret,
@@ -209,11 +199,11 @@ def test_ping_of_a_curve_broker_with_its_keys_without_them_and_with_a_stranger(t
         result, took = _ping(address, "--curve-certificate", client_secret, "--curve-server-key", server_public)
         assert result.returncode == 0 and result.stdout.startswith("broker at"), result.stderr
         result, _ = _ping(address, "--curve-certificate", stranger_secret, "--curve-server-key", server_public)
-        assert result.returncode == 1 and "CURVE rejected" in _flat(result.stderr), result.stderr
+        assert result.returncode == 1 and "CURVE rejected" in unboxed(result.stderr), result.stderr
         result, _ = _ping(address, "--timeout", "3")
-        assert result.returncode == 1 and "CURVE" in _flat(result.stderr), result.stderr
+        assert result.returncode == 1 and "CURVE" in unboxed(result.stderr), result.stderr
         result = _cli("ping", address, "--curve-certificate", client_secret)
-        assert result.returncode == 2 and "--curve-server-key" in _flat(result.stderr)
+        assert result.returncode == 2 and "--curve-server-key" in unboxed(result.stderr)
     finally:
         broker.terminate()
         broker.wait(30)
