@@ -15,6 +15,7 @@ libzmq tells a sender that its queued messages have left the process.
 
 from __future__ import annotations
 
+import errno
 import time
 from typing import Optional
 
@@ -23,11 +24,36 @@ import zmq
 from ..options import SinkOptions
 from ..patterns import SendingWire, SendTimeoutError, sending_wire
 
-__all__ = ["TaskSender", "SinkTimeoutError"]
+__all__ = ["TaskSender", "SinkTimeoutError", "SinkBindError"]
 
 
 class SinkTimeoutError(TimeoutError):
     """A write task could not hand its messages to a peer within ``sendTimeoutMs``."""
+
+
+class SinkBindError(OSError):
+    """A write task could not bind an address of option ``endpoints``: it is in use, most
+    often by another write task of the same DataFrame on this host."""
+
+
+def bind_conflict(options: SinkOptions, exc: OSError) -> Optional[SinkBindError]:
+    """The clear error for a bind that failed because its address is in use, or None.
+
+    Why the sink says more than "address in use": every write task opens its own socket, so
+    an endpoint that binds takes one task, hence one partition, per host; the usual cause is
+    the DataFrame's other partitions, and Spark's Python writer never tells the driver how
+    many there are, so only the task that loses the race can say so."""
+    binds = [e for e in options.endpoints if e.bind]
+    if exc.errno != errno.EADDRINUSE or not binds:
+        return None
+    named = [e for e in binds if e.address in str(exc)] or binds
+    addresses = ", ".join(e.address for e in named)
+    return SinkBindError(errno.EADDRINUSE, (
+        f"option 'endpoints' binds {addresses} ('@'), and this write task cannot: the address is in use, by "
+        "another write task of this DataFrame on this host or by another process. Each write task opens its "
+        "own socket, so a bind endpoint takes one partition per host: write df.coalesce(1) (or "
+        "df.repartition(1)), or connect instead (an endpoint without '@', or '>tcp://...') to a bound consumer "
+        f"or a broker. ({exc.strerror or exc})"))
 
 
 class TaskSender:
@@ -43,8 +69,23 @@ class TaskSender:
             common["curve"] = options.curve
         if options.tuning is not None:  # the zmq.* options, over the choices below
             common["tuning"] = options.tuning
-        endpoints = [str(e) for e in options.endpoints]
         self.socket: SendingWire
+        try:
+            self._open(options, common)
+        except OSError as exc:
+            if self.context is not None:
+                self.context.term()
+            clear = bind_conflict(options, exc)
+            if clear is None:
+                raise
+            raise clear from exc
+        self.sent = 0
+        #: pub only: messages dropped because a subscriber's queue was at the high-water mark
+        self.dropped = 0
+
+    def _open(self, options: SinkOptions, common: dict) -> None:
+        """The task's socket (``self.socket``), bound and connected to every endpoint."""
+        endpoints = [str(e) for e in options.endpoints]
         if options.pattern == "pub":
             # XPUB is PUB on the wire; it also shows us the subscriptions, so we can wait
             # for subscribers before publishing (PUB/SUB's slow-joiner problem). NODROP
@@ -60,9 +101,6 @@ class TaskSender:
                 options.pattern, endpoints, immediate=True, confirm=True,
                 monitor=zmq.EVENT_HANDSHAKE_SUCCEEDED, **common
             )
-        self.sent = 0
-        #: pub only: messages dropped because a subscriber's queue was at the high-water mark
-        self.dropped = 0
 
     def wait_for_peers(self) -> None:
         """Wait until every connect endpoint has a peer (up to 5 s, so the load spreads
