@@ -25,6 +25,7 @@ import errno
 import itertools
 import json
 import logging
+import re
 import socket
 import threading
 import time
@@ -41,7 +42,7 @@ from ..patterns.curve import Curve
 from ..patterns.curve_keys import KeyPair
 from .spool_format import SPOOL_SCHEMA, DataLossError
 from .loss import LossPolicy
-from .spool_reader import read_range
+from .spool_reader import gone_from_relay, read_range
 
 __all__ = ["SpoolServer", "FetchAccess", "fetch_range", "FetchError", "bind_address", "listen_candidates", "bind_first",
            "CONNECT_S"]
@@ -176,6 +177,8 @@ class SpoolServer:
         self.dropped_replies = 0
         self._drop_logged: Optional[float] = None  # when a drop was last logged (monotonic)
         self._control = control
+        #: whose spool this serves, for errors: a relay passes its ROUTER (``router``)
+        self.owner = "the relay" if router is not None else "the driver"
         #: ``authorize(request)``: why a fetch request is refused, or None (a relay's lease check)
         self._authorize = authorize
         if router is not None:
@@ -278,7 +281,7 @@ class SpoolServer:
         except DataLossError as exc:
             log.error("spool fetch of channel %d offsets %d..%d: %s", channel, start, end, exc)
             return [b"error", (f"DataLossError: offsets {start}..{end} of channel {channel} cannot be read from "
-                               "the driver's spool (the driver's log says why)").encode()]
+                               f"{self.owner}'s spool ({self.owner}'s log says why)").encode()]
         except Exception:
             reference = uuid.uuid4().hex[:8]
             log.exception("spool fetch of channel %d offsets %d..%d failed (reference %s)", channel, start, end,
@@ -352,6 +355,28 @@ def _exchange(dealer: Dealer, request: dict[str, Any], request_id: int, timeout:
             return reply[:-1] if echoed is not None else reply
 
 
+#: a spool server's answer for offsets it could not read, in words that name no place
+_UNREADABLE = re.compile(r"DataLossError: offsets (\d+)\.\.(\d+) of channel \d+ cannot be read from ")
+
+
+def _loss_message(access: FetchAccess, message: str, channel: int) -> str:
+    """A server's data-loss answer as the task's error. The driver's words stand as they
+    are. A relay's name the relay (its address) and its channel: its own reasons (a reader
+    that lagged past its retention) with the relay named in them, and for offsets it could
+    not read, why a relay loses what a batch planned on it needs and what to do (its log
+    names the files). Said here, where the address the query uses is known."""
+    if access.server_name == "the driver":
+        return message
+    unreadable = _UNREADABLE.match(message)
+    if unreadable is not None:
+        return (gone_from_relay(access.server_name, channel, int(unreadable[1]), int(unreadable[2]),
+                                "cannot be read from its spool (its log says why)")
+                + ". Set failOnDataLoss=false to skip such offsets (they are logged there).")
+    words = message.removeprefix("DataLossError: ")
+    named = words.replace(f" of channel {channel} ", f" of channel {channel} of {access.server_name} ", 1)
+    return named if named != words else f"{words} ({access.server_name}, its channel {channel})"
+
+
 def _await_handshake(dealer: Dealer, access: FetchAccess, within: float, what: str) -> None:
     """Return once the connection to the spool server has completed its ZeroMQ handshake;
     fail within ``within`` seconds naming the address and what to set when it does not
@@ -410,7 +435,7 @@ def fetch_range(
             if status != b"ok":
                 message = reply[2].decode("utf-8", "replace")
                 if message.startswith("DataLossError"):
-                    raise DataLossError(message)
+                    raise DataLossError(_loss_message(access, message, channel))
                 raise FetchError(f"{access.server_name}'s spool server at {endpoint} failed: {message}")
             reached = int(reply[2])
             if reached <= position:

@@ -10,14 +10,18 @@ fails is a ``DataLossError`` naming the channel, the offsets and the file, or, w
 
 Local or fetched: a task that sees the driver's spool directory (local and
 local-cluster mode, a shared filesystem) maps its files directly; otherwise it fetches
-the range from the driver's spool server (``fetch``).
+the range from the driver's spool server (``fetch``). A query that reads relays reads a
+relay's spool the same way (in place on the relay's host, else from the relay's port);
+its losses then name the relay (``owner``), whose retention frees what a lagging query
+has not read: the user must learn which relay and channel, not "the driver's spool".
 """
 
 from __future__ import annotations
 
 import bisect
 import os
-from typing import Iterable, Iterator, Optional, Sequence, Union
+from dataclasses import replace
+from typing import Callable, Iterable, Iterator, Optional, Sequence, Union
 
 import pyarrow as pa
 
@@ -35,11 +39,27 @@ from .spool_format import (
     scan_records,
 )
 
-__all__ = ["read_range", "coalesce", "sees_spool", "DataLossError", "LossPolicy", "LostRange", "skip_loss"]
+__all__ = ["read_range", "coalesce", "sees_spool", "DataLossError", "LossPolicy", "LostRange", "skip_loss",
+           "gone_from_relay"]
 
 #: skip and log what cannot be read, counting it nowhere the user sees: for reading a
 #: spool known to be damaged (a query passes its own ``LossPolicy``)
 skip_loss = LossPolicy(fail=False)
+
+
+def gone_from_relay(owner: str, channel: int, start: int, end: int, where: str) -> str:
+    """The words for offsets a relay's spool no longer has, naming the relay (``owner``,
+    ``"the relay at tcp://host:port"``) and its channel, and why that happens: the batch
+    was planned while the relay held them, and its retention freed them before the read
+    task came (a query lagging behind ``--retention-bytes``/``--retention-seconds``). A
+    query's own receiver process (``receivers=processes``) has no retention: its spool's
+    files were removed."""
+    said = f"offsets {start}..{end} of channel {channel} of {owner} {where}"
+    if not owner.startswith("the relay at "):  # the labels of ``source.relays``
+        return said + ": its spool's files were removed after this batch was planned"
+    return (said + ": the relay freed them after this batch was planned (its --retention-bytes or "
+            "--retention-seconds frees what a lagging query has not read yet) or its spool files were removed; "
+            "give the relay more retention or let the query keep up")
 
 
 def sees_spool(spool_dir: str, owner_id: str) -> bool:
@@ -74,6 +94,7 @@ def read_range(
     *,
     spool_id: Optional[str] = None,
     on_loss: Optional[LossPolicy] = None,
+    owner: Optional[str] = None,
 ) -> Iterator[tuple[int, pa.RecordBatch]]:
     """Yield ``(first offset, spool batch)`` covering ``[start, end)`` of a channel, in
     offset order.
@@ -83,11 +104,15 @@ def read_range(
     ``spool_id``, segments of any other spool are refused. Offsets that are missing or
     unreadable go to ``on_loss`` (raise, the default, or log and skip); the batches yielded
     then cover the rest of the range.
+
+    ``owner`` names whose spool it is when it is not the query's own (the driver's): a
+    relay's (``"the relay at tcp://host:port"``, read in place on its host), named in
+    every loss; ``channel`` is then the relay's channel.
     """
     if end <= start:
         return
-    if on_loss is None:
-        on_loss = LossPolicy(fail=True)
+    policy = on_loss if on_loss is not None else LossPolicy(fail=True)
+    lose: Callable[[LostRange], None] = policy if owner is None else _naming(policy, owner)
     directory = os.path.join(spool_dir, f"ch-{channel}")
     segments = _segments(directory)
     # The segment holding ``start``: the last one that begins at or before it.
@@ -110,10 +135,10 @@ def read_range(
             if first >= end:
                 break
             # its offsets show as a gap before the next readable record
-            on_loss(LostRange(channel, position, position, text=f"segment {path} of channel {channel} is unreadable ({exc})"))
+            lose(LostRange(channel, position, position, text=f"segment {path} of channel {channel} is unreadable ({exc})"))
             continue
         if spool_id is not None and header.spool_id.hex() != spool_id:
-            on_loss(LostRange(channel, position, end, text=(
+            lose(LostRange(channel, position, end, text=(
                 f"offsets {position}..{end} of channel {channel} were planned on spool {spool_id}, but {path} "
                 f"belongs to spool {header.spool_id.hex()}: the spool directory {spool_dir!r} was recreated"
             )))
@@ -138,20 +163,20 @@ def read_range(
             tail = None
             if record.first > position:
                 where = previous_tail if record.position == byte_position and previous_tail else path
-                on_loss(LostRange(channel, position, min(record.first, end),
+                lose(LostRange(channel, position, min(record.first, end),
                                   text=f"offsets {position}..{min(record.first, end)} of channel {channel} are "
                                        f"missing (unreadable in {where})"))
                 position = record.first
                 if position >= end:
                     return
             if record.damage is not None:
-                on_loss(_in_record(channel, path, record, record.damage))
+                lose(_in_record(channel, path, record, record.damage))
                 position = record.end
                 continue
             try:
                 batch = read_body(view, record)
             except (pa.ArrowException, ValueError, OSError) as exc:
-                on_loss(_in_record(channel, path, record, exc))
+                lose(_in_record(channel, path, record, exc))
                 position = record.end
                 continue
             lo, hi = position - record.first, min(end, record.end) - record.first
@@ -161,13 +186,22 @@ def read_range(
                 return
     if position < end:
         if tail is not None:
-            on_loss(LostRange(channel, position, end,
+            lose(LostRange(channel, position, end,
                               text=f"offsets {position}..{end} of channel {channel} are missing (unreadable in {tail})"))
             return
-        on_loss(LostRange(channel, position, end, text=(
+        if owner is not None:
+            policy(LostRange(channel, position, end, text=gone_from_relay(
+                owner, channel, position, end, f"are no longer in its spool {spool_dir!r}")))
+            return
+        lose(LostRange(channel, position, end, text=(
             f"offsets {position}..{end} of channel {channel} are not in the spool {spool_dir!r} "
             "(deleted or pruned, or written on another machine: executors must see the driver's spoolDir)"
         )))
+
+
+def _naming(policy: LossPolicy, owner: str) -> Callable[[LostRange], None]:
+    """``policy``, with ``owner`` named after each loss's words (as a relay's own reports are)."""
+    return lambda loss: policy(replace(loss, text=f"{loss.describe()} ({owner})"))
 
 
 def _in_record(channel: int, path: str, record: Record, damage: object) -> LostRange:

@@ -133,7 +133,8 @@ def test_byte_retention_frees_past_a_lagging_reader_whose_next_fetch_reports_the
         sizes = [size for _, size, _, _ in spooled.ingest.spool.channels[0].segment_ages()]
         spooled.retention_bytes = sizes[1] + sizes[2]  # room for the two newest segments only
         wait_until(lambda: _earliest(spooled) == 300, 30, "retention to free the oldest segment")
-        with pytest.raises(DataLossError, match=r"offsets 0\.\.300 of channel 0"):
+        with pytest.raises(DataLossError, match=r"offsets 0\.\.300 of channel 0 of the relay at tcp://127\.0\.0\.1:\d+ "
+                                                r"were freed"):
             _fetch(spooled, lagging, 0, 900)
         assert _fetch(spooled, lagging, 300, 900) == list(range(300, 900))
         listed = {r["name"]: r for r in lagging.call(Op.READERS)["readers"]}
