@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -310,20 +311,42 @@ def test_a_failed_batch_write_then_its_retry_reach_a_committed_only_query_once(s
     the reading query that none of its messages counts, so the retry (a new write) is
     delivered at once, each row once, instead of waiting behind the failed write's messages."""
     endpoint = f"tcp://127.0.0.1:{free_port}"
-    reader = (spark.readStream.format("zmq").option("endpoints", "@" + endpoint).option("format", "arrow")
-              .option("committedOnly", "true").option("spoolDir", spool_dir).schema("id long").load()
-              .writeStream.format("memory").queryName("committed_retried_write")
-              .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(processingTime="200 milliseconds")
-              .start())
+    # a query held by an undecided write plans no batch, so its progress (what the test reads
+    # of its spool) is refreshed only at this interval (10 s by default)
+    idle_progress = "spark.sql.streaming.noDataProgressEventInterval"
+    before = spark.conf.get(idle_progress)
+    spark.conf.set(idle_progress, "200ms")
+    try:
+        reader = (spark.readStream.format("zmq").option("endpoints", "@" + endpoint).option("format", "arrow")
+                  .option("committedOnly", "true").option("spoolDir", spool_dir).schema("id long").load()
+                  .writeStream.format("memory").queryName("committed_retried_write")
+                  .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(processingTime="200 milliseconds")
+                  .start())
+    finally:
+        spark.conf.set(idle_progress, before)
+
+    # The failed write's messages must reach the reading query before its task fails (an
+    # abort drops what a task still has queued): they are what would hold the query were the
+    # aborted write's empty record missing. The failing row waits for a thread here to see
+    # three of them spooled (the other task's 1,500 rows, 500 a message, run on meanwhile).
+    spooled = str(tmp_path / "failed-write-spooled")
+    stop = threading.Event()
+
+    def mark_when_spooled() -> None:
+        while not stop.is_set():
+            if messages_spooled(reader) >= 3:
+                open(spooled, "w").close()
+                return
+            stop.wait(0.05)
 
     @F.udf("long")
     def fail_late(i):
         if i == BATCH_WRITE_ROWS - 10:
             import time
 
-            # the task's earlier messages leave its socket before it fails (an abort drops
-            # what is still queued), so they reach the reading query and would hold it
-            time.sleep(1)
+            deadline = time.monotonic() + 60
+            while not os.path.exists(spooled) and time.monotonic() < deadline:
+                time.sleep(0.02)
             raise RuntimeError("injected failure of a batch write's task")
         return i
 
@@ -331,12 +354,15 @@ def test_a_failed_batch_write_then_its_retry_reach_a_committed_only_query_once(s
         (df.write.format("zmq").mode("append").option("endpoints", endpoint).option("format", "arrow")
          .option("rowsPerMessage", 500).save())
 
+    watcher = threading.Thread(target=mark_when_spooled, daemon=True)
+    watcher.start()
     try:
         rows = spark.range(0, BATCH_WRITE_ROWS, numPartitions=2)
         with pytest.raises(Exception, match="injected failure"):
             write(rows.select(fail_late("id").alias("id")))
-        # the failed write's messages and its empty record reached the reading query
-        wait_until(lambda: messages_spooled(reader) >= 3, 60, "the failed write's messages spooled")
+        assert os.path.exists(spooled), "the failed write's messages had not reached the reading query when it failed"
+        # its messages and its empty record reached the reading query
+        wait_until(lambda: messages_spooled(reader) >= 4, 60, "the failed write's record spooled")
         write(rows)
 
         def count() -> int:
@@ -346,6 +372,7 @@ def test_a_failed_batch_write_then_its_retry_reach_a_committed_only_query_once(s
         result = spark.sql("select count(*), count(distinct id) from committed_retried_write").first()
         assert tuple(result) == (BATCH_WRITE_ROWS, BATCH_WRITE_ROWS)
     finally:
+        stop.set()
         stop_all([reader])
 
 
