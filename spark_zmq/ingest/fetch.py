@@ -69,6 +69,10 @@ CONNECT_S = 10.0
 T = TypeVar("T")
 
 
+#: how long the serving thread waits for a request before it looks around (the socket's
+#: handshake monitor); ``close`` interrupts it, so an idle service sleeps in the kernel
+_IDLE_S = 2.0
+
 class FetchError(RuntimeError):
     """The driver could not serve a spool range (or could not be reached)."""
 
@@ -204,7 +208,7 @@ class SpoolServer:
         watch = self._router.handshakes
         while not self._stopping.is_set():
             try:
-                frames = self._router.recv_multipart(timeout=0.1)
+                frames = self._router.recv_multipart(timeout=_IDLE_S)
             except TimeoutError:
                 frames = None
             except SocketClosedError:
@@ -313,6 +317,7 @@ class SpoolServer:
         """Stop the serving thread, then close its socket: closing first raced the thread's
         read of the socket's monitor (a ``ZMQError`` on a closed socket in that thread)."""
         self._stopping.set()
+        self._router.interrupt()  # the thread waits in a receive
         self._thread.join(5)
         self._router.close(linger=0)
 

@@ -30,7 +30,9 @@ __all__ = ["Receiver", "open_channel_socket", "messages_to_batch"]
 
 log = logging.getLogger(__name__)
 
-_POLL_S = 0.1
+#: how long a receive waits for a message before the loop looks around (CURVE's handshake
+#: count); ``stop`` interrupts it, so an idle receiver sleeps in the kernel meanwhile
+_POLL_S = 2.0
 
 
 def open_channel_socket(
@@ -200,6 +202,7 @@ class Receiver:
     def stop(self, timeout: float = 5.0, drain: bool = True) -> None:
         """Stop receiving, spool what the socket already holds (``drain``), then close it."""
         self._stop.set()
+        self.socket.interrupt()  # the thread may wait in a receive
         self._thread.join(timeout)
         try:
             if drain and not self._thread.is_alive() and self.error is None:

@@ -294,6 +294,14 @@ class PatternSocket:
         self._check_recv(max_messages)
         return self._wire.receive_block(max_messages, timeout_deadline(timeout), max_bytes)
 
+    def interrupt(self) -> None:
+        """Make a receive blocked in another thread give up now with ``TimeoutError`` (and
+        ``poll_recv`` return ``False``), as if its timeout had passed; later calls are not
+        affected. Why: a loop that receives with a long timeout (a receiver, a service)
+        waits in the kernel while idle, and its ``stop()`` interrupts it to look at its stop
+        flag, instead of the loop waking up every few milliseconds to look."""
+        self._wire.interrupt()
+
     def poll_recv(self, timeout: Optional[float] = 0.0) -> bool:
         """Whether a message is ready to receive, waiting up to ``timeout`` seconds for one."""
         self._check_can_recv()

@@ -6,6 +6,12 @@ at whether the socket is closing (``SocketClosedError``) and whether its deadlin
 otherwise wait forever, within a slice. The caller always looks once before it gives up,
 even when the deadline has already passed (``timeout=0`` looks once, never zero times).
 
+What wakes a waiter early: a message or room (the engine's I/O thread notifies its
+condition; libzmq's socket polls ready), ``close()`` and ``interrupt()`` (the engine's
+condition is notified; the libzmq wire writes to a pipe it polls beside its socket). So
+after its first look a call waits in slices of ``IDLE_SLICE_S``: an idle receiver, relay or
+service waits in the kernel, not in a loop of wake-ups (ten a second per thread before).
+
 Both wires wait by this rule: the libzmq wire (``libzmq_wire``) polls its socket for a
 slice, the engine's callers (``zmtp.engine.Engine._wait_until``) wait on the engine's
 condition for a slice; ``next_slice`` is the step between two looks for both.
@@ -21,10 +27,13 @@ from __future__ import annotations
 import time
 from typing import Callable, Optional
 
-__all__ = ["WAIT_SLICE_S", "SendTimeoutError", "SocketClosedError", "SocketState", "first_slice", "next_slice"]
+__all__ = ["WAIT_SLICE_S", "IDLE_SLICE_S", "SendTimeoutError", "SocketClosedError", "SocketState", "first_slice", "next_slice"]
 
-#: a blocked call re-checks for close() at least this often (seconds)
+#: a blocked call's first look waits at most this long (seconds), and a wait nothing wakes
+#: (a send backing off) re-checks this often
 WAIT_SLICE_S = 0.1
+#: a wait that a message, ``close()`` or ``interrupt()`` wakes still re-checks this often (seconds)
+IDLE_SLICE_S = 2.0
 
 
 class SocketClosedError(RuntimeError):
@@ -44,12 +53,25 @@ class SocketState:
     """A socket's lifetime: ``closed`` until its wire is open, ``closing`` from the moment
     ``close()`` starts (so every wait that looks raises), ``closed`` once it is released."""
 
-    __slots__ = ("label", "closing", "closed")
+    __slots__ = ("label", "closing", "closed", "interrupts")
 
     def __init__(self, label: str) -> None:
         self.label = label
         self.closing = False
         self.closed = True  # until the wire exists, so __del__/close are safe
+        #: how many times ``interrupt()`` was called: a receive that began before the latest
+        #: one gives up (``check_receiving``)
+        self.interrupts = 0
+
+    def check_receiving(self, began: int, what: str = "recv") -> None:
+        """``SocketClosedError`` once the socket is closing or closed; ``TimeoutError`` when
+        ``interrupt()`` was called since the receive began (``began``: ``interrupts`` then)."""
+        if self.closed:
+            raise SocketClosedError(f"{self.label} is closed")
+        if self.closing:
+            raise SocketClosedError(f"{self.label} was closed during {what}")
+        if self.interrupts != began:
+            raise TimeoutError(f"{self.label}.{what} was interrupted")
 
     def check_open(self) -> None:
         """``SocketClosedError`` once the socket is closing or closed."""
@@ -70,14 +92,15 @@ def first_slice(deadline: Optional[float]) -> float:
     return min(WAIT_SLICE_S, max(0.0, deadline - time.monotonic()))
 
 
-def next_slice(deadline: Optional[float], check: Callable[[], None]) -> Optional[float]:
+def next_slice(deadline: Optional[float], check: Callable[[], None],
+               slice_s: float = WAIT_SLICE_S) -> Optional[float]:
     """After a look that found nothing: ``check()`` (it raises ``SocketClosedError`` when
     the socket is closing), then ``None`` when ``deadline`` (monotonic seconds; ``None``:
     no limit) has passed, else how long to wait before looking again (at most a slice)."""
     check()
     if deadline is None:
-        return WAIT_SLICE_S
+        return slice_s
     remaining = deadline - time.monotonic()
     if remaining <= 0:
         return None
-    return min(WAIT_SLICE_S, remaining)
+    return min(slice_s, remaining)

@@ -13,6 +13,7 @@ lock of its own: it hands each call to the engine with the deadline and the sock
 from __future__ import annotations
 
 import collections
+from functools import partial
 import threading
 import time
 from typing import TYPE_CHECKING, Any, ClassVar, Optional, Sequence, cast
@@ -195,12 +196,10 @@ class EngineWire:
     def receive_block(self, max_messages: int, deadline: Optional[float], max_bytes: Optional[int]) -> MessageBlock:
         """As ``receive_values``, as one ``MessageBlock``: runs of frames the engine split
         in bulk reach it without an object per message."""
-        items = self.engine.receive(max_messages, max_bytes, deadline, self.check)
-        if not items:
-            raise TimeoutError(f"{self.label}.recv timed out")
+        items = self._receive(max_messages, deadline, max_bytes)
         kinds = set(map(type, items))
         if tuple not in kinds:
-            return MessageBlock.from_items(cast("list[Any]", items))
+            return MessageBlock.from_items(items)
         values, topics = self._values_and_topics(self._expand(items, kinds))
         return MessageBlock.from_values(values, topics)
 
@@ -219,10 +218,21 @@ class EngineWire:
 
     def _take(self, max_messages: int, deadline: Optional[float], max_bytes: Optional[int]) -> list[EngineMessage]:
         """The engine's take, runs of messages (``MessageRun``) made one item per message."""
-        items = self.engine.receive(max_messages, max_bytes, deadline, self.check)
+        items = self._receive(max_messages, deadline, max_bytes)
+        return self._expand(items, set(map(type, items)))
+
+    def _receive(self, max_messages: int, deadline: Optional[float], max_bytes: Optional[int]) -> list[Any]:
+        """The engine's take; ``TimeoutError`` at ``deadline`` or on ``interrupt()``."""
+        check = partial(self.state.check_receiving, self.state.interrupts)
+        items = self.engine.receive(max_messages, max_bytes, deadline, check)
         if not items:
             raise TimeoutError(f"{self.label}.recv timed out")
-        return self._expand(items, set(map(type, items)))
+        return items
+
+    def interrupt(self) -> None:
+        """A receive waiting now gives up with ``TimeoutError`` (``SocketState.check_receiving``)."""
+        self.state.interrupts += 1
+        self.engine.wake_all()
 
     @staticmethod
     def _expand(items: list[Any], kinds: set[type]) -> list[EngineMessage]:

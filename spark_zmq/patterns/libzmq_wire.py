@@ -14,6 +14,7 @@ A class whose socket needs more than this wire does (``XPub``: subscriptions set
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from functools import partial
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Optional, Sequence
 import zmq
 
 from .curve import Curve, secure_context
-from .deadlines import SendTimeoutError, SocketState, first_slice, next_slice
+from .deadlines import IDLE_SLICE_S, SendTimeoutError, SocketState, first_slice, next_slice
 from .deadlines import WAIT_SLICE_S as _WAIT_SLICE_S
 from .endpoints import Endpoint, attach
 from .frames import Message, flatten
@@ -75,6 +76,14 @@ class LibzmqWire:
         self.monitor_socket: Optional[zmq.Socket[Any]] = None
         self.handshakes: Optional[HandshakeWatch] = None
         self.lock = threading.Lock()
+        #: written by ``close`` and ``interrupt`` to wake a wait, which polls it beside the
+        #: socket (so a wait need not wake up every slice to look); ``_wake_lock`` keeps a
+        #: write off the descriptors once ``release`` closed them (their numbers get reused)
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._wake_lock = threading.Lock()
+        self._pollers: dict[int, zmq.Poller] = {}
         self.socket: zmq.Socket[Any] = context.socket(owner.socket_type)
         #: a single-part socket reports a multipart message it dropped here (none on libzmq)
         self.discard_multipart = self._discard_multipart if owner.single_part else None
@@ -149,16 +158,43 @@ class LibzmqWire:
         poll made ``send(timeout=0)`` fail spuriously right after a receiver drained the
         queue (30/PIPELINE: a peer whose queue is not full is available).
         """
-        poll = self.socket.poll
-        if poll(int(first_slice(deadline) * 1000), event):
+        state = self.state
+        began = state.interrupts
+        if self.socket.poll(int(first_slice(deadline) * 1000), event):
             return
-        check = partial(self.state.check_during, what)
+        check = partial(state.check_receiving, began, what) if event == zmq.POLLIN else \
+            partial(state.check_during, what)
+        poller = self._pollers.get(event)
+        if poller is None:
+            poller = self._pollers[event] = zmq.Poller()
+            poller.register(self.socket, event)
+            poller.register(self._wake_r, zmq.POLLIN)
         while True:
-            slice_s = next_slice(deadline, check)
+            slice_s = next_slice(deadline, check, IDLE_SLICE_S)
             if slice_s is None:
                 raise TimeoutError(f"{self.label}.{what} timed out{self.send_hint if what == 'send' else ''}")
-            if poll(int(slice_s * 1000), event):
+            ready = dict(poller.poll(int(slice_s * 1000)))
+            if ready.get(self.socket, 0) & event:
                 return
+            if self._wake_r in ready:
+                try:
+                    os.read(self._wake_r, 4096)
+                except OSError:
+                    pass
+
+    def wake(self) -> None:
+        """Wake a wait in progress (``close``, ``interrupt``): it looks at once."""
+        with self._wake_lock:
+            if self._wake_w >= 0:
+                try:
+                    os.write(self._wake_w, b"\0")
+                except OSError:  # the pipe is full: a wake-up is already pending
+                    pass
+
+    def interrupt(self) -> None:
+        """A receive waiting now gives up with ``TimeoutError`` (``SocketState.check_receiving``)."""
+        self.state.interrupts += 1
+        self.wake()
 
     def wait_for_room(self, deadline: Optional[float], refusals: int) -> None:
         """Wait (lock held) after a send was refused (EAGAIN) ``refusals`` times before this
@@ -355,6 +391,7 @@ class LibzmqWire:
         once the lock is free; ``linger`` (ms) overrides the socket's linger."""
         state = self.state
         state.closing = True
+        self.wake()
         with self.lock:
             if not state.closed:
                 state.closed = True
@@ -369,7 +406,16 @@ class LibzmqWire:
         self.socket.close(linger=linger)
         if self.zap is not None:
             self.zap.release()
+        self._close_wake()
+
+    def _close_wake(self) -> None:
+        with self._wake_lock:
+            for fd in (self._wake_r, self._wake_w):
+                if fd >= 0:
+                    os.close(fd)
+            self._wake_r = self._wake_w = -1
 
     def abandon(self) -> None:
         """The socket was dropped unclosed (``__del__``): close it without waiting."""
         self.socket.close(linger=0)
+        self._close_wake()

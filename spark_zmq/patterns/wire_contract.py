@@ -127,6 +127,11 @@ class ReceivingWire(Wire, Protocol):
         one (``False`` then, never ``TimeoutError``)."""
         ...
 
+    def interrupt(self) -> None:
+        """A receive blocked in another thread gives up now with ``TimeoutError``
+        (``poll_recv``: ``False``), as at its timeout; later calls are not affected."""
+        ...
+
 
 class SendingWire(Wire, Protocol):
     """A data socket the sink sends on: ``push``, ``scatter``, ``pub``."""
@@ -236,6 +241,10 @@ class SocketWire(Protocol):
         self, max_messages: int, deadline: Optional[float], max_bytes: Optional[int]
     ) -> tuple[list[bytes], Optional[list[Optional[bytes]]]]:
         """As ``receive``, flattened to ``(values, topics)`` (``ReceivingWire.recv_values``)."""
+        ...
+
+    def interrupt(self) -> None:
+        """A receive waiting now raises ``TimeoutError`` (``SocketState.check_receiving``)."""
         ...
 
     def receive_block(self, max_messages: int, deadline: Optional[float], max_bytes: Optional[int]) -> "MessageBlock":

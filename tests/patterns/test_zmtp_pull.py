@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 import pytest
 import zmq
@@ -198,6 +199,40 @@ def test_recv_block_takes_every_message_in_order_through_small_takes_and_a_small
         producer.join(10)
         assert values == sent
         assert [i for i, t in enumerate(topics) if t is not None] == [12_345] and topics[12_345] == b"topic"
+    finally:
+        push.close(linger=0)
+        sock.close(linger=0)
+
+
+@pytest.mark.parametrize("cls", [Pull, ZmtpPull])
+def test_interrupt_ends_a_receive_waiting_without_a_timeout_and_no_later_one(ctx, cls):
+    """``interrupt()`` (how a receiver's ``stop`` reaches a receive that waits long, since an
+    idle receiver no longer looks around every 100 ms): the receive waiting with no timeout
+    gives up with ``TimeoutError`` at once; the next receive still waits for its message."""
+    sock = cls("@tcp://127.0.0.1:*")
+    push = ctx.socket(zmq.PUSH)
+    outcome: list = []
+
+    def wait_forever() -> None:
+        try:
+            outcome.append(sock.recv_block(10, timeout=None))
+        except BaseException as exc:  # what the waiting receive ended with
+            outcome.append(exc)
+
+    try:
+        waiter = threading.Thread(target=wait_forever, daemon=True)
+        waiter.start()
+        # the receive is waiting once the thread is in it; interrupt until it has ended
+        # (an interrupt before the receive began would not end it: later calls are spared)
+        deadline = time.monotonic() + 10
+        while waiter.is_alive() and time.monotonic() < deadline:
+            sock.interrupt()
+            waiter.join(0.05)
+        assert not waiter.is_alive(), "interrupt() did not end the waiting receive"
+        assert len(outcome) == 1 and isinstance(outcome[0], TimeoutError), outcome
+        push.connect(sock.last_endpoint)
+        push.send(b"after")
+        assert sock.recv_block(10, timeout=10).values() == [b"after"]
     finally:
         push.close(linger=0)
         sock.close(linger=0)

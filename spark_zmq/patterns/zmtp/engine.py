@@ -54,7 +54,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Callable, Iterable, Optional, Sequence, Union, cast
 
-from ..deadlines import next_slice
+from ..deadlines import IDLE_SLICE_S, next_slice
 from ..heartbeat import DEFAULT_HEARTBEAT, Heartbeat
 from ..message_block import MessageRun
 from .codec import HANDSHAKE_FRAME_LIMIT, EngineMessage
@@ -284,11 +284,18 @@ class Engine:
             self.cond.notify_all()
         return unsent, unconfirmed
 
+    def wake_all(self) -> None:
+        """Wake every caller waiting on the engine, to look again (``interrupt``)."""
+        with self.lock:
+            self.cond.notify_all()
+
     def _wait_until(self, deadline: Optional[float], check: Callable[[], None]) -> bool:
         """Wait (lock held) a slice for the I/O thread to change something, unless
         ``deadline`` passed (``False``); ``check()`` before and after: the sockets' one
-        waiting rule (``deadlines.next_slice``), which the libzmq wire follows too."""
-        slice_s = next_slice(deadline, check)
+        waiting rule (``deadlines.next_slice``), which the libzmq wire follows too. Its
+        slices are long (``IDLE_SLICE_S``): the I/O thread notifies every change a caller
+        waits for, and ``release`` (a close) and ``wake_all`` (an interrupt) notify too."""
+        slice_s = next_slice(deadline, check, IDLE_SLICE_S)
         if slice_s is None:
             return False
         self.wait(slice_s)
