@@ -40,6 +40,7 @@ from ..options import is_wildcard_address
 from ..patterns import Dealer, Router, SocketClosedError
 from ..patterns.curve import Curve
 from ..patterns.curve_keys import KeyPair
+from ..patterns.deadlines import IDLE_SLICE_S
 from .spool_format import SPOOL_SCHEMA, DataLossError
 from .loss import LossPolicy
 from .spool_reader import gone_from_relay, read_range
@@ -70,8 +71,10 @@ T = TypeVar("T")
 
 
 #: how long the serving thread waits for a request before it looks around (the socket's
-#: handshake monitor); ``close`` interrupts it, so an idle service sleeps in the kernel
-_IDLE_S = 2.0
+#: handshake monitor): a socket's idle slice, since ``close`` interrupts it, so an idle
+#: service sleeps in the kernel
+_IDLE_S = IDLE_SLICE_S
+
 
 class FetchError(RuntimeError):
     """The driver could not serve a spool range (or could not be reached)."""

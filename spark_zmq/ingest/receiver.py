@@ -18,6 +18,7 @@ from typing import Any, Optional
 
 from ..patterns import ReceivingWire, SocketClosedError, receiving_wire
 from ..patterns.curve import Curve
+from ..patterns.deadlines import IDLE_SLICE_S
 from ..patterns.heartbeat import Heartbeat
 from ..patterns.tuning import SocketTuning
 from ..patterns.endpoints import Endpoint
@@ -31,8 +32,9 @@ __all__ = ["Receiver", "open_channel_socket", "messages_to_batch"]
 log = logging.getLogger(__name__)
 
 #: how long a receive waits for a message before the loop looks around (CURVE's handshake
-#: count); ``stop`` interrupts it, so an idle receiver sleeps in the kernel meanwhile
-_POLL_S = 2.0
+#: count): a socket's idle slice, since ``stop`` interrupts it, so an idle receiver sleeps
+#: in the kernel meanwhile
+_POLL_S = IDLE_SLICE_S
 
 
 def open_channel_socket(

@@ -13,9 +13,9 @@ lock of its own: it hands each call to the engine with the deadline and the sock
 from __future__ import annotations
 
 import collections
-from functools import partial
 import threading
 import time
+from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar, Optional, Sequence, cast
 
 import zmq

@@ -149,7 +149,8 @@ class LibzmqWire:
             state.check_open()
 
     def wait(self, event: int, deadline: Optional[float], what: str) -> None:
-        """Poll (lock held) until ``event`` is ready, the deadline passes, or close() is called.
+        """Poll (lock held) until ``event`` is ready, the deadline passes, close() is called or
+        (a receive) interrupt().
 
         The socket is polled at least once, even when the deadline has already passed
         (``timeout=0``): libzmq throttles command processing in a non-blocking send, so a
@@ -160,19 +161,15 @@ class LibzmqWire:
         """
         state = self.state
         began = state.interrupts
-        if self.socket.poll(int(first_slice(deadline) * 1000), event):
-            return
-        check = partial(state.check_receiving, began, what) if event == zmq.POLLIN else \
-            partial(state.check_during, what)
         poller = self._pollers.get(event)
-        if poller is None:
+        if poller is None:  # the socket and the wake-up pipe, polled together from the first look
             poller = self._pollers[event] = zmq.Poller()
             poller.register(self.socket, event)
             poller.register(self._wake_r, zmq.POLLIN)
-        while True:
-            slice_s = next_slice(deadline, check, IDLE_SLICE_S)
-            if slice_s is None:
-                raise TimeoutError(f"{self.label}.{what} timed out{self.send_hint if what == 'send' else ''}")
+        check = partial(state.check_receiving, began, what) if event == zmq.POLLIN else \
+            partial(state.check_during, what)
+        slice_s: Optional[float] = first_slice(deadline)
+        while slice_s is not None:
             ready = dict(poller.poll(int(slice_s * 1000)))
             if ready.get(self.socket, 0) & event:
                 return
@@ -181,6 +178,8 @@ class LibzmqWire:
                     os.read(self._wake_r, 4096)
                 except OSError:
                     pass
+            slice_s = next_slice(deadline, check, IDLE_SLICE_S)
+        raise TimeoutError(f"{self.label}.{what} timed out{self.send_hint if what == 'send' else ''}")
 
     def wake(self) -> None:
         """Wake a wait in progress (``close``, ``interrupt``): it looks at once."""

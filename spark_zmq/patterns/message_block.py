@@ -24,6 +24,19 @@ __all__ = ["MessageBlock", "MessageRun"]
 BytesLike = Union[bytes, bytearray, memoryview]
 
 
+def _slices(data: BytesLike, offsets: np.ndarray) -> list[bytes]:
+    """One ``bytes`` per message of ``data`` cut at ``offsets``."""
+    whole, ends = bytes(data), offsets.tolist()
+    return [whole[ends[j]:ends[j + 1]] for j in range(len(ends) - 1)]
+
+
+def _ends(values: Sequence[BytesLike], base: int = 0) -> np.ndarray:
+    """Where each of ``values`` ends once they are joined after ``base`` bytes."""
+    ends = np.cumsum(np.fromiter(map(len, values), np.int64, len(values)))
+    ends += base
+    return ends
+
+
 class MessageRun:
     """``count`` single-part messages: their bodies joined in ``data``, message ``j`` from
     ``offsets[j]`` to ``offsets[j + 1]`` (``offsets`` starts at 0, ``count + 1`` of them).
@@ -50,8 +63,7 @@ class MessageRun:
 
     def messages(self) -> list[bytes]:
         """One ``bytes`` per message: for callers that want a list (``recv``, ``recv_batch``)."""
-        data, ends = bytes(self.data), self.offsets.tolist()
-        return [data[ends[j]:ends[j + 1]] for j in range(self.count)]
+        return _slices(self.data, self.offsets)
 
 
 @dataclass(frozen=True)
@@ -74,16 +86,12 @@ class MessageBlock:
 
     def values(self) -> list[bytes]:
         """One ``bytes`` per message."""
-        data, ends = bytes(self.data), self.offsets.tolist()
-        return [data[ends[j]:ends[j + 1]] for j in range(self.count)]
+        return _slices(self.data, self.offsets)
 
     @classmethod
     def from_values(cls, values: Sequence[BytesLike], topics: Optional[list[Optional[bytes]]] = None) -> "MessageBlock":
         """The block of ``values`` (as ``recv_values`` returns them): joined once."""
-        offsets = np.zeros(len(values) + 1, np.int64)
-        if values:
-            np.cumsum(np.fromiter(map(len, values), np.int64, len(values)), out=offsets[1:])
-        return cls(b"".join(values), offsets, topics)
+        return cls(b"".join(values), np.concatenate([np.zeros(1, np.int64), _ends(values)]), topics)
 
     @classmethod
     def from_items(cls, items: Sequence[Union[bytes, MessageRun]]) -> "MessageBlock":
@@ -100,10 +108,8 @@ class MessageBlock:
             nonlocal base
             if loose:
                 datas.extend(loose)
-                piece = np.cumsum(np.fromiter(map(len, loose), np.int64, len(loose)))
-                piece += base
-                ends.append(piece)
-                base = int(piece[-1])
+                ends.append(_ends(loose, base))
+                base = int(ends[-1][-1])
                 loose.clear()
 
         for item in items:
