@@ -172,7 +172,12 @@ def relay_readers_command(
                                "'tcp://10.0.0.5:7000' (as the source option 'relays' names it)."),
     remove: Optional[str] = typer.Option(None, "--remove", metavar="NAME", help="Unregister this reader (a "
                                          "relayReader name): the relay no longer keeps what it has not committed. "
-                                         "Refused while a query reads under it."),
+                                         "Refused while a query reads under it; needs --relay-spool-dir (or the reader's "
+                                         "CURVE key)."),
+    relay_spool_dir: Optional[str] = typer.Option(None, "--relay-spool-dir", metavar="DIR", help="With --remove: the relay's "
+                                            "spool directory, read on the relay's host as the account it runs as, "
+                                            "to act as its operator (removes a reader this command holds neither "
+                                            "the lease nor the CURVE key of)."),
     timeout: float = typer.Option(10.0, "--timeout", min=0.1, max=3600.0, help="Seconds to wait for the relay."),
     curve_certificate: Optional[str] = option_flag(
         "curveCertificate", panel=CURVE_PANEL,
@@ -198,10 +203,20 @@ def relay_readers_command(
     if curve_certificate is not None and curve_server_key is None:
         raise typer.BadParameter("a relay's readers are CURVE clients: give --curve-server-key (the relay's public "
                                  "key) with --curve-certificate", param_hint="'--curve-server-key'")
+    operator: Optional[str] = None
+    if relay_spool_dir is not None:
+        if remove is None:
+            raise typer.BadParameter("only with --remove NAME", param_hint="'--relay-spool-dir'")
+        from ..relay.operator import read_token
+
+        try:
+            operator = read_token(os.path.abspath(os.path.expanduser(relay_spool_dir)))
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="'--relay-spool-dir'") from None
     curve = checked_curve_flags(curve_certificate, curve_server_key, None)
     client = RelayClient(address[0].address, "admin-" + uuid.uuid4().hex, curve=curve, timeout_s=timeout)
     try:
-        answer = client.ask(ReadersRequest() if remove is None else RemoveReaderRequest(remove))
+        answer = client.ask(ReadersRequest() if remove is None else RemoveReaderRequest(remove, operator))
     except RelayError as exc:
         print_error(str(exc))
         raise typer.Exit(1) from None

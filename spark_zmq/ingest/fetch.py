@@ -172,8 +172,8 @@ class SpoolServer:
         channels: int = 1,
         *,
         router: Optional[Router] = None,
-        control: Optional[Callable[[dict[str, Any]], list[bytes]]] = None,
-        authorize: Optional[Callable[[dict[str, Any]], Optional[str]]] = None,
+        control: Optional[Callable[[dict[str, Any], Optional[str]], list[bytes]]] = None,
+        authorize: Optional[Callable[[dict[str, Any], Optional[str]], Optional[str]]] = None,
     ) -> None:
         self.spool_dir = spool_dir
         self.spool_id = spool_id
@@ -186,7 +186,9 @@ class SpoolServer:
         self._control = control
         #: whose spool this serves, for errors: a relay passes its ROUTER (``router``)
         self.owner = "the relay" if router is not None else "the driver"
-        #: ``authorize(request)``: why a fetch request is refused, or None (a relay's lease check)
+        #: ``authorize(request, peer_key)``: why a fetch request is refused, or None (a relay's
+        #: lease check); ``peer_key`` (also given to ``control``) is the client's CURVE public
+        #: key in Z85 as ZAP authenticated it, or ``None`` without CURVE
         self._authorize = authorize
         if router is not None:
             self._router = router
@@ -211,9 +213,9 @@ class SpoolServer:
         watch = self._router.handshakes
         while not self._stopping.is_set():
             try:
-                frames = self._router.recv_multipart(timeout=_IDLE_S)
+                frames, peer_key = self._router.recv_request(timeout=_IDLE_S)
             except TimeoutError:
-                frames = None
+                frames, peer_key = None, None
             except SocketClosedError:
                 return
             if watch is not None:
@@ -224,7 +226,7 @@ class SpoolServer:
                 continue
             if len(frames) != 3 or frames[1] != b"":
                 continue  # not a DEALER request envelope: nothing to answer
-            reply = self._reply(frames[2])
+            reply = self._reply(frames[2], peer_key)
             try:
                 # one try, no wait: a peer that reads nothing must not hold the one thread
                 # every other reader is served by (the wire fails it at once even while
@@ -263,24 +265,25 @@ class SpoolServer:
             raise BadRequest("bad request: spool must be a spool id")
         return channel, start, end, spool_id or self.spool_id, bool(request.get("skipLoss"))
 
-    def _reply(self, body: bytes) -> list[bytes]:
-        """The answer to one request; a fetch answer ends with the request's id frame."""
+    def _reply(self, body: bytes, peer_key: Optional[str] = None) -> list[bytes]:
+        """The answer to one request from the client whose CURVE key is ``peer_key``; a fetch
+        answer ends with the request's id frame."""
         try:
             request = json.loads(body)
         except (ValueError, UnicodeDecodeError, RecursionError):
             return [b"error", b"bad request: not JSON"]
         if self._control is not None and isinstance(request, dict) and "op" in request:
-            return self._control(request)
-        return self._fetch_reply(request) + _id_frame(request)
+            return self._control(request, peer_key)
+        return self._fetch_reply(request, peer_key) + _id_frame(request)
 
-    def _fetch_reply(self, request: object) -> list[bytes]:
+    def _fetch_reply(self, request: object, peer_key: Optional[str] = None) -> list[bytes]:
         """The answer to a fetch request; an error reply names offsets, never a file or path."""
         try:
             channel, start, end, spool_id, skip_loss = self._parse(request)
         except BadRequest as exc:
             return [b"error", str(exc).encode()]
         # ``_parse`` accepted it: a JSON object
-        refusal = self._authorize(cast("dict[str, Any]", request)) if self._authorize is not None else None
+        refusal = self._authorize(cast("dict[str, Any]", request), peer_key) if self._authorize is not None else None
         if refusal is not None:
             return [b"error", refusal.encode()]
         try:

@@ -18,7 +18,7 @@ import zmq
 from .base import PatternSocket
 from .frames import Message
 from .libzmq_wire import LibzmqWire
-from .socket_options import positive_int
+from .socket_options import positive_int, timeout_deadline
 from .wire_contract import WireClass
 
 __all__ = ["Req", "Rep", "Dealer", "Router"]
@@ -65,6 +65,33 @@ class RouterWire(LibzmqWire):
                 f"Router: no connected peer has identity {bytes(frames[0])!r} (mandatory routing refuses the reply)"
             ) from None
 
+    def receive_request(self, deadline: Optional[float]) -> tuple[list[bytes], Optional[str]]:
+        """One whole message and the ZAP user id of the connection it came on (``User-Id``:
+        under CURVE, the client's public key in Z85, as ``zmq.auth`` names it), or ``None``
+        when no ZAP handler authenticated it (no CURVE)."""
+        self.acquire(deadline)
+        try:
+            sock = self.socket
+            while True:
+                try:
+                    first = sock.recv(zmq.NOBLOCK, copy=False)
+                    break
+                except zmq.Again:
+                    self.wait(zmq.POLLIN, deadline, "recv")
+            frames = [first.bytes]
+            more = first.more
+            while more:  # a message's parts arrive together: the rest is there
+                part = sock.recv(zmq.NOBLOCK, copy=False)
+                frames.append(part.bytes)
+                more = part.more
+            try:
+                user: Optional[str] = first.get("User-Id")
+            except zmq.ZMQError:  # no such property: nobody authenticated the connection
+                user = None
+            return frames, user
+        finally:
+            self.lock.release()
+
 
 class Router(PatternSocket):
     """Asynchronous server: ``recv_multipart()`` returns ``[identity, ...]``; a reply sent as
@@ -82,6 +109,15 @@ class Router(PatternSocket):
     @classmethod
     def _extra_options(cls) -> tuple[str, ...]:
         return ("mandatory", "max_request_bytes")
+
+    def recv_request(self, timeout: Optional[float] = None) -> tuple[list[bytes], Optional[str]]:
+        """``recv_multipart`` and who sent it: the ZAP user id of its connection (under CURVE
+        the client's Z85 public key; ``None`` without CURVE). What a server that binds
+        names or state to a client key needs, as the relay binds reader names."""
+        self._check_can_recv()
+        wire = self._wire
+        assert isinstance(wire, RouterWire)  # ``wire_class``
+        return wire.receive_request(timeout_deadline(timeout))
 
     def _configure(self, sock: zmq.Socket[Any], options: dict[str, Any]) -> None:
         if options.get("mandatory"):

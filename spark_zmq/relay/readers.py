@@ -7,6 +7,12 @@ retention forces it, ``service``). Each name has its own lease (``lease``), so o
 at a time reads under a name, and queries under different names do not wait for each
 other.
 
+A name is bound to whoever registered it: under CURVE to the client key of the query that
+first claimed it (a query with another key is refused, so one authorised reader cannot
+take over, commit past or remove another's name); without CURVE there is no identity to
+bind to, so a name belongs to whoever holds its lease. Removing a name needs its lease,
+its key, or the relay's operator (``operator``).
+
 The registrations and their positions live in the spool directory (``readers.json``,
 replaced whole: a temporary file, fsync, rename), so a relay killed with ``kill -9`` and
 restarted keeps its readers and what they committed. Leases are not persisted: a reader
@@ -28,7 +34,7 @@ from typing import Callable, Optional
 from ..ingest.spool_files import write_atomically
 from .lease import Lease, Refusal
 
-__all__ = ["Readers", "Reader", "READERS_FILE", "DEFAULT_READER"]
+__all__ = ["Readers", "Reader", "ReaderBoundError", "READERS_FILE", "DEFAULT_READER"]
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +54,18 @@ class Reader:
     #: wall-clock milliseconds since the epoch
     registered_ms: int
     lease: Lease = field(repr=False, default=None)  # type: ignore[assignment]  # always given (Readers)
+    #: the CURVE public key (Z85) of the query that registered it, or first claimed it
+    #: under CURVE; ``None`` while only claimed without CURVE
+    key: Optional[str] = None
+
+
+class ReaderBoundError(ValueError):
+    """A request for a reader name made with a CURVE key other than the one it is bound to."""
+
+
+def _short(key: str) -> str:
+    """Enough of a Z85 key to tell keys apart in a message."""
+    return key[:8] + "..."
 
 
 class Readers:
@@ -66,8 +84,8 @@ class Readers:
         self._lock = threading.Lock()
         self._created = clock()
         self.readers: dict[str, Reader] = {}
-        for name, committed, registered in self._load():
-            self.readers[name] = Reader(name, committed, registered, Lease(ttl_s, clock))
+        for name, committed, registered, key in self._load():
+            self.readers[name] = Reader(name, committed, registered, Lease(ttl_s, clock), key)
 
     # -- the file ---------------------------------------------------------------------------
 
@@ -75,7 +93,7 @@ class Readers:
     def path(self) -> str:
         return os.path.join(self.spool_dir, READERS_FILE)
 
-    def _load(self) -> list[tuple[str, list[int], int]]:
+    def _load(self) -> list[tuple[str, list[int], int, Optional[str]]]:
         try:
             with open(self.path, "rb") as f:
                 kept = json.loads(f.read(16 << 20))
@@ -96,28 +114,51 @@ class Readers:
             # a spool's channels do not change; pad with 0 (holds everything) if they did
             committed = (committed + [0] * self.channels)[:self.channels]
             registered = state.get("registered")
-            out.append((str(name), committed, registered if isinstance(registered, int) else 0))
+            key = state.get("key")
+            out.append((str(name), committed, registered if isinstance(registered, int) else 0,
+                        key if isinstance(key, str) and len(key) == 40 else None))
         return out
 
     def _save(self) -> None:
         """Replace ``readers.json`` whole (caller holds ``_lock``)."""
-        body = {"readers": {r.name: {"committed": r.committed, "registered": r.registered_ms}
+        body = {"readers": {r.name: {"committed": r.committed, "registered": r.registered_ms,
+                                     **({"key": r.key} if r.key is not None else {})}
                             for r in self.readers.values()}}
         write_atomically(self.spool_dir, READERS_FILE, json.dumps(body, sort_keys=True).encode(), fsync=True)
 
     # -- leases -----------------------------------------------------------------------------
 
-    def claim(self, name: str, session: str) -> Optional[Refusal]:
+    def claim(self, name: str, session: str, key: Optional[str] = None) -> Optional[Refusal]:
         """Take or renew ``name``'s lease for ``session`` (registering ``name`` at the
-        spool's earliest offsets the first time); ``None`` when granted, else why not."""
+        spool's earliest offsets the first time); ``None`` when granted, else why not.
+        ``key``: the claimant's CURVE key (``None`` without CURVE); a name is bound to the
+        first key that claims it, and ``ReaderBoundError`` refuses any other."""
         with self._lock:
             reader = self.readers.get(name)
             if reader is None:
-                reader = Reader(name, list(self._earliest()), int(time.time() * 1000), Lease(self._ttl_s, self._clock))
+                reader = Reader(name, list(self._earliest()), int(time.time() * 1000), Lease(self._ttl_s, self._clock),
+                                key)
                 self.readers[name] = reader
                 self._save()
-                log.info("relay: reader %r registered at offsets %s", name, reader.committed)
+                log.info("relay: reader %r registered at offsets %s%s", name, reader.committed,
+                         "" if key is None else f" by CURVE key {key}")
+            elif key is not None and reader.key is None:
+                reader.key = key  # registered without CURVE: the first key to claim it keeps it
+                self._save()
+                log.info("relay: reader %r bound to CURVE key %s", name, key)
+            elif key is not None and reader.key != key:
+                raise ReaderBoundError(
+                    f"refused: reader {name!r} of this relay is bound to the CURVE key that registered it "
+                    f"({_short(reader.key or '')}), not this query's ({_short(key)}): read under a relayReader name "
+                    "of this key's own, or have the relay's operator remove the reader (spark-zmq relay-readers "
+                    "--remove)")
             return reader.lease.claim(session)
+
+    def bound_to_other(self, name: str, key: Optional[str]) -> bool:
+        """Whether ``name`` is bound to a CURVE key other than ``key`` (never without CURVE)."""
+        with self._lock:
+            reader = self.readers.get(name)
+            return key is not None and reader is not None and reader.key is not None and reader.key != key
 
     def release_lease(self, name: str, session: str) -> None:
         """``session`` gives ``name``'s lease up (a stranger's release changes nothing)."""
@@ -132,11 +173,13 @@ class Readers:
             reader = self.readers.get(name)
             return reader is not None and reader.lease.holds(session)
 
-    def may_fetch(self, session: object) -> bool:
+    def may_fetch(self, session: object, key: Optional[str] = None) -> bool:
         """Whether ``session`` holds some reader's lease, or held it last and nobody has
-        claimed it since (``Lease.last_held_by``): a fetch's check."""
+        claimed it since (``Lease.last_held_by``), and (under CURVE, ``key``) the reader is
+        bound to ``key``: a fetch's check."""
         with self._lock:
-            return any(r.lease.last_held_by(session) for r in self.readers.values())
+            return any(r.lease.last_held_by(session) and (key is None or r.key is None or r.key == key)
+                       for r in self.readers.values())
 
     def held(self, name: str) -> bool:
         with self._lock:
@@ -187,14 +230,26 @@ class Readers:
         committed, other = min(others)
         return other, committed
 
-    def remove(self, name: str) -> Optional[str]:
-        """Unregister ``name``; why not, when it cannot be (unknown, or held by a query)."""
+    def remove(self, name: str, session: Optional[str] = None, key: Optional[str] = None,
+               operator: bool = False) -> Optional[str]:
+        """Unregister ``name``; why not, when it cannot be (unknown, held by another query,
+        or asked by someone without the right). The right to: the relay's operator
+        (``operator``), the session holding ``name``'s lease, or (under CURVE) the key it is
+        bound to."""
         with self._lock:
             reader = self.readers.get(name)
             if reader is None:
                 known = ", ".join(repr(n) for n in sorted(self.readers)) or "none"
                 return f"this relay has no reader {name!r} (its readers: {known})"
-            if reader.lease.unheld_for() is None:
+            holder = session is not None and reader.lease.holds(session) \
+                and (key is None or reader.key is None or reader.key == key)
+            owner = key is not None and reader.key == key
+            if not (operator or holder or owner):
+                return (f"removing reader {name!r} needs its lease (the query reading under it)"
+                        f"{', its CURVE key' if reader.key is not None else ''} or the relay's operator: run "
+                        f"spark-zmq relay-readers --remove {name} --relay-spool-dir DIR with DIR the relay's spool "
+                        "directory, on the relay's host")
+            if not holder and reader.lease.unheld_for() is None:
                 idle = self._clock() - reader.lease.renewed_at
                 return (f"reader {name!r} is held by a running query (it renewed its claim {idle:.1f} s ago): stop "
                         f"that query first; a claim nobody renews lapses after {self._ttl_s:.0f} s")

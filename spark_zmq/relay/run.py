@@ -54,7 +54,7 @@ def serve(options: SourceOptions, listen: Union[str, list[str]], listen_curve: O
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         relay = Relay(options, listen, listen_curve=listen_curve, start_receivers=start_receivers,
-                      retention_bytes=retention_bytes, retention_s=retention_s)
+                      retention_bytes=retention_bytes, retention_s=retention_s, bind_reader_keys=parent_pid is None)
         scrape = None
         try:
             ready = {"listen": relay.listen, "spool": relay.ingest.spool.spool_id,

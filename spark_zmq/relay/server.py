@@ -29,7 +29,10 @@ against a lease: control requests claim or renew their reader's, and a fetch mus
 session that holds one (the reader passes its session to its read tasks). Offsets beyond
 what the spool has written are refused, naming the channel, the offset and the latest: a
 fetch, a ``release``, ``count``, ``end_within``, ``lost``, ``locate`` or ``describe``
-past a channel's latest offset, an ``advance`` past ``MAX_ADVANCE``.
+past a channel's latest offset, an ``advance`` past ``MAX_ADVANCE``. Under CURVE a reader
+name is bound to the key that registered it (``readers``): control requests and fetches
+for it under another key are refused. ``remove_reader`` needs the reader's lease, its key
+or the operator token the relay writes into its spool directory (``operator``).
 
 What is freed: a segment once every registered reader has committed past it (with no
 reader registered, commits free nothing), or once ``retention_bytes`` (what the spool may
@@ -58,6 +61,7 @@ from .messages import (AdvanceRequest, AtTimeAnswer, AtTimeRequest, AttachAnswer
                        RelayDescription, ReleaseRequest, RemoveReaderRequest, Retention, StartRequest, StateAnswer,
                        StateRequest, TimeStart, WireLoss, reply_id)
 from .protocol import LEASE_TTL_S, QUEUE, REQUEST_BYTES, RETENTION_CHECK_S
+from .operator import create_token, token_matches
 from .readers import Readers
 
 __all__ = ["Relay"]
@@ -80,8 +84,11 @@ class Relay:
 
     def __init__(self, options: SourceOptions, listen: Union[str, list[str]], *, listen_curve: Optional[Curve] = None,
                  lease_ttl_s: float = LEASE_TTL_S, start_receivers: bool = True, retention_bytes: Optional[int] = None,
-                 retention_s: Optional[float] = None) -> None:
+                 retention_s: Optional[float] = None, bind_reader_keys: bool = True) -> None:
         self.options = options
+        #: bind reader names to their CURVE keys (``readers``); a query's own receiver
+        #: process does not: its keys are made anew by each run of the query it serves
+        self.bind_reader_keys = bind_reader_keys
         self.control_requests = 0
         #: what the spool may hold for readers that lag (``None``: no limit but maxSpoolBytes)
         self.retention_bytes = retention_bytes
@@ -96,6 +103,8 @@ class Relay:
         try:
             self.readers = Readers(spool.spool_dir, len(spool.channels),
                                    lambda: [c.earliest for c in spool.channels], ttl_s=lease_ttl_s)
+            #: the secret that ``spark-zmq relay-readers --relay-spool-dir`` reads to act as the operator
+            self.operator_token = create_token(spool.spool_dir)
         except BaseException:
             self.ingest.stop()
             raise
@@ -131,10 +140,10 @@ class Relay:
 
     # -- control requests ------------------------------------------------------------------------
 
-    def _control(self, request: dict[str, Any]) -> list[bytes]:
+    def _control(self, request: dict[str, Any], peer_key: Optional[str] = None) -> list[bytes]:
         self.control_requests += 1
         try:
-            body = self._answer(Envelope.from_wire(request)).to_wire()
+            body = self._answer(Envelope.from_wire(request), peer_key).to_wire()
             status = b"ok"
         except ValueError as exc:
             body, status = {"error": str(exc)}, b"error"
@@ -144,16 +153,19 @@ class Relay:
         body["id"] = reply_id(request)
         return [status, json.dumps(body).encode()]
 
-    def _answer(self, envelope: Envelope) -> _Answer:
-        """The answer to a request ``Envelope.from_wire`` has checked (a ``ValueError`` is
-        answered as an error: a refusal or what is wrong with the request)."""
+    def _answer(self, envelope: Envelope, peer_key: Optional[str] = None) -> _Answer:
+        """The answer to a request ``Envelope.from_wire`` has checked, from the client whose
+        CURVE key is ``peer_key`` (``None`` without CURVE); a ``ValueError`` is answered as
+        an error: a refusal or what is wrong with the request."""
+        peer_key = peer_key if self.bind_reader_keys else None
         request, reader, session = envelope.request, envelope.reader, envelope.session
         if isinstance(request, HelloRequest):  # no lease: what a client needs to know before it claims one
             return self._hello(reader)
         if isinstance(request, ReadersRequest):  # no lease: ``spark-zmq relay-readers``
             return self._list_readers()
         if isinstance(request, RemoveReaderRequest):
-            refusal = self.readers.remove(request.name)
+            refusal = self.readers.remove(request.name, session, peer_key,
+                                          operator=token_matches(self.operator_token, request.operator))
             if refusal is not None:
                 raise ValueError(f"refused: {refusal}")
             self._free_committed()
@@ -165,7 +177,7 @@ class Relay:
                 self._attend(reader)
             self.readers.release_lease(reader, session)
             return Done()
-        lease_refusal = self.readers.claim(reader, session)
+        lease_refusal = self.readers.claim(reader, session, peer_key)  # ReaderBoundError: another key's name
         if lease_refusal is not None:  # a clear refusal, not a failure
             return LeaseRefused(lease_refusal.idle_s, lease_refusal.lapses_in_s, reader)
         attended = self._attended.get(reader)
@@ -320,11 +332,12 @@ class Relay:
             logs[c].roll()
         return upto
 
-    def _authorize_fetch(self, request: dict[str, Any]) -> Optional[str]:
+    def _authorize_fetch(self, request: dict[str, Any], peer_key: Optional[str] = None) -> Optional[str]:
         """Why a fetch request may not be served (``None``: it may): it must name a session
-        that holds a reader's lease (or held it last, nobody having claimed it since), and end
-        within what the channel's spool has written."""
-        if not self.readers.may_fetch(request.get("session")):
+        that holds a reader's lease (or held it last, nobody having claimed it since) under
+        the CURVE key the reader is bound to, and end within what the channel's spool has
+        written."""
+        if not self.readers.may_fetch(request.get("session"), peer_key if self.bind_reader_keys else None):
             return ("refused: a fetch must name the session that holds this relay's lease (the reading query's); "
                     "this one does not")
         channel, start, end = request.get("channel"), request.get("start"), request.get("end")

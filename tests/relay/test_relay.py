@@ -356,14 +356,17 @@ def test_a_curve_relay_serves_only_queries_with_an_authorized_key(spark, tmp_pat
     """A relay with --curve-certificate/--curve-authorized-keys/--reader-authorized-keys: producers and queries are
     CURVE clients. A query with the authorized key reads (here over the relay's port, as
     executors on other hosts do: spoolAccess=fetch); a query with a stranger's key gets no
-    answer and a clear error within relayTimeout; a plain producer delivers nothing."""
+    answer and a clear error within relayTimeout; a plain producer delivers nothing. Another
+    authorized key cannot read under the reader name the first key registered (``relayReader``)."""
     import zmq.auth
 
-    keys = {name: zmq.auth.create_certificates(str(tmp_path), name) for name in ("relay", "client", "stranger")}
+    keys = {name: zmq.auth.create_certificates(str(tmp_path), name)
+            for name in ("relay", "client", "stranger", "other")}
     authorized = tmp_path / "authorized"
     authorized.mkdir()
-    with open(keys["client"][0], "rb") as src, open(authorized / "client.key", "wb") as dst:
-        dst.write(src.read())
+    for name in ("client", "other"):
+        with open(keys[name][0], "rb") as src, open(authorized / f"{name}.key", "wb") as dst:
+            dst.write(src.read())
     data_port, listen_port = free_ports(2)
     relay = RelayProcess(f"@tcp://127.0.0.1:{data_port}", f"tcp://127.0.0.1:{listen_port}", str(tmp_path / "spool"),
                          "--curve-certificate", keys["relay"][1], "--curve-authorized-keys", str(authorized),
@@ -389,6 +392,9 @@ def test_a_curve_relay_serves_only_queries_with_an_authorized_key(spark, tmp_pat
         assert sorted(r.value for r in rows) == sorted(f"c-{i}" for i in range(1000))
         rows, error = stream(keys["stranger"][1], "curve_relay_stranger", relayTimeout="3")
         assert rows is None and "no answer from the relay at" in error and "CURVE handshake failed" in error, error
+        rows, error = stream(keys["other"][1], "curve_relay_other")
+        assert rows is None and f"relay at tcp://127.0.0.1:{listen_port}" in error, error
+        assert "reader 'default' of this relay is bound to the CURVE key" in error and "relayReader" in error, error
     finally:
         stop_relays([relay])
 

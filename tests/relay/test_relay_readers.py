@@ -221,13 +221,16 @@ def test_relay_readers_lists_and_removes_readers(spooled):
         assert readers["a"]["committed"] == [900] and readers["b"]["committed"] == [250]
         assert readers["b"]["behind"] == [650] and readers["b"]["held"]
 
-        refused = _relay_readers(spooled.listen, "--remove", "b")
+        operator = ("--relay-spool-dir", spooled.ingest.spool.spool_dir)
+        stranger = _relay_readers(spooled.listen, "--remove", "b")
+        assert stranger.returncode == 1 and "removing reader 'b' needs its lease" in stranger.stderr
+        refused = _relay_readers(spooled.listen, "--remove", "b", *operator)
         assert refused.returncode == 1
         assert "reader 'b' is held by a running query" in refused.stderr and "stop that query" in refused.stderr
         assert _earliest(spooled) == 0
 
         b.call(Op.DETACH)
-        removed = _relay_readers(spooled.listen, "--remove", "b")
+        removed = _relay_readers(spooled.listen, "--remove", "b", *operator)
         assert removed.returncode == 0, removed.stderr
         assert [r["name"] for r in json.loads(removed.stdout)["readers"]] == ["a"]
         assert _earliest(spooled) == 600, "removing the slowest reader frees what the others committed"

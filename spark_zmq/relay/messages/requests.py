@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, Optional, TypeVar, Union
 
+from ..operator import token_problem
 from ..protocol import MAX_ADVANCE, Op
 from ..readers import DEFAULT_READER
 from .answers import (AtTimeAnswer, AttachAnswer, CountAnswer, DescribeAnswer, Done, EndWithinAnswer, HelloAnswer,
@@ -100,18 +101,24 @@ class ReadersRequest(Request[ReadersAnswer]):
 
 @dataclass(frozen=True)
 class RemoveReaderRequest(Request[ReadersAnswer]):
-    """Unregister the reader ``name`` (refused while a query holds it; no lease needed)."""
+    """Unregister the reader ``name``: refused while another query holds it, and unless the
+    request holds its lease, comes with its CURVE key or carries the relay's ``operator``
+    token (``spark_zmq.relay.operator``)."""
 
     name: str
+    operator: Optional[str] = None
     op = Op.REMOVE_READER
     leased = False
 
     def to_wire(self) -> dict[str, Any]:
-        return {"name": self.name}
+        return {"name": self.name, **({"operator": self.operator} if self.operator is not None else {})}
 
     @classmethod
     def from_wire(cls, wire: Wire) -> RemoveReaderRequest:
-        return cls(reader_name(wire, "name"))
+        operator = wire.get("operator")
+        if operator is not None and token_problem(operator) is not None:
+            raise ValueError(f"bad request: 'operator': {token_problem(operator)}")
+        return cls(reader_name(wire, "name"), operator)
     answer_type = ReadersAnswer
 
 
