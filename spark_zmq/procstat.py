@@ -1,5 +1,5 @@
 """What Linux's ``/proc`` says about a process: alive, parent, start time, command line,
-environment.
+environment, and which processes listen on a TCP port.
 
 One place reads ``/proc/<pid>/stat`` because its second field (the command name, in
 parentheses) may itself hold spaces and parentheses: every later field is counted from
@@ -9,9 +9,13 @@ process that is gone or a system without ``/proc``, never raises.
 
 from __future__ import annotations
 
+import os
 from typing import Optional
 
-__all__ = ["is_alive", "parent_of", "start_ticks", "cmdline", "environ"]
+__all__ = ["is_alive", "parent_of", "start_ticks", "cmdline", "environ", "listening_on"]
+
+#: ``/proc/net/tcp``'s state of a listening socket
+_TCP_LISTEN = "0A"
 
 
 def _fields(pid: int) -> list[bytes]:
@@ -66,3 +70,45 @@ def environ(pid: int) -> dict[str, str]:
         return {}
     pairs = (entry.decode("utf-8", "replace").partition("=") for entry in entries if b"=" in entry)
     return {name: value for name, _, value in pairs}
+
+
+def listening_on(port: int) -> Optional[list[int]]:
+    """The pids holding a TCP socket that listens on ``port`` (any address), as far as this
+    user may see their descriptors; ``None`` when ``/proc`` cannot tell (no such files). What
+    a bind error cannot say: who has the port."""
+    inodes: set[str] = set()
+    seen = False
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table, encoding="ascii", errors="replace") as f:
+                lines = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        seen = True
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 9 and fields[3] == _TCP_LISTEN and fields[1].rsplit(":", 1)[-1] == f"{port:04X}":
+                inodes.add(fields[9])
+    if not seen:
+        return None
+    if not inodes:
+        return []
+    wanted = {f"socket:[{inode}]" for inode in inodes}
+    holders = []
+    try:
+        pids = [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
+    except OSError:
+        return None
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}") in wanted:
+                    holders.append(pid)
+                    break
+            except OSError:
+                continue
+    return holders

@@ -85,7 +85,8 @@ class RouterWire(LibzmqWire):
                 frames.append(part.bytes)
                 more = part.more
             try:
-                user: Optional[str] = first.get("User-Id")
+                found = first.get("User-Id")
+                user: Optional[str] = found if isinstance(found, str) else None
             except zmq.ZMQError:  # no such property: nobody authenticated the connection
                 user = None
             return frames, user

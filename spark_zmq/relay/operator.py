@@ -15,7 +15,8 @@ import os
 import secrets
 from typing import Optional
 
-from ..ingest.spool_files import open_private, write_atomically
+from ..ingest.spool_files import write_atomically
+from ..ingest.spool_format import open_private
 
 __all__ = ["OPERATOR_TOKEN_FILE", "create_token", "read_token", "token_matches", "token_problem"]
 

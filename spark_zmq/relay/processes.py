@@ -45,7 +45,8 @@ __all__ = ["ReceiverProcesses", "ReceiverTarget"]
 
 log = logging.getLogger(__name__)
 
-#: how long a new receiver retries a port that a lingering one may be freeing
+#: how long a new receiver retries a port that a lingering one may be freeing (only while
+#: another receiver process runs on the host: ``_other_receiver_processes``)
 _PORT_RETRY_S = 10.0
 #: how long a child may take to bind and open its spool (a previous owner may hold the
 #: spool's lock for up to ``Spool.lock_wait_s`` while it drains)
@@ -79,6 +80,35 @@ class _Child:
 def _is_receiver_process(pid: int) -> bool:
     """Whether ``pid`` is a live receiver process (not a reused pid, not a zombie)."""
     return b"spark_zmq.relay.child" in procstat.cmdline(pid) and procstat.is_alive(pid)
+
+
+def _port_holders(endpoint: str) -> Optional[list[int]]:
+    """Who listens on a TCP ``endpoint``'s port (``procstat.listening_on``); ``None`` when
+    that cannot be told (not TCP, a named port, no ``/proc``)."""
+    address = endpoint.lstrip("@>")
+    port = address.rsplit(":", 1)[-1]
+    if not address.startswith("tcp://") or not port.isdigit():
+        return None
+    return procstat.listening_on(int(port))
+
+
+def _describe_holders(endpoint: str, pids: list[int]) -> str:
+    """Who has the port, for the error: a query cannot receive there until they let it go."""
+    who = "; ".join(f"pid {pid} ({b' '.join(procstat.cmdline(pid)).decode('utf-8', 'replace').strip()[:120]})"
+                    for pid in pids[:3])
+    return (f"{endpoint.lstrip('@>')} is held by another program, not a receiver of this connector ({who}): stop "
+            "it or give this query another 'endpoints' address")
+
+
+def _other_receiver_processes(own: set[int]) -> bool:
+    """Whether a receiver process not in ``own`` runs on this host: one a stopped query left
+    lingering may be freeing a port the new one wants. With none, a port in use is held by
+    something else, and waiting for it would only delay the query's failure."""
+    try:
+        pids = [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
+    except OSError:
+        return True  # cannot tell: wait as for a lingering one
+    return any(pid not in own and _is_receiver_process(pid) for pid in pids)
 
 
 #: the source options a receiver process works with (the others are the reader's own:
@@ -231,8 +261,12 @@ class ReceiverProcesses:
                 # a lingering receiver whose spool directory was deleted notices within
                 # half a second and frees the port: try again for a moment
                 in_use = "Address already in use" in str(exc) or "is in use" in str(exc)
-                if not in_use or time.monotonic() > deadline:
-                    if in_use:
+                holders = _port_holders(endpoint) if in_use else None
+                if holders and not any(_is_receiver_process(pid) for pid in holders):
+                    raise RuntimeError(f"{exc}: {_describe_holders(endpoint, holders)}") from None
+                lingering = in_use and (holders is not None or _other_receiver_processes({c.pid for c in self.children}))
+                if not lingering or time.monotonic() > deadline:
+                    if lingering:
                         raise RuntimeError(f"{exc}; a stopped query's receiver process keeps its port for "
                                            "receiverLingerSeconds unless a query with the same spoolDir and options "
                                            "attaches to it") from None

@@ -432,6 +432,9 @@ def test_a_port_in_use_fails_a_receiver_process_query_with_the_bind_error(spark,
               .option("receivers", "processes").option("spoolDir", str(tmp_path / "spool")).load())
         rows, error = run_available_now(spark, df, tmp_path, "port_in_use", timeout=120)
         assert rows is None and "the receiver process of channel 0" in error and "Address already in use" in error, error
+        # said at once, naming who has the port: no lingering receiver of a stopped query to wait for
+        assert (f"tcp://127.0.0.1:{port} is held by another program, not a receiver of this connector "
+                f"(pid {os.getpid()} (") in error, error
     finally:
         holder.close(0)
 
