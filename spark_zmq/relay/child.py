@@ -3,9 +3,11 @@
 Started by ``processes`` with ``python -m spark_zmq.relay.child``; its
 configuration comes on stdin (a pickled ``SourceOptions`` for its one endpoint, and the
 key pairs of its listening port), never on the command line, where other users could
-read the keys. It prints the relay's ``ready`` line once its socket is bound, starts
-receiving when the query has checked its checkpoint (the ``start`` request), and serves
-until its parent, the query's reader process, stops it or dies.
+read the keys. The parent keeps stdin open for as long as it lives, so its end (even by
+``kill -9``) reaches the child as end of file at once. It prints the relay's ``ready`` line
+once its socket is bound, starts receiving when the query has checked its checkpoint (the
+``start`` request), and serves until its parent, the query's reader process, stops it or
+dies.
 """
 
 from __future__ import annotations
@@ -19,12 +21,11 @@ from .run import serve
 
 
 def main() -> int:
-    config = pickle.load(sys.stdin.buffer)
-    sys.stdin.close()
+    config = pickle.load(sys.stdin.buffer)  # stdin stays open: its end of file is the parent's end
     listen_curve = Curve.server(KeyPair(*config["server_keys"]), frozenset({config["client_public"]}))
     try:
         return serve(config["options"], config["listen"], listen_curve, parent_pid=config["parent"],
-                     start_receivers=False, linger_s=config.get("linger_s", 0.0))
+                     start_receivers=False, linger_s=config.get("linger_s", 0.0), parent_pipe=sys.stdin.buffer)
     except Exception as exc:  # a bind error, a locked spool: the reason, for the parent to report
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         return 1

@@ -259,7 +259,7 @@ class ReceiverProcesses:
                 break
             except RuntimeError as exc:
                 # a lingering receiver whose spool directory was deleted notices within
-                # half a second and frees the port: try again for a moment
+                # two seconds (its watch) and frees the port: try again for a moment
                 in_use = "Address already in use" in str(exc) or "is in use" in str(exc)
                 holders = _port_holders(endpoint) if in_use else None
                 if holders and not any(_is_receiver_process(pid) for pid in holders):
@@ -293,7 +293,7 @@ class ReceiverProcesses:
         self.children.append(_Child(child.pid, child))
         assert child.stdin is not None and child.stdout is not None
         child.stdin.write(pickle.dumps(config))
-        child.stdin.close()
+        child.stdin.flush()  # kept open while this process lives: the child's sign that its parent is there
         try:
             ready = read_ready(child, START_TIMEOUT_S)
         except TimeoutError:
@@ -348,5 +348,6 @@ class ReceiverProcesses:
                 log.warning("a receiver process did not stop within %.0f s; killing it", timeout)
                 child.process.kill()
                 child.process.wait(10)
-            if child.process.stdout is not None:
-                child.process.stdout.close()
+            for pipe in (child.process.stdout, child.process.stdin):
+                if pipe is not None:
+                    pipe.close()

@@ -17,10 +17,11 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Union, Optional
+from typing import BinaryIO, Union, Optional
 
 from ..options import SourceOptions
 from ..patterns.curve import Curve
+from ..patterns.deadlines import IDLE_SLICE_S
 from .server import Relay
 
 __all__ = ["serve", "read_ready", "READY"]
@@ -30,14 +31,29 @@ READY = b"ready "
 
 log = logging.getLogger(__name__)
 
-#: how often the main thread looks at the receivers while it waits for a signal
-_WATCH_S = 0.5
+#: how often the main thread looks at the receivers, its spool directory and its parent
+#: while it waits for a signal: an idle relay wakes this seldom; a signal, or the parent's
+#: end (``parent_pipe``), wakes it at once
+_WATCH_S = IDLE_SLICE_S
+
+
+def _watch_parent(pipe: BinaryIO, gone: threading.Event, stop: threading.Event) -> None:
+    """Set ``gone`` and ``stop`` when the parent's end of ``pipe`` closes: the parent wrote
+    the configuration and keeps the pipe open for as long as it lives, so end of file
+    means it exited, however it died (``kill -9`` included)."""
+    try:
+        while pipe.read(4096):
+            pass
+    except (OSError, ValueError):
+        pass
+    gone.set()
+    stop.set()
 
 
 def serve(options: SourceOptions, listen: Union[str, list[str]], listen_curve: Optional[Curve] = None,
           parent_pid: Optional[int] = None, start_receivers: bool = True, linger_s: float = 0.0,
           retention_bytes: Optional[int] = None, retention_s: Optional[float] = None,
-          metrics: Optional[str] = None) -> int:
+          metrics: Optional[str] = None, parent_pipe: Optional[BinaryIO] = None) -> int:
     """Run a relay until SIGTERM/SIGINT (returns 0) or a receiver failure (returns 1).
     With ``parent_pid`` (a query's receiver process) it also stops, draining, once no
     query needs it: with ``linger_s`` 0 when that process is gone (its port and spool are
@@ -46,10 +62,13 @@ def serve(options: SourceOptions, listen: Union[str, list[str]], listen_curve: O
     finds its receiver still receiving and attaches to it: nothing is lost in between.
     ``retention_bytes`` and ``retention_s`` bound what it keeps for readers that lag
     (``Relay``). ``metrics``: ``HOST:PORT`` to serve its Prometheus metrics on
-    (``spark_zmq.metrics``; the ``ready`` line says where)."""
+    (``spark_zmq.metrics``; the ``ready`` line says where). ``parent_pipe``: a pipe the
+    parent holds open while it lives (a query's receiver process's stdin), so the relay
+    learns of its parent's end at once instead of at its next look."""
     import os
 
     stop = threading.Event()
+    parent_gone = threading.Event()
     drain = True
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
@@ -65,7 +84,12 @@ def serve(options: SourceOptions, listen: Union[str, list[str]], listen_curve: O
                 scrape = serve_metrics(metrics, relay_metrics(relay))
                 ready["metrics"] = scrape.address
             print(READY.decode() + json.dumps(ready), flush=True)
-            while not stop.wait(_WATCH_S):
+            if parent_pipe is not None and parent_pid is not None and linger_s <= 0:
+                threading.Thread(target=_watch_parent, args=(parent_pipe, parent_gone, stop), name="zmq-relay-parent",
+                                 daemon=True).start()
+            wait_s = _WATCH_S
+            while not stop.wait(wait_s):
+                wait_s = _WATCH_S
                 if parent_pid is not None and linger_s <= 0 and os.getppid() != parent_pid:
                     log.warning("relay: the query that started it is gone; stopping")
                     return 0
@@ -81,10 +105,15 @@ def serve(options: SourceOptions, listen: Union[str, list[str]], listen_curve: O
                 if unheld is not None and unheld > linger_s:
                     log.warning("relay: no query has read it for %.0f s (receiverLingerSeconds); stopping", unheld)
                     return 0
+                if unheld is not None:  # look again when its lingering time is up, not later
+                    wait_s = min(_WATCH_S, max(0.05, linger_s - unheld + 0.01))
                 failure = relay.failed()
                 if failure is not None:
                     print(f"error: a receiver of the relay failed: {failure}", file=sys.stderr, flush=True)
                     return 1
+            if parent_gone.is_set():
+                log.warning("relay: the query that started it is gone; stopping")
+                return 0
             log.info("relay: stopping (signal); draining the sockets into the spool")
             return 0
         finally:
