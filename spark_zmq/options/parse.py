@@ -56,7 +56,7 @@ KAFKA_OPTIONS: dict[str, tuple[Optional[str], str]] = {
     "endingOffsets": (None, "a bounded read ends after 'maxMessages' or 'timeout' seconds of silence"),
     "endingTimestamp": (None, "a bounded read ends after 'maxMessages' or 'timeout' seconds of silence"),
     "endingOffsetsByTimestamp": (None, "a bounded read ends after 'maxMessages' or 'timeout' seconds of silence"),
-    "maxRecordsPerPartition": (None, "read tasks hold at most 200,000 messages; 'minPartitions' asks for more tasks"),
+    "maxRecordsPerPartition": (None, "read tasks are cut by messages and bytes (docs/source.md, Read tasks); 'minPartitions' asks for more tasks"),
     "kafkaConsumer.pollTimeoutMs": ("fetchTimeout", "how long a read task waits for a silent spool server"),
     "fetchOffset.numRetries": ("relayTimeout", "how long the driver waits for a silent relay"),
     "fetchOffset.retryIntervalMs": ("relayTimeout", "how long the driver waits for a silent relay"),

@@ -233,7 +233,7 @@ SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
     _src("failOnDataLoss", "bool", "fail_on_data_loss", "`false`: continue when the checkpoint asks for "
          "offsets the spool no longer has (skipped and counted).", default=True, default_doc="`true`"),
     _src("minPartitions", "int", "min_partitions", "Read tasks per micro-batch at least.",
-         default_doc="1 per channel (and per 200,000 messages, and by bytes: see Read tasks in docs/source.md)", minimum=1, maximum=INT32_MAX,
+         default_doc="1 per channel (and by messages and bytes: see Read tasks in docs/source.md)", minimum=1, maximum=INT32_MAX,
          range_note="Spark numbers partitions with an `int`"),
     _src("hwm", "int", "hwm", "ZeroMQ receive high-water mark per socket, in messages: what queues in "
          "memory while the spool is full.", default=10_000, default_doc="10000", minimum=1, maximum=INT32_MAX,

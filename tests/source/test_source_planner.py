@@ -164,8 +164,15 @@ def test_with_the_slots_known_a_backlog_is_shared_by_them_not_cut_into_32_mb_tas
     assert len(split({"0": (0, 4000)}, {"0": 1 << 30}, None, slots=2)) == 8
     # nor under 4 MB, however many
     assert len(split({"0": (0, 400)}, {"0": 8 << 20}, None, slots=64)) == 2
-    # the message cap and minPartitions still hold
-    assert len(split({"0": (0, 600_000)}, {"0": 60 << 20}, None, slots=2)) == 3
+    # one-row messages: the messages are shared by the slots too, not cut every 200,000
+    # (1,000,000 messages of 100 B on 2 slots: 2 tasks, not 5)
+    assert len(split({"0": (0, 1_000_000)}, {"0": 100 << 20}, None)) == 5
+    assert len(split({"0": (0, 1_000_000)}, {"0": 100 << 20}, None, slots=2)) == 2
+    assert len(split({"0": (0, 600_000)}, {"0": 60 << 20}, None, slots=2)) == 2
+    # up to 2,000,000 a task however few the slots, never below 200,000 however many;
+    # minPartitions still holds
+    assert len(split({"0": (0, 10_000_000)}, {"0": 100 << 20}, None, slots=2)) == 5
+    assert len(split({"0": (0, 600_000)}, {"0": 8 << 20}, None, slots=64)) == 3
     assert len(split({"0": (0, 400)}, {"0": 140 << 20}, 6, slots=2)) == 6
 
 
