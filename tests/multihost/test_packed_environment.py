@@ -3,8 +3,8 @@ pip) run the source from a virtual environment shipped with ``--archives``.
 
 The environment is built as the page builds it (``python -m venv``, the connector's wheel
 installed into it, ``venv-pack``), except that pyspark is left out of it: the executors use
-the pyspark Spark puts on their path, and this proves it. The page's ```bash
-title="packed-env"``` spark-submit line then runs on the bed's standalone cluster (its
+the pyspark Spark puts on their path, and this proves it. The spark-submit line of the
+page's ```bash title="cluster"``` block that names venv-pack then runs on the bed's standalone cluster (its
 names swapped for the bed's, ``--available-now`` added so the run ends), fed by
 ``spark-zmq produce`` on another host. The workers are started without PYTHONPATH and
 their own Python (this interpreter) is not what the executors run: before the query, a
@@ -71,11 +71,12 @@ sys.exit(zmq_to_parquet.main(sys.argv[1:]))
 
 
 def packed_env_block() -> list:
-    """The page's ``packed-env`` block as commands, backslash continuations joined."""
+    """The page's ``cluster`` block that packs an environment (the one naming venv-pack) as
+    commands, backslash continuations joined."""
     text = PAGE.read_text(encoding="utf-8")
-    match = re.search(r'^```bash title="packed-env"\n(.*?)^```', text, re.S | re.M)
-    assert match, f"{PAGE}: no ```bash title=\"packed-env\" block"
-    lines = match.group(1).replace("\\\n", " ").splitlines()
+    found = [b for b in re.findall(r'^```bash title="cluster"\n(.*?)^```', text, re.S | re.M) if "venv-pack" in b]
+    assert len(found) == 1, f"{PAGE}: {len(found)} ```bash title=\"cluster\" blocks naming venv-pack, not one"
+    lines = found[0].replace("\\\n", " ").splitlines()
     return [shlex.split(line) for line in lines if line.strip()]
 
 
