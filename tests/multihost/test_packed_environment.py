@@ -13,7 +13,7 @@ where ``spark_zmq`` can be found, and that must be the archive unpacked in the e
 work directory, and nothing else.
 
 It builds a virtual environment with pyarrow and pandas, packs it (~130 MB), ships it to two
-executors and starts a bed and a cluster of its own: about 90 s, so it carries the
+executors and starts a bed and a cluster of its own: 70 to 90 s, so it carries the
 ``packedenv`` marker, which the default run leaves out (``-m packedenv`` runs it).
 """
 
