@@ -13,7 +13,7 @@ calls a ZeroMQ service for every row of a DataFrame. The pattern layer,
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -45,7 +45,7 @@ __version__ = _version()
 __all__ = ["register", "request", "__version__"]
 
 
-def register(spark: "Optional[SparkSession]" = None) -> "SparkSession":
+def register(spark: SparkSession | None = None) -> SparkSession:
     """Register the ``zmq`` data source on ``spark`` (default: the active session)."""
     from pyspark.sql import SparkSession
 
@@ -66,7 +66,7 @@ def register(spark: "Optional[SparkSession]" = None) -> "SparkSession":
     return session
 
 
-def _known(session: "SparkSession", name: str) -> bool:
+def _known(session: SparkSession, name: str) -> bool:
     """Whether ``name`` is already a data source of ``session`` (Spark discovered the
     installed package, or it was registered before): registering again would only make
     Spark log that it replaced it. False where the session has no JVM (Spark Connect)."""
@@ -76,8 +76,8 @@ def _known(session: "SparkSession", name: str) -> bool:
         return False
 
 
-def request(df: "DataFrame", endpoints: "str | list[str]", *, reply_schema: "str | StructType | None" = None,
-            **options: object) -> "DataFrame":
+def request(df: DataFrame, endpoints: str | list[str], *, reply_schema: str | StructType | None = None,
+            **options: object) -> DataFrame:
     """``df``'s columns followed by the reply of a ZeroMQ service called with its rows: one
     output row per input row, in input order, for batch and streaming DataFrames. Options
     (``format``, ``batchRows``, ``maxInFlight``, ``timeout``, ``retries``, ``mode``, CURVE,

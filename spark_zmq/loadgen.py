@@ -26,8 +26,8 @@ import json
 import random
 import struct
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Callable, Iterator, Optional, Sequence
 
 import pyarrow as pa
 import zmq
@@ -68,7 +68,7 @@ class LoadResult:
     bytes: int
     seconds: float
     rejected_handshakes: int = 0
-    last_rejection: Optional[str] = None
+    last_rejection: str | None = None
 
     @property
     def rate(self) -> float:
@@ -156,19 +156,19 @@ def produce(
     pattern: str = "push",
     format: str = "json",
     count: int = 1000,
-    rate: Optional[float] = None,
+    rate: float | None = None,
     size: int = 100,
     rows_per_message: int = 1000,
     topics: Sequence[str] = ("sensors",),
     hwm: int = 10_000,
-    send_timeout: Optional[float] = None,
+    send_timeout: float | None = None,
     start: int = 0,
     linger: float = 30.0,
     peer_wait: float = 300.0,
-    on_progress: Optional[Callable[[int], None]] = None,
-    stop: Optional[Callable[[], bool]] = None,
-    curve: Optional[Curve] = None,
-    heartbeat: Optional[Heartbeat] = None,
+    on_progress: Callable[[int], None] | None = None,
+    stop: Callable[[], bool] | None = None,
+    curve: Curve | None = None,
+    heartbeat: Heartbeat | None = None,
 ) -> LoadResult:
     """Send ``count`` messages to ``endpoints`` (push/scatter connect and pub binds by
     default; ``@``/``>`` choose) and return what was sent (``seconds`` includes waiting for

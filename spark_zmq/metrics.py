@@ -16,9 +16,9 @@ on ``HOST:PORT`` (``docs/metrics.md`` lists every name and a scrape configuratio
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import fields
-from typing import Any, Callable, Iterable, Iterator, Mapping, Optional
-
+from typing import Any
 
 __all__ = ["MetricsServer", "serve_metrics", "parse_address", "broker_metrics", "relay_metrics", "worker_metrics",
            "source_metrics", "MISSING"]
@@ -107,7 +107,7 @@ class MetricsServer:
         self._server.server_close()
         self._thread.join(5)
 
-    def __enter__(self) -> "MetricsServer":
+    def __enter__(self) -> MetricsServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -204,7 +204,7 @@ def relay_metrics(relay: Any) -> Callable[[], Iterator[Any]]:
 
 
 def source_metrics(ingest: Callable[[], Any],
-                   planned: Callable[[], Optional[Mapping[int, int]]]) -> Callable[[], Iterator[Any]]:
+                   planned: Callable[[], Mapping[int, int] | None]) -> Callable[[], Iterator[Any]]:
     """A query's receivers on the driver host (option ``metricsAddress``), from the stream
     reader's ingest (``ingest()``: ``None`` until it is opened, or once stopped) and the end
     of the batch Spark planned last (``planned()``): per channel the latest and earliest

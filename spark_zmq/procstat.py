@@ -10,7 +10,6 @@ process that is gone or a system without ``/proc``, never raises.
 from __future__ import annotations
 
 import os
-from typing import Optional
 
 __all__ = ["is_alive", "parent_of", "start_ticks", "cmdline", "environ", "listening_on"]
 
@@ -33,7 +32,7 @@ def is_alive(pid: int) -> bool:
     return bool(fields) and fields[0] not in (b"Z", b"X")
 
 
-def parent_of(pid: int) -> Optional[int]:
+def parent_of(pid: int) -> int | None:
     """The parent's pid, or ``None``."""
     fields = _fields(pid)
     try:
@@ -72,7 +71,7 @@ def environ(pid: int) -> dict[str, str]:
     return {name: value for name, _, value in pairs}
 
 
-def listening_on(port: int) -> Optional[list[int]]:
+def listening_on(port: int) -> list[int] | None:
     """The pids holding a TCP socket that listens on ``port`` (any address), as far as this
     user may see their descriptors; ``None`` when ``/proc`` cannot tell (no such files). What
     a bind error cannot say: who has the port."""

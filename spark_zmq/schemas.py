@@ -2,23 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import pyarrow as pa
-from pyspark.sql.types import (
-    BinaryType,
-    IntegerType,
-    LongType,
-    StringType,
-    StructField,
-    StructType,
-    TimestampType,
-)
+from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
 __all__ = ["fixed_schema", "arrow_schema"]
 
 
-def fixed_schema(fmt: str) -> Optional[StructType]:
+def fixed_schema(fmt: str) -> StructType | None:
     """``raw``/``text`` schemas; ``None`` for formats whose schema the user declares."""
     if fmt not in ("raw", "text"):
         return None

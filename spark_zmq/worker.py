@@ -62,14 +62,14 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Protocol, Sequence, Union, cast
+from typing import Any, Protocol, cast
 
 import pyarrow as pa
 import zmq
 
 from .arrow.guard import MAX_DECOMPRESSED_BYTES, MalformedArrowError, read_batches
-
 from .patterns import Heartbeat, Rep, Req
 from .patterns.bounds import MAX_FRAMES, MessageBounds
 from .patterns.broker import READY
@@ -203,7 +203,7 @@ _CALLS: dict[str, Callable[[Handler, bytes], bytes]] = {"arrow": _arrow, "json":
 
 
 def _answer(call: Callable[[Handler, bytes], bytes], handler: Handler, body: list[bytes],
-            stats: WorkerStats, max_reply_bytes: Optional[int] = None) -> list[bytes]:
+            stats: WorkerStats, max_reply_bytes: int | None = None) -> list[bytes]:
     """The reply frames for request ``body``: the handler's answer, or an error reply (or,
     for a probe, ``spark-zmq ping``, the worker's own answer without the handler)."""
     if len(body) == 1 and body[0] == PING:
@@ -229,12 +229,12 @@ def _answer(call: Callable[[Handler, bytes], bytes], handler: Handler, body: lis
 
 
 def serve(handler: Handler, endpoint: EndpointsSpec, *, format: str = "arrow", broker: bool = True,
-          curve: Optional[Curve] = None, stop: Optional[StopFlag] = None,
-          heartbeat: Optional[Heartbeat] = None, max_message_bytes: Optional[int] = None,
-          on_ready: Optional[Callable[[list[str]], None]] = None,
-          context: Optional[zmq.Context] = None, max_decompressed_bytes: Optional[int] = None,
-          max_frames: int = MAX_FRAMES, handler_timeout: Optional[float] = None,
-          metrics: Optional[str] = None) -> WorkerStats:
+          curve: Curve | None = None, stop: StopFlag | None = None,
+          heartbeat: Heartbeat | None = None, max_message_bytes: int | None = None,
+          on_ready: Callable[[list[str]], None] | None = None,
+          context: zmq.Context | None = None, max_decompressed_bytes: int | None = None,
+          max_frames: int = MAX_FRAMES, handler_timeout: float | None = None,
+          metrics: str | None = None) -> WorkerStats:
     """Answer requests with ``handler`` until ``stop`` is set (see the module docstring).
 
     ``curve``: the socket's CURVE security (usually a client of the broker's backend, or a
@@ -293,7 +293,7 @@ def serve(handler: Handler, endpoint: EndpointsSpec, *, format: str = "arrow", b
         return _answer(checked_call, handler, body, stats, reply_limit)
 
     answer: Callable[[list[bytes]], list[bytes]] = answer_here
-    child: Optional[HandlerProcess] = None
+    child: HandlerProcess | None = None
     if handler_timeout is not None:
         direct = answer_here
 
@@ -309,7 +309,7 @@ def serve(handler: Handler, endpoint: EndpointsSpec, *, format: str = "arrow", b
             from .metrics import serve_metrics, worker_metrics
 
             scrape = serve_metrics(metrics, worker_metrics(stats), flag="metrics")
-        sock: Union[Req, Rep]
+        sock: Req | Rep
         if broker:
             # the monitor's CONNECTED events tell when the connection to the broker is new
             sock = Req(endpoint, monitor=zmq.EVENT_CONNECTED, **{k: v for k, v in options.items() if v is not None})
@@ -379,7 +379,7 @@ def _send(sock: Any, frames: list[bytes], stop: StopFlag) -> bool:
 
 
 def _recv(sock: Any, stop: StopFlag, bounds: MessageBounds, stats: WorkerStats,
-          between: Callable[[], None] = lambda: None) -> Optional[tuple[Optional[list[bytes]], list[bytes], str]]:
+          between: Callable[[], None] = lambda: None) -> tuple[list[bytes] | None, list[bytes], str] | None:
     """Receive one message within ``bounds``, waiting in slices (``between()`` after each);
     None if stopped. ``(frames, [], "")``, or ``(None, kept, why)`` for a refused message
     (counted in ``stats.oversize``)."""

@@ -38,7 +38,7 @@ STREAMING_RUNNER_KEYS = (
 )
 
 
-def seed_worker_environment(session: "SparkSession", name: str) -> bool:
+def seed_worker_environment(session: SparkSession, name: str) -> bool:
     """Add the streaming runner's keys to data source ``name``'s shared environment map.
 
     Returns whether the map was seeded (False when Spark's internals are not as expected).

@@ -21,8 +21,8 @@ import signal
 import socket
 import time
 import warnings
+from collections.abc import Callable
 from multiprocessing.connection import Connection
-from typing import Callable, Optional
 
 __all__ = ["HandlerProcess"]
 
@@ -70,7 +70,7 @@ class HandlerProcess:
         self._keep = _open_fds()
         self.started = 0
         self.busy = False
-        self.pid: Optional[int] = None
+        self.pid: int | None = None
         self._start()
 
     def _start(self) -> None:
@@ -104,7 +104,7 @@ class HandlerProcess:
         self.busy = True
         self._conn.send((number, body))
 
-    def wait(self, timeout: float) -> Optional[list[bytes]]:
+    def wait(self, timeout: float) -> list[bytes] | None:
         """The reply, if it came within ``timeout`` seconds; ``ChildProcessError`` when the
         child ended without one (the handler crashed the process, or called ``exit``): a new
         child is started."""

@@ -62,7 +62,7 @@ never raises, and costs a few microseconds.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -132,10 +132,10 @@ class ArrowMessage(NamedTuple):
 def read_batches(
     message: BytesLike,
     *,
-    schema: Optional[pa.Schema] = None,
+    schema: pa.Schema | None = None,
     max_rows: int = MAX_ROWS,
     max_body_bytes: int = MAX_DECOMPRESSED_BYTES,
-    max_cast_bytes: Optional[int] = None,
+    max_cast_bytes: int | None = None,
 ) -> list[pa.RecordBatch]:
     """The record batches of one Arrow IPC stream message, checked (see the module
     docstring), fully validated and, when ``schema`` is given, converted to it. Raises
@@ -148,10 +148,10 @@ def read_batches(
 def read_message(
     message: BytesLike,
     *,
-    schema: Optional[pa.Schema] = None,
+    schema: pa.Schema | None = None,
     max_rows: int = MAX_ROWS,
     max_body_bytes: int = MAX_DECOMPRESSED_BYTES,
-    max_cast_bytes: Optional[int] = None,
+    max_cast_bytes: int | None = None,
 ) -> ArrowMessage:
     """``read_batches``, and the stream schema's custom metadata with the batches: the same
     checks, in the same order, with the same errors."""

@@ -8,7 +8,7 @@ is decompressed, the rows a stream claims, and ``message_layout`` for fuzzers an
 from __future__ import annotations
 
 import struct
-from typing import Any, Optional, Union, cast
+from typing import Any, TypeAlias, cast
 
 import numpy as np
 import pyarrow as pa
@@ -33,9 +33,9 @@ MAX_DECOMPRESSED_BYTES = 1 << 30
 #: IPC messages (schema + dictionaries + record batches) in one ZeroMQ message
 MAX_IPC_MESSAGES = 10_000
 
-BytesLike = Union[bytes, bytearray, memoryview, pa.Buffer]
+BytesLike: TypeAlias = bytes | bytearray | memoryview | pa.Buffer
 #: int64 values read from the metadata: a tuple for the usual few, an array for many
-Ints = Union[tuple[int, ...], np.ndarray]
+Ints: TypeAlias = tuple[int, ...] | np.ndarray
 
 # Message.fbs / Schema.fbs: union tags of Message.header, compression enums
 _SCHEMA, _DICTIONARY_BATCH, _RECORD_BATCH = 1, 2, 3
@@ -214,7 +214,7 @@ def check_stream(buffer: pa.Buffer, max_rows: int, max_body_bytes: int) -> None:
 
 
 def _check_batch(
-    metadata: pa.Buffer, end: int, batch: tuple[int, int, int], body: Optional[pa.Buffer], max_rows: int, max_body_bytes: int
+    metadata: pa.Buffer, end: int, batch: tuple[int, int, int], body: pa.Buffer | None, max_rows: int, max_body_bytes: int
 ) -> tuple[int, int]:
     """(rows, decompressed bytes) of one RecordBatch table, after checking it."""
     length = _scalar(metadata, end, batch, 0, _I64)
@@ -240,7 +240,7 @@ def _check_batch(
     method = _scalar(metadata, end, compression, 1, _U8)
     if codec not in _CODECS or method != 0:
         raise MalformedArrowError(f"unsupported body compression (codec {codec}, method {method})")
-    sizes: Union[np.ndarray, list[int]]
+    sizes: np.ndarray | list[int]
     if isinstance(lengths, np.ndarray):
         sizes = _compressed_sizes_np(body, cast(np.ndarray, offsets), lengths)
     else:
@@ -275,11 +275,11 @@ def _int64_pairs(buf: BytesLike, at: int, count: int) -> tuple[Ints, Ints]:
     return array[0::2], array[1::2]
 
 
-def _smallest(values: Union[Ints, list[int]]) -> int:
+def _smallest(values: Ints | list[int]) -> int:
     return int(values.min()) if isinstance(values, np.ndarray) else min(values)
 
 
-def _total(values: Union[Ints, list[int]]) -> int:
+def _total(values: Ints | list[int]) -> int:
     return int(values.sum()) if isinstance(values, np.ndarray) else sum(values)
 
 
@@ -327,7 +327,7 @@ def message_layout(message: bytes) -> list[dict[str, Any]]:
         header_type, header, body_length = _message_header(meta, length)
         body = pos + length
         entry: dict[str, Any] = {"type": header_type, "body": body, "meta": pos}
-        batch: Optional[tuple[int, int, int]] = header
+        batch: tuple[int, int, int] | None = header
         if header_type == 1:
             entry["table"] = header
             entry["fields_at"] = _target(meta, length, header, 1)

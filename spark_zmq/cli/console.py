@@ -6,8 +6,6 @@ are printed unbroken, for grep and logs.
 
 from __future__ import annotations
 
-from typing import Optional
-
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -22,7 +20,7 @@ def print_error(text: str) -> None:
     err_console.print("[red]error:[/] " + escape(text))
 
 
-def progress_bar(total: Optional[int], show: bool, what: str) -> Progress:
+def progress_bar(total: int | None, show: bool, what: str) -> Progress:
     """A live count (a bar when ``total`` is known) and rate of ``what``, on stderr."""
     columns = [TextColumn(f"[bold]{what}"), BarColumn() if total else TextColumn(""),
                MofNCompleteColumn() if total else TextColumn("{task.completed:,.0f}"),

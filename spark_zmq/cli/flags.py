@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import enum
 import os
-from typing import Callable, Optional, Sequence, TypeVar
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import typer
 
@@ -96,8 +97,8 @@ def heartbeat_flag(option: str, side: str, help: str) -> float:
     return option_flag(option, side=side, table_default=True, panel=HEARTBEAT_PANEL, help=help)
 
 
-def curve_from_flags(certificate: Optional[str], server_key: Optional[str], authorized_keys: Optional[str],
-                     flags: Sequence[str] = CURVE_FLAGS) -> Optional[Curve]:
+def curve_from_flags(certificate: str | None, server_key: str | None, authorized_keys: str | None,
+                     flags: Sequence[str] = CURVE_FLAGS) -> Curve | None:
     """The ``Curve`` that the three CURVE flags describe (``None`` without any), or
     ``CurveError`` whose message and ``option`` name the flag at fault.
 
@@ -124,7 +125,7 @@ def curve_from_flags(certificate: Optional[str], server_key: Optional[str], auth
                     _loaded(load_authorized_keys, authorized_text, flags[2]))
 
 
-def _loaded(load: Callable[[str, str], _T], value: Optional[str], flag: str) -> Optional[_T]:
+def _loaded(load: Callable[[str, str], _T], value: str | None, flag: str) -> _T | None:
     """``load(value, flag)`` (``None`` for no value), its error naming the flag."""
     if value is None:
         return None
@@ -134,8 +135,8 @@ def _loaded(load: Callable[[str, str], _T], value: Optional[str], flag: str) -> 
         raise CurveError(f"{flag}: {exc}", flag) from None
 
 
-def checked_curve_flags(certificate: Optional[str], server_key: Optional[str],
-                        authorized_keys: Optional[str]) -> Optional[Curve]:
+def checked_curve_flags(certificate: str | None, server_key: str | None,
+                        authorized_keys: str | None) -> Curve | None:
     """``curve_from_flags`` for a command: a bad value is a usage error (exit 2)."""
     try:
         return curve_from_flags(certificate, server_key, authorized_keys)
@@ -143,7 +144,7 @@ def checked_curve_flags(certificate: Optional[str], server_key: Optional[str],
         raise typer.BadParameter(str(exc)) from None
 
 
-def _server_curve(certificate: Optional[str], authorized_keys: Optional[str], flag: str) -> Optional[Curve]:
+def _server_curve(certificate: str | None, authorized_keys: str | None, flag: str) -> Curve | None:
     """A CURVE server for one kind of peer: ``--curve-certificate`` and that kind's keys
     (``flag`` names them in errors)."""
     try:
@@ -153,8 +154,8 @@ def _server_curve(certificate: Optional[str], authorized_keys: Optional[str], fl
         raise typer.BadParameter(str(exc)) from None
 
 
-def broker_curves(certificate: Optional[str], frontend_keys: Optional[str], backend_keys: Optional[str],
-                  legacy_keys: Optional[str]) -> tuple[Optional[Curve], Optional[Curve]]:
+def broker_curves(certificate: str | None, frontend_keys: str | None, backend_keys: str | None,
+                  legacy_keys: str | None) -> tuple[Curve | None, Curve | None]:
     """The broker's frontend and backend CURVE servers, each with its own authorized keys.
 
     Why two sets and no fallback: a worker is given other clients' requests and its replies
@@ -179,8 +180,8 @@ def broker_curves(certificate: Optional[str], frontend_keys: Optional[str], back
             _server_curve(certificate, backend_keys, "--backend-authorized-keys"))
 
 
-def reader_curve(certificate: Optional[str], reader_keys: Optional[str],
-                 producers_authorized: bool) -> Optional[Curve]:
+def reader_curve(certificate: str | None, reader_keys: str | None,
+                 producers_authorized: bool) -> Curve | None:
     """The CURVE server of a relay's ``--listen`` socket (queries), with the readers' own keys.
 
     Why not the producers' keys: a producer only sends; a reader's key can read and free

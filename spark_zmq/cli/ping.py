@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Optional
+from typing import Any
 
 import typer
 import zmq
@@ -45,7 +45,7 @@ class PingFailed(Exception):
     """The service did not answer as one of spark-zmq's: the message says why."""
 
 
-def ping(address: str, timeout_s: float, curve: Any = None, context: Optional[zmq.Context] = None
+def ping(address: str, timeout_s: float, curve: Any = None, context: zmq.Context | None = None
          ) -> tuple[dict[str, Any], float]:
     """Ask the service at ``address`` (``tcp://host:port``, ``ipc://...``) whether it serves:
     ``(what it said, round trip in seconds)``, or ``PingFailed`` naming why not within
@@ -88,7 +88,7 @@ def ping(address: str, timeout_s: float, curve: Any = None, context: Optional[zm
         sock.close(linger=0)
 
 
-def _refusal(address: str, event: int, seen: set[int], curve: bool) -> Optional[str]:
+def _refusal(address: str, event: int, seen: set[int], curve: bool) -> str | None:
     """A reason to stop at once, from one monitor event (``None``: go on waiting)."""
     if event == zmq.EVENT_CONNECT_RETRIED and zmq.EVENT_CONNECTED not in seen:
         return f"refused: nothing listens at {address} (the connection was refused)"
@@ -153,10 +153,10 @@ def ping_command(
     endpoint: str = typer.Argument(..., help="The service's address: a relay's --listen, a broker's --frontend, a "
                                    "worker's bound endpoint, e.g. 'tcp://10.0.0.5:7000'."),
     timeout: float = typer.Option(5.0, "--timeout", min=0.01, max=3600.0, help="Seconds to wait for the answer."),
-    curve_certificate: Optional[str] = option_flag(
+    curve_certificate: str | None = option_flag(
         "curveCertificate", panel=CURVE_PANEL,
         help="Our secret certificate, one the service accepts (with --curve-server-key)."),
-    curve_server_key: Optional[str] = option_flag(
+    curve_server_key: str | None = option_flag(
         "curveServerKey", panel=CURVE_PANEL, help="The service's public key (its certificate file or Z85 text)."),
 ) -> None:
     """Ask a relay, broker or worker whether it serves: exit 0 with what it said when it answers within --timeout,

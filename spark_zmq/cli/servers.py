@@ -10,18 +10,22 @@ from __future__ import annotations
 import json
 import os
 import signal
-import uuid
 import sys
 import threading
-from typing import Optional
+import uuid
 
 import typer
 from rich.markup import escape
 
 from ..options import OptionError, SourceOptions, reader_name_problem
 from ..patterns import Broker, BrokerStats, parse_endpoints
-from ..patterns.broker_defaults import (DEFAULT_HOLD_LIMIT, DEFAULT_HWM, DEFAULT_MAX_WAITING_BYTES, DEFAULT_REPLY_TIMEOUT,
-                                        DEFAULT_REQUEST_TTL)
+from ..patterns.broker_defaults import (
+    DEFAULT_HOLD_LIMIT,
+    DEFAULT_HWM,
+    DEFAULT_MAX_WAITING_BYTES,
+    DEFAULT_REPLY_TIMEOUT,
+    DEFAULT_REQUEST_TTL,
+)
 from .console import err_console, print_error
 from .flags import (
     CURVE_PANEL,
@@ -30,12 +34,12 @@ from .flags import (
     Format,
     broker_curves,
     checked_curve_flags,
-    reader_curve,
     heartbeat_from_flags,
     heartbeat_interval_option,
     heartbeat_timeout_option,
     heartbeat_ttl_option,
     off_loopback,
+    reader_curve,
     source_default_int,
 )
 from .source_flags import given_options, option_flag, option_flags, usage_error
@@ -47,14 +51,14 @@ __all__ = ["relay_command", "relay_readers_command", "broker_command", "metrics_
 BROKER_MAX_MESSAGE_BYTES = source_default_int("maxMessageBytes")
 
 
-def metrics_option() -> Optional[str]:
+def metrics_option() -> str | None:
     """``--metrics HOST:PORT``: serve the service's Prometheus metrics there (off by default)."""
     return typer.Option(None, "--metrics", metavar="HOST:PORT",
                         help="Serve Prometheus metrics at http://HOST:PORT/metrics (needs the extra: pip install "
                              "'spark-zmq[metrics]'); off by default. See docs/metrics.md.")
 
 
-def check_metrics(metrics: Optional[str]) -> None:
+def check_metrics(metrics: str | None) -> None:
     """A bad ``--metrics`` is a usage error, and a missing prometheus-client one too (exit 2),
     before any socket is opened."""
     if metrics is None:
@@ -78,50 +82,50 @@ def relay_command(
                                "'tcp://10.0.0.5:7000' (the source option 'relays' names it)."),
     spool_dir: str = option_flag("spoolDir", required=True, help="The spool's directory (created 0700; kept across "
                                  "restarts: what it holds is served after a restart)."),
-    pattern: Optional[ConsumePattern] = option_flag("pattern", help="pull, gather, or sub."),
-    format: Optional[Format] = option_flag("format", "-f", help="The format queries read: arrow messages are "
+    pattern: ConsumePattern | None = option_flag("pattern", help="pull, gather, or sub."),
+    format: Format | None = option_flag("format", "-f", help="The format queries read: arrow messages are "
                                            "counted by rows, others by messages (queries must match arrow or not)."),
-    topics: Optional[str] = option_flag("topics", help="sub: comma-separated subscription prefixes."),
-    max_spool_bytes: Optional[str] = option_flag("maxSpoolBytes", help="Disk the spool may use before the relay "
+    topics: str | None = option_flag("topics", help="sub: comma-separated subscription prefixes."),
+    max_spool_bytes: str | None = option_flag("maxSpoolBytes", help="Disk the spool may use before the relay "
                                                  "stops reading (backpressure), e.g. '10 GiB'."),
-    hwm: Optional[int] = option_flag("hwm", help="Receive high-water mark per socket (messages)."),
-    max_message_bytes: Optional[str] = option_flag("maxMessageBytes", help="Largest message accepted."),
-    fsync: Optional[bool] = option_flag("spoolFsync", "--fsync/--no-fsync",
+    hwm: int | None = option_flag("hwm", help="Receive high-water mark per socket (messages)."),
+    max_message_bytes: str | None = option_flag("maxMessageBytes", help="Largest message accepted."),
+    fsync: bool | None = option_flag("spoolFsync", "--fsync/--no-fsync",
                                         help="fsync every spooled batch (survives a machine crash)."),
-    retention_bytes: Optional[str] = typer.Option(None, "--retention-bytes", help="What the spool may hold for "
+    retention_bytes: str | None = typer.Option(None, "--retention-bytes", help="What the spool may hold for "
                                                   "readers that lag, e.g. '5 GiB': beyond it the oldest segments "
                                                   "are freed whoever has not read them (their queries report data "
                                                   "loss). Default: no limit but --max-spool-bytes (backpressure)."),
-    retention_seconds: Optional[float] = typer.Option(None, "--retention-seconds", min=0.0, max=10 * 365 * 86400.0,
+    retention_seconds: float | None = typer.Option(None, "--retention-seconds", min=0.0, max=10 * 365 * 86400.0,
                                                       help="How long a message is kept for readers that lag: "
                                                            "older segments are freed whoever has not read them. "
                                                            "Default: no limit."),
-    curve_certificate: Optional[str] = option_flag(
+    curve_certificate: str | None = option_flag(
         "curveCertificate", panel=CURVE_PANEL,
         help="The relay's secret certificate. With --curve-authorized-keys the receiving sockets are CURVE servers "
              "accepting those producers' keys; with --reader-authorized-keys the --listen port is one accepting "
              "those queries' keys."),
-    curve_server_key: Optional[str] = option_flag(
+    curve_server_key: str | None = option_flag(
         "curveServerKey", panel=CURVE_PANEL,
         help="The receiving sockets are CURVE clients of this server key (e.g. sub to a CURVE pub)."),
-    curve_authorized_keys: Optional[str] = option_flag(
+    curve_authorized_keys: str | None = option_flag(
         "curveAuthorizedKeys", panel=CURVE_PANEL,
         help="Producer keys the receiving sockets accept: a directory of public certificates (*.key, or CZMQ's certificate store), or '*' for "
              "any key. Never accepted on --listen."),
-    reader_authorized_keys: Optional[str] = typer.Option(
+    reader_authorized_keys: str | None = typer.Option(
         None, "--reader-authorized-keys", metavar="DIR|*", rich_help_panel=CURVE_PANEL,
         help="Query (reader) keys the --listen port accepts: a directory of public certificates (*.key, or CZMQ's certificate store), or '*' "
              "for any key. Required with --curve-authorized-keys."),
-    heartbeat_interval: Optional[str] = option_flag("heartbeatInterval", panel=HEARTBEAT_PANEL,
+    heartbeat_interval: str | None = option_flag("heartbeatInterval", panel=HEARTBEAT_PANEL,
                                                     help="Seconds between PINGs on every connection (receiving "
                                                          "and --listen); 0 switches heartbeats off."),
-    heartbeat_timeout: Optional[str] = option_flag("heartbeatTimeout", panel=HEARTBEAT_PANEL,
+    heartbeat_timeout: str | None = option_flag("heartbeatTimeout", panel=HEARTBEAT_PANEL,
                                                    help="Seconds a producer may stay silent after a PING before its "
                                                         "connection is closed (closing loses what it has in "
                                                         "flight)."),
-    heartbeat_ttl: Optional[str] = option_flag("heartbeatTtl", panel=HEARTBEAT_PANEL,
+    heartbeat_ttl: str | None = option_flag("heartbeatTtl", panel=HEARTBEAT_PANEL,
                                                help="The TTL our PINGs ask of the peer (0: none)."),
-    metrics: Optional[str] = metrics_option(),
+    metrics: str | None = metrics_option(),
 ) -> None:
     """Receive and spool ZeroMQ messages for Spark queries, until SIGTERM/SIGINT (then drain and exit 0).
     Queries read it with the source option relays=<--listen address>, each under a name of its own (option
@@ -137,7 +141,7 @@ def relay_command(
         options = SourceOptions.parse(raw)
     except OptionError as exc:
         raise usage_error(exc, option_flags(relay_command)) from None
-    retained: Optional[int] = None
+    retained: int | None = None
     if retention_bytes is not None:
         try:
             retained = SourceOptions.parse({"endpoints": endpoints, "maxSpoolBytes": retention_bytes}).max_spool_bytes
@@ -170,20 +174,20 @@ def relay_command(
 def relay_readers_command(
     listen: str = typer.Option(..., "--listen", "-l", help="The relay's --listen address, e.g. "
                                "'tcp://10.0.0.5:7000' (as the source option 'relays' names it)."),
-    remove: Optional[str] = typer.Option(None, "--remove", metavar="NAME", help="Unregister this reader (a "
+    remove: str | None = typer.Option(None, "--remove", metavar="NAME", help="Unregister this reader (a "
                                          "relayReader name): the relay no longer keeps what it has not committed. "
                                          "Refused while a query reads under it; needs --relay-spool-dir (or the reader's "
                                          "CURVE key)."),
-    relay_spool_dir: Optional[str] = typer.Option(None, "--relay-spool-dir", metavar="DIR", help="With --remove: the relay's "
+    relay_spool_dir: str | None = typer.Option(None, "--relay-spool-dir", metavar="DIR", help="With --remove: the relay's "
                                             "spool directory, read on the relay's host as the account it runs as, "
                                             "to act as its operator (removes a reader this command holds neither "
                                             "the lease nor the CURVE key of)."),
     timeout: float = typer.Option(10.0, "--timeout", min=0.1, max=3600.0, help="Seconds to wait for the relay."),
-    curve_certificate: Optional[str] = option_flag(
+    curve_certificate: str | None = option_flag(
         "curveCertificate", panel=CURVE_PANEL,
         help="A reader's secret certificate (one the relay's --reader-authorized-keys accepts), with "
              "--curve-server-key: as the source options curveCertificate and curveServerKey."),
-    curve_server_key: Optional[str] = option_flag(
+    curve_server_key: str | None = option_flag(
         "curveServerKey", panel=CURVE_PANEL, help="The relay's public key (its certificate file or Z85 text)."),
 ) -> None:
     """List the readers of a relay (the names queries read it under, option relayReader), with what each has
@@ -203,7 +207,7 @@ def relay_readers_command(
     if curve_certificate is not None and curve_server_key is None:
         raise typer.BadParameter("a relay's readers are CURVE clients: give --curve-server-key (the relay's public "
                                  "key) with --curve-certificate", param_hint="'--curve-server-key'")
-    operator: Optional[str] = None
+    operator: str | None = None
     if relay_spool_dir is not None:
         if remove is None:
             raise typer.BadParameter("only with --remove NAME", param_hint="'--relay-spool-dir'")
@@ -240,7 +244,7 @@ def broker_command(
                                          help="Largest message accepted from a client or worker, all frames "
                                               "together (a larger frame disconnects its peer; a larger message is "
                                               "dropped and counted), as the source's option maxMessageBytes."),
-    client_hwm: Optional[int] = typer.Option(None, "--client-hwm", min=1, help="Replies held for one client that "
+    client_hwm: int | None = typer.Option(None, "--client-hwm", min=1, help="Replies held for one client that "
                                              "is not reading before it gets no new request (the others go on), "
                                              "and requests such a client may have waiting. Default: --hwm."),
     reply_timeout: float = typer.Option(DEFAULT_REPLY_TIMEOUT, "--reply-timeout", min=0.0, max=86400.0, help="Seconds a reply waits "
@@ -256,25 +260,25 @@ def broker_command(
                                      "client's own timeout does). 0: no limit."),
     status_interval: float = typer.Option(10.0, "--status-interval", min=0.05, help="Seconds between status lines "
                                           "on stderr."),
-    curve_certificate: Optional[str] = option_flag(
+    curve_certificate: str | None = option_flag(
         "curveCertificate", side="request", panel=CURVE_PANEL,
         help="The broker's secret certificate: the frontend and the backend are CURVE servers, each accepting "
              "only its own authorized keys (--frontend-authorized-keys, --backend-authorized-keys)."),
-    frontend_authorized_keys: Optional[str] = typer.Option(
+    frontend_authorized_keys: str | None = typer.Option(
         None, "--frontend-authorized-keys", metavar="DIR|*", rich_help_panel=CURVE_PANEL,
         help="Client keys the frontend accepts: a directory of public certificates (*.key, or CZMQ's certificate store), or '*' for any key."),
-    backend_authorized_keys: Optional[str] = typer.Option(
+    backend_authorized_keys: str | None = typer.Option(
         None, "--backend-authorized-keys", metavar="DIR|*", rich_help_panel=CURVE_PANEL,
         help="Worker keys the backend accepts: a directory of public certificates (*.key, or CZMQ's certificate store), or '*' for any key. "
              "A worker is trusted with the requests it is given and answers them: never the clients' keys."),
-    curve_authorized_keys: Optional[str] = option_flag(
+    curve_authorized_keys: str | None = option_flag(
         "curveAuthorizedKeys", side="request", panel=CURVE_PANEL,
         help="The older name of --frontend-authorized-keys (clients only; the backend needs "
              "--backend-authorized-keys)."),
     heartbeat_interval: float = heartbeat_interval_option("request"),
     heartbeat_timeout: float = heartbeat_timeout_option("request"),
     heartbeat_ttl: float = heartbeat_ttl_option("request"),
-    metrics: Optional[str] = metrics_option(),
+    metrics: str | None = metrics_option(),
 ) -> None:
     """Load-balance requests from clients to workers (the ZeroMQ Guide's LRU broker), until SIGTERM/SIGINT.
     Prints a status line on stderr every --status-interval seconds."""

@@ -19,7 +19,8 @@ from __future__ import annotations
 import enum
 import inspect
 import re
-from typing import Any, Callable, Mapping, Optional
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import typer
 from typer.models import OptionInfo
@@ -83,8 +84,8 @@ def documented_default(side: str, name: str) -> str:
     return _plain(option_spec(side, name).default_doc or "none").rstrip(".")
 
 
-def option_flag(option: str, *decls: str, help: Optional[str] = None, side: str = "source",
-                required: bool = False, table_default: bool = False, panel: Optional[str] = None,
+def option_flag(option: str, *decls: str, help: str | None = None, side: str = "source",
+                required: bool = False, table_default: bool = False, panel: str | None = None,
                 metavar: Any = _FROM_KIND, **kwargs: Any) -> Any:
     """A typer option for the ``side`` table's option ``option``.
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import time
-from typing import List, Optional
 
 import pyarrow as pa
 import typer
@@ -41,12 +40,12 @@ def produce(
                                           help="push (round-robin), scatter, or pub (topics)."),
     format: Format = typer.Option(Format.json, "--format", "-f", help="Message format (see spark_zmq.loadgen)."),
     count: int = typer.Option(1000, "--count", "-n", min=0, help="Messages to send."),
-    rate: Optional[float] = typer.Option(None, min=0.001, help="Messages per second (default: as fast as possible)."),
+    rate: float | None = typer.Option(None, min=0.001, help="Messages per second (default: as fast as possible)."),
     size: int = typer.Option(100, min=8, help="Payload bytes per raw message."),
     rows_per_message: int = typer.Option(1000, min=1, help="Rows in each arrow message."),
-    topic: List[str] = typer.Option(["sensors"], help="Topic(s) for pub, used in turn; repeat the option."),
+    topic: list[str] = typer.Option(["sensors"], help="Topic(s) for pub, used in turn; repeat the option."),
     hwm: int = typer.Option(10_000, min=0, help="Send high-water mark (messages)."),
-    send_timeout: Optional[float] = typer.Option(None, min=0, help="Give up after this many seconds without "
+    send_timeout: float | None = typer.Option(None, min=0, help="Give up after this many seconds without "
                                                                    "a peer able to take a message (push/scatter)."),
     start: int = typer.Option(0, min=0, help="First sequence number."),
     linger: float = typer.Option(30.0, min=0, help="Seconds to keep delivering queued messages after the last "
@@ -56,14 +55,14 @@ def produce(
                                                         "starting); then the run fails, saying the queued messages "
                                                         "were dropped."),
     progress: bool = typer.Option(True, help="Show live progress on stderr."),
-    curve_certificate: Optional[str] = option_flag(
+    curve_certificate: str | None = option_flag(
         "curveCertificate", side="sink", panel=CURVE_PANEL,
         help="This side's secret certificate (NAME.key_secret): with --curve-server-key a CURVE client, with "
              "--curve-authorized-keys a CURVE server."),
-    curve_server_key: Optional[str] = option_flag(
+    curve_server_key: str | None = option_flag(
         "curveServerKey", side="sink", panel=CURVE_PANEL,
         help="The CURVE server's public key: its certificate file (NAME.key) or 40-character Z85 text."),
-    curve_authorized_keys: Optional[str] = option_flag(
+    curve_authorized_keys: str | None = option_flag(
         "curveAuthorizedKeys", side="sink", panel=CURVE_PANEL,
         help="As a CURVE server: a directory of the clients' public certificates (*.key, or CZMQ's certificate store), or '*' for any key."),
     heartbeat_interval: float = heartbeat_interval_option("sink"),
@@ -100,7 +99,7 @@ def produce(
                                                           f"rejected (last: {result.last_rejection})"))
 
 
-def _describe(payload: bytes, fmt: Format, table: Optional[pa.Table]) -> str:
+def _describe(payload: bytes, fmt: Format, table: pa.Table | None) -> str:
     """A printable line for a message (``table``: the decoded Arrow message)."""
     if table is not None:
         head = json.dumps(table.slice(0, 1).to_pylist()[0], default=str) if table.num_rows else "{}"
@@ -115,21 +114,21 @@ def consume(
                                              "'>tcp://host:port' connects (default for sub)."),
     pattern: ConsumePattern = option_flag("pattern", table_default=True, help="pull, gather, or sub."),
     format: Format = option_flag("format", "-f", table_default=True, help="How to print and count messages."),
-    topic: Optional[List[str]] = option_flag("topics", "--topic", metavar=None,
+    topic: list[str] | None = option_flag("topics", "--topic", metavar=None,
                                              help="Topic prefix(es) for sub; repeat the option."),
-    count: Optional[int] = typer.Option(None, "--count", "-n", min=1, help="Stop after this many messages "
+    count: int | None = typer.Option(None, "--count", "-n", min=1, help="Stop after this many messages "
                                                                           "(exit 1 if --timeout ends first)."),
-    timeout: Optional[float] = typer.Option(None, min=0, help="Stop after this many seconds with no message."),
+    timeout: float | None = typer.Option(None, min=0, help="Stop after this many seconds with no message."),
     print_messages: bool = typer.Option(False, "--print", help="Print each message on stdout."),
     progress: bool = typer.Option(True, help="Show the live rate on stderr."),
-    curve_certificate: Optional[str] = option_flag(
+    curve_certificate: str | None = option_flag(
         "curveCertificate", panel=CURVE_PANEL,
         help="This side's secret certificate (NAME.key_secret): with --curve-authorized-keys a CURVE server, "
              "with --curve-server-key a CURVE client."),
-    curve_server_key: Optional[str] = option_flag(
+    curve_server_key: str | None = option_flag(
         "curveServerKey", panel=CURVE_PANEL,
         help="As a CURVE client: the server's public key, its certificate file (NAME.key) or 40-character Z85 text."),
-    curve_authorized_keys: Optional[str] = option_flag(
+    curve_authorized_keys: str | None = option_flag(
         "curveAuthorizedKeys", panel=CURVE_PANEL,
         help="As a CURVE server: a directory of the clients' public certificates (*.key, or CZMQ's certificate store), or '*' for any key; "
              "rejected handshakes are counted in the summary."),

@@ -30,8 +30,9 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Optional, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import pyarrow as pa
 import zmq
@@ -41,8 +42,8 @@ from ..patterns import Dealer, Router, SocketClosedError
 from ..patterns.curve import Curve
 from ..patterns.curve_keys import KeyPair
 from ..patterns.deadlines import IDLE_SLICE_S
-from .spool_format import SPOOL_SCHEMA, DataLossError
 from .loss import LossPolicy
+from .spool_format import SPOOL_SCHEMA, DataLossError
 from .spool_reader import gone_from_relay, read_range
 
 __all__ = ["SpoolServer", "FetchAccess", "fetch_range", "FetchError", "bind_address", "listen_candidates", "bind_first",
@@ -106,7 +107,7 @@ def bind_address(host: str) -> str:
     return address
 
 
-def listen_candidates(host: str, ports: Optional[tuple[int, int]] = None) -> list[str]:
+def listen_candidates(host: str, ports: tuple[int, int] | None = None) -> list[str]:
     """The endpoints a fetch service may bind, in order: any free port of ``host``, or each
     port of the inclusive range ``ports`` (option ``spoolServerPort``)."""
     address = bind_address(host)
@@ -141,15 +142,15 @@ class FetchAccess:
 
     endpoint: str
     #: ``None`` for a relay that runs without CURVE (the driver's own service always has keys)
-    server_key: Optional[bytes]
-    client_public: Optional[bytes] = None
-    client_secret: Optional[bytes] = field(default=None, repr=False)
+    server_key: bytes | None
+    client_public: bytes | None = None
+    client_secret: bytes | None = field(default=None, repr=False)
     #: who answers, for error messages: "the driver" or "the relay at <address>"
     server_name: str = "the driver"
     #: a relay's fetches name the reader's lease (its session); the driver's service has none
-    session: Optional[str] = None
+    session: str | None = None
 
-    def curve(self) -> Optional[Curve]:
+    def curve(self) -> Curve | None:
         if self.server_key is None or self.client_public is None or self.client_secret is None:
             return None
         return Curve.client(KeyPair(self.client_public, self.client_secret), self.server_key)
@@ -165,15 +166,15 @@ class SpoolServer:
     def __init__(
         self,
         spool_dir: str,
-        host: Optional[str] = None,
-        ports: Optional[tuple[int, int]] = None,
-        locate: Optional[Callable[[int, int], Optional[tuple[str, int]]]] = None,
-        spool_id: Optional[str] = None,
+        host: str | None = None,
+        ports: tuple[int, int] | None = None,
+        locate: Callable[[int, int], tuple[str, int] | None] | None = None,
+        spool_id: str | None = None,
         channels: int = 1,
         *,
-        router: Optional[Router] = None,
-        control: Optional[Callable[[dict[str, Any], Optional[str]], list[bytes]]] = None,
-        authorize: Optional[Callable[[dict[str, Any], Optional[str]], Optional[str]]] = None,
+        router: Router | None = None,
+        control: Callable[[dict[str, Any], str | None], list[bytes]] | None = None,
+        authorize: Callable[[dict[str, Any], str | None], str | None] | None = None,
     ) -> None:
         self.spool_dir = spool_dir
         self.spool_id = spool_id
@@ -182,7 +183,7 @@ class SpoolServer:
         self._locate = locate or (lambda channel, offset: None)
         #: replies dropped because their peer did not read (or had gone)
         self.dropped_replies = 0
-        self._drop_logged: Optional[float] = None  # when a drop was last logged (monotonic)
+        self._drop_logged: float | None = None  # when a drop was last logged (monotonic)
         self._control = control
         #: whose spool this serves, for errors: a relay passes its ROUTER (``router``)
         self.owner = "the relay" if router is not None else "the driver"
@@ -192,7 +193,7 @@ class SpoolServer:
         self._authorize = authorize
         if router is not None:
             self._router = router
-            self.access: Optional[FetchAccess] = None
+            self.access: FetchAccess | None = None
             self.endpoint = router.last_endpoint
         else:
             server_keys, client_keys = KeyPair.generate(), KeyPair.generate()
@@ -250,7 +251,7 @@ class SpoolServer:
             log.warning("spool fetch service: dropped a reply to a peer that reads none of those queued for it, "
                         "or is gone (%d dropped so far; a reader that reads again resends)", self.dropped_replies)
 
-    def _parse(self, request: object) -> tuple[int, int, int, Optional[str], bool]:
+    def _parse(self, request: object) -> tuple[int, int, int, str | None, bool]:
         if not isinstance(request, dict):
             raise BadRequest("bad request: not a JSON object")
         numbers = [request.get(key) for key in ("channel", "start", "end")]
@@ -265,7 +266,7 @@ class SpoolServer:
             raise BadRequest("bad request: spool must be a spool id")
         return channel, start, end, spool_id or self.spool_id, bool(request.get("skipLoss"))
 
-    def _reply(self, body: bytes, peer_key: Optional[str] = None) -> list[bytes]:
+    def _reply(self, body: bytes, peer_key: str | None = None) -> list[bytes]:
         """The answer to one request from the client whose CURVE key is ``peer_key``; a fetch
         answer ends with the request's id frame."""
         try:
@@ -276,7 +277,7 @@ class SpoolServer:
             return self._control(request, peer_key)
         return self._fetch_reply(request, peer_key) + _id_frame(request)
 
-    def _fetch_reply(self, request: object, peer_key: Optional[str] = None) -> list[bytes]:
+    def _fetch_reply(self, request: object, peer_key: str | None = None) -> list[bytes]:
         """The answer to a fetch request; an error reply names offsets, never a file or path."""
         try:
             channel, start, end, spool_id, skip_loss = self._parse(request)
@@ -299,7 +300,7 @@ class SpoolServer:
             return [b"error", (f"the driver could not read offsets {start}..{end} of channel {channel} "
                                f"(reference {reference} in the driver's log)").encode()]
 
-    def _answer(self, channel: int, start: int, end: int, spool_id: Optional[str], skip_loss: bool) -> list[bytes]:
+    def _answer(self, channel: int, start: int, end: int, spool_id: str | None, skip_loss: bool) -> list[bytes]:
         """Up to ``REPLY_BYTES`` of ``[start, end)``: ``[ok, reached, first offsets, ipc]``."""
         sink = pa.BufferOutputStream()
         reached = start
@@ -415,8 +416,8 @@ def _await_handshake(dealer: Dealer, access: FetchAccess, within: float, what: s
 
 
 def fetch_range(
-    access: FetchAccess, channel: int, start: int, end: int, *, spool_id: Optional[str] = None,
-    loss: Optional[LossPolicy] = None, timeout: float = 120.0, resend_s: float = RESEND_S,
+    access: FetchAccess, channel: int, start: int, end: int, *, spool_id: str | None = None,
+    loss: LossPolicy | None = None, timeout: float = 120.0, resend_s: float = RESEND_S,
 ) -> Iterator[tuple[int, pa.RecordBatch]]:
     """``(first offset, spool batch)`` covering ``[start, end)`` of a channel, fetched from
     the driver. The server applies ``loss`` (default: fail) and logs what it skips: the

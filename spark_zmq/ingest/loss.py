@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
-from typing import Optional
 
 from .spool_format import DataLossError
 
@@ -36,18 +35,18 @@ class LostRange:
     end: int
     reason: str = ""
     #: the spool file the offsets were lost in, when one is known
-    path: Optional[str] = None
+    path: str | None = None
     #: the whole description, when it is not the standard one
-    text: Optional[str] = None
+    text: str | None = None
     #: the messages lost, when fewer than the offsets (a foreign spool's, counted in its index)
-    messages: Optional[int] = None
+    messages: int | None = None
 
     @property
     def count(self) -> int:
         """How many messages are lost (0 for a loss whose extent shows elsewhere)."""
         return self.messages if self.messages is not None else max(0, self.end - self.first)
 
-    def within(self, start: int, end: int) -> "LostRange":
+    def within(self, start: int, end: int) -> LostRange:
         """The part of this loss in ``[start, end)`` (what a batch asks for)."""
         return replace(self, first=max(start, self.first), end=min(end, self.end), messages=None)
 
@@ -74,7 +73,7 @@ class LossPolicy:
         self.lost = 0
 
     @classmethod
-    def from_option(cls, fail_on_data_loss: bool, *, counted: bool = False) -> "LossPolicy":
+    def from_option(cls, fail_on_data_loss: bool, *, counted: bool = False) -> LossPolicy:
         return cls(bool(fail_on_data_loss), counted=counted)
 
     def __call__(self, loss: LostRange) -> None:

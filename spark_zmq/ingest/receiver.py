@@ -13,18 +13,17 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Optional
-
+from typing import Any
 
 from ..patterns import ReceivingWire, SocketClosedError, receiving_wire
 from ..patterns.curve import Curve
 from ..patterns.deadlines import IDLE_SLICE_S
-from ..patterns.heartbeat import Heartbeat
-from ..patterns.tuning import SocketTuning
 from ..patterns.endpoints import Endpoint
+from ..patterns.heartbeat import Heartbeat
+from ..patterns.message_block import MessageBlock
+from ..patterns.tuning import SocketTuning
 from .spool import ChannelLog
 from .spool_budget import SpoolBudget
-from ..patterns.message_block import MessageBlock
 from .spool_format import block_to_batch, messages_to_batch
 
 __all__ = ["Receiver", "open_channel_socket", "messages_to_batch"]
@@ -38,9 +37,9 @@ _POLL_S = IDLE_SLICE_S
 
 
 def open_channel_socket(
-    pattern: str, endpoint: Endpoint, *, hwm: int, topics: list[str], max_message_bytes: Optional[int] = None,
-    curve: Optional[Curve] = None, heartbeat: Optional[Heartbeat] = None, rcvbuf: Optional[int] = None,
-    tuning: Optional[SocketTuning] = None,
+    pattern: str, endpoint: Endpoint, *, hwm: int, topics: list[str], max_message_bytes: int | None = None,
+    curve: Curve | None = None, heartbeat: Heartbeat | None = None, rcvbuf: int | None = None,
+    tuning: SocketTuning | None = None,
 ) -> ReceivingWire:
     """The socket of one channel. Opened on the caller's thread so that a bind error (port
     in use) surfaces in the Spark call that started the receivers, with its message.
@@ -100,16 +99,16 @@ class Receiver:
         self.fmt = fmt
         self.batch_messages = batch_messages
         self.batch_bytes = batch_bytes
-        self.error: Optional[BaseException] = None
+        self.error: BaseException | None = None
         #: the error of the last failed append while it keeps failing (cleared on success)
-        self.write_error: Optional[OSError] = None
+        self.write_error: OSError | None = None
         self.last_receive = time.monotonic()
         #: records this receiver appended to the spool (a write per received batch)
         self.writes = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"zmq-receiver-{log.channel}", daemon=True)
 
-    def start(self) -> "Receiver":
+    def start(self) -> Receiver:
         # silence counts from the start: what waited in the socket before it is not idleness
         # (a Trigger.AvailableNow drain reads this across a process boundary, via the relay)
         self.last_receive = time.monotonic()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Optional, Union
+from typing import Any
 
 from ..options import SourceOptions
 from .fetch import SpoolServer
@@ -33,7 +33,7 @@ class RangeInfo:
     rows: int
     bytes: int
     lost: list[LostRange]
-    hint: tuple[Union[str, int], ...] = ()
+    hint: tuple[str | int, ...] = ()
 
 
 def describe_range(log: Any, start: int, end: int) -> RangeInfo:
@@ -49,7 +49,7 @@ class IngestRuntime:
     service too, for read tasks that cannot see the spool directory, listening on
     ``fetch_host`` (the caller's answer to "which address do executors use")."""
 
-    def __init__(self, options: SourceOptions, *, serve_fetch: bool = False, fetch_host: Optional[str] = None) -> None:
+    def __init__(self, options: SourceOptions, *, serve_fetch: bool = False, fetch_host: str | None = None) -> None:
         self.options = options
         self.spool = Spool(
             options.spool_dir, len(options.endpoints), fsync=options.spool_fsync, max_bytes=options.max_spool_bytes
@@ -78,7 +78,7 @@ class IngestRuntime:
                 receiver.socket.close(linger=0)
             self.spool.close()
             raise
-        self.server: Optional[SpoolServer] = None
+        self.server: SpoolServer | None = None
         if serve_fetch:
             try:
                 self.server = SpoolServer(
@@ -119,7 +119,7 @@ class IngestRuntime:
     def earliest(self) -> dict[str, int]:
         return self.spool.earliest()
 
-    def start_at_time(self, timestamp_ms: int) -> dict[int, tuple[int, Optional[LostRange]]]:
+    def start_at_time(self, timestamp_ms: int) -> dict[int, tuple[int, LostRange | None]]:
         """Each channel's first offset received at or after ``timestamp_ms``, with the freed
         messages that were (``ChannelLog.start_at_time``): option ``startingTimestamp``."""
         return {c.channel: c.start_at_time(timestamp_ms * 1000) for c in self.spool.channels}

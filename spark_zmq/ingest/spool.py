@@ -43,7 +43,6 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Optional
 
 import pyarrow as pa
 
@@ -61,10 +60,10 @@ from .spool_format import (
     SEGMENT_HEADER_SIZE,
     SPOOL_SCHEMA,
     DataLossError,
+    RecordEncoder,
     SegmentHeader,
     SpoolFormatError,
     decode_segment_header,
-    RecordEncoder,
     encode_segment_header,
     header_seed,
     map_segment,
@@ -113,7 +112,7 @@ class ChannelLog:
         # read it or to publish a written record. Order: ``_write_lock``, then ``_lock``.
         self._write_lock = threading.Lock()
         self._lock = threading.Lock()
-        self._fd: Optional[int] = None
+        self._fd: int | None = None
         self._next_seq = 0
         self._firsts: list[int] = []  # entries' first offsets, for bisection
         self._seed = header_seed(bytes.fromhex(self.spool_id))
@@ -302,7 +301,7 @@ class ChannelLog:
         with self._lock:
             return sum(s.size for s in self.segments)
 
-    def snapshot(self) -> "IndexSnapshot":
+    def snapshot(self) -> IndexSnapshot:
         """The index as it is now, for the planner (entries are immutable once published)."""
         with self._lock:
             return IndexSnapshot(list(self.entries), list(self._firsts), list(self.lost))
@@ -321,7 +320,7 @@ class ChannelLog:
                 out.append((segment.end, segment.size, oldest, newest))
             return out
 
-    def locate(self, offset: int) -> Optional[tuple[str, int]]:
+    def locate(self, offset: int) -> tuple[str, int] | None:
         """``(segment file name, byte position)`` of the record holding ``offset``, so a
         read task starts there instead of scanning its segment; ``None`` if not spooled."""
         with self._lock:
@@ -331,7 +330,7 @@ class ChannelLog:
             entry = self.entries[i]
             return entry.segment.name, entry.position
 
-    def start_at_time(self, received_us: int) -> tuple[int, Optional[LostRange]]:
+    def start_at_time(self, received_us: int) -> tuple[int, LostRange | None]:
         """Where a query with ``startingTimestamp`` begins: the first message held that was
         received at or after ``received_us`` (the oldest held when the time is before it;
         the next offset when nothing held is that recent), and the freed messages that were

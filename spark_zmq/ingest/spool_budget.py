@@ -10,7 +10,7 @@ itself (``spool.ChannelLog``) knows nothing of it.
 from __future__ import annotations
 
 import threading
-from typing import Callable, Optional
+from collections.abc import Callable
 
 from .spool import ChannelLog
 
@@ -29,7 +29,7 @@ class SpoolBudget:
         return sum(channel.size_bytes for channel in self._logs)
 
     def wait_for_room(self, channel: ChannelLog, stop: threading.Event, poll_s: float = 0.1,
-                      idle: Optional[Callable[[], object]] = None) -> int:
+                      idle: Callable[[], object] | None = None) -> int:
         """Wait until the spool has room (or a stop); ``idle`` runs at every wake-up
         meanwhile (the receiver reads its socket monitor there, see ``HandshakeWatch``).
         Returns the payload bytes one channel may receive now: its share of the room left

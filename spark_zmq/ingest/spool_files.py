@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import stat
 import uuid
-from typing import Optional
 
 from .spool_format import open_private
 
@@ -123,7 +122,7 @@ def write_atomically(directory: str, name: str, data: bytes, fsync: bool = True)
         fsync_dir(directory)
 
 
-def read_spool_id(spool_dir: str) -> Optional[str]:
+def read_spool_id(spool_dir: str) -> str | None:
     """The spool's identity (32 hex digits), ``None`` when there is no readable one."""
     try:
         fd = open_private(os.path.join(spool_dir, ID_FILE), os.O_RDONLY)

@@ -39,8 +39,9 @@ import mmap
 import os
 import struct
 import zlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Iterator, Optional, Sequence, Union, cast
+from typing import TypeAlias, cast
 
 import numpy as np
 import pyarrow as pa
@@ -56,9 +57,9 @@ __all__ = [
 ]
 
 #: a message payload or topic as the receiver has it
-BytesLike = Union[bytes, bytearray, memoryview]
+BytesLike: TypeAlias = bytes | bytearray | memoryview
 #: what pyarrow's IPC writer hands ``_Pieces``: a ``pa.Buffer`` view of a batch's memory, or bytes
-Piece = Union[bytes, pa.Buffer]
+Piece: TypeAlias = bytes | pa.Buffer
 
 SPOOL_SCHEMA = pa.schema(
     [
@@ -70,7 +71,7 @@ SPOOL_SCHEMA = pa.schema(
 )
 
 
-def _binary_array(values: Sequence[Optional[BytesLike]], arrow_type: pa.DataType) -> pa.Array:
+def _binary_array(values: Sequence[BytesLike | None], arrow_type: pa.DataType) -> pa.Array:
     """``values`` (bytes-like, or ``None`` for null) as one array of ``arrow_type`` (a
     binary or string type): their bytes joined once, the offsets summed from their lengths.
 
@@ -93,7 +94,7 @@ def _binary_array(values: Sequence[Optional[BytesLike]], arrow_type: pa.DataType
     return pa.Array.from_buffers(arrow_type, n, [validity, pa.py_buffer(offsets), pa.py_buffer(b"".join(filled))])
 
 
-def _decode_topics(topics: list[Optional[bytes]]) -> pa.Array:
+def _decode_topics(topics: list[bytes | None]) -> pa.Array:
     array = _binary_array(topics, pa.binary())
     try:
         return array.cast(pa.string())
@@ -108,7 +109,7 @@ def _arrow_rows(value: bytes) -> int:
 
 
 def messages_to_batch(
-    values: list[bytes], topics: Optional[list[Optional[bytes]]], fmt: str, received_us: int
+    values: list[bytes], topics: list[bytes | None] | None, fmt: str, received_us: int
 ) -> pa.RecordBatch:
     """Turn received messages (as ``PatternSocket.recv_values`` returns them) into one
     spool batch. ``topics`` is ``None`` when every message had a single frame."""
@@ -185,7 +186,7 @@ def segment_name(first: int, seq: int) -> str:
     return f"{first:020d}-{seq:010d}{SEGMENT_SUFFIX}"
 
 
-def parse_segment_name(name: str) -> Optional[tuple[int, int]]:
+def parse_segment_name(name: str) -> tuple[int, int] | None:
     """``(first offset, seq)`` of a segment file name, ``None`` for any other file."""
     if not name.endswith(SEGMENT_SUFFIX):
         return None
@@ -310,7 +311,7 @@ class Record:
     body_size: int
     #: ``None`` for a readable record; else why it is unreadable (its offsets are then
     #: known only when its header was intact)
-    damage: Optional[str] = None
+    damage: str | None = None
 
     @property
     def end(self) -> int:
@@ -321,7 +322,7 @@ class Record:
         return self.body_position + self.body_size
 
 
-def _header_at(view: memoryview, position: int, seed: int) -> Optional[tuple[int, int, int, int, int]]:
+def _header_at(view: memoryview, position: int, seed: int) -> tuple[int, int, int, int, int] | None:
     """``(first, count, body size, body checksum, version)`` of a valid record header at
     ``position``."""
     if position + RECORD_HEADER_SIZE > len(view):
@@ -376,7 +377,7 @@ def scan_records(
         position = body_position + body_size
 
 
-def _resync(view: memoryview, start: int, seed: int) -> Optional[int]:
+def _resync(view: memoryview, start: int, seed: int) -> int | None:
     data = view.obj if isinstance(view.obj, (bytes, mmap.mmap)) else bytes(view)
     position = start
     while True:
@@ -393,7 +394,7 @@ def open_private(path: str, flags: int, mode: int = 0o600) -> int:
     return os.open(path, flags | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), mode)
 
 
-def map_segment(path: str) -> Optional[memoryview]:
+def map_segment(path: str) -> memoryview | None:
     """The segment file mapped read-only (``None`` if it is gone or empty)."""
     try:
         fd = open_private(path, os.O_RDONLY)

@@ -14,7 +14,6 @@ import json
 import logging
 import os
 import time
-from typing import Optional
 
 from .loss import LostRange
 
@@ -56,7 +55,7 @@ def encode_freed(freed: list[list[int]]) -> bytes:
     return json.dumps(freed).encode()
 
 
-def freed_since(freed: list[list[int]], received_us: int, channel: int, spool_dir: str) -> Optional[LostRange]:
+def freed_since(freed: list[list[int]], received_us: int, channel: int, spool_dir: str) -> LostRange | None:
     """The freed offsets of ``channel`` that include messages received at or after
     ``received_us`` (data loss for a query with ``startingTimestamp``), or ``None``."""
     gone = [f for f in freed if f[2] >= received_us]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import bisect
 import os
 from dataclasses import dataclass
-from typing import Optional
 
 import numpy as np
 import pyarrow as pa
@@ -32,7 +31,7 @@ class Segment:
     size: int = 0
     end: int = 0  # offset after its last message
     #: recovery found unreadable bytes after the last complete record (why, where)
-    tail_damage: Optional[str] = None
+    tail_damage: str | None = None
 
     @property
     def name(self) -> str:
@@ -46,7 +45,7 @@ class BatchEntry:
     first: int
     count: int
     bytes_cum: np.ndarray  # cumulative payload bytes, per message
-    rows_cum: Optional[np.ndarray]  # cumulative rows per message; None when 1 row/message
+    rows_cum: np.ndarray | None  # cumulative rows per message; None when 1 row/message
     segment: Segment
     position: int  # byte position of the record in its segment
     #: when its messages were received (microseconds since the epoch; one time per spool batch)
@@ -109,7 +108,7 @@ class IndexSnapshot:
             nbytes += entry.bytes_upto(b) - entry.bytes_upto(a)
         return rows, nbytes
 
-    def end_within(self, start: int, limit: int, max_rows: Optional[int], max_bytes: Optional[int]) -> int:
+    def end_within(self, start: int, limit: int, max_rows: int | None, max_bytes: int | None) -> int:
         """The furthest offset ``e <= limit`` such that ``[start, e)`` holds at most
         ``max_rows`` rows and ``max_bytes`` payload bytes (``None`` = no cap)."""
         if max_rows is None and max_bytes is None:

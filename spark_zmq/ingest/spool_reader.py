@@ -20,16 +20,16 @@ from __future__ import annotations
 
 import bisect
 import os
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
-from typing import Callable, Iterable, Iterator, Optional, Sequence, Union
 
 import pyarrow as pa
 
 from .loss import LossPolicy, LostRange
 from .spool_format import (
-    Record,
     SEGMENT_HEADER_SIZE,
     DataLossError,
+    Record,
     SpoolFormatError,
     decode_segment_header,
     header_seed,
@@ -90,11 +90,11 @@ def read_range(
     channel: int,
     start: int,
     end: int,
-    hint: Optional[Sequence[Union[str, int]]] = None,
+    hint: Sequence[str | int] | None = None,
     *,
-    spool_id: Optional[str] = None,
-    on_loss: Optional[LossPolicy] = None,
-    owner: Optional[str] = None,
+    spool_id: str | None = None,
+    on_loss: LossPolicy | None = None,
+    owner: str | None = None,
 ) -> Iterator[tuple[int, pa.RecordBatch]]:
     """Yield ``(first offset, spool batch)`` covering ``[start, end)`` of a channel, in
     offset order.
@@ -121,7 +121,7 @@ def read_range(
         i = 0
     position = start
     #: damage found at the end of the segment read last (names the file when offsets are missing)
-    tail: Optional[str] = None
+    tail: str | None = None
     for first, _seq, name in segments[i:]:
         if position >= end:
             return

@@ -7,7 +7,7 @@ Why apart: the three option classes, the option parser and the command line's
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from ..patterns.curve import Curve
 from ..patterns.curve_keys import KeyPair
@@ -48,7 +48,7 @@ def check_curve(parsed: dict[str, Any]) -> None:
         )
 
 
-def curve_of(certificate: Optional[KeyPair], server_key: Optional[bytes], authorized: Any) -> Optional[Curve]:
+def curve_of(certificate: KeyPair | None, server_key: bytes | None, authorized: Any) -> Curve | None:
     """The ``Curve`` of checked CURVE options: a client with a server key, else a server."""
     if certificate is None:
         return None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 import textwrap
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 from .table import SIDES, TABLES, queries_of
 
@@ -110,7 +110,7 @@ def _marker(side: str) -> tuple[str, str]:
     return f"<!-- options:{side} -->", f"<!-- /options:{side} -->"
 
 
-def readme_block(text: str, side: str) -> Optional[str]:
+def readme_block(text: str, side: str) -> str | None:
     """What ``text`` (a README) holds between the ``side`` markers, or ``None``."""
     start, end = _marker(side)
     i, j = text.find(start), text.find(end)
@@ -130,7 +130,7 @@ def update_readme(text: str) -> str:
     return text
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """``python -m spark_zmq.options``: print or update the generated options docs."""
     parser = argparse.ArgumentParser(
         prog="python -m spark_zmq.options", description="The connector's options, generated from one table."

@@ -13,12 +13,13 @@ import math
 import os
 import re
 import socket
-from typing import Any, Callable, Optional, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from ..patterns.curve_keys import CurveError, KeyPair, load_authorized_keys, load_public_key
 from ..patterns.endpoints import Endpoint, parse_endpoints, tcp_host_problem
 from ..patterns.tuning import SocketTuning
-from .spec import INT32_MAX, GiB, KiB, MiB, TiB, OptionError, OptionSpec, quote, show, show_bytes
+from .spec import INT32_MAX, GiB, KiB, MiB, OptionError, OptionSpec, TiB, quote, show, show_bytes
 
 __all__ = ["PARSERS", "parse_endpoints_value", "parse_zmq_options", "READER_NAME_VALID", "reader_name_problem",
            "is_wildcard_address"]
@@ -154,7 +155,7 @@ def _utf8(spec: OptionSpec, raw: str, value: str) -> str:
     return value
 
 
-def _parse_string(spec: OptionSpec, raw: str) -> Optional[str]:
+def _parse_string(spec: OptionSpec, raw: str) -> str | None:
     if spec.attr == "topic":  # a topic is sent as given: '' is the empty topic frame
         return _utf8(spec, raw, raw)
     return _utf8(spec, raw, raw) if raw else None
@@ -189,12 +190,12 @@ def is_wildcard_address(host: str) -> bool:
     return mapped is not None and mapped.is_unspecified
 
 
-def _parse_host(spec: OptionSpec, raw: str) -> Optional[str]:
+def _parse_host(spec: OptionSpec, raw: str) -> str | None:
     host = raw.strip()
     if not host:
         return None
     if is_wildcard_address(host):
-        problem: Optional[str] = (
+        problem: str | None = (
             "a wildcard address would accept fetch requests on every interface; name the driver's address"
         )
     else:
@@ -267,7 +268,7 @@ def _parse_ports(spec: OptionSpec, raw: str) -> tuple[int, int]:
     return first, last
 
 
-def parse_zmq_options(spec: OptionSpec, opts: dict[str, Optional[str]]) -> Optional[SocketTuning]:
+def parse_zmq_options(spec: OptionSpec, opts: dict[str, str | None]) -> SocketTuning | None:
     """The ``zmq.<name>`` options among ``opts`` (lower-cased keys, as Spark passes them), as one
     ``SocketTuning``; ``None`` when there are none. An unknown name or a value of the wrong
     kind is an ``OptionError`` naming it and what is valid."""
@@ -370,7 +371,7 @@ _READER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", re.ASCII)
 READER_NAME_VALID = "1 to 64 characters: letters, digits, '.', '_' and '-', starting with a letter or digit"
 
 
-def reader_name_problem(name: object) -> Optional[str]:
+def reader_name_problem(name: object) -> str | None:
     """Why ``name`` is not a relay reader's name, or ``None`` when it is one."""
     if isinstance(name, str) and _READER_NAME.fullmatch(name):
         return None
@@ -388,8 +389,8 @@ def _parse_reader_name(spec: OptionSpec, raw: str) -> str:
 PARSERS["name"] = _parse_reader_name
 
 
-def parse_endpoints_value(spec: OptionSpec, raw: Optional[str], parsed: dict[str, Any],
-                          relays_raw: Optional[str] = None) -> list[Endpoint]:
+def parse_endpoints_value(spec: OptionSpec, raw: str | None, parsed: dict[str, Any],
+                          relays_raw: str | None = None) -> list[Endpoint]:
     """The ``endpoints`` option (``raw``, ``None`` when unset), checked against ``relays``
     and, for the default bind or connect, the ``pattern`` already in ``parsed``."""
     if spec.side == "source" and relays_raw is not None and relays_raw.strip():

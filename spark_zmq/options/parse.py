@@ -9,7 +9,8 @@ place that turns it into ``{attr: value}`` for ``SourceOptions``, ``SinkOptions`
 from __future__ import annotations
 
 import difflib
-from typing import Any, Mapping, Optional
+from collections.abc import Mapping
+from typing import Any
 
 from .curve_rules import check_curve
 from .kinds import PARSERS, parse_endpoints_value, parse_zmq_options
@@ -22,10 +23,10 @@ __all__ = ["parse_table", "KAFKA_OPTIONS"]
 _SPARK_KEYS = frozenset({"path", "checkpointlocation", "queryname"})
 
 
-def _lower(options: Mapping[Any, Any], side: str) -> dict[str, Optional[str]]:
+def _lower(options: Mapping[Any, Any], side: str) -> dict[str, str | None]:
     """Keys lower-cased (Spark's keys are case-insensitive); two spellings of one key with
     different values are an error rather than a silent choice."""
-    out: dict[str, Optional[str]] = {}
+    out: dict[str, str | None] = {}
     spelled: dict[str, str] = {}
     for key, value in options.items():
         name, text = str(key), (None if value is None else str(value))
@@ -44,7 +45,7 @@ def _lower(options: Mapping[Any, Any], side: str) -> dict[str, Optional[str]]:
 #: Spark's Kafka source and sink options, as Kafka's docs spell them: the spark-zmq option that does
 #: the same (``None``: nothing does yet), and why, for the error an unknown option gets
 #: (docs/coming-from-kafka.md has the whole comparison).
-KAFKA_OPTIONS: dict[str, tuple[Optional[str], str]] = {
+KAFKA_OPTIONS: dict[str, tuple[str | None, str]] = {
     "kafka.bootstrap.servers": ("endpoints", "where to receive or send (or 'relays' to read standalone relays)"),
     "subscribe": ("topics", "subscription prefixes, with pattern 'sub'"),
     "subscribePattern": ("topics", "subscription prefixes, with pattern 'sub' (prefixes, not regular expressions)"),
@@ -100,7 +101,7 @@ def _suggestion(name: str, table: tuple[OptionSpec, ...]) -> str:
     return f" (did you mean {names[close[0]]!r}?)" if close else ""
 
 
-def _check_known(options: Mapping[Any, Any], opts: dict[str, Optional[str]], side: str) -> None:
+def _check_known(options: Mapping[Any, Any], opts: dict[str, str | None], side: str) -> None:
     table = TABLES[side]
     known = {spec.key for spec in table}
     spelled = {str(key).lower(): _shown(str(key)) for key in options}

@@ -8,8 +8,9 @@ the table itself is only data.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Union
+from typing import Any
 
 __all__ = ["OptionError", "OptionSpec", "Default", "KiB", "MiB", "GiB", "TiB", "INT32_MAX", "INT64_MAX",
            "show", "show_bytes", "quote"]
@@ -32,13 +33,13 @@ class OptionError(ValueError):
     tell which option was refused.
     """
 
-    def __init__(self, message: str, option: Optional[str] = None) -> None:
+    def __init__(self, message: str, option: str | None = None) -> None:
         super().__init__(message)
         self.option = option
 
 
 #: an ``OptionSpec`` default: the value, or a function of the options parsed before it
-Default = Union[Any, Callable[[dict[str, Any]], Any]]
+Default = Any | Callable[[dict[str, Any]], Any]
 
 
 @dataclass(frozen=True)
@@ -63,8 +64,8 @@ class OptionSpec:
     doc: str
     default: Default = None
     default_doc: str = ""
-    minimum: Optional[Union[int, float]] = None
-    maximum: Optional[Union[int, float]] = None
+    minimum: int | float | None = None
+    maximum: int | float | None = None
     choices: tuple[str, ...] = ()
     only_for: tuple[str, ...] = ()
     only_formats: tuple[str, ...] = ()
@@ -113,7 +114,7 @@ class OptionSpec:
         return text
 
 
-def show(value: Optional[Union[int, float]]) -> str:
+def show(value: int | float | None) -> str:
     """A limit as the docs and errors show it (``2^31-1``, ``1,000``, ``0.5``)."""
     if value == INT64_MAX:
         return "2^63-1"
@@ -124,7 +125,7 @@ def show(value: Optional[Union[int, float]]) -> str:
     return f"{value:,}" if isinstance(value, int) else str(value)
 
 
-def show_bytes(value: Optional[Union[int, float]]) -> str:
+def show_bytes(value: int | float | None) -> str:
     """A byte limit as the docs and errors show it, in the largest whole unit (``64 MiB``)."""
     if value in (INT64_MAX, INT32_MAX) or value is None:
         return show(value)

@@ -8,10 +8,11 @@ it does from these rows.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..patterns.heartbeat import DEFAULT_HEARTBEAT, MAX_HEARTBEAT_S, MAX_TTL_S, RECEIVER_HEARTBEAT
-from .spec import GiB, INT32_MAX, INT64_MAX, KiB, MiB, OptionSpec
+from .spec import INT32_MAX, INT64_MAX, GiB, KiB, MiB, OptionSpec
 from .spool_dir import default_spool_dir
 
 __all__ = ["ZMQ_SOCKET_OPTIONS", "ZMQ_OPTION_RANGES", "SOURCE_OPTIONS", "SINK_OPTIONS", "REQUEST_OPTIONS", "TABLES", "SIDES", "QUERIES", "queries_of", "SOURCE_PATTERNS",

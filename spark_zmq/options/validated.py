@@ -7,8 +7,9 @@ raw strings; their fields are checked against the table when this module is impo
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, ClassVar, Mapping, Optional
+from typing import Any, ClassVar
 
 from ..patterns.curve import Curve
 from ..patterns.curve_keys import KeyPair
@@ -30,8 +31,8 @@ class _SocketSettings:
     heartbeat_interval: float
     heartbeat_timeout: float
     heartbeat_ttl: float
-    curve_certificate: Optional[KeyPair]
-    curve_server_key: Optional[bytes]
+    curve_certificate: KeyPair | None
+    curve_server_key: bytes | None
     curve_authorized_keys: Any
 
     @property
@@ -40,7 +41,7 @@ class _SocketSettings:
         return Heartbeat(self.heartbeat_interval, self.heartbeat_timeout, self.heartbeat_ttl)
 
     @property
-    def curve(self) -> Optional[Curve]:
+    def curve(self) -> Curve | None:
         """The sockets' CURVE security, or ``None``."""
         return curve_of(self.curve_certificate, self.curve_server_key, self.curve_authorized_keys)
 
@@ -53,25 +54,25 @@ class SourceOptions(_SocketSettings):
     endpoints: list[Endpoint]
     format: str
     topics: list[str]
-    max_rows_per_trigger: Optional[int]
-    max_bytes_per_trigger: Optional[int]
+    max_rows_per_trigger: int | None
+    max_bytes_per_trigger: int | None
     starting_offsets: str
     max_spool_bytes: int
     spool_dir: str
     spool_fsync: bool
     fail_on_data_loss: bool
-    min_partitions: Optional[int]
+    min_partitions: int | None
     max_messages: int
     timeout: float
     mode: str
-    corrupt_column: Optional[str]
+    corrupt_column: str | None
     hwm: int
     spool_access: str = "auto"
-    spool_server_host: Optional[str] = None
-    spool_server_port: Optional[tuple[int, int]] = None
+    spool_server_host: str | None = None
+    spool_server_port: tuple[int, int] | None = None
     max_message_bytes: int = 64 * MiB
-    curve_certificate: Optional[KeyPair] = None
-    curve_server_key: Optional[bytes] = None
+    curve_certificate: KeyPair | None = None
+    curve_server_key: bytes | None = None
     curve_authorized_keys: Any = field(default=None, repr=False)
     include_headers: bool = False
     include_metadata: bool = False
@@ -82,20 +83,20 @@ class SourceOptions(_SocketSettings):
     fetch_timeout: float = 120.0
     receivers: str = "processes"
     receiver_linger_seconds: float = 300.0
-    receive_buffer_bytes: Optional[int] = None
-    min_rows_per_trigger: Optional[int] = None
+    receive_buffer_bytes: int | None = None
+    min_rows_per_trigger: int | None = None
     max_trigger_delay: float = 900.0
-    starting_timestamp: Optional[int] = None
+    starting_timestamp: int | None = None
     heartbeat_interval: float = RECEIVER_HEARTBEAT.interval
     heartbeat_timeout: float = RECEIVER_HEARTBEAT.timeout
     heartbeat_ttl: float = RECEIVER_HEARTBEAT.ttl
-    tuning: Optional[SocketTuning] = None
-    metrics_address: Optional[str] = None
+    tuning: SocketTuning | None = None
+    metrics_address: str | None = None
 
     KNOWN: ClassVar[tuple[str, ...]] = tuple(spec.name for spec in SOURCE_OPTIONS)
 
     @classmethod
-    def parse(cls, options: Mapping[str, str]) -> "SourceOptions":
+    def parse(cls, options: Mapping[str, str]) -> SourceOptions:
         """Check every option (``OptionError`` names the first bad one)."""
         return cls(**parse_table("source", options))
 
@@ -107,22 +108,22 @@ class SinkOptions(_SocketSettings):
     pattern: str
     endpoints: list[Endpoint]
     format: str
-    topic: Optional[str]
+    topic: str | None
     send_timeout_ms: int
     rows_per_message: int
     hwm: int
-    curve_certificate: Optional[KeyPair] = None
-    curve_server_key: Optional[bytes] = None
+    curve_certificate: KeyPair | None = None
+    curve_server_key: bytes | None = None
     curve_authorized_keys: Any = field(default=None, repr=False)
     heartbeat_interval: float = DEFAULT_HEARTBEAT.interval
     heartbeat_timeout: float = DEFAULT_HEARTBEAT.timeout
     heartbeat_ttl: float = DEFAULT_HEARTBEAT.ttl
-    tuning: Optional[SocketTuning] = None
+    tuning: SocketTuning | None = None
 
     KNOWN: ClassVar[tuple[str, ...]] = tuple(spec.name for spec in SINK_OPTIONS)
 
     @classmethod
-    def parse(cls, options: Mapping[str, str]) -> "SinkOptions":
+    def parse(cls, options: Mapping[str, str]) -> SinkOptions:
         """Check every option (``OptionError`` names the first bad one)."""
         return cls(**parse_table("sink", options))
 
@@ -138,21 +139,21 @@ class RequestOptions(_SocketSettings):
     timeout: float = 30.0
     retries: int = 2
     mode: str = "FAILFAST"
-    corrupt_column: Optional[str] = None
+    corrupt_column: str | None = None
     max_message_bytes: int = 64 * MiB
     hwm: int = 1000
-    curve_certificate: Optional[KeyPair] = None
-    curve_server_key: Optional[bytes] = None
+    curve_certificate: KeyPair | None = None
+    curve_server_key: bytes | None = None
     curve_authorized_keys: Any = field(default=None, repr=False)
     heartbeat_interval: float = DEFAULT_HEARTBEAT.interval
     heartbeat_timeout: float = DEFAULT_HEARTBEAT.timeout
     heartbeat_ttl: float = DEFAULT_HEARTBEAT.ttl
-    tuning: Optional[SocketTuning] = None
+    tuning: SocketTuning | None = None
 
     KNOWN: ClassVar[tuple[str, ...]] = tuple(spec.name for spec in REQUEST_OPTIONS)
 
     @classmethod
-    def parse(cls, options: Mapping[str, str]) -> "RequestOptions":
+    def parse(cls, options: Mapping[str, str]) -> RequestOptions:
         """Check every option (``OptionError`` names the first bad one)."""
         return cls(**parse_table("request", options))
 

@@ -20,7 +20,8 @@ Timeouts are in seconds (``None`` = wait forever, ``0`` = do not wait), as in ``
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Optional, Sequence, TypeVar
+from collections.abc import Sequence
+from typing import Any, ClassVar, TypeVar
 
 import zmq
 
@@ -31,8 +32,8 @@ from .endpoints import Endpoint, EndpointsSpec
 from .frames import Frames, Message, as_frame, check_bytes_messages, frame_len, too_large
 from .handshakes import HandshakeWatch
 from .heartbeat import Heartbeat
-from .message_block import MessageBlock
 from .libzmq_wire import LibzmqWire
+from .message_block import MessageBlock
 from .socket_options import check_common, timeout_deadline
 from .wire_contract import SocketWire, WireClass
 
@@ -74,11 +75,11 @@ class PatternSocket:
     #: whether libzmq sends PINGs of its own on this socket (``Heartbeat.apply``)
     heartbeat_pings: ClassVar[bool] = True
 
-    def __init__(self, endpoints: EndpointsSpec, *, hwm: Optional[int] = None, **options: Any) -> None:
+    def __init__(self, endpoints: EndpointsSpec, *, hwm: int | None = None, **options: Any) -> None:
         self._state = state = SocketState(type(self).__name__)  # closed until the wire is open
         hwm, curve = self._check_common(endpoints, hwm, options)
         self._wire: SocketWire = self.wire_class(self, state, hwm, curve, options)
-        self.handshakes: Optional[HandshakeWatch] = self._wire.handshakes
+        self.handshakes: HandshakeWatch | None = self._wire.handshakes
         state.closed = False
         try:
             self._bound: list[str] = []
@@ -95,15 +96,15 @@ class PatternSocket:
     # -- construction helpers -------------------------------------------------------------
 
     def _check_common(
-        self, endpoints: EndpointsSpec, hwm: Optional[int], options: dict[str, Any]
-    ) -> tuple[Optional[int], Optional[Curve]]:
+        self, endpoints: EndpointsSpec, hwm: int | None, options: dict[str, Any]
+    ) -> tuple[int | None, Curve | None]:
         """Validate what every pattern class takes (option names, endpoints, ``hwm``,
         ``max_message_bytes``, ``curve``); sets ``_endpoints`` and ``max_message_bytes``,
         returns ``(hwm, curve)``."""
         checked = check_common(type(self).__name__, endpoints, hwm, options, self.default_bind,
                                self.wire_class.extra_options + self._extra_options())
         self._endpoints: list[Endpoint] = checked.endpoints
-        self.max_message_bytes: Optional[int] = checked.max_message_bytes
+        self.max_message_bytes: int | None = checked.max_message_bytes
         #: liveness of every connection (``heartbeat.Heartbeat``; the default is on)
         self.heartbeat: Heartbeat = checked.heartbeat
         return checked.hwm, checked.curve
@@ -151,7 +152,7 @@ class PatternSocket:
         return self._wire.zmq_socket
 
     @property
-    def monitor_socket(self) -> Optional[zmq.Socket[Any]]:
+    def monitor_socket(self) -> zmq.Socket[Any] | None:
         """The libzmq monitor's socket (``monitor`` or ``curve`` given), else ``None``."""
         wire = self._wire
         if not isinstance(wire, LibzmqWire):
@@ -219,7 +220,7 @@ class PatternSocket:
         self._check_can_send()
         check_bytes_messages(messages, self.max_message_bytes)
 
-    def send(self, data: Frames, timeout: Optional[float] = None) -> None:
+    def send(self, data: Frames, timeout: float | None = None) -> None:
         """Send one message (bytes-like, or a list of frames where the pattern allows).
 
         Blocks while no peer is available (``timeout`` seconds at most, then
@@ -229,7 +230,7 @@ class PatternSocket:
         frames = self._frames(data)
         self._wire.send_frames(frames, timeout_deadline(timeout))
 
-    def send_many(self, messages: Sequence[bytes], timeout: Optional[float] = None) -> int:
+    def send_many(self, messages: Sequence[bytes], timeout: float | None = None) -> int:
         """Send single-frame ``bytes`` messages in order, under one lock round-trip: the
         sink's fast path. ``timeout`` bounds the wait for each message, as in ``send``;
         on ``TimeoutError`` the messages before it were sent (``sent`` attribute of the
@@ -239,12 +240,12 @@ class PatternSocket:
 
     # -- receiving ------------------------------------------------------------------------
 
-    def recv_multipart(self, timeout: Optional[float] = None) -> list[bytes]:
+    def recv_multipart(self, timeout: float | None = None) -> list[bytes]:
         """Receive one whole message as its list of frames."""
         batch = self.recv_batch(1, timeout)
         return batch[0]
 
-    def recv(self, timeout: Optional[float] = None) -> bytes:
+    def recv(self, timeout: float | None = None) -> bytes:
         """Receive one message and return its body: the only frame, or the last frame of a
         multi-frame message (the payload of a ``[topic, payload]`` message). Use
         ``recv_multipart`` to see every frame."""
@@ -261,7 +262,7 @@ class PatternSocket:
             raise ValueError(f"max_messages must be >= 1, got {max_messages!r}")
 
     def recv_batch(
-        self, max_messages: int, timeout: Optional[float] = None, max_bytes: Optional[int] = None
+        self, max_messages: int, timeout: float | None = None, max_bytes: int | None = None
     ) -> list[list[bytes]]:
         """Wait up to ``timeout`` for one message, then take up to ``max_messages`` (and
         about ``max_bytes`` of frames, at least one message) that are already queued,
@@ -271,8 +272,8 @@ class PatternSocket:
         return self._wire.receive(max_messages, timeout_deadline(timeout), max_bytes)
 
     def recv_values(
-        self, max_messages: int, timeout: Optional[float] = None, max_bytes: Optional[int] = None
-    ) -> tuple[list[bytes], Optional[list[Optional[bytes]]]]:
+        self, max_messages: int, timeout: float | None = None, max_bytes: int | None = None
+    ) -> tuple[list[bytes], list[bytes | None] | None]:
         """Like ``recv_batch``, flattened for throughput: ``(values, topics)``.
 
         A one-frame message is a value (topic ``None``); a multi-frame message is
@@ -287,7 +288,7 @@ class PatternSocket:
         return self._wire.receive_values(max_messages, timeout_deadline(timeout), max_bytes)
 
     def recv_block(
-        self, max_messages: int, timeout: Optional[float] = None, max_bytes: Optional[int] = None
+        self, max_messages: int, timeout: float | None = None, max_bytes: int | None = None
     ) -> MessageBlock:
         """Like ``recv_values``, the values joined in one ``MessageBlock``: the receivers'
         fast path (the engine's runs of frames reach it without an object per message)."""
@@ -302,14 +303,14 @@ class PatternSocket:
         flag, instead of the loop waking up every few milliseconds to look."""
         self._wire.interrupt()
 
-    def poll_recv(self, timeout: Optional[float] = 0.0) -> bool:
+    def poll_recv(self, timeout: float | None = 0.0) -> bool:
         """Whether a message is ready to receive, waiting up to ``timeout`` seconds for one."""
         self._check_can_recv()
         return self._wire.wait_readable(timeout_deadline(timeout))
 
     # -- lifetime -------------------------------------------------------------------------
 
-    def close(self, linger: Optional[int] = None) -> None:
+    def close(self, linger: int | None = None) -> None:
         """Close the socket; a call blocked in another thread raises ``SocketClosedError``.
 
         ``linger`` (ms) overrides the socket's linger for pending outgoing messages.

@@ -19,7 +19,8 @@ handle it.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Optional, cast
+from collections.abc import Callable
+from typing import Any, cast
 
 import zmq
 
@@ -34,8 +35,8 @@ _LOGGED_PEERS = 1000
 _NOBLOCK = int(zmq.NOBLOCK)
 
 
-def recv_bounded(sock: zmq.Socket[Any], max_frames: int, max_bytes: Optional[int],
-                 flags: int = _NOBLOCK, more: Optional[Callable[[], int]] = None) -> tuple[list[Any], zmq.Frame, str]:
+def recv_bounded(sock: zmq.Socket[Any], max_frames: int, max_bytes: int | None,
+                 flags: int = _NOBLOCK, more: Callable[[], int] | None = None) -> tuple[list[Any], zmq.Frame, str]:
     """One whole message, read frame by frame (``zmq.Again`` when none waits with
     ``NOBLOCK``): ``(frames, first, "")``, or ``(kept, first, why)`` when it has more than
     ``max_frames`` frames or more than ``max_bytes`` in all, ``kept`` then being the frames
@@ -87,9 +88,9 @@ class MessageBounds:
     ``owner`` names the receiver in log lines and errors (``"Client"``, ``"worker"``);
     ``frames_option``/``bytes_option`` name the options that set the bounds, for errors."""
 
-    def __init__(self, owner: str, max_frames: int = MAX_FRAMES, max_bytes: Optional[int] = None, *,
+    def __init__(self, owner: str, max_frames: int = MAX_FRAMES, max_bytes: int | None = None, *,
                  frames_option: str = "max_frames", bytes_option: str = "max_message_bytes",
-                 logger: Optional[logging.Logger] = None) -> None:
+                 logger: logging.Logger | None = None) -> None:
         if isinstance(max_frames, bool) or not isinstance(max_frames, int) or max_frames < 1:
             raise ValueError(f"option {frames_option!r} of {owner} must be a positive integer (frames a received "
                              f"message may have), got {max_frames!r}")
@@ -103,10 +104,10 @@ class MessageBounds:
         self.oversize = 0
         self._log = logger or logging.getLogger(__name__)
         self._logged: set[str] = set()
-        self._more_sock: Optional[zmq.Socket[Any]] = None
+        self._more_sock: zmq.Socket[Any] | None = None
         self._more: Callable[[], int] = int
 
-    def recv(self, sock: zmq.Socket[Any], flags: int = _NOBLOCK) -> tuple[Optional[list[bytes]], list[bytes], str]:
+    def recv(self, sock: zmq.Socket[Any], flags: int = _NOBLOCK) -> tuple[list[bytes] | None, list[bytes], str]:
         """One message as ``bytes`` frames: ``(frames, [], "")``, or ``(None, kept, why)`` when it
         was refused (counted and logged; ``kept``: the frames read before the limit).
         ``zmq.Again`` when none waits.

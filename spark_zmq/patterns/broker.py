@@ -89,19 +89,19 @@ import logging
 import math
 import threading
 import time
-from typing import Any, Callable, ClassVar, Optional
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 import zmq
 
-from .curve import Curve
-from .endpoints import EndpointsSpec
-from .broker_clients import ClientQueues, Frames
+from . import broker_defaults as defaults
 from .bounds import MAX_FRAMES, recv_bounded
+from .broker_clients import ClientQueues, Frames
 from .broker_stats import BrokerStats, answered_probe, delimiter, warn_shared_keys
 from .broker_workers import _BATCH, READY, WorkerSide
+from .curve import Curve
+from .endpoints import EndpointsSpec
 from .heartbeat import Heartbeat
-from .broker_defaults import (DEFAULT_HOLD_LIMIT, DEFAULT_HWM, DEFAULT_MAX_HELD_BYTES, DEFAULT_MAX_WAITING_BYTES,
-                              DEFAULT_REPLY_TIMEOUT, DEFAULT_REQUEST_TTL, frontend_rcvhwm, frontend_sndhwm)
 from .reqrep import Router
 
 __all__ = ["Broker", "BrokerStats", "READY"]
@@ -117,8 +117,8 @@ _LOGGED_CLIENTS = 1000
 class BrokerFrontend(Router):
     """The broker's frontend: read only while the broker has room, so no ZMTP timeout (a
     peer whose PONG waits unread behind a full queue is alive; see ``heartbeat``).
-    ``rcvhwm``/``sndhwm``: its receive and send high-water marks (``frontend_rcvhwm``,
-    ``frontend_sndhwm``), at most ``hwm``."""
+    ``rcvhwm``/``sndhwm``: its receive and send high-water marks (``defaults.frontend_rcvhwm``,
+    ``defaults.frontend_sndhwm``), at most ``hwm``."""
 
     heartbeat_zmtp_timeout: ClassVar[bool] = False
 
@@ -156,8 +156,8 @@ class Broker(WorkerSide):
     waiting requests may take before the broker stops reading clients (default 256 MiB;
     one request is always taken, whatever its size); clients that read no reply may have
     half of it waiting, their further requests are refused. libzmq's own queues in front
-    of the broker and toward each client are bounded in bytes too (``frontend_rcvhwm``,
-    ``frontend_sndhwm``): the broker's memory is about ``max_waiting_bytes`` +
+    of the broker and toward each client are bounded in bytes too (``defaults.frontend_rcvhwm``,
+    ``defaults.frontend_sndhwm``): the broker's memory is about ``max_waiting_bytes`` +
     ``max_held_bytes`` + (RCVHWM + 1 + SNDHWM + 1) × ``max_message_bytes`` per client
     connection.
     ``max_message_bytes``: the largest message accepted from a peer on either side (a
@@ -167,14 +167,14 @@ class Broker(WorkerSide):
     sockets (by default as ``PatternSocket`` chooses).
     """
 
-    def __init__(self, frontend: EndpointsSpec, backend: EndpointsSpec, *, hwm: int = DEFAULT_HWM,
-                 curve_frontend: Optional[Curve] = None, curve_backend: Optional[Curve] = None,
-                 heartbeat: Optional[Heartbeat] = None, max_message_bytes: Optional[int] = None,
-                 context: Optional[zmq.Context[Any]] = None, reply_timeout: float = DEFAULT_REPLY_TIMEOUT,
-                 client_hwm: Optional[int] = None, max_held_bytes: int = DEFAULT_MAX_HELD_BYTES,
-                 max_frames: int = MAX_FRAMES, request_ttl: Optional[float] = DEFAULT_REQUEST_TTL,
-                 hold_limit: Optional[float] = DEFAULT_HOLD_LIMIT,
-                 max_waiting_bytes: int = DEFAULT_MAX_WAITING_BYTES) -> None:
+    def __init__(self, frontend: EndpointsSpec, backend: EndpointsSpec, *, hwm: int = defaults.DEFAULT_HWM,
+                 curve_frontend: Curve | None = None, curve_backend: Curve | None = None,
+                 heartbeat: Heartbeat | None = None, max_message_bytes: int | None = None,
+                 context: zmq.Context[Any] | None = None, reply_timeout: float = defaults.DEFAULT_REPLY_TIMEOUT,
+                 client_hwm: int | None = None, max_held_bytes: int = defaults.DEFAULT_MAX_HELD_BYTES,
+                 max_frames: int = MAX_FRAMES, request_ttl: float | None = defaults.DEFAULT_REQUEST_TTL,
+                 hold_limit: float | None = defaults.DEFAULT_HOLD_LIMIT,
+                 max_waiting_bytes: int = defaults.DEFAULT_MAX_WAITING_BYTES) -> None:
         if isinstance(hwm, bool) or not isinstance(hwm, int) or hwm < 1:
             raise ValueError(f"option 'hwm' of Broker must be a positive integer (requests that may wait for a "
                              f"worker), got {hwm!r}")
@@ -204,8 +204,8 @@ class Broker(WorkerSide):
         if context is not None:
             common["context"] = context
         self._frontend: Router = BrokerFrontend(frontend, curve=curve_frontend,
-                                                rcvhwm=frontend_rcvhwm(hwm, max_message_bytes),
-                                                sndhwm=frontend_sndhwm(hwm, max_message_bytes), **common)
+                                                rcvhwm=defaults.frontend_rcvhwm(hwm, max_message_bytes),
+                                                sndhwm=defaults.frontend_sndhwm(hwm, max_message_bytes), **common)
         try:
             # the monitor's disconnections tell which workers are gone (see _on_disconnect)
             self._backend: Router = BrokerBackend(backend, curve=curve_backend, monitor=zmq.EVENT_DISCONNECTED,
@@ -238,7 +238,7 @@ class Broker(WorkerSide):
         self._fd_of: dict[bytes, int] = {}
         self._workers_at_fd: dict[int, set[bytes]] = {}
         #: workers forgotten lately -> (the envelope of the request one held then or None, its descriptor)
-        self._departed: collections.OrderedDict[bytes, tuple[Optional[tuple[bytes, ...]], Optional[int]]] = \
+        self._departed: collections.OrderedDict[bytes, tuple[tuple[bytes, ...] | None, int | None]] = \
             collections.OrderedDict()
         self._stop = threading.Event()
         self._running = threading.Lock()
@@ -280,8 +280,8 @@ class Broker(WorkerSide):
 
     # -- the loop ---------------------------------------------------------------------------
 
-    def run(self, stop: Optional[threading.Event] = None, *,
-            report: Optional[Callable[[BrokerStats], None]] = None, report_interval: float = 10.0) -> None:
+    def run(self, stop: threading.Event | None = None, *,
+            report: Callable[[BrokerStats], None] | None = None, report_interval: float = 10.0) -> None:
         """Serve until ``stop`` is set or ``stop()`` is called, in the calling thread.
         ``report(stats)`` is called every ``report_interval`` seconds, the first time at once.
         Requests still waiting, and replies held, when it returns are dropped (their clients
@@ -304,10 +304,10 @@ class Broker(WorkerSide):
         ``run`` returns at once afterwards."""
         self._stop.set()
 
-    def _stopping(self, stop: Optional[threading.Event]) -> bool:
+    def _stopping(self, stop: threading.Event | None) -> bool:
         return self._stop.is_set() or (stop is not None and stop.is_set())
 
-    def _loop(self, stop: Optional[threading.Event], report: Optional[Callable[[BrokerStats], None]],
+    def _loop(self, stop: threading.Event | None, report: Callable[[BrokerStats], None] | None,
               report_interval: float) -> None:
         front, back = self._frontend.zmq_socket, self._backend.zmq_socket
         poller = zmq.Poller()
@@ -396,7 +396,7 @@ class Broker(WorkerSide):
 
     def _send_now(self, payload: Frames) -> None:
         """Send without blocking; a queue found full is tried once more after the socket has
-        processed libzmq's commands (what its I/O thread wrote out: ``frontend_sndhwm``)."""
+        processed libzmq's commands (what its I/O thread wrote out: ``defaults.frontend_sndhwm``)."""
         front = self._frontend.zmq_socket
         try:
             front.send_multipart(payload, zmq.NOBLOCK, copy=False)
@@ -442,7 +442,7 @@ class Broker(WorkerSide):
                 continue
             self._dispatch()
 
-    def _recv(self, sock: zmq.Socket[Any], side: str) -> Optional[Frames]:
+    def _recv(self, sock: zmq.Socket[Any], side: str) -> Frames | None:
         """One message within ``max_frames`` and ``max_message_bytes``; ``[]`` when it was
         dropped for its size; None when nothing waits."""
         try:
@@ -486,7 +486,7 @@ class Broker(WorkerSide):
             self._frontend.close(linger=0)
             self._backend.close(linger=0)
 
-    def __enter__(self) -> "Broker":
+    def __enter__(self) -> Broker:
         return self
 
     def __exit__(self, *exc: object) -> None:

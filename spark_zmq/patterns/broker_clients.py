@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import collections
 import heapq
-from typing import Callable, Optional
+from collections.abc import Callable
 
 import zmq
 
@@ -76,7 +76,7 @@ class _Client:
         self.held: collections.deque[tuple[float, Frames, int]] = collections.deque()
         self.held_bytes = 0
         self.stalled = False
-        self.retry_at: Optional[float] = None
+        self.retry_at: float | None = None
         self.backoff = RETRY_FIRST_S
 
 
@@ -93,8 +93,8 @@ class ClientQueues:
     the broker stops reading the frontend; stalled clients may have half of it waiting, a
     request beyond that is refused (``None``: no bound in bytes)."""
 
-    def __init__(self, hwm: int, client_hwm: int, max_held_bytes: int, request_ttl: Optional[float] = None,
-                 max_waiting_bytes: Optional[int] = None) -> None:
+    def __init__(self, hwm: int, client_hwm: int, max_held_bytes: int, request_ttl: float | None = None,
+                 max_waiting_bytes: int | None = None) -> None:
         self.hwm = hwm
         self.client_hwm = client_hwm
         self.max_held_bytes = max_held_bytes
@@ -103,7 +103,7 @@ class ClientQueues:
         #: bytes of requests all stalled clients together may have waiting (None: no bound)
         self.stalled_max_bytes = None if max_waiting_bytes is None else max_waiting_bytes // 2
         #: no waiting request expires before this (monotonic seconds; None: none waits)
-        self._next_expiry: Optional[float] = None
+        self._next_expiry: float | None = None
         #: requests all stalled clients together may have waiting
         self.stalled_hwm = max(hwm, client_hwm)
         self._clients: dict[bytes, _Client] = {}
@@ -171,7 +171,7 @@ class ClientQueues:
         if ttl is None or self._next_expiry is None or now < self._next_expiry:
             return []
         dropped: list[tuple[bytes, float]] = []
-        oldest: Optional[float] = None
+        oldest: float | None = None
         for client_id, client in list(self._clients.items()):
             waiting = client.waiting
             while waiting and now - waiting[0][0] > ttl:
@@ -185,7 +185,7 @@ class ClientQueues:
         self._next_expiry = None if oldest is None else oldest + ttl
         return dropped
 
-    def next_request(self) -> Optional[tuple[bytes, Request]]:
+    def next_request(self) -> tuple[bytes, Request] | None:
         """The next request to dispatch, round-robin across the clients that may be served."""
         if not self._ready:
             return None
@@ -269,7 +269,7 @@ class ClientQueues:
                 out.append(client_id)
         return out
 
-    def next_due(self) -> Optional[float]:
+    def next_due(self) -> float | None:
         """When the next retry is due (None: nothing held)."""
         while self._timers:
             at, client_id = self._timers[0]

@@ -8,8 +8,6 @@ again), and the sizing of libzmq's queues in front of the broker and toward each
 
 from __future__ import annotations
 
-from typing import Optional
-
 __all__ = ["DEFAULT_HWM", "DEFAULT_REPLY_TIMEOUT", "DEFAULT_MAX_HELD_BYTES", "DEFAULT_MAX_WAITING_BYTES",
            "DEFAULT_REQUEST_TTL", "DEFAULT_HOLD_LIMIT", "FRONTEND_QUEUE_BYTES", "FRONTEND_RCVHWM_MIN",
            "FRONTEND_SNDHWM_MIN", "frontend_rcvhwm", "frontend_sndhwm"]
@@ -36,7 +34,7 @@ DEFAULT_REQUEST_TTL = 30.0
 DEFAULT_HOLD_LIMIT = 90.0
 
 
-def frontend_rcvhwm(hwm: int, max_message_bytes: Optional[int]) -> int:
+def frontend_rcvhwm(hwm: int, max_message_bytes: int | None) -> int:
     """The frontend's RCVHWM: how many requests libzmq queues per client connection before
     the broker reads them.
 
@@ -70,7 +68,7 @@ def frontend_rcvhwm(hwm: int, max_message_bytes: Optional[int]) -> int:
     return min(hwm, max(FRONTEND_RCVHWM_MIN, FRONTEND_QUEUE_BYTES // max_message_bytes))
 
 
-def frontend_sndhwm(hwm: int, max_message_bytes: Optional[int]) -> int:
+def frontend_sndhwm(hwm: int, max_message_bytes: int | None) -> int:
     """The frontend's SNDHWM: how many replies libzmq queues per client connection that the
     client has not read yet.
 

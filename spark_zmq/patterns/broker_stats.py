@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Any
 
 import zmq
 
@@ -93,7 +94,7 @@ def pong(service: str, **facts: int) -> list[bytes]:
     return [PONG, json.dumps({"service": service, **facts}, separators=(",", ":")).encode()]
 
 
-def answered_probe(front: "zmq.Socket[Any]", frames: Sequence[zmq.Frame], stats: Callable[[], BrokerStats]) -> bool:
+def answered_probe(front: zmq.Socket[Any], frames: Sequence[zmq.Frame], stats: Callable[[], BrokerStats]) -> bool:
     """Whether client message ``frames`` (``[envelope..., b"", body]``) is a ``PING``; then the
     broker answers it itself, no worker involved, with ``pong`` (dropped if the client's
     queue is full: it asks again)."""
@@ -109,7 +110,7 @@ def answered_probe(front: "zmq.Socket[Any]", frames: Sequence[zmq.Frame], stats:
     return True
 
 
-def warn_shared_keys(front: Optional[Curve], back: Optional[Curve]) -> None:
+def warn_shared_keys(front: Curve | None, back: Curve | None) -> None:
     """A key accepted on both sides can take requests as a worker and answer other clients'
     requests: each side should authorize its own kind of peer (logged, not refused: the
     caller may mean it, e.g. a test)."""
@@ -126,13 +127,13 @@ def warn_shared_keys(front: Optional[Curve], back: Optional[Curve]) -> None:
                     "authorized keys", shared)
 
 
-def is_reply(payload: Sequence[Union[zmq.Frame, bytes]]) -> bool:
+def is_reply(payload: Sequence[zmq.Frame | bytes]) -> bool:
     """``[envelope (at least one frame)..., b"", reply (at least one frame)...]``."""
     at = delimiter(payload)
     return at is not None and 0 < at < len(payload) - 1
 
 
-def envelope(frames: Sequence[Union[zmq.Frame, bytes]]) -> tuple[bytes, ...]:
+def envelope(frames: Sequence[zmq.Frame | bytes]) -> tuple[bytes, ...]:
     """The frames before the first empty one, as bytes (what a reply must carry back)."""
     out = []
     for frame in frames:
@@ -142,7 +143,7 @@ def envelope(frames: Sequence[Union[zmq.Frame, bytes]]) -> tuple[bytes, ...]:
     return tuple(out)
 
 
-def delimiter(frames: Sequence[Union[zmq.Frame, bytes]], start: int = 0) -> Optional[int]:
+def delimiter(frames: Sequence[zmq.Frame | bytes], start: int = 0) -> int | None:
     """The index of the first empty frame at or after ``start``, or None."""
     for i in range(start, len(frames)):
         if len(frames[i]) == 0:

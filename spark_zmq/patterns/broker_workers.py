@@ -14,7 +14,7 @@ from __future__ import annotations
 import collections
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
 
 import zmq
 
@@ -36,7 +36,7 @@ READY = b"READY"
 _DEPARTED_REMEMBERED = 10_000
 
 
-def _fd(frame: zmq.Frame) -> Optional[int]:
+def _fd(frame: zmq.Frame) -> int | None:
     """The descriptor of the connection a frame came on (None: inproc, or unknown)."""
     try:
         fd = frame.get(zmq.SRCFD)
@@ -58,9 +58,9 @@ class WorkerSide:
     _overdue: set[bytes]
     _fd_of: dict[bytes, int]
     _workers_at_fd: dict[int, set[bytes]]
-    _departed: collections.OrderedDict[bytes, tuple[Optional[tuple[bytes, ...]], Optional[int]]]
-    request_ttl: Optional[float]
-    hold_limit: Optional[float]
+    _departed: collections.OrderedDict[bytes, tuple[tuple[bytes, ...] | None, int | None]]
+    request_ttl: float | None
+    hold_limit: float | None
     requests_forwarded: int
     malformed: int
     requests_lost: int
@@ -70,7 +70,7 @@ class WorkerSide:
     requests_expired: int
 
     if TYPE_CHECKING:
-        def _recv(self, sock: zmq.Socket[bytes], side: str) -> Optional[Frames]: ...
+        def _recv(self, sock: zmq.Socket[bytes], side: str) -> Frames | None: ...
         def _return(self, payload: Frames) -> None: ...
         def _read_monitors(self) -> None: ...
 

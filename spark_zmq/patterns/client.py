@@ -36,8 +36,9 @@ import math
 import secrets
 import time
 from collections import OrderedDict
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Optional, Union
+from typing import Any
 
 import zmq
 
@@ -54,7 +55,7 @@ _IDS_PER_DRAW = 512
 #: ids of answered (or given up) requests remembered, so a late reply counts as a duplicate
 _FINISHED_KEPT = 65_536
 
-Body = Union[bytes, list[bytes]]
+Body = bytes | list[bytes]
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +182,7 @@ class Client:
             if wire_id not in self._pending and wire_id not in self._finished:
                 return wire_id
 
-    def _send_any(self, message: list[bytes], timeout: float, avoid: Optional[int] = None) -> Optional[int]:
+    def _send_any(self, message: list[bytes], timeout: float, avoid: int | None = None) -> int | None:
         """Send ``message`` on the first DEALER, from the next in turn (``avoid`` last),
         that takes it within ``timeout`` seconds; its index, or None."""
         count = len(self._dealers)
@@ -203,7 +204,7 @@ class Client:
                 return None
             self._poll_out.poll(max(1, math.ceil(min(left, 0.1) * 1000)))
 
-    def send(self, body: Body, timeout: Optional[float] = None) -> int:
+    def send(self, body: Body, timeout: float | None = None) -> int:
         """Send one request (one frame or a list of frames); returns its number in this
         client (1, 2, ...). ``timeout`` bounds the wait for a worker to take it: by default
         as long as a request may wait for its reply, ``timeout x (retries + 1)`` (no worker
@@ -230,7 +231,7 @@ class Client:
         """Why the connection fails, when a CURVE handshake was refused (see ``HandshakeWatch``)."""
         return "".join(d.handshakes.failure_note() for d in self._dealers if d.handshakes is not None)
 
-    def recv(self, timeout: Optional[float] = None) -> tuple[int, list[bytes]]:
+    def recv(self, timeout: float | None = None) -> tuple[int, list[bytes]]:
         """The next reply, ``(request number, reply frames)``, whichever request it answers.
         Resends overdue requests meanwhile; ``RequestTimeoutError`` when one has used up
         its retries; ``TimeoutError`` when nothing came within ``timeout`` seconds."""
@@ -255,7 +256,7 @@ class Client:
             if answered is not None:
                 return answered
 
-    def request(self, body: Body, timeout: Optional[float] = None) -> list[bytes]:
+    def request(self, body: Body, timeout: float | None = None) -> list[bytes]:
         """Send one request and wait for its reply (other replies that come meanwhile are
         kept for ``recv``). ``timeout`` bounds the send as in ``send``; the wait for the
         reply is bounded by ``timeout x (retries + 1)`` of the client (then
@@ -295,7 +296,7 @@ class Client:
             answered, frames = self.recv()
             got[answered] = frames
 
-    def _recv_one(self) -> Optional[tuple[int, Optional[list[bytes]]]]:
+    def _recv_one(self) -> tuple[int, list[bytes] | None] | None:
         """One message waiting on any DEALER, from the next in turn: ``(its index, frames
         or None when it was dropped)``, or None when none waits."""
         count = len(self._dealers)
@@ -309,7 +310,7 @@ class Client:
             return index, frames
         return None
 
-    def _recv_bounded(self, wait: float) -> Optional[tuple[int, list[bytes]]]:
+    def _recv_bounded(self, wait: float) -> tuple[int, list[bytes]] | None:
         """One reply within ``max_frames`` and ``max_message_bytes`` (see ``bounds``) and
         the DEALER it came on, or None: nothing came within ``wait`` seconds, or what came
         was dropped."""
@@ -327,7 +328,7 @@ class Client:
         if len(self._finished) > _FINISHED_KEPT:
             self._finished.popitem(last=False)
 
-    def _take(self, index: int, frames: list[bytes]) -> Optional[tuple[int, list[bytes]]]:
+    def _take(self, index: int, frames: list[bytes]) -> tuple[int, list[bytes]] | None:
         if len(frames) < 2 or len(frames[0]) != _ID_BYTES or frames[1] != b"":
             self.malformed += 1
             return None
@@ -382,7 +383,7 @@ class Client:
         for dealer in self._dealers:
             dealer.close(linger=0)
 
-    def __enter__(self) -> "Client":
+    def __enter__(self) -> Client:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -22,7 +22,7 @@ import logging
 import os
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Optional, Union
+from typing import Any
 
 import zmq
 from zmq.auth.base import Authenticator
@@ -52,8 +52,8 @@ class Curve:
 
     public_key: bytes
     secret_key: bytes = field(repr=False)
-    server_key: Optional[bytes] = None
-    authorized: Union[str, frozenset[bytes], None] = field(default=None, repr=False)
+    server_key: bytes | None = None
+    authorized: str | frozenset[bytes] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if (self.server_key is None) == (self.authorized is None):
@@ -62,13 +62,13 @@ class Curve:
             object.__setattr__(self, "authorized", check_authorized(self.authorized))
 
     @classmethod
-    def server(cls, keys: KeyPair, authorized: Union[str, frozenset[bytes]]) -> "Curve":
+    def server(cls, keys: KeyPair, authorized: str | frozenset[bytes]) -> Curve:
         """A server with key pair ``keys`` accepting ``authorized`` client keys (a set of Z85
         public keys) or any key (``ANY_KEY``, ``"*"``); ``CurveError`` for anything else."""
         return cls(keys.public_key, keys.secret_key, authorized=authorized)
 
     @classmethod
-    def client(cls, keys: KeyPair, server_key: bytes) -> "Curve":
+    def client(cls, keys: KeyPair, server_key: bytes) -> Curve:
         """A client with key pair ``keys`` of the server whose public key is ``server_key``."""
         return cls(keys.public_key, keys.secret_key, server_key=server_key)
 
@@ -83,7 +83,7 @@ class Curve:
             return f"CURVE server {self.public_key.decode()} accepting {who}"
         return f"CURVE client {self.public_key.decode()} of server {self.server_key.decode()}"
 
-    def apply(self, sock: zmq.Socket[Any]) -> Optional["_Registration"]:
+    def apply(self, sock: zmq.Socket[Any]) -> _Registration | None:
         """Configure ``sock`` (before bind/connect); a server registers its ZAP domain with
         the authenticator of the socket's context (released by ``close``)."""
         sock.setsockopt(zmq.CURVE_PUBLICKEY, self.public_key)
@@ -104,7 +104,7 @@ class Curve:
 class _KeyPolicy:
     """A ``zmq.auth`` credentials provider: which client keys one server socket accepts."""
 
-    def __init__(self, authorized: Union[str, frozenset[bytes]], authenticator: "_Authenticator") -> None:
+    def __init__(self, authorized: str | frozenset[bytes], authenticator: _Authenticator) -> None:
         self.authorized = authorized
         self.authenticator = authenticator
         self.logged: set[tuple[str, bytes]] = set()
@@ -195,7 +195,7 @@ class _Registration:
         entry.authenticator.stop()
 
 
-def _register(context: zmq.Context[Any], authorized: Union[str, frozenset[bytes]]) -> _Registration:
+def _register(context: zmq.Context[Any], authorized: str | frozenset[bytes]) -> _Registration:
     with _lock:
         entry = _auths.get(id(context))
         if entry is None:
@@ -208,7 +208,7 @@ def _register(context: zmq.Context[Any], authorized: Union[str, frozenset[bytes]
         return _Registration(context, domain)
 
 
-_secure_context: Optional[zmq.Context[Any]] = None
+_secure_context: zmq.Context[Any] | None = None
 
 
 def secure_context() -> zmq.Context[Any]:

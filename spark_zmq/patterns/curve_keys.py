@@ -11,7 +11,6 @@ import os
 import stat
 import struct
 from dataclasses import dataclass, field
-from typing import Optional, Union
 
 import zmq
 import zmq.auth
@@ -39,12 +38,12 @@ _Z85_KEY_LEN = 40
 class CurveError(ValueError):
     """A key, certificate or combination of them is unusable; ``option`` names the option."""
 
-    def __init__(self, message: str, option: Optional[str] = None) -> None:
+    def __init__(self, message: str, option: str | None = None) -> None:
         super().__init__(message)
         self.option = option
 
 
-def _z85_key(text: bytes, what: str, option: Optional[str]) -> bytes:
+def _z85_key(text: bytes, what: str, option: str | None) -> bytes:
     """``text`` checked as a 40-character Z85 CURVE key (returned as bytes)."""
     if len(text) != _Z85_KEY_LEN:
         raise CurveError(f"{what} is not a CURVE key: expected 40 Z85 characters, got {len(text)}", option)
@@ -70,7 +69,7 @@ def _shown(text: bytes) -> str:
     return f"{text[:5].decode('ascii', 'replace')!r}... ({len(text)} characters)"
 
 
-def check_authorized(value: object) -> Union[str, frozenset[bytes]]:
+def check_authorized(value: object) -> str | frozenset[bytes]:
     """``Curve.authorized`` checked: ``ANY_KEY`` itself, or a set of Z85 public keys, returned
     as a frozenset of 40-byte Z85 ``bytes`` (text given as ``str`` is encoded)."""
     option = "curveAuthorizedKeys"
@@ -103,7 +102,7 @@ def check_authorized(value: object) -> Union[str, frozenset[bytes]]:
     return frozenset(keys)
 
 
-def _read_certificate(path: str, option: Optional[str]) -> tuple[bytes, Optional[bytes]]:
+def _read_certificate(path: str, option: str | None) -> tuple[bytes, bytes | None]:
     """``(public, secret or None)`` from a ZPL certificate file (pyzmq's reader)."""
     try:
         info = os.stat(path)
@@ -131,7 +130,7 @@ def _read_certificate(path: str, option: Optional[str]) -> tuple[bytes, Optional
     return public, secret
 
 
-def load_secret_certificate(path: str, option: Optional[str] = "curveCertificate") -> tuple[bytes, bytes]:
+def load_secret_certificate(path: str, option: str | None = "curveCertificate") -> tuple[bytes, bytes]:
     """``(public, secret)`` Z85 keys from a secret certificate file (``NAME.key_secret``)."""
     public, secret = _read_certificate(path, option)
     if secret is None:
@@ -145,7 +144,7 @@ def load_secret_certificate(path: str, option: Optional[str] = "curveCertificate
     return public, secret
 
 
-def load_public_key(value: str, option: Optional[str] = "curveServerKey") -> bytes:
+def load_public_key(value: str, option: str | None = "curveServerKey") -> bytes:
     """A public key given as its 40-character Z85 text or as a certificate file."""
     text = value.strip()
     if len(text) == _Z85_KEY_LEN and not os.path.exists(text):
@@ -173,7 +172,7 @@ def _certificate_store(directory: str) -> tuple[list[str], list[str]]:
     return pyzmq, czmq
 
 
-def load_authorized_keys(value: str, option: Optional[str] = "curveAuthorizedKeys") -> Union[str, frozenset[bytes]]:
+def load_authorized_keys(value: str, option: str | None = "curveAuthorizedKeys") -> str | frozenset[bytes]:
     """``*`` (any key), or the public keys of the certificates in a directory: every
     ``*.key`` file (pyzmq's ``zmq.auth`` convention; one that is not a certificate is an
     error), and every other file not ending ``_secret`` that is a certificate (CZMQ's
@@ -233,10 +232,10 @@ class KeyPair:
     secret_key: bytes = field(repr=False)
 
     @classmethod
-    def generate(cls) -> "KeyPair":
+    def generate(cls) -> KeyPair:
         return cls(*zmq.curve_keypair())
 
     @classmethod
-    def from_certificate(cls, path: str, option: Optional[str] = "curveCertificate") -> "KeyPair":
+    def from_certificate(cls, path: str, option: str | None = "curveCertificate") -> KeyPair:
         return cls(*load_secret_certificate(path, option))
 

@@ -25,7 +25,7 @@ dropped socket's ``__del__`` to the garbage collector).
 from __future__ import annotations
 
 import time
-from typing import Callable, Optional
+from collections.abc import Callable
 
 __all__ = ["WAIT_SLICE_S", "IDLE_SLICE_S", "SendTimeoutError", "SocketClosedError", "SocketState", "first_slice", "next_slice"]
 
@@ -84,7 +84,7 @@ class SocketState:
             raise SocketClosedError(f"{self.label} was closed during {what}")
 
 
-def first_slice(deadline: Optional[float]) -> float:
+def first_slice(deadline: float | None) -> float:
     """How long the first look may wait: a slice, or what is left of the deadline (``0``
     when it passed: the look still happens, without waiting)."""
     if deadline is None:
@@ -92,8 +92,8 @@ def first_slice(deadline: Optional[float]) -> float:
     return min(WAIT_SLICE_S, max(0.0, deadline - time.monotonic()))
 
 
-def next_slice(deadline: Optional[float], check: Callable[[], None],
-               slice_s: float = WAIT_SLICE_S) -> Optional[float]:
+def next_slice(deadline: float | None, check: Callable[[], None],
+               slice_s: float = WAIT_SLICE_S) -> float | None:
     """After a look that found nothing: ``check()`` (it raises ``SocketClosedError`` when
     the socket is closing), then ``None`` when ``deadline`` (monotonic seconds; ``None``:
     no limit) has passed, else how long to wait before looking again (at most a slice)."""

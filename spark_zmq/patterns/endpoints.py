@@ -18,8 +18,9 @@ import socket
 import stat
 import sys
 import unicodedata
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional, Sequence, Union
+from typing import Any
 
 import zmq
 
@@ -39,7 +40,7 @@ _IPV6_LITERAL = re.compile(r"\[[0-9A-Fa-f:.]+\]", re.ASCII)
 _IPC_PATH_MAX = 107 if sys.platform.startswith("linux") else 103
 
 
-def tcp_host_problem(host: str) -> Optional[str]:
+def tcp_host_problem(host: str) -> str | None:
     """Why ``host`` cannot be the host of a ``tcp://HOST:PORT`` address, or ``None``.
 
     A host name or IPv4 address (ASCII letters, digits, ``.``, ``-``, ``_``) or an IPv6
@@ -53,7 +54,7 @@ def tcp_host_problem(host: str) -> Optional[str]:
     )
 
 
-def _text_problem(text: str) -> Optional[str]:
+def _text_problem(text: str) -> str | None:
     """Control characters and unpaired surrogates cannot reach libzmq intact."""
     for ch in text:
         category = unicodedata.category(ch)
@@ -77,7 +78,7 @@ class Endpoint:
 
 #: endpoints as the socket classes take them: a comma-separated string, or a sequence of
 #: strings or ``Endpoint`` (whose ``str`` is its string)
-EndpointsSpec = Union[str, Sequence[Union[str, Endpoint]]]
+EndpointsSpec = str | Sequence[str | Endpoint]
 
 
 def _parse_one(text: str, default_bind: bool) -> Endpoint:
@@ -195,7 +196,7 @@ def check_ipc_bind(address: str, owner: str = "socket") -> None:
     )
 
 
-def bind_error(owner: str, address: str, code: Optional[int], reason: str) -> OSError:
+def bind_error(owner: str, address: str, code: int | None, reason: str) -> OSError:
     """The ``OSError`` for a failed bind, naming the socket class ``owner`` and the address."""
     return OSError(
         code,
@@ -204,7 +205,7 @@ def bind_error(owner: str, address: str, code: Optional[int], reason: str) -> OS
     )
 
 
-def attach(sock: zmq.Socket[Any], endpoint: Endpoint, owner: str) -> Optional[str]:
+def attach(sock: zmq.Socket[Any], endpoint: Endpoint, owner: str) -> str | None:
     """Bind or connect ``sock`` (of the socket class ``owner``) to ``endpoint``; returns the
     address bound (a ``*`` port resolved), ``None`` for a connect."""
     if endpoint.bind:

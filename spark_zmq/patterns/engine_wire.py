@@ -15,8 +15,9 @@ from __future__ import annotations
 import collections
 import threading
 import time
+from collections.abc import Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any, ClassVar, Optional, Sequence, cast
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import zmq
 
@@ -73,7 +74,7 @@ class EngineWire:
 
     extra_options: ClassVar[tuple[str, ...]] = ("handshake_ivl", "confirm")
 
-    def __init__(self, owner: EngineSocketSpec, state: SocketState, hwm: Optional[int], curve: Optional[Curve],
+    def __init__(self, owner: EngineSocketSpec, state: SocketState, hwm: int | None, curve: Curve | None,
                  options: dict[str, Any]) -> None:
         self.state = state
         self.label = label = state.label
@@ -96,7 +97,7 @@ class EngineWire:
             if options.get(name) is not None:
                 positive_int(name, options[name])
         wanted = int(options.get("monitor") or 0)
-        self.handshakes: Optional[HandshakeWatch] = (
+        self.handshakes: HandshakeWatch | None = (
             EngineWatch(wanted, is_server=curve is None or curve.is_server, label=label, curve=curve is not None)
             if curve is not None or wanted else None
         )
@@ -127,7 +128,7 @@ class EngineWire:
 
     # -- attaching ------------------------------------------------------------------------
 
-    def attach(self, endpoint: Endpoint) -> Optional[str]:
+    def attach(self, endpoint: Endpoint) -> str | None:
         if not endpoint.bind:
             self.engine.connect(endpoint.address)
             return None
@@ -167,16 +168,16 @@ class EngineWire:
 
     # -- sending --------------------------------------------------------------------------
 
-    def send_frames(self, frames: list[Message], deadline: Optional[float]) -> None:
+    def send_frames(self, frames: list[Message], deadline: float | None) -> None:
         # the RFC says a sender SHALL NOT modify messages: a mutable buffer is copied now
         copied = [frame if type(frame) is bytes else bytes(frame) for frame in frames]
         timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
         self._send_all([copied[0] if len(copied) == 1 else tuple(copied)], timeout)
 
-    def send_many(self, messages: Sequence[bytes], timeout: Optional[float], deadline: Optional[float]) -> int:
+    def send_many(self, messages: Sequence[bytes], timeout: float | None, deadline: float | None) -> int:
         return self._send_all(messages, timeout)
 
-    def _send_all(self, messages: Sequence[EngineMessage], timeout: Optional[float]) -> int:
+    def _send_all(self, messages: Sequence[EngineMessage], timeout: float | None) -> int:
         """Round-robin to the peers whose queues have room; ``timeout`` bounds the wait
         for each message (the engine makes it a deadline when it starts waiting)."""
         sent, timed_out = self.engine.send_round_robin(messages, timeout, self.check)
@@ -187,13 +188,13 @@ class EngineWire:
     # -- receiving ------------------------------------------------------------------------
 
     def receive_values(
-        self, max_messages: int, deadline: Optional[float], max_bytes: Optional[int]
-    ) -> tuple[list[bytes], Optional[list[Optional[bytes]]]]:
+        self, max_messages: int, deadline: float | None, max_bytes: int | None
+    ) -> tuple[list[bytes], list[bytes | None] | None]:
         """Fair-queued over the peers; ``topics`` is ``None`` when every message had one
         frame (always so on a single-part socket)."""
         return self._values_and_topics(self._take(max_messages, deadline, max_bytes))
 
-    def receive_block(self, max_messages: int, deadline: Optional[float], max_bytes: Optional[int]) -> MessageBlock:
+    def receive_block(self, max_messages: int, deadline: float | None, max_bytes: int | None) -> MessageBlock:
         """As ``receive_values``, as one ``MessageBlock``: runs of frames the engine split
         in bulk reach it without an object per message."""
         items = self._receive(max_messages, deadline, max_bytes)
@@ -203,25 +204,25 @@ class EngineWire:
         values, topics = self._values_and_topics(self._expand(items, kinds))
         return MessageBlock.from_values(values, topics)
 
-    def _values_and_topics(self, values: list[EngineMessage]) -> tuple[list[bytes], Optional[list[Optional[bytes]]]]:
+    def _values_and_topics(self, values: list[EngineMessage]) -> tuple[list[bytes], list[bytes | None] | None]:
         if not self.single_part and tuple in set(map(type, values)):  # multipart messages: as Pull's
             # a message is exactly bytes or a tuple of them: ``type(m) is tuple`` does not narrow for mypy
             messages: list[Any] = values
             return flatten([list(m) if type(m) is tuple else [m] for m in messages])
         return cast("list[bytes]", values), None  # no tuple among them: single-part messages
 
-    def receive(self, max_messages: int, deadline: Optional[float], max_bytes: Optional[int]) -> list[list[bytes]]:
+    def receive(self, max_messages: int, deadline: float | None, max_bytes: int | None) -> list[list[bytes]]:
         values = self._take(max_messages, deadline, max_bytes)
         # a message is exactly bytes or a tuple of them: ``type(v) is tuple`` does not narrow for mypy
         messages: list[Any] = values
         return [list(value) if type(value) is tuple else [value] for value in messages]
 
-    def _take(self, max_messages: int, deadline: Optional[float], max_bytes: Optional[int]) -> list[EngineMessage]:
+    def _take(self, max_messages: int, deadline: float | None, max_bytes: int | None) -> list[EngineMessage]:
         """The engine's take, runs of messages (``MessageRun``) made one item per message."""
         items = self._receive(max_messages, deadline, max_bytes)
         return self._expand(items, set(map(type, items)))
 
-    def _receive(self, max_messages: int, deadline: Optional[float], max_bytes: Optional[int]) -> list[Any]:
+    def _receive(self, max_messages: int, deadline: float | None, max_bytes: int | None) -> list[Any]:
         """The engine's take; ``TimeoutError`` at ``deadline`` or on ``interrupt()``."""
         check = partial(self.state.check_receiving, self.state.interrupts)
         items = self.engine.receive(max_messages, max_bytes, deadline, check)
@@ -246,12 +247,12 @@ class EngineWire:
                 out.append(item)
         return out
 
-    def wait_readable(self, deadline: Optional[float]) -> bool:
+    def wait_readable(self, deadline: float | None) -> bool:
         return self.engine.wait_readable(deadline, self.check)
 
     # -- lifetime -------------------------------------------------------------------------
 
-    def close(self, linger: Optional[int]) -> None:
+    def close(self, linger: int | None) -> None:
         """A sender first waits up to ``linger`` ms (the socket's linger by default) for
         what it holds to reach the kernel; ``unsent`` counts what was left."""
         linger_ms = self.linger if linger is None else check_linger(linger)

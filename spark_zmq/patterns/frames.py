@@ -6,7 +6,8 @@ value and what is valid; ``flatten`` turns received messages into ``(values, top
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Optional, Sequence, Union
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import zmq
 
@@ -23,8 +24,8 @@ __all__ = [
     "topics_list",
 ]
 
-Message = Union[bytes, bytearray, memoryview]
-Frames = Union[Message, Sequence[Message]]
+Message = bytes | bytearray | memoryview
+Frames = Message | Sequence[Message]
 
 
 def short_repr(value: Any, limit: int = 60) -> str:
@@ -63,7 +64,7 @@ def too_large(size: int, limit: int) -> ValueError:
     )
 
 
-def check_bytes_messages(messages: Sequence[bytes], limit: Optional[int]) -> None:
+def check_bytes_messages(messages: Sequence[bytes], limit: int | None) -> None:
     """What ``send_many`` takes, checked before anything is sent: ``bytes`` messages of at
     most ``limit`` bytes (``None``: any size)."""
     for message in messages:
@@ -75,12 +76,12 @@ def check_bytes_messages(messages: Sequence[bytes], limit: Optional[int]) -> Non
 
 
 def flatten(
-    messages: list[list[bytes]], discard_multipart: Optional[Callable[[], None]] = None
-) -> tuple[list[bytes], Optional[list[Optional[bytes]]]]:
+    messages: list[list[bytes]], discard_multipart: Callable[[], None] | None = None
+) -> tuple[list[bytes], list[bytes | None] | None]:
     """``recv_values``'s ``(values, topics)`` of whole messages. With ``discard_multipart``
     (a single-part socket) a multipart message is dropped and reported to it instead."""
     values: list[bytes] = []
-    topics: Optional[list[Optional[bytes]]] = None
+    topics: list[bytes | None] | None = None
     for message in messages:
         if len(message) > 1:
             if discard_multipart is not None:
@@ -110,7 +111,7 @@ def topic_bytes(topic: object, option: str = "topics") -> bytes:
     )
 
 
-def topics_list(topics: Union[None, str, bytes, Iterable[Union[str, bytes]]], option: str = "topics") -> list[bytes]:
+def topics_list(topics: None | str | bytes | Iterable[str | bytes], option: str = "topics") -> list[bytes]:
     """Normalise ``topics`` (a str/bytes prefix, an iterable of them, or None = everything)."""
     if topics is None:
         return [b""]

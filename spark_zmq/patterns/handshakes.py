@@ -12,7 +12,7 @@ import errno
 import itertools
 import logging
 import os
-from typing import Any, Optional
+from typing import Any
 
 import zmq
 
@@ -91,7 +91,7 @@ class HandshakeWatch:
         self.label = label
         self.rejected = 0
         #: the last rejection, as text (for error messages)
-        self.last_rejection: Optional[str] = None
+        self.last_rejection: str | None = None
         self._logged: set[tuple[str, str]] = set()
 
     def poll(self, timeout_s: float = 0.0) -> list[tuple[int, int, str]]:

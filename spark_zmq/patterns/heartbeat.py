@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 import socket
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 import zmq
 
@@ -143,7 +143,7 @@ RECEIVER_HEARTBEAT = Heartbeat(interval=2.0, timeout=300.0, ttl=300.0)
 NO_HEARTBEAT = Heartbeat(interval=0.0)
 
 
-def heartbeat_option(value: Optional[Heartbeat]) -> Heartbeat:
+def heartbeat_option(value: Heartbeat | None) -> Heartbeat:
     """The ``heartbeat`` option of a pattern socket: a ``Heartbeat``, or ``None`` for the default."""
     if value is None:
         return DEFAULT_HEARTBEAT

@@ -17,8 +17,9 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any, ClassVar, Optional, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import zmq
 
@@ -64,7 +65,7 @@ class LibzmqWire:
     unsent: ClassVar[int] = 0
     unconfirmed: ClassVar[int] = 0
 
-    def __init__(self, owner: LibzmqSocketSpec, state: SocketState, hwm: Optional[int], curve: Optional[Curve],
+    def __init__(self, owner: LibzmqSocketSpec, state: SocketState, hwm: int | None, curve: Curve | None,
                  options: dict[str, Any]) -> None:
         self.state = state
         self.label = state.label
@@ -73,8 +74,8 @@ class LibzmqWire:
             secure_context() if curve is not None and curve.is_server else zmq.Context.instance()
         )
         self.zap = None
-        self.monitor_socket: Optional[zmq.Socket[Any]] = None
-        self.handshakes: Optional[HandshakeWatch] = None
+        self.monitor_socket: zmq.Socket[Any] | None = None
+        self.handshakes: HandshakeWatch | None = None
         self.lock = threading.Lock()
         #: written by ``close`` and ``interrupt`` to wake a wait, which polls it beside the
         #: socket (so a wait need not wake up every slice to look); ``_wake_lock`` keeps a
@@ -119,7 +120,7 @@ class LibzmqWire:
 
     # -- attaching ------------------------------------------------------------------------
 
-    def attach(self, endpoint: Endpoint) -> Optional[str]:
+    def attach(self, endpoint: Endpoint) -> str | None:
         return attach(self.socket, endpoint, self.label)
 
     def start(self) -> None:
@@ -135,7 +136,7 @@ class LibzmqWire:
 
     # -- waiting --------------------------------------------------------------------------
 
-    def acquire(self, deadline: Optional[float]) -> None:
+    def acquire(self, deadline: float | None) -> None:
         """Take the socket's lock by ``deadline``; interrupted by ``close``."""
         state = self.state
         if deadline is None:
@@ -148,7 +149,7 @@ class LibzmqWire:
             self.lock.release()
             state.check_open()
 
-    def wait(self, event: int, deadline: Optional[float], what: str) -> None:
+    def wait(self, event: int, deadline: float | None, what: str) -> None:
         """Poll (lock held) until ``event`` is ready, the deadline passes, close() is called or
         (a receive) interrupt().
 
@@ -168,7 +169,7 @@ class LibzmqWire:
             poller.register(self._wake_r, zmq.POLLIN)
         check = partial(state.check_receiving, began, what) if event == zmq.POLLIN else \
             partial(state.check_during, what)
-        slice_s: Optional[float] = first_slice(deadline)
+        slice_s: float | None = first_slice(deadline)
         while slice_s is not None:
             ready = dict(poller.poll(int(slice_s * 1000)))
             if ready.get(self.socket, 0) & event:
@@ -195,7 +196,7 @@ class LibzmqWire:
         self.state.interrupts += 1
         self.wake()
 
-    def wait_for_room(self, deadline: Optional[float], refusals: int) -> None:
+    def wait_for_room(self, deadline: float | None, refusals: int) -> None:
         """Wait (lock held) after a send was refused (EAGAIN) ``refusals`` times before this
         one; ``TimeoutError`` at ``deadline``, ``SocketClosedError`` once ``close()`` starts.
 
@@ -224,7 +225,7 @@ class LibzmqWire:
         time.sleep(pause)
         self.socket.poll(0, zmq.POLLOUT)
 
-    def wait_readable(self, deadline: Optional[float]) -> bool:
+    def wait_readable(self, deadline: float | None) -> bool:
         self.acquire(deadline)
         try:
             try:
@@ -237,14 +238,14 @@ class LibzmqWire:
 
     # -- sending --------------------------------------------------------------------------
 
-    def send_frames(self, frames: list[Message], deadline: Optional[float]) -> None:
+    def send_frames(self, frames: list[Message], deadline: float | None) -> None:
         self.acquire(deadline)
         try:
             self.send_locked(frames, deadline)
         finally:
             self.lock.release()
 
-    def send_many(self, messages: Sequence[bytes], timeout: Optional[float], deadline: Optional[float]) -> int:
+    def send_many(self, messages: Sequence[bytes], timeout: float | None, deadline: float | None) -> int:
         self.acquire(deadline)
         sent = 0
         try:
@@ -267,7 +268,7 @@ class LibzmqWire:
         finally:
             self.lock.release()
 
-    def send_locked(self, frames: list[Message], deadline: Optional[float]) -> None:
+    def send_locked(self, frames: list[Message], deadline: float | None) -> None:
         """Queue one whole message without blocking libzmq; wait (bounded) while no peer
         can take it.
 
@@ -304,7 +305,7 @@ class LibzmqWire:
 
     # -- receiving ------------------------------------------------------------------------
 
-    def receive(self, max_messages: int, deadline: Optional[float], max_bytes: Optional[int]) -> list[list[bytes]]:
+    def receive(self, max_messages: int, deadline: float | None, max_bytes: int | None) -> list[list[bytes]]:
         self.acquire(deadline)
         try:
             return self.receive_locked(max_messages, deadline, max_bytes)
@@ -312,7 +313,7 @@ class LibzmqWire:
             self.lock.release()
 
     def receive_locked(
-        self, max_messages: int, deadline: Optional[float], max_bytes: Optional[int] = None
+        self, max_messages: int, deadline: float | None, max_bytes: int | None = None
     ) -> list[list[bytes]]:
         out: list[list[bytes]] = []
         recv_one = self.recv_one_nowait
@@ -338,14 +339,14 @@ class LibzmqWire:
             size += sum(map(len, message))
         return out
 
-    def receive_block(self, max_messages: int, deadline: Optional[float], max_bytes: Optional[int]) -> MessageBlock:
+    def receive_block(self, max_messages: int, deadline: float | None, max_bytes: int | None) -> MessageBlock:
         """``receive_values`` joined: libzmq hands messages over one by one anyway."""
         values, topics = self.receive_values(max_messages, deadline, max_bytes)
         return MessageBlock.from_values(values, topics)
 
     def receive_values(
-        self, max_messages: int, deadline: Optional[float], max_bytes: Optional[int]
-    ) -> tuple[list[bytes], Optional[list[Optional[bytes]]]]:
+        self, max_messages: int, deadline: float | None, max_bytes: int | None
+    ) -> tuple[list[bytes], list[bytes | None] | None]:
         """The frame-by-frame loop (``recv_values_from``), or whole messages flattened
         when a subclass filters them (``filtered``)."""
         self.acquire(deadline)
@@ -362,7 +363,7 @@ class LibzmqWire:
     def _discard_multipart(self) -> None:
         """Called when a single-part socket drained a multipart message (none on libzmq)."""
 
-    def recv_one_nowait(self) -> Optional[list[bytes]]:
+    def recv_one_nowait(self) -> list[bytes] | None:
         """One whole message or ``None`` if nothing is queued (subclasses filter here)."""
         sock = self.socket
         try:
@@ -385,7 +386,7 @@ class LibzmqWire:
 
     # -- lifetime -------------------------------------------------------------------------
 
-    def close(self, linger: Optional[int]) -> None:
+    def close(self, linger: int | None) -> None:
         """Mark the socket closing (a blocked call raises at its next look), then close it
         once the lock is free; ``linger`` (ms) overrides the socket's linger."""
         state = self.state
@@ -396,7 +397,7 @@ class LibzmqWire:
                 state.closed = True
                 self.release(linger)
 
-    def release(self, linger: Optional[int]) -> None:
+    def release(self, linger: int | None) -> None:
         """Close the monitor, the socket and (CURVE server) its ZAP domain, in that order:
         the domain's handler may stop with it, and must outlive the socket's handshakes."""
         if self.monitor_socket is not None:

@@ -14,14 +14,14 @@ kept as one item in a peer's inbox and split only where a receive takes part of 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional, Sequence, Union
 
 import numpy as np
 
 __all__ = ["MessageBlock", "MessageRun"]
 
-BytesLike = Union[bytes, bytearray, memoryview]
+BytesLike = bytes | bytearray | memoryview
 
 
 def _slices(data: BytesLike, offsets: np.ndarray) -> list[bytes]:
@@ -50,7 +50,7 @@ class MessageRun:
         self.count = len(offsets) - 1
         self.nbytes = int(offsets[-1])
 
-    def split(self, k: int) -> tuple["MessageRun", "MessageRun"]:
+    def split(self, k: int) -> tuple[MessageRun, MessageRun]:
         """The first ``k`` messages (``0 < k < count``) and the rest, without copying bodies."""
         cut = int(self.offsets[k])
         view = memoryview(self.data)
@@ -74,7 +74,7 @@ class MessageBlock:
 
     data: BytesLike
     offsets: np.ndarray
-    topics: Optional[list[Optional[bytes]]] = None
+    topics: list[bytes | None] | None = None
 
     @property
     def count(self) -> int:
@@ -89,12 +89,12 @@ class MessageBlock:
         return _slices(self.data, self.offsets)
 
     @classmethod
-    def from_values(cls, values: Sequence[BytesLike], topics: Optional[list[Optional[bytes]]] = None) -> "MessageBlock":
+    def from_values(cls, values: Sequence[BytesLike], topics: list[bytes | None] | None = None) -> MessageBlock:
         """The block of ``values`` (as ``recv_values`` returns them): joined once."""
         return cls(b"".join(values), np.concatenate([np.zeros(1, np.int64), _ends(values)]), topics)
 
     @classmethod
-    def from_items(cls, items: Sequence[Union[bytes, MessageRun]]) -> "MessageBlock":
+    def from_items(cls, items: Sequence[bytes | MessageRun]) -> MessageBlock:
         """The block of single-part messages and runs of them, in order (an engine's take)."""
         if len(items) == 1 and type(items[0]) is MessageRun:
             run = items[0]

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import Any, ClassVar, Iterable, Optional, Union
+from collections.abc import Iterable
+from typing import Any, ClassVar
 
 import zmq
 
@@ -37,7 +38,7 @@ from .wire_contract import WireClass
 
 __all__ = ["Pub", "Sub", "XPub", "XSub", "Topics"]
 
-Topics = Union[None, str, bytes, Iterable[Union[str, bytes]]]
+Topics = None | str | bytes | Iterable[str | bytes]
 
 
 class Pub(PatternSocket):
@@ -71,13 +72,13 @@ class Sub(PatternSocket):
             sock.setsockopt(zmq.SUBSCRIBE, topic)
             self.topics.append(topic)
 
-    def subscribe(self, topic: Union[str, bytes]) -> None:
+    def subscribe(self, topic: str | bytes) -> None:
         """Add a prefix subscription."""
         topic_b = topic_bytes(topic, "topic")
         self._libzmq_wire.set_option(zmq.SUBSCRIBE, topic_b)
         self.topics.append(topic_b)
 
-    def unsubscribe(self, topic: Union[str, bytes]) -> None:
+    def unsubscribe(self, topic: str | bytes) -> None:
         """Remove a prefix subscription added earlier."""
         topic_b = topic_bytes(topic, "topic")
         self._libzmq_wire.set_option(zmq.UNSUBSCRIBE, topic_b)
@@ -100,7 +101,7 @@ class XPubWire(LibzmqWire):
         self.set_aside: deque[list[bytes]] = deque()
         self.nodrop = bool(options.get("nodrop"))
 
-    def wait(self, event: int, deadline: Optional[float], what: str) -> None:
+    def wait(self, event: int, deadline: float | None, what: str) -> None:
         """With NODROP, POLLOUT stays true while a subscriber is full (libzmq's XPUB
         always reports room), so a wait on it would spin: back off in short sleeps instead,
         after one zero-time poll that lets libzmq process "room again" commands."""
@@ -112,12 +113,12 @@ class XPubWire(LibzmqWire):
             raise TimeoutError(f"{self.label}.{what} timed out: a subscriber's queue is full (nodrop)")
         time.sleep(0.001 if deadline is None else max(0.0, min(0.001, deadline - time.monotonic())))
 
-    def recv_one_nowait(self) -> Optional[list[bytes]]:
+    def recv_one_nowait(self) -> list[bytes] | None:
         if self.set_aside:
             return self.set_aside.popleft()
         return super().recv_one_nowait()
 
-    def recv_subscription(self, deadline: Optional[float]) -> tuple[bool, bytes]:
+    def recv_subscription(self, deadline: float | None) -> tuple[bool, bytes]:
         """The next subscription command by ``deadline``; data messages set aside."""
         self.acquire(deadline)
         try:
@@ -169,7 +170,7 @@ class XPub(PatternSocket):
     def _is_command(message: list[bytes]) -> bool:
         return len(message) == 1 and message[0][:1] in (b"\x00", b"\x01")
 
-    def recv_subscription(self, timeout: Optional[float] = None) -> tuple[bool, bytes]:
+    def recv_subscription(self, timeout: float | None = None) -> tuple[bool, bytes]:
         """Wait for the next subscription command: ``(True, topic)`` or ``(False, topic)``.
 
         ``timeout`` bounds the whole call (``TimeoutError``), however many data messages
@@ -204,8 +205,8 @@ class XSub(PatternSocket):
             for topic in topics_list(options["topics"]):
                 sock.send(b"\x01" + topic)
 
-    def subscribe(self, topic: Union[str, bytes], timeout: Optional[float] = None) -> None:
+    def subscribe(self, topic: str | bytes, timeout: float | None = None) -> None:
         self.send(b"\x01" + topic_bytes(topic, "topic"), timeout)
 
-    def unsubscribe(self, topic: Union[str, bytes], timeout: Optional[float] = None) -> None:
+    def unsubscribe(self, topic: str | bytes, timeout: float | None = None) -> None:
         self.send(b"\x00" + topic_bytes(topic, "topic"), timeout)

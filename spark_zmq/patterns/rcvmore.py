@@ -23,7 +23,8 @@ from __future__ import annotations
 import ctypes
 import functools
 import logging
-from typing import Any, Callable, Optional, cast
+from collections.abc import Callable
+from typing import Any, cast
 
 import zmq
 
@@ -33,7 +34,7 @@ log = logging.getLogger(__name__)
 
 
 @functools.lru_cache(maxsize=1)
-def _libzmq_getsockopt() -> Optional[Callable[..., int]]:
+def _libzmq_getsockopt() -> Callable[..., int] | None:
     """``zmq_getsockopt`` of the libzmq pyzmq loaded, or ``None``."""
     paths = _loaded_libzmq_paths()
     if len(paths) != 1:

@@ -11,7 +11,8 @@ interrupted by ``close``), the loop only decides when to wait and what a message
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import zmq
 
@@ -22,9 +23,9 @@ _NOBLOCK = int(zmq.NOBLOCK)
 
 
 def recv_values_from(
-    sock: zmq.Socket[Any], more: Callable[[], int], max_messages: int, max_bytes: Optional[int],
-    wait: Callable[[], None], discard_multipart: Optional[Callable[[], None]] = None,
-) -> tuple[list[bytes], Optional[list[Optional[bytes]]]]:
+    sock: zmq.Socket[Any], more: Callable[[], int], max_messages: int, max_bytes: int | None,
+    wait: Callable[[], None], discard_multipart: Callable[[], None] | None = None,
+) -> tuple[list[bytes], list[bytes | None] | None]:
     """Up to ``max_messages`` messages (and about ``max_bytes`` of values, at least one
     message) from ``sock``: ``wait()`` until the first arrives (it raises ``TimeoutError``
     at the caller's deadline), then only what is already queued.
@@ -36,7 +37,7 @@ def recv_values_from(
     empty only when every message that arrived was dropped. ``more`` is the socket's
     RCVMORE check (``rcvmore.rcvmore_check``)."""
     values: list[bytes] = []
-    topics: Optional[list[Optional[bytes]]] = None
+    topics: list[bytes | None] | None = None
     limit = max_bytes if max_bytes is not None else 1 << 62
     size = 0
     received_any = False

@@ -11,7 +11,7 @@ at the ROUTER.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Optional
+from typing import Any, ClassVar
 
 import zmq
 
@@ -55,7 +55,7 @@ class RouterWire(LibzmqWire):
     """A ROUTER's libzmq wire: with ``mandatory``, a reply to no connected identity is a
     ``ConnectionError`` naming it, not libzmq's bare EHOSTUNREACH."""
 
-    def send_locked(self, frames: list[Message], deadline: Optional[float]) -> None:
+    def send_locked(self, frames: list[Message], deadline: float | None) -> None:
         try:
             super().send_locked(frames, deadline)
         except zmq.ZMQError as exc:
@@ -65,7 +65,7 @@ class RouterWire(LibzmqWire):
                 f"Router: no connected peer has identity {bytes(frames[0])!r} (mandatory routing refuses the reply)"
             ) from None
 
-    def receive_request(self, deadline: Optional[float]) -> tuple[list[bytes], Optional[str]]:
+    def receive_request(self, deadline: float | None) -> tuple[list[bytes], str | None]:
         """One whole message and the ZAP user id of the connection it came on (``User-Id``:
         under CURVE, the client's public key in Z85, as ``zmq.auth`` names it), or ``None``
         when no ZAP handler authenticated it (no CURVE)."""
@@ -86,7 +86,7 @@ class RouterWire(LibzmqWire):
                 more = part.more
             try:
                 found = first.get("User-Id")
-                user: Optional[str] = found if isinstance(found, str) else None
+                user: str | None = found if isinstance(found, str) else None
             except zmq.ZMQError:  # no such property: nobody authenticated the connection
                 user = None
             return frames, user
@@ -111,7 +111,7 @@ class Router(PatternSocket):
     def _extra_options(cls) -> tuple[str, ...]:
         return ("mandatory", "max_request_bytes")
 
-    def recv_request(self, timeout: Optional[float] = None) -> tuple[list[bytes], Optional[str]]:
+    def recv_request(self, timeout: float | None = None) -> tuple[list[bytes], str | None]:
         """``recv_multipart`` and who sent it: the ZAP user id of its connection (under CURVE
         the client's Z85 public key; ``None`` without CURVE). What a server that binds
         names or state to a client key needs, as the relay binds reader names."""

@@ -7,7 +7,8 @@ and what is valid; ``set_common_options`` then gives libzmq the options it imple
 from __future__ import annotations
 
 import time
-from typing import Any, Iterable, NamedTuple, Optional
+from collections.abc import Iterable
+from typing import Any, NamedTuple
 
 import zmq
 
@@ -47,14 +48,14 @@ class CommonOptions(NamedTuple):
     """What every pattern class takes, checked (``check_common``)."""
 
     endpoints: list[Endpoint]
-    hwm: Optional[int]
-    max_message_bytes: Optional[int]
+    hwm: int | None
+    max_message_bytes: int | None
     heartbeat: Heartbeat
-    curve: Optional[Curve]
+    curve: Curve | None
 
 
 def check_common(
-    owner: str, endpoints: EndpointsSpec, hwm: Optional[int], options: dict[str, Any], default_bind: bool,
+    owner: str, endpoints: EndpointsSpec, hwm: int | None, options: dict[str, Any], default_bind: bool,
     extra_options: Iterable[str] = (),
 ) -> CommonOptions:
     """Validate what every pattern class takes (option names, endpoints, ``hwm``,
@@ -65,7 +66,7 @@ def check_common(
     max_message_bytes = positive_int("max_message_bytes", options.get("max_message_bytes"), allow_none=True)
     hwm = positive_int("hwm", hwm, allow_none=True, allow_zero=True)
     heartbeat = heartbeat_option(options.get("heartbeat"))
-    curve: Optional[Curve] = options.get("curve")
+    curve: Curve | None = options.get("curve")
     if curve is not None and not isinstance(curve, Curve):
         raise TypeError(f"option 'curve' must be a spark_zmq.patterns.curve.Curve, not {type(curve).__name__}")
     return CommonOptions(parsed, hwm, max_message_bytes, heartbeat, curve)
@@ -102,7 +103,7 @@ def check_linger(value: Any) -> int:
     return value
 
 
-def timeout_deadline(timeout: Optional[float]) -> Optional[float]:
+def timeout_deadline(timeout: float | None) -> float | None:
     """The ``time.monotonic()`` deadline of a call's ``timeout`` (seconds; ``None`` = none)."""
     if timeout is None:
         return None
@@ -114,7 +115,7 @@ def timeout_deadline(timeout: Optional[float]) -> Optional[float]:
 
 
 def set_common_options(
-    sock: zmq.Socket[Any], options: dict[str, Any], hwm: Optional[int], max_message_bytes: Optional[int],
+    sock: zmq.Socket[Any], options: dict[str, Any], hwm: int | None, max_message_bytes: int | None,
     default_linger_ms: int,
 ) -> None:
     """Give ``sock`` (before bind/connect) the libzmq options of ``COMMON_OPTIONS``: linger,

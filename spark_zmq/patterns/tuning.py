@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import socket
 from dataclasses import dataclass, fields
-from typing import Any, Optional
+from typing import Any
 
 import zmq
 
@@ -23,16 +23,16 @@ __all__ = ["SocketTuning"]
 class SocketTuning:
     """Socket options, in libzmq's units: milliseconds, seconds for keepalive, bytes."""
 
-    reconnect_ivl_ms: Optional[int] = None
-    reconnect_ivl_max_ms: Optional[int] = None
-    handshake_ivl_ms: Optional[int] = None
-    ipv6: Optional[bool] = None
-    immediate: Optional[bool] = None
-    tcp_keepalive_idle_s: Optional[int] = None
-    tcp_keepalive_intvl_s: Optional[int] = None
-    tcp_keepalive_cnt: Optional[int] = None
-    sndbuf: Optional[int] = None
-    rcvbuf: Optional[int] = None
+    reconnect_ivl_ms: int | None = None
+    reconnect_ivl_max_ms: int | None = None
+    handshake_ivl_ms: int | None = None
+    ipv6: bool | None = None
+    immediate: bool | None = None
+    tcp_keepalive_idle_s: int | None = None
+    tcp_keepalive_intvl_s: int | None = None
+    tcp_keepalive_cnt: int | None = None
+    sndbuf: int | None = None
+    rcvbuf: int | None = None
 
     def apply(self, sock: zmq.Socket[Any]) -> None:
         """Set what is given on a libzmq socket (before bind/connect)."""

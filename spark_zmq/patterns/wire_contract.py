@@ -43,7 +43,8 @@ socket is closing, ``TimeoutError`` past the deadline, at least one look first).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional, Protocol, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .endpoints import Endpoint
 from .frames import Frames, Message
@@ -78,7 +79,7 @@ class Wire(Protocol):
     def closed(self) -> bool: ...
 
     @property
-    def handshakes(self) -> Optional[HandshakeWatch]:
+    def handshakes(self) -> HandshakeWatch | None:
         """The socket's events and rejected handshakes (see the module's docstring)."""
         ...
 
@@ -89,7 +90,7 @@ class Wire(Protocol):
         flight on them. Counted on the engine; 0 on libzmq."""
         ...
 
-    def close(self, linger: Optional[int] = None) -> None:
+    def close(self, linger: int | None = None) -> None:
         """Close the socket. ``linger`` (ms) bounds how long a sender still waits for what
         it holds to leave (``0``: drop it at once, ``-1``: no limit, ``None``: the socket's
         own linger); a receiver's queue is discarded, so a receiver drains it first."""
@@ -100,8 +101,8 @@ class ReceivingWire(Wire, Protocol):
     """A data socket the ingest receives on: ``pull``, ``gather``, ``sub``."""
 
     def recv_values(
-        self, max_messages: int, timeout: Optional[float] = None, max_bytes: Optional[int] = None
-    ) -> tuple[list[bytes], Optional[list[Optional[bytes]]]]:
+        self, max_messages: int, timeout: float | None = None, max_bytes: int | None = None
+    ) -> tuple[list[bytes], list[bytes | None] | None]:
         """Wait up to ``timeout`` for a message, then take what is already queued without
         waiting again: up to ``max_messages`` messages (``>= 1``, else ``ValueError``) and
         about ``max_bytes`` of values (at least one message).
@@ -115,14 +116,14 @@ class ReceivingWire(Wire, Protocol):
         ...
 
     def recv_block(
-        self, max_messages: int, timeout: Optional[float] = None, max_bytes: Optional[int] = None
-    ) -> "MessageBlock":
+        self, max_messages: int, timeout: float | None = None, max_bytes: int | None = None
+    ) -> MessageBlock:
         """As ``recv_values``, the values joined in one ``MessageBlock`` (what a spool batch's
         column is made of): the receivers' fast path, with no object per message where the
         wire splits frames in bulk (the package's engine)."""
         ...
 
-    def poll_recv(self, timeout: Optional[float] = 0.0) -> bool:
+    def poll_recv(self, timeout: float | None = 0.0) -> bool:
         """Whether a message waits to be received, waiting up to ``timeout`` seconds for
         one (``False`` then, never ``TimeoutError``)."""
         ...
@@ -136,7 +137,7 @@ class ReceivingWire(Wire, Protocol):
 class SendingWire(Wire, Protocol):
     """A data socket the sink sends on: ``push``, ``scatter``, ``pub``."""
 
-    def send(self, data: Frames, timeout: Optional[float] = None) -> None:
+    def send(self, data: Frames, timeout: float | None = None) -> None:
         """Queue one message: bytes-like, or a list of frames where the pattern has
         multipart messages (``push``, ``pub``; ``scatter`` raises ``ValueError``). Blocks
         while no peer can take it (``pub`` made with ``nodrop``: while a subscriber's queue
@@ -144,14 +145,14 @@ class SendingWire(Wire, Protocol):
         is never dropped unseen. A frame over ``max_message_bytes`` raises ``ValueError``."""
         ...
 
-    def send_many(self, messages: Sequence[bytes], timeout: Optional[float] = None) -> int:
+    def send_many(self, messages: Sequence[bytes], timeout: float | None = None) -> int:
         """Queue single-frame ``bytes`` messages in order (the sink's fast path; all are
         checked before the first is queued) and return how many: all of them. ``timeout``
         bounds the wait for each message, as in ``send``; on ``SendTimeoutError`` (a
         ``TimeoutError``) the messages before it were queued, and its ``sent`` says how many."""
         ...
 
-    def recv(self, timeout: Optional[float] = None) -> bytes:
+    def recv(self, timeout: float | None = None) -> bytes:
         """The next message a peer sent upstream: on ``pub`` (XPUB) a subscription
         (``b"\\x01" + topic``) or an unsubscription (``b"\\x00" + topic``), which the sink
         waits for before it publishes. ``push`` and ``scatter`` have no upstream messages:
@@ -197,11 +198,11 @@ class SocketWire(Protocol):
     """
 
     #: the socket's events and rejected handshakes, or ``None`` (see ``Wire.handshakes``)
-    handshakes: Optional[HandshakeWatch]
+    handshakes: HandshakeWatch | None
 
     # -- open / attach: made configured by its ``WireClass``, then attached and started --
 
-    def attach(self, endpoint: Endpoint) -> Optional[str]:
+    def attach(self, endpoint: Endpoint) -> str | None:
         """Bind (the real address is returned) or connect ``endpoint``; an ``OSError``
         naming the address when that fails."""
         ...
@@ -221,25 +222,25 @@ class SocketWire(Protocol):
 
     # -- sending --
 
-    def send_frames(self, frames: list[Message], deadline: Optional[float]) -> None:
+    def send_frames(self, frames: list[Message], deadline: float | None) -> None:
         """Queue one whole message, waiting until ``deadline`` while no peer can take it."""
         ...
 
-    def send_many(self, messages: Sequence[bytes], timeout: Optional[float], deadline: Optional[float]) -> int:
+    def send_many(self, messages: Sequence[bytes], timeout: float | None, deadline: float | None) -> int:
         """Queue single-frame messages in order: ``timeout`` bounds the wait for each one
         (``SendTimeoutError`` with ``sent``), ``deadline`` is the first's."""
         ...
 
     # -- receiving --
 
-    def receive(self, max_messages: int, deadline: Optional[float], max_bytes: Optional[int]) -> list[list[bytes]]:
+    def receive(self, max_messages: int, deadline: float | None, max_bytes: int | None) -> list[list[bytes]]:
         """Wait until ``deadline`` for one message, then take up to ``max_messages`` (and
         about ``max_bytes``) already queued, each as its list of frames."""
         ...
 
     def receive_values(
-        self, max_messages: int, deadline: Optional[float], max_bytes: Optional[int]
-    ) -> tuple[list[bytes], Optional[list[Optional[bytes]]]]:
+        self, max_messages: int, deadline: float | None, max_bytes: int | None
+    ) -> tuple[list[bytes], list[bytes | None] | None]:
         """As ``receive``, flattened to ``(values, topics)`` (``ReceivingWire.recv_values``)."""
         ...
 
@@ -247,17 +248,17 @@ class SocketWire(Protocol):
         """A receive waiting now raises ``TimeoutError`` (``SocketState.check_receiving``)."""
         ...
 
-    def receive_block(self, max_messages: int, deadline: Optional[float], max_bytes: Optional[int]) -> "MessageBlock":
+    def receive_block(self, max_messages: int, deadline: float | None, max_bytes: int | None) -> MessageBlock:
         """As ``receive_values``, as one ``MessageBlock`` (``ReceivingWire.recv_block``)."""
         ...
 
-    def wait_readable(self, deadline: Optional[float]) -> bool:
+    def wait_readable(self, deadline: float | None) -> bool:
         """Whether a message waits, waiting until ``deadline`` for one."""
         ...
 
     # -- close --
 
-    def close(self, linger: Optional[int]) -> None:
+    def close(self, linger: int | None) -> None:
         """Let a sender's queue leave within ``linger`` ms (``None``: the socket's own),
         set the socket's state ``closing`` (a blocked call raises at its next look), and
         release everything, setting the state ``closed`` (the libzmq wire does both under
@@ -307,7 +308,7 @@ class SocketSpec(Protocol):
     def default_linger_ms(self) -> int: ...
 
     @property
-    def max_message_bytes(self) -> Optional[int]: ...
+    def max_message_bytes(self) -> int | None: ...
 
     @property
     def heartbeat(self) -> Heartbeat: ...
@@ -347,5 +348,5 @@ class WireClass(Protocol):
     @property
     def extra_options(self) -> tuple[str, ...]: ...
 
-    def __call__(self, owner: Any, state: SocketState, hwm: Optional[int], curve: Optional[Curve],
+    def __call__(self, owner: Any, state: SocketState, hwm: int | None, curve: Curve | None,
                  options: dict[str, Any]) -> SocketWire: ...

@@ -15,7 +15,8 @@ from __future__ import annotations
 import itertools
 import json
 import time
-from typing import Any, Callable, Optional, TypeVar, Union
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from ..patterns import Dealer, SocketClosedError
 from ..patterns.curve import Curve
@@ -48,8 +49,8 @@ class RelayClient:
     """Control requests to the relay at ``address`` as reader ``reader`` (option
     ``relayReader``), under ``session``'s lease of that name."""
 
-    def __init__(self, address: str, session: str, *, curve: Optional[Curve] = None, timeout_s: float = 30.0,
-                 label: Optional[str] = None, watch: Optional[Callable[[], None]] = None,
+    def __init__(self, address: str, session: str, *, curve: Curve | None = None, timeout_s: float = 30.0,
+                 label: str | None = None, watch: Callable[[], None] | None = None,
                  reader: str = "default") -> None:
         self.address = address
         self.reader = reader
@@ -63,7 +64,7 @@ class RelayClient:
         self._ids = itertools.count(1)
         self._dealer = Dealer([f">{address}"], linger=0, hwm=64, curve=curve)
 
-    def ask(self, request: Request[A], timeout_s: Optional[float] = None) -> A:
+    def ask(self, request: Request[A], timeout_s: float | None = None) -> A:
         """Send ``request`` and return the relay's answer, read into its type (``RelayError``
         on an error reply, an answer it cannot read, or silence for ``timeout_s``;
         ``RelayBusyError`` when another query holds the lease)."""
@@ -77,7 +78,7 @@ class RelayClient:
         except ValueError as exc:
             raise RelayError(f"the {self.label} answered {op!r} with what this connector cannot read: {exc}") from None
 
-    def call(self, op: Union[Op, str], timeout_s: Optional[float] = None, **fields: Any) -> dict[str, Any]:
+    def call(self, op: Op | str, timeout_s: float | None = None, **fields: Any) -> dict[str, Any]:
         """Send one request of any ``op`` and ``fields`` and return the relay's answer as its
         JSON object (``RelayError`` on an error reply or silence for ``timeout_s``,
         ``RelayBusyError`` when another query holds the lease)."""
@@ -86,7 +87,7 @@ class RelayClient:
                                                         "reader": self.reader, **fields}, timeout_s)
 
     def _exchange(self, op: str, request: Callable[[int], dict[str, Any]],
-                  timeout_s: Optional[float]) -> dict[str, Any]:
+                  timeout_s: float | None) -> dict[str, Any]:
         """Send ``request(id)`` until its answer comes (resending every ``RESEND_S``)."""
         request_id = next(self._ids)
         body = json.dumps(request(request_id)).encode()
@@ -115,7 +116,7 @@ class RelayClient:
                     continue  # the answer to a request sent before (resent, or timed out)
                 return self._result(op, frames[1], answer)
 
-    def _parse(self, frames: list[bytes]) -> Optional[dict[str, Any]]:
+    def _parse(self, frames: list[bytes]) -> dict[str, Any] | None:
         if len(frames) != 3 or frames[0] != b"":
             return None
         try:

@@ -13,8 +13,8 @@ Pure bookkeeping over a clock, so the rules are tested without sockets.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Optional
 
 __all__ = ["Lease", "Refusal"]
 
@@ -37,11 +37,11 @@ class Lease:
             raise ValueError("the lease's ttl must be positive")
         self.ttl_s = ttl_s
         self._clock = clock
-        self.holder: Optional[str] = None
+        self.holder: str | None = None
         self._renewed = 0.0
         self._released = clock()
 
-    def claim(self, session: str) -> Optional[Refusal]:
+    def claim(self, session: str) -> Refusal | None:
         """Take or renew the lease for ``session``; ``None`` when granted, else why not."""
         now = self._clock()
         if self.holder is None or self.holder == session or now - self._renewed >= self.ttl_s:
@@ -74,7 +74,7 @@ class Lease:
         """When the holder last claimed or renewed the lease (the clock's time)."""
         return self._renewed
 
-    def unheld_for(self) -> Optional[float]:
+    def unheld_for(self) -> float | None:
         """Seconds since nobody holds the lease (released, lapsed or never claimed), or
         ``None`` while a holder renews it: how long a lingering receiver has waited."""
         now = self._clock()

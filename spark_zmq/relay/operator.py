@@ -13,7 +13,6 @@ from __future__ import annotations
 import hmac
 import os
 import secrets
-from typing import Optional
 
 from ..ingest.spool_files import write_atomically
 from ..ingest.spool_format import open_private
@@ -49,13 +48,13 @@ def read_token(spool_dir: str) -> str:
     return token
 
 
-def token_problem(value: object) -> Optional[str]:
+def token_problem(value: object) -> str | None:
     """What is wrong with ``value`` as a token's text, ``None`` when nothing is."""
     if isinstance(value, str) and len(value) == 32 and all(c in "0123456789abcdef" for c in value):
         return None
     return "the operator token must be 32 hexadecimal digits"
 
 
-def token_matches(expected: str, given: Optional[str]) -> bool:
+def token_matches(expected: str, given: str | None) -> bool:
     """Whether ``given`` is the token (compared in constant time)."""
     return given is not None and hmac.compare_digest(expected.encode(), given.encode())

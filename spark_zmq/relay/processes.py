@@ -28,11 +28,11 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
+from .. import procstat
 from ..ingest.fetch import listen_candidates
 from ..ingest.spool_files import private_dir
-from .. import procstat
 from ..options import SourceOptions
 from ..patterns.curve import Curve
 from ..patterns.curve_keys import KeyPair
@@ -58,7 +58,7 @@ class ReceiverTarget:
     """Where the reader reaches one relay, and as whom."""
 
     address: str
-    curve: Optional[Curve]
+    curve: Curve | None
     label: str
 
 
@@ -66,11 +66,11 @@ class _Child:
     """One receiver process: spawned by this reader (``process`` set) or found lingering
     from a query stopped before (``process`` ``None``: not our child, watched by pid)."""
 
-    def __init__(self, pid: int, process: Optional[subprocess.Popen]) -> None:
+    def __init__(self, pid: int, process: subprocess.Popen | None) -> None:
         self.pid = pid
         self.process = process
 
-    def exit_code(self) -> Optional[int]:
+    def exit_code(self) -> int | None:
         """``None`` while it runs, else its exit code (-1 when not ours to wait for)."""
         if self.process is not None:
             return self.process.poll()
@@ -82,7 +82,7 @@ def _is_receiver_process(pid: int) -> bool:
     return b"spark_zmq.relay.child" in procstat.cmdline(pid) and procstat.is_alive(pid)
 
 
-def _port_holders(endpoint: str) -> Optional[list[int]]:
+def _port_holders(endpoint: str) -> list[int] | None:
     """Who listens on a TCP ``endpoint``'s port (``procstat.listening_on``); ``None`` when
     that cannot be told (not TCP, a named port, no ``/proc``)."""
     address = endpoint.lstrip("@>")
@@ -187,7 +187,7 @@ class ReceiverProcesses:
             json.dump(state, f)
         os.replace(temp, path)
 
-    def _lingering(self, channel: int, fingerprint: str, label: str) -> Optional[ReceiverTarget]:
+    def _lingering(self, channel: int, fingerprint: str, label: str) -> ReceiverTarget | None:
         """The receiver process a stopped query left for this channel, if it still runs
         with the same options (one with other options is stopped: it drains and exits)."""
         try:
@@ -222,7 +222,7 @@ class ReceiverProcesses:
         return target
 
     @staticmethod
-    def _held(target: ReceiverTarget) -> Optional[bool]:
+    def _held(target: ReceiverTarget) -> bool | None:
         """Whether a query holds the receiver's lease now (``None``: it does not answer, or
         not in this connector's protocol: not a receiver to attach to)."""
         client = RelayClient(target.address, uuid.uuid4().hex, curve=target.curve, timeout_s=5.0, label=target.label)

@@ -28,8 +28,8 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Optional
 
 from ..ingest.spool_files import write_atomically
 from .lease import Lease, Refusal
@@ -56,7 +56,7 @@ class Reader:
     lease: Lease = field(repr=False, default=None)  # type: ignore[assignment]  # always given (Readers)
     #: the CURVE public key (Z85) of the query that registered it, or first claimed it
     #: under CURVE; ``None`` while only claimed without CURVE
-    key: Optional[str] = None
+    key: str | None = None
 
 
 class ReaderBoundError(ValueError):
@@ -93,7 +93,7 @@ class Readers:
     def path(self) -> str:
         return os.path.join(self.spool_dir, READERS_FILE)
 
-    def _load(self) -> list[tuple[str, list[int], int, Optional[str]]]:
+    def _load(self) -> list[tuple[str, list[int], int, str | None]]:
         try:
             with open(self.path, "rb") as f:
                 kept = json.loads(f.read(16 << 20))
@@ -128,7 +128,7 @@ class Readers:
 
     # -- leases -----------------------------------------------------------------------------
 
-    def claim(self, name: str, session: str, key: Optional[str] = None) -> Optional[Refusal]:
+    def claim(self, name: str, session: str, key: str | None = None) -> Refusal | None:
         """Take or renew ``name``'s lease for ``session`` (registering ``name`` at the
         spool's earliest offsets the first time); ``None`` when granted, else why not.
         ``key``: the claimant's CURVE key (``None`` without CURVE); a name is bound to the
@@ -154,7 +154,7 @@ class Readers:
                     "--remove)")
             return reader.lease.claim(session)
 
-    def bound_to_other(self, name: str, key: Optional[str]) -> bool:
+    def bound_to_other(self, name: str, key: str | None) -> bool:
         """Whether ``name`` is bound to a CURVE key other than ``key`` (never without CURVE)."""
         with self._lock:
             reader = self.readers.get(name)
@@ -173,7 +173,7 @@ class Readers:
             reader = self.readers.get(name)
             return reader is not None and reader.lease.holds(session)
 
-    def may_fetch(self, session: object, key: Optional[str] = None) -> bool:
+    def may_fetch(self, session: object, key: str | None = None) -> bool:
         """Whether ``session`` holds some reader's lease, or held it last and nobody has
         claimed it since (``Lease.last_held_by``), and (under CURVE, ``key``) the reader is
         bound to ``key``: a fetch's check."""
@@ -186,7 +186,7 @@ class Readers:
             reader = self.readers.get(name)
             return reader is not None and reader.lease.unheld_for() is None
 
-    def unheld_for(self) -> Optional[float]:
+    def unheld_for(self) -> float | None:
         """``None`` while some reader holds its lease, else the seconds since the last one
         was given up or lapsed (since this relay started, when none ever was)."""
         with self._lock:
@@ -210,7 +210,7 @@ class Readers:
             if changed:
                 self._save()
 
-    def minimum(self) -> Optional[list[int]]:
+    def minimum(self) -> list[int] | None:
         """Per channel, the lowest committed offset of the registered readers: what
         commits may free below (``None``: no reader registered, commits free nothing)."""
         with self._lock:
@@ -218,7 +218,7 @@ class Readers:
                 return None
             return [min(r.committed[c] for r in self.readers.values()) for c in range(self.channels)]
 
-    def behind(self, name: str, channel: int, offset: int) -> Optional[tuple[str, int]]:
+    def behind(self, name: str, channel: int, offset: int) -> tuple[str, int] | None:
         """Another registered reader that has not read ``channel`` up to ``offset``, and where
         it stands (the lowest such): what an ``advance`` by ``name`` to ``offset`` must not
         skip. ``None`` when every other reader is at or past it."""
@@ -230,8 +230,8 @@ class Readers:
         committed, other = min(others)
         return other, committed
 
-    def remove(self, name: str, session: Optional[str] = None, key: Optional[str] = None,
-               operator: bool = False) -> Optional[str]:
+    def remove(self, name: str, session: str | None = None, key: str | None = None,
+               operator: bool = False) -> str | None:
         """Unregister ``name``; why not, when it cannot be (unknown, held by another query,
         or asked by someone without the right). The right to: the relay's operator
         (``operator``), the session holding ``name``'s lease, or (under CURVE) the key it is
@@ -271,7 +271,7 @@ class Readers:
                             "held": held, "idle": now - reader.lease.renewed_at if held else None})
             return out
 
-    def committed(self, name: str) -> Optional[list[int]]:
+    def committed(self, name: str) -> list[int] | None:
         with self._lock:
             reader = self.readers.get(name)
             return None if reader is None else list(reader.committed)

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import BinaryIO, Union, Optional
+from typing import BinaryIO
 
 from ..options import SourceOptions
 from ..patterns.curve import Curve
@@ -50,10 +50,10 @@ def _watch_parent(pipe: BinaryIO, gone: threading.Event, stop: threading.Event) 
     stop.set()
 
 
-def serve(options: SourceOptions, listen: Union[str, list[str]], listen_curve: Optional[Curve] = None,
-          parent_pid: Optional[int] = None, start_receivers: bool = True, linger_s: float = 0.0,
-          retention_bytes: Optional[int] = None, retention_s: Optional[float] = None,
-          metrics: Optional[str] = None, parent_pipe: Optional[BinaryIO] = None) -> int:
+def serve(options: SourceOptions, listen: str | list[str], listen_curve: Curve | None = None,
+          parent_pid: int | None = None, start_receivers: bool = True, linger_s: float = 0.0,
+          retention_bytes: int | None = None, retention_s: float | None = None,
+          metrics: str | None = None, parent_pipe: BinaryIO | None = None) -> int:
     """Run a relay until SIGTERM/SIGINT (returns 0) or a receiver failure (returns 1).
     With ``parent_pid`` (a query's receiver process) it also stops, draining, once no
     query needs it: with ``linger_s`` 0 when that process is gone (its port and spool are
@@ -125,7 +125,7 @@ def serve(options: SourceOptions, listen: Union[str, list[str]], listen_curve: O
             signal.signal(sig, handler)
 
 
-def read_ready(process: subprocess.Popen, timeout_s: float) -> Optional[dict]:
+def read_ready(process: subprocess.Popen, timeout_s: float) -> dict | None:
     """The description a relay child prints in its ``ready`` line (read from its stdout
     pipe), or ``None`` when it exits or prints anything else first; ``TimeoutError`` when
     it prints nothing for ``timeout_s``. Whoever starts a relay waits on this, never on a

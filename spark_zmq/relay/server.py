@@ -47,21 +47,52 @@ import json
 import logging
 import threading
 import time
-from typing import Any, Optional, Protocol, Union
+from typing import Any, Protocol
 
+from ..ingest.fetch import SpoolServer, bind_first
+from ..ingest.runtime import IngestRuntime, describe_range
 from ..options import SourceOptions
 from ..patterns import Router
 from ..patterns.curve import Curve
-from ..ingest.fetch import SpoolServer, bind_first
-from ..ingest.runtime import IngestRuntime, describe_range
-from .messages import (AdvanceRequest, AtTimeAnswer, AtTimeRequest, AttachAnswer, AttachRequest, CountAnswer,
-                       CountRequest, DescribeAnswer, DescribeRequest, DetachRequest, Done, EndWithinAnswer,
-                       EndWithinRequest, Envelope, HelloAnswer, HelloRequest, LeaseRefused, LocateAnswer, LocateRequest,
-                       LostAnswer, LostRequest, RangeDescription, ReaderEntry, ReadersAnswer, ReadersRequest,
-                       RelayDescription, ReleaseRequest, RemoveReaderRequest, Retention, StartRequest, StateAnswer,
-                       StateRequest, TimeStart, WireLoss, reply_id)
-from .protocol import LEASE_TTL_S, QUEUE, REQUEST_BYTES, RETENTION_CHECK_S
+from .messages import (
+    AdvanceRequest,
+    AttachAnswer,
+    AttachRequest,
+    AtTimeAnswer,
+    AtTimeRequest,
+    CountAnswer,
+    CountRequest,
+    DescribeAnswer,
+    DescribeRequest,
+    DetachRequest,
+    Done,
+    EndWithinAnswer,
+    EndWithinRequest,
+    Envelope,
+    HelloAnswer,
+    HelloRequest,
+    LeaseRefused,
+    LocateAnswer,
+    LocateRequest,
+    LostAnswer,
+    LostRequest,
+    RangeDescription,
+    ReaderEntry,
+    ReadersAnswer,
+    ReadersRequest,
+    RelayDescription,
+    ReleaseRequest,
+    RemoveReaderRequest,
+    Retention,
+    StartRequest,
+    StateAnswer,
+    StateRequest,
+    TimeStart,
+    WireLoss,
+    reply_id,
+)
 from .operator import create_token, token_matches
+from .protocol import LEASE_TTL_S, QUEUE, REQUEST_BYTES, RETENTION_CHECK_S
 from .readers import Readers
 
 __all__ = ["Relay"]
@@ -69,7 +100,7 @@ __all__ = ["Relay"]
 log = logging.getLogger(__name__)
 
 #: the requests about one channel's offsets
-_ChannelRequest = Union[CountRequest, EndWithinRequest, LostRequest, AdvanceRequest, LocateRequest]
+_ChannelRequest = CountRequest | EndWithinRequest | LostRequest | AdvanceRequest | LocateRequest
 
 
 class _Answer(Protocol):
@@ -82,9 +113,9 @@ class Relay:
     """Receivers + spool (an ``IngestRuntime``) + the ROUTER that serves them to its readers (one query at a
     time under each reader name), + the retention that bounds what lagging readers hold."""
 
-    def __init__(self, options: SourceOptions, listen: Union[str, list[str]], *, listen_curve: Optional[Curve] = None,
-                 lease_ttl_s: float = LEASE_TTL_S, start_receivers: bool = True, retention_bytes: Optional[int] = None,
-                 retention_s: Optional[float] = None, bind_reader_keys: bool = True) -> None:
+    def __init__(self, options: SourceOptions, listen: str | list[str], *, listen_curve: Curve | None = None,
+                 lease_ttl_s: float = LEASE_TTL_S, start_receivers: bool = True, retention_bytes: int | None = None,
+                 retention_s: float | None = None, bind_reader_keys: bool = True) -> None:
         self.options = options
         #: bind reader names to their CURVE keys (``readers``); a query's own receiver
         #: process does not: its keys are made anew by each run of the query it serves
@@ -133,14 +164,14 @@ class Relay:
             router=router, control=self._control, authorize=self._authorize_fetch,
         )
         self._stopping = threading.Event()
-        self._keeper: Optional[threading.Thread] = None
+        self._keeper: threading.Thread | None = None
         if retention_bytes is not None or retention_s is not None:
             self._keeper = threading.Thread(target=self._keep, name="zmq-relay-retention", daemon=True)
             self._keeper.start()
 
     # -- control requests ------------------------------------------------------------------------
 
-    def _control(self, request: dict[str, Any], peer_key: Optional[str] = None) -> list[bytes]:
+    def _control(self, request: dict[str, Any], peer_key: str | None = None) -> list[bytes]:
         self.control_requests += 1
         try:
             body = self._answer(Envelope.from_wire(request), peer_key).to_wire()
@@ -153,7 +184,7 @@ class Relay:
         body["id"] = reply_id(request)
         return [status, json.dumps(body).encode()]
 
-    def _answer(self, envelope: Envelope, peer_key: Optional[str] = None) -> _Answer:
+    def _answer(self, envelope: Envelope, peer_key: str | None = None) -> _Answer:
         """The answer to a request ``Envelope.from_wire`` has checked, from the client whose
         CURVE key is ``peer_key`` (``None`` without CURVE); a ``ValueError`` is answered as
         an error: a refusal or what is wrong with the request."""
@@ -288,7 +319,7 @@ class Relay:
             except Exception:  # never let retention end the service; said in the log
                 log.exception("relay: enforcing retention failed")
 
-    def enforce_retention(self, now_us: Optional[int] = None) -> dict[int, int]:
+    def enforce_retention(self, now_us: int | None = None) -> dict[int, int]:
         """Free the oldest segments past ``retention_s`` or beyond ``retention_bytes``,
         whoever has not committed them (they are logged). Returns what was freed below,
         per channel. Segments are freed whole: one being written is first closed (the
@@ -332,7 +363,7 @@ class Relay:
             logs[c].roll()
         return upto
 
-    def _authorize_fetch(self, request: dict[str, Any], peer_key: Optional[str] = None) -> Optional[str]:
+    def _authorize_fetch(self, request: dict[str, Any], peer_key: str | None = None) -> str | None:
         """Why a fetch request may not be served (``None``: it may): it must name a session
         that holds a reader's lease (or held it last, nobody having claimed it since) under
         the CURVE key the reader is bound to, and end within what the channel's spool has
@@ -402,7 +433,7 @@ class Relay:
 
     # -- life ------------------------------------------------------------------------------------
 
-    def failed(self) -> Optional[str]:
+    def failed(self) -> str | None:
         """A receiver's failure, if one stopped (the relay exits then, for its supervisor)."""
         errors = self._errors()
         return errors[0] if errors else None

@@ -19,8 +19,8 @@ No Spark here: ``transform`` hands this class to ``mapInArrow``.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Iterator, Sequence
 
 import pyarrow as pa
 
@@ -139,7 +139,7 @@ class ServiceCall:
                 f"{self._where()}) does not fit: {exc}. mode=PERMISSIVE gives such rows null reply columns"
             ) from None
 
-    def _unanswered(self, exc: RequestTimeoutError, request: "tuple[Unit, int] | None") -> ServiceCallError:
+    def _unanswered(self, exc: RequestTimeoutError, request: tuple[Unit, int] | None) -> ServiceCallError:
         o = self.options
         rows = request[0].describe(request[1]) if request else f"request {exc.request_id}"
         if exc.attempts == 0:  # never sent: no worker connected at all

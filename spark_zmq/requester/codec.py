@@ -19,8 +19,8 @@ message as the reason.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Iterator, Optional, Sequence
 
 import pyarrow as pa
 
@@ -62,7 +62,7 @@ class Unit:
     first_row: int
     bodies: list[bytes]
     #: for one-row-per-request units: the rows that were sent (nulls are not)
-    sent_rows: Optional[list[int]] = None
+    sent_rows: list[int] | None = None
     replies: list = field(default_factory=list)
     #: whether this unit holds the last rows of its input batch (the caller joins a
     #: batch's units back into one output batch: see ``ServiceCall``)
@@ -113,7 +113,7 @@ class ArrowCodec(RowCodec):
     columns are ignored; types are cast, within the guard's bounds)."""
 
     def __init__(self, reply_schema: pa.Schema, batch_rows: int, max_reply_bytes: int,
-                 corrupt_column: Optional[str] = None) -> None:
+                 corrupt_column: str | None = None) -> None:
         self.corrupt_column = corrupt_column
         self.expected = pa.schema([f for f in reply_schema if f.name != corrupt_column])
         self.reply_fields = list(reply_schema)
@@ -169,7 +169,7 @@ class ValueCodec(RowCodec):
     which is not JSON, so Spark's parser treats it as the malformed record it is."""
 
     def __init__(self, request_column: str, reply_schema: pa.Schema, text_reply: bool,
-                 corrupt_column: Optional[str] = None, misfit_as_reply: bool = False) -> None:
+                 corrupt_column: str | None = None, misfit_as_reply: bool = False) -> None:
         self.request_column = request_column
         self.text_reply = text_reply
         self.corrupt_column = corrupt_column
@@ -211,7 +211,7 @@ class _Misfit:
 
 
 def codec_for(fmt: str, *, reply_schema: pa.Schema, batch_rows: int, max_reply_bytes: int,
-              request_column: str, corrupt_column: Optional[str]) -> RowCodec:
+              request_column: str, corrupt_column: str | None) -> RowCodec:
     """The codec of ``fmt``. ``reply_schema`` is the reply columns as the output holds
     them; for ``json`` it is the one string column Spark parses afterwards."""
     if fmt == "arrow":

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Union
+from typing import Any
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -33,7 +33,7 @@ REQUEST_COLUMN = "__spark_zmq_request"
 REPLY_COLUMN = "__spark_zmq_reply"
 
 
-def request(df: DataFrame, endpoints: EndpointsSpec, *, reply_schema: Union[str, StructType, None] = None,
+def request(df: DataFrame, endpoints: EndpointsSpec, *, reply_schema: str | StructType | None = None,
             **options: Any) -> DataFrame:
     """``df``'s columns followed by the reply's, one output row per input row, in input
     order, each row (or batch of rows, for ``arrow``) sent as a request to the ZeroMQ
@@ -110,7 +110,7 @@ def _option_map(endpoints: EndpointsSpec, options: dict[str, Any]) -> dict[str, 
     return raw
 
 
-def _reply_struct(reply_schema: Union[str, StructType, None], opts: RequestOptions) -> StructType:
+def _reply_struct(reply_schema: str | StructType | None, opts: RequestOptions) -> StructType:
     fmt = opts.format
     if opts.corrupt_column is not None and opts.mode != "PERMISSIVE":
         raise OptionError("spark_zmq.request: option 'columnNameOfCorruptRecord' applies to mode 'PERMISSIVE' "

@@ -37,7 +37,7 @@ import json
 import logging
 import os
 import tempfile
-from typing import Mapping, Optional, Sequence
+from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
 
@@ -64,7 +64,7 @@ def _commit_json(runs: Runs) -> dict:
 
 
 def commit_record(schema: pa.Schema, query_id: str, batch_id: int, runs: Runs,
-                  recent: Optional[Mapping[int, Runs]] = None) -> bytes:
+                  recent: Mapping[int, Runs] | None = None) -> bytes:
     """The record's bytes: ``runs`` maps partition -> (attempt_id, messages sent);
     ``recent`` the same of earlier micro-batches of the query."""
     empty = pa.RecordBatch.from_arrays([pa.array([], type=f.type) for f in schema], schema=schema)
@@ -84,7 +84,7 @@ class RecentBatches:
     under the temporary directory). A file that cannot be read or written costs only the
     repair: the record is sent without ``recent`` and a warning logged."""
 
-    def __init__(self, directory: Optional[str] = None, keep: int = RECENT_BATCHES) -> None:
+    def __init__(self, directory: str | None = None, keep: int = RECENT_BATCHES) -> None:
         self.directory = directory or os.path.join(tempfile.gettempdir(), f"spark-zmq-sink-{os.getuid()}")
         self.keep = keep
 

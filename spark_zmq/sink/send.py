@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import errno
 import time
-from typing import Optional
 
 import zmq
 
@@ -36,7 +35,7 @@ class SinkBindError(OSError):
     often by another write task of the same DataFrame on this host."""
 
 
-def bind_conflict(options: SinkOptions, exc: OSError) -> Optional[SinkBindError]:
+def bind_conflict(options: SinkOptions, exc: OSError) -> SinkBindError | None:
     """The clear error for a bind that failed because its address is in use, or None.
 
     Why the sink says more than "address in use": every write task opens its own socket, so
@@ -63,7 +62,7 @@ class TaskSender:
         self.options = options
         self.timeout_s = options.send_timeout_ms / 1000.0
         self.where = ", ".join(map(str, options.endpoints))
-        self.context: Optional[zmq.Context] = None
+        self.context: zmq.Context | None = None
         common: dict = {"hwm": options.hwm, "linger": options.send_timeout_ms, "heartbeat": options.heartbeat}
         if options.curve is not None:
             common["curve"] = options.curve
@@ -165,7 +164,7 @@ class TaskSender:
         except TimeoutError:
             return False
 
-    def send(self, messages: list[tuple[Optional[bytes], bytes]]) -> None:
+    def send(self, messages: list[tuple[bytes | None, bytes]]) -> None:
         """Send ``(topic, payload)`` messages (``pub``); topicless ones go through the batch path.
 
         ``pub`` never waits: as PUB does at the high-water mark, a message that a full

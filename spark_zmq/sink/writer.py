@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator, Optional
 
 import pyarrow as pa
 from pyspark import TaskContext
@@ -54,7 +54,7 @@ class SinkCommit(WriterCommitMessage):
     query_id: str = ""
 
 
-def task_header(batch_id: Optional[int], write_id: str) -> TaskHeader:
+def task_header(batch_id: int | None, write_id: str) -> TaskHeader:
     """The dedup keys every Arrow message of this task carries (before its ``sequence`` and
     ``last``): which query (or batch write), micro-batch, partition and task attempt. A
     batch write (``write_id``) is batch -1 of its own query, also inside a streaming query's
@@ -123,7 +123,7 @@ def _send_all(encoder: Encoder[T], send: Callable[[list[T]], None], batches: Ite
 
 
 def _commit(options: SinkOptions, schema: StructType, messages: list, batch_id: int, what: str,
-            recent: Optional[commit_record.RecentBatches] = None) -> None:
+            recent: commit_record.RecentBatches | None = None) -> None:
     """On the driver, once every task succeeded: tell the consumers which run of each task
     Spark kept (``commit_record``; a streaming write's record also names its query's
     ``recent`` batches, so it repairs a record lost before it), then log what the tasks sent."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Iterable, Iterator, Optional, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
@@ -36,7 +36,7 @@ def _numbered(first_offset: int, batches: Iterable[pa.RecordBatch]) -> Iterator[
         offset += batch.num_rows
 
 
-def receive_bounded(options: SourceOptions) -> list[tuple[list[bytes], Optional[list[Optional[bytes]]]]]:
+def receive_bounded(options: SourceOptions) -> list[tuple[list[bytes], list[bytes | None] | None]]:
     """Messages per channel, until ``max_messages`` in all or ``timeout`` s of silence."""
     sockets = [
         open_channel_socket(options.pattern, endpoint, hwm=options.hwm, topics=options.topics,
@@ -46,7 +46,7 @@ def receive_bounded(options: SourceOptions) -> list[tuple[list[bytes], Optional[
         for endpoint in options.endpoints
     ]
     values: list[list[bytes]] = [[] for _ in sockets]
-    topics: list[Optional[list[Optional[bytes]]]] = [None for _ in sockets]
+    topics: list[list[bytes | None] | None] = [None for _ in sockets]
     try:
         total = 0
         idle_deadline = time.monotonic() + options.timeout

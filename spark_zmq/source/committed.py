@@ -60,8 +60,9 @@ import logging
 import math
 import os
 import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Optional
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
@@ -79,8 +80,8 @@ from .run_tags import (
 )
 
 if TYPE_CHECKING:
-    from .reader_ingest import Ingest
     from .partitions import SpoolRange
+    from .reader_ingest import Ingest
 
 __all__ = ["BatchKey", "Tag", "tag_of", "read_tag", "Decisions", "RunSelector", "keep", "CommittedOnly", "BLOCKED_WARN_SECONDS",
            "HOLD_LIMIT_SECONDS", "RELEASE_AFTER_BATCHES", "FORGET_AFTER_SECONDS",
@@ -115,9 +116,9 @@ class _Channel:
         #: undecided batch -> its first offset on this channel
         self.undecided: dict[BatchKey, int] = {}
         #: (first offset, batch key or None) where the batch of consecutive data messages changes
-        self.spans: list[tuple[int, Optional[BatchKey]]] = []
+        self.spans: list[tuple[int, BatchKey | None]] = []
         #: since when (monotonic) this channel has been held, and the batches already warned of
-        self.held_since: Optional[float] = None
+        self.held_since: float | None = None
         self.warned: set[BatchKey] = set()
         #: (offset, key) of the commit records observed and not yet released, in order
         self.records: list[tuple[int, BatchKey]] = []
@@ -135,7 +136,7 @@ class RunSelector:
     batch may end at: below the first data message whose batch has no decision.
     ``decisions_within`` names the decisions a read task of ``[lo, hi)`` needs."""
 
-    def __init__(self, decisions: Optional[Decisions] = None, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, decisions: Decisions | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.decisions = decisions if decisions is not None else Decisions()
         self.channels: dict[int, _Channel] = {}
         self.clock = clock
@@ -187,7 +188,7 @@ class RunSelector:
         state.cursor = offset + 1
 
     def _decide(self, channel: int, offset: int, key: BatchKey, runs: Mapping[int, str],
-                counts: Optional[Mapping[int, int]]) -> None:
+                counts: Mapping[int, int] | None) -> None:
         if self.decisions.add(key, runs, counts):
             self.decided_at[key] = self.clock()
             self.first_seen.pop(key, None)
@@ -349,7 +350,7 @@ class RunSelector:
                 and (k[1] == -1 or k not in self.seen_data or self.decisions.get(k) == {})
                 and now - self.decided_at.get(k, now) >= FORGET_AFTER_SECONDS]
 
-    def compact(self, step: Optional[Callable[[str], None]] = None) -> bool:
+    def compact(self, step: Callable[[str], None] | None = None) -> bool:
         """``Decisions.compact`` of what ``compactable`` and ``forgettable`` name, when the
         file has grown enough for it to be worth the scan."""
         if not self.decisions.worth_compacting():
@@ -375,8 +376,8 @@ class CommittedOnly:
 
     def __init__(self, spool_dir: str) -> None:
         self.spool_dir = spool_dir
-        self.selector: Optional[RunSelector] = None
-        self._spool_id: Optional[str] = None
+        self.selector: RunSelector | None = None
+        self._spool_id: str | None = None
 
     def _selector(self, runtime: Ingest) -> RunSelector:
         spool_id = runtime.spool_id

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Callable, Iterable, Iterator, Mapping, Optional, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 __all__ = ["BatchKey", "RunKey", "PlanKey", "Decisions", "Sequences", "COMPACT_MARGIN", "PLANS_KEPT"]
 
@@ -98,7 +98,7 @@ class Decisions:
     kept in a file (``path``, JSON lines) when given. ``add`` of a settled batch is ignored
     (the first record stands); ``flush`` writes what was added and syncs it."""
 
-    def __init__(self, path: Optional[str] = None, margin: int = COMPACT_MARGIN) -> None:
+    def __init__(self, path: str | None = None, margin: int = COMPACT_MARGIN) -> None:
         self.path = path
         self.margin = margin
         self._runs: dict[BatchKey, dict[int, str]] = {}
@@ -161,10 +161,10 @@ class Decisions:
         floor = self.floor.get(key[0])
         return key in self._runs or (floor is not None and key[1] <= floor)
 
-    def get(self, key: BatchKey) -> Optional[Mapping[int, str]]:
+    def get(self, key: BatchKey) -> Mapping[int, str] | None:
         return self._runs.get(key)
 
-    def counts(self, key: BatchKey) -> Optional[Mapping[int, int]]:
+    def counts(self, key: BatchKey) -> Mapping[int, int] | None:
         """partition -> messages of its committed run, when the record said."""
         return self._counts.get(key)
 
@@ -185,7 +185,7 @@ class Decisions:
     def as_mapping(self) -> Mapping[BatchKey, Mapping[int, str]]:
         return self._runs
 
-    def add(self, key: BatchKey, runs: Mapping[int, str], counts: Optional[Mapping[int, int]] = None) -> bool:
+    def add(self, key: BatchKey, runs: Mapping[int, str], counts: Mapping[int, int] | None = None) -> bool:
         if self.settled(key):
             return False
         self._runs[key] = dict(runs)
@@ -220,7 +220,7 @@ class Decisions:
         """Cheap test first: the file is big enough that compaction could pay."""
         return self.path is not None and self.lines > self.margin
 
-    def compact(self, dead: Iterable[BatchKey], step: Optional[Callable[[str], None]] = None,
+    def compact(self, dead: Iterable[BatchKey], step: Callable[[str], None] | None = None,
                 forget: Iterable[BatchKey] = ()) -> bool:
         """Forget the ``dead`` decisions (none may be unwritten; each raises its query's floor)
         and the ``forget`` ones (no floor: a late message of theirs is undecided again) and

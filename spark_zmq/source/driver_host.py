@@ -26,7 +26,6 @@ import logging
 import os
 import socket
 from dataclasses import dataclass
-from typing import Optional
 from urllib.parse import urlsplit
 
 from .. import procstat
@@ -48,7 +47,7 @@ class DriverHost:
     address: str
     source: str
     #: Spark's master as the driver's configuration names it (``None``: unknown)
-    master: Optional[str] = None
+    master: str | None = None
 
     @property
     def loopback(self) -> bool:
@@ -70,7 +69,7 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def _route_source(destination: str) -> Optional[str]:
+def _route_source(destination: str) -> str | None:
     """The local address the kernel would use to reach ``destination`` (no packet sent)."""
     try:
         infos = socket.getaddrinfo(destination, 9, type=socket.SOCK_DGRAM)
@@ -104,7 +103,7 @@ def _master_hosts(master: str) -> list[str]:
     return [host] if host else []
 
 
-def driver_host(pid: Optional[int] = None) -> DriverHost:
+def driver_host(pid: int | None = None) -> DriverHost:
     """The address executors should use to reach this driver (see the module)."""
     submit = submit_process(pid)  # the ancestors are walked once: conf and environment both come from it
     conf = submit_conf(submit)
@@ -119,7 +118,7 @@ def driver_host(pid: Optional[int] = None) -> DriverHost:
         if environment.get("SPARK_LOCAL_IP"):
             return DriverHost(environment["SPARK_LOCAL_IP"], f"SPARK_LOCAL_IP of {whose}", master)
     try:
-        resolved: Optional[str] = socket.gethostbyname(socket.gethostname())
+        resolved: str | None = socket.gethostbyname(socket.gethostname())
     except OSError:
         resolved = None
     if resolved and not is_loopback(resolved):
@@ -134,7 +133,7 @@ def driver_host(pid: Optional[int] = None) -> DriverHost:
     return DriverHost(resolved or "127.0.0.1", "loopback (no other address found)", master)
 
 
-def fetch_service_host(configured: Optional[str]) -> str:
+def fetch_service_host(configured: str | None) -> str:
     """The address the spool fetch service listens on and advertises: option
     ``spoolServerHost`` when given, else ``driver_host()``; a loopback answer while Spark's
     master is not known to be local is logged at WARN, since executors elsewhere cannot

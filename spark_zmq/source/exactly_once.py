@@ -26,7 +26,8 @@ arithmetic is in plain functions (``is_foreign``, ``skip_freed``) for the same r
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Optional
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING
 
 from ..ingest.loss import LossPolicy, LostRange
 from ..ingest.runtime import RangeInfo
@@ -42,7 +43,7 @@ __all__ = ["ExactlyOnce", "is_foreign", "skip_freed"]
 log = logging.getLogger(__name__)
 
 
-def is_foreign(checkpointed: Optional[str], spool_id: str) -> bool:
+def is_foreign(checkpointed: str | None, spool_id: str) -> bool:
     """Whether offsets that name spool ``checkpointed`` number another spool than
     ``spool_id``. The id is minted when a spool directory is created, so a different one
     means the directory was deleted and recreated or belongs to another query: the same
@@ -51,7 +52,7 @@ def is_foreign(checkpointed: Optional[str], spool_id: str) -> bool:
     return checkpointed is not None and checkpointed != spool_id
 
 
-def skip_freed(start: int, earliest: int, end: Optional[int] = None) -> tuple[int, Optional[tuple[int, int]]]:
+def skip_freed(start: int, earliest: int, end: int | None = None) -> tuple[int, tuple[int, int] | None]:
     """Where reading from ``start`` can begin on a spool that starts at ``earliest``, and
     the offsets ``(first, end)`` it cannot give, if any.
 
@@ -80,10 +81,10 @@ class ExactlyOnce:
         self._foreign_spools_seen: set[str] = set()
 
     @classmethod
-    def for_options(cls, options: "SourceOptions", loss: LossPolicy) -> "ExactlyOnce":
+    def for_options(cls, options: SourceOptions, loss: LossPolicy) -> ExactlyOnce:
         return cls(loss, "relays" if options.relays else "endpoints")
 
-    def open(self, open_ingest: Callable[[], "Ingest"], checkpointed: Iterable[ChannelOffsets]) -> "Ingest":
+    def open(self, open_ingest: Callable[[], Ingest], checkpointed: Iterable[ChannelOffsets]) -> Ingest:
         """A new ingest, checked against every offset Spark passed, then started.
 
         The order is the rule: a spool behind the checkpoint must continue numbering after
@@ -101,7 +102,7 @@ class ExactlyOnce:
         ingest.start()
         return ingest
 
-    def reconcile(self, ingest: "Ingest", offsets: ChannelOffsets) -> None:
+    def reconcile(self, ingest: Ingest, offsets: ChannelOffsets) -> None:
         """Check offsets from Spark against the spool: the same channels, the same spool,
         and a spool behind them continues numbering after them.
 
@@ -161,7 +162,7 @@ class ExactlyOnce:
                                  f"checkpoint's offset {wanted}"))
                 channel_log.advance_to(wanted)
 
-    def resume(self, ingest: "Ingest", begin: ChannelOffsets) -> ChannelOffsets:
+    def resume(self, ingest: Ingest, begin: ChannelOffsets) -> ChannelOffsets:
         """Where the next batch starts when Spark resumes at ``begin`` (``latestOffset``):
         each channel at ``begin``, or at the spool's earliest offset when ``begin`` is below
         it, the offsets in between reported lost (``skip_freed``)."""
@@ -177,8 +178,8 @@ class ExactlyOnce:
                 begin = begin.replace(channel, start)
         return begin
 
-    def readable(self, ingest: "Ingest", begin: ChannelOffsets,
-                 finish: ChannelOffsets) -> Optional[dict[int, tuple[int, int]]]:
+    def readable(self, ingest: Ingest, begin: ChannelOffsets,
+                 finish: ChannelOffsets) -> dict[int, tuple[int, int]] | None:
         """The ranges ``[start, end)`` per channel that a batch from ``begin`` to ``finish``
         can read (``partitions``; channels with nothing to read left out), or ``None``
         when the batch reads nothing at all.
@@ -224,8 +225,8 @@ class ExactlyOnce:
             for lost in described[channel].lost:
                 self.loss.lose(lost.within(lo, hi))
 
-    def first_offsets(self, ingest: "Ingest", starting_offsets: str,
-                      starting_timestamp_ms: Optional[int]) -> ChannelOffsets:
+    def first_offsets(self, ingest: Ingest, starting_offsets: str,
+                      starting_timestamp_ms: int | None) -> ChannelOffsets:
         """Where a query without a checkpoint begins, on this spool.
 
         ``startingTimestamp`` takes precedence over ``startingOffsets``: each channel's

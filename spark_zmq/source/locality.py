@@ -14,7 +14,6 @@ the answer is "unknown" and the caller keeps the service (authenticated and encr
 from __future__ import annotations
 
 import os
-from typing import Optional
 
 from .. import procstat
 
@@ -40,7 +39,7 @@ def conf_from_command_line(args: list[bytes]) -> dict[str, str]:
         takes_value = previous.startswith(b"--") and b"=" not in previous and previous not in _FLAGS
         if not arg.startswith(b"-") and not takes_value:
             break  # the application (a .py/.jar file or pyspark-shell): its own arguments follow
-        setting: Optional[bytes] = None
+        setting: bytes | None = None
         if arg == b"--master" and i + 1 < len(args):
             setting = b"spark.master=" + args[i + 1]
         elif arg.startswith(b"--master="):
@@ -55,14 +54,14 @@ def conf_from_command_line(args: list[bytes]) -> dict[str, str]:
     return conf
 
 
-def master_from_command_line(args: list[bytes]) -> Optional[str]:
+def master_from_command_line(args: list[bytes]) -> str | None:
     """The master a SparkSubmit command line names, or ``None``."""
     return conf_from_command_line(args).get("spark.master") or None
 
 
-def submit_process(pid: Optional[int] = None) -> Optional[int]:
+def submit_process(pid: int | None = None) -> int | None:
     """The pid of the nearest SparkSubmit ancestor of ``pid`` (this process), or ``None``."""
-    current: Optional[int] = pid or os.getpid()
+    current: int | None = pid or os.getpid()
     for _ in range(_MAX_DEPTH):
         if current is None or current <= 1:
             return None
@@ -94,13 +93,13 @@ def defaults_file_conf(environment: dict[str, str]) -> dict[str, str]:
     return conf
 
 
-def spark_conf(pid: Optional[int] = None) -> dict[str, str]:
+def spark_conf(pid: int | None = None) -> dict[str, str]:
     """The driver's Spark configuration as far as this process can see it (``submit_conf``
     of the nearest SparkSubmit ancestor of ``pid``)."""
     return submit_conf(submit_process(pid))
 
 
-def submit_conf(submit: Optional[int]) -> dict[str, str]:
+def submit_conf(submit: int | None) -> dict[str, str]:
     """The Spark configuration of the SparkSubmit JVM ``submit``: its ``spark-defaults.conf``
     overridden by its command line (which holds everything a Python program's
     ``SparkSession.builder.config(...)`` set). ``{}`` for ``None`` (no SparkSubmit ancestor:
@@ -110,13 +109,13 @@ def submit_conf(submit: Optional[int]) -> dict[str, str]:
     return {**defaults_file_conf(procstat.environ(submit)), **conf_from_command_line(procstat.cmdline(submit))}
 
 
-def spark_master(pid: Optional[int] = None) -> Optional[str]:
+def spark_master(pid: int | None = None) -> str | None:
     """The master URL from the nearest SparkSubmit ancestor of ``pid`` (this process), or
     ``None`` when no ancestor names one."""
     return spark_conf(pid).get("spark.master") or None
 
 
-def executors_share_host(master: Optional[str] = None) -> bool:
+def executors_share_host(master: str | None = None) -> bool:
     """``True`` only when the master is known to run every executor on this host."""
     master = master if master is not None else spark_master()
     return master is not None and master.strip().lower().startswith("local")
@@ -131,7 +130,7 @@ def needs_fetch_service(spool_access: str) -> bool:
     return spool_access == "fetch"
 
 
-def local_cores(master: Optional[str] = None) -> Optional[int]:
+def local_cores(master: str | None = None) -> int | None:
     """The task slots of a local master (``local`` 1, ``local[N]`` and ``local[N,F]`` N,
     ``local[*]`` this machine's cores, ``local-cluster[W,C,M]`` W x C), or ``None`` for any
     other master or none known: read tasks are then cut by size alone. Why: each read task

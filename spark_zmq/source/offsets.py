@@ -18,8 +18,8 @@ planner and the reader do on offsets, as Spark's Kafka connector has ``KafkaSour
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from typing import Any, Iterable, Iterator, Optional, Union
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
 
 __all__ = ["ChannelOffsets", "OffsetsFormatError", "SPOOL_KEY"]
 
@@ -38,23 +38,23 @@ class ChannelOffsets(Mapping[int, int]):
 
     __slots__ = ("_by_channel", "spool")
 
-    def __init__(self, by_channel: Union[Mapping[int, int], Mapping[str, int]], spool: Optional[str] = None) -> None:
-        items: Iterable[tuple[Union[int, str], int]] = by_channel.items()
+    def __init__(self, by_channel: Mapping[int, int] | Mapping[str, int], spool: str | None = None) -> None:
+        items: Iterable[tuple[int | str, int]] = by_channel.items()
         ordered = sorted(items, key=lambda item: int(item[0]))
         self._by_channel: dict[int, int] = {int(c): int(o) for c, o in ordered}
-        self.spool: Optional[str] = spool or None
+        self.spool: str | None = spool or None
 
     # -- the JSON Spark stores -----------------------------------------------------------------
 
     @classmethod
-    def from_dict(cls, offsets: object) -> "ChannelOffsets":
+    def from_dict(cls, offsets: object) -> ChannelOffsets:
         """Offsets as PySpark hands them to the reader (the checkpoint's JSON, decoded)."""
         if isinstance(offsets, ChannelOffsets):
             return offsets
         if not isinstance(offsets, Mapping):
             raise cls._corrupt(offsets, "not a JSON object")
         channels: dict[int, int] = {}
-        spool: Optional[str] = None
+        spool: str | None = None
         for key, value in offsets.items():
             if key == SPOOL_KEY:
                 if value is not None and not isinstance(value, str):
@@ -71,7 +71,7 @@ class ChannelOffsets(Mapping[int, int]):
         return cls(channels, spool)
 
     @classmethod
-    def from_json(cls, text: Union[str, bytes]) -> "ChannelOffsets":
+    def from_json(cls, text: str | bytes) -> ChannelOffsets:
         try:
             decoded = json.loads(text)
         except (ValueError, UnicodeDecodeError) as exc:
@@ -128,14 +128,14 @@ class ChannelOffsets(Mapping[int, int]):
 
     # -- arithmetic ----------------------------------------------------------------------------
 
-    def with_spool(self, spool: Optional[str]) -> "ChannelOffsets":
+    def with_spool(self, spool: str | None) -> ChannelOffsets:
         return ChannelOffsets(self._by_channel, spool)
 
-    def replace(self, channel: int, offset: int) -> "ChannelOffsets":
+    def replace(self, channel: int, offset: int) -> ChannelOffsets:
         """These offsets with ``channel`` at ``offset``."""
         return ChannelOffsets({**self._by_channel, channel: offset}, self.spool)
 
-    def at_least(self, floor: Mapping[int, int]) -> "ChannelOffsets":
+    def at_least(self, floor: Mapping[int, int]) -> ChannelOffsets:
         """Each channel at the larger of its offset and ``floor``'s (channels ``floor``
         lacks unchanged)."""
         return ChannelOffsets({c: max(o, floor.get(c, o)) for c, o in self._by_channel.items()}, self.spool)

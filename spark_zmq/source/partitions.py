@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 from pyspark.sql.datasource import InputPartition
 
@@ -24,7 +23,7 @@ class SpoolRange(InputPartition):
     start: int
     end: int
     owner_id: str = ""
-    fetch: Optional[FetchAccess] = None
+    fetch: FetchAccess | None = None
     #: where ``start`` is in the spool (``ChannelLog.locate``: segment file name, byte
     #: position), so the task need not scan the segment from its beginning; empty when unknown
     hint: tuple = ()

@@ -12,8 +12,9 @@ and is what Spark checkpoints).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping, Optional, Protocol
+from typing import Protocol
 
 __all__ = ["admit", "holds_back", "split", "PlannedRange", "ChannelIndex", "MAX_MESSAGES_PER_PARTITION", "MAX_BYTES_PER_PARTITION",
            "MAX_BYTES_PER_PARTITION_PER_SLOT", "MIN_BYTES_PER_PARTITION", "MAX_MESSAGES_PER_PARTITION_PER_SLOT"]
@@ -40,16 +41,16 @@ MAX_MESSAGES_PER_PARTITION_PER_SLOT = 2_000_000
 class ChannelIndex(Protocol):
     def count_between(self, start: int, end: int) -> tuple[int, int]: ...
 
-    def end_within(self, start: int, limit: int, max_rows: Optional[int], max_bytes: Optional[int]) -> int: ...
+    def end_within(self, start: int, limit: int, max_rows: int | None, max_bytes: int | None) -> int: ...
 
 
 def admit(
     indexes: Mapping[int, ChannelIndex],
     start: Mapping[int, int],
     latest: Mapping[int, int],
-    max_rows: Optional[int],
-    max_bytes: Optional[int],
-    backlog: Optional[Mapping[int, tuple[int, int]]] = None,
+    max_rows: int | None,
+    max_bytes: int | None,
+    backlog: Mapping[int, tuple[int, int]] | None = None,
 ) -> dict[int, int]:
     """The end offsets of the next batch under ``max_rows``/``max_bytes``.
 
@@ -80,7 +81,7 @@ def admit(
     return end
 
 
-def holds_back(pending_rows: int, min_rows: Optional[int], waited_s: float, max_delay_s: float,
+def holds_back(pending_rows: int, min_rows: int | None, waited_s: float, max_delay_s: float,
                available_now: bool = False) -> bool:
     """Whether the next micro-batch waits (``minRowsPerTrigger``/``maxTriggerDelay``, as
     Kafka's ``minOffsetsPerTrigger``/``maxTriggerDelay``): it does while fewer than
@@ -104,10 +105,10 @@ class PlannedRange:
 def split(
     ranges: Mapping[int, tuple[int, int]],
     bytes_in: Mapping[int, int],
-    min_partitions: Optional[int] = None,
-    max_messages: Optional[int] = None,
-    max_bytes: Optional[int] = None,
-    slots: Optional[int] = None,
+    min_partitions: int | None = None,
+    max_messages: int | None = None,
+    max_bytes: int | None = None,
+    slots: int | None = None,
 ) -> list[PlannedRange]:
     """Cut each channel's ``[lo, hi)`` into read tasks: at least ``min_partitions`` in all
     (shared in proportion to the channels' message counts), none larger than

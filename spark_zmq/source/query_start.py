@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Optional
 
 from ..ingest.spool_files import private_dir, write_atomically
 from .offsets import ChannelOffsets, OffsetsFormatError
@@ -41,7 +40,7 @@ class QueryStart:
         self.spool_dir = spool_dir
         self.path = os.path.join(spool_dir, FILE_NAME)
 
-    def recall(self, spool_id: str, channels: int) -> Optional[ChannelOffsets]:
+    def recall(self, spool_id: str, channels: int) -> ChannelOffsets | None:
         """The offsets remembered for this spool and its ``channels`` channels, or None
         (none kept, another spool's, or a file that is not one of ours: logged and ignored)."""
         try:

@@ -9,7 +9,7 @@ decoded on its own) reaches both, and a test drives it without Spark.
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 import pyarrow as pa
 

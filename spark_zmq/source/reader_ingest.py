@@ -14,7 +14,8 @@ hands ``KafkaMicroBatchStream`` its ``KafkaOffsetReader``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional, Protocol, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..ingest.runtime import IngestRuntime, RangeInfo
 from ..options import SourceOptions
@@ -85,7 +86,7 @@ class Ingest(Protocol):
 
     def earliest(self) -> dict[str, int]: ...
 
-    def start_at_time(self, timestamp_ms: int) -> dict[int, tuple[int, Optional[Any]]]:
+    def start_at_time(self, timestamp_ms: int) -> dict[int, tuple[int, Any | None]]:
         """Each channel's first offset received at or after ``timestamp_ms`` and the
         ``LostRange`` of freed messages received at or after it, if any."""
         ...
@@ -107,7 +108,7 @@ class Ingest(Protocol):
         planning a micro-batch needs, in one call (one round trip per relay)."""
         ...
 
-    def spool_range(self, channel: int, start: int, end: int, hint: Optional[tuple] = None) -> SpoolRange:
+    def spool_range(self, channel: int, start: int, end: int, hint: tuple | None = None) -> SpoolRange:
         """The read task for ``[start, end)`` of ``channel`` (``hint``: where ``start``
         lies, from ``describe``; else looked up)."""
         ...
@@ -123,7 +124,7 @@ class LocalIngest(IngestRuntime):
         super().__init__(options, serve_fetch=serve_fetch,
                          fetch_host=fetch_service_host(options.spool_server_host) if serve_fetch else None)
 
-    def spool_range(self, channel: int, start: int, end: int, hint: Optional[tuple] = None) -> SpoolRange:
+    def spool_range(self, channel: int, start: int, end: int, hint: tuple | None = None) -> SpoolRange:
         """The read task for ``[start, end)`` of ``channel``."""
         return SpoolRange(
             self.options.spool_dir, channel, start, end, self.spool.owner_id,

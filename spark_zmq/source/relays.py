@@ -19,19 +19,31 @@ import logging
 import threading
 import time
 import uuid
-from typing import Optional
 
-from ..options import SourceOptions
-from ..relay.client import RelayBusyError, RelayClient, RelayError
 from ..ingest.fetch import FetchAccess
-from .driver_host import fetch_service_host
 from ..ingest.loss import LostRange
 from ..ingest.runtime import RangeInfo
-from ..relay.messages import (AdvanceRequest, AtTimeRequest, AttachAnswer, AttachRequest, CountRequest,
-                              DescribeRequest, DetachRequest, EndWithinRequest, LocateRequest, LostRequest,
-                              ReleaseRequest, StartRequest, StateAnswer, StateRequest)
+from ..options import SourceOptions
+from ..relay.client import RelayBusyError, RelayClient, RelayError
+from ..relay.messages import (
+    AdvanceRequest,
+    AttachAnswer,
+    AttachRequest,
+    AtTimeRequest,
+    CountRequest,
+    DescribeRequest,
+    DetachRequest,
+    EndWithinRequest,
+    LocateRequest,
+    LostRequest,
+    ReleaseRequest,
+    StartRequest,
+    StateAnswer,
+    StateRequest,
+)
 from ..relay.processes import ReceiverProcesses, ReceiverTarget
 from ..relay.protocol import LEASE_TTL_S
+from .driver_host import fetch_service_host
 from .locality import needs_fetch_service
 from .partitions import SpoolRange
 
@@ -78,7 +90,7 @@ class RelayChannel:
     def earliest(self) -> int:
         return self.relay.state.earliest[self.local]
 
-    def snapshot(self) -> "RelayIndex":
+    def snapshot(self) -> RelayIndex:
         """The channel's index, which lives in the relay: every question put to it is a
         round trip (a spool's ``snapshot`` is a copy in memory)."""
         return RelayIndex(self)
@@ -103,7 +115,7 @@ class RelayIndex:
         answer = self.relay.client.ask(CountRequest(self.local, int(start), int(end)))
         return answer.rows, answer.bytes
 
-    def end_within(self, start: int, limit: int, max_rows: Optional[int], max_bytes: Optional[int]) -> int:
+    def end_within(self, start: int, limit: int, max_rows: int | None, max_bytes: int | None) -> int:
         if max_rows is None and max_bytes is None:
             return limit
         return self.relay.client.ask(EndWithinRequest(self.local, int(start), int(limit), max_rows, max_bytes)).end
@@ -126,7 +138,7 @@ class RelayIngest:
         self.session = uuid.uuid4().hex
         self.relays: list[_RelayLink] = []
         self.channels: list[RelayChannel] = []
-        self.processes: Optional[ReceiverProcesses] = None
+        self.processes: ReceiverProcesses | None = None
         #: whether the channels receive: standalone relays always do; receiver processes
         #: from ``start`` on
         self.started = not (options.receivers == "processes" and not options.relays)
@@ -216,7 +228,7 @@ class RelayIngest:
         return attached
 
     def _renew(self) -> None:
-        clients: dict[str, Optional[RelayClient]] = {relay.address: None for relay in self.relays}
+        clients: dict[str, RelayClient | None] = {relay.address: None for relay in self.relays}
         try:
             while not self._stopping.wait(HEARTBEAT_S):
                 for relay in self.relays:
@@ -279,10 +291,10 @@ class RelayIngest:
     def earliest(self) -> dict[str, int]:
         return {str(c.channel): c.earliest for c in self.channels}
 
-    def start_at_time(self, timestamp_ms: int) -> dict[int, tuple[int, Optional[LostRange]]]:
+    def start_at_time(self, timestamp_ms: int) -> dict[int, tuple[int, LostRange | None]]:
         """Each channel's first offset received at or after ``timestamp_ms``, with the freed
         offsets that were: one ``AT_TIME`` per relay."""
-        out: dict[int, tuple[int, Optional[LostRange]]] = {}
+        out: dict[int, tuple[int, LostRange | None]] = {}
         for relay in self.relays:
             try:
                 starts = relay.client.ask(AtTimeRequest(int(timestamp_ms))).starts
@@ -351,7 +363,7 @@ class RelayIngest:
                 out[channel] = got.range_info(channel, relay.target.label)
         return out
 
-    def spool_range(self, channel: int, start: int, end: int, hint: Optional[tuple] = None) -> SpoolRange:
+    def spool_range(self, channel: int, start: int, end: int, hint: tuple | None = None) -> SpoolRange:
         view = self.channels[channel]
         relay = view.relay
         where = hint if hint is not None else relay.client.ask(LocateRequest(view.local, int(start))).at

@@ -10,8 +10,8 @@ sockets.
 from __future__ import annotations
 
 import json
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Collection, Iterable, Iterator, Mapping, Optional, Sequence
 
 import pyarrow as pa
 
@@ -31,25 +31,25 @@ class Tag:
     (partition -> attempt_id), or ``untagged`` (``why``: what is missing)."""
 
     kind: str
-    key: Optional[BatchKey] = None
+    key: BatchKey | None = None
     partition: int = -1
     attempt_id: str = ""
-    runs: Optional[Mapping[int, str]] = None
+    runs: Mapping[int, str] | None = None
     why: str = ""
     #: data: the message's ``spark_zmq.sequence`` within its run (-1: it has none)
     sequence: int = -1
     #: record: partition -> how many messages its committed run sent
-    messages: Optional[Mapping[int, int]] = None
+    messages: Mapping[int, int] | None = None
     #: record: earlier batches of the same writing query it also decides (``spark_zmq.recent``):
     #: batch -> (runs, messages)
-    recent: Optional[Mapping[BatchKey, tuple[Mapping[int, str], Optional[Mapping[int, int]]]]] = None
+    recent: Mapping[BatchKey, tuple[Mapping[int, str], Mapping[int, int] | None]] | None = None
 
 
 def _untagged(why: str) -> Tag:
     return Tag("untagged", why=why)
 
 
-def tag_of(metadata: Optional[Mapping[bytes, bytes]]) -> Tag:
+def tag_of(metadata: Mapping[bytes, bytes] | None) -> Tag:
     """The tag of a message whose Arrow schema has this custom metadata."""
     meta: dict[str, str] = {}
     for k, v in (metadata or {}).items():
@@ -89,7 +89,7 @@ def tag_of(metadata: Optional[Mapping[bytes, bytes]]) -> Tag:
     return Tag("data", key, partition=partition, attempt_id=meta["attempt_id"], sequence=sequence)
 
 
-def _commit_of(committed: Mapping) -> tuple[dict[int, str], Optional[dict[int, int]]]:
+def _commit_of(committed: Mapping) -> tuple[dict[int, str], dict[int, int] | None]:
     """(partition -> attempt_id, partition -> messages or None) of one commit's JSON."""
     runs = {int(p): str(run["attempt_id"]) for p, run in committed.items()}
     counts = {int(p): int(run["messages"]) for p, run in committed.items() if "messages" in run}
@@ -139,7 +139,7 @@ def kept_slices(batch: pa.RecordBatch, first: int, channel: int, decisions: Mapp
     copies of a sequence delivered already) never do. An untagged message is malformed:
     skipped with ``DROPMALFORMED``, else a ``MalformedMessageError`` naming it and
     ``committedOnly``."""
-    run_start: Optional[int] = None
+    run_start: int | None = None
     for i, tag in enumerate(message_tags(batch)):
         if tag.kind == "untagged" and mode != "DROPMALFORMED":
             raise MalformedMessageError(

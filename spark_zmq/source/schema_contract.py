@@ -21,7 +21,7 @@ column is wrong, hence ``OptionError``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from pyspark.sql.types import MapType, StringType, StructType
@@ -49,7 +49,7 @@ def _names(names: list[str], limit: int = 12) -> str:
     return ", ".join(names[:limit]) + (f", ... ({len(names)} columns)" if len(names) > limit else "")
 
 
-def default_schema(options: "SourceOptions") -> StructType:
+def default_schema(options: SourceOptions) -> StructType:
     """The schema of a read that declares none: the fixed one of ``raw``/``text``; the
     other formats need ``.schema(...)`` (``OptionError`` with an example to copy)."""
     schema = fixed_schema(options.format)
@@ -141,17 +141,17 @@ class ReadLayout:
     ``corrupt_column``: columnNameOfCorruptRecord when the schema has it, else ``None``.
     """
 
-    output: Optional[pa.Schema]
+    output: pa.Schema | None
     schema: StructType
     target: pa.Schema
-    headers_at: Optional[int]
-    headers_type: Optional[pa.DataType]
-    message_target: Optional[pa.Schema]
-    corrupt_column: Optional[str]
+    headers_at: int | None
+    headers_type: pa.DataType | None
+    message_target: pa.Schema | None
+    corrupt_column: str | None
 
 
 def read_layout(fmt: str, schema: StructType, *, include_headers: bool = False, include_metadata: bool = False,
-                corrupt_column: Optional[str] = None) -> ReadLayout:
+                corrupt_column: str | None = None) -> ReadLayout:
     """The layout of ``schema`` for format ``fmt``, checked (``OptionError`` naming the
     option when a column it fills is missing or wrong)."""
     output = arrow_schema(schema) if include_metadata else None
@@ -159,8 +159,8 @@ def read_layout(fmt: str, schema: StructType, *, include_headers: bool = False, 
         schema = metadata_fields(fmt, schema)
     target = arrow_schema(schema)
     headers_at = headers_field(fmt, schema) if include_headers else None
-    headers_type: Optional[pa.DataType] = None
-    message_target: Optional[pa.Schema] = target
+    headers_type: pa.DataType | None = None
+    message_target: pa.Schema | None = target
     if headers_at is not None:
         headers_type = target.field(headers_at).type
         message_target = target.remove(headers_at)

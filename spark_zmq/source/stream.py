@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import socket
 import time
-from typing import Callable, Iterator, Mapping, Optional, Sequence, Union
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -39,19 +39,19 @@ from pyspark.sql.types import StructType
 
 from ..ingest.fetch import FetchError, fetch_range
 from ..ingest.loss import LossPolicy
-from ..metrics import MetricsServer, serve_metrics, source_metrics
 from ..ingest.spool_reader import read_range, sees_spool
+from ..metrics import MetricsServer, serve_metrics, source_metrics
 from ..options import SourceOptions
 from .committed import CommittedOnly, kept_batches
 from .decoders import decoder_for
 from .exactly_once import ExactlyOnce
-from .read_task import decoded_rows
-from .reader_ingest import Ingest, open_ingest
-from .partitions import SpoolRange
-from .offsets import ChannelOffsets
 from .locality import local_cores
+from .offsets import ChannelOffsets
+from .partitions import SpoolRange
 from .planner import admit, holds_back, split
 from .query_start import QueryStart
+from .read_task import decoded_rows
+from .reader_ingest import Ingest, open_ingest
 
 __all__ = ["ZmqStreamReader"]
 
@@ -69,30 +69,30 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self.schema = schema
         decoder_for(options, schema)  # validate early
-        self._runtime: Optional[Ingest] = None
-        self._pinned_end: Optional[ChannelOffsets] = None
+        self._runtime: Ingest | None = None
+        self._pinned_end: ChannelOffsets | None = None
         #: the end of the batch Spark planned last: what the progress's lag is measured from
-        self._planned_end: Optional[ChannelOffsets] = None
+        self._planned_end: ChannelOffsets | None = None
         #: failOnDataLoss on the driver; what it skips is reported in the progress
         self._loss = LossPolicy.from_option(options.fail_on_data_loss, counted=True)
         #: the checks of Spark's offsets against the spool, reporting to ``_loss``
         self._rules = ExactlyOnce.for_options(options, self._loss)
         self._open_ingest = open_ingest
         #: the task slots of a local master, once looked up (``_slots``); False: not yet
-        self._local_slots: Union[int, None, bool] = False
+        self._local_slots: int | None | bool = False
         #: the first batch's start, kept in the spool directory until Spark commits a batch
         self._query_start = QueryStart(options.spool_dir)
         self._start_forgotten = False
         #: what ``initialOffset`` answered (None: not asked in this run of the query)
-        self._initial: Optional[ChannelOffsets] = None
+        self._initial: ChannelOffsets | None = None
         #: producer connections seen broken so far (each new one is logged at WARN)
         self._broken_seen = 0
         #: the Prometheus endpoint of option metricsAddress, once the ingest is open
-        self._metrics: Optional[MetricsServer] = None
+        self._metrics: MetricsServer | None = None
         #: committedOnly: the runs the writing sink's commit records name (``committed``)
         self._committed = CommittedOnly(options.spool_dir) if options.committed_only else None
         #: when the last batch was planned (or the first offset call came): maxTriggerDelay's clock
-        self._last_batch_at: Optional[float] = None
+        self._last_batch_at: float | None = None
 
     # -- driver: the spool and the checkpoint ------------------------------------------------------
 
@@ -198,7 +198,7 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         runtime.drain_until_idle(self.options.timeout)
         self._pinned_end = ChannelOffsets(runtime.latest())
 
-    def reportLatestOffset(self) -> Optional[dict]:
+    def reportLatestOffset(self) -> dict | None:
         """What the receivers have spooled, per channel, plus ``"lag"``: the records and
         payload bytes received but not in any batch planned yet (the query's progress shows
         this as the source's ``latestOffset``; Spark only displays it), ``"dataLoss"``,
@@ -247,7 +247,7 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             parts = self._committed.annotate(runtime, begin, finish, parts, self._spool_batches)
         return parts
 
-    def _slots(self) -> Optional[int]:
+    def _slots(self) -> int | None:
         """The task slots of a local master (``locality.local_cores``), looked up once."""
         if self._local_slots is False:
             self._local_slots = local_cores()
@@ -276,7 +276,7 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- executors: data -----------------------------------------------------------------------
 
-    def read(self, partition: InputPartition) -> Union[Iterator[tuple], Iterator[pa.RecordBatch]]:
+    def read(self, partition: InputPartition) -> Iterator[tuple] | Iterator[pa.RecordBatch]:
         assert isinstance(partition, SpoolRange)
         decoder = decoder_for(self.options, self.schema)
         batches = self._spool_batches(partition)

@@ -15,8 +15,9 @@ tables built once instead of being packed per frame.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable, MutableSequence, Sequence
 from itertools import accumulate
-from typing import Any, Callable, MutableSequence, Optional, Sequence, Union, cast
+from typing import Any, cast
 
 import numpy as np
 import zmq
@@ -30,11 +31,11 @@ __all__ = [
 
 MORE, LONG, COMMAND = 0x01, 0x02, 0x04
 #: a message as the queues hold it: its one frame, or a tuple of its frames (multipart)
-EngineMessage = Union[bytes, tuple[bytes, ...]]
+EngineMessage = bytes | tuple[bytes, ...]
 #: what ``parse_frames`` appends: a plain frame's body, or ``(flags, body)``
-ParsedFrame = Union[bytes, tuple[int, bytes]]
+ParsedFrame = bytes | tuple[int, bytes]
 #: a buffer waiting to be written: a whole one, or what a partial write left of it
-Chunk = Union[bytes, memoryview]
+Chunk = bytes | memoryview
 
 #: nothing a handshake needs is larger; before authentication, keep what a peer can make us
 #: buffer small
@@ -67,7 +68,7 @@ class ZmtpError(Exception):
     """
 
     def __init__(self, text: str, event: int = zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL, value: int = 0,
-                 reply: Optional[bytes] = None) -> None:
+                 reply: bytes | None = None) -> None:
         super().__init__(text)
         self.event = event
         self.value = value
@@ -148,7 +149,7 @@ def parse_frames(data: bytes, i: int, limit: int, out: list[ParsedFrame], one: b
 RUN_MIN = 16
 
 
-def plain_run(data: Union[bytes, memoryview], i: int, limit: int) -> tuple[Optional[MessageRun], int]:
+def plain_run(data: bytes | memoryview, i: int, limit: int) -> tuple[MessageRun | None, int]:
     """The whole frames of ``data`` from offset ``i`` that are plain (no MORE, no COMMAND)
     and of one size, split in bulk: ``(their bodies as a MessageRun, offset after them)``,
     or ``(None, i)`` when fewer than ``RUN_MIN`` such frames start at ``i``.
@@ -186,8 +187,8 @@ def plain_run(data: Union[bytes, memoryview], i: int, limit: int) -> tuple[Optio
 
 
 def encode_messages(batch: Sequence[EngineMessage], chunks: MutableSequence[Chunk], offset: int,
-                    encode: Optional[Callable[[bytes, bool], tuple[int, bytes]]] = None,
-                    encode_batch: Optional[Callable[[Sequence[bytes]], tuple[bytes, list[int]]]] = None) -> list[int]:
+                    encode: Callable[[bytes, bool], tuple[int, bytes]] | None = None,
+                    encode_batch: Callable[[Sequence[bytes]], tuple[bytes, list[int]]] | None = None) -> list[int]:
     """Append the frames of ``batch`` (each a ``bytes`` message or a tuple of frames, MORE
     on every frame but the last) to ``chunks``, the buffers to write; returns, per
     message, ``offset`` plus the bytes written up to its end.
@@ -208,7 +209,7 @@ def encode_messages(batch: Sequence[EngineMessage], chunks: MutableSequence[Chun
             # every message one short plain frame (the one-row-per-message egress): the
             # headers looked up, headers and bodies interleaved and joined, the ends summed,
             # each in one pass that runs in C, not one Python step per message
-            parts: list[Optional[bytes]] = [None] * (2 * len(batch))
+            parts: list[bytes | None] = [None] * (2 * len(batch))
             parts[0::2] = map(_PLAIN_SHORT.__getitem__, lengths)
             parts[1::2] = cast("Sequence[bytes]", batch)
             chunks.append(b"".join(cast("list[bytes]", parts)))

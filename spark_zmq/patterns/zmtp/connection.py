@@ -19,7 +19,8 @@ import itertools
 import socket
 import struct
 import time
-from typing import TYPE_CHECKING, Any, Callable, Optional, Union
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from ..heartbeat import Heartbeat
 from . import transport
@@ -31,7 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .null import NullMechanism
 
     #: the security mechanism of one connection
-    Mechanism = Union[NullMechanism, CurveClient, CurveServer]
+    Mechanism = NullMechanism | CurveClient | CurveServer
 
 __all__ = ["Peer", "Connector", "Connection", "GREETING", "HANDSHAKE", "READY", "CLOSED"]
 
@@ -66,7 +67,7 @@ class Peer:
         self.outbox: collections.deque[EngineMessage] = collections.deque()
         self.paused = False
         self.resume_asked = False
-        self.conn: Optional["Connection"] = None
+        self.conn: Connection | None = None
 
 
 class Connector:
@@ -81,7 +82,7 @@ class Connector:
         self.endpoint = endpoint
         self.address = address
         self.declare = declare
-        self.conn: Optional["Connection"] = None
+        self.conn: Connection | None = None
         #: the queue of this endpoint, kept whether or not it is connected (49/SCATTERGATHER)
         self.peer = Peer()
         #: a renegotiation of the socket type was retried at once since the last handshake:
@@ -89,7 +90,7 @@ class Connector:
         #: otherwise make us reconnect in a tight loop)
         self.renegotiated = False
         #: the wait before the next reconnect under ZMQ_RECONNECT_IVL_MAX's backoff (None: the interval)
-        self.backoff_s: Optional[float] = None
+        self.backoff_s: float | None = None
         #: the inproc connect failed for lack of file descriptors (logged once until it works)
         self.inproc_failing = False
         #: handshakes that failed in a row at this endpoint (a peer that is not a ZeroMQ
@@ -102,7 +103,7 @@ class Connection:
     TCP acknowledgement tracking and heartbeat clock (the engine's I/O thread alone
     touches it, except ``out`` and ``inflight``, which the application's calls read)."""
 
-    def __init__(self, sock: socket.socket, address: str, connector: Optional[Connector], endpoint: str,
+    def __init__(self, sock: socket.socket, address: str, connector: Connector | None, endpoint: str,
                  handshake_ivl_s: float, new_mechanism: Callable[[], Mechanism]) -> None:
         self.sock = sock
         self.address = address
@@ -131,7 +132,7 @@ class Connection:
         self.track_acks = _HAS_TCP_INFO and sock.family in (socket.AF_INET, socket.AF_INET6)
         self.sent_total = 0
         self.batch_base = 0
-        self.acked_base: Optional[int] = None
+        self.acked_base: int | None = None
         self.unacked: collections.deque[tuple[int, EngineMessage]] = collections.deque()
         #: the sending side was shut down (``finish``): the peer acknowledges a FIN at once
         self.finished = False
@@ -147,14 +148,14 @@ class Connection:
         #: the handshake failed: what this peer's queue holds goes to other peers
         self.refused = False
         self.retry_now = False
-        self.declared: Optional[bytes] = None
+        self.declared: bytes | None = None
         #: heartbeats (monotonic seconds): when the next PING goes out, when a PING is
         #: unanswered for too long (``None``: nothing awaited), when the peer's PING TTL
         #: runs out without traffic from it (``None``: no TTL asked)
         self.next_ping = 0.0
-        self.ping_deadline: Optional[float] = None
-        self.ttl_deadline: Optional[float] = None
-        self.acked_at_ping: Optional[int] = None
+        self.ping_deadline: float | None = None
+        self.ttl_deadline: float | None = None
+        self.acked_at_ping: int | None = None
         #: when the peer last sent anything, and when we last resumed reading it after
         #: backpressure (monotonic seconds)
         self.heard = time.monotonic()
@@ -180,7 +181,7 @@ class Connection:
 
     # -- acknowledgements (tcp) ------------------------------------------------------------
 
-    def _kernel_acked(self) -> Optional[int]:
+    def _kernel_acked(self) -> int | None:
         """Bytes of ours the peer's TCP acknowledged (it also answers after a reset)."""
         try:
             info = self.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO_SIZE)
@@ -198,14 +199,14 @@ class Connection:
             if self.acked_base is None:
                 self.track_acks = False
 
-    def confirmed(self) -> Optional[int]:
+    def confirmed(self) -> int | None:
         """Offset up to which the peer's TCP acknowledged what we wrote (``None``: unknown)."""
         if not self.track_acks or self.acked_base is None:
             return None
         acked = self._kernel_acked()
         return None if acked is None else acked - self.acked_base
 
-    def trim_acked(self, acked: Optional[int] = None) -> None:
+    def trim_acked(self, acked: int | None = None) -> None:
         """Forget the messages the peer's TCP acknowledged (up to ``acked``, a reading of
         ``confirmed()`` already taken, or a new one)."""
         unacked = self.unacked
@@ -230,7 +231,7 @@ class Connection:
         self.ping_deadline = None
         self.ttl_deadline = None
 
-    def heartbeat_expired(self, now: float, heartbeat: Heartbeat, ack_liveness_bytes: int) -> Optional[str]:
+    def heartbeat_expired(self, now: float, heartbeat: Heartbeat, ack_liveness_bytes: int) -> str | None:
         """Why the peer counts as gone at ``now`` (silent past the timeout after our PING,
         or past the TTL of its own PING), or ``None``."""
         if self.peer.paused:

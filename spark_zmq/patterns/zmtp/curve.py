@@ -48,7 +48,8 @@ ends (Python cannot wipe the memory itself).
 from __future__ import annotations
 
 import hmac
-from typing import Callable, ClassVar, Optional
+from collections.abc import Callable
+from typing import ClassVar
 
 import zmq
 from nacl.bindings import (
@@ -64,7 +65,6 @@ from nacl.bindings import (
 )
 from nacl.exceptions import CryptoError
 
-from .null import Accept, Declare
 from .curve_message import (
     CLIENT_MESSAGE_PREFIX,
     SERVER_MESSAGE_PREFIX,
@@ -73,6 +73,7 @@ from .curve_message import (
     check_key,
     protocol_error,
 )
+from .null import Accept, Declare
 from .wire import ZmtpError, encode_metadata, error_command, error_from_command, parse_metadata
 
 __all__ = ["CurveClient", "CurveServer", "Authorize"]
@@ -151,7 +152,7 @@ class CurveClient(CurveMechanism):
         self._server = check_key(server_key, "server key")
         # our short-term key pair (C', c'): one per connection, never stored
         self._cn_public: bytes
-        self._cn_secret: Optional[bytes]
+        self._cn_secret: bytes | None
         self._cn_public, self._cn_secret = crypto_box_keypair()
 
     def _forget(self) -> None:
@@ -245,12 +246,12 @@ class CurveServer(CurveMechanism):
         super().__init__(public_key, secret_key, declare, accept, SERVER_MESSAGE_PREFIX, CLIENT_MESSAGE_PREFIX,
                          _EXPECT_HELLO)
         self._authorize = authorize
-        self._cn_client: Optional[bytes] = None     # C'
-        self._cn_public: Optional[bytes] = None     # S'
-        self._cn_secret: Optional[bytes] = None     # s'
-        self._cookie_key: Optional[bytes] = None    # t, one per connection
+        self._cn_client: bytes | None = None     # C'
+        self._cn_public: bytes | None = None     # S'
+        self._cn_secret: bytes | None = None     # s'
+        self._cookie_key: bytes | None = None    # t, one per connection
         #: the client's long-term public key (C), once the handshake succeeded
-        self.peer_key: Optional[bytes] = None
+        self.peer_key: bytes | None = None
 
     def _forget(self) -> None:
         self._secret = self._cn_secret = self._cookie_key = None

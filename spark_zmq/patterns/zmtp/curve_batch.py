@@ -17,12 +17,13 @@ header is ZMTP's short (2 bytes) or long (9 bytes) form by the body's size.
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
 try:  # PyNaCl's compiled binding of libsodium: the box without the per-call wrapper
-    from nacl._sodium import ffi as _ffi, lib as _lib
+    from nacl._sodium import ffi as _ffi
+    from nacl._sodium import lib as _lib
     _seal = _lib.crypto_box_easy_afternm
 except (ImportError, AttributeError):  # pragma: no cover - another PyNaCl layout
     _ffi = _lib = _seal = None
@@ -43,7 +44,7 @@ def available() -> bool:
     return _seal is not None
 
 
-def seal_frames(payloads: Sequence[bytes], key: bytes, prefix: bytes, first_nonce: int) -> Optional[tuple[bytes, list[int]]]:
+def seal_frames(payloads: Sequence[bytes], key: bytes, prefix: bytes, first_nonce: int) -> tuple[bytes, list[int]] | None:
     """The MESSAGE frames of ``payloads`` (``bytes``, one frame each, no MORE) sealed with
     ``key`` (``crypto_box_beforenm``'s) under the nonces ``prefix`` (16 bytes) + short nonces
     ``first_nonce``, ``first_nonce + 1``, ...: ``(frames, ends)``, ``ends[i]`` the end of

@@ -8,7 +8,8 @@ handshake's common plumbing. See ``curve`` for the mechanism as a whole.
 from __future__ import annotations
 
 import struct
-from typing import ClassVar, Optional, Sequence
+from collections.abc import Sequence
+from typing import ClassVar
 
 import zmq
 from nacl.bindings import crypto_box_easy_afternm, crypto_box_open_afternm
@@ -110,7 +111,7 @@ class CurveMechanism:
                  rx_prefix: bytes, state: str) -> None:
         self._public = check_key(public_key, "public key")
         #: our long-term secret key (s or c), forgotten once the handshake is over
-        self._secret: Optional[bytes] = check_key(secret_key, "secret key")
+        self._secret: bytes | None = check_key(secret_key, "secret key")
         self.ready = False
         self.peer_metadata: dict[str, bytes] = {}
         self._declare = declare
@@ -118,8 +119,8 @@ class CurveMechanism:
         self._state = state
         # crypto_box_beforenm(peer's C'/S', our c'/s'): ``_precom`` during the handshake,
         # ``_key`` only once ready, so that encode/decode need no other state check
-        self._precom: Optional[bytes] = None
-        self._key: Optional[bytes] = None
+        self._precom: bytes | None = None
+        self._key: bytes | None = None
         self._tx_prefix = tx_prefix
         self._rx_prefix = rx_prefix
         self._tx_nonce = 1                    # next short nonce we send (libzmq starts at 1)

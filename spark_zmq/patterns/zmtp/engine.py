@@ -52,7 +52,8 @@ import logging
 import socket
 import threading
 import time
-from typing import TYPE_CHECKING, Callable, Iterable, Optional, Sequence, Union, cast
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, cast
 
 from ..deadlines import IDLE_SLICE_S, next_slice
 from ..heartbeat import DEFAULT_HEARTBEAT, Heartbeat
@@ -95,17 +96,17 @@ class Engine:
         peer_types: dict[bytes, bytes],
         label: str,
         hwm: int,
-        max_message_bytes: Optional[int],
+        max_message_bytes: int | None,
         reconnect_ivl_s: float = 0.1,
         handshake_ivl_s: float = 30.0,
-        curve: Optional[Curve] = None,
+        curve: Curve | None = None,
         heartbeat: Heartbeat = DEFAULT_HEARTBEAT,
-        rcvbuf: Optional[int] = None,
-        sndbuf: Optional[int] = None,
+        rcvbuf: int | None = None,
+        sndbuf: int | None = None,
         immediate: bool = False,
         reconnect_ivl_max_s: float = 0.0,
         tcp_options: Sequence[tuple[int, int, int]] = (),
-        on_event: Optional[Callable[[int, int, str], None]] = None,
+        on_event: Callable[[int, int, str], None] | None = None,
         multipart: bool = False,
         receive_only: bool = False,
     ) -> None:
@@ -186,7 +187,7 @@ class Engine:
         """The peers a message may be queued to now, in round-robin order (lock held)."""
         return self._lb.peers
 
-    def send_round_robin(self, messages: Iterable[EngineMessage], timeout: Optional[float],
+    def send_round_robin(self, messages: Iterable[EngineMessage], timeout: float | None,
                          check: Callable[[], None]) -> tuple[int, bool]:
         """Queue ``messages`` in order, each to the next ready peer whose queue has room,
         waiting while none has: at most ``timeout`` seconds for each message (``None``: no
@@ -232,8 +233,8 @@ class Engine:
                     self._kick(waiting)
         return sent, False
 
-    def receive(self, max_messages: int, max_bytes: Optional[int], deadline: Optional[float],
-                check: Callable[[], None]) -> list[Union[EngineMessage, MessageRun]]:
+    def receive(self, max_messages: int, max_bytes: int | None, deadline: float | None,
+                check: Callable[[], None]) -> list[EngineMessage | MessageRun]:
         """Up to ``max_messages`` received messages (and about ``max_bytes``), fair-queued
         over the peers, waiting until ``deadline`` (monotonic seconds; ``None``: no limit)
         for the first; ``[]`` when none came in time. ``check`` as in ``send_round_robin``.
@@ -247,7 +248,7 @@ class Engine:
                 if not self._wait_until(deadline, check):
                     return []
 
-    def wait_readable(self, deadline: Optional[float], check: Callable[[], None]) -> bool:
+    def wait_readable(self, deadline: float | None, check: Callable[[], None]) -> bool:
         """Whether a received message waits, waiting until ``deadline`` for one."""
         with self.lock:
             while not self._fq:
@@ -255,7 +256,7 @@ class Engine:
                     return False
             return True
 
-    def drain(self, deadline: Optional[float], confirm: bool) -> None:
+    def drain(self, deadline: float | None, confirm: bool) -> None:
         """Wait until every message this socket holds reached the kernel and, with
         ``confirm``, the peers' TCP acknowledged it; or until ``deadline`` (``None``: no
         limit, but then not while no peer is there to take them: that would hang)."""
@@ -289,7 +290,7 @@ class Engine:
         with self.lock:
             self.cond.notify_all()
 
-    def _wait_until(self, deadline: Optional[float], check: Callable[[], None]) -> bool:
+    def _wait_until(self, deadline: float | None, check: Callable[[], None]) -> bool:
         """Wait (lock held) a slice for the I/O thread to change something, unless
         ``deadline`` passed (``False``); ``check()`` before and after: the sockets' one
         waiting rule (``deadlines.next_slice``), which the libzmq wire follows too. Its

@@ -15,7 +15,8 @@ PUSH peers.
 
 from __future__ import annotations
 
-from typing import Callable, ClassVar, Optional
+from collections.abc import Callable
+from typing import ClassVar
 
 import zmq
 
@@ -24,7 +25,7 @@ from .wire import COMMAND, MORE, ZmtpError, command, encode_metadata, error_from
 __all__ = ["NullMechanism", "Declare", "Accept"]
 
 #: our metadata properties, given the peer's when they are known before we must declare
-Declare = Callable[[Optional[dict[str, bytes]]], dict[str, bytes]]
+Declare = Callable[[dict[str, bytes] | None], dict[str, bytes]]
 #: checks the peer's metadata (its Socket-Type above all); raises ``ZmtpError``
 Accept = Callable[[dict[str, bytes]], None]
 
@@ -41,7 +42,7 @@ class NullMechanism:
         self.peer_metadata: dict[str, bytes] = {}
         self._sent_ready = False
 
-    def _ready_command(self, peer: Optional[dict[str, bytes]]) -> bytes:
+    def _ready_command(self, peer: dict[str, bytes] | None) -> bytes:
         self._sent_ready = True
         return command(b"READY", encode_metadata(self._declare(peer)))
 

@@ -13,8 +13,9 @@ So the protocol never reads an attribute of the engine, and the modules import o
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional, Protocol, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from ..message_block import MessageRun
 from .codec import ZmtpError
@@ -36,7 +37,7 @@ class Settings:
     #: the socket's name in log lines
     label: str
     #: the largest message taken (``None``: the codec's hard limit)
-    max_message_bytes: Optional[int]
+    max_message_bytes: int | None
     #: received multipart messages are delivered (as tuples of frames), not dropped
     multipart: bool
     #: the socket only receives (PULL, GATHER): PINGs only after a whole interval of silence
@@ -61,7 +62,7 @@ class ConnectionOwner(Protocol):
     """The calls a connection's protocol makes to its owner (the engine's sessions). All
     run on the I/O thread; the owner takes the lock where the application shares state."""
 
-    def deliver(self, conn: Connection, messages: Sequence[EngineMessage], nbytes: Optional[int]) -> bool:
+    def deliver(self, conn: Connection, messages: Sequence[EngineMessage], nbytes: int | None) -> bool:
         """Queue received ``messages`` in ``conn``'s peer's inbox (``nbytes``: their bytes
         when some are tuples of frames, else ``None``); ``True`` when the inbox is now full
         and ``conn`` must stop reading (the owner resumes it once the inbox drained)."""
@@ -71,7 +72,7 @@ class ConnectionOwner(Protocol):
         """As ``deliver``, for single-part messages split in bulk (``codec.plain_run``)."""
         ...
 
-    def take_outgoing(self, peer: Peer) -> Optional[list[EngineMessage]]:
+    def take_outgoing(self, peer: Peer) -> list[EngineMessage] | None:
         """The next messages to write to ``peer``'s connection (what the socket holds of
         broken connections first), about one write batch; ``None`` when there are none
         (callers waiting for the queues to drain are told)."""

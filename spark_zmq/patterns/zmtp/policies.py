@@ -9,7 +9,8 @@ know nothing of connections, threads or the wire.
 from __future__ import annotations
 
 import collections
-from typing import TYPE_CHECKING, Callable, Optional, Sequence, Union
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from ..message_block import MessageRun
 
@@ -51,7 +52,7 @@ class RoundRobin:
                 self._next -= 1
             self._next = self._next % len(peers) if peers else 0
 
-    def next_with_room(self, hwm: int) -> Optional[Peer]:
+    def next_with_room(self, hwm: int) -> Peer | None:
         """The next peer whose outbox holds fewer than ``hwm`` messages (0: no limit), or
         ``None`` when every one is full."""
         peers = self.peers
@@ -106,7 +107,7 @@ class FairQueue:
     def __bool__(self) -> bool:
         return bool(self.readable)
 
-    def deliver(self, peer: Peer, messages: Sequence[EngineMessage], nbytes: Optional[int] = None) -> bool:
+    def deliver(self, peer: Peer, messages: Sequence[EngineMessage], nbytes: int | None = None) -> bool:
         """Queue what ``peer`` sent (``bytes``; tuples of frames, whose bytes ``nbytes``
         then counts, on a socket that takes multipart messages); whether its inbox is now
         full (the engine stops reading it)."""
@@ -133,13 +134,13 @@ class FairQueue:
             peer.resume_asked = False
         return peer.paused
 
-    def take(self, max_messages: int, max_bytes: Optional[int],
-             resume: Callable[[Peer], None]) -> list[Union[EngineMessage, MessageRun]]:
+    def take(self, max_messages: int, max_bytes: int | None,
+             resume: Callable[[Peer], None]) -> list[EngineMessage | MessageRun]:
         """Up to ``max_messages`` messages (and about ``max_bytes``: at least one), a share
         from each peer in turn; ``resume(peer)`` for each paused peer drained to half its
         high-water mark. Runs (``MessageRun``) come out as they are, split where a share or
         ``max_bytes`` ends inside one."""
-        out: list[Union[EngineMessage, MessageRun]] = []
+        out: list[EngineMessage | MessageRun] = []
         readable = self.readable
         size = 0
         count = 0

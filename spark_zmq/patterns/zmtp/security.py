@@ -9,7 +9,7 @@ decides who may connect. A refused client key is logged once per host and key.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
 
 from .null import NullMechanism
 
@@ -27,7 +27,7 @@ log = logging.getLogger("spark_zmq.patterns.zmtp.engine")
 _REFUSED_LOGGED_MAX = 10_000
 
 
-def _prepare_curve(curve: Optional[Curve]) -> Optional[dict[str, Any]]:
+def _prepare_curve(curve: Curve | None) -> dict[str, Any] | None:
     """The socket's CURVE keys, decoded once for every connection's mechanism."""
     if curve is None:
         return None
@@ -47,7 +47,7 @@ class Security:
     """One socket's security (``curve``: ``None`` for NULL): it holds the keys and the
     policy on client keys and makes each connection's mechanism (``new_mechanism``)."""
 
-    def __init__(self, curve: Optional[Curve]) -> None:
+    def __init__(self, curve: Curve | None) -> None:
         self._curve = curve
         self._keys = _prepare_curve(curve)
         #: (host, key) of the CURVE clients refused and logged: each once per socket, as the

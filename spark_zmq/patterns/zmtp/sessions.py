@@ -20,12 +20,13 @@ import logging
 import os
 import selectors
 import socket
-from typing import TYPE_CHECKING, Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import zmq
 
-from . import transport
 from ..message_block import MessageRun
+from . import transport
 from .codec import EngineMessage, ZmtpError
 from .connection import CLOSED, GREETING, HANDSHAKE, READY, Connection, Connector, Peer
 from .owner import Renegotiate, Settings
@@ -54,10 +55,10 @@ class Sessions:
     """The session manager of one ``Engine`` and the owner of its connections (see the
     module's docstring)."""
 
-    def __init__(self, settings: Settings, state: SharedState, poller: Poller, *, curve: Optional[Curve],
-                 rcvbuf: Optional[int], sndbuf: Optional[int], tcp_options: Sequence[tuple[int, int, int]],
+    def __init__(self, settings: Settings, state: SharedState, poller: Poller, *, curve: Curve | None,
+                 rcvbuf: int | None, sndbuf: int | None, tcp_options: Sequence[tuple[int, int, int]],
                  immediate: bool, reconnect_ivl_s: float, reconnect_ivl_max_s: float,
-                 on_event: Optional[Callable[[int, int, str], None]]) -> None:
+                 on_event: Callable[[int, int, str], None] | None) -> None:
         #: what each connection's protocol object reads of the socket
         self._settings = settings
         #: what the application's calls share (``closing``, ``waiters``, the counters are read there)
@@ -240,8 +241,8 @@ class Sessions:
                                      HANDSHAKE_BACKOFF_MAX_S))
             self._poller.at(wait, lambda: self._connect(connector))
 
-    def _adopt(self, sock: socket.socket, address: str, connector: Optional[Connector],
-               connecting: bool = False, endpoint: Optional[str] = None) -> Optional[StreamEngine]:
+    def _adopt(self, sock: socket.socket, address: str, connector: Connector | None,
+               connecting: bool = False, endpoint: str | None = None) -> StreamEngine | None:
         if self._state.closing:
             sock.close()
             return None
@@ -263,7 +264,7 @@ class Sessions:
 
     # -- what a connection asks of its owner (``owner.ConnectionOwner``) ------------------
 
-    def deliver(self, conn: Connection, messages: Sequence[EngineMessage], nbytes: Optional[int]) -> bool:
+    def deliver(self, conn: Connection, messages: Sequence[EngineMessage], nbytes: int | None) -> bool:
         if self._send_only:
             return False
         with self._lock:
@@ -281,7 +282,7 @@ class Sessions:
                 self._cond.notify()
         return paused
 
-    def take_outgoing(self, peer: Peer) -> Optional[list[EngineMessage]]:
+    def take_outgoing(self, peer: Peer) -> list[EngineMessage] | None:
         state, orphans = self._state, self._orphans
         with self._lock:
             source = orphans if orphans else peer.outbox

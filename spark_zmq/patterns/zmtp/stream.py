@@ -22,18 +22,16 @@ import logging
 import selectors
 import socket
 import time
-from typing import TYPE_CHECKING, Any, Callable, Optional, cast
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
 
 import zmq
 
-from .codec import (
-    COMMAND, HANDSHAKE_FRAME_LIMIT, HARD_FRAME_LIMIT, MORE, FrameTooLarge, EngineMessage, ParsedFrame, ZmtpError,
-    encode_messages, parse_frames, plain_run,
-)
+from . import codec
+from .codec import COMMAND, MORE, ParsedFrame, ZmtpError, parse_frames
 from .connection import CLOSED, GREETING, HANDSHAKE, READY, Connection, Connector
-from .wire import GREETING_SIZE, command, error_from_command, greeting, parse_command, parse_greeting, socket_type_of
-
 from .owner import Renegotiate
+from .wire import GREETING_SIZE, command, error_from_command, greeting, parse_command, parse_greeting, socket_type_of
 
 if TYPE_CHECKING:
     from .connection import Mechanism
@@ -60,7 +58,7 @@ class StreamEngine(Connection):
     ``on_command`` and ``shutdown``."""
 
     def __init__(self, owner: ConnectionOwner, settings: Settings, selector: selectors.BaseSelector,
-                 sock: socket.socket, address: str, connector: Optional[Connector], endpoint: str,
+                 sock: socket.socket, address: str, connector: Connector | None, endpoint: str,
                  new_mechanism: Callable[[StreamEngine], Mechanism]) -> None:
         self.owner = owner
         self.settings = settings
@@ -73,7 +71,7 @@ class StreamEngine(Connection):
         #: a message (or a multipart message's frames with their overhead) larger than
         #: this closes the connection
         self.message_limit = settings.max_message_bytes if settings.max_message_bytes is not None \
-            else HARD_FRAME_LIMIT
+            else codec.HARD_FRAME_LIMIT
         super().__init__(sock, address, connector, endpoint, settings.handshake_ivl_s, lambda: new_mechanism(self))
 
     # -- reading and writing a connection ----------------------------------------------
@@ -210,7 +208,7 @@ class StreamEngine(Connection):
     def _handshake_frames(self, data: bytes, i: int) -> int:
         while self.stage == HANDSHAKE:
             frames: list[ParsedFrame] = []
-            i, self.need, _ = parse_frames(data, i, HANDSHAKE_FRAME_LIMIT, frames, one=True)
+            i, self.need, _ = parse_frames(data, i, codec.HANDSHAKE_FRAME_LIMIT, frames, one=True)
             if not frames:
                 return i
             frame = frames[0]
@@ -238,7 +236,7 @@ class StreamEngine(Connection):
         """Whole frames after the handshake: messages into the inbox, commands answered."""
         encrypted = self.mechanism.name != b"NULL"
         if not encrypted and not self.in_multipart:  # frames of one size back to back, split in bulk
-            run, i = plain_run(data, i, self.message_limit)
+            run, i = codec.plain_run(data, i, self.message_limit)
             if run is not None and self._deliver_run(self, run):
                 self._pause()
         overhead = 33 if encrypted else 0  # CURVE's MESSAGE: name, nonce, MAC and flags around the payload
@@ -246,9 +244,9 @@ class StreamEngine(Connection):
         too_large = None
         try:
             i, self.need, flagged = parse_frames(data, i, self.message_limit + overhead, frames)
-        except FrameTooLarge as exc:  # what came before it is still delivered, then the connection closes
+        except codec.FrameTooLarge as exc:  # what came before it is still delivered, then the connection closes
             too_large = ZmtpError(f"a message of {exc.size - overhead} bytes exceeds "
-                                  f"max_message_bytes={self.settings.max_message_bytes or HARD_FRAME_LIMIT}")
+                                  f"max_message_bytes={self.settings.max_message_bytes or codec.HARD_FRAME_LIMIT}")
             flagged = 1
         if frames:
             if flagged or encrypted or self.in_multipart:
@@ -265,7 +263,7 @@ class StreamEngine(Connection):
         commands to the owner, multipart messages dropped whole (49/SCATTERGATHER) or, on a
         socket that takes them (``multipart``), delivered as a tuple of their frames once
         the last one came; messages delivered (also those before a frame that fails)."""
-        out: list[EngineMessage] = []
+        out: list[codec.EngineMessage] = []
         append = out.append
         in_multipart = self.in_multipart
         decode = self.mechanism.decode
@@ -423,7 +421,7 @@ class StreamEngine(Connection):
             return False
         mechanism = self.mechanism
         encode = None if mechanism.name == b"NULL" else mechanism.encode
-        ends = encode_messages(batch, self.out, self.written, encode, getattr(mechanism, "encode_batch", None))
+        ends = codec.encode_messages(batch, self.out, self.written, encode, getattr(mechanism, "encode_batch", None))
         self.out_bytes += ends[-1] - self.written
         self.inflight, self.inflight_ends = batch, ends
         self.batch_base = self.sent_total
@@ -468,7 +466,7 @@ class StreamEngine(Connection):
 
     # -- the mechanism's questions -----------------------------------------------------
 
-    def declare_metadata(self, peer: Optional[dict[str, bytes]]) -> dict[str, bytes]:
+    def declare_metadata(self, peer: dict[str, bytes] | None) -> dict[str, bytes]:
         """The metadata we announce (``Socket-Type``), given the peer's if it spoke first."""
         self.sent_metadata = True
         settings = self.settings

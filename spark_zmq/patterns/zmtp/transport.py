@@ -12,8 +12,9 @@ import os
 import socket
 import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Union
+from typing import Any
 
 __all__ = ["Address", "parse_address", "listen", "register_inproc", "unregister_inproc", "connect_inproc"]
 
@@ -90,7 +91,7 @@ def listen(address: Address, backlog: int = 128) -> tuple[socket.socket, str]:
     raise ValueError(f"cannot listen on {address.describe()}")
 
 
-def connect_target(address: Address) -> tuple[int, Union[str, tuple[Any, ...]]]:
+def connect_target(address: Address) -> tuple[int, str | tuple[Any, ...]]:
     """``(family, sockaddr)`` to connect to; resolves a tcp host name each time (DNS may change)."""
     if address.transport == "tcp":
         family, _, _, _, sockaddr = socket.getaddrinfo(address.host, address.port, type=socket.SOCK_STREAM)[0]
@@ -118,7 +119,7 @@ def unregister_inproc(name: str) -> None:
         _inproc.pop(name, None)
 
 
-def connect_inproc(name: str) -> Optional[socket.socket]:
+def connect_inproc(name: str) -> socket.socket | None:
     """Our end of a new connection to the binder of ``inproc://name``, or ``None`` if nobody
     is bound there yet (the caller retries, as libzmq's inproc allows connect before bind)."""
     with _inproc_lock:

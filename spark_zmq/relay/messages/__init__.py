@@ -14,13 +14,46 @@ ones every build of this protocol sends, so each side talks to the other's older
 
 from __future__ import annotations
 
-from .answers import (AtTimeAnswer, AttachAnswer, CountAnswer, DescribeAnswer, Done, EndWithinAnswer, HelloAnswer,
-                      LeaseRefused, LocateAnswer, LostAnswer, RangeDescription, ReaderEntry, ReadersAnswer,
-                      RelayDescription, Retention, StateAnswer, TimeStart)
+from .answers import (
+                      AttachAnswer,
+                      AtTimeAnswer,
+                      CountAnswer,
+                      DescribeAnswer,
+                      Done,
+                      EndWithinAnswer,
+                      HelloAnswer,
+                      LeaseRefused,
+                      LocateAnswer,
+                      LostAnswer,
+                      RangeDescription,
+                      ReaderEntry,
+                      ReadersAnswer,
+                      RelayDescription,
+                      Retention,
+                      StateAnswer,
+                      TimeStart,
+)
 from .fields import Hint, ProtocolMismatch, Wire, WireLoss, reply_id
-from .requests import (REQUESTS, AdvanceRequest, AtTimeRequest, AttachRequest, CountRequest, DescribeRequest,
-                       DetachRequest, EndWithinRequest, Envelope, HelloRequest, LocateRequest, LostRequest,
-                       ReadersRequest, ReleaseRequest, RemoveReaderRequest, Request, StartRequest, StateRequest)
+from .requests import (
+                      REQUESTS,
+                      AdvanceRequest,
+                      AttachRequest,
+                      AtTimeRequest,
+                      CountRequest,
+                      DescribeRequest,
+                      DetachRequest,
+                      EndWithinRequest,
+                      Envelope,
+                      HelloRequest,
+                      LocateRequest,
+                      LostRequest,
+                      ReadersRequest,
+                      ReleaseRequest,
+                      RemoveReaderRequest,
+                      Request,
+                      StartRequest,
+                      StateRequest,
+)
 
 __all__ = [
     "Wire", "Hint", "ProtocolMismatch", "reply_id", "WireLoss",

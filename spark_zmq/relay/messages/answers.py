@@ -10,13 +10,28 @@ connector's protocol (``ProtocolMismatch`` otherwise), since nothing else it say
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from ...ingest.runtime import RangeInfo
 from ..protocol import PROTOCOL
 from ..readers import DEFAULT_READER
-from .fields import (Hint, Wire, WireLoss, channel_key, flag, hint, integer, integers, json_list, json_object, need,
-                     protocol_of, real, text, texts)
+from .fields import (
+    Hint,
+    Wire,
+    WireLoss,
+    channel_key,
+    flag,
+    hint,
+    integer,
+    integers,
+    json_list,
+    json_object,
+    need,
+    protocol_of,
+    real,
+    text,
+    texts,
+)
 
 __all__ = ["Done", "LeaseRefused", "HelloAnswer", "RelayDescription", "StateAnswer", "AttachAnswer", "CountAnswer",
            "EndWithinAnswer", "LostAnswer", "LocateAnswer", "RangeDescription", "DescribeAnswer", "TimeStart",
@@ -123,7 +138,7 @@ class StateAnswer:
     idle: float = 0.0
     rejected: int = 0
     broken: int = 0
-    committed: Optional[list[int]] = None
+    committed: list[int] | None = None
 
     def to_wire(self) -> dict[str, Any]:
         return {"latest": self.latest, "earliest": self.earliest, "errors": self.errors, "idle": self.idle,
@@ -147,7 +162,7 @@ class AttachAnswer:
 
     relay: RelayDescription
     state: StateAnswer
-    attended_until: Optional[list[int]] = None
+    attended_until: list[int] | None = None
 
     def to_wire(self) -> dict[str, Any]:
         return {**self.relay.to_wire(), **self.state.to_wire(), "attendedUntil": self.attended_until}
@@ -206,7 +221,7 @@ class LostAnswer:
 class LocateAnswer:
     """Where the offset asked lies in the spool (``None``: not spooled)."""
 
-    at: Optional[Hint]
+    at: Hint | None
 
     def to_wire(self) -> dict[str, Any]:
         return {"at": list(self.at) if self.at else None}
@@ -223,7 +238,7 @@ class RangeDescription:
 
     rows: int
     bytes: int
-    at: Optional[Hint]
+    at: Hint | None
     lost: list[WireLoss]
 
     @classmethod
@@ -275,7 +290,7 @@ class TimeStart:
     freed offsets that were (``None``: none)."""
 
     offset: int
-    lost: Optional[WireLoss] = None
+    lost: WireLoss | None = None
 
     def to_wire(self) -> list[Any]:
         return [self.offset, None if self.lost is None else self.lost.to_wire()]
@@ -311,7 +326,7 @@ class ReaderEntry:
     committed: list[int]
     registered: int
     held: bool
-    idle: Optional[float]
+    idle: float | None
     behind: list[int]
     lost: list[int]
 
@@ -333,8 +348,8 @@ class ReaderEntry:
 class Retention:
     """What a relay keeps for readers that lag: bytes and seconds (``None``: no limit)."""
 
-    bytes: Optional[int] = None
-    seconds: Optional[float] = None
+    bytes: int | None = None
+    seconds: float | None = None
 
     def to_wire(self) -> dict[str, Any]:
         return {"bytes": self.bytes, "seconds": self.seconds}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Optional, Union, cast, overload
+from typing import Any, Literal, cast, overload
 
 from ...ingest.loss import LostRange
 from ...options import reader_name_problem
@@ -33,7 +33,7 @@ class ProtocolMismatch(ValueError):
     """The relay speaks another protocol: nothing else it says can be read."""
 
 
-def reply_id(wire: Wire) -> Union[int, str, None]:
+def reply_id(wire: Wire) -> int | str | None:
     """The ``"id"`` an answer echoes: the request's, when it is a number or a string."""
     value = wire.get("id")
     return value if isinstance(value, (int, str)) else None
@@ -44,8 +44,8 @@ def reply_id(wire: Wire) -> Union[int, str, None]:
 @overload
 def int63(wire: Wire, key: str, *, optional: Literal[False] = False) -> int: ...
 @overload
-def int63(wire: Wire, key: str, *, optional: bool) -> Optional[int]: ...
-def int63(wire: Wire, key: str, *, optional: bool = False) -> Optional[int]:
+def int63(wire: Wire, key: str, *, optional: bool) -> int | None: ...
+def int63(wire: Wire, key: str, *, optional: bool = False) -> int | None:
     value = wire.get(key)
     if value is None and optional:
         return None
@@ -54,7 +54,7 @@ def int63(wire: Wire, key: str, *, optional: bool = False) -> Optional[int]:
     return value
 
 
-def reader_name(wire: Wire, key: str, default: Optional[str] = None) -> str:
+def reader_name(wire: Wire, key: str, default: str | None = None) -> str:
     """A reader's name from ``wire[key]`` (``default`` when absent), or a clear error."""
     name = wire.get(key, default)
     problem = reader_name_problem(name)
@@ -63,12 +63,12 @@ def reader_name(wire: Wire, key: str, default: Optional[str] = None) -> str:
     return cast(str, name)  # a valid reader name (``reader_name_problem`` said nothing)
 
 
-def session_of(value: object) -> Optional[str]:
+def session_of(value: object) -> str | None:
     """A lease session's id (1 to 64 characters), ``None`` when ``value`` is not one."""
     return value if isinstance(value, str) and 0 < len(value) <= 64 else None
 
 
-def channel_key(key: object) -> Optional[int]:
+def channel_key(key: object) -> int | None:
     """The channel a JSON object's key names (``"3"``), ``None`` when it names none."""
     if isinstance(key, str) and 0 < len(key) <= _KEY_DIGITS and key.isascii() and key.isdigit():
         return int(key)
@@ -129,7 +129,7 @@ def json_object(value: object, key: str) -> Wire:
     return value
 
 
-def hint(value: object, key: str) -> Optional[Hint]:
+def hint(value: object, key: str) -> Hint | None:
     if value is None:
         return None
     if not (isinstance(value, list) and len(value) == 2 and isinstance(value[0], str)):
@@ -156,7 +156,7 @@ class WireLoss:
     words: str
 
     @classmethod
-    def of(cls, lost: LostRange, within: Optional[tuple[int, int]] = None) -> WireLoss:
+    def of(cls, lost: LostRange, within: tuple[int, int] | None = None) -> WireLoss:
         """``lost``, its words narrowed to ``within`` (the range asked about) when given."""
         return cls(lost.first, lost.end, (lost.within(*within) if within is not None else lost).describe())
 

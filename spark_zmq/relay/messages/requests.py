@@ -11,13 +11,24 @@ channels it has, the offsets it has written) are the service's.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Generic, Optional, TypeVar, Union
+from typing import Any, ClassVar, Generic, TypeVar
 
 from ..operator import token_problem
 from ..protocol import MAX_ADVANCE, Op
 from ..readers import DEFAULT_READER
-from .answers import (AtTimeAnswer, AttachAnswer, CountAnswer, DescribeAnswer, Done, EndWithinAnswer, HelloAnswer,
-                      LocateAnswer, LostAnswer, ReadersAnswer, StateAnswer)
+from .answers import (
+    AttachAnswer,
+    AtTimeAnswer,
+    CountAnswer,
+    DescribeAnswer,
+    Done,
+    EndWithinAnswer,
+    HelloAnswer,
+    LocateAnswer,
+    LostAnswer,
+    ReadersAnswer,
+    StateAnswer,
+)
 from .fields import Wire, channel_key, int63, reader_name, reply_id, session_of
 
 __all__ = ["Request", "Envelope", "REQUESTS", "HelloRequest", "AttachRequest", "DetachRequest", "StateRequest",
@@ -106,7 +117,7 @@ class RemoveReaderRequest(Request[ReadersAnswer]):
     token (``spark_zmq.relay.operator``)."""
 
     name: str
-    operator: Optional[str] = None
+    operator: str | None = None
     op = Op.REMOVE_READER
     leased = False
 
@@ -148,8 +159,8 @@ class EndWithinRequest(Request[EndWithinAnswer]):
     channel: int
     start: int
     end: int
-    rows: Optional[int] = None
-    bytes: Optional[int] = None
+    rows: int | None = None
+    bytes: int | None = None
     op = Op.END_WITHIN
 
     def to_wire(self) -> dict[str, Any]:
@@ -302,8 +313,8 @@ class Envelope:
 
     request: Request[Any]
     reader: str = DEFAULT_READER
-    session: Optional[str] = None
-    id: Union[int, str, None] = None
+    session: str | None = None
+    id: int | str | None = None
 
     def to_wire(self) -> dict[str, Any]:
         return {"op": self.request.op.value, "id": self.id, "session": self.session, "reader": self.reader,

@@ -14,7 +14,8 @@ out of the payload.
 
 from __future__ import annotations
 
-from typing import Iterator, Mapping, Optional, TypedDict
+from collections.abc import Iterator, Mapping
+from typing import TypedDict
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -57,11 +58,11 @@ class ArrowMessages:
         self.fixed = options.topic.encode() if options.topic is not None else None
         #: the number the next encoded message gets
         self.sequence = 0
-        self._held: Optional[tuple[Optional[bytes], pa.RecordBatch]] = None
+        self._held: tuple[bytes | None, pa.RecordBatch] | None = None
 
-    def pieces(self, batch: pa.RecordBatch) -> Iterator[tuple[Optional[bytes], pa.RecordBatch]]:
+    def pieces(self, batch: pa.RecordBatch) -> Iterator[tuple[bytes | None, pa.RecordBatch]]:
         """``(topic frame or None, rows)`` of the messages ``batch`` makes."""
-        groups: list[tuple[Optional[bytes], pa.RecordBatch]]
+        groups: list[tuple[bytes | None, pa.RecordBatch]]
         if self.by_column and "topic" in batch.schema.names:
             column = batch.column("topic")
             payload = payload_columns(batch, drop_topic=True)
@@ -88,7 +89,7 @@ class ArrowMessages:
         held, self._held = self._held, None
         return [] if held is None else [self._message(held, last=True)]
 
-    def _message(self, held: tuple[Optional[bytes], pa.RecordBatch], last: bool) -> Message:
+    def _message(self, held: tuple[bytes | None, pa.RecordBatch], last: bool) -> Message:
         topic, piece = held
         sequence, self.sequence = self.sequence, self.sequence + 1
         return topic, arrow_message(piece, {**self.header, "sequence": sequence, "last": "true" if last else "false"})

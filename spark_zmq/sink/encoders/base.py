@@ -12,14 +12,14 @@ task hands each shape to the sender's method for it, so no ``None`` ever has to 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import ClassVar, Generic, Optional, TypeVar, Union
+from typing import ClassVar, Generic, TypeVar
 
 import pyarrow as pa
 
 __all__ = ["Encoder", "PayloadEncoder", "TopicEncoder", "Message", "payload_columns", "routes_by_column"]
 
 #: (topic frame or None, payload): one ``pub`` message
-Message = tuple[Optional[bytes], bytes]
+Message = tuple[bytes | None, bytes]
 
 #: what one encoded message is: a bare payload, or a ``Message``
 T = TypeVar("T", bytes, Message)
@@ -54,7 +54,7 @@ class TopicEncoder(Encoder[Message]):
     """``(topic, payload)`` messages, for ``pub``."""
 
 
-def routes_by_column(pattern: str, topic: Optional[str]) -> bool:
+def routes_by_column(pattern: str, topic: str | None) -> bool:
     """Whether a ``topic`` column, when the DataFrame has one, is each row's topic (and so
     not part of the payload): ``pub`` without a fixed ``topic`` option. Elsewhere a column
     named ``topic`` is data like any other."""
@@ -69,4 +69,4 @@ def payload_columns(batch: pa.RecordBatch, drop_topic: bool) -> pa.RecordBatch:
 
 
 #: either shape, as ``encoder_for`` returns it
-AnyEncoder = Union[PayloadEncoder, TopicEncoder]
+AnyEncoder = PayloadEncoder | TopicEncoder

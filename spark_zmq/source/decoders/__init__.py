@@ -65,7 +65,7 @@ def make_decoder(fmt: str, schema: StructType, **settings: Any) -> Decoder:
     return cls(schema, **settings)
 
 
-def decoder_for(options: "SourceOptions", schema: StructType) -> Decoder:
+def decoder_for(options: SourceOptions, schema: StructType) -> Decoder:
     """The decoder a source's options call for (stream and bounded batch reads alike).
     Made on the driver first, so that a schema the options cannot fill fails there."""
     return make_decoder(options.format, schema, mode=options.mode, corrupt_column=options.corrupt_column,

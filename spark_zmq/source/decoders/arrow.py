@@ -12,7 +12,8 @@ metadata repeats on every row, rows x its bytes are capped like decompressed buf
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Optional
+from collections.abc import Iterator
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.types import StructType
@@ -33,9 +34,9 @@ class ArrowDecoder(Decoder):
     def __init__(self, schema: StructType, **settings: Any) -> None:
         super().__init__(schema, **settings)
         # includeHeaders: where the headers column goes, and the columns read from messages
-        self.headers_at: Optional[int] = self.layout.headers_at
-        self.headers_type: Optional[pa.DataType] = self.layout.headers_type
-        self.message_target: Optional[pa.Schema] = self.layout.message_target
+        self.headers_at: int | None = self.layout.headers_at
+        self.headers_type: pa.DataType | None = self.layout.headers_type
+        self.message_target: pa.Schema | None = self.layout.message_target
         # decompressed bytes one message may take (and its casts may allocate)
         self.max_body_bytes = min(arrow_guard.MAX_DECOMPRESSED_BYTES, 16 * self.max_message_bytes)
 
@@ -48,7 +49,7 @@ class ArrowDecoder(Decoder):
         data = values.buffers()[2]
         valid = None if values.null_count == 0 else values.is_valid().to_numpy(zero_copy_only=False)
         for i in range(len(values)):
-            headers: Optional[Headers] = None
+            headers: Headers | None = None
             try:
                 if valid is not None and not valid[i]:
                     raise arrow_guard.MalformedArrowError("null message")

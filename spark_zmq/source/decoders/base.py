@@ -3,7 +3,8 @@ includeMetadata columns and the vectorised helpers over a spool batch's messages
 
 from __future__ import annotations
 
-from typing import ClassVar, Iterator, Optional, Union
+from collections.abc import Iterator
+from typing import ClassVar
 
 import numpy as np
 import pyarrow as pa
@@ -26,7 +27,7 @@ class MalformedMessageError(DecodeError):
     """A message does not parse in the declared format/schema (mode FAILFAST; arrow
     PERMISSIVE too). ``channel`` and ``offset`` locate the message."""
 
-    def __init__(self, message: str, channel: Optional[int] = None, offset: Optional[int] = None) -> None:
+    def __init__(self, message: str, channel: int | None = None, offset: int | None = None) -> None:
         super().__init__(message)
         self.channel = channel
         self.offset = offset
@@ -98,7 +99,7 @@ def _invalid_utf8(values: pa.Array) -> list[int]:
 
 
 #: which message of the piece each output row came from: one index for all, or one per row
-RowsFrom = Union[int, np.ndarray]
+RowsFrom = int | np.ndarray
 
 
 class Decoder:
@@ -119,7 +120,7 @@ class Decoder:
         schema: StructType,
         *,
         mode: str = "PERMISSIVE",
-        corrupt_column: Optional[str] = None,
+        corrupt_column: str | None = None,
         max_message_bytes: int = 64 << 20,
         include_headers: bool = False,
         include_metadata: bool = False,
@@ -129,10 +130,10 @@ class Decoder:
         self.layout = layout
         #: includeMetadata: the output schema (data columns + metadata); ``target`` and
         #: ``schema`` are then the data columns only, what the messages hold
-        self.output: Optional[pa.Schema] = layout.output
+        self.output: pa.Schema | None = layout.output
         self.schema: StructType = layout.schema
         self.target: pa.Schema = layout.target
-        self.corrupt_column: Optional[str] = layout.corrupt_column
+        self.corrupt_column: str | None = layout.corrupt_column
         self.mode = mode
         self.max_message_bytes = max_message_bytes
         self.malformed = 0

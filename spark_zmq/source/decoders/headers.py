@@ -5,7 +5,7 @@ drop a retried write's copies."""
 
 from __future__ import annotations
 
-from typing import Mapping, Optional
+from collections.abc import Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -36,7 +36,7 @@ class Headers:
         self.row_bytes = self.metadata_bytes + _ROW_ENTRY_BYTES
 
 
-def headers_template(metadata: Optional[Mapping[bytes, bytes]]) -> Headers:
+def headers_template(metadata: Mapping[bytes, bytes] | None) -> Headers:
     """A message's custom metadata as the keys and values every row's ``headers`` map
     starts with: decoded as UTF-8 with invalid bytes replaced (U+FFFD), never an error; a
     key the decoding makes equal to an earlier one keeps the later value; ``spark_zmq.row``

@@ -25,7 +25,8 @@ import json
 import logging
 import re
 from collections import Counter
-from typing import Any, Iterator, Optional
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -103,7 +104,7 @@ class JsonDecoder(Decoder):
                 "declare such columns as string and convert them in Spark"
             ) from None
 
-    def _declared_type(self, path: str) -> Optional[str]:
+    def _declared_type(self, path: str) -> str | None:
         """The declared Spark type of the column at pyarrow's JSON ``path`` (``/a/b``)."""
         kind: Any = self.schema
         for name in path.strip("/").split("/"):
@@ -139,7 +140,7 @@ class JsonDecoder(Decoder):
         log.warning("format json, mode=%s: %s of %s messages of channel %s (offsets %s to %s) %s: %s%s",
                     self.mode, f"{len(bad):,}", f"{n:,}", channel, first, first + n - 1, outcome, told, more)
 
-    def _malformed_error(self, channel: int, offset: int, value: Optional[bytes], reason: str) -> MalformedMessageError:
+    def _malformed_error(self, channel: int, offset: int, value: bytes | None, reason: str) -> MalformedMessageError:
         return MalformedMessageError(
             f"malformed {self.fmt} message at channel {channel}, offset {offset} "
             f"(mode=FAILFAST): {reason}; message starts {_preview(value or b'')!r}",
@@ -192,7 +193,7 @@ class JsonDecoder(Decoder):
         longest = int(lengths[ok].max()) if ok.any() else 0
         return ok, longest
 
-    def _check_object(self, value: Optional[bytes]) -> Optional[str]:
+    def _check_object(self, value: bytes | None) -> str | None:
         """Why a message that failed the screen is malformed, or None when it is one JSON
         object (then pyarrow may parse it: it cannot start a block with a non-object)."""
         if value is None:
