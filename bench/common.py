@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import signal
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -136,7 +136,10 @@ class Relay:
 
 def warm_up(query, endpoints: list[str], kind: str, arg: float, messages: int = 2000) -> int:
     """Send a few messages per endpoint and wait until Spark processed them, so Python
-    workers are started and modules imported before the measured run. Returns the rows sent."""
+    workers are started and modules imported before the measured run. Returns the rows sent:
+    none for ``messages=0`` (a smoke run), which starts no producer."""
+    if messages == 0:
+        return 0
     rows = 0
     for endpoint in endpoints:
         p = Producer(endpoint, messages, kind, arg)
