@@ -30,6 +30,10 @@ one per event) and, for the consumer, the messages it received (one line each).
 - ``keygen``: on the driver's host, ``spark_zmq.patterns.curve_keys.keygen`` writes the
   key pair ``key_name`` in ``directory`` (the secret stays there) and copies the public
   certificate into ``public_dir``.
+- ``stage1``, ``stage2``: the two stages of a pipeline (docs/pipelines.md), each a Spark
+  application of its own on its host: a zmq source of text numbers written with the zmq
+  sink (push, arrow), and a ``committedOnly`` zmq source written to JSON files; both run
+  until their ``stop_file`` exists.
 - ``serve``: one session for many ``stream``, ``write``, ``request`` and ``keygen`` specs,
   named one per line on stdin.
 """
@@ -387,6 +391,98 @@ def keygen(spec: dict, session=None) -> int:
     return 0 if result["ok"] else 1
 
 
+def _source_figures(progress: dict) -> dict:
+    """From one progress of a zmq source: ``latest`` (messages spooled, all channels),
+    ``end`` (the batch's end offsets), ``lag`` (records received and in no planned batch),
+    and the ``committedOnly`` counters (released batches and messages) when there are any."""
+    def decoded(value):
+        if isinstance(value, str):
+            try:
+                return json.loads(value)
+            except ValueError:
+                return {}
+        return value or {}
+    source = progress.get("sources", [{}])[0]
+    latest, end = decoded(source.get("latestOffset")), decoded(source.get("endOffset"))
+    return {"latest": sum(v for k, v in latest.items() if k.isdigit()),
+            "end": sum(v for k, v in end.items() if k.isdigit()),
+            "lag": (latest.get("lag") or {}).get("records", 0),
+            "broken": int(latest.get("brokenConnections", 0)),
+            "committed_only": latest.get("committedOnly", {})}
+
+
+def _follow(query, spec: dict, report) -> dict:
+    """Until the stop file exists or the query fails: every new progress to ``report``."""
+    looked: set = set()
+    error = None
+    while not os.path.exists(spec["stop_file"]):
+        for p in query.recentProgress:
+            if (p["batchId"], p["timestamp"]) not in looked:
+                looked.add((p["batchId"], p["timestamp"]))
+                report(p)
+        if query.exception() is not None:
+            error = str(query.exception())
+            break
+        time.sleep(0.1)  # polling the query's progress until told to stop
+    return {"error": error}
+
+
+def stage1(spec: dict) -> int:
+    """Stage 1 of a two-stage pipeline (docs/pipelines.md): its own Spark application
+    (``master``, default ``local[2,4]``: two cores, a failed task run again as on a
+    cluster), a zmq source (``source`` options) of text numbers in 2 partitions, ``id`` =
+    the number (each row taking ``pace_ms`` in the writing task: a write that lasts), written
+    with ``writeStream.format("zmq")`` push arrow to ``endpoints`` (checkpoint
+    ``checkpoint``). Reports ``started`` and a ``batch`` event per progress with rows."""
+    status = spec["status"]
+    spark = _session(dict(spec, master=spec.get("master", "local[2,4]")))
+    value = "CAST(value AS STRING)"
+    if spec.get("pace_ms"):
+        value = f"concat({value}, coalesce(substr(reflect('java.lang.Thread', 'sleep', " \
+                f"CAST({int(spec['pace_ms'])} AS BIGINT)), 1, 0), ''))"
+    query = (spark.readStream.format("zmq").options(**spec["source"]).load().repartition(2)
+             .selectExpr(f"CAST({value} AS BIGINT) AS id")
+             .writeStream.format("zmq").option("pattern", "push").option("format", "arrow")
+             .option("endpoints", spec["endpoints"]).option("rowsPerMessage", str(spec.get("rows_per_message", 100)))
+             .option("checkpointLocation", spec["checkpoint"]).trigger(processingTime="1 second").start())
+    _status(status, event="started")
+
+    def report(p: dict) -> None:
+        if p["numInputRows"]:
+            _status(status, event="batch", batch=p["batchId"], rows=p["numInputRows"])
+    result = _follow(query, spec, report)
+    query.stop()
+    with open(spec["result"], "w") as f:
+        json.dump(result, f)
+    _status(status, event="done", ok=result["error"] is None)
+    spark.stop()
+    return 0
+
+
+def stage2(spec: dict) -> int:
+    """Stage 2: its own Spark application, a zmq source binding ``endpoint`` (pull, arrow,
+    ``committedOnly=true``, schema ``id long``, ``spoolDir``) written by Spark's JSON file
+    sink to ``output`` (``value``: the id as text). Reports a ``progress`` event for
+    every progress (``_source_figures``)."""
+    status = spec["status"]
+    spark = _session(dict(spec, master=spec.get("master", "local[2,4]")))
+    query = (spark.readStream.format("zmq").option("pattern", "pull").option("endpoints", spec["endpoint"])
+             .option("format", "arrow").option("committedOnly", "true").option("spoolDir", spec["spool_dir"])
+             .schema("id long").load()
+             .selectExpr("CAST(id AS STRING) AS value")
+             .writeStream.format("json").option("path", spec["output"]).option("checkpointLocation", spec["checkpoint"])
+             .trigger(processingTime="500 milliseconds").start())
+    _status(status, event="started")
+    result = _follow(query, spec, lambda p: _status(status, event="progress", batch=p["batchId"],
+                                                      rows=p["numInputRows"], **_source_figures(p)))
+    query.stop()
+    with open(spec["result"], "w") as f:
+        json.dump(result, f)
+    _status(status, event="done", ok=result["error"] is None)
+    spark.stop()
+    return 0
+
+
 def serve(spec: dict) -> int:
     """One driver application for many scenarios (Spark's start is most of a scenario's
     time): the session is made once, then every line on stdin names a spec file whose
@@ -417,4 +513,4 @@ if __name__ == "__main__":
     with open(spec_path) as f:
         spec = json.load(f)
     sys.exit({"produce": produce, "consume": consume, "worker": worker, "stream": stream, "write": write,
-              "request": request, "serve": serve}[role](spec))
+              "request": request, "serve": serve, "stage1": stage1, "stage2": stage2}[role](spec))
