@@ -175,7 +175,8 @@ def plain_run(data: bytes | memoryview, i: int, limit: int) -> tuple[MessageRun 
     stride = head + size
     count = (n - i) // stride
     if size > limit or count < RUN_MIN or data[i + stride:i + stride + head] != data[i:i + head]:
-        return None, i  # (the second frame's header compared first: a cheap no for mixed sizes)
+        # (the second frame's header compared first: a cheap no for mixed sizes)
+        return short_run(data, i, limit) if head == 2 else (None, i)
     rows = np.frombuffer(data, np.uint8, count * stride, i).reshape(count, stride)
     same = rows[:, :head] == rows[0, :head]
     if not same.all():  # (two passes when every header is the same: the stream's usual case)
@@ -184,6 +185,44 @@ def plain_run(data: bytes | memoryview, i: int, limit: int) -> tuple[MessageRun 
             return None, i
     bodies = rows[:count, head:].tobytes()
     return MessageRun(bodies, np.arange(count + 1, dtype=np.int64) * size), i + count * stride
+
+
+def short_run(data: bytes | memoryview, i: int, limit: int) -> tuple[MessageRun | None, int]:
+    """``plain_run`` for frames of many sizes: the plain short frames (no flags, bodies up
+    to 255 bytes, none above ``limit``) from ``i``, ``(their bodies as a MessageRun,
+    offset after them)``, or ``(None, i)`` when fewer than ``RUN_MIN`` start there.
+
+    Why: one-row messages of varying size (JSON events, log lines) would otherwise cost
+    ``parse_frames``' ``bytes`` object per frame and a join after it. Here one Python step
+    a frame only finds where each header is (each frame's place depends on the sizes
+    before it); numpy then drops the headers from the span in one pass, leaving the bodies
+    joined, and the offsets are the headers' places. What it takes is exactly what
+    ``parse_frames`` would read; it stops at the first other frame."""
+    n = len(data)
+    first = i
+    heads: list[int] = []
+    mark = heads.append
+    cap = min(limit, 255)
+    while n - i >= 2 and not data[i]:
+        size = data[i + 1]
+        end = i + 2 + size
+        if size > cap or end > n:
+            break
+        mark(i)
+        i = end
+    if len(heads) < RUN_MIN:
+        return None, first
+    places = np.array(heads, np.int64) - first
+    span = np.frombuffer(data, np.uint8, i - first, first)
+    keep = np.ones(i - first, bool)
+    keep[places] = False
+    keep[places + 1] = False
+    offsets = np.empty(len(heads) + 1, np.int64)
+    offsets[0] = 0
+    # each frame's body ends where the next header starts (the last one's at ``i``)
+    np.subtract(np.append(places[1:], i - first), places + 2, out=offsets[1:])
+    np.cumsum(offsets[1:], out=offsets[1:])
+    return MessageRun(span[keep].tobytes(), offsets), i
 
 
 def encode_messages(batch: Sequence[EngineMessage], chunks: MutableSequence[Chunk], offset: int,
