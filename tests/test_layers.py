@@ -25,9 +25,9 @@ import subprocess
 import sys
 
 import pytest
+from import_graph import cycles, describe, from_target, import_graph
 
 import spark_zmq
-from import_graph import cycles, describe, from_target, import_graph
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -54,8 +54,8 @@ import struct
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Optional
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
@@ -76,9 +76,9 @@ from pyspark.sql.types import (  # noqa: E402
 )
 
 from spark_zmq.arrow import guard as arrow_guard  # noqa: E402
+from spark_zmq.ingest.receiver import messages_to_batch  # noqa: E402
 from spark_zmq.source.decoders import Decoder, MalformedMessageError, make_decoder  # noqa: E402
 from spark_zmq.source.decoders import json as json_decoder  # noqa: E402
-from spark_zmq.ingest.receiver import messages_to_batch  # noqa: E402
 
 TARGETS = ("json", "arrow", "arrow-count", "text", "zmtp")
 MODES = ("PERMISSIVE", "DROPMALFORMED", "FAILFAST")
@@ -105,7 +105,7 @@ class Case:
         return b"".join(out)
 
     @staticmethod
-    def load(data: bytes) -> "Case":
+    def load(data: bytes) -> Case:
         if not data.startswith(MAGIC):
             raise ValueError("not a fuzz case file")
         pos = len(MAGIC)
@@ -271,7 +271,7 @@ ARROW_TARGETS = {
 }
 
 
-def ipc(batches: list, compression: Optional[str] = None) -> bytes:
+def ipc(batches: list, compression: str | None = None) -> bytes:
     sink = pa.BufferOutputStream()
     options = pa.ipc.IpcWriteOptions(compression=compression, use_threads=False)
     with pa.ipc.new_stream(sink, batches[0].schema, options=options) as writer:
@@ -501,7 +501,7 @@ def _zmtp_item_frames(item: list) -> list:
     return [(wire.COMMAND, wire.command(bytes.fromhex(item[1]), bytes.fromhex(item[2])))]
 
 
-def _zmtp_closes(items: list, limit: Optional[int]) -> bool:
+def _zmtp_closes(items: list, limit: int | None) -> bool:
     """Whether ``items`` sent after a valid handshake make the Gather close the connection
     by itself (a frame above the limit, or an ERROR command)."""
     for item in items:
@@ -512,7 +512,7 @@ def _zmtp_closes(items: list, limit: Optional[int]) -> bool:
     return False
 
 
-def _zmtp_expected(items: list, limit: Optional[int]) -> list:
+def _zmtp_expected(items: list, limit: int | None) -> list:
     """The messages a Gather must deliver from ``items`` sent after a valid handshake: the
     single-part ones, until a frame above the limit or an ERROR closes the connection."""
     out = []
@@ -778,10 +778,11 @@ def _zmtp_gather(name: str):
         _zmtp_state["errors"] = handler
     pair = _zmtp_state.get(name)
     if pair is None:
+        from zmq.utils import z85
+
         from spark_zmq.patterns import Gather, Scatter
         from spark_zmq.patterns.curve import Curve
         from spark_zmq.patterns.curve_keys import KeyPair
-        from zmq.utils import z85
 
         limit, hwm, curve = ZMTP_GATHERS[name]
         import zmq
@@ -888,7 +889,7 @@ class _Client:
                 return False
         return not self.eof
 
-    def recv_exact(self, n: int) -> Optional[bytes]:
+    def recv_exact(self, n: int) -> bytes | None:
         while len(self.received) < n:
             if self.eof:
                 return None
@@ -898,7 +899,7 @@ class _Client:
         del self.received[:n]
         return out
 
-    def recv_frame(self) -> Optional[tuple]:
+    def recv_frame(self) -> tuple | None:
         head = self.recv_exact(2)
         if head is None:
             return None
@@ -937,7 +938,7 @@ class _Client:
         self._drain(0)
 
 
-def _curve_session(client: "_Client", p: dict) -> list:
+def _curve_session(client: _Client, p: dict) -> list:
     """The handshake of an interactive CURVE client; returns the writes that follow it."""
     from nacl.bindings import crypto_box_seed_keypair
 
@@ -988,7 +989,7 @@ def _run_zmtp(case: Case) -> None:
     that Gather is closed, so the next input starts clean (no event or message of this one
     left over)."""
     name = case.params["gather"]
-    client: Optional[_Client] = None
+    client: _Client | None = None
     try:
         gather, scatter = _zmtp_gather(name)
         client = _Client(gather, time.monotonic() + ZMTP_DEADLINE_S)
@@ -1003,7 +1004,7 @@ def _run_zmtp(case: Case) -> None:
             client.sock.close()
 
 
-def _zmtp_check(case: Case, gather, scatter, client: "_Client") -> None:
+def _zmtp_check(case: Case, gather, scatter, client: _Client) -> None:
     import zmq
 
     p = case.params
@@ -1243,7 +1244,7 @@ def replay(path: str) -> int:
     return 0
 
 
-def main(argv: Optional[list] = None) -> int:
+def main(argv: list | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--target", choices=TARGETS + ("all",), default="all")
     parser.add_argument("--seconds", type=float, default=60, help="total time budget, split evenly over the targets")

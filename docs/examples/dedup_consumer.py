@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Iterator
+from collections.abc import Iterator
 
 import pyarrow as pa
 

@@ -14,9 +14,8 @@ import time
 import pytest
 import zmq
 import zmq.auth
-from zmq.auth.thread import ThreadAuthenticator
-
 from clitest import keygen, unboxed
+from zmq.auth.thread import ThreadAuthenticator
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -13,12 +13,12 @@ import time
 
 import pytest
 import zmq
+from clitest import keygen, unboxed
+from zmqtest import free_ports
 
 import spark_zmq
 from spark_zmq.patterns import Broker
 from spark_zmq.worker import serve
-from clitest import keygen, unboxed
-from zmqtest import free_ports
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -31,7 +31,6 @@ from pathlib import Path
 
 import pytest
 from pyspark.sql import functions as F
-
 from zmqtest import stop_all, wait_until
 
 FILES = 3

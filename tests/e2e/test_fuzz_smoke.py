@@ -38,7 +38,7 @@ def test_fuzz_every_target_for_a_few_seconds_finds_nothing(tmp_path):
     assert time.monotonic() - started < 60
 
 
-def _case(name: str) -> "fuzz.Case":
+def _case(name: str) -> fuzz.Case:
     return fuzz.Case("text", name, [b"x"], {"format": "raw"})
 
 
@@ -66,7 +66,7 @@ def test_saved_cases_replay(tmp_path):
     assert fuzz.replay(finding.path) == 0  # decoded as the contract says: FAILFAST raised at offset 0
 
 
-def _zmtp_case(seed: int, kind: str) -> "fuzz.Case":
+def _zmtp_case(seed: int, kind: str) -> fuzz.Case:
     rng = random.Random(seed)
     while True:
         case = fuzz.gen_zmtp(rng)

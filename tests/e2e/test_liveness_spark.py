@@ -13,7 +13,6 @@ import time
 
 import pytest
 import zmq
-
 from faultproxy import FaultProxy
 from zmqtest import Trickle, stop_all, wait_until
 

@@ -15,11 +15,11 @@ import uuid
 import pytest
 import zmq
 from prometheus_client.parser import text_string_to_metric_families
+from zmqtest import free_ports, wait_until
 
 from spark_zmq.relay.client import RelayClient
 from spark_zmq.relay.messages import AttachRequest, ReleaseRequest
 from spark_zmq.worker import serve
-from zmqtest import free_ports, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 

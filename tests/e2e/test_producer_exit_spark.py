@@ -16,7 +16,6 @@ import sys
 
 import pytest
 import zmq.auth
-
 from zmqtest import free_ports, stop_all, wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]

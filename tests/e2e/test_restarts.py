@@ -14,10 +14,9 @@ import os
 import threading
 
 import pytest
+from zmqtest import Producer, free_ports, wait_until
 
 from spark_zmq import procstat
-
-from zmqtest import Producer, free_ports, wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 

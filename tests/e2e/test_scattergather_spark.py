@@ -11,10 +11,10 @@ import json
 from collections import Counter
 
 import pytest
-
-from spark_zmq.patterns.curve_keys import KeyPair, keygen
 from zmqjs_peer import NodePeer, payload, skip_unless_node
 from zmqtest import stop_all, wait_until
+
+from spark_zmq.patterns.curve_keys import KeyPair, keygen
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(240)]
 

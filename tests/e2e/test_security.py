@@ -12,7 +12,6 @@ import pytest
 import zmq
 import zmq.auth
 from zmq.auth.thread import ThreadAuthenticator
-
 from zmqtest import Producer, listening_addresses, numbered, reader_pid, stop_all, wait_until
 
 pytestmark = pytest.mark.timeout(240)

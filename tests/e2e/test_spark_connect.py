@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import pytest
-
 from zmqtest import free_ports
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(400)]

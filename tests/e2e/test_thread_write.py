@@ -9,7 +9,6 @@ import threading
 import pytest
 import zmq
 
-
 pytestmark = pytest.mark.timeout(240)
 
 

@@ -44,8 +44,8 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Deque, Dict, List, Optional, Tuple, Union
 
 __all__ = [
     "FaultProxy", "Connection", "Mode", "FrameFault",
@@ -89,7 +89,7 @@ def is_curve_message(flags: int, body: bytes) -> bool:
     return not flags & FLAG_COMMAND and body.startswith(b"\x07MESSAGE")
 
 
-def command_named(name: Union[str, bytes]) -> Predicate:
+def command_named(name: str | bytes) -> Predicate:
     """A predicate matching COMMAND frames named ``name`` (e.g. ``"READY"``, ``"PING"``)."""
     raw = name.encode() if isinstance(name, str) else bytes(name)
     prefix = bytes([len(raw)]) + raw
@@ -123,7 +123,7 @@ class Mode:
     kind: str = "pass"
     seconds: float = 0.0
     read: bool = False
-    direction: Optional[str] = None
+    direction: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in ("pass", "delay", "blackhole", "drop"):
@@ -174,7 +174,7 @@ def drop_direction(direction: str) -> Mode:
     return Mode("drop", direction=direction)
 
 
-def _as_mode(mode: Union[Mode, str]) -> Mode:
+def _as_mode(mode: Mode | str) -> Mode:
     if isinstance(mode, Mode):
         return mode
     if mode == "pass":
@@ -196,7 +196,7 @@ class FrameFault:
     before the connection existed: from the start of its stream). Multipart messages
     are frames too: each part is counted (and dropped) on its own."""
 
-    def __init__(self, action: str, direction: str, predicate: Optional[Predicate] = None,
+    def __init__(self, action: str, direction: str, predicate: Predicate | None = None,
                  skip: int = 0) -> None:
         if action not in ("drop", "duplicate", "cut"):
             raise ValueError(f"action must be 'drop', 'duplicate' or 'cut', not {action!r}")
@@ -211,7 +211,7 @@ class FrameFault:
         self.matched = 0     # matching frames seen so far
         self.fired = False
 
-    def clone(self) -> "FrameFault":
+    def clone(self) -> FrameFault:
         return FrameFault(self.action, self.direction, self.predicate, self.skip)
 
     def offer(self, flags: int, body: bytes) -> bool:
@@ -243,13 +243,13 @@ class _Framer:
         self.header = bytearray()   # the flags byte and size bytes of the frame in progress
         self.body_left = -1         # -1: reading a header; else body bytes still to come
         self.flags = 0
-        self.held: Optional[bytearray] = None  # the whole frame, while held back
+        self.held: bytearray | None = None  # the whole frame, while held back
         self.frames = 0             # complete frames seen after the greeting
         self.cut = False            # a "cut" fault fired: nothing passes any more
 
-    def feed(self, data: bytes, faults: List[FrameFault],
-             on_fire: Callable[[FrameFault], None]) -> List[bytes]:
-        out: List[bytes] = []
+    def feed(self, data: bytes, faults: list[FrameFault],
+             on_fire: Callable[[FrameFault], None]) -> list[bytes]:
+        out: list[bytes] = []
         view = memoryview(data)
         i, n = 0, len(data)
         while i < n and not self.cut:
@@ -293,7 +293,7 @@ class _Framer:
                 self._complete(out, faults, on_fire)
         return out
 
-    def _complete(self, out: List[bytes], faults: List[FrameFault],
+    def _complete(self, out: list[bytes], faults: list[FrameFault],
                   on_fire: Callable[[FrameFault], None]) -> None:
         self.frames += 1
         self.body_left = -1
@@ -323,17 +323,17 @@ class _Pipe:
         self.direction = direction
         self.src = src
         self.dst = dst
-        self.queue: Deque[Tuple[float, bytes]] = collections.deque()  # (due, bytes)
+        self.queue: collections.deque[tuple[float, bytes]] = collections.deque()  # (due, bytes)
         self.queued = 0             # bytes in ``queue``
         self.out = bytearray()      # due bytes being written to ``dst``
         self.eof = False            # ``src`` sent FIN
         self.shut = False           # FIN passed on to ``dst``
-        self.reset: Optional[str] = None  # ``src`` was reset while discarding: pass it on later
+        self.reset: str | None = None  # ``src`` was reset while discarding: pass it on later
         self.bytes_read = 0
         self.bytes_written = 0
         self.bytes_discarded = 0
         self.framer = _Framer()
-        self.faults: List[FrameFault] = []
+        self.faults: list[FrameFault] = []
 
     def pending(self) -> int:
         return self.queued + len(self.out)
@@ -349,8 +349,8 @@ class Connection:
     ``frames_duplicated``, ``frames_up`` / ``frames_down`` (ZMTP frames seen).
     """
 
-    def __init__(self, proxy: "FaultProxy", ident: int, client: socket.socket,
-                 client_address: Tuple[str, int], upstream: socket.socket, mode: Mode) -> None:
+    def __init__(self, proxy: FaultProxy, ident: int, client: socket.socket,
+                 client_address: tuple[str, int], upstream: socket.socket, mode: Mode) -> None:
         self._proxy = proxy
         self.id = ident
         self.client_address = client_address
@@ -359,16 +359,16 @@ class Connection:
         self._mode = mode
         self.connected = False
         self.closed = False
-        self.close_reason: Optional[str] = None
-        self._action: Optional[str] = None   # "reset" / "close", for the loop to carry out
+        self.close_reason: str | None = None
+        self._action: str | None = None   # "reset" / "close", for the loop to carry out
         self.frames_dropped = 0
         self.frames_duplicated = 0
         self.cuts = 0
-        self.pipes: Dict[str, _Pipe] = {
+        self.pipes: dict[str, _Pipe] = {
             UP: _Pipe(UP, client, upstream),
             DOWN: _Pipe(DOWN, upstream, client),
         }
-        self._registered: Dict[socket.socket, int] = {}
+        self._registered: dict[socket.socket, int] = {}
 
     # --- state
     @property
@@ -406,7 +406,7 @@ class Connection:
                 f"duplicated={self.frames_duplicated}>")
 
     # --- control (any thread)
-    def set_mode(self, mode: Union[Mode, str]) -> None:
+    def set_mode(self, mode: Mode | str) -> None:
         """Switch this connection to ``mode`` (a ``Mode``, ``"pass"`` or ``"blackhole"``)."""
         mode = _as_mode(mode)
         with self._proxy._cond:
@@ -425,22 +425,22 @@ class Connection:
     def drop_direction(self, direction: str) -> None:
         self.set_mode(drop_direction(direction))
 
-    def drop_frame(self, direction: str, index: Optional[int] = None,
-                   predicate: Optional[Predicate] = None, *, skip: Optional[int] = None) -> FrameFault:
+    def drop_frame(self, direction: str, index: int | None = None,
+                   predicate: Predicate | None = None, *, skip: int | None = None) -> FrameFault:
         """Delete one whole frame from ``direction``: the match numbered ``index`` (0-based;
         ``skip`` is the same number) among frames matching ``predicate`` (default
         ``is_data``), counted from now. Returns the armed fault (``.fired`` tells)."""
         return self.add_frame_fault(FrameFault("drop", direction, predicate, _skip(index, skip)))
 
-    def duplicate_frame(self, direction: str, index: Optional[int] = None,
-                        predicate: Optional[Predicate] = None, *,
-                        skip: Optional[int] = None) -> FrameFault:
+    def duplicate_frame(self, direction: str, index: int | None = None,
+                        predicate: Predicate | None = None, *,
+                        skip: int | None = None) -> FrameFault:
         """Send one whole frame of ``direction`` twice (chosen as for ``drop_frame``)."""
         return self.add_frame_fault(
             FrameFault("duplicate", direction, predicate, _skip(index, skip)))
 
-    def cut_at_frame(self, direction: str, index: Optional[int] = None,
-                     predicate: Optional[Predicate] = None, *, skip: Optional[int] = None) -> FrameFault:
+    def cut_at_frame(self, direction: str, index: int | None = None,
+                     predicate: Predicate | None = None, *, skip: int | None = None) -> FrameFault:
         """Make this connection silent at one frame of ``direction`` (chosen as for
         ``drop_frame``): that frame and everything read after it, either way, never arrive
         (the bytes are read and discarded, as ``blackhole(read=True)``)."""
@@ -476,11 +476,11 @@ class Connection:
                 raise TimeoutError(f"connection {self.id} not closed ({action}) in {timeout}s")
 
     # --- loop side (lock held)
-    def _sockets(self) -> Tuple[socket.socket, socket.socket]:
+    def _sockets(self) -> tuple[socket.socket, socket.socket]:
         return self._client, self._upstream
 
 
-def _skip(index: Optional[int], skip: Optional[int]) -> int:
+def _skip(index: int | None, skip: int | None) -> int:
     if index is not None and skip is not None and index != skip:
         raise ValueError("give index or skip (the same number), not two different ones")
     value = index if index is not None else skip
@@ -494,25 +494,25 @@ class FaultProxy:
     ``target_host:target_port`` whose connections can be faulted; see the module doc."""
 
     def __init__(self, target_host: str, target_port: int, listen_host: str = "127.0.0.1",
-                 listen_port: int = 0, buffer_bytes: Optional[int] = None) -> None:
+                 listen_port: int = 0, buffer_bytes: int | None = None) -> None:
         #: kernel buffers (SO_RCVBUF/SO_SNDBUF) of the proxy's own sockets; small ones make a
         #: black hole stop acknowledging soon, as a dead host would (a userspace proxy's
         #: kernel acknowledges what it buffers)
         self.buffer_bytes = buffer_bytes
-        self.target: Tuple[str, int] = (target_host, int(target_port))
+        self.target: tuple[str, int] = (target_host, int(target_port))
         self._listen_address = (listen_host, int(listen_port))
-        self._listener: Optional[socket.socket] = None
-        self._selector: Optional[selectors.BaseSelector] = None
-        self._wake_r: Optional[socket.socket] = None
-        self._wake_w: Optional[socket.socket] = None
-        self._thread: Optional[threading.Thread] = None
+        self._listener: socket.socket | None = None
+        self._selector: selectors.BaseSelector | None = None
+        self._wake_r: socket.socket | None = None
+        self._wake_w: socket.socket | None = None
+        self._thread: threading.Thread | None = None
         self._cond = threading.Condition(threading.RLock())
         self._stopping = False
-        self._connections: List[Connection] = []
+        self._connections: list[Connection] = []
         self._default_mode: Mode = PASS
-        self._default_faults: List[FrameFault] = []
+        self._default_faults: list[FrameFault] = []
         self._next_id = 0
-        self.error: Optional[BaseException] = None  # an unexpected exception of the loop
+        self.error: BaseException | None = None  # an unexpected exception of the loop
         self.port = 0
 
     # --- lifecycle
@@ -531,7 +531,7 @@ class FaultProxy:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.buffer_bytes)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.buffer_bytes)
 
-    def start(self) -> "FaultProxy":
+    def start(self) -> FaultProxy:
         if self._thread is not None:
             raise RuntimeError("FaultProxy already started")
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -569,7 +569,7 @@ class FaultProxy:
             if s is not None:
                 s.close()
 
-    def __enter__(self) -> "FaultProxy":
+    def __enter__(self) -> FaultProxy:
         """Starts the proxy unless ``start()`` was already called."""
         return self if self._thread is not None else self.start()
 
@@ -578,13 +578,13 @@ class FaultProxy:
 
     # --- connections and waiting
     @property
-    def connections(self) -> List[Connection]:
+    def connections(self) -> list[Connection]:
         """Every connection accepted so far, closed ones included, oldest first."""
         with self._cond:
             return list(self._connections)
 
     @property
-    def active_connections(self) -> List[Connection]:
+    def active_connections(self) -> list[Connection]:
         with self._cond:
             return [c for c in self._connections if not c.closed]
 
@@ -599,7 +599,7 @@ class FaultProxy:
                 raise TimeoutError(f"timed out after {timeout}s waiting for {what or predicate}")
             return result
 
-    def wait_for_connections(self, n: int, timeout: float = 5.0) -> List[Connection]:
+    def wait_for_connections(self, n: int, timeout: float = 5.0) -> list[Connection]:
         """Wait until ``n`` connections have been established end to end (ever: closed
         ones count, so ``n = previous + 1`` waits for a reconnection); return them."""
         self.wait_for(lambda: sum(1 for c in self._connections if c.connected) >= n,
@@ -608,7 +608,7 @@ class FaultProxy:
             return [c for c in self._connections if c.connected][:n] if n else []
 
     # --- modes
-    def set_default(self, mode: Union[Mode, str]) -> None:
+    def set_default(self, mode: Mode | str) -> None:
         """The mode of connections accepted from now on (existing ones keep theirs)."""
         mode = _as_mode(mode)
         with self._cond:
@@ -619,7 +619,7 @@ class FaultProxy:
     def default_mode(self) -> Mode:
         return self._default_mode
 
-    def set_all(self, mode: Union[Mode, str]) -> None:
+    def set_all(self, mode: Mode | str) -> None:
         """``mode`` for every open connection and for new ones."""
         mode = _as_mode(mode)
         with self._cond:
@@ -646,22 +646,22 @@ class FaultProxy:
             conn.close(timeout)
 
     # --- frame faults
-    def drop_frame(self, direction: str, index: Optional[int] = None,
-                   predicate: Optional[Predicate] = None, *, skip: Optional[int] = None,
+    def drop_frame(self, direction: str, index: int | None = None,
+                   predicate: Predicate | None = None, *, skip: int | None = None,
                    existing: bool = True, new: bool = True) -> None:
         """Arm ``Connection.drop_frame`` on every open connection (``existing``) and on each
         connection accepted later (``new``): one frame per connection, counted from then."""
         self._arm(FrameFault("drop", direction, predicate, _skip(index, skip)), existing, new)
 
-    def duplicate_frame(self, direction: str, index: Optional[int] = None,
-                        predicate: Optional[Predicate] = None, *, skip: Optional[int] = None,
+    def duplicate_frame(self, direction: str, index: int | None = None,
+                        predicate: Predicate | None = None, *, skip: int | None = None,
                         existing: bool = True, new: bool = True) -> None:
         """As ``drop_frame``, sending the chosen frame twice."""
         self._arm(FrameFault("duplicate", direction, predicate, _skip(index, skip)),
                   existing, new)
 
-    def cut_at_frame(self, direction: str, index: Optional[int] = None,
-                     predicate: Optional[Predicate] = None, *, skip: Optional[int] = None,
+    def cut_at_frame(self, direction: str, index: int | None = None,
+                     predicate: Predicate | None = None, *, skip: int | None = None,
                      existing: bool = True, new: bool = True) -> None:
         """Arm ``Connection.cut_at_frame`` as ``drop_frame`` arms its fault; ``cuts`` counts."""
         self._arm(FrameFault("cut", direction, predicate, _skip(index, skip)), existing, new)
@@ -749,7 +749,7 @@ class FaultProxy:
                     self._listener.close()
                 self._cond.notify_all()
 
-    def _prepare(self) -> Optional[float]:
+    def _prepare(self) -> float | None:
         """Lock held: carry out requested closes, set interests; the select timeout."""
         now = time.monotonic()
         for conn in self._connections:
@@ -759,7 +759,7 @@ class FaultProxy:
                 action, conn._action = conn._action, None
                 self._finish(conn, f"{action} requested", abortive=(action == "reset"))
         self._service(now)
-        timeout: Optional[float] = None
+        timeout: float | None = None
         for conn in self._connections:
             if conn.closed:
                 continue
@@ -772,7 +772,7 @@ class FaultProxy:
 
     def _set_interest(self, conn: Connection) -> None:
         mode = conn._mode
-        masks: Dict[socket.socket, int] = {conn._client: 0, conn._upstream: 0}
+        masks: dict[socket.socket, int] = {conn._client: 0, conn._upstream: 0}
         if not conn.connected:
             masks[conn._upstream] |= selectors.EVENT_WRITE  # connect completion
             up = conn.pipes[UP]

@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import sys
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 

@@ -38,7 +38,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from typing import Iterable, Mapping, Optional, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 PREFIX = "zmqbed"
 #: namespace names: zmqbed-<id>-<owner pid>-<host>
@@ -50,7 +50,7 @@ HOST_BASE = 10
 _DIRECTIONS = ("both", "in", "out")
 
 
-def _sh(*argv: str, check: bool = True, input: Optional[str] = None, timeout: float = 30) -> subprocess.CompletedProcess:
+def _sh(*argv: str, check: bool = True, input: str | None = None, timeout: float = 30) -> subprocess.CompletedProcess:
     result = subprocess.run(list(argv), capture_output=True, text=True, input=input, timeout=timeout)
     if check and result.returncode != 0:
         raise BedError(f"{' '.join(argv)} failed ({result.returncode}): {result.stderr.strip() or result.stdout.strip()}")
@@ -61,7 +61,7 @@ class BedError(RuntimeError):
     """A bed operation failed (the command and its stderr are in the message)."""
 
 
-def unavailable_reason() -> Optional[str]:
+def unavailable_reason() -> str | None:
     """Why no bed can be built on this machine, or None when one can (a namespace is created
     and deleted to find out)."""
     if not sys.platform.startswith("linux"):
@@ -270,7 +270,7 @@ class NetBed:
         return prefix + ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "netbed-private",
                          str(len(dirs)), *dirs, *argv]
 
-    def run(self, host: str, argv: Sequence[str], env: Optional[Mapping[str, str]] = None, *,
+    def run(self, host: str, argv: Sequence[str], env: Mapping[str, str] | None = None, *,
             private_dirs: Iterable[str] = (), **popen: object) -> subprocess.Popen:
         """Start ``argv`` inside ``host``'s network namespace (``ip netns exec``), in a process
         group of its own, torn down with the bed. ``private_dirs``: directories (which must
@@ -292,7 +292,7 @@ class NetBed:
         return _sh(*self.command(host, argv), check=False, timeout=timeout)
 
     @staticmethod
-    def stop(proc: subprocess.Popen, timeout: float = 20.0, sig: int = signal.SIGTERM) -> Optional[int]:
+    def stop(proc: subprocess.Popen, timeout: float = 20.0, sig: int = signal.SIGTERM) -> int | None:
         """``sig`` to the process's group, SIGKILL to the group after ``timeout``; its exit code."""
         if proc.poll() is None:
             try:
@@ -317,7 +317,7 @@ class NetBed:
     def _nft(self, host: str, script: str) -> None:
         _sh("ip", "netns", "exec", self.ns(host), "nft", "-f", "-", input=script)
 
-    def _rules(self, host: str, peer: Optional[str], direction: str, verdict: str) -> None:
+    def _rules(self, host: str, peer: str | None, direction: str, verdict: str) -> None:
         if direction not in _DIRECTIONS:
             raise ValueError(f"direction must be one of {_DIRECTIONS}, got {direction!r}")
         into = f"ip saddr {self.addr(peer)}" if peer is not None else 'iifname "eth0"'
@@ -329,12 +329,12 @@ class NetBed:
             lines.append(f"add rule inet netbed output {out} {verdict}")
         self._nft(host, "\n".join(lines) + "\n")
 
-    def drop(self, host: str, peer: Optional[str] = None, direction: str = "both") -> None:
+    def drop(self, host: str, peer: str | None = None, direction: str = "both") -> None:
         """Silently drop ``host``'s traffic with ``peer`` (every host when None): ``in``
         (what reaches it), ``out`` (what it sends) or ``both``."""
         self._rules(host, peer, direction, "drop")
 
-    def reject(self, host: str, peer: Optional[str] = None, direction: str = "both") -> None:
+    def reject(self, host: str, peer: str | None = None, direction: str = "both") -> None:
         """Refuse ``host``'s traffic with ``peer``: TCP answered with a reset, the rest with
         ICMP port unreachable."""
         # the reset a reject forges carries the peer's address: never reject a reset itself,
@@ -409,7 +409,7 @@ class NetBed:
         except Exception:
             pass
 
-    def __enter__(self) -> "NetBed":
+    def __enter__(self) -> NetBed:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -436,7 +436,7 @@ def http_json(url: str, timeout: float = 5.0) -> object:
 def poll(condition, timeout: float, interval: float = 0.2, what: str = "condition"):
     """``condition()`` until it returns something true, or BedError after ``timeout`` s."""
     deadline = time.monotonic() + timeout
-    last_error: Optional[BaseException] = None
+    last_error: BaseException | None = None
     while True:
         try:
             value = condition()
@@ -460,7 +460,7 @@ class SparkCluster:
     WORKER_WEBUI_PORT = 8081
 
     def __init__(self, bed: NetBed, workdir: str, master: str = "master", workers: Sequence[str] = ("w1", "w2"),
-                 worker_memory: str = "1g", env: Optional[Mapping[str, str]] = None, timeout: float = 120) -> None:
+                 worker_memory: str = "1g", env: Mapping[str, str] | None = None, timeout: float = 120) -> None:
         self.bed = bed
         self.workdir = workdir
         self.master_host = master

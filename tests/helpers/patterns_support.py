@@ -11,13 +11,13 @@ import threading
 import time
 import uuid
 from collections import Counter
-from typing import Callable, Iterable, Optional, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import zmq
+from zmqtest import SocketEvents
 
 from spark_zmq.free_ports import free_tcp_port
 from spark_zmq.patterns import PatternSocket
-from zmqtest import SocketEvents
 
 TRANSPORTS = ("tcp", "inproc")
 
@@ -180,7 +180,7 @@ def run_threads(targets: Iterable[Callable[[], None]], timeout: float = 60.0) ->
         raise errors[0]
 
 
-def close_all(*socks: Optional[PatternSocket]) -> None:
+def close_all(*socks: PatternSocket | None) -> None:
     for s in socks:
         if s is not None:
             s.close(linger=0)

@@ -8,14 +8,14 @@ import signal
 import subprocess
 import sys
 import tempfile
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import pytest
+from zmqtest import Producer, free_ports, numbered, wait_until
 
 from spark_zmq.options import SourceOptions
 from spark_zmq.relay.run import read_ready
 from spark_zmq.relay.server import Relay
-from zmqtest import Producer, free_ports, numbered, wait_until
 
 
 class RelayProcess:
@@ -26,12 +26,12 @@ class RelayProcess:
                      "--spool-dir", spool_dir, *extra]
         self.listen = listen
         self.spool_dir = spool_dir
-        self.process: Optional[subprocess.Popen] = None
+        self.process: subprocess.Popen | None = None
         self.ready: dict = {}
         if start:
             self.start()
 
-    def start(self, timeout: float = 60) -> "RelayProcess":
+    def start(self, timeout: float = 60) -> RelayProcess:
         # stderr to a file: a pipe nobody reads could fill and stall the relay
         self.stderr = tempfile.TemporaryFile()
         self.process = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=self.stderr,

@@ -25,20 +25,20 @@ SERVE = Path(__file__).resolve().parents[1] / "scripts" / "serve_worker.py"
 class ServiceWorker:
     def __init__(self, proc: subprocess.Popen) -> None:
         self.proc = proc
-        self.lines: "queue.Queue[str]" = queue.Queue()
+        self.lines: queue.Queue[str] = queue.Queue()
         self.seen: list[str] = []
         threading.Thread(target=self._pump, daemon=True).start()
         self.endpoint = self.wait_for("READY").split()[1]
 
     @classmethod
-    def start(cls, *args: str, script: Path = WORKER) -> "ServiceWorker":
+    def start(cls, *args: str, script: Path = WORKER) -> ServiceWorker:
         """tests/scripts/rep_worker.py (plain pyzmq) with ``args``."""
         proc = subprocess.Popen([sys.executable, str(script), *args], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
         return cls(proc)
 
     @classmethod
-    def serve(cls, *args: str) -> "ServiceWorker":
+    def serve(cls, *args: str) -> ServiceWorker:
         """tests/scripts/serve_worker.py (``spark_zmq.worker.serve``) with ``args``."""
         return cls.start(*args, script=SERVE)
 
@@ -79,7 +79,7 @@ class ServiceWorker:
             os.kill(self.proc.pid, sig)
             self.proc.wait(timeout=30)
 
-    def __enter__(self) -> "ServiceWorker":
+    def __enter__(self) -> ServiceWorker:
         return self
 
     def __exit__(self, *exc: object) -> None:

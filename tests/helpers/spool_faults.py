@@ -25,8 +25,8 @@ import shutil
 import signal
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Optional
 
 import pyarrow as pa
 
@@ -54,7 +54,7 @@ def values_of(pairs) -> list[tuple[int, bytes]]:
     return out
 
 
-def read_dict(spool_dir: str, start: int, end: int, spool_id: Optional[str] = None, on_loss=None, hint=None) -> dict:
+def read_dict(spool_dir: str, start: int, end: int, spool_id: str | None = None, on_loss=None, hint=None) -> dict:
     kwargs = {"spool_id": spool_id}
     if on_loss is not None:
         kwargs["on_loss"] = on_loss
@@ -175,7 +175,7 @@ class _Script:
 
     def __init__(self, spool_dir: str, say: Callable[[str], None]) -> None:
         self.dir, self.say, self.n = spool_dir, say, 0
-        self.spool: Optional[Spool] = None
+        self.spool: Spool | None = None
 
     def open(self) -> None:
         self.spool = Spool(self.dir, 1, fsync=True)
@@ -251,8 +251,8 @@ class Report:
     release_done: int = 0
     advanced: int = 0
     created: list = field(default_factory=list)
-    killed: Optional[str] = None
-    done: Optional[int] = None
+    killed: str | None = None
+    done: int | None = None
 
     @property
     def published_end(self) -> int:

@@ -29,8 +29,8 @@ import shutil
 import subprocess
 import threading
 import time
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Callable, Iterable, Optional, Sequence, Union
 
 ZMQJS_DIR = Path(__file__).resolve().parents[1] / "zmqjs"
 PEER_JS = ZMQJS_DIR / "peer.js"
@@ -50,7 +50,7 @@ _PROBE_JS = (
 )
 
 
-def payload(i: int, size: Optional[int] = None, prefix: str = "") -> bytes:
+def payload(i: int, size: int | None = None, prefix: str = "") -> bytes:
     """The payload a node sender sends as message ``i`` (0-based): PREFIX, decimal i, b"-",
     padded with b"x" to ``size`` bytes in all (never truncated)."""
     head = f"{prefix}{i}-".encode()
@@ -69,7 +69,7 @@ def _install_needed() -> bool:
         return True
 
 
-def ensure_installed() -> Optional[str]:
+def ensure_installed() -> str | None:
     """Install zeromq.js in tests/zmqjs if needed; return None when node peers can run, else
     the reason they cannot (node/npm missing, npm failed, no draft or CURVE support)."""
     node, npm = shutil.which("node"), shutil.which("npm")
@@ -116,11 +116,11 @@ def ensure_installed() -> Optional[str]:
     return None
 
 
-_availability: Optional[tuple] = None
+_availability: tuple | None = None
 _availability_lock = threading.Lock()
 
 
-def unavailable_reason() -> Optional[str]:
+def unavailable_reason() -> str | None:
     """``ensure_installed()``, run once per process."""
     global _availability
     with _availability_lock:
@@ -150,7 +150,7 @@ class PeerError(RuntimeError):
     """The node peer failed to start, exited, or reported an error."""
 
 
-def _key(value: Union[str, bytes]) -> str:
+def _key(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
@@ -159,11 +159,11 @@ class NodePeer:
     pull, rep or req-worker.  Start it with :meth:`start`; use it as a context manager
     (always killed)."""
 
-    def __init__(self, args: Sequence[str], kind: str, wrap: Optional[Callable[[list], list]] = None) -> None:
+    def __init__(self, args: Sequence[str], kind: str, wrap: Callable[[list], list] | None = None) -> None:
         self.kind = kind
         self.args = list(args)
         self.endpoints: list = []
-        self.returncode: Optional[int] = None
+        self.returncode: int | None = None
         self._messages: list = []   # payloads: bytes, or list of bytes for multipart
         self._events: list = []     # every other event, in order
         self._stderr = collections.deque(maxlen=200)
@@ -184,15 +184,15 @@ class NodePeer:
 
     @classmethod
     def start(cls, type: str, bind: Iterable[str] = (), connect: Iterable[str] = (), *,
-              count: Optional[int] = None, size: Optional[int] = None,
-              prefix: Optional[str] = None, sndhwm: Optional[int] = None,
-              rcvhwm: Optional[int] = None, send_timeout: Optional[int] = None,
-              linger: Optional[int] = None,
-              curve_server: Optional[Union[str, bytes]] = None,
-              curve_public: Optional[Union[str, bytes]] = None,
-              curve_client: Optional[tuple] = None,
-              curve_server_key: Optional[Union[str, bytes]] = None,
-              timeout: float = 30, wrap: Optional[Callable[[list], list]] = None) -> "NodePeer":
+              count: int | None = None, size: int | None = None,
+              prefix: str | None = None, sndhwm: int | None = None,
+              rcvhwm: int | None = None, send_timeout: int | None = None,
+              linger: int | None = None,
+              curve_server: str | bytes | None = None,
+              curve_public: str | bytes | None = None,
+              curve_client: tuple | None = None,
+              curve_server_key: str | bytes | None = None,
+              timeout: float = 30, wrap: Callable[[list], list] | None = None) -> NodePeer:
         """Start a peer and wait for its ``ready`` line (all binds/connects done).
 
         ``bind``/``connect``: endpoints (a string is taken as one); ``tcp://127.0.0.1:*``
@@ -362,7 +362,7 @@ class NodePeer:
 
     # -- ending -------------------------------------------------------------------------
 
-    def stop(self, timeout: float = 15) -> Optional[dict]:
+    def stop(self, timeout: float = 15) -> dict | None:
         """Send ``stop``, wait for a clean exit, return the last event (``stopped`` with the
         count so far, or ``sent``/``done`` if the peer had already finished).  A sender
         closes with its linger (default 5 s) for messages still queued."""
@@ -391,7 +391,7 @@ class NodePeer:
             self._reader.join(10)
             self._err_reader.join(10)
 
-    def __enter__(self) -> "NodePeer":
+    def __enter__(self) -> NodePeer:
         return self
 
     def __exit__(self, *exc) -> None:

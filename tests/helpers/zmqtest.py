@@ -7,7 +7,8 @@ import os
 import socket
 import threading
 import time
-from typing import Callable, Iterable, NamedTuple, Optional, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import NamedTuple
 
 import pyarrow as pa
 import zmq
@@ -66,8 +67,8 @@ class Producer(threading.Thread):
     """
 
     def __init__(self, endpoint: str, messages: Iterable, *, socket_type: int = zmq.PUSH,
-                 hwm: int = 100_000, bind: bool = False, rate: Optional[float] = None,
-                 sockopts: Optional[dict] = None, context: Optional[zmq.Context] = None) -> None:
+                 hwm: int = 100_000, bind: bool = False, rate: float | None = None,
+                 sockopts: dict | None = None, context: zmq.Context | None = None) -> None:
         super().__init__(daemon=True)
         self.context = context or zmq.Context.instance()
         self.socket = self.context.socket(socket_type)
@@ -80,7 +81,7 @@ class Producer(threading.Thread):
         self.messages = messages
         self.sent = 0
         self.blocked = 0
-        self.error: Optional[BaseException] = None
+        self.error: BaseException | None = None
         self.stop_flag = threading.Event()
         self.rate = rate  # messages/s: shapes the load (pacing), never used to synchronise
         OPEN_PRODUCERS.append(self)
@@ -327,17 +328,17 @@ class SocketEvents:
     what did come); ``quiet(seconds)`` reads until nothing comes for that long and returns
     the event numbers read, for a test that checks that something did NOT happen."""
 
-    def __init__(self, sock: "zmq.Socket", events: int = zmq.EVENT_ALL) -> None:
+    def __init__(self, sock: zmq.Socket, events: int = zmq.EVENT_ALL) -> None:
         from zmq.utils.monitor import recv_monitor_message
 
         raw = getattr(sock, "zmq_socket", sock)  # a pattern class, or a pyzmq socket
         self._raw = raw
         self._recv = recv_monitor_message
         self._mon = raw.get_monitor_socket(events)
-        self.seen: "collections.Counter[int]" = collections.Counter()
+        self.seen: collections.Counter[int] = collections.Counter()
         self.events: list[dict] = []
 
-    def _take(self, timeout: float) -> Optional[dict]:
+    def _take(self, timeout: float) -> dict | None:
         if not self._mon.poll(max(0, int(timeout * 1000))):
             return None
         message = self._recv(self._mon)
@@ -363,7 +364,7 @@ class SocketEvents:
         except AssertionError:
             return False
 
-    def pump(self) -> "collections.Counter[int]":
+    def pump(self) -> collections.Counter[int]:
         """Read what came so far, without waiting; ``seen``."""
         while self._take(0) is not None:
             pass
@@ -387,7 +388,7 @@ class SocketEvents:
             pass
         self._mon.close(linger=0)
 
-    def __enter__(self) -> "SocketEvents":
+    def __enter__(self) -> SocketEvents:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -410,7 +411,7 @@ class NotZeroMQ:
         while not self._stop.is_set():
             try:
                 conn, _ = self.listener.accept()
-            except socket.timeout:
+            except TimeoutError:
                 continue
             self.accepted.append(time.monotonic())
             try:

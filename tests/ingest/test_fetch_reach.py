@@ -9,13 +9,19 @@ import socket
 import time
 
 import pytest
+from zmqtest import free_port_range, free_ports
 
-from spark_zmq.ingest.fetch import CONNECT_S, FetchAccess, FetchError, SpoolServer, bind_first, fetch_range, \
-    listen_candidates
+from spark_zmq.ingest.fetch import (
+    CONNECT_S,
+    FetchAccess,
+    FetchError,
+    SpoolServer,
+    bind_first,
+    fetch_range,
+    listen_candidates,
+)
 from spark_zmq.ingest.receiver import messages_to_batch
 from spark_zmq.ingest.spool import Spool
-
-from zmqtest import free_port_range, free_ports
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -14,14 +14,13 @@ import threading
 import pyarrow as pa
 import pytest
 import zmq
+from zmqtest import rss_bytes, wait_until
 
 from spark_zmq.ingest import fetch
 from spark_zmq.ingest.fetch import FetchError, SpoolServer, fetch_range
 from spark_zmq.ingest.loss import LossPolicy
 from spark_zmq.ingest.receiver import messages_to_batch
 from spark_zmq.ingest.spool import Spool
-
-from zmqtest import rss_bytes, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 

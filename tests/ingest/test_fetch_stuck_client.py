@@ -15,12 +15,11 @@ import time
 
 import pytest
 import zmq
+from zmqtest import wait_until
 
 from spark_zmq.ingest.fetch import SpoolServer, fetch_range
 from spark_zmq.ingest.receiver import messages_to_batch
 from spark_zmq.ingest.spool import Spool
-
-from zmqtest import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 

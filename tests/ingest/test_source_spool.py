@@ -12,11 +12,11 @@ import time
 import pytest
 import zmq
 
-from spark_zmq.patterns import Pull
 from spark_zmq.ingest.receiver import Receiver, messages_to_batch
 from spark_zmq.ingest.spool import Spool
 from spark_zmq.ingest.spool_budget import SpoolBudget
 from spark_zmq.ingest.spool_reader import read_range
+from spark_zmq.patterns import Pull
 
 pytestmark = pytest.mark.timeout(60)
 

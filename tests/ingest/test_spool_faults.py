@@ -22,6 +22,8 @@ import tempfile
 from dataclasses import dataclass
 
 import pytest
+import spool_faults
+from spool_faults import batch, check_index, read_dict, runs
 
 from spark_zmq.ingest.spool import Spool, SpoolSecurityError
 from spark_zmq.ingest.spool_format import (
@@ -32,9 +34,6 @@ from spark_zmq.ingest.spool_format import (
     segment_name,
 )
 from spark_zmq.ingest.spool_reader import read_range, skip_loss
-
-import spool_faults
-from spool_faults import batch, check_index, read_dict, runs
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -560,7 +559,7 @@ def test_a_spool_under_a_directory_others_may_write_is_refused(tmp_path, mode):
     shared = tmp_path / "shared"
     shared.mkdir()
     os.chmod(shared, mode)
-    with pytest.raises(SpoolSecurityError, match=r"others may write \(mode 0%o" % mode):
+    with pytest.raises(SpoolSecurityError, match=rf"others may write \(mode 0{mode:o}"):
         Spool(str(shared / "spool"), 1)
     assert os.listdir(shared) == []
 

@@ -29,16 +29,15 @@ import stat
 import tempfile
 
 import pytest
-from zmqtest import examples
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from spool_faults import batch, check_index, read_dict, runs, segment_names
+from zmqtest import examples
 
 from spark_zmq.ingest.spool import Spool
 from spark_zmq.ingest.spool_format import DataLossError, parse_segment_name
 from spark_zmq.ingest.spool_reader import read_range, skip_loss
-
-from spool_faults import batch, check_index, read_dict, runs, segment_names
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from zmqtest import examples
 
 from spark_zmq.ingest.spool_format import RecordEncoder, encode_record_header, messages_to_batch
-from zmqtest import examples
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -10,9 +10,9 @@ import math
 import os
 
 import pytest
-from zmqtest import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from zmqtest import examples
 
 from spark_zmq.options import SINK_OPTIONS, SOURCE_OPTIONS, OptionError, SinkOptions, SourceOptions
 

@@ -11,8 +11,8 @@ import threading
 
 import pytest
 import zmq
-
 from zmqtest import free_ports, tcp_receive_buffer, wait_until
+
 from spark_zmq.options import OptionError, RequestOptions, SinkOptions, SourceOptions
 from spark_zmq.patterns import Pull, ZmtpPull
 from spark_zmq.patterns.tuning import SocketTuning

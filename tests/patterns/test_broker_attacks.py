@@ -14,11 +14,11 @@ import time
 
 import pytest
 import zmq
+from brokertest import ANY, running  # noqa: F401  (a fixture)
+from loadhelper import busy  # noqa: F401  (a fixture: CPU load beside the timing-sensitive tests)
+from zmqtest import wait_until
 
 from spark_zmq.patterns import Broker, Client
-from loadhelper import busy  # noqa: F401  (a fixture: CPU load beside the timing-sensitive tests)
-from brokertest import ANY, running  # noqa: F401  (a fixture)
-from zmqtest import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -7,8 +7,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spark_zmq.patterns.broker_defaults import (FRONTEND_QUEUE_BYTES, FRONTEND_RCVHWM_MIN, FRONTEND_SNDHWM_MIN,
-                                                frontend_rcvhwm, frontend_sndhwm)
+from spark_zmq.patterns.broker_defaults import (
+    FRONTEND_QUEUE_BYTES,
+    FRONTEND_RCVHWM_MIN,
+    FRONTEND_SNDHWM_MIN,
+    frontend_rcvhwm,
+    frontend_sndhwm,
+)
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -16,18 +16,24 @@ import subprocess
 import sys
 import textwrap
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 import pytest
 import zmq
-
-from spark_zmq.patterns import Broker
-from spark_zmq.patterns.broker_defaults import (DEFAULT_MAX_HELD_BYTES, DEFAULT_MAX_WAITING_BYTES, FRONTEND_QUEUE_BYTES,
-                                                FRONTEND_RCVHWM_MIN, FRONTEND_SNDHWM_MIN, frontend_rcvhwm,
-                                                frontend_sndhwm)
-from spark_zmq.patterns.broker_clients import ClientQueues, request_bytes
 from brokertest import ANY, running  # noqa: F401  (a fixture)
 from zmqtest import free_ports, peak_rss_bytes, rss_bytes, wait_until
+
+from spark_zmq.patterns import Broker
+from spark_zmq.patterns.broker_clients import ClientQueues, request_bytes
+from spark_zmq.patterns.broker_defaults import (
+    DEFAULT_MAX_HELD_BYTES,
+    DEFAULT_MAX_WAITING_BYTES,
+    FRONTEND_QUEUE_BYTES,
+    FRONTEND_RCVHWM_MIN,
+    FRONTEND_SNDHWM_MIN,
+    frontend_rcvhwm,
+    frontend_sndhwm,
+)
 
 pytestmark = pytest.mark.timeout(120)
 

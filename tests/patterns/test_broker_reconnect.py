@@ -6,14 +6,13 @@ would otherwise refuse the id for), the broker serves it again, counts and logs 
 
 from __future__ import annotations
 
-
 import pytest
 import zmq
+from brokertest import ANY, running  # noqa: F401  (a fixture)
+from loadhelper import busy  # noqa: F401  (a fixture: CPU load beside the timing-sensitive tests)
+from zmqtest import wait_until
 
 from spark_zmq.patterns import Client
-from loadhelper import busy  # noqa: F401  (a fixture: CPU load beside the timing-sensitive tests)
-from brokertest import ANY, running  # noqa: F401  (a fixture)
-from zmqtest import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 

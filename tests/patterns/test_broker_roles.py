@@ -19,7 +19,6 @@ import time
 import pytest
 import zmq
 import zmq.auth
-
 from zmqtest import free_ports
 
 pytestmark = pytest.mark.timeout(120)

@@ -12,12 +12,12 @@ import time
 import pytest
 import zmq
 import zmq.auth
+from loadhelper import busy  # noqa: F401  (a fixture: CPU load beside the timing-sensitive tests)
+from zmqtest import free_ports
 
 from spark_zmq.patterns import Client, RequestTimeoutError, Router
 from spark_zmq.patterns.curve import Curve
 from spark_zmq.patterns.curve_keys import KeyPair, load_public_key
-from loadhelper import busy  # noqa: F401  (a fixture: CPU load beside the timing-sensitive tests)
-from zmqtest import free_ports
 
 pytestmark = pytest.mark.timeout(60)
 

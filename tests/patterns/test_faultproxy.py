@@ -21,11 +21,10 @@ import random
 import socket
 import struct
 import time
-from typing import Iterator, List, Optional, Tuple
+from collections.abc import Iterator
 
 import pytest
 import zmq
-
 from faultproxy import (
     FLAG_COMMAND,
     FLAG_LONG,
@@ -66,10 +65,10 @@ def recv(sock: zmq.Socket, timeout: float = 5.0) -> bytes:
     return sock.recv()
 
 
-def recv_until(sock: zmq.Socket, end: bytes, timeout: float = 20.0) -> List[bytes]:
+def recv_until(sock: zmq.Socket, end: bytes, timeout: float = 20.0) -> list[bytes]:
     """Every message before ``end`` (one connection keeps order, so all sent before it)."""
     deadline = time.monotonic() + timeout
-    got: List[bytes] = []
+    got: list[bytes] = []
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
@@ -89,9 +88,9 @@ def nothing_arrives(sock: zmq.Socket, within: float) -> bool:
         self._mon.close(linger=0)
 
 
-def through_proxy(ctx: zmq.Context, *, pull_options: Optional[dict] = None,
-                  push_options: Optional[dict] = None,
-                  ) -> Tuple[zmq.Socket, zmq.Socket, FaultProxy]:
+def through_proxy(ctx: zmq.Context, *, pull_options: dict | None = None,
+                  push_options: dict | None = None,
+                  ) -> tuple[zmq.Socket, zmq.Socket, FaultProxy]:
     """A PULL bound on port 0, a proxy to it, a PUSH connected through the proxy."""
     pull = socket_(ctx, zmq.PULL, RCVHWM=100_000, **(pull_options or {}))
     port = bind_any(pull)
@@ -341,7 +340,7 @@ def test_drop_frame_across_chunk_boundaries(ctx, victim):
         assert proxy.frames_dropped == 1
 
 
-def curve_pair(ctx: zmq.Context) -> Tuple[zmq.Socket, zmq.Socket, FaultProxy]:
+def curve_pair(ctx: zmq.Context) -> tuple[zmq.Socket, zmq.Socket, FaultProxy]:
     server_public, server_secret = zmq.curve_keypair()
     client_public, client_secret = zmq.curve_keypair()
     return through_proxy(
@@ -449,7 +448,7 @@ def test_delay_holds_each_message_back_and_keeps_order(ctx):
 # --------------------------------------------------------------------------- raw TCP
 
 @pytest.fixture
-def raw_pair() -> Iterator[Tuple[socket.socket, socket.socket, FaultProxy]]:
+def raw_pair() -> Iterator[tuple[socket.socket, socket.socket, FaultProxy]]:
     """A plain TCP client connected through a proxy to a plain TCP server."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
@@ -591,7 +590,7 @@ def test_framer_refames_any_chunking(seed):
     for action, copies in (("drop", 0), ("duplicate", 2)):
         framer = _Framer()
         fault = FrameFault(action, "up", skip=skip)
-        fired: List[FrameFault] = []
+        fired: list[FrameFault] = []
         out = b"".join(
             b"".join(framer.feed(chunk, [fault], fired.append)) for chunk in _chunks(stream, rng))
         expected = greeting + b"".join(

@@ -15,11 +15,11 @@ import time
 
 import pytest
 import zmq
-
 from faultproxy import FaultProxy
-from spark_zmq.patterns import Gather, Heartbeat, NO_HEARTBEAT, Pull, Scatter, Sub, ZmtpPull
-from spark_zmq.patterns.zmtp.wire import command, frame_header, greeting
 from zmqtest import Trickle, wait_until
+
+from spark_zmq.patterns import NO_HEARTBEAT, Gather, Heartbeat, Pull, Scatter, Sub, ZmtpPull
+from spark_zmq.patterns.zmtp.wire import command, frame_header, greeting
 
 FAST = Heartbeat(interval=0.1, timeout=0.6, ttl=0.6)
 
@@ -272,7 +272,7 @@ def test_renegotiation_backs_off_against_a_peer_whose_type_depends_on_ours():
         while not stop.is_set():
             try:
                 conn, _ = listener.accept()
-            except socket.timeout:
+            except TimeoutError:
                 continue
             accepted += 1
             try:
@@ -307,8 +307,8 @@ def test_renegotiation_backs_off_against_a_peer_whose_type_depends_on_ours():
 def test_the_source_receive_buffer_option_reaches_the_receiving_socket():
     """``receiveBufferBytes`` is ZMQ_RCVBUF on the channel's socket (the bound on what the
     kernel holds for a receiver that stops or dies); both run on our own engine."""
-    from spark_zmq.options import SourceOptions
     from spark_zmq.ingest.receiver import open_channel_socket
+    from spark_zmq.options import SourceOptions
 
     for pattern in ("pull", "gather"):
         options = SourceOptions.parse({"endpoints": "@tcp://127.0.0.1:*", "pattern": pattern,

@@ -4,6 +4,7 @@ names the offending value and says what is valid (docs/architecture.md, "Guarant
 from __future__ import annotations
 
 import pytest
+from patterns_support import SOON_S, bind_spec, close_all, unbound_address
 
 from spark_zmq.patterns import (
     PATTERNS,
@@ -19,7 +20,6 @@ from spark_zmq.patterns import (
     parse_endpoints,
     socket_for,
 )
-from patterns_support import SOON_S, bind_spec, close_all, unbound_address
 
 pytestmark = pytest.mark.timeout(30)
 

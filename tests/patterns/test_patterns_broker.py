@@ -20,12 +20,12 @@ import time
 import pytest
 import zmq
 import zmq.auth
+from loadhelper import busy  # noqa: F401  (a fixture: CPU load beside the timing-sensitive tests)
+from zmqtest import free_ports, wait_until
 
 from spark_zmq.patterns import Broker, Client, Heartbeat, RequestTimeoutError
 from spark_zmq.patterns.curve import Curve
 from spark_zmq.patterns.curve_keys import KeyPair, load_authorized_keys, load_public_key
-from loadhelper import busy  # noqa: F401  (a fixture: CPU load beside the timing-sensitive tests)
-from zmqtest import free_ports, wait_until
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -10,11 +10,11 @@ import time
 
 import pytest
 import zmq
+from zmqtest import SocketEvents
 
 from spark_zmq.patterns import Pull, Push
 from spark_zmq.patterns.curve import Curve
 from spark_zmq.patterns.curve_keys import ANY_KEY, CurveError, KeyPair, load_public_key
-from zmqtest import SocketEvents
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -55,12 +55,10 @@ Lines not tested as written, and why:
 from __future__ import annotations
 
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 import pytest
 import zmq
-
-from spark_zmq.patterns import PatternSocket, Pub, Sub, XPub, XSub
 from patterns_support import (
     PAYLOAD_1K,
     QUIET_S,
@@ -73,10 +71,12 @@ from patterns_support import (
     close_all,
     drain,
     fill_nodrop_xpub_until_blocked,
-    run_threads,
     recv_n,
+    run_threads,
     unbound_address,
 )
+
+from spark_zmq.patterns import PatternSocket, Pub, Sub, XPub, XSub
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -26,8 +26,6 @@ Lines not tested as written, and why:
 from __future__ import annotations
 
 import pytest
-
-from spark_zmq.patterns import Pull, Push
 from patterns_support import (
     SOON_S,
     TRANSPORTS,
@@ -49,6 +47,8 @@ from patterns_support import (
     scenario_send_timeout_zero_after_drain,
     unbound_address,
 )
+
+from spark_zmq.patterns import Pull, Push
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -118,14 +118,11 @@ import threading
 import time
 import weakref
 from collections import Counter
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import zmq
-
-from spark_zmq.patterns import Gather, Scatter, SocketClosedError
-from spark_zmq.patterns.curve import Curve
-from spark_zmq.patterns.curve_keys import ANY_KEY, KeyPair
 from patterns_support import (
     BINARY_MESSAGES,
     QUIET_S,
@@ -138,6 +135,10 @@ from patterns_support import (
 )
 from zmqjs_peer import NodePeer, PeerError, payload, skip_unless_node
 from zmqtest import established_tcp, settled
+
+from spark_zmq.patterns import Gather, Scatter, SocketClosedError
+from spark_zmq.patterns.curve import Curve
+from spark_zmq.patterns.curve_keys import ANY_KEY, KeyPair
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -228,11 +229,11 @@ def wire_size(size: int) -> int:
 
 # -- events of our sockets (their ``handshakes`` watch) ------------------------------------
 
-_backlog: "weakref.WeakKeyDictionary[Any, list]" = weakref.WeakKeyDictionary()
+_backlog: weakref.WeakKeyDictionary[Any, list] = weakref.WeakKeyDictionary()
 
 
 def wait_events(sock, event: int, n: int = 1, timeout: float = SOON_S,
-                address: Optional[str] = None) -> list[str]:
+                address: str | None = None) -> list[str]:
     """Addresses of the next ``n`` events ``event`` of ``sock`` (created with ``monitor``);
     events of other kinds seen meanwhile are kept for later calls."""
     backlog = _backlog.setdefault(sock, [])
@@ -266,8 +267,8 @@ def wait_rejected(sock, timeout: float = SOON_S) -> int:
 
 
 
-def _plain_socket(socket_type: int, bind: Optional[str], connect: Optional[str], *, hwm: Optional[int],
-                  buffer: Optional[int]) -> tuple[zmq.Socket, str]:
+def _plain_socket(socket_type: int, bind: str | None, connect: str | None, *, hwm: int | None,
+                  buffer: int | None) -> tuple[zmq.Socket, str]:
     """A plain pyzmq PULL or PUSH bound to ``bind`` or connected to ``connect``, with its
     high-water mark and kernel buffer in its own direction; returns it and its endpoint."""
     plain = zmq.Context.instance().socket(socket_type)
@@ -284,7 +285,7 @@ def _plain_socket(socket_type: int, bind: Optional[str], connect: Optional[str],
     return plain, connect
 
 
-def _thread_states(pid: int) -> Optional[list[str]]:
+def _thread_states(pid: int) -> list[str] | None:
     """The scheduler state letter of every thread of process ``pid`` (``None``: no /proc)."""
     task_dir = f"/proc/{pid}/task"
     if not os.path.isdir(task_dir):
@@ -328,13 +329,13 @@ class Rx:
     (node GATHER). Receives in the background from the start; ``received`` is everything so
     far in arrival order (bytes, or a list of frames for a multipart message)."""
 
-    def __init__(self, kind: str, *, bind: Optional[str] = None, connect: Optional[str] = None,
-                 hwm: Optional[int] = None, rcvbuf: Optional[int] = None) -> None:
+    def __init__(self, kind: str, *, bind: str | None = None, connect: str | None = None,
+                 hwm: int | None = None, rcvbuf: int | None = None) -> None:
         self.kind = kind
         self.family, self.transport = kind.split("-", 1)
-        self.node: Optional[NodePeer] = None
-        self.sock: Optional[Gather] = None
-        self.plain: Optional[zmq.Socket] = None
+        self.node: NodePeer | None = None
+        self.sock: Gather | None = None
+        self.plain: zmq.Socket | None = None
         self._got: list = []
         self._cond = threading.Condition()
         self._run = threading.Event()
@@ -464,10 +465,10 @@ class Tx:
     ``messages``) in the background from the start; a send that waits more than
     ``send_timeout`` seconds ends it ("blocked")."""
 
-    def __init__(self, kind: str, *, bind: Optional[str] = None, connect: Optional[str] = None, count: int = 0,
-                 size: Optional[int] = None, prefix: str = "", messages: Optional[list] = None,
-                 hwm: Optional[int] = None, send_timeout: Optional[float] = None, sndbuf: Optional[int] = None,
-                 curve_client: Optional[tuple] = None, curve_server_key: Optional[bytes] = None) -> None:
+    def __init__(self, kind: str, *, bind: str | None = None, connect: str | None = None, count: int = 0,
+                 size: int | None = None, prefix: str = "", messages: list | None = None,
+                 hwm: int | None = None, send_timeout: float | None = None, sndbuf: int | None = None,
+                 curve_client: tuple | None = None, curve_server_key: bytes | None = None) -> None:
         self.kind = kind
         self.family, self.transport = kind.split("-", 1)
         self.prefix = prefix
@@ -475,10 +476,10 @@ class Tx:
         self.explicit = list(messages) if messages is not None else None
         self.count = len(self.explicit) if self.explicit is not None else count
         self.hwm = hwm
-        self.node: Optional[NodePeer] = None
-        self.sock: Optional[Scatter] = None
-        self.plain: Optional[zmq.Socket] = None
-        self._outcome: Optional[tuple] = None
+        self.node: NodePeer | None = None
+        self.sock: Scatter | None = None
+        self.plain: zmq.Socket | None = None
+        self._outcome: tuple | None = None
         self._done = threading.Event()
         if self.family == "libzmq":
             assert messages is None
@@ -623,8 +624,8 @@ def track():
             pass
 
 
-def scatter_to(track, kind: str, direction: str, n: int = 1, *, rx_hwm: Optional[int] = None,
-               rx_rcvbuf: Optional[int] = None, **options) -> tuple[Scatter, list[Rx]]:
+def scatter_to(track, kind: str, direction: str, n: int = 1, *, rx_hwm: int | None = None,
+               rx_rcvbuf: int | None = None, **options) -> tuple[Scatter, list[Rx]]:
     """Our Scatter and ``n`` receivers of ``kind``, every handshake done (we bind: each
     receiver attached before the next one starts). Tests of what a connect endpoint does
     before its handshake build their own Scatter (and see the engine-bug tests at the end
@@ -767,7 +768,7 @@ def drain(gather: Gather) -> list[bytes]:
 
 
 def collect_from_blocked(gather: Gather, blocked: list[tuple[Tx, int]], extra: int = 0,
-                         head: Optional[list[bytes]] = None) -> list[bytes]:
+                         head: list[bytes] | None = None) -> list[bytes]:
     """Everything blocked senders (``(tx, accepted)``) delivered (and ``extra`` more
     messages): all they accepted but what they may drop on giving up, then until quiet."""
     got = list(head or [])

@@ -18,11 +18,11 @@ import time
 
 import pytest
 import zmq
+from zmqtest import wait_until
 
 from spark_zmq.patterns import Router
 from spark_zmq.patterns.deadlines import SocketClosedError
 from spark_zmq.patterns.heartbeat import NO_HEARTBEAT
-from zmqtest import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -16,16 +16,33 @@ import inspect
 import sys
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import zmq
 
 from spark_zmq.patterns import (
-    Dealer, Gather, PatternSocket, Pub, Pull, Push, Rep, Req, ReroutingPush, Router, Scatter, SendTimeoutError,
-    SocketClosedError, Sub, XPub, XSub, ZmtpPull,
+    Dealer,
+    Gather,
+    PatternSocket,
+    Pub,
+    Pull,
+    Push,
+    Rep,
+    Req,
+    ReroutingPush,
+    Router,
+    Scatter,
+    SendTimeoutError,
+    SocketClosedError,
+    Sub,
+    XPub,
+    XSub,
+    ZmtpPull,
+    deadlines,
+    wire_contract,
 )
-from spark_zmq.patterns import deadlines, wire_contract
 from spark_zmq.patterns.engine_wire import EngineWire
 from spark_zmq.patterns.libzmq_wire import LibzmqWire
 from spark_zmq.patterns.scattergather import ZmtpPatternSocket

@@ -13,7 +13,6 @@ import time
 
 import pytest
 import zmq
-
 from zmqjs_peer import PEER_JS, ZMQJS_DIR, NodePeer, PeerError, payload, skip_unless_node
 from zmqtest import SocketEvents
 
@@ -225,8 +224,9 @@ def test_node_req_workers_behind_our_broker_serve_our_clients():
     behind ``Broker``: a ``Client`` and a plain REQ client each get their own replies."""
     import threading
 
-    from spark_zmq.patterns import Broker, Client, Req
     from zmqtest import wait_until
+
+    from spark_zmq.patterns import Broker, Client, Req
 
     with Broker("@" + ANY_PORT, "@" + ANY_PORT) as broker:
         thread = threading.Thread(target=broker.run, daemon=True)

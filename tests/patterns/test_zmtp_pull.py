@@ -15,13 +15,13 @@ import time
 import pytest
 import zmq
 import zmq.auth
+from zmqjs_peer import NodePeer, payload, skip_unless_node
+from zmqtest import SocketEvents
 
 from spark_zmq.patterns import Pull, ZmtpPull
 from spark_zmq.patterns.curve import Curve
 from spark_zmq.patterns.curve_keys import KeyPair
 from spark_zmq.patterns.zmtp.stream import PART_OVERHEAD
-from zmqjs_peer import NodePeer, payload, skip_unless_node
-from zmqtest import SocketEvents
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -14,10 +14,10 @@ import threading
 import time
 
 import pytest
-
 from relaytest import RelayProcess, stop_relays
-from spark_zmq import procstat
 from zmqtest import Producer, free_ports, numbered, run_available_now, stop_all, wait_until
+
+from spark_zmq import procstat
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
@@ -464,8 +464,9 @@ def test_a_relay_with_a_full_spool_holds_producers_back_and_loses_nothing(tmp_pa
     """No query reads the relay: it spools until --max-spool-bytes, then stops reading and
     the producer blocks. A reader that then commits (here the protocol's own client,
     releasing what it has 'read') lets it drain: every message arrives, none dropped."""
-    from spark_zmq.relay.client import RelayClient
     from zmqtest import dir_bytes, settled
+
+    from spark_zmq.relay.client import RelayClient
 
     data_port, listen_port = free_ports(2)
     spool = str(tmp_path / "spool")

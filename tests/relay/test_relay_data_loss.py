@@ -15,11 +15,11 @@ import os
 import uuid
 
 import pytest
-
 from relaytest import RelayProcess
+from zmqtest import Producer, free_ports, numbered, run_available_now, wait_until
+
 from spark_zmq.relay.client import RelayClient
 from spark_zmq.relay.messages import StateRequest
-from zmqtest import Producer, free_ports, numbered, run_available_now, wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(180)]
 

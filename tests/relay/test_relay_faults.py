@@ -20,12 +20,12 @@ import time
 import uuid
 
 import pytest
-
 from faultproxy import FaultProxy, blackhole, is_data
 from relaytest import RelayProcess, stop_relays
+from zmqtest import Producer, free_ports, stop_all, wait_until
+
 from spark_zmq.relay.client import RelayClient
 from spark_zmq.relay.protocol import LEASE_TTL_S
-from zmqtest import Producer, free_ports, stop_all, wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(400)]
 

@@ -14,7 +14,6 @@ import time
 
 import pytest
 import zmq
-
 from relaytest import RelayProcess, stop_relays
 from zmqtest import free_ports
 

@@ -12,14 +12,14 @@ import uuid
 
 import pytest
 import zmq
-
-from spark_zmq.ingest.fetch import FetchAccess, FetchError, fetch_range
-from spark_zmq.relay.client import RelayClient, RelayError
-from spark_zmq.options import SourceOptions
-from spark_zmq.relay.lease import Lease
-from spark_zmq.relay.server import Relay
 from relaytest import relay  # noqa: F401  (a fixture)
 from zmqtest import Producer, free_ports, numbered, wait_until
+
+from spark_zmq.ingest.fetch import FetchAccess, FetchError, fetch_range
+from spark_zmq.options import SourceOptions
+from spark_zmq.relay.client import RelayClient, RelayError
+from spark_zmq.relay.lease import Lease
+from spark_zmq.relay.server import Relay
 
 pytestmark = pytest.mark.timeout(120)
 

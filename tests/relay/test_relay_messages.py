@@ -12,14 +12,13 @@ import typing
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from zmqtest import examples, free_ports
 
 from spark_zmq.ingest.loss import LostRange
 from spark_zmq.ingest.runtime import RangeInfo
 from spark_zmq.relay import messages as m
 from spark_zmq.relay.client import RelayClient, RelayError
 from spark_zmq.relay.protocol import MAX_ADVANCE, PROTOCOL, Op
-
-from zmqtest import examples, free_ports
 
 pytestmark = pytest.mark.timeout(120)
 

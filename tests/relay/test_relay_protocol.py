@@ -11,14 +11,13 @@ import pytest
 import zmq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from relaytest import relay  # noqa: F401  (a fixture)
+from zmqtest import Producer, examples, free_ports, numbered, wait_until
 
 from spark_zmq.options import SourceOptions
 from spark_zmq.relay.client import RelayBusyError, RelayClient, RelayError
 from spark_zmq.relay.lease import Lease
 from spark_zmq.relay.server import Relay
-
-from relaytest import relay  # noqa: F401  (a fixture)
-from zmqtest import Producer, free_ports, numbered, wait_until, examples
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -14,6 +14,8 @@ import sys
 import uuid
 
 import pytest
+from clitest import unboxed
+from zmqtest import Producer, free_ports, wait_until
 
 from spark_zmq.ingest.fetch import FetchAccess, fetch_range
 from spark_zmq.options import SourceOptions
@@ -23,10 +25,8 @@ from spark_zmq.relay.client import RelayClient, RelayError
 from spark_zmq.relay.messages import RemoveReaderRequest
 from spark_zmq.relay.operator import OPERATOR_TOKEN_FILE
 from spark_zmq.relay.protocol import Op
-from spark_zmq.relay.readers import Readers, ReaderBoundError
+from spark_zmq.relay.readers import ReaderBoundError, Readers
 from spark_zmq.relay.server import Relay
-from clitest import unboxed
-from zmqtest import Producer, free_ports, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -13,6 +13,8 @@ import sys
 import uuid
 
 import pytest
+from relaytest import RelayProcess, stop_relays
+from zmqtest import Producer, free_ports, numbered, wait_until
 
 from spark_zmq.ingest.fetch import FetchAccess, fetch_range
 from spark_zmq.ingest.spool_format import DataLossError
@@ -20,8 +22,6 @@ from spark_zmq.options import OptionError, SourceOptions
 from spark_zmq.relay.client import RelayBusyError, RelayClient
 from spark_zmq.relay.protocol import Op
 from spark_zmq.relay.server import Relay
-from relaytest import RelayProcess, stop_relays
-from zmqtest import Producer, free_ports, numbered, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 

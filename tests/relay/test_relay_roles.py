@@ -11,12 +11,12 @@ import sys
 
 import pytest
 import zmq.auth
-
 from relaytest import RelayProcess, stop_relays
+from zmqtest import free_ports
+
 from spark_zmq.patterns.curve import Curve
 from spark_zmq.patterns.curve_keys import KeyPair
 from spark_zmq.relay.client import RelayClient, RelayError
-from zmqtest import free_ports
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -17,7 +17,6 @@ import time
 
 import pytest
 import zmq
-
 from relaytest import RelayProcess, relay, stop_relays  # noqa: F401  (relay: a fixture)
 from zmqtest import free_ports, wait_until
 

@@ -14,7 +14,6 @@ import textwrap
 
 import pytest
 import zmq
-
 from loadhelper import busy  # noqa: F401  (a fixture: CPU load beside the test)
 from zmqtest import free_ports, peak_rss_bytes
 

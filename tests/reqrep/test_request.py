@@ -13,9 +13,9 @@ import time
 
 import pytest
 from pyspark.sql import functions as F
+from servicetest import ServiceWorker, collect_in_thread
 
 import spark_zmq
-from servicetest import ServiceWorker, collect_in_thread
 from spark_zmq.options import OptionError
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(180)]

@@ -10,11 +10,11 @@ import subprocess
 import sys
 
 import pytest
-
-import spark_zmq
 from servicetest import ServiceWorker, collect_in_thread
 from zmqjs_peer import NodePeer, skip_unless_node
 from zmqtest import free_ports
+
+import spark_zmq
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(240)]
 

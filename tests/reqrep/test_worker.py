@@ -14,13 +14,13 @@ import pyarrow.compute as pc
 import pytest
 import zmq
 import zmq.auth
+from brokertest import ANY, running  # noqa: F401  (a fixture)
+from zmqtest import free_ports, wait_until
 
 from spark_zmq.patterns import Broker, Client
 from spark_zmq.patterns.curve import Curve
 from spark_zmq.patterns.curve_keys import KeyPair, load_authorized_keys, load_public_key
 from spark_zmq.worker import ERROR, WorkerStats, is_error_reply, serve
-from brokertest import ANY, running  # noqa: F401  (a fixture)
-from zmqtest import free_ports, wait_until
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -12,7 +12,6 @@ import numpy as np
 import pyarrow as pa
 import pytest
 import zmq
-
 from zmqtest import free_ports, peak_rss_bytes
 
 pytestmark = pytest.mark.timeout(120)

@@ -10,9 +10,8 @@ import sys
 
 os.environ["PYSPARK_PYTHON"] = sys.executable
 
-from pyspark.sql import SparkSession  # noqa: E402
-
 import zmq  # noqa: E402
+from pyspark.sql import SparkSession  # noqa: E402
 
 endpoint, spool_dir, checkpoint, count = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 spark = (

@@ -26,7 +26,6 @@ import time
 import pyarrow as pa
 import zmq
 
-
 #: the request column the handlers double (``--column``)
 COLUMN = "x"
 

@@ -15,7 +15,6 @@ import pyarrow as pa
 import pytest
 import zmq
 from chispa import assert_df_equality
-
 from zmqtest import free_ports, stop_all, wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(180)]

@@ -11,7 +11,6 @@ import time
 
 import pytest
 import zmq
-
 from zmqtest import free_ports
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(180)]

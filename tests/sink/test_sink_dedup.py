@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pytest
 from pyspark.sql import functions as F
+from zmqtest import stop_all, wait_until
 
 from spark_zmq.patterns import Pull
-from zmqtest import stop_all, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "docs" / "examples" / "dedup_consumer.py"

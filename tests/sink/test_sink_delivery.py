@@ -16,10 +16,8 @@ import signal
 import subprocess
 import sys
 import threading
-from typing import Optional
 
 import pytest
-
 from zmqtest import established_tcp, free_ports, settled, wait_until
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/net/tcp"), reason="needs /proc/net/tcp")
@@ -101,7 +99,7 @@ class Write(threading.Thread):
         self.spark = spark
         self.options = {"endpoints": ",".join(f"tcp://127.0.0.1:{p}" for p in ports), "hwm": "1000",
                         "sendTimeoutMs": "60000", **options}
-        self.error: Optional[BaseException] = None
+        self.error: BaseException | None = None
         self.finished = threading.Event()
 
     def run(self) -> None:

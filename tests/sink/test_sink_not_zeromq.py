@@ -5,7 +5,6 @@ word of CURVE when CURVE is not configured."""
 from __future__ import annotations
 
 import pytest
-
 from zmqtest import NotZeroMQ
 
 pytestmark = pytest.mark.timeout(180)

@@ -10,12 +10,12 @@ import threading
 import pyarrow as pa
 import pytest
 import zmq
+from zmqtest import NotZeroMQ
 
 from spark_zmq.options import SinkOptions
 from spark_zmq.sink.encoders import TaskHeader
 from spark_zmq.sink.send import TaskSender
 from spark_zmq.sink.writer import SinkCommit, _report, _write_task
-from zmqtest import NotZeroMQ
 
 pytestmark = pytest.mark.timeout(60)
 

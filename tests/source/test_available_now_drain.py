@@ -11,12 +11,11 @@ import time
 
 import pytest
 import zmq
+from zmqtest import free_ports
 
 from spark_zmq.options import SourceOptions
 from spark_zmq.source.reader_ingest import LocalIngest
 from spark_zmq.source.relays import RelayIngest
-
-from zmqtest import free_ports
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -22,7 +22,6 @@ import textwrap
 import numpy as np
 import pyarrow as pa
 import pytest
-from zmqtest import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql.types import (
@@ -36,8 +35,10 @@ from pyspark.sql.types import (
     StructType,
     TimestampType,
 )
+from zmqtest import examples
 
 from spark_zmq.arrow import guard as arrow_guard
+from spark_zmq.ingest.receiver import messages_to_batch
 from spark_zmq.options import OptionError, SourceOptions
 from spark_zmq.schemas import fixed_schema
 from spark_zmq.source.decoders import (
@@ -53,7 +54,6 @@ from spark_zmq.source.decoders import (
     make_decoder,
 )
 from spark_zmq.source.decoders import json as json_decoder
-from spark_zmq.ingest.receiver import messages_to_batch
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -15,21 +15,21 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql.types import BooleanType, LongType, MapType, StringType, StructField, StructType
+from zmqtest import Producer, examples, run_available_now
 
-from spark_zmq.options import OptionError, SourceOptions
 from spark_zmq.arrow import guard as arrow_guard
-from spark_zmq.source.decoders import base as decoders_base
+from spark_zmq.ingest.receiver import messages_to_batch
+from spark_zmq.options import OptionError, SourceOptions
 from spark_zmq.source.decoders import (
     ROW_KEY,
     Decoder,
     MalformedMessageError,
     decoder_for,
-    make_decoder,
     headers_column,
     headers_template,
+    make_decoder,
 )
-from spark_zmq.ingest.receiver import messages_to_batch
-from zmqtest import Producer, run_available_now, examples
+from spark_zmq.source.decoders import base as decoders_base
 
 pytestmark = pytest.mark.timeout(180)
 

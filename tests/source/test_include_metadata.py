@@ -16,13 +16,12 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pyspark.sql.types import (DoubleType, IntegerType, LongType, StringType, StructField, StructType,
-                               TimestampType)
+from pyspark.sql.types import DoubleType, IntegerType, LongType, StringType, StructField, StructType, TimestampType
+from zmqtest import Producer, examples, run_available_now, wait_until
 
+from spark_zmq.ingest.receiver import messages_to_batch
 from spark_zmq.options import OptionError
 from spark_zmq.source.decoders import Decoder, MalformedMessageError, make_decoder
-from spark_zmq.ingest.receiver import messages_to_batch
-from zmqtest import Producer, run_available_now, wait_until, examples
 
 pytestmark = pytest.mark.timeout(180)
 

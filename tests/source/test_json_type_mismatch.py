@@ -9,8 +9,7 @@ import json
 import logging
 
 import pytest
-from pyspark.sql.types import (DoubleType, IntegerType, LongType, StringType, StructField, StructType,
-                               TimestampType)
+from pyspark.sql.types import DoubleType, IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
 from spark_zmq.ingest.spool_format import messages_to_batch
 from spark_zmq.source.decoders import JsonDecoder, MalformedMessageError

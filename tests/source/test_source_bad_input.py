@@ -7,8 +7,7 @@ import socket
 
 import pyarrow as pa
 import pytest
-
-from zmqtest import Producer, arrow_message, free_ports, stop_all, wait_until, run_available_now
+from zmqtest import Producer, arrow_message, free_ports, run_available_now, stop_all, wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(180)]
 

@@ -7,7 +7,6 @@ import time
 
 import pytest
 from chispa import assert_df_equality
-
 from zmqtest import Producer, numbered
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(120)]
@@ -44,7 +43,6 @@ def test_batch_read_with_nothing_arriving_is_empty_not_a_hang(spark, free_port):
 
 def test_batch_read_of_arrow_messages(spark, free_port):
     import pyarrow as pa
-
     from zmqtest import arrow_message
 
     endpoint = f"tcp://127.0.0.1:{free_port}"

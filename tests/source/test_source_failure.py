@@ -15,9 +15,9 @@ import signal
 import time
 
 import pytest
+from zmqtest import Producer, dir_bytes, reader_pid, rss_bytes, stop_all, wait_until
 
 from spark_zmq import procstat
-from zmqtest import Producer, dir_bytes, reader_pid, rss_bytes, stop_all, wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 

@@ -7,10 +7,9 @@ import json
 
 import pyarrow as pa
 import pytest
+from zmqtest import Producer, arrow_message, run_available_now
 
 from spark_zmq.arrow import guard as arrow_guard
-
-from zmqtest import Producer, arrow_message, run_available_now
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 

@@ -9,9 +9,9 @@ import urllib.request
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from zmqtest import Producer, free_ports, stop_all, wait_until
 
 from spark_zmq.options import OptionError, SourceOptions
-from zmqtest import Producer, free_ports, stop_all, wait_until
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 from datetime import datetime
 
 import pytest
-
 from zmqtest import Producer, numbered, stop_all, wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(240)]

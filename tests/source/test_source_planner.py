@@ -3,12 +3,10 @@ connector tests its offset range calculator)."""
 
 from __future__ import annotations
 
-from typing import Optional
-
 import pytest
-from zmqtest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from zmqtest import examples
 
 from spark_zmq.source.offsets import ChannelOffsets, OffsetsFormatError
 from spark_zmq.source.planner import admit, split
@@ -17,7 +15,7 @@ from spark_zmq.source.planner import admit, split
 class RowsIndex:
     """An index where message i of a channel carries ``rows[i]`` rows and ``sizes[i]`` bytes."""
 
-    def __init__(self, rows: list[int], sizes: Optional[list[int]] = None, first: int = 0) -> None:
+    def __init__(self, rows: list[int], sizes: list[int] | None = None, first: int = 0) -> None:
         self.rows, self.sizes, self.first = rows, sizes or [1] * len(rows), first
 
     def count_between(self, start, end):

@@ -12,7 +12,6 @@ from collections import Counter
 
 import pytest
 import zmq
-
 from zmqjs_peer import NodePeer, payload, skip_unless_node
 from zmqtest import SocketEvents, stop_all, wait_until
 

@@ -12,7 +12,6 @@ import pyarrow as pa
 import pytest
 import zmq
 from chispa import assert_df_equality
-
 from zmqtest import Producer, arrow_message, free_ports, numbered, stop_all, wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(240)]

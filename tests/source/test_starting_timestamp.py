@@ -8,8 +8,8 @@ from __future__ import annotations
 import os
 
 import pytest
-
 from zmqtest import run_available_now
+
 from spark_zmq.ingest.spool import Spool
 from spark_zmq.ingest.spool_format import messages_to_batch
 

@@ -7,14 +7,13 @@ session (pyspark is imported for the reader's base class only)."""
 from __future__ import annotations
 
 import pytest
+from zmqtest import free_ports
 
 from spark_zmq.ingest.spool_format import DataLossError, messages_to_batch
 from spark_zmq.options import SourceOptions
 from spark_zmq.source.reader_ingest import Ingest, open_ingest
 from spark_zmq.source.schema_contract import default_schema
 from spark_zmq.source.stream import ZmqStreamReader
-
-from zmqtest import free_ports
 
 pytestmark = pytest.mark.timeout(60)
 

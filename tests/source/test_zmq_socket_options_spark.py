@@ -4,7 +4,6 @@ a producer has the kernel receive buffer asked for (read from ``ss``), and rows 
 from __future__ import annotations
 
 import pytest
-
 from zmqtest import Producer, numbered, stop_all, tcp_receive_buffer, wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(180)]

@@ -13,12 +13,12 @@ import logging
 
 import pytest
 import zmq
-
 from faultproxy import UP, FaultProxy, is_curve_message
+from zmqtest import wait_until
+
 from spark_zmq.patterns import Gather, Heartbeat, Scatter
 from spark_zmq.patterns.curve import Curve
 from spark_zmq.patterns.curve_keys import ANY_KEY, KeyPair
-from zmqtest import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 

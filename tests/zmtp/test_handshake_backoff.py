@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 import zmq
+from zmqtest import NotZeroMQ, wait_until
 
 from spark_zmq.patterns.reroutingpush import ReroutingPush
 from spark_zmq.patterns.zmtp.sessions import HANDSHAKE_BACKOFF_MAX_S
-from zmqtest import NotZeroMQ, wait_until
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -15,15 +15,15 @@ import socket
 import struct
 import threading
 import time
-from typing import Callable, Optional
+from collections.abc import Callable
 
 import pytest
-from zmqtest import SocketEvents, examples
 import zmq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from nacl.bindings import crypto_box, crypto_box_afternm, crypto_box_beforenm, crypto_box_keypair, crypto_box_open
 from zmq.utils import z85
+from zmqtest import SocketEvents, examples
 
 from spark_zmq.patterns.zmtp import curve_batch, wire
 from spark_zmq.patterns.zmtp.codec import frame_header, parse_frames
@@ -37,9 +37,9 @@ INVALID_SEQUENCE = zmq.PROTOCOL_ERROR_ZMTP_INVALID_SEQUENCE
 
 # -- helpers ------------------------------------------------------------------------------------
 
-def declaring(socket_type: bytes, seen: Optional[list] = None) -> Callable[[Optional[dict]], dict]:
+def declaring(socket_type: bytes, seen: list | None = None) -> Callable[[dict | None], dict]:
     """A ``declare`` callback that records the peer metadata it is given."""
-    def declare(peer: Optional[dict]) -> dict:
+    def declare(peer: dict | None) -> dict:
         if seen is not None:
             seen.append(peer)
         return {"Socket-Type": socket_type}
@@ -426,7 +426,7 @@ def test_our_server_sees_client_metadata_before_declaring(ctx):
 # -- 2. ours against ours -----------------------------------------------------------------------
 
 class Pair:
-    def __init__(self, authorize=lambda key: True, server_key: Optional[bytes] = None) -> None:
+    def __init__(self, authorize=lambda key: True, server_key: bytes | None = None) -> None:
         self.client_pub, self.client_sec = crypto_box_keypair()
         self.server_pub, self.server_sec = crypto_box_keypair()
         self.client_seen: list = []
@@ -453,7 +453,7 @@ class Pair:
         [ready] = self.server.on_command(self.initiate())
         return ready
 
-    def connect(self) -> "Pair":
+    def connect(self) -> Pair:
         assert self.client.on_command(self.ready()) == []
         assert self.client.ready and self.server.ready
         return self
@@ -713,8 +713,8 @@ def test_wrong_server_key_and_unexpected_commands():
         pair.client.encode(b"early")
 
 
-def forge_initiate(pair: Pair, welcome: bytes, *, vouch_short: Optional[bytes] = None,
-                   vouch_server: Optional[bytes] = None, nonce: int = 2) -> bytes:
+def forge_initiate(pair: Pair, welcome: bytes, *, vouch_short: bytes | None = None,
+                   vouch_server: bytes | None = None, nonce: int = 2) -> bytes:
     """An INITIATE as a client would make it, with one part replaced (uses the client's
     short-term secret, which only a test can reach)."""
     client = pair.client

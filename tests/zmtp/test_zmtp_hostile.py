@@ -26,7 +26,6 @@ import socket
 import struct
 import threading
 import time
-from typing import Optional
 
 import pytest
 import zmq
@@ -110,7 +109,7 @@ class Raw:
                 self.tail += chunk
         except (ConnectionResetError, BrokenPipeError):
             return True
-        except socket.timeout:
+        except TimeoutError:
             return False
         return False
 
@@ -154,7 +153,7 @@ def nothing_queued(gather: Gather) -> None:
         gather.recv(timeout=0.05)
 
 
-def still_works(gather: Gather, *, curve: Optional[Curve] = None, libzmq: bool = False) -> None:
+def still_works(gather: Gather, *, curve: Curve | None = None, libzmq: bool = False) -> None:
     """Nothing (more) was delivered, and a well-behaved peer connected now delivers.
 
     The well-behaved peer is the probe for both: it connects and hands shakes after the
@@ -573,7 +572,7 @@ def test_a_ping_flood_whose_pongs_are_never_read_does_not_grow_the_gather(make_g
             sent += len(chunk)
         raw.send(raw.frame(b"after the flood"))
         flood_read = gather.recv(timeout=15) == b"after the flood"  # every PING before it was read
-    except (socket.timeout, TimeoutError, BrokenPipeError, ConnectionResetError):
+    except (TimeoutError, BrokenPipeError, ConnectionResetError):
         pass  # a Gather that stops reading (or closes) while its PONGs wait holds the flood back
     growth = rss() - before
     raw.close()
@@ -610,7 +609,7 @@ def curve_gather(make_gather):
     return gather, server, client
 
 
-def curve_client(server: KeyPair, client: Optional[KeyPair] = None) -> CurveClient:
+def curve_client(server: KeyPair, client: KeyPair | None = None) -> CurveClient:
     if client is None:
         public, secret = crypto_box_keypair()
     else:
@@ -619,7 +618,7 @@ def curve_client(server: KeyPair, client: Optional[KeyPair] = None) -> CurveClie
                        lambda peer: {"Socket-Type": b"PUSH"}, lambda metadata: None)
 
 
-def curve_handshake(raw: Raw, mech: CurveClient, sent: Optional[list] = None) -> None:
+def curve_handshake(raw: Raw, mech: CurveClient, sent: list | None = None) -> None:
     """Drive ``mech`` to the end of its handshake over ``raw`` (``sent``: the command bodies)."""
     assert raw.greet(b"CURVE")[1] == b"CURVE"
     out = mech.start()

@@ -4,12 +4,11 @@ checked here without sockets; the RFC 49 tests check them through real peers."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from zmqtest import examples
-
-import numpy as np
 
 from spark_zmq.patterns.message_block import MessageRun
 from spark_zmq.patterns.zmtp.connection import Peer

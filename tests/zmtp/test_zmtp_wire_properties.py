@@ -16,10 +16,10 @@ import string
 import struct
 
 import pytest
-from zmqtest import examples
 import zmq
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from zmqtest import examples
 
 from spark_zmq.patterns import Gather
 from spark_zmq.patterns.message_block import MessageRun
