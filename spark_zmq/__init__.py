@@ -72,7 +72,7 @@ def _known(session: SparkSession, name: str) -> bool:
     Spark log that it replaced it. False where the session has no JVM (Spark Connect)."""
     try:
         return bool(session._jsparkSession.sessionState().dataSourceManager().dataSourceExists(name))
-    except Exception:  # Spark Connect, or the internals of another Spark version
+    except Exception:  # Spark Connect, or the internals of another Spark version  # noqa: BLE001
         return False
 
 

@@ -36,7 +36,7 @@ def activate(session: Any) -> None:
         return
     try:
         jvm.SparkSession.setActiveSession(jsession)
-    except Exception:  # a stopped session: the write itself reports it
+    except Exception:  # a stopped session: the write itself reports it  # noqa: BLE001
         pass
 
 

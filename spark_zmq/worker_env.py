@@ -56,6 +56,6 @@ def seed_worker_environment(session: SparkSession, name: str) -> bool:
         for key in STREAMING_RUNNER_KEYS:
             env.putIfAbsent(key, values[key])
         return True
-    except Exception as exc:  # py4j errors: internals of another Spark version
+    except Exception as exc:  # py4j errors: internals of another Spark version  # noqa: BLE001
         logger.debug("spark-zmq: could not seed the data source's worker environment: %s", exc)
         return False

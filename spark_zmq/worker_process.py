@@ -89,7 +89,7 @@ class HandlerProcess:
                     except OSError:
                         pass
                 _child(Connection(theirs.detach()), self._answer)
-            except BaseException:
+            except BaseException:  # noqa: BLE001
                 code = 1
             finally:
                 os._exit(code)

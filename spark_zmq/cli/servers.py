@@ -165,7 +165,7 @@ def relay_command(
     try:
         code = serve(options, address, listen_curve, retention_bytes=retained, retention_s=retention_seconds,
                      metrics=metrics)
-    except Exception as exc:  # a bind error, a locked spool: the reason, not a trace
+    except Exception as exc:  # a bind error, a locked spool: the reason, not a trace  # noqa: BLE001
         print_error(f"{type(exc).__name__}: {exc}")
         raise typer.Exit(1) from None
     raise typer.Exit(code)
@@ -296,7 +296,7 @@ def broker_command(
                         heartbeat=heartbeat,
                         max_message_bytes=max_message_bytes, reply_timeout=reply_timeout, client_hwm=client_hwm,
                         request_ttl=request_ttl or None, hold_limit=hold_limit or None)
-    except Exception as exc:  # a bind error (port in use, address not local): the reason, not a trace
+    except Exception as exc:  # a bind error (port in use, address not local): the reason, not a trace  # noqa: BLE001
         print_error(exc.strerror if isinstance(exc, OSError) and exc.strerror else f"{type(exc).__name__}: {exc}")
         raise typer.Exit(1) from None
     stop = threading.Event()
@@ -338,7 +338,7 @@ def broker_command(
     with broker:
         try:
             broker.run(stop, report=status, report_interval=status_interval)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001
             print_error(f"the broker failed: {type(exc).__name__}: {exc}")
             raise typer.Exit(1) from None
         print(f"broker: stopped ({stopped_by[0] if stopped_by else 'stop'}): {broker.stats().line()}",

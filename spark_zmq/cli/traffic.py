@@ -89,7 +89,7 @@ def produce(
         except (TimeoutError, loadgen.HandshakeRejectedError, loadgen.NoPeerError) as exc:
             print_error(str(exc))
             raise typer.Exit(1) from None
-        except Exception as exc:  # zmq errors (address in use, ...): one line, not a traceback
+        except Exception as exc:  # zmq errors (address in use, ...): one line, not a traceback  # noqa: BLE001
             print_error(f"{type(exc).__name__}: {exc}")
             raise typer.Exit(1) from None
     typer.echo(f"sent {result.messages} messages ({result.rows} rows, {result.bytes} bytes) "
@@ -147,7 +147,7 @@ def consume(
     messages = rows = size = records = records_before = 0
     try:
         sock = cls(endpoints, **options)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001
         print_error(f"cannot open {pattern.value} on {endpoints}: {exc}")
         raise typer.Exit(1) from None
     watch = sock.handshakes if curve is not None else None
@@ -192,7 +192,7 @@ def consume(
                 bar.update(task, completed=messages, rate=messages / max(last - started, 1e-9))
         except KeyboardInterrupt:
             pass
-        except Exception as exc:  # undecodable arrow etc.: say which message
+        except Exception as exc:  # undecodable arrow etc.: say which message  # noqa: BLE001
             print_error(f"message {messages + 1} is not valid {format.value}: {exc}")
             raise typer.Exit(1) from None
         finally:

@@ -194,7 +194,7 @@ class ChannelLog:
                 try:
                     batch = read_body(view, record)
                     self.entries.append(batch_entry(batch, record.first, segment, record.position))
-                except Exception as exc:  # a checksummed body that is not our Arrow: still a loss, not a crash
+                except Exception as exc:  # a checksummed body that is not our Arrow: still a loss, not a crash  # noqa: BLE001
                     self._lose(record.first, record.end, segment, f"record at byte {record.position}: {exc}")
             offset = record.end
         segment.end = offset

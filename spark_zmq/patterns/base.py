@@ -329,7 +329,7 @@ class PatternSocket:
         try:
             if not self._state.closed:
                 self._wire.abandon()
-        except Exception:
+        except Exception:  # noqa: BLE001  (a finalizer at interpreter exit: nothing to tell, nowhere to raise)
             pass
 
     def __repr__(self) -> str:

@@ -26,7 +26,7 @@ def main() -> int:
     try:
         return serve(config["options"], config["listen"], listen_curve, parent_pid=config["parent"],
                      start_receivers=False, linger_s=config.get("linger_s", 0.0), parent_pipe=sys.stdin.buffer)
-    except Exception as exc:  # a bind error, a locked spool: the reason, for the parent to report
+    except Exception as exc:  # a bind error, a locked spool: the reason, for the parent to report  # noqa: BLE001
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         return 1
 
