@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import shutil
-import time
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -315,16 +314,18 @@ def test_messages_queued_before_the_start_are_numbered_after_a_checkpoint_ahead_
     port = free_ports(1)[0]
     options = _options(tmp_path, receivers, port)
     spool_id = _reopened_spool_id(options)
-    ctx = zmq.Context()
-    push = ctx.socket(zmq.PUSH)
-    push.setsockopt(zmq.LINGER, 0)
 
     def bound_with_messages_waiting():
         ingest = open_ingest(options)
+        ctx = zmq.Context()
+        push = ctx.socket(zmq.PUSH)
         push.connect(f"tcp://127.0.0.1:{port}")
         for i in range(20):
             push.send(b"m-%d" % i)
-        time.sleep(0.5)  # in the receiving socket's queue
+        # in the receiving socket's queue: terminating the context returns once libzmq has
+        # written every queued message to the connection (LINGER bounds the wait)
+        push.close(linger=10_000)
+        ctx.term()
         return ingest
 
     ingest = rules().open(bound_with_messages_waiting, [ChannelOffsets({0: 50}, spool_id)])
@@ -334,8 +335,6 @@ def test_messages_queued_before_the_start_are_numbered_after_a_checkpoint_ahead_
         described = ingest.describe({0: (0, 50)})
         assert described[0].rows == 0, "a message was numbered below the checkpoint"
     finally:
-        push.close(0)
-        ctx.term()
         _stop(ingest)
 
 
