@@ -184,15 +184,21 @@ def test_garbage_replies_are_counted_and_dropped(context):
         assert client.malformed == 4
 
 
-def _rep_upper_slowly(sock, frames):
-    time.sleep(0.02)  # (the honest worker is slow: the forger's replies come first)
-    _rep_upper(sock, frames)
+def _until(condition, timeout: float) -> None:
+    """Poll ``condition`` until it holds or ``timeout`` passed, without failing: a worker
+    holding its reply for an ordering the test wants, which a broken client never gives
+    (the test's own assertions say what went wrong)."""
+    deadline = time.monotonic() + timeout
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.001)
 
 
 def test_a_worker_cannot_answer_requests_it_never_received_by_guessing_their_ids(context):
     """The attack of #43: a worker answers its own request, then the 8 ids after it (ids
     were a counter from 1). Ids are random now: every forged reply is dropped, counted."""
-    forged = []
+    forged: list[int] = []
+    rounds = [0]  # requests the forger has answered and sent its guesses after
+    clients: list[Client] = []
 
     def forger(sock, frames):
         identity, wire_id = frames[0], frames[1]
@@ -201,10 +207,19 @@ def test_a_worker_cannot_answer_requests_it_never_received_by_guessing_their_ids
             guess = (int.from_bytes(wire_id, "big") + step) % 2 ** 64
             sock.send_multipart([identity, guess.to_bytes(8, "big"), b"", b"FORGED"])
             forged.append(guess)
+        rounds[0] += 1
 
-    honest = _start(context, zmq.REP, _rep_upper_slowly)
+    def rep_upper_after_the_forgeries(sock, frames):
+        # the forger's replies come first: it has sent its guesses for every request it
+        # received, and the client has read them all (dropped: malformed), before the
+        # honest answer goes out
+        _until(lambda: forging.seen == rounds[0] and clients[0].malformed >= len(forged), 2)
+        _rep_upper(sock, frames)
+
+    honest = _start(context, zmq.REP, rep_upper_after_the_forgeries)
     forging = _start(context, zmq.ROUTER, forger)
     with Client([honest.endpoint, forging.endpoint], timeout=10) as client:
+        clients.append(client)
         bodies = [b"r%d" % i for i in range(40)]
         assert list(client.map(bodies, max_in_flight=4)) == [[b.upper()] for b in bodies]
         assert forging.seen > 0 and honest.seen > 0
@@ -225,21 +240,23 @@ class _Accomplice(threading.Thread):
         self.socket.bind("tcp://127.0.0.1:*")
         self.endpoint = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
         self.seen, self.forged, self.stop = seen, 0, threading.Event()
+        self.client: bytes | None = None  # the client's identity here, once it sent a request
+        self.forged_ids: set[bytes] = set()
 
     def run(self) -> None:
-        client = None
         while not self.stop.is_set():
             if self.socket.poll(5):
                 frames = self.socket.recv_multipart()
-                client = frames[0]
-                self.socket.send_multipart([client, frames[1], b"", frames[-1].upper()])
-            while client is not None:
+                self.client = frames[0]
+                self.socket.send_multipart([self.client, frames[1], b"", frames[-1].upper()])
+            while self.client is not None:
                 try:
                     wire_id = self.seen.get_nowait()
                 except queue.Empty:
                     break
-                self.socket.send_multipart([client, wire_id, b"", b"FORGED"])
+                self.socket.send_multipart([self.client, wire_id, b"", b"FORGED"])
                 self.forged += 1
+                self.forged_ids.add(wire_id)
         self.socket.close(0)
 
 
@@ -247,17 +264,25 @@ def test_a_reply_counts_only_from_the_connection_its_request_went_out_on(context
     """A worker that knows the id of a request sent to another (an accomplice, or one that
     saw the traffic) answers it first over its own connection: dropped, in misrouted."""
     seen: "queue.Queue[bytes]" = queue.Queue()
+    clients: list[Client] = []
 
-    def tells_then_answers_slowly(sock, frames):
+    def tells_then_answers_once_the_forgery_was_read(sock, frames):
         seen.put(frames[1])
-        time.sleep(0.02)
+        # the accomplice's forged reply first: it has sent one for this id and the client
+        # has read every one sent (dropped: misrouted, or a duplicate for an id told before
+        # the accomplice could reply), before the honest answer goes out; until the client
+        # reached the accomplice there is no connection to forge on, nothing to wait for
+        client = clients[0]
+        _until(lambda: accomplice.client is None or (
+            frames[1] in accomplice.forged_ids and client.misrouted + client.duplicates >= accomplice.forged), 2)
         sock.send_multipart(frames[:-1] + [frames[-1].upper()])
 
-    honest = _start(context, zmq.ROUTER, tells_then_answers_slowly)
+    honest = _start(context, zmq.ROUTER, tells_then_answers_once_the_forgery_was_read)
     accomplice = _Accomplice(context.context, seen)
     accomplice.start()
     try:
         with Client([honest.endpoint, accomplice.endpoint], timeout=10) as client:
+            clients.append(client)
             bodies = [b"r%d" % i for i in range(40)]
             assert list(client.map(bodies, max_in_flight=4)) == [[b.upper()] for b in bodies]
             assert accomplice.forged > 0 and client.misrouted > 0
