@@ -86,7 +86,7 @@ def main(argv: list[str]) -> int:
     reader.load().createOrReplaceTempView("input")
     try:
         transformed = spark.sql(args.sql)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001
         print(f"pipeline_stage: --sql is not a valid query over the view 'input': {exc}", file=sys.stderr)
         spark.stop()
         return 2
