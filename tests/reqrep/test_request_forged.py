@@ -38,6 +38,12 @@ def _reply(body: bytes, name: str, doubled=None) -> bytes:
 
 
 class _Worker(threading.Thread):
+    """Honest (a REP answering ``doubled``) or a forger (a ROUTER answering its own request,
+    then 8 guessed ids). ``served``: requests answered, a forger's counted once its
+    guesses are sent. The honest one answers only once the forger has served as many
+    requests as it has itself (``after``; the client sends to the two in turn): the
+    forger's guesses for the request sent just before this one went out first."""
+
     def __init__(self, context: zmq.Context, forger: bool) -> None:
         super().__init__(daemon=True)
         self.socket = context.socket(zmq.ROUTER if forger else zmq.REP)
@@ -46,6 +52,7 @@ class _Worker(threading.Thread):
         self.endpoint = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
         self.forger, self.served, self.forged = forger, 0, 0
         self.stop = threading.Event()
+        self.after: _Worker | None = None
 
     def run(self) -> None:
         while not self.stop.is_set():
@@ -53,7 +60,7 @@ class _Worker(threading.Thread):
                 continue
             frames = self.socket.recv_multipart()
             if not self.forger:
-                time.sleep(0.02)  # slow but honest: the forger's replies come first
+                self._wait_for_the_forger()  # slow but honest: the forger's replies come first
                 self.socket.send_multipart(frames[:-1] + [_reply(frames[-1], "honest")])
             else:
                 identity, wire_id, body = frames[0], frames[1], frames[-1]
@@ -66,11 +73,19 @@ class _Worker(threading.Thread):
             self.served += 1
         self.socket.close(0)
 
+    def _wait_for_the_forger(self, timeout: float = 2.0) -> None:
+        """Until the forger has served as many requests as this worker has (or ``timeout``
+        passed, as at the end, when the forger may have no request left to serve)."""
+        deadline = time.monotonic() + timeout
+        while self.after is not None and self.after.served < self.served and time.monotonic() < deadline:
+            time.sleep(0.001)
+
 
 def test_a_worker_forging_replies_for_requests_it_never_received_fills_no_row(spark):
     n = 2000
     context = zmq.Context()
     honest, forger = _Worker(context, forger=False), _Worker(context, forger=True)
+    honest.after = forger
     honest.start()
     forger.start()
     try:
