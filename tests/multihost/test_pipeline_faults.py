@@ -204,8 +204,16 @@ def test_pipeline_stage_link_reset_mid_batch(bed, kit):
     stage 1 writes a batch, and healed as soon as every connection stage 1 had to stage
     2 is gone (``ss``): one reset of each."""
     pipe = Pipeline(kit, bed, 5610)
-    point = _mid_batch(pipe)
-    before = _stage_connections(bed, 5611)
+    checkpoint = kit.path("checkpoint1")
+
+    def writing():  # a batch of stage 1 uncommitted, its sink's connections to stage 2 open
+        batch = max(int(n) for n in os.listdir(os.path.join(checkpoint, "offsets")) if n.isdigit())
+        if batch < 1 or os.path.exists(os.path.join(checkpoint, "commits", str(batch))):
+            return None
+        return {"batch": batch, "connections": _stage_connections(bed, 5611)} if _stage_connections(bed, 5611) \
+            else None
+    point = netbed.poll(writing, 120, 0.02, "stage 1 writing a batch to stage 2")
+    before = point["connections"]
     bed.reject("driver", "consumer")
     rejected = time.monotonic()
     try:
@@ -219,21 +227,28 @@ def test_pipeline_stage_link_reset_mid_batch(bed, kit):
     _check(figures)
 
 
-def _group(leader: int) -> dict:
-    """The processes of ``leader``'s process group: pid -> command line."""
-    found = {}
+def _descendants(leader: int) -> dict:
+    """``leader`` and the processes it started, theirs too (whatever their process group:
+    pyspark's daemon makes its own): pid -> command line."""
+    parents, cmdlines = {}, {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
         try:
             with open(f"/proc/{name}/stat") as f:
-                pgid = int(f.read().rsplit(")", 1)[1].split()[2])
+                parents[int(name)] = int(f.read().rsplit(")", 1)[1].split()[1])
             with open(f"/proc/{name}/cmdline", "rb") as f:
-                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
+                cmdlines[int(name)] = f.read().replace(b"\0", b" ").decode(errors="replace")
         except (OSError, IndexError, ValueError):
             continue
-        if pgid == leader:
-            found[int(name)] = cmdline
+    found = {leader: cmdlines.get(leader, "")}
+    grew = True
+    while grew:
+        grew = False
+        for pid, parent in parents.items():
+            if parent in found and pid not in found:
+                found[pid] = cmdlines.get(pid, "")
+                grew = True
     return found
 
 
@@ -261,18 +276,20 @@ def test_pipeline_stage1_driver_killed_before_its_commit_record(bed, kit):
     pipe = Pipeline(kit, bed, 5620)
     leader = pipe.stage1["proc"].pid
     point = _mid_batch(pipe)
-    java = [pid for pid, cmd in _group(leader).items() if cmd.split(" ", 1)[0].endswith("java")]
-    assert java, f"no JVM in stage 1's processes: {_group(leader)}"
+    java = [pid for pid, cmd in _descendants(leader).items() if cmd.split(" ", 1)[0].endswith("java")]
+    assert java, f"no JVM in stage 1's processes: {_descendants(leader)}"
 
-    def runner():  # the JVM starts it for each commit
-        return [pid for pid, cmd in _group(leader).items() if "python_streaming_sink_runner" in cmd]
-    runners = netbed.poll(runner, 120, 0.005, "the sink's commit runner of stage 1")
-    for pid in runners:
+    def runners():  # pyspark's daemon for the sink's commits and the workers it forked
+        return [pid for pid, cmd in _descendants(leader).items() if "python_streaming_sink_runner" in cmd]
+    stopped = netbed.poll(runners, 60, 0.005, "the sink's commit runner of stage 1")
+    for pid in stopped:
         os.kill(pid, signal.SIGSTOP)
     netbed.poll(lambda: _committing(java[0]), 180, 0.2, "stage 1's query in the sink's commit")
     commits = os.path.join(kit.path("checkpoint1"), "commits")
     batch = max(int(n) for n in os.listdir(os.path.join(kit.path("checkpoint1"), "offsets")) if n.isdigit())
-    os.killpg(leader, signal.SIGKILL)
+    for pid, cmd in _descendants(leader).items():  # the driver; its receivers (own sessions) live on
+        if "spark_zmq.relay.child" not in cmd:
+            os.kill(pid, signal.SIGKILL)
     pipe.stage1["proc"].wait(30)
     killed = time.time()
     committed_at_kill = os.path.exists(os.path.join(commits, str(batch)))
@@ -283,6 +300,7 @@ def test_pipeline_stage1_driver_killed_before_its_commit_record(bed, kit):
     pipe.runs1.append(restarted)
     kit.wait_event(restarted, "started", 240)
     figures = pipe.finish("stage 1 driver killed before its record", pipe.settle(), killed_batch=batch,
+                          commit_runner_processes_stopped=len(stopped),
                           first_batch_seen_mid_write=point["batch"], batch_committed_at_kill=committed_at_kill,
                           held_while_down=held["latest"] - held["end"], lag_while_down=held["lag"])
     assert not committed_at_kill, figures
