@@ -20,15 +20,20 @@ def free_port() -> int:
     return free_tcp_port()
 
 
-def spark_session():
-    """local[2] like the tests, Python workers on this interpreter, zmq registered."""
+def spark_session(smoke: bool = False):
+    """local[2] like the tests, Python workers on this interpreter, zmq registered.
+    ``smoke``: the JVM compiles with C1 only, which starts its code sooner at less CPU;
+    C2's optimised code pays off only over the full run's sizes, which measure it."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.master("local[2]").appName("spark-zmq-bench")
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.shuffle.partitions", "2").config("spark.driver.memory", "4g")
-             .config("spark.pyspark.python", sys.executable).getOrCreate())
+    builder = (SparkSession.builder.master("local[2]").appName("spark-zmq-bench")
+               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", "2").config("spark.driver.memory", "4g")
+               .config("spark.pyspark.python", sys.executable))
+    if smoke:
+        builder = builder.config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1")
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     import spark_zmq
 

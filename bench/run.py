@@ -277,24 +277,26 @@ SCALING = {
     "processes": [(c, {"channels": c, "receivers": "processes"}) for c in (1, 2, 4)],
     "relays": [(n, {"relays": n}) for n in (1, 2)],
 }
+#: a smoke run's: every thread width (the report's ``channels``), the widest of the others
+SMOKE_SCALING = {name: widths if name == "threads" else widths[-1:] for name, widths in SCALING.items()}
 
 
-def scaling(spark, count: int, reps: int) -> dict:
-    """One-row ingest for every ``SCALING`` contender and width, ``reps`` times, interleaved;
+def scaling(spark, count: int, reps: int, widths: dict = SCALING) -> dict:
+    """One-row ingest for every ``widths`` contender and width, ``reps`` times, interleaved;
     medians of msgs/s and of CPU microseconds per message (see ``ingest.connector``).
     ``channels`` repeats the threads' msgs/s by channel count (the shape earlier runs had)."""
     runs: dict[str, dict[int, list[tuple[float, dict]]]] = {
-        name: {width: [] for width, _ in widths} for name, widths in SCALING.items()}
+        name: {width: [] for width, _ in each} for name, each in widths.items()}
     for _ in range(reps):
-        for name, widths in SCALING.items():
-            for width, kwargs in widths:
+        for name, each in widths.items():
+            for width, kwargs in each:
                 cpu: dict = {}
                 rate = ingest.connector(spark, count, "raw", 100, cpu=cpu, **kwargs)
                 runs[name][width].append((rate, cpu))
     contenders: dict[str, dict[int, dict]] = {}
-    for name, widths in runs.items():
+    for name, by_width in runs.items():
         contenders[name] = {}
-        for width, measured in widths.items():
+        for width, measured in by_width.items():
             contenders[name][width] = {
                 "msgs_per_s": statistics.median(rate for rate, _ in measured),
                 "receiving_us_per_msg": statistics.median(c["receiving_us_per_msg"] for _, c in measured),
@@ -406,7 +408,7 @@ def main(argv: list[str]) -> int:
         latency.WARM = 0
     reps = 1 if args.smoke else args.reps
     only = {s.strip() for s in args.only.split(",") if s.strip()}
-    spark = spark_session()
+    spark = spark_session(smoke=args.smoke)
     n, m, r = size["raw"], size["arrow_messages"], size["arrow_rows"]
     keys = curvekeys.make()
     no_wire = wire.missing()
@@ -461,7 +463,7 @@ def main(argv: list[str]) -> int:
         "reqrep-json": lambda: reqrep(spark, "json", size["reqrep_json"], reps),
         "reqrep-broker-lru": lambda: requestreply.load_balancing(size["reqrep_lru"], reps),
         "reqrep-latency": lambda: requestreply.latency(size["reqrep_latency"]),
-        "scaling": lambda: scaling(spark, size["scaling"], reps),
+        "scaling": lambda: scaling(spark, size["scaling"], reps, SMOKE_SCALING if args.smoke else SCALING),
         "latency": lambda: {"scenario": "latency", **latency.measure(spark, 10_000, size["latency_s"], reps)},
         "pipeline": lambda: two_stages(spark, size["pipeline_messages"], r, size["pipeline_rate"],
                                        size["pipeline_latency_s"], reps),
