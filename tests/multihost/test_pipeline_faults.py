@@ -127,7 +127,9 @@ class Pipeline:
             "held_messages": last.get("latest", 0) - last.get("end", 0), "lag_records": last.get("lag"),
             "committed_only": last.get("committed_only"),
             "stage1_error": results[self.runs1[-1]["name"]].get("error"),
-            "stage2_error": results["stage2"].get("error"), **extra}
+            "stage2_error": results["stage2"].get("error"),
+            "stage1_lost_task_lines": sum(self.kit.log(run["name"], 1 << 22).count("Lost task") for run in self.runs1),
+            **extra}
         print(f"pipeline {label}:", json.dumps(figures))
         return figures
 
@@ -144,11 +146,15 @@ def _check(figures: dict) -> None:
 def test_pipeline_stage_link_dropped_for_30s(bed, kit):
     """The link between the stages is dropped both ways for 30 s mid-stream, then healed."""
     pipe = Pipeline(kit, bed, 5600)
+    point = _writing(pipe, 5601)
     bed.drop("driver", peer="consumer")
     dropped = time.monotonic()
     netbed.poll(lambda: time.monotonic() - dropped >= 30, 40, 0.5, "the 30 s outage")  # the fault's length
     bed.heal("driver")
-    _check(pipe.finish("stage link dropped 30 s", pipe.settle()))
+    healed = time.time()
+    settled = pipe.settle()
+    _check(pipe.finish("stage link dropped 30 s", settled, dropped_batch=point["batch"],
+                       heal_to_settled_s=round(time.time() - healed, 1)))
 
 
 def _spooled_bytes(path: str) -> int:
@@ -198,21 +204,27 @@ def _sink_warnings(kit: Kit, names) -> list:
     return lines
 
 
+def _writing(pipe: Pipeline, port: int, timeout: float = 120) -> dict:
+    """Wait for stage 1 writing a batch: its offsets logged, its commit not, and its sink's
+    connections to stage 2 open (``ss``)."""
+    checkpoint = pipe.kit.path("checkpoint1")
+
+    def writing():
+        batch = max(int(n) for n in os.listdir(os.path.join(checkpoint, "offsets")) if n.isdigit())
+        if batch < 1 or os.path.exists(os.path.join(checkpoint, "commits", str(batch))):
+            return None
+        connections = _stage_connections(pipe.bed, port)
+        return {"batch": batch, "connections": connections} if connections else None
+    return netbed.poll(writing, timeout, 0.02, "stage 1 writing a batch to stage 2")
+
+
 @pytest.mark.timeout(900)
 def test_pipeline_stage_link_reset_mid_batch(bed, kit):
     """The stage link is reset (nftables: rejected with a TCP reset, both ways) while
     stage 1 writes a batch, and healed as soon as every connection stage 1 had to stage
     2 is gone (``ss``): one reset of each."""
     pipe = Pipeline(kit, bed, 5610)
-    checkpoint = kit.path("checkpoint1")
-
-    def writing():  # a batch of stage 1 uncommitted, its sink's connections to stage 2 open
-        batch = max(int(n) for n in os.listdir(os.path.join(checkpoint, "offsets")) if n.isdigit())
-        if batch < 1 or os.path.exists(os.path.join(checkpoint, "commits", str(batch))):
-            return None
-        return {"batch": batch, "connections": _stage_connections(bed, 5611)} if _stage_connections(bed, 5611) \
-            else None
-    point = netbed.poll(writing, 120, 0.02, "stage 1 writing a batch to stage 2")
+    point = _writing(pipe, 5611)
     before = point["connections"]
     bed.reject("driver", "consumer")
     rejected = time.monotonic()
