@@ -1,7 +1,7 @@
 """spark-zmq benchmarks: the connector next to its baselines, in the same run.
 
     python bench/run.py            # every scenario (about 10 minutes on 2 cores), bench/results/
-    python bench/run.py --smoke    # seconds-scale sizes, one repetition: proves the command works
+    python bench/run.py --smoke    # tiny sizes, one repetition, no warm-ups: proves the command works
     python bench/run.py --only ingest-raw-100B,latency
 
 Scenarios (the benchmark issue's numbering):
@@ -397,7 +397,7 @@ def relay_readers(spark, count: int, rows: int, reps: int) -> dict:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--smoke", action="store_true", help="tiny sizes, one repetition: proves the command works")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, one repetition, no warm-ups: proves the command works")
     parser.add_argument("--reps", type=int, default=3, help="repetitions per contender (default 3)")
     parser.add_argument("--only", default="", help="comma-separated scenario names to run (default: all)")
     parser.add_argument("--out", default=os.path.join(HERE, "results"), help="where results go (default bench/results)")
