@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import zmq
 
+from .errors import SparkZmqError
 from .patterns import Heartbeat, Pub, Push, Scatter, SendTimeoutError, parse_endpoints
 from .patterns.curve import Curve
 
@@ -46,12 +47,12 @@ ARROW_SCHEMA = pa.schema(
 _SEQ = struct.Struct(">q")
 
 
-class NoPeerError(ConnectionError):
+class NoPeerError(SparkZmqError, ConnectionError):
     """No peer completed a connection within ``peer_wait`` seconds of the last send: what
     was queued for one was dropped when the socket closed."""
 
 
-class HandshakeRejectedError(ConnectionError):
+class HandshakeRejectedError(SparkZmqError, ConnectionError):
     """Every CURVE handshake of the producer was rejected, so nothing it sent can arrive.
 
     Why an error rather than a result: ZeroMQ queues messages before the handshake, so

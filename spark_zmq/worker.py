@@ -70,6 +70,7 @@ import pyarrow as pa
 import zmq
 
 from .arrow.guard import MAX_DECOMPRESSED_BYTES, MalformedArrowError, read_batches
+from .errors import SparkZmqError
 from .patterns import Heartbeat, Rep, Req
 from .patterns.bounds import MAX_FRAMES, MessageBounds
 from .patterns.broker import READY
@@ -102,7 +103,7 @@ class StopFlag(Protocol):
     def is_set(self) -> bool: ...
 
 
-class _BadRequest(ValueError):
+class _BadRequest(SparkZmqError, ValueError):
     """The request itself is not valid for the format (not the handler's fault)."""
 
 
@@ -123,7 +124,7 @@ class WorkerStats:
     timeouts: int = 0
 
 
-class _Stopped(Exception):
+class _Stopped(SparkZmqError):
     """``stop`` was set while a handler ran in its process: the request is not answered."""
 
 

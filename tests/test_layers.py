@@ -8,6 +8,7 @@ on ``patterns``, ``options``, ``arrow``, ``schemas`` and ``worker`` (whose error
 reads); ``worker`` (a request-reply service's loop) on ``patterns``, ``arrow`` (every
 request is read through it) and ``worker_process`` (the handler's child process, on
 nothing);
+``errors`` (the root of every error, ``SparkZmqError``) on nothing, under every layer;
 ``procstat`` (what ``/proc`` says of a process) and ``free_ports`` (ports for endpoints
 the jobs, benchmarks and tests bind) on nothing; ``metrics`` (the services' Prometheus
 endpoints, which ``options``, ``relay``, ``source`` and ``worker`` use) on nothing;
@@ -35,6 +36,7 @@ PACKAGE = pathlib.Path(spark_zmq.__file__).parent
 
 #: layer -> the layers it may import (besides itself)
 ALLOWED = {
+    "errors": set(),
     "procstat": set(),
     "free_ports": set(),
     "arrow": set(),
@@ -51,6 +53,10 @@ ALLOWED = {
     "worker_process": set(),
     "thread_session": set(),
 }
+#: ``errors`` (the root of the package's errors, ``SparkZmqError``) imports nothing, and every layer may import it
+for _layer, _allowed in ALLOWED.items():
+    if _layer != "errors":
+        _allowed.add("errors")
 ENTRY_POINTS = {"__init__", "datasource", "cli", "loadgen", "worker_env"}
 
 #: modules a process that never runs Spark imports, and the source's exactly-once rules
@@ -186,3 +192,30 @@ def test_the_ingest_and_the_sink_hold_their_data_sockets_as_the_wire_contract_on
     used_sending = set(re.findall(r"\b(?:self\.socket|sock)\.([a-z_]+)", inspect.getsource(send.TaskSender)))
     assert {"recv_values", "close"} <= used_receiving <= receiving, sorted(used_receiving - receiving)
     assert {"send_many", "unsent"} <= used_sending <= sending, sorted(used_sending - sending)
+
+
+def test_every_error_of_the_package_derives_from_its_root_and_keeps_its_builtin_base():
+    """``except spark_zmq.errors.SparkZmqError`` catches any error the package raises, and
+    the builtin base each had (what callers caught before) still catches it."""
+    import importlib
+    import pkgutil
+
+    from spark_zmq.errors import SparkZmqError
+
+    found = {}
+    for module in pkgutil.walk_packages(spark_zmq.__path__, "spark_zmq."):
+        if module.name.endswith("__main__"):
+            continue
+        loaded = importlib.import_module(module.name)
+        for name, value in vars(loaded).items():
+            if isinstance(value, type) and issubclass(value, Exception) and value.__module__ == module.name:
+                found[f"{module.name}.{name}"] = value
+    outside = sorted(name for name, cls in found.items() if not issubclass(cls, SparkZmqError))
+    assert outside == [], f"errors not under SparkZmqError: {outside}"
+    from spark_zmq.ingest.spool_files import SpoolSecurityError
+    from spark_zmq.options import OptionError
+    from spark_zmq.patterns.deadlines import SendTimeoutError
+
+    assert issubclass(OptionError, ValueError) and issubclass(SendTimeoutError, TimeoutError)
+    assert issubclass(SpoolSecurityError, PermissionError)
+    assert len(found) >= 25

@@ -13,6 +13,8 @@ from typing import Any, TypeAlias, cast
 import numpy as np
 import pyarrow as pa
 
+from ..errors import SparkZmqError
+
 __all__ = [
     "MAX_ROWS",
     "MAX_DECOMPRESSED_BYTES",
@@ -43,11 +45,11 @@ _CODECS = {0: "LZ4_FRAME", 1: "ZSTD"}
 _CONTINUATION = 0xFFFFFFFF
 
 
-class MalformedArrowError(ValueError):
+class MalformedArrowError(SparkZmqError, ValueError):
     """An Arrow message that must not be decoded (the reason says why)."""
 
 
-class CorruptMetadataError(Exception):
+class CorruptMetadataError(SparkZmqError):
     """The flatbuffer reader found an out-of-bounds or inconsistent field (``guard``
     reports it as a ``MalformedArrowError``)."""
 

@@ -27,6 +27,7 @@ import typer
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
+from ..errors import SparkZmqError
 from ..patterns import parse_endpoints
 from ..patterns.broker_stats import PING, PONG
 from .console import print_error
@@ -41,7 +42,7 @@ _EVENTS = (zmq.EVENT_CONNECTED | zmq.EVENT_CONNECT_RETRIED | zmq.EVENT_DISCONNEC
            | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
 
 
-class PingFailed(Exception):
+class PingFailed(SparkZmqError):
     """The service did not answer as one of spark-zmq's: the message says why."""
 
 

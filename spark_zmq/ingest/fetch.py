@@ -37,6 +37,7 @@ from typing import Any, TypeVar, cast
 import pyarrow as pa
 import zmq
 
+from ..errors import SparkZmqError
 from ..options import is_wildcard_address
 from ..patterns import Dealer, Router, SocketClosedError
 from ..patterns.curve import Curve
@@ -77,11 +78,11 @@ T = TypeVar("T")
 _IDLE_S = IDLE_SLICE_S
 
 
-class FetchError(RuntimeError):
+class FetchError(SparkZmqError, RuntimeError):
     """The driver could not serve a spool range (or could not be reached)."""
 
 
-class BadRequest(ValueError):
+class BadRequest(SparkZmqError, ValueError):
     """A fetch request that is not one (answered with a short error, never served)."""
 
 

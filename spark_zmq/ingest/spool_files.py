@@ -13,6 +13,7 @@ import os
 import stat
 import uuid
 
+from ..errors import SparkZmqError
 from .spool_format import open_private
 
 __all__ = ["ID_FILE", "SpoolLockedError", "SpoolSecurityError", "private_dir", "check_ancestors", "fsync_dir",
@@ -22,11 +23,11 @@ __all__ = ["ID_FILE", "SpoolLockedError", "SpoolSecurityError", "private_dir", "
 ID_FILE = "SPOOL_ID"
 
 
-class SpoolLockedError(RuntimeError):
+class SpoolLockedError(SparkZmqError, RuntimeError):
     """Another live process owns this spool directory."""
 
 
-class SpoolSecurityError(PermissionError):
+class SpoolSecurityError(SparkZmqError, PermissionError):
     """The spool directory (or a file in it) is not private to the user running the query."""
 
 

@@ -48,6 +48,7 @@ import pyarrow as pa
 import xxhash
 
 from ..arrow import guard as arrow_guard
+from ..errors import SparkZmqError
 from ..patterns.message_block import MessageBlock
 
 __all__ = [
@@ -174,11 +175,11 @@ _BODY_CHECKSUMS = {1: zlib.crc32, 2: xxhash.xxh3_64_intdigest}
 body_checksum = _BODY_CHECKSUMS[_VERSION]
 
 
-class DataLossError(RuntimeError):
+class DataLossError(SparkZmqError, RuntimeError):
     """Offsets Spark asks for are not (or no longer) in the spool, or are unreadable."""
 
 
-class SpoolFormatError(ValueError):
+class SpoolFormatError(SparkZmqError, ValueError):
     """A segment file is not a spool segment (wrong magic, version or header checksum)."""
 
 

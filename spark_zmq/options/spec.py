@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import SparkZmqError
+
 __all__ = ["OptionError", "OptionSpec", "Default", "KiB", "MiB", "GiB", "TiB", "INT32_MAX", "INT64_MAX",
            "show", "show_bytes", "quote"]
 
@@ -25,7 +27,7 @@ INT32_MAX = (1 << 31) - 1
 INT64_MAX = (1 << 63) - 1
 
 
-class OptionError(ValueError):
+class OptionError(SparkZmqError, ValueError):
     """A data source option is missing, unknown or has an invalid value.
 
     ``option`` is the option's name (as the table spells it, or the unknown key as given;

@@ -42,6 +42,7 @@ from typing import Any
 
 import zmq
 
+from ..errors import SparkZmqError
 from .bounds import MAX_FRAMES, MessageBounds
 from .endpoints import Endpoint, EndpointsSpec, parse_endpoints
 from .reqrep import Dealer
@@ -60,7 +61,7 @@ Body = bytes | list[bytes]
 log = logging.getLogger(__name__)
 
 
-class RequestTimeoutError(TimeoutError):
+class RequestTimeoutError(SparkZmqError, TimeoutError):
     """A request got no reply within its timeout, on every attempt."""
 
     def __init__(self, message: str, request_id: int, attempts: int) -> None:

@@ -16,6 +16,8 @@ import zmq
 import zmq.auth
 from zmq.utils import z85
 
+from ..errors import SparkZmqError
+
 __all__ = [
     "ANY_KEY",
     "CurveError",
@@ -35,7 +37,7 @@ _MAX_CERTIFICATE_BYTES = 64 << 10
 _Z85_KEY_LEN = 40
 
 
-class CurveError(ValueError):
+class CurveError(SparkZmqError, ValueError):
     """A key, certificate or combination of them is unusable; ``option`` names the option."""
 
     def __init__(self, message: str, option: str | None = None) -> None:

@@ -27,6 +27,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from ..errors import SparkZmqError
+
 __all__ = ["WAIT_SLICE_S", "IDLE_SLICE_S", "SendTimeoutError", "SocketClosedError", "SocketState", "first_slice", "next_slice"]
 
 #: a blocked call's first look waits at most this long (seconds), and a wait nothing wakes
@@ -36,11 +38,11 @@ WAIT_SLICE_S = 0.1
 IDLE_SLICE_S = 2.0
 
 
-class SocketClosedError(RuntimeError):
+class SocketClosedError(SparkZmqError, RuntimeError):
     """The socket was closed (possibly by another thread) while a call used it."""
 
 
-class SendTimeoutError(TimeoutError):
+class SendTimeoutError(SparkZmqError, TimeoutError):
     """``send_many`` waited ``timeout`` for room for one message: the ``sent`` messages
     before it were queued, the rest were not (a caller resumes from ``messages[sent:]``)."""
 

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from ..errors import SparkZmqError
 from ..patterns import Dealer, SocketClosedError
 from ..patterns.curve import Curve
 from .messages import Envelope, LeaseRefused, ProtocolMismatch, Request
@@ -31,7 +32,7 @@ RESEND_S = 1.0
 A = TypeVar("A")
 
 
-class RelayError(RuntimeError):
+class RelayError(SparkZmqError, RuntimeError):
     """A relay did not answer, or answered with an error."""
 
 

@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..errors import SparkZmqError
 from ..ingest.spool_files import write_atomically
 from .lease import Lease, Refusal
 
@@ -59,7 +60,7 @@ class Reader:
     key: str | None = None
 
 
-class ReaderBoundError(ValueError):
+class ReaderBoundError(SparkZmqError, ValueError):
     """A request for a reader name made with a CURVE key other than the one it is bound to."""
 
 

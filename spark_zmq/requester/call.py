@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from ..errors import SparkZmqError
 from ..options import RequestOptions
 from ..patterns.client import Client, RequestTimeoutError
 from .codec import ReplyMismatch, RowCodec, Unit
@@ -31,7 +32,7 @@ from .codec import ReplyMismatch, RowCodec, Unit
 __all__ = ["ServiceCall", "ServiceCallError"]
 
 
-class ServiceCallError(RuntimeError):
+class ServiceCallError(SparkZmqError, RuntimeError):
     """A request went unanswered through every resend, or a reply did not fit (``FAILFAST``)."""
 
 

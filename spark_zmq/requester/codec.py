@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from ..arrow.guard import MalformedArrowError, read_batches
+from ..errors import SparkZmqError
 from ..worker import is_error_reply
 
 __all__ = ["ReplyMismatch", "Unit", "RowCodec", "ArrowCodec", "ValueCodec", "codec_for"]
@@ -33,7 +34,7 @@ __all__ = ["ReplyMismatch", "Unit", "RowCodec", "ArrowCodec", "ValueCodec", "cod
 _QUOTE = 80
 
 
-class ReplyMismatch(ValueError):
+class ReplyMismatch(SparkZmqError, ValueError):
     """A reply that does not fit its request; the message says why."""
 
 

@@ -20,17 +20,18 @@ import time
 
 import zmq
 
+from ..errors import SparkZmqError
 from ..options import SinkOptions
 from ..patterns import SendingWire, SendTimeoutError, sending_wire
 
 __all__ = ["TaskSender", "SinkTimeoutError", "SinkBindError"]
 
 
-class SinkTimeoutError(TimeoutError):
+class SinkTimeoutError(SparkZmqError, TimeoutError):
     """A write task could not hand its messages to a peer within ``sendTimeoutMs``."""
 
 
-class SinkBindError(OSError):
+class SinkBindError(SparkZmqError, OSError):
     """A write task could not bind an address of option ``endpoints``: it is in use, most
     often by another write task of the same DataFrame on this host."""
 

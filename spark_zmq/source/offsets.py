@@ -21,13 +21,15 @@ import json
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from ..errors import SparkZmqError
+
 __all__ = ["ChannelOffsets", "OffsetsFormatError", "SPOOL_KEY"]
 
 #: the key naming the spool, beside the channels' numeric keys
 SPOOL_KEY = "spool"
 
 
-class OffsetsFormatError(ValueError):
+class OffsetsFormatError(SparkZmqError, ValueError):
     """Offsets (from Spark's checkpoint) that are not this source's."""
 
 

@@ -22,6 +22,7 @@ from typing import Any, cast
 import numpy as np
 import zmq
 
+from ...errors import SparkZmqError
 from ..message_block import MessageRun
 
 __all__ = [
@@ -58,7 +59,7 @@ _PLAIN_LONG = _LONG_FLAGS[0]
 _JOIN_BELOW = 4096
 
 
-class ZmtpError(Exception):
+class ZmtpError(SparkZmqError):
     """A peer broke ZMTP (or was refused): its connection is closed.
 
     ``event`` and ``value`` are what libzmq's socket monitor would report for the same

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, cast, overload
 
+from ...errors import SparkZmqError
 from ...ingest.loss import LostRange
 from ...options import reader_name_problem
 from ..protocol import PROTOCOL
@@ -29,7 +30,7 @@ _INT63 = 1 << 63
 _KEY_DIGITS = 5
 
 
-class ProtocolMismatch(ValueError):
+class ProtocolMismatch(SparkZmqError, ValueError):
     """The relay speaks another protocol: nothing else it says can be read."""
 
 

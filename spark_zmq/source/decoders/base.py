@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql.types import StructType
 
+from ...errors import SparkZmqError
 from ..schema_contract import read_layout
 
 __all__ = ["Decoder", "DecodeError", "MalformedMessageError", "SchemaMismatchError"]
@@ -18,7 +19,7 @@ __all__ = ["Decoder", "DecodeError", "MalformedMessageError", "SchemaMismatchErr
 _MAX_OUTPUT_BATCH_BYTES = 64 << 20
 
 
-class DecodeError(ValueError):
+class DecodeError(SparkZmqError, ValueError):
     """A read task cannot turn its messages into rows (raised on executors, never for an
     option: those fail on the driver as ``OptionError``)."""
 
