@@ -17,9 +17,10 @@ import inspect
 import json
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator, Optional
 
+from payloads import ARROW_DDL, arrow_message
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
@@ -27,9 +28,6 @@ from pyspark.sql.datasource import (
     InputPartition,
     WriterCommitMessage,
 )
-
-from payloads import ARROW_DDL, arrow_message
-
 
 #: messages offered before the run starts, so workers are warm when it does
 WARM_UP = 20
@@ -52,7 +50,7 @@ class Range(InputPartition):
         self.start, self.end = start, end
 
 
-def offered_now(go: str, count: int, offered: int, chunks: Optional[list]) -> int:
+def offered_now(go: str, count: int, offered: int, chunks: list | None) -> int:
     """How many of ``count`` messages an in-memory reader offers past its warm-up: none
     before the ``go`` file exists; then all at once, or (``chunks``) one chunk more per
     ``latestOffset`` call, the connector's micro-batches replayed (``chunks`` is consumed)."""
@@ -186,6 +184,7 @@ class MemoryRowsReader(DataSourceStreamReader):
     def read(self, partition: Piece) -> Iterator:
         import numpy as np
         import pyarrow as pa
+
         from spark_zmq.schemas import arrow_schema, fixed_schema
 
         target = arrow_schema(fixed_schema("raw"))
@@ -266,6 +265,7 @@ class MemoryStampedReader(DataSourceStreamReader):
     def read(self, partition: Stamped) -> Iterator:
         import numpy as np
         import pyarrow as pa
+
         from spark_zmq.schemas import arrow_schema, fixed_schema
 
         target = arrow_schema(fixed_schema("text"))
@@ -303,8 +303,8 @@ class Window(WriterCommitMessage):
     """One write task's ``time.time()`` at its first batch and after its last (``None``
     when it got none)."""
 
-    first: Optional[float]
-    last: Optional[float]
+    first: float | None
+    last: float | None
 
 
 class DiscardArrowWriter(DataSourceArrowWriter):
@@ -312,7 +312,7 @@ class DiscardArrowWriter(DataSourceArrowWriter):
     as the egress consumer times the zmq sink from first message to last, so its rate
     leaves out the write job's fixed cost (planning, task launch, commit)."""
 
-    def __init__(self, timing: Optional[str] = None) -> None:
+    def __init__(self, timing: str | None = None) -> None:
         self.timing = timing
 
     def write(self, iterator) -> Window:

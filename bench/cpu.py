@@ -13,8 +13,8 @@ the tree alive (reparented when its parent exited) is still followed.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Optional
 
 TICK = os.sysconf("SC_CLK_TCK")  # /proc times are in clock ticks (usually 10 ms)
 
@@ -37,7 +37,7 @@ Key = tuple[int, int]  # (pid, start time in ticks since boot)
 Snapshot = dict[Key, Process]
 
 
-def _read(pid: int) -> Optional[tuple[Key, Process]]:
+def _read(pid: int) -> tuple[Key, Process] | None:
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
@@ -51,7 +51,7 @@ def _read(pid: int) -> Optional[tuple[Key, Process]]:
     return (pid, start), Process(pid, ppid, utime + stime, cutime + cstime, cmdline)
 
 
-def snapshot(root: Optional[int] = None, follow: Optional[Snapshot] = None) -> Snapshot:
+def snapshot(root: int | None = None, follow: Snapshot | None = None) -> Snapshot:
     """The descendants of ``root`` (default: this process), not ``root`` itself; with
     ``follow`` (an earlier snapshot), also its processes still alive elsewhere and theirs."""
     root = os.getpid() if root is None else root

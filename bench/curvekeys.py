@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from typing import Optional
 
 import zmq
 import zmq.auth
@@ -28,7 +27,7 @@ def make() -> str:
     return root
 
 
-def current() -> Optional[str]:
+def current() -> str | None:
     return os.environ.get(ENV) or None
 
 

@@ -23,15 +23,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Optional
-
-import pyarrow as pa
-import zmq
 
 import cpu as cpu_tree
 import curvekeys
 import payloads
+import pyarrow as pa
 import wire
+import zmq
 from common import HERE, register_ceilings
 
 #: one entry per measured write: contender, curve, messages, rows, elapsed_s, window_s,
@@ -143,7 +141,7 @@ def connector(spark, count: int, kind: str, arg: int) -> float:
     return rate
 
 
-def _zmq_write(df, kind: str, arg: int, expected: int, timing: Optional[dict] = None) -> float:
+def _zmq_write(df, kind: str, arg: int, expected: int, timing: dict | None = None) -> float:
     """One ``save()`` into a consumer; ``expected`` rows per second over the consumer's
     window. ``timing`` gets ``elapsed`` (the whole ``save()``), ``window`` and ``cpu_s``
     (what the save cost Spark's JVM, its Python workers and the consumer)."""

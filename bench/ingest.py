@@ -12,14 +12,13 @@ import socket
 import tempfile
 import threading
 import time
-from typing import Callable, Optional
-
-import pyarrow as pa
-import zmq
+from collections.abc import Callable
 
 import cpu as cpu_tree
 import curvekeys
 import payloads
+import pyarrow as pa
+import zmq
 from common import NodeProducer, Producer, Relay, free_port, register_ceilings, wait_for_rows, wait_started, warm_up
 
 # Messages sent through a fresh query before the measured run: enough for the JVM to have
@@ -30,7 +29,7 @@ WARM_UP_MESSAGES = {"raw": 100_000, "arrow": 40}
 
 def connector(spark, count: int, kind: str, arg: int, channels: int = 1, pattern: str = "pull",
               producer: Callable[[str, int, str, int], Producer] = Producer, receivers: str = "processes",
-              relays: int = 0, cpu: Optional[dict] = None, pacing: Optional[list] = None) -> float:
+              relays: int = 0, cpu: dict | None = None, pacing: list | None = None) -> float:
     """``readStream.format("zmq")`` (``pattern`` pull or gather, ``raw`` or ``arrow``) into a
     ``noop`` sink; ``channels`` endpoints, each fed ``count / channels`` messages by its own
     ``producer`` (a bare pyzmq PUSH process by default; ``libzmq_producer("scatter")`` for
@@ -159,7 +158,7 @@ def micro_batches(progress: list[dict], warm: int, rows: int, rows_per_message: 
     return out
 
 
-def memory_source(spark, count: int, rows: int, pacing: Optional[list] = None) -> float:
+def memory_source(spark, count: int, rows: int, pacing: list | None = None) -> float:
     """Spark's ceiling for Arrow from Python: a Python streaming data source whose read()
     yields the same record batches from memory, into the same ``noop`` sink. It offers 20
     warm-up messages, then ``count`` more when the run starts (a file appears): at once, or
@@ -192,7 +191,7 @@ def memory_source(spark, count: int, rows: int, pacing: Optional[list] = None) -
     return count * rows / (finished - started)
 
 
-def memory_rows(spark, count: int, size: int, cpu: Optional[dict] = None, pacing: Optional[list] = None) -> float:
+def memory_rows(spark, count: int, size: int, cpu: dict | None = None, pacing: list | None = None) -> float:
     """Spark's ceiling for one row per message: ``ceilings.MemoryRowsSource`` yields the
     rows the connector's ``raw`` format yields (same read tasks, same batch sizes) from
     memory into the same ``noop`` sink, msgs/s. It offers ``WARM_UP_MESSAGES["raw"]``

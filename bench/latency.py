@@ -15,7 +15,6 @@ import time
 
 import numpy as np
 import zmq
-
 from common import Producer, free_port, register_ceilings, wait_started, warm_up
 
 WARM = 50_000  # 5 s at 10,000 msgs/s: the JVM compiles its hot paths before the measured run

@@ -45,7 +45,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Callable, Optional
+from collections.abc import Callable
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -59,7 +59,7 @@ BYTEWAX_BATCH = 1000
 RCVHWM = 100_000
 
 
-def bytewax_missing() -> Optional[str]:
+def bytewax_missing() -> str | None:
     """Why Bytewax's contender cannot run here, or ``None`` when it can."""
     from importlib import metadata, util
 

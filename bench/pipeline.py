@@ -23,11 +23,9 @@ import os
 import sys
 import tempfile
 import time
-from typing import Optional
-
-import pandas as pd
 
 import latency
+import pandas as pd
 import payloads
 from common import Producer, Relay, free_port, wait_for_rows, wait_started, warm_up
 from ingest import WARM_UP_MESSAGES
@@ -206,7 +204,7 @@ class TwoReaders:
 
     def __init__(self, spark, count: int, rows: int) -> None:
         self.spark, self.count, self.rows = spark, count, rows
-        self._second: Optional[float] = None
+        self._second: float | None = None
 
     def first(self) -> float:
         first, self._second = relay_readers(self.spark, self.count, self.rows, 2)

@@ -12,7 +12,7 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import pyarrow as pa
 import zmq

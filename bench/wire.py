@@ -17,7 +17,6 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from typing import Optional
 
 from common import HERE
 
@@ -26,11 +25,11 @@ NAME = "libzmq C local_thr/remote_thr"
 _built: dict[str, str] = {}
 
 
-def _compiler() -> Optional[str]:
+def _compiler() -> str | None:
     return next((path for path in map(shutil.which, ("cc", "gcc", "clang")) if path), None)
 
 
-def _bundled_libzmq() -> Optional[str]:
+def _bundled_libzmq() -> str | None:
     """The libzmq shared library inside pyzmq's wheel, if this pyzmq bundles one."""
     import zmq
 
@@ -39,8 +38,8 @@ def _bundled_libzmq() -> Optional[str]:
     return found[0] if found else None
 
 
-@functools.lru_cache(maxsize=None)
-def _link_args(cc: str) -> Optional[tuple[str, ...]]:
+@functools.cache
+def _link_args(cc: str) -> tuple[str, ...] | None:
     """How to build against a libzmq: the system's (``zmq.h``, ``-lzmq``) or pyzmq's
     (probed once: ``missing()`` and ``_build()`` both ask)."""
     probe = subprocess.run([cc, "-E", "-x", "c", "-"], input="#include <zmq.h>\n", capture_output=True, text=True)
@@ -53,7 +52,7 @@ def _link_args(cc: str) -> Optional[tuple[str, ...]]:
     return ("-DTHR_ZMQ_ABI", bundled, f"-Wl,-rpath,{libdir}")
 
 
-def missing() -> Optional[str]:
+def missing() -> str | None:
     """Why the C test cannot run here, or ``None`` when it can (a compiler, and a libzmq
     to build against: the system's headers and library, or pyzmq's bundled library)."""
     cc = _compiler()
@@ -108,7 +107,7 @@ def reap(proc: subprocess.Popen, timeout: float) -> tuple[int, float]:
     return proc.returncode, usage.ru_utime + usage.ru_stime
 
 
-def throughput(count: int, size: int, cpu: Optional[dict] = None) -> float:
+def throughput(count: int, size: int, cpu: dict | None = None) -> float:
     """Messages/s of ``count`` ``size``-byte messages from ``thr remote`` to ``thr local``,
     timed by the receiver from its first message to its last (as libzmq's local_thr).
     ``cpu``: a dict to fill with each side's CPU per message, ``sender_us_per_msg`` and

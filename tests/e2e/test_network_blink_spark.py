@@ -15,7 +15,6 @@ import time
 
 import pytest
 import zmq
-
 from faultproxy import FaultProxy
 from zmqtest import free_port_range, free_ports, stop_all, wait_until
 

@@ -233,7 +233,7 @@ def test_a_worker_cannot_answer_requests_it_never_received_by_guessing_their_ids
 class _Accomplice(threading.Thread):
     """A ROUTER worker that answers, over its own connection, the ids another worker saw."""
 
-    def __init__(self, context: zmq.Context, seen: "queue.Queue[bytes]") -> None:
+    def __init__(self, context: zmq.Context, seen: queue.Queue[bytes]) -> None:
         super().__init__(daemon=True)
         self.socket = context.socket(zmq.ROUTER)
         self.socket.setsockopt(zmq.LINGER, 0)
@@ -263,7 +263,7 @@ class _Accomplice(threading.Thread):
 def test_a_reply_counts_only_from_the_connection_its_request_went_out_on(context):
     """A worker that knows the id of a request sent to another (an accomplice, or one that
     saw the traffic) answers it first over its own connection: dropped, in misrouted."""
-    seen: "queue.Queue[bytes]" = queue.Queue()
+    seen: queue.Queue[bytes] = queue.Queue()
     clients: list[Client] = []
 
     def tells_then_answers_once_the_forgery_was_read(sock, frames):

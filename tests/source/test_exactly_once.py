@@ -14,22 +14,20 @@ from __future__ import annotations
 import logging
 import shutil
 from dataclasses import dataclass, field
-from typing import Optional
 
 import pytest
 import zmq
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from zmqtest import examples, free_ports, wait_until
 
 from spark_zmq.ingest.loss import LossPolicy, LostRange
 from spark_zmq.ingest.runtime import RangeInfo
 from spark_zmq.ingest.spool_format import DataLossError, messages_to_batch
 from spark_zmq.options import SourceOptions
 from spark_zmq.source.exactly_once import ExactlyOnce, is_foreign, skip_freed
-from spark_zmq.source.reader_ingest import open_ingest
 from spark_zmq.source.offsets import ChannelOffsets
-
-from zmqtest import examples, free_ports, wait_until
+from spark_zmq.source.reader_ingest import open_ingest
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -104,7 +102,7 @@ class MemoryIngest:
     """The part of ``source.reader_ingest.Ingest`` the rules use, over plain values."""
 
     def __init__(self, spool_id: str = "ours", channels: tuple[tuple[int, int], ...] = ((0, 10),),
-                 at_time: Optional[dict] = None) -> None:
+                 at_time: dict | None = None) -> None:
         self.calls: list = []
         self.channels = [MemoryChannel(c, nxt, earliest, self.calls) for c, (earliest, nxt) in enumerate(channels)]
         self.spool_id = spool_id
