@@ -14,6 +14,7 @@ import sys
 
 import netbed
 import zmqjs_peer
+
 from spark_zmq.relay.run import read_ready
 
 PROGRAMS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bed_programs.py")
@@ -99,7 +100,7 @@ class Kit:
     module's ``Driver``); read what they report."""
 
     def __init__(self, bed: netbed.NetBed, cluster: netbed.SparkCluster, root: str, name: str,
-                 driver: "Driver") -> None:
+                 driver: Driver) -> None:
         self.bed, self.cluster, self.driver = bed, cluster, driver
         self.dir = os.path.join(root, name)
         os.makedirs(self.dir)
@@ -150,7 +151,7 @@ class Kit:
         assert ready is not None, f"{name} did not start: {self.log(name)}"
         return proc
 
-    def node(self, host: str, kind: str, **args) -> "zmqjs_peer.NodePeer":
+    def node(self, host: str, kind: str, **args) -> zmqjs_peer.NodePeer:
         """libzmq itself (zeromq.js, tests/zmqjs/peer.js) on ``host``; killed at the end."""
         peer = zmqjs_peer.NodePeer.start(kind, wrap=lambda argv: self.bed.command(host, argv), **args)
         self.peers.append(peer)

@@ -7,9 +7,8 @@ from __future__ import annotations
 import os
 import sys
 
-import pytest
-
 import netbed
+import pytest
 from bedkit import Driver, Kit
 
 HOSTS = ["master", "w1", "w2", "driver", "producer", "producer2", "consumer", "relay", "relay2"]

@@ -15,9 +15,8 @@ import json
 import os
 import time
 
-import pytest
-
 import netbed
+import pytest
 from bedkit import Kit, consumer_values, private_spool, ranges, sink_values
 
 pytestmark = [pytest.mark.multihost, pytest.mark.spark, pytest.mark.matrix]

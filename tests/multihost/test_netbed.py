@@ -10,9 +10,8 @@ import subprocess
 import sys
 import textwrap
 
-import pytest
-
 import netbed
+import pytest
 
 pytestmark = [pytest.mark.multihost, pytest.mark.timeout(120)]
 

@@ -30,10 +30,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import netbed
 import pyarrow.parquet as pq
 import pytest
-
-import netbed
 from bedkit import _env
 
 pytestmark = [pytest.mark.multihost, pytest.mark.spark, pytest.mark.packedenv]

@@ -18,9 +18,8 @@ import os
 import shutil
 import time
 
-import pytest
-
 import netbed
+import pytest
 import zmqjs_peer
 from bedkit import MESSAGES, Kit, assert_exactly_once, consumer_values, private_spool, ranges, sink_values
 
