@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import select
 import signal
 import subprocess
@@ -35,6 +36,16 @@ log = logging.getLogger(__name__)
 #: while it waits for a signal: an idle relay wakes this seldom; a signal, or the parent's
 #: end (``parent_pipe``), wakes it at once
 _WATCH_S = IDLE_SLICE_S
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    """Which directory ``path`` is (device and inode), ``None`` when there is none: a spool
+    directory deleted and made again by a restarted query is another one."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
 
 
 def _watch_parent(pipe: BinaryIO, gone: threading.Event, stop: threading.Event) -> None:
@@ -65,8 +76,6 @@ def serve(options: SourceOptions, listen: str | list[str], listen_curve: Curve |
     (``spark_zmq.metrics``; the ``ready`` line says where). ``parent_pipe``: a pipe the
     parent holds open while it lives (a query's receiver process's stdin), so the relay
     learns of its parent's end at once instead of at its next look."""
-    import os
-
     stop = threading.Event()
     parent_gone = threading.Event()
     drain = True
@@ -74,6 +83,7 @@ def serve(options: SourceOptions, listen: str | list[str], listen_curve: Curve |
     try:
         relay = Relay(options, listen, listen_curve=listen_curve, start_receivers=start_receivers,
                       retention_bytes=retention_bytes, retention_s=retention_s, bind_reader_keys=parent_pid is None)
+        spool_identity = _identity(options.spool_dir)
         scrape = None
         try:
             ready = {"listen": relay.listen, "spool": relay.ingest.spool.spool_id,
@@ -95,9 +105,9 @@ def serve(options: SourceOptions, listen: str | list[str], listen_curve: Curve |
                     return 0
                 lingers = parent_pid is not None and linger_s > 0
                 unheld = relay.readers.unheld_for() if lingers else None
-                if lingers and not os.path.isdir(options.spool_dir):
-                    # deleted with what it held: nothing to drain into, and its port is
-                    # wanted by the query that recreates it
+                if lingers and _identity(options.spool_dir) != spool_identity:
+                    # deleted with what it held (and perhaps made again by the query that
+                    # wants its port): nothing to drain into, and its port is wanted
                     log.warning("relay: its spool directory %s is gone; stopping",
                                 options.spool_dir)
                     drain = False
