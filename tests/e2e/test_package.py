@@ -1,7 +1,9 @@
 """The package stands alone: ``python -m build`` makes an sdist and, from it, a wheel; the
 wheel carries ``spark_zmq`` (with ``py.typed``), ``pyspark_zmq`` and the ``spark-zmq``
 command, and installed into a fresh virtual environment outside the checkout it runs
-``spark-zmq --version`` and imports from its own copy.
+``spark-zmq --version``, imports from its own copy, and runs the README's first stream
+(its Spark driver and Python workers on the venv's Python, fed by the venv's ``spark-zmq
+produce``): ``format("zmq")`` found through the wheel's ``pyspark_zmq`` alone.
 
 Why from the sdist: ``python -m build`` builds the wheel from the unpacked sdist, so a file
 the sdist leaves out fails here, not on a user's machine. The venv sees the interpreter's
@@ -20,8 +22,10 @@ import sys
 import zipfile
 
 import pytest
+from zmqtest import free_ports
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+# spark: the README's stream starts a Spark application (one at a time, with the others)
+pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.timeout(420)]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -86,3 +90,31 @@ def test_the_wheel_built_from_the_sdist_installs_and_runs_outside_the_checkout(t
                  cwd=str(tmp_path)).stdout.split()
     assert all(path.startswith(str(venv)) for path in where[:2]), where  # its own copy, not the checkout
     assert where[2] == version
+    _run_readme_first_stream(venv, tmp_path)
+
+
+def _run_readme_first_stream(venv, tmp_path) -> None:
+    """The README's first stream as a newcomer runs it with this wheel: the script on the
+    venv's Python (Spark's workers too), 2,000 readings from the venv's ``spark-zmq produce``
+    on a free port instead of 5555; every reading is counted."""
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        code = re.search(r"^```python\n(.*?)^```", f.read(), re.S | re.M).group(1)
+    port = str(free_ports(1)[0])
+    assert code.count("5555") == 1
+    script = tmp_path / "first_stream.py"
+    script.write_text(code.replace("5555", port) + "print('TOTAL', sum(r['readings'] for r in "
+                      "spark.table('by_sensor').collect()))\n", encoding="utf-8")
+    python = str(venv / "bin" / "python")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env.update(PYSPARK_PYTHON=python, PYSPARK_DRIVER_PYTHON=python, XDG_STATE_HOME=str(tmp_path / "state"))
+    producer = subprocess.Popen([str(venv / "bin" / "spark-zmq"), "produce", f"tcp://127.0.0.1:{port}", "--format",
+                                 "json", "--count", "2000", "--no-progress", "--linger", "120"], cwd=str(tmp_path),
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        run = subprocess.run([python, str(script)], cwd=str(tmp_path), env=env, capture_output=True, text=True,
+                             timeout=300)
+        assert run.returncode == 0, run.stderr[-3000:]
+        assert "TOTAL 2000" in run.stdout, run.stdout[-2000:]
+        assert producer.wait(120) == 0, producer.stderr.read()[-2000:] if producer.stderr else ""
+    finally:
+        producer.kill()
