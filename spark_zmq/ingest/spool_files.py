@@ -123,16 +123,22 @@ def write_atomically(directory: str, name: str, data: bytes, fsync: bool = True)
         fsync_dir(directory)
 
 
+def read_small_private(path: str, limit: int = 64) -> str:
+    """The first ``limit`` bytes of a small private file (an id, a token) as stripped text,
+    never following a link planted at ``path``; ``OSError`` when it cannot be read."""
+    fd = open_private(path, os.O_RDONLY)
+    try:
+        return os.read(fd, limit).decode("ascii", "replace").strip()
+    finally:
+        os.close(fd)
+
+
 def read_spool_id(spool_dir: str) -> str | None:
     """The spool's identity (32 hex digits), ``None`` when there is no readable one."""
     try:
-        fd = open_private(os.path.join(spool_dir, ID_FILE), os.O_RDONLY)
+        text = read_small_private(os.path.join(spool_dir, ID_FILE))
     except OSError:
         return None
-    try:
-        text = os.read(fd, 64).decode("ascii", "replace").strip()
-    finally:
-        os.close(fd)
     try:
         return uuid.UUID(hex=text).hex
     except ValueError:

@@ -14,8 +14,7 @@ import hmac
 import os
 import secrets
 
-from ..ingest.spool_files import write_atomically
-from ..ingest.spool_format import open_private
+from ..ingest.spool_files import read_small_private, write_atomically
 
 __all__ = ["OPERATOR_TOKEN_FILE", "create_token", "read_token", "token_matches", "token_problem"]
 
@@ -35,14 +34,10 @@ def read_token(spool_dir: str) -> str:
     the file and why when there is none to read."""
     path = os.path.join(spool_dir, OPERATOR_TOKEN_FILE)
     try:
-        fd = open_private(path, os.O_RDONLY)
+        token = read_small_private(path)
     except OSError as exc:
         raise ValueError(f"cannot read the relay's operator token {path} ({exc.strerror or exc}): give the "
                          "spool directory of a running relay (its --spool-dir), as the account it runs as") from None
-    try:
-        token = os.read(fd, 64).decode("ascii", "replace").strip()
-    finally:
-        os.close(fd)
     if token_problem(token) is not None:
         raise ValueError(f"{path} holds no operator token (32 hex digits): is the relay running?")
     return token

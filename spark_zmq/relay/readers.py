@@ -155,12 +155,6 @@ class Readers:
                     "--remove)")
             return reader.lease.claim(session)
 
-    def bound_to_other(self, name: str, key: str | None) -> bool:
-        """Whether ``name`` is bound to a CURVE key other than ``key`` (never without CURVE)."""
-        with self._lock:
-            reader = self.readers.get(name)
-            return key is not None and reader is not None and reader.key is not None and reader.key != key
-
     def release_lease(self, name: str, session: str) -> None:
         """``session`` gives ``name``'s lease up (a stranger's release changes nothing)."""
         with self._lock:
