@@ -124,3 +124,44 @@ def by_role(before: Snapshot, after: Snapshot) -> dict[str, float]:
     reader, the connector's receiver processes, the producers): where a message's cost goes."""
     return {name: used(before, after, lambda p, name=name: role_of(p) == name)
             for name in [n for n, _ in ROLES] + ["other"]}
+
+
+#: Spark's JVM threads by what they do, told by the name the JVM gives each native thread
+#: (``/proc/<pid>/task/<tid>/comm``, 15 characters): the JIT compilers' share is what a
+#: short run pays for code the JVM is still compiling, the task threads' what each row costs
+JVM_THREADS = (
+    ("JIT compiler", ("C1 CompilerThre", "C2 CompilerThre")),
+    ("task threads", ("Executor task",)),
+    ("GC", ("GC Thread", "G1 ", "VM Thread")),
+)
+
+
+def jvm_threads(snap: Snapshot) -> dict[str, int]:
+    """CPU ticks so far of the Java processes in ``snap``, by ``JVM_THREADS`` kind (threads
+    that ended are not counted: compare two readings of long-lived threads)."""
+    ticks = dict.fromkeys((kind for kind, _ in JVM_THREADS), 0)
+    for process in snap.values():
+        if "java" not in process.cmdline:
+            continue
+        try:
+            tids = os.listdir(f"/proc/{process.pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{process.pid}/task/{tid}/stat", "rb") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            name = stat[stat.index(b"(") + 1:stat.rindex(b")")].decode(errors="replace")
+            fields = stat[stat.rindex(b")") + 2:].split()
+            for kind, prefixes in JVM_THREADS:
+                if name.startswith(prefixes):
+                    ticks[kind] += int(fields[11]) + int(fields[12])
+                    break
+    return ticks
+
+
+def jvm_threads_used(before: dict[str, int], after: dict[str, int]) -> dict[str, float]:
+    """CPU seconds by JVM thread kind between two ``jvm_threads`` readings."""
+    return {kind: (after[kind] - before.get(kind, 0)) / TICK for kind in after}

@@ -84,6 +84,7 @@ def connector(spark, count: int, kind: str, arg: int, channels: int = 1, pattern
             for proc in procs:
                 proc.ready()
             before = cpu_tree.snapshot() if cpu is not None else {}
+            threads_before = cpu_tree.jvm_threads(before)
             started = min(p.go() for p in procs)
             rows = per_channel * channels * (arg if kind == "arrow" else 1)
             finished = wait_for_rows(query, warm + rows)
@@ -103,6 +104,9 @@ def connector(spark, count: int, kind: str, arg: int, channels: int = 1, pattern
                 producing = cpu_tree.used(before, after, lambda p: not cpu_tree.not_producer(p))
                 cpu["by_role_us_per_msg"] = {role: spent / messages * 1e6
                                              for role, spent in cpu_tree.by_role(before, after).items()}
+                cpu["by_role_us_per_msg"].update(
+                    {f"jvm {kind}": spent / messages * 1e6 for kind, spent
+                     in cpu_tree.jvm_threads_used(threads_before, cpu_tree.jvm_threads(after)).items()})
                 cpu.update({"messages": messages, "total_us_per_msg": total / messages * 1e6,
                             "producer_us_per_msg": producing / messages * 1e6,
                             "receiving_us_per_msg": receiving / messages * 1e6,
@@ -215,6 +219,7 @@ def memory_rows(spark, count: int, size: int, cpu: dict | None = None, pacing: l
         wait_started(query)
         wait_for_rows(query, warm)
         before = cpu_tree.snapshot() if cpu is not None else {}
+        threads_before = cpu_tree.jvm_threads(before)
         started = time.time()
         open(go, "w").close()
         finished = wait_for_rows(query, warm + count)
@@ -229,6 +234,9 @@ def memory_rows(spark, count: int, size: int, cpu: dict | None = None, pacing: l
             cpu.update({"messages": count, "total_us_per_msg": spent / count * 1e6,
                         "by_role_us_per_msg": {role: used / count * 1e6
                                                for role, used in cpu_tree.by_role(before, after).items()}})
+            cpu["by_role_us_per_msg"].update(
+                {f"jvm {kind}": spent / count * 1e6 for kind, spent
+                 in cpu_tree.jvm_threads_used(threads_before, cpu_tree.jvm_threads(after)).items()})
     finally:
         query.stop()
     return count / (finished - started)

@@ -134,7 +134,11 @@ def roles_line(r: dict) -> str:
     Spark's share of a connector row can be held against a plain Python source's."""
     lines = []
     for contender, roles in r["cpu_budget"].get("by_role_us_per_msg", {}).items():
-        shown = ", ".join(f"{role} {us:.2f}" for role, us in roles.items() if us >= 0.005)
+        threads = {role: us for role, us in roles.items() if role.startswith("jvm ")}
+        shown = ", ".join(f"{role} {us:.2f}" + (" (of which " + ", ".join(f"{kind[4:]} {t:.2f}" for kind, t
+                                                                          in threads.items()) + ")"
+                                                if role == "jvm" and threads else "")
+                          for role, us in roles.items() if us >= 0.005 and role not in threads)
         lines.append(f"{r['scenario']}: CPU us a message by process, {contender}: {shown}")
     return "\n".join(lines)
 
