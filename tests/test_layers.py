@@ -48,7 +48,7 @@ ALLOWED = {
     "relay": {"ingest", "patterns", "options", "procstat", "metrics"},
     "source": {"relay", "ingest", "arrow", "patterns", "options", "schemas", "procstat", "metrics", "task_gc"},
     "schemas": set(),
-    "sink": {"patterns", "options", "schemas", "task_gc"},
+    "sink": {"patterns", "options", "schemas", "task_gc", "arrow"},
     "requester": {"patterns", "options", "arrow", "schemas", "worker"},
     "worker": {"patterns", "arrow", "worker_process", "metrics"},
     "worker_process": set(),

@@ -14,6 +14,7 @@ import typer
 from rich.markup import escape
 
 from .. import loadgen
+from ..arrow import run_metadata
 from ..patterns import Gather, Pull, Sub
 from .console import err_console, print_error, progress_bar
 from .flags import (
@@ -178,7 +179,7 @@ def consume(
                 else:
                     for i, value in enumerate(values):
                         table = pa.ipc.open_stream(value).read_all() if format is Format.arrow else None
-                        if table is not None and b"spark_zmq.commit" in (table.schema.metadata or {}):
+                        if table is not None and run_metadata.is_commit_record(table.schema.metadata):
                             records += 1  # the sink's commit record: no rows, not a data message
                             continue
                         rows += table.num_rows if table is not None else 1

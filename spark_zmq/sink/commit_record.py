@@ -41,6 +41,7 @@ from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
 
+from ..arrow import run_metadata
 from ..options import SinkOptions
 from .encoders import arrow_message
 from .send import TaskSender
@@ -68,10 +69,10 @@ def commit_record(schema: pa.Schema, query_id: str, batch_id: int, runs: Runs,
     """The record's bytes: ``runs`` maps partition -> (attempt_id, messages sent);
     ``recent`` the same of earlier micro-batches of the query."""
     empty = pa.RecordBatch.from_arrays([pa.array([], type=f.type) for f in schema], schema=schema)
-    metadata: dict[str, object] = {"query_id": query_id, "batch_id": batch_id,
-                                   "commit": json.dumps(_commit_json(runs), separators=(",", ":"))}
+    metadata: dict[str, object] = {run_metadata.QUERY_ID: query_id, run_metadata.BATCH_ID: batch_id,
+                                   run_metadata.COMMIT: json.dumps(_commit_json(runs), separators=(",", ":"))}
     if recent:
-        metadata["recent"] = json.dumps({str(b): _commit_json(r) for b, r in sorted(recent.items())},
+        metadata[run_metadata.RECENT] = json.dumps({str(b): _commit_json(r) for b, r in sorted(recent.items())},
                                         separators=(",", ":"))
     return arrow_message(empty, metadata)
 

@@ -15,14 +15,12 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from ..arrow import run_metadata
 from .decisions import BatchKey
 from .decoders.base import MalformedMessageError, _offsets_and_data
 
 __all__ = ["Tag", "tag_of", "read_tag", "message_tags", "keep", "kept_slices", "kept_batches", "encode_reading",
            "decode_reading", "encode_decisions", "decode_decisions"]
-
-_PREFIX = "spark_zmq."
-
 
 @dataclass(frozen=True)
 class Tag:
@@ -51,42 +49,35 @@ def _untagged(why: str) -> Tag:
 
 def tag_of(metadata: Mapping[bytes, bytes] | None) -> Tag:
     """The tag of a message whose Arrow schema has this custom metadata."""
-    meta: dict[str, str] = {}
-    for k, v in (metadata or {}).items():
-        try:
-            name = k.decode() if isinstance(k, bytes) else str(k)
-            if name.startswith(_PREFIX):
-                meta[name[len(_PREFIX):]] = v.decode() if isinstance(v, bytes) else str(v)
-        except UnicodeDecodeError:
-            continue
-    if "query_id" not in meta or "batch_id" not in meta:
+    meta = run_metadata.decode(metadata)
+    if run_metadata.QUERY_ID not in meta or run_metadata.BATCH_ID not in meta:
         return _untagged("it has no spark_zmq.query_id and spark_zmq.batch_id metadata (it was not written by a "
                          "spark-zmq sink with format=arrow)")
     try:
-        key = (meta["query_id"], int(meta["batch_id"]))
+        key = (meta[run_metadata.QUERY_ID], int(meta[run_metadata.BATCH_ID]))
     except ValueError:
         return _untagged(f"its spark_zmq.batch_id {meta['batch_id'][:40]!r} is not a number")
-    if "commit" in meta:
+    if run_metadata.COMMIT in meta:
         try:
-            runs, counts = _commit_of(json.loads(meta["commit"]))
-            recent = {(key[0], int(b)): _commit_of(c) for b, c in json.loads(meta.get("recent", "{}")).items()}
+            runs, counts = _commit_of(json.loads(meta[run_metadata.COMMIT]))
+            recent = {(key[0], int(b)): _commit_of(c) for b, c in json.loads(meta.get(run_metadata.RECENT, "{}")).items()}
         except (ValueError, TypeError, KeyError, AttributeError):
             return _untagged("its spark_zmq.commit (or spark_zmq.recent) metadata is not the sink's commit record "
                              '({"<partition>": {"attempt_id": ..., "messages": N}})')
         # the sink names at most RECENT_BATCHES (8) earlier batches: more is not the sink's
         earlier = dict(sorted((k, v) for k, v in recent.items() if k[1] < key[1])[-8:])
         return Tag("record", key, runs=runs, messages=counts, recent=earlier or None)
-    if "partition" not in meta or "attempt_id" not in meta:
+    if run_metadata.PARTITION not in meta or run_metadata.ATTEMPT_ID not in meta:
         return _untagged("it has no spark_zmq.partition and spark_zmq.attempt_id metadata")
     try:
-        partition = int(meta["partition"])
+        partition = int(meta[run_metadata.PARTITION])
     except ValueError:
         return _untagged(f"its spark_zmq.partition {meta['partition'][:40]!r} is not a number")
     try:
-        sequence = int(meta.get("sequence", "-1"))
+        sequence = int(meta.get(run_metadata.SEQUENCE, "-1"))
     except ValueError:
         sequence = -1
-    return Tag("data", key, partition=partition, attempt_id=meta["attempt_id"], sequence=sequence)
+    return Tag("data", key, partition=partition, attempt_id=meta[run_metadata.ATTEMPT_ID], sequence=sequence)
 
 
 def _commit_of(committed: Mapping) -> tuple[dict[int, str], dict[int, int] | None]:

@@ -20,6 +20,7 @@ from typing import TypedDict
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ...arrow import run_metadata
 from ...options import SinkOptions
 from .base import Message, PayloadEncoder, TopicEncoder, payload_columns, routes_by_column
 
@@ -39,8 +40,7 @@ class TaskHeader(TypedDict):
 def arrow_message(piece: pa.RecordBatch, metadata: Mapping[str, object]) -> bytes:
     """One Arrow IPC stream holding ``piece``, with ``metadata`` (keys without their
     ``spark_zmq.`` prefix) added to its schema's custom metadata."""
-    extra = {f"spark_zmq.{k}".encode(): str(v).encode() for k, v in metadata.items()}
-    piece = piece.replace_schema_metadata({**(piece.schema.metadata or {}), **extra})
+    piece = piece.replace_schema_metadata({**(piece.schema.metadata or {}), **run_metadata.encode(metadata)})
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, piece.schema) as writer:
         writer.write_batch(piece)
@@ -92,7 +92,8 @@ class ArrowMessages:
     def _message(self, held: tuple[bytes | None, pa.RecordBatch], last: bool) -> Message:
         topic, piece = held
         sequence, self.sequence = self.sequence, self.sequence + 1
-        return topic, arrow_message(piece, {**self.header, "sequence": sequence, "last": "true" if last else "false"})
+        return topic, arrow_message(piece, {**self.header, run_metadata.SEQUENCE: sequence,
+                                                  run_metadata.LAST: "true" if last else "false"})
 
 
 class ArrowEncoder(PayloadEncoder):
