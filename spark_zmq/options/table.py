@@ -12,14 +12,16 @@ from collections.abc import Callable
 from typing import Any
 
 from ..patterns.heartbeat import DEFAULT_HEARTBEAT, MAX_HEARTBEAT_S, MAX_TTL_S, RECEIVER_HEARTBEAT
+from ..patterns.wires import RECEIVING_PATTERNS, SENDING_PATTERNS
 from .spec import INT32_MAX, INT64_MAX, GiB, KiB, MiB, OptionSpec
 from .spool_dir import default_spool_dir
 
 __all__ = ["ZMQ_SOCKET_OPTIONS", "ZMQ_OPTION_RANGES", "SOURCE_OPTIONS", "SINK_OPTIONS", "REQUEST_OPTIONS", "TABLES", "SIDES", "QUERIES", "queries_of", "SOURCE_PATTERNS",
            "SINK_PATTERNS", "FORMATS", "MODES", "MAX_SECONDS", "MAX_REQUEST_ROWS"]
 
-SOURCE_PATTERNS = ("pull", "gather", "sub")
-SINK_PATTERNS = ("push", "scatter", "pub")
+#: the patterns the options accept are those the wires serve, declared once there
+SOURCE_PATTERNS = RECEIVING_PATTERNS
+SINK_PATTERNS = SENDING_PATTERNS
 FORMATS = ("raw", "text", "json", "arrow")
 MODES = ("PERMISSIVE", "DROPMALFORMED", "FAILFAST")
 
