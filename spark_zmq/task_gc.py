@@ -4,10 +4,10 @@ Why: a reused Spark Python worker (``spark.python.worker.reuse``, the default) r
 ``gc.collect()`` after every task (``pyspark/daemon.py``). A full collection visits every
 object the collector tracks, and a worker that has imported pyspark, pyarrow, pandas and
 this package tracks about 90,000 of them, nearly all module-level objects that live as long
-as the process: each collection then costs 25-35 ms of CPU in an otherwise idle worker, and
-more in a worker that has run tasks. With one-row messages and a live producer, a streaming
-query runs several read tasks a second, so that fixed cost was a large part of what its
-Python workers spent.
+as the process, so each collection costs tens of milliseconds of CPU whatever the task did.
+With one-row messages and a live producer, a streaming query runs several read tasks a
+second, so that fixed cost was a large part of what its Python workers spent
+(docs/performance.md, "Measured design choices").
 
 ``gc.freeze()`` moves every object tracked at that moment to a permanent generation that
 collections skip. Called once per worker process, at the start of its first task of this

@@ -77,8 +77,8 @@ class Receiver:
     #: after a receive that emptied the socket, the least time from one spool write's start
     #: to the next. Why: at a modest rate the socket empties after every few messages, and a
     #: write per few messages (an Arrow batch, a record, an index entry each) cost the
-    #: receiving process more CPU than the messages: about a third of a core at 10,000
-    #: msgs/s, taken from Spark on a small machine. 2 ms is far below a micro-batch's
+    #: receiving process more CPU than the messages (docs/performance.md, "Measured design
+    #: choices"). 2 ms is far below a micro-batch's
     #: duration; a receive cut short by ``batch_messages`` (the socket still holds more)
     #: or ``batch_bytes`` never waits, so a fast producer is not held back.
     min_write_interval_s = 0.002

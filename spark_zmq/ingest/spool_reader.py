@@ -219,8 +219,8 @@ def coalesce(
 
     Why: a receiver appends whatever one receive call returned, so a slow, steady producer
     leaves thousands of few-row batches in the spool; decoding and handing each to Spark
-    separately costs far more than the rows themselves (measured: 50 us per row at
-    10,000 messages/s before this, in batches of a few rows).
+    separately costs far more than the rows themselves (docs/performance.md, "Measured
+    design choices").
     """
     group: list[pa.RecordBatch] = []
     first = rows = size = 0

@@ -43,7 +43,7 @@ __all__ = ["LibzmqWire"]
 _ZERO_COPY_MIN_BYTES = 65536
 
 # send/recv flags as plain ints: pyzmq's constants are ``IntFlag`` members, and combining
-# them (``NOBLOCK | SNDMORE``) builds a new enum member each time, 2 us per frame here
+# them (``NOBLOCK | SNDMORE``) builds a new enum member each time, a cost per frame
 _NOBLOCK = int(zmq.NOBLOCK)
 _NOBLOCK_SNDMORE = int(zmq.NOBLOCK | zmq.SNDMORE)
 

@@ -30,12 +30,12 @@ def receiving_wire(pattern: str, endpoints: EndpointsSpec, **options: Any) -> Re
     ``max_message_bytes``, ``topics`` for ``sub``...).
 
     * ``pull``: the package's engine (``ZmtpPull``, PULL on the wire): it parses frames out
-      of whole reads instead of one pyzmq ``recv`` per message (one-row ingest at 100 B
-      through Spark: 587 k msgs/s against 461 k on libzmq's PULL), bounds a multipart
+      of whole reads instead of one pyzmq ``recv`` per message (faster and cheaper through
+      Spark: docs/performance.md, "Measured design choices"), bounds a multipart
       message as a whole, and times out a silent peer even under backpressure. Two cases
       stay on libzmq's ``Pull``: CURVE, which libzmq decrypts in C on its I/O thread while
-      the engine calls libsodium once a message from Python (467 k msgs/s on libzmq, 236 k
-      on the engine), and ``inproc://`` endpoints, which only libzmq's own sockets reach.
+      the engine calls libsodium once a message from Python (about half the rate on the
+      engine, same page), and ``inproc://`` endpoints, which only libzmq's own sockets reach.
     * ``gather``: the engine (``Gather``): libzmq's GATHER is a draft socket, absent from
       pyzmq's libzmq.
     * ``sub``: libzmq (``Sub``): libzmq keeps the subscriptions and matches the topics.

@@ -2,12 +2,12 @@
 
 ``Pull`` is libzmq's PULL through pyzmq: every message crosses from libzmq's I/O thread to
 Python in its own ``recv`` call, plus a ``RCVMORE`` check, which is the least pyzmq costs
-per message (about 0.6 us at 100 bytes here). ``ZmtpPull`` is PULL on the wire (any PUSH
+per message. ``ZmtpPull`` is PULL on the wire (any PUSH
 peer, libzmq's included, accepts it) but runs on the engine that ``Gather`` uses
 (``zmtp.engine``): frames are parsed out of whole reads of the TCP stream, and a batch
-receive takes the inbox in one step. Measured through Spark (one-row ingest, 100 bytes,
-1 M messages from a bare pyzmq PUSH process, three runs each, in turn): 461 k msgs/s with
-``Pull``, 587 k with this socket, and 3.5 -> 2.3 us of CPU per message over every process.
+receive takes the inbox in one step: through Spark, one-row ingest runs faster on it and
+spends less CPU a message over every process (docs/performance.md, "Measured design
+choices", has the figures).
 
 Otherwise it keeps ``Pull``'s contract: fair-queued input from PUSH peers (30/PIPELINE),
 multipart messages delivered whole (``recv_values`` gives the first frame as the topic
@@ -22,8 +22,8 @@ bounded as a whole (see ``zmtp.stream.StreamEngine._add_part``), where libzmq bo
 The connector (``wires.receiving_wire``) keeps ``Pull`` for ``inproc://`` (which reaches
 only other sockets of this engine, not libzmq's) and with CURVE: libzmq decrypts in C on
 its own I/O thread, while this engine makes one libsodium call a message from Python,
-which costs more than the receive it saves (one-row ingest at 100 B with CURVE through
-Spark: 467 k msgs/s on libzmq, 236 k on this socket).
+which costs more than the receive it saves (about half the rate on this socket, same
+page).
 """
 
 from __future__ import annotations
