@@ -128,10 +128,12 @@ def by_role(before: Snapshot, after: Snapshot) -> dict[str, float]:
 
 #: Spark's JVM threads by what they do, told by the name the JVM gives each native thread
 #: (``/proc/<pid>/task/<tid>/comm``, 15 characters): the JIT compilers' share is what a
-#: short run pays for code the JVM is still compiling, the task threads' what each row costs
+#: short run pays for code the JVM is still compiling, the task threads' what each row costs,
+#: the query thread's (``stream execution thread``) what each micro-batch's planning and logs cost
 JVM_THREADS = (
     ("JIT compiler", ("C1 CompilerThre", "C2 CompilerThre")),
     ("task threads", ("Executor task",)),
+    ("query thread", ("stream executio",)),
     ("GC", ("GC Thread", "G1 ", "VM Thread")),
 )
 
