@@ -63,6 +63,8 @@ WORKER_FIELDS: dict[str, tuple[str, str]] = {
     "reannounced": ("reannounced", "READY sent again after a reconnection to the broker."),
     "oversize": ("requests_oversize", "Requests refused for max_frames or max_message_bytes."),
     "timeouts": ("handler_timeouts", "Handlers that did not return within handler_timeout."),
+    "dropped_replies": ("dropped_replies", "Replies dropped: the client read none queued for it, or was gone."),
+    "malformed": ("requests_malformed", "Requests dropped unanswered for having no empty delimiter frame."),
 }
 
 

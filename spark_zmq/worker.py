@@ -19,8 +19,13 @@ the one frame ``b"READY"`` and then answers each request the broker gives it (th
 load-balancing worker; see ``spark_zmq.patterns.broker``). If its connection to the broker
 is re-established (the broker restarted, or the network broke it), the worker sends
 ``READY`` again, so the broker, which forgets a disconnected worker, knows it once more.
-``broker=False``: a REP socket, binding by default. Endpoints follow
-``spark_zmq.patterns.endpoints``: ``@`` binds, ``>`` connects.
+``broker=False``: a REP server, binding by default: a ROUTER keeping REP's envelope rules
+(RFC 28): a request's envelope (every frame up to and including the first empty one) goes
+back unchanged before its reply, so REQ clients and DEALERs that send the empty delimiter
+are served as by a REP; a request without one is dropped (``malformed``). Unlike libzmq's
+REP, which silently drops a reply its client has no room for, each reply is tried once and
+a drop counted (``dropped_replies``; ``patterns.router_reply``): a client that reads nothing
+holds no one else. Endpoints follow ``spark_zmq.patterns.endpoints``: ``@`` binds, ``>`` connects.
 
 Formats (``format``), for a request body of one frame:
 
@@ -71,12 +76,13 @@ import zmq
 
 from .arrow.guard import MAX_DECOMPRESSED_BYTES, MalformedArrowError, read_batches
 from .errors import SparkZmqError
-from .patterns import Heartbeat, Rep, Req
+from .patterns import Heartbeat, Req, Router, SocketClosedError
 from .patterns.bounds import MAX_FRAMES, MessageBounds
 from .patterns.broker import READY
-from .patterns.broker_stats import PING, pong
+from .patterns.broker_stats import PING, delimiter, pong
 from .patterns.curve import Curve
 from .patterns.endpoints import EndpointsSpec, parse_endpoints
+from .patterns.router_reply import ReplyDrops
 from .worker_process import HandlerProcess
 
 __all__ = ["serve", "StopFlag", "WorkerStats", "ERROR", "FORMATS", "error_reply", "is_error_reply"]
@@ -122,6 +128,10 @@ class WorkerStats:
     #: handlers that did not return within ``handler_timeout`` (each answered with an error
     #: reply; the handler's process was replaced)
     timeouts: int = 0
+    #: (REP servers) replies dropped: the client reads none of those queued for it, or is gone
+    dropped_replies: int = 0
+    #: (REP servers) requests dropped unanswered, having no empty delimiter frame (as a REP does)
+    malformed: int = 0
 
 
 class _Stopped(SparkZmqError):
@@ -208,7 +218,8 @@ def _answer(call: Callable[[Handler, bytes], bytes], handler: Handler, body: lis
     """The reply frames for request ``body``: the handler's answer, or an error reply (or,
     for a probe, ``spark-zmq ping``, the worker's own answer without the handler)."""
     if len(body) == 1 and body[0] == PING:
-        return pong("worker", requests=stats.requests, replies=stats.replies, errors=stats.errors)
+        return pong("worker", requests=stats.requests, replies=stats.replies, errors=stats.errors,
+                    dropped_replies=stats.dropped_replies)
     try:
         if len(body) != 1:
             raise _BadRequest(f"the request has {len(body)} body frames; one is expected")
@@ -310,12 +321,12 @@ def serve(handler: Handler, endpoint: EndpointsSpec, *, format: str = "arrow", b
             from .metrics import serve_metrics, worker_metrics
 
             scrape = serve_metrics(metrics, worker_metrics(stats), flag="metrics")
-        sock: Req | Rep
+        sock: Req | Router
         if broker:
             # the monitor's CONNECTED events tell when the connection to the broker is new
             sock = Req(endpoint, monitor=zmq.EVENT_CONNECTED, **{k: v for k, v in options.items() if v is not None})
-        else:
-            sock = Rep(endpoint, **{k: v for k, v in options.items() if v is not None})
+        else:  # mandatory: a reply to a full or gone client fails at once instead of vanishing
+            sock = Router(endpoint, mandatory=True, **{k: v for k, v in options.items() if v is not None})
         with sock:
             if on_ready is not None:
                 on_ready(sock.bound_addresses or [e.address for e in sock.endpoints])
@@ -323,7 +334,7 @@ def serve(handler: Handler, endpoint: EndpointsSpec, *, format: str = "arrow", b
                 if broker:
                     _serve_broker(cast(Req, sock), answer, stop, stats, bounds)  # made as one above
                 else:
-                    _serve_rep(cast(Rep, sock), answer, stop, stats, bounds)
+                    _serve_rep(cast(Router, sock), answer, stop, stats, bounds)
             except _Stopped:
                 pass
     finally:
@@ -408,15 +419,27 @@ def _refusal(why: str, bounds: MessageBounds) -> list[bytes]:
     return error_reply(f"the request was refused: {why} ({limits})")
 
 
-def _serve_rep(sock: Rep, answer: Callable[[list[bytes]], list[bytes]], stop: StopFlag,
+def _serve_rep(sock: Router, answer: Callable[[list[bytes]], list[bytes]], stop: StopFlag,
                stats: WorkerStats, bounds: MessageBounds) -> None:
+    """A REP's loop on a ROUTER (the module docstring): each reply after its envelope, tried once."""
+    drops = ReplyDrops("worker", log)
     while True:
         got = _recv(sock, stop, bounds, stats)
         if got is None:
             return
-        body, _, why = got
-        # (a REP must answer before it reads again: a refused request gets an error reply)
-        _send(sock, _refusal(why, bounds) if body is None else answer(body), stop)
+        frames, kept, why = got
+        message = kept if frames is None else frames
+        at = delimiter(message, start=1)  # (the first frame is the ROUTER's identity of the client)
+        if at is None:
+            if frames is not None:  # (a refused one is counted as oversize already)
+                stats.malformed += 1
+            continue
+        reply = _refusal(why, bounds) if frames is None else answer(frames[at + 1:])
+        try:
+            if not drops.send(sock, message[:at + 1] + reply):
+                stats.dropped_replies += 1
+        except SocketClosedError:
+            return
 
 
 class _Connections:

@@ -43,6 +43,7 @@ from ..patterns import Dealer, Router, SocketClosedError
 from ..patterns.curve import Curve
 from ..patterns.curve_keys import KeyPair
 from ..patterns.deadlines import IDLE_SLICE_S
+from ..patterns.router_reply import ReplyDrops
 from .loss import LossPolicy
 from .spool_format import SPOOL_SCHEMA, DataLossError
 from .spool_reader import gone_from_relay, read_range
@@ -61,8 +62,6 @@ QUEUE = 4
 #: a fetch request unanswered this long is sent again: past the default heartbeats'
 #: interval plus timeout, so a connection that went silent has been replaced by then
 RESEND_S = 15.0
-#: at most one log line about dropped replies this often (seconds)
-_DROP_LOG_S = 60.0
 _INT64_MAX = (1 << 63) - 1
 #: how long a read task waits for its connection to the spool server to complete its
 #: handshake before it fails: a wrong address or a closed port is then an error within
@@ -182,9 +181,8 @@ class SpoolServer:
         self.channels = channels
         #: ``locate(channel, offset)``: where an offset is in the spool (``ChannelLog.locate``)
         self._locate = locate or (lambda channel, offset: None)
-        #: replies dropped because their peer did not read (or had gone)
-        self.dropped_replies = 0
-        self._drop_logged: float | None = None  # when a drop was last logged (monotonic)
+        #: replies are tried once each; those dropped (their peer did not read, or had gone) are counted
+        self._drops = ReplyDrops("spool fetch service", log)
         self._control = control
         #: whose spool this serves, for errors: a relay passes its ROUTER (``router``)
         self.owner = "the relay" if router is not None else "the driver"
@@ -231,26 +229,17 @@ class SpoolServer:
             reply = self._reply(frames[2], peer_key)
             try:
                 # one try, no wait: a peer that reads nothing must not hold the one thread
-                # every other reader is served by (the wire fails it at once even while
-                # other peers have room, which is all a ROUTER's "writable" tells)
-                self._router.send([frames[0], b""] + reply, timeout=0)
-            except (TimeoutError, ConnectionError):
-                # the peer has QUEUE unread replies already, or is gone: never queue more
-                self._dropped()
+                # every other reader is served by
+                self._drops.send(self._router, [frames[0], b""] + reply)
             except SocketClosedError:
                 return
             except Exception:  # never let one reply end the service
                 log.exception("spool fetch service: could not send a reply")
 
-    def _dropped(self) -> None:
-        """Count a dropped reply; log the first, then at most one line a minute with the count
-        (a client that reads nothing must not flood the log either)."""
-        self.dropped_replies += 1
-        now = time.monotonic()
-        if self._drop_logged is None or now - self._drop_logged >= _DROP_LOG_S:
-            self._drop_logged = now
-            log.warning("spool fetch service: dropped a reply to a peer that reads none of those queued for it, "
-                        "or is gone (%d dropped so far; a reader that reads again resends)", self.dropped_replies)
+    @property
+    def dropped_replies(self) -> int:
+        """Replies dropped because their peer did not read (or had gone)."""
+        return self._drops.count
 
     def _parse(self, request: object) -> tuple[int, int, int, str | None, bool]:
         if not isinstance(request, dict):
