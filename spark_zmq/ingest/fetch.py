@@ -25,7 +25,6 @@ import errno
 import itertools
 import json
 import logging
-import re
 import socket
 import threading
 import time
@@ -149,6 +148,9 @@ class FetchAccess:
     server_name: str = "the driver"
     #: a relay's fetches name the reader's lease (its session); the driver's service has none
     session: str | None = None
+    #: whether a relay (or a query's receiver process) serves, not the driver's own fetch
+    #: service: its errors then name it, and say why a relay loses data
+    is_relay: bool = False
 
     def curve(self) -> Curve | None:
         if self.server_key is None or self.client_public is None or self.client_secret is None:
@@ -174,7 +176,7 @@ class SpoolServer:
         *,
         router: Router | None = None,
         control: Callable[[dict[str, Any], str | None], list[bytes]] | None = None,
-        authorize: Callable[[dict[str, Any], str | None], str | None] | None = None,
+        authorize: Callable[[dict[str, Any], str | None], str | list[bytes] | None] | None = None,
     ) -> None:
         self.spool_dir = spool_dir
         self.spool_id = spool_id
@@ -186,9 +188,10 @@ class SpoolServer:
         self._control = control
         #: whose spool this serves, for errors: a relay passes its ROUTER (``router``)
         self.owner = "the relay" if router is not None else "the driver"
-        #: ``authorize(request, peer_key)``: why a fetch request is refused, or None (a relay's
-        #: lease check); ``peer_key`` (also given to ``control``) is the client's CURVE public
-        #: key in Z85 as ZAP authenticated it, or ``None`` without CURVE
+        #: ``authorize(request, peer_key)``: why a fetch request is refused (words, or the
+        #: whole answer: ``loss_reply``), or None (a relay's lease check); ``peer_key`` (also
+        #: given to ``control``) is the client's CURVE public key in Z85 as ZAP
+        #: authenticated it, or ``None`` without CURVE
         self._authorize = authorize
         if router is not None:
             self._router = router
@@ -275,14 +278,14 @@ class SpoolServer:
             return [b"error", str(exc).encode()]
         # ``_parse`` accepted it: a JSON object
         refusal = self._authorize(cast("dict[str, Any]", request), peer_key) if self._authorize is not None else None
-        if refusal is not None:
-            return [b"error", refusal.encode()]
+        if refusal is not None:  # words, or a whole answer (a relay's ``loss_reply``)
+            return [b"error", refusal.encode()] if isinstance(refusal, str) else refusal
         try:
             return self._answer(channel, start, end, spool_id, skip_loss)
         except DataLossError as exc:
             log.error("spool fetch of channel %d offsets %d..%d: %s", channel, start, end, exc)
-            return [b"error", (f"DataLossError: offsets {start}..{end} of channel {channel} cannot be read from "
-                               f"{self.owner}'s spool ({self.owner}'s log says why)").encode()]
+            return loss_reply(channel, start, end, UNREADABLE,
+                              f"cannot be read from {self.owner}'s spool ({self.owner}'s log says why)")
         except Exception:
             reference = uuid.uuid4().hex[:8]
             log.exception("spool fetch of channel %d offsets %d..%d failed (reference %s)", channel, start, end,
@@ -351,32 +354,63 @@ def _exchange(dealer: Dealer, request: dict[str, Any], request_id: int, timeout:
                 reply = dealer.recv_multipart(timeout=wait)
             except TimeoutError:
                 break
-            echoed = reply[-1] if len(reply) in (4, 6) else None  # (error | ok) + the id frame
+            # the id frame: after (error, text[, loss]) or (ok, reached, firsts, ipc); an id is digits
+            echoed = reply[-1] if (len(reply) == 6 if reply[1:2] == [b"ok"] else len(reply) in (4, 5)
+                                   and reply[-1].isdigit()) else None
             if echoed is not None and echoed != str(request_id).encode():
                 continue  # a late answer to a request resent or abandoned before
             return reply[:-1] if echoed is not None else reply
 
 
-#: a spool server's answer for offsets it could not read, in words that name no place
-_UNREADABLE = re.compile(r"DataLossError: offsets (\d+)\.\.(\d+) of channel \d+ cannot be read from ")
+#: ``reason`` of a data-loss answer: the server's spool could not give the offsets (files
+#: gone or damaged: its log says which)
+UNREADABLE = "unreadable"
+#: ``reason`` of a data-loss answer: a relay freed the offsets before this reader read them
+FREED = "freed"
 
 
-def _loss_message(access: FetchAccess, message: str, channel: int) -> str:
+def loss_reply(channel: int, start: int, end: int, reason: str, words: str) -> list[bytes]:
+    """A spool server's data-loss answer: ``[b"error", text, loss]``. ``text`` names no place
+    (``"DataLossError: offsets S..E of channel C " + words``), what any client shows; ``loss``
+    is the same as data, a JSON object ``{"kind": "data-loss", "channel", "start", "end",
+    "reason", "words"}``, from which a client names the server it knows (its address)."""
+    loss = {"kind": "data-loss", "channel": channel, "start": start, "end": end, "reason": reason, "words": words}
+    return [b"error", f"DataLossError: offsets {start}..{end} of channel {channel} {words}".encode(),
+            json.dumps(loss, separators=(",", ":")).encode()]
+
+
+def _loss_of(frames: list[bytes]) -> dict[str, Any] | None:
+    """The data-loss object of an error answer's frames after the status, if it is one."""
+    if len(frames) < 2:
+        return None
+    try:
+        loss = json.loads(frames[1])
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    if not isinstance(loss, dict) or loss.get("kind") != "data-loss" or not isinstance(loss.get("words"), str) \
+            or not all(isinstance(loss.get(k), int) and not isinstance(loss.get(k), bool)
+                       for k in ("start", "end")):
+        return None
+    return loss
+
+
+def _loss_message(access: FetchAccess, message: str, loss: dict[str, Any] | None, channel: int) -> str:
     """A server's data-loss answer as the task's error. The driver's words stand as they
     are. A relay's name the relay (its address) and its channel: its own reasons (a reader
     that lagged past its retention) with the relay named in them, and for offsets it could
     not read, why a relay loses what a batch planned on it needs and what to do (its log
-    names the files). Said here, where the address the query uses is known."""
-    if access.server_name == "the driver":
+    names the files). Said here, where the address the query uses is known. ``loss``: the
+    answer's data (``loss_reply``), None from a server that sends only the text."""
+    if not access.is_relay:
         return message
-    unreadable = _UNREADABLE.match(message)
-    if unreadable is not None:
-        return (gone_from_relay(access.server_name, channel, int(unreadable[1]), int(unreadable[2]),
+    if loss is None:
+        return f"{message.removeprefix('DataLossError: ')} ({access.server_name}, its channel {channel})"
+    start, end = loss["start"], loss["end"]
+    if loss.get("reason") == UNREADABLE:
+        return (gone_from_relay(access.server_name, channel, start, end,
                                 "cannot be read from its spool (its log says why)")
                 + ". Set failOnDataLoss=false to skip such offsets (they are logged there).")
-    words = message.removeprefix("DataLossError: ")
-    named = words.replace(f" of channel {channel} ", f" of channel {channel} of {access.server_name} ", 1)
-    return named if named != words else f"{words} ({access.server_name}, its channel {channel})"
+    return f"offsets {start}..{end} of channel {channel} of {access.server_name} {loss['words']}"
 
 
 def _await_handshake(dealer: Dealer, access: FetchAccess, within: float, what: str) -> None:
@@ -394,7 +428,7 @@ def _await_handshake(dealer: Dealer, access: FetchAccess, within: float, what: s
         if watch.rejected:
             raise FetchError(f"{access.server_name}'s spool server at {access.endpoint} refused this executor "
                              f"({what}){watch.failure_note()}")
-    if access.server_name == "the driver":
+    if not access.is_relay:
         hint = ("the driver advertises this address: set option spoolServerHost to the driver's address that "
                 "executors reach (Spark's spark.driver.host is used when set), and let this port through any "
                 "firewall from the executors to the driver (option spoolServerPort fixes it)")
@@ -437,7 +471,7 @@ def fetch_range(
             if status != b"ok":
                 message = reply[2].decode("utf-8", "replace")
                 if message.startswith("DataLossError"):
-                    raise DataLossError(_loss_message(access, message, channel))
+                    raise DataLossError(_loss_message(access, message, _loss_of(reply[2:]), channel))
                 raise FetchError(f"{access.server_name}'s spool server at {endpoint} failed: {message}")
             reached = int(reply[2])
             if reached <= position:

@@ -49,7 +49,7 @@ import threading
 import time
 from typing import Any, Protocol
 
-from ..ingest.fetch import SpoolServer, bind_first
+from ..ingest.fetch import FREED, SpoolServer, bind_first, loss_reply
 from ..ingest.runtime import IngestRuntime, describe_range
 from ..options import SourceOptions
 from ..patterns import Router
@@ -363,7 +363,7 @@ class Relay:
             logs[c].roll()
         return upto
 
-    def _authorize_fetch(self, request: dict[str, Any], peer_key: str | None = None) -> str | None:
+    def _authorize_fetch(self, request: dict[str, Any], peer_key: str | None = None) -> str | list[bytes] | None:
         """Why a fetch request may not be served (``None``: it may): it must name a session
         that holds a reader's lease (or held it last, nobody having claimed it since) under
         the CURVE key the reader is bound to, and end within what the channel's spool has
@@ -381,9 +381,9 @@ class Relay:
                 and start < channels[channel].earliest and not request.get("skipLoss"):
             # what a reader that lagged meets after retention (said as any freed offsets are)
             freed = min(channels[channel].earliest, end) if isinstance(end, int) else channels[channel].earliest
-            return (f"DataLossError: offsets {start}..{freed} of channel {channel} were freed from the relay's spool "
-                    "before this reader read them (its retention, --retention-bytes or --retention-seconds, or "
-                    "every registered reader had committed them). Set failOnDataLoss=false to skip such offsets")
+            return loss_reply(channel, start, freed, FREED, "were freed from the relay's spool before this reader "
+                              "read them (its retention, --retention-bytes or --retention-seconds, or every registered "
+                              "reader had committed them). Set failOnDataLoss=false to skip such offsets")
         return None
 
     def _hello(self, reader: str) -> HelloAnswer:

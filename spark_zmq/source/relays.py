@@ -372,7 +372,7 @@ class RelayIngest:
             relay.address, curve.server_key if curve is not None else None,
             curve.public_key if curve is not None else None,
             curve.secret_key if curve is not None else None,
-            server_name=f"the {relay.target.label}", session=relay.client.session,
+            server_name=f"the {relay.target.label}", session=relay.client.session, is_relay=True,
         )
         return SpoolRange(relay.spool_dir, channel, start, end, relay.owner, access, tuple(where or ()),
                           relay.spool_id, spool_channel=view.local)

@@ -290,11 +290,11 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         mode = self.options.spool_access
         if mode == "local" or (mode == "auto" and sees_spool(partition.spool_dir, partition.owner_id)):
             # a relay's spool, read in place: its losses name the relay (as its fetches do)
-            owner = partition.fetch.server_name if partition.fetch is not None else "the driver"
+            relay = partition.fetch.server_name if partition.fetch is not None and partition.fetch.is_relay else None
             return read_range(partition.spool_dir, partition.channel_in_spool, partition.start, partition.end, partition.hint,
                               spool_id=partition.spool_id or None,
                               on_loss=LossPolicy.from_option(self.options.fail_on_data_loss),
-                              owner=None if owner == "the driver" else owner)
+                              owner=relay)
         if partition.fetch is None:
             raise FetchError(
                 f"this executor ({socket.gethostname()}) cannot see the driver's spool directory, and the driver "

@@ -33,7 +33,7 @@ def holder(relay):
 
 
 def _fetch(relay, session, start=0, end=500) -> list:
-    access = FetchAccess(relay.listen, None, server_name="the relay", session=session)
+    access = FetchAccess(relay.listen, None, server_name="the relay", session=session, is_relay=True)
     return list(fetch_range(access, 0, start, end, timeout=10))
 
 

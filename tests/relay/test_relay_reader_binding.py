@@ -63,7 +63,7 @@ def _client(relay, curve, reader: str) -> RelayClient:
 def _fetch(relay, curve, session: str) -> int:
     keys = {} if curve is None else {"client_public": curve.public_key, "client_secret": curve.secret_key}
     access = FetchAccess(relay.listen, None if curve is None else curve.server_key,
-                         server_name=f"the relay at {relay.listen}", session=session, **keys)
+                         server_name=f"the relay at {relay.listen}", session=session, is_relay=True, **keys)
     return sum(batch.num_rows for _, batch in fetch_range(access, 0, 0, MESSAGES, timeout=10))
 
 

@@ -68,7 +68,8 @@ def _reader(relay, name: str) -> RelayClient:
 
 
 def _fetch(relay, client: RelayClient, start: int, end: int) -> list[int]:
-    access = FetchAccess(relay.listen, None, server_name=f"the relay at {relay.listen}", session=client.session)
+    access = FetchAccess(relay.listen, None, server_name=f"the relay at {relay.listen}", session=client.session,
+                         is_relay=True)
     return [int(batch.column("value")[i].as_py()[:7]) for _, batch in fetch_range(access, 0, start, end, timeout=10)
             for i in range(batch.num_rows)]
 
