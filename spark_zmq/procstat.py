@@ -11,10 +11,19 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["is_alive", "parent_of", "start_ticks", "cmdline", "environ", "listening_on"]
+__all__ = ["pids", "is_alive", "parent_of", "start_ticks", "cmdline", "environ", "listening_on"]
 
 #: ``/proc/net/tcp``'s state of a listening socket
 _TCP_LISTEN = "0A"
+
+
+def pids() -> list[int] | None:
+    """The pids of the processes running now (their ``/proc`` entries), or ``None`` when
+    ``/proc`` cannot be listed."""
+    try:
+        return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
+    except OSError:
+        return None
 
 
 def _fields(pid: int) -> list[bytes]:
@@ -94,11 +103,10 @@ def listening_on(port: int) -> list[int] | None:
         return []
     wanted = {f"socket:[{inode}]" for inode in inodes}
     holders = []
-    try:
-        pids = [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
-    except OSError:
+    running = pids()
+    if running is None:
         return None
-    for pid in pids:
+    for pid in running:
         try:
             fds = os.listdir(f"/proc/{pid}/fd")
         except OSError:

@@ -178,10 +178,9 @@ def _boot_ticks_now() -> int:
 def _receiver_processes() -> list:
     """This run's receiver processes (see ``RUN_MARK``)."""
     pids = []
-    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
-        if entry.isdigit() and b"spark_zmq.relay.child" in procstat.cmdline(int(entry)) \
-                and RUN_MARK.encode() in _environment(int(entry)):
-            pids.append(int(entry))
+    for pid in procstat.pids() or ():
+        if b"spark_zmq.relay.child" in procstat.cmdline(pid) and RUN_MARK.encode() in _environment(pid):
+            pids.append(pid)
     return pids
 
 

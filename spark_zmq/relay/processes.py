@@ -104,11 +104,10 @@ def _other_receiver_processes(own: set[int]) -> bool:
     """Whether a receiver process not in ``own`` runs on this host: one a stopped query left
     lingering may be freeing a port the new one wants. With none, a port in use is held by
     something else, and waiting for it would only delay the query's failure."""
-    try:
-        pids = [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
-    except OSError:
+    running = procstat.pids()
+    if running is None:
         return True  # cannot tell: wait as for a lingering one
-    return any(pid not in own and _is_receiver_process(pid) for pid in pids)
+    return any(pid not in own and _is_receiver_process(pid) for pid in running)
 
 
 #: the source options a receiver process works with (the others are the reader's own:

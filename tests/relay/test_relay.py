@@ -443,11 +443,10 @@ def _descendants(pid=None):
     """Every process below ``pid`` (this one by default), from /proc."""
     pid = pid or os.getpid()
     children = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            parent = procstat.parent_of(int(entry))
-            if parent is not None:
-                children.setdefault(parent, []).append(int(entry))
+    for each in procstat.pids() or ():
+        parent = procstat.parent_of(each)
+        if parent is not None:
+            children.setdefault(parent, []).append(each)
     out, todo = [], [pid]
     while todo:
         for child in children.get(todo.pop(), []):
