@@ -177,6 +177,7 @@ class SpoolServer:
         router: Router | None = None,
         control: Callable[[dict[str, Any], str | None], list[bytes]] | None = None,
         authorize: Callable[[dict[str, Any], str | None], str | list[bytes] | None] | None = None,
+        peer_keys: bool = True,
     ) -> None:
         self.spool_dir = spool_dir
         self.spool_id = spool_id
@@ -191,8 +192,10 @@ class SpoolServer:
         #: ``authorize(request, peer_key)``: why a fetch request is refused (words, or the
         #: whole answer: ``loss_reply``), or None (a relay's lease check); ``peer_key`` (also
         #: given to ``control``) is the client's CURVE public key in Z85 as ZAP
-        #: authenticated it, or ``None`` without CURVE
+        #: authenticated it, or ``None`` without CURVE, or when ``peer_keys`` is off (a
+        #: relay that binds no reader names to keys)
         self._authorize = authorize
+        self._peer_keys = peer_keys
         if router is not None:
             self._router = router
             self.access: FetchAccess | None = None
@@ -227,6 +230,8 @@ class SpoolServer:
                 watch.poll()
             if frames is None:
                 continue
+            if not self._peer_keys:
+                peer_key = None
             if len(frames) != 3 or frames[1] != b"":
                 continue  # not a DEALER request envelope: nothing to answer
             reply = self._reply(frames[2], peer_key)

@@ -162,6 +162,7 @@ class Relay:
             spool.spool_dir, spool_id=spool.spool_id, channels=len(spool.channels),
             locate=lambda channel, offset: spool.channels[channel].locate(offset),
             router=router, control=self._control, authorize=self._authorize_fetch,
+            peer_keys=bind_reader_keys,  # (then ``_answer`` and ``_authorize_fetch`` get ``None``)
         )
         self._stopping = threading.Event()
         self._keeper: threading.Thread | None = None
@@ -186,9 +187,8 @@ class Relay:
 
     def _answer(self, envelope: Envelope, peer_key: str | None = None) -> _Answer:
         """The answer to a request ``Envelope.from_wire`` has checked, from the client whose
-        CURVE key is ``peer_key`` (``None`` without CURVE); a ``ValueError`` is answered as
-        an error: a refusal or what is wrong with the request."""
-        peer_key = peer_key if self.bind_reader_keys else None
+        CURVE key is ``peer_key`` (``None`` without CURVE or ``bind_reader_keys``); a
+        ``ValueError`` is answered as an error: a refusal or what is wrong with the request."""
         request, reader, session = envelope.request, envelope.reader, envelope.session
         if isinstance(request, HelloRequest):  # no lease: what a client needs to know before it claims one
             return self._hello(reader)
@@ -368,7 +368,7 @@ class Relay:
         that holds a reader's lease (or held it last, nobody having claimed it since) under
         the CURVE key the reader is bound to, and end within what the channel's spool has
         written."""
-        if not self.readers.may_fetch(request.get("session"), peer_key if self.bind_reader_keys else None):
+        if not self.readers.may_fetch(request.get("session"), peer_key):
             return ("refused: a fetch must name the session that holds this relay's lease (the reading query's); "
                     "this one does not")
         channel, start, end = request.get("channel"), request.get("start"), request.get("end")

@@ -33,11 +33,12 @@ pytestmark = pytest.mark.timeout(120)
 MESSAGES = 200
 
 
-def _relay(tmp_path, listen_curve=None) -> Relay:
+def _relay(tmp_path, listen_curve=None, bind_reader_keys=True) -> Relay:
     data = free_ports(1)[0]
     options = SourceOptions.parse({"endpoints": f"@tcp://127.0.0.1:{data}", "spoolDir": str(tmp_path / "spool"),
                                    "spoolAccess": "local"})
-    relay = Relay(options, f"tcp://127.0.0.1:{free_ports(1)[0]}", listen_curve=listen_curve, lease_ttl_s=600.0)
+    relay = Relay(options, f"tcp://127.0.0.1:{free_ports(1)[0]}", listen_curve=listen_curve, lease_ttl_s=600.0,
+                  bind_reader_keys=bind_reader_keys)
     producer = Producer(f"tcp://127.0.0.1:{data}", [b"%05d" % i for i in range(MESSAGES)])
     producer.start()
     producer.finish()
@@ -167,3 +168,28 @@ def test_a_key_binding_survives_a_restart_and_a_name_registered_without_curve_ta
     with pytest.raises(ReaderBoundError):
         again.claim("plain", "s5", "C" * 40)
     assert again.claim("plain", "s5") is None, "a relay run without CURVE binds nobody"
+
+
+def test_a_relay_that_binds_no_keys_lets_a_new_key_take_a_free_name_and_fetch(tmp_path):
+    """A query's own receiver process (``bind_reader_keys=False``): each run of the query
+    comes with keys made anew, so the name is the lease holder's whatever its key."""
+    server, first, second = KeyPair.generate(), KeyPair.generate(), KeyPair.generate()
+    relay = _relay(tmp_path, Curve.server(server, frozenset({first.public_key, second.public_key})),
+                   bind_reader_keys=False)
+    keys = [Curve.client(pair, server.public_key) for pair in (first, second)]
+    try:
+        earlier = _client(relay, keys[0], "query")
+        earlier.call(Op.ATTACH)
+        assert _fetch(relay, keys[0], earlier.session) == MESSAGES
+        earlier.call(Op.DETACH)
+        earlier.close()
+        later = _client(relay, keys[1], "query")  # the query's next run, another key
+        try:
+            later.call(Op.ATTACH)
+            later.call(Op.RELEASE, offsets={"0": 50})
+            assert relay.readers.committed("query") == [50]
+            assert _fetch(relay, keys[1], later.session) == MESSAGES
+        finally:
+            later.close()
+    finally:
+        relay.stop()
