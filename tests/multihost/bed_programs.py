@@ -427,6 +427,19 @@ def _follow(query, spec: dict, report) -> dict:
     return {"error": error}
 
 
+def _run_stage(spark, query, spec: dict, report) -> int:
+    """What both stages do once their query started: report ``started``, follow it
+    (``_follow``) until told to stop, then stop it, write its result and report ``done``."""
+    _status(spec["status"], event="started")
+    result = _follow(query, spec, report)
+    query.stop()
+    with open(spec["result"], "w") as f:
+        json.dump(result, f)
+    _status(spec["status"], event="done", ok=result["error"] is None)
+    spark.stop()
+    return 0
+
+
 def stage1(spec: dict) -> int:
     """Stage 1 of a two-stage pipeline (docs/pipelines.md): its own Spark application
     (``master``, default ``local[2,4]``: two cores, a failed task run again as on a
@@ -445,18 +458,11 @@ def stage1(spec: dict) -> int:
              .writeStream.format("zmq").option("pattern", "push").option("format", "arrow")
              .option("endpoints", spec["endpoints"]).option("rowsPerMessage", str(spec.get("rows_per_message", 100)))
              .option("checkpointLocation", spec["checkpoint"]).trigger(processingTime="1 second").start())
-    _status(status, event="started")
 
     def report(p: dict) -> None:
         if p["numInputRows"]:
             _status(status, event="batch", batch=p["batchId"], rows=p["numInputRows"])
-    result = _follow(query, spec, report)
-    query.stop()
-    with open(spec["result"], "w") as f:
-        json.dump(result, f)
-    _status(status, event="done", ok=result["error"] is None)
-    spark.stop()
-    return 0
+    return _run_stage(spark, query, spec, report)
 
 
 def stage2(spec: dict) -> int:
@@ -472,15 +478,8 @@ def stage2(spec: dict) -> int:
              .selectExpr("CAST(id AS STRING) AS value")
              .writeStream.format("json").option("path", spec["output"]).option("checkpointLocation", spec["checkpoint"])
              .trigger(processingTime="500 milliseconds").start())
-    _status(status, event="started")
-    result = _follow(query, spec, lambda p: _status(status, event="progress", batch=p["batchId"],
-                                                      rows=p["numInputRows"], **_source_figures(p)))
-    query.stop()
-    with open(spec["result"], "w") as f:
-        json.dump(result, f)
-    _status(status, event="done", ok=result["error"] is None)
-    spark.stop()
-    return 0
+    return _run_stage(spark, query, spec, lambda p: _status(status, event="progress", batch=p["batchId"],
+                                                            rows=p["numInputRows"], **_source_figures(p)))
 
 
 def serve(spec: dict) -> int:
