@@ -8,15 +8,19 @@ meanwhile; ``stop`` still ends it within its documented time. The envelope goes 
 unchanged (a DEALER's extra address frames included) and a request without the empty
 delimiter is dropped unanswered, counted, as a REP drops it.
 
-The worker and the clients each use a context of their own, terminated at the end of the
-test: libzmq 4.3.5 can abort (``!_io_error``, stream_engine_base.cpp) in an I/O thread that
-later restarts input on the stuck client's broken connection, and a shared context would
-carry that into another test.
+The stuck client is a process of its own, killed only once the worker's context is
+terminated: libzmq 4.3.5 can abort the process (``Assertion failed: !_io_error``,
+stream_engine_base.cpp:310) when a socket closed with a linger still holds unread requests
+of a peer that dies meanwhile; the REP socket this server replaced did the same. The worker
+and the reading client use contexts of their own, terminated at the end of each test.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 
@@ -31,6 +35,19 @@ pytestmark = pytest.mark.timeout(60)
 
 #: the stuck client's requests, and the size of each reply to them
 _FLOOD, _BIG = 3000, 16 << 10
+
+
+#: the client that never reads: sends ``_FLOOD`` requests, says so, then waits to be killed
+_STUCK = textwrap.dedent("""
+    import sys, zmq
+    stuck = zmq.Context().socket(zmq.DEALER)
+    stuck.rcvhwm, stuck.rcvbuf, stuck.sndtimeo = 1, 4096, 10_000
+    stuck.connect(sys.argv[1])
+    for _ in range(int(sys.argv[2])):  # REP's envelope from a DEALER: the empty delimiter, then the body
+        stuck.send_multipart([b"", b"big"])
+    print("sent", flush=True)
+    sys.stdin.read()
+""")
 
 
 def _handler(body: bytes) -> bytes:
@@ -106,22 +123,26 @@ def _pong(req: zmq.Socket) -> dict:
 
 
 def test_a_client_that_never_reads_holds_no_one_and_its_dropped_replies_are_counted(worker, sockets):
-    stuck = sockets(zmq.DEALER, worker.address)
-    stuck.rcvhwm, stuck.rcvbuf, stuck.sndtimeo = 1, 4096, 10_000
-    stuck.connect(worker.address)
-    for _ in range(_FLOOD):  # REP's envelope from a DEALER: the empty delimiter, then the body
-        stuck.send_multipart([b"", b"big"])
-    req = sockets(zmq.REQ, worker.address)
-    req.connect(worker.address)
-    slowest = 0.0
-    for i in range(20):
-        began = time.monotonic()
-        assert _ask(req, [b"abc%d" % i], 5) == [b"ABC%d" % i]
-        slowest = max(slowest, time.monotonic() - began)
-    assert slowest < 2.0, f"an answer to the reading client took {slowest:.2f} s"
-    # the flood's replies fill the stuck client's queue (1,000) and kernel buffers, then drop
-    wait_until(lambda: _pong(req)["dropped_replies"] > 0, 20, "the worker to count a dropped reply")
-    stats, took = worker.close(within_s=1.0)
+    stuck = subprocess.Popen([sys.executable, "-c", _STUCK, worker.address, str(_FLOOD)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert stuck.stdout.readline().strip() == "sent", "the stuck client did not send its requests"
+        req = sockets(zmq.REQ, worker.address)
+        req.connect(worker.address)
+        slowest = 0.0
+        for i in range(20):
+            began = time.monotonic()
+            assert _ask(req, [b"abc%d" % i], 5) == [b"ABC%d" % i]
+            slowest = max(slowest, time.monotonic() - began)
+        assert slowest < 2.0, f"an answer to the reading client took {slowest:.2f} s"
+        # the flood's replies fill the stuck client's queue (1,000) and kernel buffers, then drop
+        wait_until(lambda: _pong(req)["dropped_replies"] > 0, 20, "the worker to count a dropped reply")
+        stats, took = worker.close(within_s=1.0)
+        # its socket's linger (2 s) ends with the stuck client still there (see the module docstring)
+        worker.context.destroy(linger=0)
+    finally:
+        stuck.kill()
+        stuck.wait(10)
     assert took < 1.0, f"stop took {took:.2f} s with a stuck client connected"
     assert 0 < stats.dropped_replies < _FLOOD, stats
     assert stats.dropped_replies <= stats.replies - 20, stats  # (each drop a reply made, the reading client's sent)
