@@ -57,7 +57,7 @@ def _handler(body: bytes) -> bytes:
 class _Worker:
     """``serve`` on a thread until ``close``."""
 
-    def __init__(self) -> None:
+    def __init__(self, handler=None, **options) -> None:
         self.context = zmq.Context()
         self.stop = threading.Event()
         self.result: list[WorkerStats] = []
@@ -69,8 +69,8 @@ class _Worker:
             ready.set()
 
         self.thread = threading.Thread(target=lambda: self.result.append(serve(
-            _handler, "@tcp://127.0.0.1:*", format="raw", broker=False, stop=self.stop, on_ready=on_ready,
-            context=self.context)),
+            handler or _handler, "@tcp://127.0.0.1:*", format="raw", broker=False, stop=self.stop,
+            on_ready=on_ready, context=self.context, **options)),
             daemon=True, name="rep-worker")
         self.thread.start()
         assert ready.wait(10), "the worker never bound"
@@ -162,3 +162,34 @@ def test_the_envelope_goes_back_unchanged_and_a_request_without_a_delimiter_is_d
     assert _ask(req, [b"xyz"], 5) == [b"XYZ"]
     stats, _ = worker.close(within_s=1.0)
     assert (stats.requests, stats.replies, stats.malformed, stats.dropped_replies) == (3, 2, 1, 0), stats
+
+
+def test_with_handler_timeout_a_poison_request_is_answered_at_the_deadline_and_stop_ends_a_running_handler(
+        sockets, tmp_path):
+    began_file = tmp_path / "began"
+
+    def hangs_on_poison(body: bytes) -> bytes:
+        if body == b"poison":
+            began_file.write_text("began")  # (in the handler's process: the test polls for it)
+            time.sleep(3600)
+        return body.upper()
+
+    worker = _Worker(hangs_on_poison, handler_timeout=0.5)
+    try:
+        req = sockets(zmq.REQ, worker.address)
+        req.connect(worker.address)
+        began = time.monotonic()
+        assert _ask(req, [b"poison"], 10) == [b"ERROR", b"the handler did not return within handler_timeout (0.5 s); "
+                                                       b"its process was killed and replaced"]
+        assert 0.4 < time.monotonic() - began < 5
+        assert _ask(req, [b"fine"], 10) == [b"FINE"]  # a new handler process
+        began_file.unlink()
+        req.send_multipart([b"poison"])
+        wait_until(began_file.exists, 10, "the handler to run the poison request")
+        stats, took = worker.close(within_s=1.0)
+        assert took < 1.0, f"stop took {took:.2f} s while a handler ran"
+        assert (stats.timeouts, stats.replies) == (1, 1), stats
+    finally:
+        worker.stop.set()
+        worker.thread.join(5)
+        worker.context.destroy(linger=0)
