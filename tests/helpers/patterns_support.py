@@ -18,6 +18,7 @@ from zmqtest import SocketEvents
 
 from spark_zmq.free_ports import free_tcp_port
 from spark_zmq.patterns import PatternSocket
+from spark_zmq.patterns.libzmq_wire import LibzmqWire
 
 TRANSPORTS = ("tcp", "inproc")
 
@@ -80,6 +81,30 @@ class Monitor(SocketEvents):
 
     def wait_for(self, event: int, count: int = 1, timeout: float = SOON_S) -> dict:
         return super().wait_for(event, count, timeout)
+
+
+#: The events ``PeerEvents`` waits on; pass as ``monitor=`` when making the socket.
+PEER_EVENTS = zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED
+
+
+class PeerEvents:
+    """Connection events of a pattern socket made with ``monitor=PEER_EVENTS``, on either
+    wire: its ``handshakes`` watch reads libzmq's monitor on ``LibzmqWire`` and the
+    engine's own events on ``EngineWire`` (which has no libzmq socket to monitor), so a
+    scenario waits the same way whatever the socket class."""
+
+    def __init__(self, sock: PatternSocket) -> None:
+        self.sock = sock
+        self.seen: Counter[int] = Counter()
+
+    def wait_for(self, event: int, count: int = 1, timeout: float = SOON_S) -> None:
+        """Return once ``count`` events ``event`` have been seen in all (since creation)."""
+        deadline = time.monotonic() + timeout
+        while self.seen[event] < count:
+            left = deadline - time.monotonic()
+            assert left > 0, f"saw {self.seen[event]} of {count} event(s) {event} within {timeout}s ({dict(self.seen)})"
+            for ev, _value, _address in self.sock.handshakes.poll(min(left, 0.5)):
+                self.seen[ev] += 1
 
 
 def prime_round_robin(sender: PatternSocket, receivers: Sequence[PatternSocket], timeout: float = SOON_S) -> None:
@@ -237,7 +262,7 @@ def scenario_fair_queue(sender_cls: type, receiver_cls: type, transport: str, n:
 
         run_threads([filler(k) for k in range(n)])  # each thread fills its own sender
         accepted = [m for mine in per_sender for m in mine]
-        assert receiver.zmq_socket.poll(int(SOON_S * 1000), zmq.POLLIN)
+        assert receiver.poll_recv(SOON_S)
         head = recv_n(receiver, 3 * n)
         assert_rotation([m.split(b":")[0] for m in head], n, 3)
         got = head + recv_n(receiver, len(accepted) - len(head))
@@ -336,17 +361,27 @@ def scenario_per_peer_incoming_queues(sender_cls: type, receiver_cls: type, tran
 
 
 def queue_capacity_inproc(sender_cls: type, receiver_cls: type, send_hwm: int, recv_hwm: int) -> int:
-    """How many messages a sender accepts into one inproc peer that never reads (inproc
-    has no kernel buffers, so this is the sum of the configured queue limits)."""
-    receiver = receiver_cls(bind_spec("inproc"), hwm=recv_hwm)
-    sender = sender_cls(">" + receiver.last_endpoint, hwm=send_hwm)
+    """How many 1 KiB messages a sender accepts into one inproc peer that never reads.
+
+    Between libzmq sockets inproc has no kernel buffers, so this is exactly the sum of the
+    configured queue limits, and ``send(timeout=0)`` measures it at once. The engine's
+    inproc is a socketpair (small buffers here) and its I/O thread connects and moves data
+    asynchronously, so there the count is taken once the handshake is done and a send
+    stays blocked for ``STALL_S``: the limits plus what the kernel buffers hold.
+    """
+    receiver = receiver_cls(bind_spec("inproc"), hwm=recv_hwm, **SMALL_BUFFERS)
+    on_libzmq = issubclass(receiver_cls.wire_class, LibzmqWire)
+    sender = sender_cls(">" + receiver.last_endpoint, hwm=send_hwm, monitor=PEER_EVENTS, **SMALL_BUFFERS)
     try:
-        for n in range(100_000):
-            try:
-                sender.send(b"x", timeout=0)
-            except TimeoutError:
-                return n
-        raise AssertionError("the queue never filled")
+        if on_libzmq:
+            for n in range(100_000):
+                try:
+                    sender.send(PAYLOAD_1K, timeout=0)
+                except TimeoutError:
+                    return n
+            raise AssertionError("the queue never filled")
+        PeerEvents(sender).wait_for(zmq.EVENT_HANDSHAKE_SUCCEEDED)
+        return len(fill_until_blocked(lambda m, t: sender.send(m, timeout=t), lambda i: PAYLOAD_1K))
     finally:
         close_all(sender, receiver)
 
@@ -450,8 +485,8 @@ def scenario_disconnected_peer_queue_discarded(sender_cls: type, receiver_cls: t
     """tcp only (libzmq reports no connect/disconnect events for inproc). A bound sender's
     queue for a peer that disconnects is destroyed: its messages are never rerouted to
     another peer."""
-    sender = sender_cls("@tcp://127.0.0.1:*", hwm=hwm, **SMALL_BUFFERS)
-    monitor = Monitor(sender)
+    sender = sender_cls("@tcp://127.0.0.1:*", hwm=hwm, monitor=PEER_EVENTS, **SMALL_BUFFERS)
+    monitor = PeerEvents(sender)
     first = second = None
     try:
         first = receiver_cls(">" + sender.last_endpoint, hwm=hwm, **SMALL_BUFFERS)
@@ -468,15 +503,14 @@ def scenario_disconnected_peer_queue_discarded(sender_cls: type, receiver_cls: t
             f"{sum(m.startswith(b'stranded') for m in got)} messages queued for the disconnected peer were rerouted"
         )
     finally:
-        monitor.close()
         close_all(sender, first, second)
 
 
 def scenario_received_messages_survive_peer_disconnect(sender_cls: type, receiver_cls: type) -> None:
     """tcp only. What the receiver already holds from a peer that then disconnects is
     still delivered (the deliberate deviation documented in the RFC modules)."""
-    receiver = receiver_cls("@tcp://127.0.0.1:*")
-    monitor = Monitor(receiver)
+    receiver = receiver_cls("@tcp://127.0.0.1:*", monitor=PEER_EVENTS)
+    monitor = PeerEvents(receiver)
     sender = sender_cls(">" + receiver.last_endpoint, linger=-1)
     try:
         for i in range(5):
@@ -485,7 +519,6 @@ def scenario_received_messages_survive_peer_disconnect(sender_cls: type, receive
         monitor.wait_for(zmq.EVENT_DISCONNECTED)
         assert recv_n(receiver, 5) == [b"m%d" % i for i in range(5)]
     finally:
-        monitor.close()
         close_all(sender, receiver)
 
 
