@@ -1,4 +1,9 @@
-"""The batch fast paths the connector's receivers and write tasks use."""
+"""The batch fast paths the connector's receivers and write tasks use (``send_many``,
+``recv_values``), on each wire a production path runs them on: the sink's ``push`` sends
+with ``ReroutingPush`` and the source's ``pull`` receives with ``ZmtpPull`` (the engine)
+over plain tcp/ipc, with libzmq's ``Pull`` under CURVE or over inproc
+(``spark_zmq.patterns.wires``); ``scatter``/``gather`` are the engine's only. The
+``recv_block`` path is tested on both wires in ``test_zmtp_pull.py``."""
 
 from __future__ import annotations
 
@@ -7,14 +12,20 @@ import sys
 import pytest
 import zmq
 
-from spark_zmq.patterns import Gather, Pull, Push, Scatter
+from spark_zmq.patterns import Gather, Pull, Push, ReroutingPush, Scatter, ZmtpPull
 from spark_zmq.patterns.rcvmore import rcvmore_check
 
 pytestmark = pytest.mark.timeout(30)
 
+#: (PUSH class, PULL class) of each wire
+wires = pytest.mark.parametrize("wire", [(Push, Pull), (ReroutingPush, ZmtpPull)], ids=["libzmq", "engine"])
 
-def test_send_many_then_recv_values_round_trip_in_order():
-    with Pull("@inproc://fast-order", hwm=10_000) as pull, Push("inproc://fast-order", hwm=10_000) as push:
+
+@wires
+def test_send_many_then_recv_values_round_trip_in_order(wire):
+    push_cls, pull_cls = wire
+    with pull_cls(f"@inproc://fast-order-{pull_cls.__name__}", hwm=10_000) as pull, \
+            push_cls(f">inproc://fast-order-{pull_cls.__name__}", hwm=10_000) as push:
         messages = [b"m-%d" % i for i in range(5000)]
         assert push.send_many(messages, timeout=5) == 5000
         got = []
@@ -53,30 +64,35 @@ def test_recv_values_on_gather_discards_multipart_whole():
         raw.close(0)
 
 
-def test_send_many_rejects_non_bytes_before_sending_anything():
-    with Pull("@inproc://fast-bad") as pull, Push("inproc://fast-bad") as push:
+@wires
+def test_send_many_rejects_non_bytes_before_sending_anything(wire):
+    push_cls, pull_cls = wire
+    with pull_cls(f"@inproc://fast-bad-{pull_cls.__name__}") as pull, \
+            push_cls(f">inproc://fast-bad-{pull_cls.__name__}") as push:
         with pytest.raises(TypeError, match="not str"):
             push.send_many([b"fine", "text"], timeout=1)
         with pytest.raises(TimeoutError):
             pull.recv(timeout=0.2)
 
 
-def test_send_many_times_out_with_no_peer_and_says_how_many_went():
-    with Push("tcp://127.0.0.1:1", immediate=True) as push:
+@pytest.mark.parametrize("push_cls", [Push, ReroutingPush], ids=["libzmq", "engine"])
+def test_send_many_times_out_with_no_peer_and_says_how_many_went(push_cls):
+    with push_cls(">tcp://127.0.0.1:1", immediate=True) as push:
         with pytest.raises(TimeoutError) as info:
             push.send_many([b"a", b"b"], timeout=0.2)
         assert info.value.sent == 0
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("sender, receiver", [(Push, Pull), (Scatter, Gather)], ids=["libzmq", "engine"])
+@pytest.mark.parametrize("sender, receiver", [(Push, Pull), (ReroutingPush, ZmtpPull), (Scatter, Gather)],
+                         ids=["libzmq", "engine", "engine-scatter"])
 def test_send_many_timing_out_midway_says_how_many_were_queued_on_either_wire(sender, receiver):
     """A peer that stops reading: ``send_many`` gives up after ``timeout`` with a
     ``SendTimeoutError`` whose ``sent`` is what was queued, so the caller resumes from there."""
     from spark_zmq.patterns import SendTimeoutError
 
     with receiver("@tcp://127.0.0.1:*", hwm=2) as stalled:
-        with sender(stalled.last_endpoint, hwm=2) as push:
+        with sender(stalled.last_endpoint, hwm=2, linger=0) as push:
             push.send(b"first", timeout=10)  # connected: the rest waits only for room
             assert stalled.recv(timeout=10) == b"first"
             messages = [bytes(4096)] * 100_000
