@@ -1,9 +1,12 @@
-"""ZmtpPull: PULL on the package's ZMTP engine, against peers nobody here wrote.
+"""ZmtpPull: PULL on the package's ZMTP engine, against peers nobody here wrote: what is
+specific to it or to the connector's use of it.
 
-It must keep libzmq's PULL contract where the connector relies on it (fair-queued input
-from PUSH peers, multipart messages whole, ``recv_values``' topics, CURVE with the keys of
-``zmq.auth``) and bound what a hostile peer can make it hold: a multipart message counts
-as a whole against ``max_message_bytes``, empty frames included.
+The 30/PIPELINE lines (fair queuing, per-peer queues, messages unmodified, a libzmq PUSH
+peer binding or connecting...) run on ``ZmtpPull`` in ``test_rfc30_pipeline.py``
+(``engine`` ids). Here: ``recv_values``' topics and ``recv_block`` as from libzmq's
+``Pull``, CURVE with the keys of ``zmq.auth``, which socket the source picks, and the
+bound on what a hostile peer can make it hold (a multipart message counts as a whole
+against ``max_message_bytes``, empty frames included).
 """
 
 from __future__ import annotations
@@ -15,7 +18,6 @@ import time
 import pytest
 import zmq
 import zmq.auth
-from zmqjs_peer import NodePeer, payload, skip_unless_node
 from zmqtest import SocketEvents
 
 from spark_zmq.patterns import Pull, ZmtpPull
@@ -59,24 +61,6 @@ def test_single_and_multipart_messages_come_out_as_from_libzmq_pull(ctx, cls):
         assert batch == [[b"a", b"b"], [b"c"]]
     finally:
         sock.close(linger=0)
-
-
-def test_takes_a_libzmq_push_peer_both_ways():
-    """libzmq's own PUSH (zeromq.js) connecting to us, and us connecting to it."""
-    skip_unless_node()
-    sock = ZmtpPull("@tcp://127.0.0.1:*")
-    try:
-        with NodePeer.start("push", connect=[sock.last_endpoint], count=200, size=100, prefix="a") as node:
-            assert _receive(sock, 200)[0] == [payload(i, 100, "a") for i in range(200)]
-            node.wait_sent()
-    finally:
-        sock.close(linger=0)
-    with NodePeer.start("push", bind=["tcp://127.0.0.1:*"], count=200, size=100, prefix="b") as node:
-        sock = ZmtpPull(">" + node.endpoints[0])
-        try:
-            assert _receive(sock, 200)[0] == [payload(i, 100, "b") for i in range(200)]
-        finally:
-            sock.close(linger=0)
 
 
 def test_a_multipart_message_is_bounded_as_a_whole(ctx):
