@@ -1,4 +1,11 @@
-"""Request-reply patterns (the Guide's chapter 3) as the connector uses them."""
+"""Request-reply patterns (the Guide's chapter 3) as the connector uses them.
+
+libzmq's wire only (``LibzmqWire``): every production path of request-reply runs on it.
+The requester's ``Client`` sends on ``Dealer`` sockets; ``spark_zmq.worker`` serves on
+``Req`` (behind a broker) or ``Router`` (a REP server); the ``Broker`` has two ``Router``
+ends; the relay and the spool fetch service are ``Router`` servers with ``Dealer``
+clients. The engine (``EngineWire``) has no REQ, REP, DEALER or ROUTER.
+"""
 
 from __future__ import annotations
 

@@ -4,6 +4,14 @@ One test per MUST/SHALL/SHOULD line that can be observed from outside, named aft
 line, over ``tcp://127.0.0.1`` and ``inproc://`` where both make sense. Lines shared by
 PUB and XPUB (or SUB and XSUB) are parametrised over both classes.
 
+One wire only, libzmq's (``LibzmqWire``), because every production path of this pattern
+runs on it (``spark_zmq.patterns.wires``): the source's ``sub`` receiver is ``Sub`` (libzmq
+keeps the subscriptions and matches the topics), the sink's ``pub`` sender is ``XPub``
+(it shows the subscriptions, and ``nodrop`` refuses what a full subscriber cannot take),
+and ``spark-zmq`` CLI's ``sub``/``pub`` use ``Sub``/``Pub``. The engine has no PUB or SUB.
+Should a production path move to the engine, this suite is to be parametrised over it, as
+``test_rfc30_pipeline.py`` is.
+
 A subscriber only receives once its subscription has reached the publisher (the "slow
 joiner"); ``prime`` waits for that by publishing priming messages until every subscriber
 has one, then a fence message that flushes any still in flight. An XPUB sees the

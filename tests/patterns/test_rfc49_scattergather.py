@@ -12,6 +12,12 @@ parametrized group) named after it, run against:
 * ``pyzmq``: plain pyzmq (libzmq, no draft API) PULL/PUSH peers over tcp and ipc, which our
   sockets accept for compatibility (pyzmq cannot reach our inproc).
 
+Production runs this pattern on the engine only (``spark_zmq.patterns.wires``): the
+source's ``gather`` receiver is ``Gather`` and the sink's ``scatter`` sender is ``Scatter``,
+whatever the transport or CURVE; pyzmq's libzmq has no SCATTER or GATHER. So our sockets
+are the engine's, and libzmq appears here as the peer (draft sockets in node, PUSH/PULL
+in pyzmq).
+
 A peer is driven the same way whatever it is (``Rx``, ``Tx`` below). A libzmq GATHER in
 node reads its socket all the time and buffers without limit in the JavaScript process, so
 "a GATHER that does not read" is the node process stopped with SIGSTOP (every thread of it,
