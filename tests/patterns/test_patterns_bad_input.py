@@ -1,5 +1,10 @@
 """Bad input to ``spark_zmq.patterns``: every mistake gets a clear exception whose message
-names the offending value and says what is valid (docs/architecture.md, "Guarantees": bad input)."""
+names the offending value and says what is valid (docs/architecture.md, "Guarantees": bad input).
+
+Checked on the classes of both wires (libzmq's and the engine's ``ReroutingPush`` and
+``ZmtpPull``, the sink's ``push`` and the source's ``pull``: docs/patterns.md, "Which wire
+carries each pattern"): the checks live in ``PatternSocket``, above the wires, and these
+tests keep it so for both."""
 
 from __future__ import annotations
 
@@ -12,18 +17,20 @@ from spark_zmq.patterns import (
     Pub,
     Pull,
     Push,
+    ReroutingPush,
     Scatter,
     SocketClosedError,
     Sub,
     XPub,
     XSub,
+    ZmtpPull,
     parse_endpoints,
     socket_for,
 )
 
 pytestmark = pytest.mark.timeout(30)
 
-ALL_CLASSES = [Push, Pull, Scatter, Gather, Pub, Sub, XPub, XSub]
+ALL_CLASSES = [Push, Pull, ReroutingPush, ZmtpPull, Scatter, Gather, Pub, Sub, XPub, XSub]
 VALID_FORMS = "'@tcp://*:5555' (bind), '>tcp://host:5555' (connect)"
 
 
@@ -46,7 +53,7 @@ VALID_FORMS = "'@tcp://*:5555' (bind), '>tcp://host:5555' (connect)"
         ("@tcp://127.0.0.1:*, ftp://x:1", "'ftp://x:1'", VALID_FORMS),  # the bad one of several
     ],
 )
-@pytest.mark.parametrize("cls", [Pull, Push])
+@pytest.mark.parametrize("cls", [Pull, Push, ZmtpPull, ReroutingPush])
 def test_unparsable_endpoint_names_the_endpoint_and_the_valid_forms(cls, spec, offending, hint):
     with pytest.raises(ValueError) as info:
         cls(spec)
@@ -190,10 +197,11 @@ def test_bad_topic_in_subscribe_names_the_value():
 # -- messages -----------------------------------------------------------------------------
 
 
-@pytest.fixture
-def push_pull():
-    pull = Pull(bind_spec("inproc"), max_message_bytes=100)
-    push = Push(">" + pull.last_endpoint, max_message_bytes=100)
+@pytest.fixture(params=[(Push, Pull), (ReroutingPush, ZmtpPull)], ids=["libzmq", "engine"])
+def push_pull(request):
+    push_cls, pull_cls = request.param
+    pull = pull_cls(bind_spec("inproc"), max_message_bytes=100)
+    push = push_cls(">" + pull.last_endpoint, max_message_bytes=100)
     yield push, pull
     close_all(push, pull)
 
@@ -289,7 +297,7 @@ def test_bad_batch_size_names_the_value():
         close_all(pull)
 
 
-@pytest.mark.parametrize("cls", [Push, Pull, Scatter, Gather])
+@pytest.mark.parametrize("cls", [Push, Pull, ReroutingPush, ZmtpPull, Scatter, Gather])
 def test_wrong_direction_names_what_the_socket_does(cls):
     sock = cls(bind_spec("inproc"))
     try:
