@@ -19,6 +19,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -183,14 +184,30 @@ def test_the_readme_first_example_run_again_counts_only_the_new_readings(spark, 
 
 
 #: how long the README's ``spark-submit`` may take to bind after ``python producer.py &``
-#: started (a JVM and a Spark session on a loaded machine): the consumer binds this late
+#: started (a JVM and a Spark session on a loaded machine): the producer's LINGER must cover it
 JOB_START_S = 15
+_LINGER = re.compile(r"zmq\.LINGER,\s*([\d_]+)")
+
+
+def _lingering(thread: threading.Thread) -> bool:
+    """Whether ``thread`` has sent everything and now waits in its context's close, where
+    only the LINGER keeps its queued messages (pyzmq's ``Context.destroy``/``term``)."""
+    frame = sys._current_frames().get(thread.ident or -1)
+    while frame is not None:
+        if frame.f_code.co_name in ("destroy", "term") and "zmq" in frame.f_code.co_filename:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def test_the_readme_own_producer_delivers_every_message_to_a_job_that_binds_late(tmp_path, monkeypatch):
     """The README's pyzmq producer, started first as the README says, received by
-    ``spark-zmq consume`` bound only ``JOB_START_S`` later (where the job would be still
-    starting): all 1,000 JSON readings arrive, its LINGER keeping them until a peer is there."""
+    ``spark-zmq consume`` bound only once the producer has sent everything and is closing
+    (where the job would be still starting): all 1,000 JSON readings arrive, its LINGER
+    keeping them until a peer is there; and that LINGER outlasts a job's ``JOB_START_S``."""
+    linger = _LINGER.search(OWN_PRODUCER.code)
+    assert linger, "the README's producer sets no zmq.LINGER this test can read"
+    assert int(linger.group(1).replace("_", "")) >= JOB_START_S * 1000, linger.group(0)
     ports: dict[str, str] = {}
     code = localize(OWN_PRODUCER.code, ports)
     monkeypatch.chdir(tmp_path)
@@ -203,7 +220,11 @@ def test_the_readme_own_producer_delivers_every_message_to_a_job_that_binds_late
             failed.append(exc)
     producer = threading.Thread(target=produce, daemon=True)
     producer.start()
-    producer.join(JOB_START_S)  # a deliberate delay: the job's start, not a synchronisation
+    deadline = time.monotonic() + 30
+    while not _lingering(producer):  # bind only once the LINGER alone holds the messages
+        assert producer.is_alive() and not failed, f"the producer ended before a peer bound: {failed}"
+        assert time.monotonic() < deadline, "the producer never reached its context's close"
+        time.sleep(0.01)
     consumer = subprocess.Popen([os.path.join(CLI_DIR, "spark-zmq"), "consume", f"@tcp://127.0.0.1:{ports['5555']}",
                                  "--format", "json", "--count", "1000", "--timeout", "30", "--no-progress"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
