@@ -370,10 +370,11 @@ class NetBed:
         _sh("ip", "link", "set", self.veth(host), "up")
 
     # -- teardown ------------------------------------------------------------------------
-    def close(self) -> None:
-        """Stop every process the bed started (their groups), every other process left in its
-        namespaces, then delete the namespaces (their veth pairs go with them) and the
-        bridge. Safe to call twice; runs at exit too."""
+    def close(self, grace_s: float = 10.0) -> None:
+        """Stop every process the bed started (their groups; SIGKILL for those still up
+        ``grace_s`` after SIGTERM), every other process left in its namespaces, then delete
+        the namespaces (their veth pairs go with them) and the bridge. Safe to call twice;
+        runs at exit too."""
         if self._closed or os.getpid() != self.owner:
             return
         self._closed = True
@@ -385,7 +386,7 @@ class NetBed:
                     os.killpg(proc.pid, signal.SIGTERM)
                 except OSError:
                     pass
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + grace_s
         for proc in procs:
             try:
                 proc.wait(max(0.1, deadline - time.monotonic()))

@@ -129,7 +129,7 @@ def test_close_leaves_nothing_behind(tmp_path):
     netbed.poll(lambda: outsider.pid in netbed._netns_pids(bed.ns("b")) or
                 any(netbed._netns_pids(bed.ns("b"))), 10, 0.05, "the outsider to start")
     names = [bed.ns(h) for h in bed.hosts]
-    bed.close()
+    bed.close(grace_s=0.5)  # the stubborn one ignores SIGTERM: SIGKILL it after half a second
     assert stubborn.poll() == -signal.SIGKILL
     outsider.wait(10)
     left = netbed._netns_names()
