@@ -149,8 +149,10 @@ def test_failed_handshakes_without_curve_are_counted_and_reported_without_a_word
     pull, endpoint = bound(zmq.PULL)
     server = NotZeroMQ()
     try:
-        options = sink(f"{endpoint},tcp://127.0.0.1:{server.port}", format="text")
-        commit = _write_task(options, iter([values(0, 5)]), HEADER)  # goes on with the one peer
+        # sendTimeoutMs bounds the wait for the second peer that never completes a handshake
+        # (min(5 s, sendTimeoutMs)): 1 s, not 5 s, before the task goes on with the one peer
+        options = sink(f"{endpoint},tcp://127.0.0.1:{server.port}", format="text", sendTimeoutMs="1000")
+        commit = _write_task(options, iter([values(0, 5)]), HEADER)
     finally:
         server.close()
     assert len(drain(pull)) == 5
