@@ -152,9 +152,11 @@ def test_consume_and_produce_run_with_heartbeats_of_their_own(free_port):
 
 
 #: the producer's linger here, and how long after ``produce`` started its consumer binds:
-#: well past the linger (the default 30 s behaves alike; a short one keeps the test short)
-LINGER_S = 2
-LATE_BIND_S = 5
+#: well past the linger (the default 30 s behaves alike; a short one keeps the test short).
+#: ``produce`` starts and sends its 2,000 messages in about 0.4 s, so 2 s of the delay are
+#: its start on a loaded machine and the rest is past the linger
+LINGER_S = 0.5
+LATE_BIND_S = 2.5
 
 
 def test_produce_started_before_its_peer_delivers_once_the_peer_binds_past_the_linger(free_port):
