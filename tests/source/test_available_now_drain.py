@@ -23,8 +23,9 @@ MESSAGES = 3000
 #: long enough that a producer connecting just after the start is heard on a busy machine
 IDLE_S = 1.5
 #: between the receivers' bind and their start, longer than IDLE_S: Spark's start and its
-#: first plan, where the query's receivers are bound but not yet receiving
-PLANNING_S = 2 * IDLE_S
+#: first plan, where the query's receivers are bound but not yet receiving (a silence counted
+#: from the bind is then past IDLE_S at the start; half a second past is as telling as more)
+PLANNING_S = IDLE_S + 0.5
 
 
 def _producer(ctx: zmq.Context, port: int) -> zmq.Socket:
