@@ -279,8 +279,11 @@ def _stop(ingest) -> None:
     ingest.stop(force=True) if hasattr(ingest, "processes") else ingest.stop()
 
 
-def _spool_id_of_a_deleted_spool(tmp_path, receivers: str) -> str:
-    ingest = open_ingest(_options(tmp_path, receivers, free_ports(1)[0]))
+def _spool_id_of_a_deleted_spool(tmp_path) -> str:
+    """The id of a spool made at the test's spoolDir, then deleted. Made by receiver threads
+    whatever the test's receivers: the same spool on disk, without starting (and stopping)
+    receiver processes just to read its id."""
+    ingest = open_ingest(_options(tmp_path, "threads", free_ports(1)[0]))
     try:
         return ingest.spool_id
     finally:
@@ -290,7 +293,7 @@ def _spool_id_of_a_deleted_spool(tmp_path, receivers: str) -> str:
 
 @pytest.mark.parametrize("receivers", RECEIVERS)
 def test_a_recreated_spool_is_detected_and_with_fail_on_data_loss_false_never_renumbers(tmp_path, receivers):
-    old = _spool_id_of_a_deleted_spool(tmp_path, receivers)
+    old = _spool_id_of_a_deleted_spool(tmp_path)
     options = _options(tmp_path, receivers, free_ports(1)[0])
     checkpoint = ChannelOffsets({0: 500}, old)
     with pytest.raises(DataLossError, match=f"refer to spool {old}"):
