@@ -21,6 +21,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from zmqtest import examples
 
 from spark_zmq.sink.commit_record import commit_record
 from spark_zmq.sink.encoders import arrow_message
@@ -245,7 +246,7 @@ class Reader:
         return rows
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))  # 200 under the "ci" profile, 20 in the inner loop
 @given(histories(), st.data())
 def test_each_recorded_row_once_whatever_the_arrival_order_and_restarts(history, data):
     streams, expected, never_committed = history
