@@ -10,7 +10,7 @@ import math
 import os
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from zmqtest import examples
 
@@ -69,7 +69,11 @@ def _check(parse, table, options: dict) -> None:
         message = str(exc)
         assert exc.option, message
         given = {str(k).lower() for k in options}
-        assert exc.option.lower() in given or exc.option in ("endpoints", "spoolDir"), (exc.option, options)
+        # a required option missing is named by itself, and so is the certificate a given CURVE key
+        # option needs (the message names both; tests/options/test_options_curve.py)
+        needed = {"endpoints", "spoolDir"} | ({"curveCertificate"} if given & {"curveserverkey", "curveauthorizedkeys"}
+                                              else set())
+        assert exc.option.lower() in given or exc.option in needed, (exc.option, options)
         assert repr(exc.option)[:40] in message, (exc.option, message)
         return
     for spec in table:
@@ -110,6 +114,10 @@ def test_source_parsing_is_total(options):
 
 @_settings
 @given(with_endpoints)
+# found by CI: a CURVE key option given without the certificate it needs is refused naming that
+# certificate option, which the check did not allow
+@example({"endpoints": "@tcp://127.0.0.1:5999", "curveAuthorizedKeys": "*"})
+@example({"endpoints": "@tcp://127.0.0.1:5999", "curveServerKey": "x"})
 def test_source_parsing_with_endpoints_is_total(options):
     _check(SourceOptions.parse, SOURCE_OPTIONS, options)
 
