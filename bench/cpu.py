@@ -164,6 +164,22 @@ def jvm_threads(snap: Snapshot) -> dict[str, int]:
     return ticks
 
 
-def jvm_threads_used(before: dict[str, int], after: dict[str, int]) -> dict[str, float]:
-    """CPU seconds by JVM thread kind between two ``jvm_threads`` readings."""
-    return {kind: (after[kind] - before.get(kind, 0)) / TICK for kind in after}
+#: how a JVM thread kind is named among ``by_role``'s roles: a split of ``jvm``, not more CPU
+JVM_THREAD_ROLE = "jvm "
+
+
+def jvm_threads_us(before: dict[str, int], after: Snapshot, messages: int) -> dict[str, float]:
+    """CPU microseconds a message by JVM thread kind between a ``jvm_threads`` reading and
+    the snapshot ``after``, keyed as roles (``jvm JIT compiler``...) to add to ``by_role``'s."""
+    now = jvm_threads(after)
+    return {JVM_THREAD_ROLE + kind: (now[kind] - before.get(kind, 0)) / TICK / messages * 1e6 for kind in now}
+
+
+def roles_text(roles: dict[str, float], always: tuple[str, ...] = ()) -> str:
+    """``role us, ...`` for the roles of at least 0.005 us (and those in ``always``), the
+    JVM's thread kinds shown after ``jvm`` as what it is made of."""
+    threads = {role: us for role, us in roles.items() if role.startswith(JVM_THREAD_ROLE)}
+    split = ", ".join(f"{role[len(JVM_THREAD_ROLE):]} {us:.2f}" for role, us in threads.items())
+    return ", ".join(f"{role} {us:.2f}" + (f" (of which {split})" if role == "jvm" and threads else "")
+                     for role, us in roles.items()
+                     if (us >= 0.005 or role in always) and role not in threads)

@@ -104,9 +104,7 @@ def connector(spark, count: int, kind: str, arg: int, channels: int = 1, pattern
                 producing = cpu_tree.used(before, after, lambda p: not cpu_tree.not_producer(p))
                 cpu["by_role_us_per_msg"] = {role: spent / messages * 1e6
                                              for role, spent in cpu_tree.by_role(before, after).items()}
-                cpu["by_role_us_per_msg"].update(
-                    {f"jvm {kind}": spent / messages * 1e6 for kind, spent
-                     in cpu_tree.jvm_threads_used(threads_before, cpu_tree.jvm_threads(after)).items()})
+                cpu["by_role_us_per_msg"].update(cpu_tree.jvm_threads_us(threads_before, after, messages))
                 cpu.update({"messages": messages, "total_us_per_msg": total / messages * 1e6,
                             "producer_us_per_msg": producing / messages * 1e6,
                             "receiving_us_per_msg": receiving / messages * 1e6,
@@ -234,9 +232,7 @@ def memory_rows(spark, count: int, size: int, cpu: dict | None = None, pacing: l
             cpu.update({"messages": count, "total_us_per_msg": spent / count * 1e6,
                         "by_role_us_per_msg": {role: used / count * 1e6
                                                for role, used in cpu_tree.by_role(before, after).items()}})
-            cpu["by_role_us_per_msg"].update(
-                {f"jvm {kind}": spent / count * 1e6 for kind, spent
-                 in cpu_tree.jvm_threads_used(threads_before, cpu_tree.jvm_threads(after)).items()})
+            cpu["by_role_us_per_msg"].update(cpu_tree.jvm_threads_us(threads_before, after, count))
     finally:
         query.stop()
     return count / (finished - started)

@@ -176,9 +176,12 @@ def measure(spark, count: int, size: int, reps: int, compare: Callable[..., dict
         name: {role: statistics.median(by_process(run)[role] for run in runs)
                for role in by_process(runs[0]) if role != "producers"}
         for name, runs in cpu.items() if runs}
+    import cpu as cpu_tree
+
     for by_role in row["cpu_us_per_msg"].values():
         # the JVM's threads ("jvm JIT compiler", ...) are a split of "jvm", not more CPU
-        by_role["all receiving"] = sum(us for role, us in by_role.items() if not role.startswith("jvm "))
+        by_role["all receiving"] = sum(us for role, us in by_role.items()
+                                       if not role.startswith(cpu_tree.JVM_THREAD_ROLE))
     row["notes"] = [cpu_line(row)] + ([f"peers: {BYTEWAX} skipped: {skipped}"] if skipped else [])
     print(row["notes"][0], flush=True)
     return row
@@ -194,15 +197,11 @@ def by_process(run: dict) -> dict[str, float]:
 
 def cpu_line(row: dict) -> str:
     """CPU microseconds a message by receiving process, every contender, as one line."""
+    import cpu as cpu_tree
+
     parts = []
     for name, by_role in row["cpu_us_per_msg"].items():
-        threads = {role: us for role, us in by_role.items() if role.startswith("jvm ")}
-        shown = ", ".join(f"{role} {us:.2f}" + (" (of which " + ", ".join(f"{kind[4:]} {t:.2f}" for kind, t
-                                                                          in threads.items()) + ")"
-                                                if role == "jvm" and threads else "")
-                          for role, us in by_role.items()
-                          if (us >= 0.005 or role == "all receiving") and role not in threads)
-        parts.append(f"{name}: {shown}")
+        parts.append(f"{name}: {cpu_tree.roles_text(by_role, always=('all receiving',))}")
     return "peers: CPU us a message by receiving process (the producer's left out): " + "; ".join(parts)
 
 

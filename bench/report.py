@@ -6,6 +6,8 @@ import json
 import os
 import platform
 
+import cpu
+
 
 def write(results: list[dict], out: str, *, smoke: bool, seconds: float, command: str) -> None:
     os.makedirs(out, exist_ok=True)
@@ -134,12 +136,7 @@ def roles_line(r: dict) -> str:
     Spark's share of a connector row can be held against a plain Python source's."""
     lines = []
     for contender, roles in r["cpu_budget"].get("by_role_us_per_msg", {}).items():
-        threads = {role: us for role, us in roles.items() if role.startswith("jvm ")}
-        shown = ", ".join(f"{role} {us:.2f}" + (" (of which " + ", ".join(f"{kind[4:]} {t:.2f}" for kind, t
-                                                                          in threads.items()) + ")"
-                                                if role == "jvm" and threads else "")
-                          for role, us in roles.items() if us >= 0.005 and role not in threads)
-        lines.append(f"{r['scenario']}: CPU us a message by process, {contender}: {shown}")
+        lines.append(f"{r['scenario']}: CPU us a message by process, {contender}: {cpu.roles_text(roles)}")
     return "\n".join(lines)
 
 
