@@ -72,8 +72,10 @@ def test_the_servers_loss_answer_carries_the_loss_as_json_beside_the_text(damage
                                         "driver's spool"), caught.value
 
 
-def _relay_like(answer: list[bytes]) -> tuple[str, threading.Thread, zmq.Context]:
-    """A plain pyzmq ROUTER that answers one fetch with ``answer`` and the request's id."""
+def _relay_said(answer: list[bytes], relay: str, channel: int, start: int, end: int) -> str:
+    """The ``DataLossError`` a fetch of ``[start, end)`` of ``channel`` from a relay named
+    ``relay`` raises when the server (a plain pyzmq ROUTER) answers it with ``answer`` and
+    the request's id."""
     context = zmq.Context()
     router = context.socket(zmq.ROUTER)
     router.linger = 0
@@ -90,7 +92,14 @@ def _relay_like(answer: list[bytes]) -> tuple[str, threading.Thread, zmq.Context
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
-    return f"tcp://127.0.0.1:{port}", thread, context
+    access = FetchAccess(f"tcp://127.0.0.1:{port}", None, server_name=relay, session="s", is_relay=True)
+    try:
+        with pytest.raises(DataLossError) as caught:
+            list(fetch_range(access, channel, start, end, timeout=20))
+    finally:
+        thread.join(10)
+        context.term()
+    return str(caught.value)
 
 
 @pytest.mark.parametrize("named", ["the relay at tcp://10.0.0.7:7000", "the receiver process of query q"])
@@ -98,37 +107,16 @@ def test_a_relays_unreadable_offsets_are_said_from_the_loss_frame_whatever_its_n
     answer = fetch.loss_reply(0, 20, 50, fetch.UNREADABLE, "cannot be read from the relay's spool (its log says why)")
     # (the text frame alone would not say which offsets: the client reads them from the data)
     answer[1] = b"DataLossError: lost"
-    endpoint, thread, context = _relay_like(answer)
-    try:
-        with pytest.raises(DataLossError) as caught:
-            list(fetch_range(FetchAccess(endpoint, None, server_name=named, session="s", is_relay=True), 0, 20, 50,
-                             timeout=20))
-    finally:
-        thread.join(10)
-        context.term()
-    assert f"offsets 20..50 of channel 0 of {named} cannot be read from its spool" in str(caught.value), caught.value
-    assert "failOnDataLoss=false" in str(caught.value) and "driver" not in str(caught.value), caught.value
+    said = _relay_said(answer, named, 0, 20, 50)
+    assert f"offsets 20..50 of channel 0 of {named} cannot be read from its spool" in said, said
+    assert "failOnDataLoss=false" in said and "driver" not in said, said
 
 
 def test_a_relays_freed_offsets_name_the_relay_and_a_text_only_answer_still_reads():
     words = "were freed from the relay's spool before this reader read them. Set failOnDataLoss=false to skip"
-    endpoint, thread, context = _relay_like(fetch.loss_reply(1, 3, 9, fetch.FREED, words))
     relay = "the relay at tcp://10.0.0.7:7000"
-    try:
-        with pytest.raises(DataLossError) as caught:
-            list(fetch_range(FetchAccess(endpoint, None, server_name=relay, session="s", is_relay=True), 1, 3, 9,
-                             timeout=20))
-    finally:
-        thread.join(10)
-        context.term()
-    assert str(caught.value) == f"offsets 3..9 of channel 1 of {relay} {words}", caught.value
+    said = _relay_said(fetch.loss_reply(1, 3, 9, fetch.FREED, words), relay, 1, 3, 9)
+    assert said == f"offsets 3..9 of channel 1 of {relay} {words}", said
     # a server that sends only the text (an older one): its words, the server named after them
-    endpoint, thread, context = _relay_like([b"error", b"DataLossError: offsets 3..9 of channel 1 went away"])
-    try:
-        with pytest.raises(DataLossError) as caught:
-            list(fetch_range(FetchAccess(endpoint, None, server_name=relay, session="s", is_relay=True), 1, 3, 9,
-                             timeout=20))
-    finally:
-        thread.join(10)
-        context.term()
-    assert str(caught.value) == f"offsets 3..9 of channel 1 went away ({relay}, its channel 1)", caught.value
+    said = _relay_said([b"error", b"DataLossError: offsets 3..9 of channel 1 went away"], relay, 1, 3, 9)
+    assert said == f"offsets 3..9 of channel 1 went away ({relay}, its channel 1)", said
