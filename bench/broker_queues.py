@@ -29,11 +29,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 BROKER = textwrap.dedent("""
     import signal, sys, threading
-    from spark_zmq.patterns import broker_defaults
+    from spark_zmq.requestreply import broker_defaults
     broker_defaults.FRONTEND_RCVHWM_MIN = int(sys.argv[3])
     if hasattr(broker_defaults, "FRONTEND_SNDHWM_MIN"):
         broker_defaults.FRONTEND_SNDHWM_MIN = int(sys.argv[4])
-    from spark_zmq.patterns import Broker
+    from spark_zmq.requestreply import Broker
     import zmq
     if sys.argv[5] == "no-refresh":  # a full queue is not looked at again before the reply is held
         Broker._send_now = lambda self, payload: self._frontend.zmq_socket.send_multipart(

@@ -19,7 +19,7 @@ import zmq
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from spark_zmq.patterns import Client  # noqa: E402
+from spark_zmq.requestreply import Client  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "service_worker.py")

@@ -2,20 +2,24 @@
 
 Layers, bottom up: ``patterns`` (ZeroMQ only) < ``options`` < ``ingest`` (receive, spool,
 serve) < ``relay`` < ``source``; ``arrow`` (reading untrusted Arrow within bounds) on
-nothing, under ``ingest``, ``source``, ``requester`` and ``worker``; ``sink`` sits on
-``patterns``, ``options`` and ``schemas``; ``requester`` (calling ZeroMQ services from Spark)
-on ``patterns``, ``options``, ``arrow``, ``schemas`` and ``worker`` (whose error reply it
-reads); ``worker`` (a request-reply service's loop) on ``patterns``, ``arrow`` (every
-request is read through it) and ``worker_process`` (the handler's child process, on
-nothing);
+nothing, under ``ingest``, ``source``, ``requester`` and ``requestreply``; ``sink`` sits on
+``patterns``, ``options`` and ``schemas``; ``requestreply`` (the Guide's request-reply
+applications: the client, the broker, the service worker and its handler's process) on
+``patterns``, ``arrow`` (every request a worker serves is read through it) and ``metrics``;
+``requester`` (calling ZeroMQ services from Spark) on ``patterns``, ``options``, ``arrow``,
+``schemas`` and ``requestreply`` (its client, and the worker's error reply it reads);
+``worker`` (``spark_zmq.worker``, the public name of ``requestreply.worker``) on
+``requestreply`` only;
 ``errors`` (the root of every error, ``SparkZmqError``) on nothing, under every layer;
 ``procstat`` (what ``/proc`` says of a process) and ``free_ports`` (ports for endpoints
 the jobs, benchmarks and tests bind) on nothing; ``metrics`` (the services' Prometheus
-endpoints, which ``options``, ``relay``, ``source`` and ``worker`` use) on nothing;
+endpoints, which ``options``, ``relay``, ``source`` and ``requestreply`` use) on nothing;
 the entry points (``datasource``, ``cli``, ``loadgen``, ``worker_env``, the package's
 ``__init__``) may import anything. A module importing a layer above its own, or a layer it
 does not need, makes a cycle possible and drags Spark into processes that never run it
-(a relay, a receiver process, a worker service).
+(a relay, a receiver process, a worker service). One exception, ``LAZY_REEXPORTS``: the
+pattern package also offers the request-reply package's ``Client``, ``Broker``, ... (as
+``spark_zmq.patterns.Client``), loaded only when first used (never by ``import spark_zmq.patterns``).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import subprocess
 import sys
 
 import pytest
-from import_graph import cycles, describe, from_target, import_graph
+from import_graph import cycles, describe, from_target, import_graph, module_name
 
 import spark_zmq
 
@@ -49,9 +53,9 @@ ALLOWED = {
     "source": {"relay", "ingest", "arrow", "patterns", "options", "schemas", "procstat", "metrics", "task_gc"},
     "schemas": set(),
     "sink": {"patterns", "options", "schemas", "task_gc", "arrow"},
-    "requester": {"patterns", "options", "arrow", "schemas", "worker"},
-    "worker": {"patterns", "arrow", "worker_process", "metrics"},
-    "worker_process": set(),
+    "requestreply": {"patterns", "arrow", "metrics"},
+    "requester": {"patterns", "options", "arrow", "schemas", "requestreply"},
+    "worker": {"requestreply"},
     "thread_session": set(),
 }
 #: ``errors`` (the root of the package's errors, ``SparkZmqError``) imports nothing, and every layer may import it
@@ -59,6 +63,10 @@ for _layer, _allowed in ALLOWED.items():
     if _layer != "errors":
         _allowed.add("errors")
 ENTRY_POINTS = {"__init__", "datasource", "cli", "loadgen", "worker_env"}
+#: module -> layers above its own that it imports only on first use of a name it re-exports
+#: (a module ``__getattr__``; and for the type checker): ``spark_zmq.patterns.Client``,
+#: ``spark_zmq.patterns.Broker``, ... are ``spark_zmq.requestreply``'s
+LAZY_REEXPORTS = {"spark_zmq.patterns": {"requestreply"}}
 
 #: modules a process that never runs Spark imports, and the source's exactly-once rules
 #: (tested without Spark): none may load pyspark
@@ -66,7 +74,8 @@ SPARK_FREE = ["spark_zmq", "spark_zmq.patterns", "spark_zmq.options", "spark_zmq
               "spark_zmq.ingest.fetch", "spark_zmq.ingest.spool_reader", "spark_zmq.relay.server",
               "spark_zmq.relay.run", "spark_zmq.relay.child", "spark_zmq.relay.client",
               "spark_zmq.relay.processes", "spark_zmq.requester.call", "spark_zmq.requester.codec",
-              "spark_zmq.patterns.broker", "spark_zmq.worker", "spark_zmq.worker_process",
+              "spark_zmq.requestreply", "spark_zmq.requestreply.worker", "spark_zmq.requestreply.worker_process",
+              "spark_zmq.worker",
               "spark_zmq.source.exactly_once", "spark_zmq.free_ports"]
 
 
@@ -98,11 +107,27 @@ def test_every_module_imports_only_its_own_layer_and_those_below():
         if own in ENTRY_POINTS:
             continue
         assert own in ALLOWED, f"{path}: a module outside every layer ({own}); add it to ALLOWED"
+        lazy = LAZY_REEXPORTS.get(module_name(path), set())
         for line, target in _imports(path):
             layer = _layer(target)
-            if layer != own and layer not in ALLOWED[own]:
+            if layer != own and layer not in ALLOWED[own] and layer not in lazy:
                 wrong.append(f"{path.relative_to(PACKAGE.parent)}:{line} ({own}) imports {target} ({layer})")
     assert not wrong, "imports against the layers:\n" + "\n".join(wrong)
+
+
+def test_the_pattern_package_loads_the_request_reply_names_only_when_first_used():
+    """``import spark_zmq.patterns`` loads nothing of ``spark_zmq.requestreply`` (the socket
+    API stays below it), and the names it re-exports are the request-reply package's own."""
+    code = ("import sys\n"
+            "import spark_zmq.patterns as p\n"
+            "print(sorted(m for m in sys.modules if m.startswith('spark_zmq.requestreply')))\n"
+            "names = ('Broker', 'BrokerStats', 'Client', 'RequestTimeoutError')\n"
+            "found = [getattr(p, n) for n in names]\n"
+            "import spark_zmq.requestreply as r\n"
+            "print(all(f is getattr(r, n) for f, n in zip(found, names)))\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[:2] == ["[]", "True"], result.stdout
 
 
 def test_no_module_of_the_package_imports_another_back():

@@ -8,7 +8,7 @@
 Why a CLI: a connector is first tried from a shell; ``produce`` is the load generator the
 jobs, notebooks and benchmarks use (``spark_zmq.loadgen``), ``consume`` shows what a Spark
 job sends, ``broker`` is the load-balancing broker between request-reply clients (such as
-``spark_zmq.patterns.Client``) and workers (``spark_zmq.worker.serve``). Built on typer
+``spark_zmq.requestreply.Client``) and workers (``spark_zmq.worker.serve``). Built on typer
 (arguments, ``--help``, usage errors with exit code 2) and rich (live progress on stderr,
 so printed messages on stdout stay clean for pipes).
 

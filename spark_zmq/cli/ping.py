@@ -29,7 +29,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 from ..errors import SparkZmqError
 from ..patterns import parse_endpoints
-from ..patterns.broker_stats import PING, PONG
+from ..requestreply.broker_stats import PING, PONG
 from .console import print_error
 from .flags import CURVE_PANEL, checked_curve_flags
 from .source_flags import option_flag

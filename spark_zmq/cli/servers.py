@@ -18,8 +18,9 @@ import typer
 from rich.markup import escape
 
 from ..options import OptionError, SourceOptions, reader_name_problem
-from ..patterns import Broker, BrokerStats, parse_endpoints
-from ..patterns.broker_defaults import (
+from ..patterns import parse_endpoints
+from ..requestreply import Broker, BrokerStats
+from ..requestreply.broker_defaults import (
     DEFAULT_HOLD_LIMIT,
     DEFAULT_HWM,
     DEFAULT_MAX_WAITING_BYTES,
@@ -231,7 +232,7 @@ def relay_readers_command(
 
 def broker_command(
     frontend: str = typer.Option(..., "--frontend", help="Where clients (DEALER or REQ, e.g. "
-                                 "spark_zmq.patterns.Client) reach the broker: '@tcp://*:5559' binds (the default), "
+                                 "spark_zmq.requestreply.Client) reach the broker: '@tcp://*:5559' binds (the default), "
                                  "'>tcp://host:port' connects."),
     backend: str = typer.Option(..., "--backend", help="Where workers (REQ, e.g. spark_zmq.worker.serve) reach the "
                                 "broker: '@tcp://*:5560' binds (the default), '>tcp://host:port' connects."),

@@ -6,9 +6,11 @@ lacks draft sockets), ``ReroutingPush`` (PUSH on that engine: a departed peer's 
 to the peers still there instead of being dropped), ``ZmtpPull`` (PULL on that engine: less
 work per message than libzmq through pyzmq, multipart bounded as a whole), ``Pub``/``Sub``/
 ``XPub``/``XSub`` (29/PUBSUB), ``Req``/``Rep``/``Dealer``/``Router`` (request-reply, the
-Guide's chapter 3) and ``Client``, the Guide's asynchronous client over a DEALER (request
-ids, replies in any order, resends on silence) and ``Broker``, the Guide's load-balancing
-broker between such clients and REQ workers. ``receiving_wire``/``sending_wire`` choose the
+Guide's chapter 3). The Guide's request-reply applications built on these sockets (``Client``,
+``Broker``, the service worker) are the package ``spark_zmq.requestreply``; ``Client``,
+``RequestTimeoutError``, ``Broker`` and ``BrokerStats`` can also be imported from here, and
+are loaded on first use (``import spark_zmq.patterns`` loads none of them).
+``receiving_wire``/``sending_wire`` choose the
 socket of a data pattern for the connector, as the contract ``ReceivingWire``/``SendingWire``
 (``wire_contract``) that both wires satisfy. Every socket class is
 ``Cls(endpoints, *, hwm=None, **options)`` with ``send(data, timeout=None)``, ``recv(timeout=None)``, ``close()`` and ``with`` support;
@@ -17,9 +19,9 @@ timeouts are seconds and raise the built-in ``TimeoutError``.
 This package never imports Spark.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from .base import PatternSocket, SendTimeoutError, SocketClosedError
-from .broker import Broker, BrokerStats
-from .client import Client, RequestTimeoutError
 from .endpoints import Endpoint, parse_endpoints
 from .heartbeat import DEFAULT_HEARTBEAT, NO_HEARTBEAT, Heartbeat
 from .pipeline import Pull, Push
@@ -30,6 +32,10 @@ from .scattergather import Gather, Scatter
 from .wire_contract import ReceivingWire, SendingWire
 from .wires import receiving_wire, sending_wire
 from .zmtppull import ZmtpPull
+
+if TYPE_CHECKING:
+    from ..requestreply.broker import Broker, BrokerStats
+    from ..requestreply.client import Client, RequestTimeoutError
 
 PATTERNS: dict[str, type[PatternSocket]] = {
     "push": Push,
@@ -45,6 +51,21 @@ PATTERNS: dict[str, type[PatternSocket]] = {
     "dealer": Dealer,
     "router": Router,
 }
+
+
+def __getattr__(name: str) -> Any:
+    """``Client``, ``RequestTimeoutError``, ``Broker`` and ``BrokerStats`` of
+    ``spark_zmq.requestreply``, imported on first use: the socket API never loads the
+    broker or the client, and the pattern layer imports no layer above it at import time."""
+    if name in ("Broker", "BrokerStats"):
+        from ..requestreply import broker as module
+    elif name in ("Client", "RequestTimeoutError"):
+        from ..requestreply import client as module  # type: ignore[no-redef]
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(module, name)
+    globals()[name] = value
+    return value
 
 
 def socket_for(pattern: str) -> type[PatternSocket]:

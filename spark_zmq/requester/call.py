@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from ..errors import SparkZmqError
 from ..options import RequestOptions
-from ..patterns.client import Client, RequestTimeoutError
+from ..requestreply.client import Client, RequestTimeoutError
 from .codec import ReplyMismatch, RowCodec, Unit
 
 __all__ = ["ServiceCall", "ServiceCallError"]

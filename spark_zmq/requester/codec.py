@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from ..arrow.guard import MalformedArrowError, read_batches
 from ..errors import SparkZmqError
-from ..worker import is_error_reply
+from ..requestreply.worker import is_error_reply
 
 __all__ = ["ReplyMismatch", "Unit", "RowCodec", "ArrowCodec", "ValueCodec", "codec_for"]
 

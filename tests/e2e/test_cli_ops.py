@@ -17,7 +17,7 @@ from clitest import keygen, unboxed
 from zmqtest import free_ports
 
 import spark_zmq
-from spark_zmq.patterns import Broker
+from spark_zmq.requestreply import Broker
 from spark_zmq.worker import serve
 
 pytestmark = pytest.mark.timeout(120)

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from spark_zmq.patterns.broker import Broker
+from spark_zmq.requestreply import Broker
 
 #: both broker sockets on any free loopback port
 ANY = "@tcp://127.0.0.1:*"

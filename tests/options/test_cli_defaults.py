@@ -11,7 +11,7 @@ import pytest
 from spark_zmq.cli.flags import source_default
 from spark_zmq.cli.servers import BROKER_MAX_MESSAGE_BYTES, broker_command, relay_command
 from spark_zmq.options import SourceOptions
-from spark_zmq.patterns import Broker
+from spark_zmq.requestreply import Broker
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -42,7 +42,7 @@ NOT_THE_OPTION = {
                             "timeout ends a bounded batch read)",
     ("relay-readers", "timeout"): "seconds to wait for the relay's answer",
     ("ping", "timeout"): "seconds to wait for the service's answer",
-    ("broker", "hwm"): "the broker's queue bound, from spark_zmq.patterns.broker_defaults",
+    ("broker", "hwm"): "the broker's queue bound, from spark_zmq.requestreply.broker_defaults",
 }
 
 

@@ -18,7 +18,7 @@ from brokertest import ANY, running  # noqa: F401  (a fixture)
 from loadhelper import busy  # noqa: F401  (a fixture: CPU load beside the timing-sensitive tests)
 from zmqtest import wait_until
 
-from spark_zmq.patterns import Broker, Client
+from spark_zmq.requestreply import Broker, Client
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -12,7 +12,7 @@ from brokertest import ANY, running  # noqa: F401  (a fixture)
 from loadhelper import busy  # noqa: F401  (a fixture: CPU load beside the timing-sensitive tests)
 from zmqtest import wait_until
 
-from spark_zmq.patterns import Broker, Client, RequestTimeoutError
+from spark_zmq.requestreply import Broker, Client, RequestTimeoutError
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -109,7 +109,7 @@ def test_expiry_frees_the_places_of_stalled_and_served_clients_alike():
     """The bookkeeping under the broker (no sockets): a stalled client's expired requests
     leave ``stalled_hwm`` as a served client's leave ``hwm``, so neither refuses nor holds
     back a live request; nothing is looked at before the oldest can expire."""
-    from spark_zmq.patterns.broker_clients import ClientQueues
+    from spark_zmq.requestreply.broker_clients import ClientQueues
 
     queues = ClientQueues(hwm=2, client_hwm=1, max_held_bytes=1 << 20, request_ttl=1.0)
     assert queues.hold(b"stalled", [zmq.Frame(b"reply")], 5, drop_after=1e9, now=0.0)  # one held: stalled

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spark_zmq.patterns.broker_defaults import (
+from spark_zmq.requestreply.broker_defaults import (
     FRONTEND_QUEUE_BYTES,
     FRONTEND_RCVHWM_MIN,
     FRONTEND_SNDHWM_MIN,

@@ -23,9 +23,9 @@ import zmq
 from brokertest import ANY, running  # noqa: F401  (a fixture)
 from zmqtest import free_ports, peak_rss_bytes, rss_bytes, wait_until
 
-from spark_zmq.patterns import Broker
-from spark_zmq.patterns.broker_clients import ClientQueues, request_bytes
-from spark_zmq.patterns.broker_defaults import (
+from spark_zmq.requestreply import Broker
+from spark_zmq.requestreply.broker_clients import ClientQueues, request_bytes
+from spark_zmq.requestreply.broker_defaults import (
     DEFAULT_MAX_HELD_BYTES,
     DEFAULT_MAX_WAITING_BYTES,
     FRONTEND_QUEUE_BYTES,
@@ -113,7 +113,7 @@ FLOOD, REQUEST, MAX_WAITING, MAX_MESSAGE = 40, 8 * MiB, 32 * MiB, 16 * MiB
 BROKER = textwrap.dedent("""
     import dataclasses, json, signal, sys, threading
     import zmq
-    from spark_zmq.patterns import Broker
+    from spark_zmq.requestreply import Broker
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

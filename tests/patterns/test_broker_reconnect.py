@@ -12,7 +12,7 @@ from brokertest import ANY, running  # noqa: F401  (a fixture)
 from loadhelper import busy  # noqa: F401  (a fixture: CPU load beside the timing-sensitive tests)
 from zmqtest import wait_until
 
-from spark_zmq.patterns import Client
+from spark_zmq.requestreply import Client
 
 pytestmark = pytest.mark.timeout(60)
 

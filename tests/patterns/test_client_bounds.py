@@ -15,9 +15,10 @@ import zmq.auth
 from loadhelper import busy  # noqa: F401  (a fixture: CPU load beside the timing-sensitive tests)
 from zmqtest import free_ports
 
-from spark_zmq.patterns import Client, RequestTimeoutError, Router
+from spark_zmq.patterns import Router
 from spark_zmq.patterns.curve import Curve
 from spark_zmq.patterns.curve_keys import KeyPair, load_public_key
+from spark_zmq.requestreply import Client, RequestTimeoutError
 
 pytestmark = pytest.mark.timeout(60)
 

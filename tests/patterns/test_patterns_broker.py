@@ -1,4 +1,4 @@
-"""The load-balancing broker (``spark_zmq.patterns.Broker`` and ``spark-zmq broker``) on real
+"""The load-balancing broker (``spark_zmq.requestreply.Broker`` and ``spark-zmq broker``) on real
 sockets, with workers nobody here wrote: plain pyzmq REQ workers in processes of their own
 (tests/scripts/broker_worker.py), so one can be killed with SIGKILL while it holds a request.
 
@@ -23,9 +23,10 @@ import zmq.auth
 from loadhelper import busy  # noqa: F401  (a fixture: CPU load beside the timing-sensitive tests)
 from zmqtest import free_ports, wait_until
 
-from spark_zmq.patterns import Broker, Client, Heartbeat, RequestTimeoutError
+from spark_zmq.patterns import Heartbeat
 from spark_zmq.patterns.curve import Curve
 from spark_zmq.patterns.curve_keys import KeyPair, load_authorized_keys, load_public_key
+from spark_zmq.requestreply import Broker, Client, RequestTimeoutError
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -1,4 +1,4 @@
-"""The asynchronous client (``spark_zmq.patterns.Client``) against workers nobody here wrote.
+"""The asynchronous client (``spark_zmq.requestreply.Client``) against workers nobody here wrote.
 
 Workers are plain pyzmq sockets on threads: REP workers that know nothing of request ids
 (the envelope carries them), a ROUTER worker that answers out of order, one that answers
@@ -14,7 +14,7 @@ import time
 import pytest
 import zmq
 
-from spark_zmq.patterns import Client, RequestTimeoutError
+from spark_zmq.requestreply import Client, RequestTimeoutError
 
 pytestmark = pytest.mark.timeout(60)
 

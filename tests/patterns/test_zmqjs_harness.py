@@ -188,7 +188,7 @@ def test_libzmq_scatter_does_not_deliver_to_pyzmq_pull(ctx):
 def test_our_client_against_a_node_rep_worker(node_binds):
     """``Client`` (DEALER, id envelope) to libzmq's REP: the REP keeps the envelope, so each
     reply comes back to its request, in input order through ``map``."""
-    from spark_zmq.patterns import Client
+    from spark_zmq.requestreply import Client
 
     bodies = [b"req-%d" % i for i in range(50)]
     if node_binds:
@@ -226,7 +226,8 @@ def test_node_req_workers_behind_our_broker_serve_our_clients():
 
     from zmqtest import wait_until
 
-    from spark_zmq.patterns import Broker, Client, Req
+    from spark_zmq.patterns import Req
+    from spark_zmq.requestreply import Broker, Client
 
     with Broker("@" + ANY_PORT, "@" + ANY_PORT) as broker:
         thread = threading.Thread(target=broker.run, daemon=True)

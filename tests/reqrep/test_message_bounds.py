@@ -41,7 +41,7 @@ WORKER = textwrap.dedent("""
 
 CLIENT = textwrap.dedent("""
     import json, sys
-    from spark_zmq.patterns import Client
+    from spark_zmq.requestreply import Client
 
     def peak():
         with open("/proc/self/status") as status:

@@ -17,9 +17,9 @@ import zmq.auth
 from brokertest import ANY, running  # noqa: F401  (a fixture)
 from zmqtest import free_ports, wait_until
 
-from spark_zmq.patterns import Broker, Client
 from spark_zmq.patterns.curve import Curve
 from spark_zmq.patterns.curve_keys import KeyPair, load_authorized_keys, load_public_key
+from spark_zmq.requestreply import Broker, Client
 from spark_zmq.worker import ERROR, WorkerStats, is_error_reply, serve
 
 pytestmark = pytest.mark.timeout(60)

@@ -28,7 +28,7 @@ import pytest
 import zmq
 from zmqtest import wait_until
 
-from spark_zmq.patterns.broker_stats import PING, PONG
+from spark_zmq.requestreply.broker_stats import PING, PONG
 from spark_zmq.worker import WorkerStats, serve
 
 pytestmark = pytest.mark.timeout(60)

@@ -43,9 +43,9 @@ from typing import Any
 import zmq
 
 from ..errors import SparkZmqError
-from .bounds import MAX_FRAMES, MessageBounds
-from .endpoints import Endpoint, EndpointsSpec, parse_endpoints
-from .reqrep import Dealer
+from ..patterns.bounds import MAX_FRAMES, MessageBounds
+from ..patterns.endpoints import Endpoint, EndpointsSpec, parse_endpoints
+from ..patterns.reqrep import Dealer
 
 __all__ = ["Client", "RequestTimeoutError"]
 

@@ -14,12 +14,12 @@ from typing import Any
 
 import zmq
 
-from .curve import Curve
+from ..patterns.curve import Curve
 
 __all__ = ["BrokerStats", "warn_shared_keys", "is_reply", "envelope", "delimiter", "PING", "PONG", "pong",
            "answered_probe"]
 
-log = logging.getLogger("spark_zmq.patterns.broker")
+log = logging.getLogger("spark_zmq.requestreply.broker")
 
 
 @dataclass(frozen=True)

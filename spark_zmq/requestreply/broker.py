@@ -94,15 +94,15 @@ from typing import Any, ClassVar
 
 import zmq
 
+from ..patterns.bounds import MAX_FRAMES, recv_bounded
+from ..patterns.curve import Curve
+from ..patterns.endpoints import EndpointsSpec
+from ..patterns.heartbeat import Heartbeat
+from ..patterns.reqrep import Router
 from . import broker_defaults as defaults
-from .bounds import MAX_FRAMES, recv_bounded
 from .broker_clients import ClientQueues, Frames
 from .broker_stats import BrokerStats, answered_probe, delimiter, warn_shared_keys
 from .broker_workers import _BATCH, READY, WorkerSide
-from .curve import Curve
-from .endpoints import EndpointsSpec
-from .heartbeat import Heartbeat
-from .reqrep import Router
 
 __all__ = ["Broker", "BrokerStats", "READY"]
 

@@ -111,7 +111,7 @@ class HandlerProcess:
         if not self._conn.poll(max(0.0, timeout)):
             return None
         try:
-            reply = self._conn.recv()
+            reply: list[bytes] | None = self._conn.recv()
         except (EOFError, OSError):
             code = self._end(kill=True)
             raise ChildProcessError(f"the handler's process ended without answering ({code}); "

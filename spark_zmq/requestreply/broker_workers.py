@@ -21,12 +21,12 @@ import zmq
 from .broker_stats import envelope, is_reply
 
 if TYPE_CHECKING:
+    from ..patterns.reqrep import Router
     from .broker_clients import ClientQueues, Frames
-    from .reqrep import Router
 
 __all__ = ["READY", "WorkerSide"]
 
-log = logging.getLogger("spark_zmq.patterns.broker")
+log = logging.getLogger("spark_zmq.requestreply.broker")
 
 #: at most this many messages are read from one socket before the other is looked at
 _BATCH = 256
