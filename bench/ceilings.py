@@ -103,7 +103,7 @@ class MemoryArrowReader(DataSourceStreamReader):
 class MemoryRowsSource(DataSource):
     """``readStream.format("bench_memory_rows")``: Spark's ceiling for one row per message.
 
-    Rows: ``schemas.fixed_schema("raw")`` (value: ``size`` bytes of ``payloads.raw``, topic
+    Rows: ``sparkglue.schemas.fixed_schema("raw")`` (value: ``size`` bytes of ``payloads.raw``, topic
     null, partition 0, offset from 0 up, a timestamp), the very rows the connector's
     ``raw`` format yields. Read tasks: ``spark_zmq.source.planner.split`` with the
     connector's defaults (payload bytes as the spool counts them); record batches: as many
@@ -126,7 +126,7 @@ class MemoryRowsSource(DataSource):
         return "bench_memory_rows"
 
     def schema(self):
-        from spark_zmq.schemas import fixed_schema
+        from spark_zmq.sparkglue.schemas import fixed_schema
 
         return fixed_schema("raw")
 
@@ -185,7 +185,7 @@ class MemoryRowsReader(DataSourceStreamReader):
         import numpy as np
         import pyarrow as pa
 
-        from spark_zmq.schemas import arrow_schema, fixed_schema
+        from spark_zmq.sparkglue.schemas import arrow_schema, fixed_schema
 
         target = arrow_schema(fixed_schema("raw"))
         rows = min(batch_rows(self.size), partition.end - partition.start)
@@ -226,7 +226,7 @@ class MemoryStampedSource(DataSource):
         return "bench_memory_stamped"
 
     def schema(self):
-        from spark_zmq.schemas import fixed_schema
+        from spark_zmq.sparkglue.schemas import fixed_schema
 
         return fixed_schema("text")
 
@@ -266,7 +266,7 @@ class MemoryStampedReader(DataSourceStreamReader):
         import numpy as np
         import pyarrow as pa
 
-        from spark_zmq.schemas import arrow_schema, fixed_schema
+        from spark_zmq.sparkglue.schemas import arrow_schema, fixed_schema
 
         target = arrow_schema(fixed_schema("text"))
         offsets = np.arange(partition.start, partition.end, dtype=np.int64)

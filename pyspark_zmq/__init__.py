@@ -7,6 +7,6 @@ spark-zmq is therefore enough for ``spark.readStream.format("zmq")`` in any sess
 installing a jar is for Kafka: no import, no ``spark_zmq.register``.
 """
 
-from spark_zmq.datasource import ZmqDataSource as DefaultSource
+from spark_zmq.sparkglue.datasource import ZmqDataSource as DefaultSource
 
 __all__ = ["DefaultSource"]

@@ -3,9 +3,9 @@
 Installed, the ``zmq`` data source needs no import: Spark discovers it in every session
 (the ``pyspark_zmq`` module). ``spark_zmq.register(spark)`` registers it explicitly (a
 session whose Python cannot list the installed package) and guards against a race in
-Spark when two streaming queries start at once (``worker_env``); ``import spark_zmq``
+Spark when two streaming queries start at once (``sparkglue.worker_env``); ``import spark_zmq``
 does it for the active session, if there is one. Either lets writes from any Python
-thread find the source (``thread_session``). ``spark_zmq.request(df, endpoints, ...)``
+thread find the source (``sparkglue.thread_session``). ``spark_zmq.request(df, endpoints, ...)``
 calls a ZeroMQ service for every row of a DataFrame. The pattern layer,
 ``spark_zmq.patterns``, works without Spark.
 """
@@ -49,9 +49,9 @@ def register(spark: SparkSession | None = None) -> SparkSession:
     """Register the ``zmq`` data source on ``spark`` (default: the active session)."""
     from pyspark.sql import SparkSession
 
-    from .datasource import ZmqDataSource
-    from .thread_session import install
-    from .worker_env import seed_worker_environment
+    from .sparkglue.datasource import ZmqDataSource
+    from .sparkglue.thread_session import install
+    from .sparkglue.worker_env import seed_worker_environment
 
     session = spark or SparkSession.getActiveSession()
     if session is None:
@@ -95,7 +95,7 @@ def _register_on_active_session() -> None:
         return
     from pyspark.sql import SparkSession
 
-    from .thread_session import install
+    from .sparkglue.thread_session import install
 
     install()  # writes from any thread find the source (see thread_session)
 

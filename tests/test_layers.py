@@ -3,19 +3,23 @@
 Layers, bottom up: ``patterns`` (ZeroMQ only) < ``options`` < ``ingest`` (receive, spool,
 serve) < ``relay`` < ``source``; ``arrow`` (reading untrusted Arrow within bounds) on
 nothing, under ``ingest``, ``source``, ``requester`` and ``requestreply``; ``sink`` sits on
-``patterns``, ``options`` and ``schemas``; ``requestreply`` (the Guide's request-reply
+``patterns``, ``options`` and ``sparkglue.schemas``; ``requestreply`` (the Guide's request-reply
 applications: the client, the broker, the service worker and its handler's process) on
 ``patterns``, ``arrow`` (every request a worker serves is read through it) and ``metrics``;
 ``requester`` (calling ZeroMQ services from Spark) on ``patterns``, ``options``, ``arrow``,
-``schemas`` and ``requestreply`` (its client, and the worker's error reply it reads);
+``sparkglue.schemas`` and ``requestreply`` (its client, and the worker's error reply it reads);
 ``worker`` (``spark_zmq.worker``, the public name of ``requestreply.worker``) on
 ``requestreply`` only;
 ``errors`` (the root of every error, ``SparkZmqError``) on nothing, under every layer;
 ``procstat`` (what ``/proc`` says of a process) and ``free_ports`` (ports for endpoints
 the jobs, benchmarks and tests bind) on nothing; ``metrics`` (the services' Prometheus
 endpoints, which ``options``, ``relay``, ``source`` and ``requestreply`` use) on nothing;
-the entry points (``datasource``, ``cli``, ``loadgen``, ``worker_env``, the package's
-``__init__``) may import anything. A module importing a layer above its own, or a layer it
+``sparkglue`` (what binds the connector to Spark's APIs) holds modules of different layers,
+each a layer of its own (``SPLIT_PACKAGES``): ``sparkglue.schemas`` (the Spark schemas the
+source, the sink and the requester share) and ``sparkglue.thread_session`` on nothing,
+``sparkglue.datasource`` and ``sparkglue.worker_env`` entry points; the entry points
+(``datasource``, ``sparkglue.datasource``, ``cli``, ``loadgen``, ``sparkglue.worker_env``,
+the package's ``__init__``) may import anything. A module importing a layer above its own, or a layer it
 does not need, makes a cycle possible and drags Spark into processes that never run it
 (a relay, a receiver process, a worker service). One exception, ``LAZY_REEXPORTS``: the
 pattern package also offers the request-reply package's ``Client``, ``Broker``, ... (as
@@ -50,19 +54,23 @@ ALLOWED = {
     "options": {"patterns", "metrics"},
     "ingest": {"patterns", "options", "arrow"},
     "relay": {"ingest", "patterns", "options", "procstat", "metrics"},
-    "source": {"relay", "ingest", "arrow", "patterns", "options", "schemas", "procstat", "metrics", "task_gc"},
-    "schemas": set(),
-    "sink": {"patterns", "options", "schemas", "task_gc", "arrow"},
+    "source": {"relay", "ingest", "arrow", "patterns", "options", "sparkglue.schemas", "procstat", "metrics",
+               "task_gc"},
+    "sparkglue": set(),
+    "sparkglue.schemas": set(),
+    "sparkglue.thread_session": set(),
+    "sink": {"patterns", "options", "sparkglue.schemas", "task_gc", "arrow"},
     "requestreply": {"patterns", "arrow", "metrics"},
-    "requester": {"patterns", "options", "arrow", "schemas", "requestreply"},
+    "requester": {"patterns", "options", "arrow", "sparkglue.schemas", "requestreply"},
     "worker": {"requestreply"},
-    "thread_session": set(),
 }
 #: ``errors`` (the root of the package's errors, ``SparkZmqError``) imports nothing, and every layer may import it
 for _layer, _allowed in ALLOWED.items():
     if _layer != "errors":
         _allowed.add("errors")
-ENTRY_POINTS = {"__init__", "datasource", "cli", "loadgen", "worker_env"}
+ENTRY_POINTS = {"__init__", "datasource", "sparkglue.datasource", "cli", "loadgen", "sparkglue.worker_env"}
+#: packages whose modules are each a layer of their own (``sparkglue.schemas``), as they sit on different layers
+SPLIT_PACKAGES = {"sparkglue"}
 #: module -> layers above its own that it imports only on first use of a name it re-exports
 #: (a module ``__getattr__``; and for the type checker): ``spark_zmq.patterns.Client``,
 #: ``spark_zmq.patterns.Broker``, ... are ``spark_zmq.requestreply``'s
@@ -81,6 +89,8 @@ SPARK_FREE = ["spark_zmq", "spark_zmq.patterns", "spark_zmq.options", "spark_zmq
 
 def _layer(module: str) -> str:
     parts = module.split(".")
+    if len(parts) > 2 and parts[1] in SPLIT_PACKAGES and parts[2] != "__init__":
+        return f"{parts[1]}.{parts[2]}"
     return parts[1] if len(parts) > 1 else "__init__"
 
 

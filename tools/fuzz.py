@@ -1087,7 +1087,7 @@ def _must_parse(case: Case, decoder: Decoder) -> set:
 
 
 def _fixed(fmt: str) -> StructType:
-    from spark_zmq.schemas import fixed_schema
+    from spark_zmq.sparkglue.schemas import fixed_schema
 
     return fixed_schema(fmt)
 

@@ -22,7 +22,7 @@ from pyspark.sql.types import BinaryType, DataType, StringType, StructField, Str
 
 from ..options import OptionError, RequestOptions
 from ..patterns.endpoints import EndpointsSpec
-from ..schemas import arrow_schema
+from ..sparkglue.schemas import arrow_schema
 from .call import ServiceCall
 from .codec import codec_for
 

@@ -22,7 +22,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 from pyspark.sql.types import StructType
 
 from ..options import SinkOptions
-from ..schemas import arrow_schema
+from ..sparkglue.schemas import arrow_schema
 from ..task_gc import freeze_long_lived_once
 from . import commit_record
 from .encoders import Encoder, TaskHeader, TopicEncoder, check_schema, encoder_for

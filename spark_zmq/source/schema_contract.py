@@ -1,7 +1,7 @@
 """What a read's schema must look like, per format and option: the source's side of the
 contract whose write side is ``sink/encoders/schema.py`` (``check_schema``).
 
-- ``raw``, ``text``: the fixed schema of ``schemas.fixed_schema`` (``value`` binary or
+- ``raw``, ``text``: the fixed schema of ``sparkglue.schemas.fixed_schema`` (``value`` binary or
   string, then ``topic``, ``partition``, ``offset``, ``timestamp``); a declared schema may
   name only those columns (checked as the messages are decoded).
 - ``json``, ``arrow``: the declared ``.schema(...)`` (without one, ``default_schema``
@@ -27,7 +27,7 @@ import pyarrow as pa
 from pyspark.sql.types import MapType, StringType, StructType
 
 from ..options import OptionError
-from ..schemas import arrow_schema, fixed_schema
+from ..sparkglue.schemas import arrow_schema, fixed_schema
 
 if TYPE_CHECKING:
     from ..options import SourceOptions

@@ -1,6 +1,6 @@
 """A write to format("zmq") from a Python thread other than the one that built the session
 finds the source (Spark looks a Python data source up in the JVM thread's active session;
-``spark_zmq.thread_session`` makes the DataFrame's own session active first)."""
+``spark_zmq.sparkglue.thread_session`` makes the DataFrame's own session active first)."""
 
 from __future__ import annotations
 

@@ -311,8 +311,8 @@ def test_a_batch_without_its_record_holds_the_channel_from_its_first_message():
 def test_committed_only_is_for_streaming_arrow_reads():
     from pyspark.sql.types import LongType, StructField, StructType
 
-    from spark_zmq.datasource import ZmqDataSource
     from spark_zmq.options import OptionError, SourceOptions
+    from spark_zmq.sparkglue.datasource import ZmqDataSource
 
     with pytest.raises(OptionError, match="'committedOnly' applies to format 'arrow' only"):
         SourceOptions.parse({"endpoints": "@tcp://127.0.0.1:5555", "format": "json", "committedOnly": "true"})

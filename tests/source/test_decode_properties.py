@@ -40,7 +40,6 @@ from zmqtest import examples
 from spark_zmq.arrow import guard as arrow_guard
 from spark_zmq.ingest.receiver import messages_to_batch
 from spark_zmq.options import OptionError, SourceOptions
-from spark_zmq.schemas import fixed_schema
 from spark_zmq.source.decoders import (
     ArrowDecoder,
     DecodeError,
@@ -54,6 +53,7 @@ from spark_zmq.source.decoders import (
     make_decoder,
 )
 from spark_zmq.source.decoders import json as json_decoder
+from spark_zmq.sparkglue.schemas import fixed_schema
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -22,9 +22,9 @@ from pyspark import cloudpickle
 from zmqtest import wait_until
 
 from spark_zmq import task_gc
-from spark_zmq.datasource import ZmqDataSource
 from spark_zmq.sink.writer import ZmqBatchWriter
 from spark_zmq.source.stream import ZmqStreamReader
+from spark_zmq.sparkglue.datasource import ZmqDataSource
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(180)]
 

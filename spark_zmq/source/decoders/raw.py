@@ -19,7 +19,7 @@ __all__ = ["RawDecoder", "TextDecoder"]
 
 
 class RawDecoder(Decoder):
-    """``raw``: the fixed schema of ``schemas.fixed_schema('raw')``, ``value`` binary."""
+    """``raw``: the fixed schema of ``sparkglue.schemas.fixed_schema('raw')``, ``value`` binary."""
 
     fmt = "raw"
 
@@ -47,7 +47,7 @@ class RawDecoder(Decoder):
 
 
 class TextDecoder(RawDecoder):
-    """``text``: as ``raw``, ``value`` a string (``schemas.fixed_schema('text')``)."""
+    """``text``: as ``raw``, ``value`` a string (``sparkglue.schemas.fixed_schema('text')``)."""
 
     fmt = "text"
 
