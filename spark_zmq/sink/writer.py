@@ -23,7 +23,7 @@ from pyspark.sql.types import StructType
 
 from ..options import SinkOptions
 from ..sparkglue.schemas import arrow_schema
-from ..task_gc import freeze_long_lived_once
+from ..task_gc import freeze_long_lived
 from . import commit_record
 from .encoders import Encoder, TaskHeader, TopicEncoder, check_schema, encoder_for
 from .encoders.base import T
@@ -175,7 +175,7 @@ class ZmqBatchWriter(DataSourceArrowWriter):
         self.write_id = f"write-{uuid.uuid4()}"  # tells apart the messages of two writes
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
-        freeze_long_lived_once()
+        freeze_long_lived()
         return _write_task(self.options, iterator, task_header(None, self.write_id))
 
     def commit(self, messages: list) -> None:
@@ -201,7 +201,7 @@ class ZmqStreamWriter(DataSourceStreamArrowWriter):
         self.schema = schema
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
-        freeze_long_lived_once()
+        freeze_long_lived()
         return _write_task(self.options, iterator, task_header(None, ""))
 
     def commit(self, messages: list, batchId: int) -> None:

@@ -19,7 +19,7 @@ from pyspark.sql.types import StructType
 from ..ingest.receiver import open_channel_socket
 from ..ingest.spool_format import SPOOL_SCHEMA, messages_to_batch
 from ..options import SourceOptions
-from ..task_gc import freeze_long_lived_once
+from ..task_gc import freeze_long_lived
 from .decoders import decoder_for
 from .partitions import InlineMessages
 from .read_task import decoded_rows
@@ -119,6 +119,6 @@ class ZmqBatchReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, InlineMessages):  # Spark's placeholder when nothing arrived
             return
-        freeze_long_lived_once()
+        freeze_long_lived()
         yield from decoded_rows(decoder_for(self.options, self.schema), partition.channel,
                                 _numbered(partition.first_offset, pa.ipc.open_stream(pa.py_buffer(partition.ipc))))

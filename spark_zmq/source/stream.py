@@ -42,7 +42,7 @@ from ..ingest.loss import LossPolicy
 from ..ingest.spool_reader import read_range, sees_spool
 from ..metrics import MetricsServer, serve_metrics, source_metrics
 from ..options import SourceOptions
-from ..task_gc import freeze_long_lived_once
+from ..task_gc import freeze_long_lived
 from .committed import CommittedOnly, kept_batches
 from .decoders import decoder_for
 from .exactly_once import ExactlyOnce
@@ -279,7 +279,7 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[tuple] | Iterator[pa.RecordBatch]:
         assert isinstance(partition, SpoolRange)
-        freeze_long_lived_once()
+        freeze_long_lived()
         decoder = decoder_for(self.options, self.schema)
         batches = self._spool_batches(partition)
         if self.options.committed_only:

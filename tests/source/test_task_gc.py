@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gc
 import sys
+import types
 from collections.abc import Iterator
 
 import pytest
@@ -26,7 +27,7 @@ from spark_zmq.sink.writer import ZmqBatchWriter
 from spark_zmq.source.stream import ZmqStreamReader
 from spark_zmq.sparkglue.datasource import ZmqDataSource
 
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(180)]
+pytestmark = pytest.mark.timeout(180)
 
 # the classes below travel to Spark's workers by value: this module is not importable there
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -76,6 +77,7 @@ class CheckedZmq(ZmqDataSource):
         return writer
 
 
+@pytest.mark.spark
 def test_read_and_write_tasks_freeze_their_workers_long_lived_objects(spark, tmp_path, free_port, ctx):
     spark.dataSource.register(CheckedZmq)
     query = (spark.readStream.format("zmq_gc_checked").option("endpoints", f"@tcp://127.0.0.1:{free_port}")
@@ -102,3 +104,25 @@ def test_read_and_write_tasks_freeze_their_workers_long_lived_objects(spark, tmp
     (spark.range(0, 100, numPartitions=2).selectExpr("cast(id as string) as value").write.format("zmq_gc_checked")
      .option("endpoints", f"tcp://127.0.0.1:{port}").option("format", "text").mode("append").save())
     assert pull.poll(10_000), "the checked write sent nothing"
+
+
+def test_a_later_task_freezes_what_new_imports_brought():
+    _thaw()
+    try:
+        task_gc.freeze_long_lived()
+        first = gc.get_freeze_count()
+        assert first > 0
+        task_objects = [[i] for i in range(1000)]  # a task's own data: no import, no new freeze
+        task_gc.freeze_long_lived()
+        assert gc.get_freeze_count() == first
+        lazy = types.ModuleType("spark_zmq_test_lazily_imported")
+        lazy.tables = [[i] for i in range(1000)]  # type: ignore[attr-defined]
+        sys.modules[lazy.__name__] = lazy
+        try:
+            task_gc.freeze_long_lived()
+            assert gc.get_freeze_count() >= first + 1000, "a freeze after an import took what it brought"
+        finally:
+            del sys.modules[lazy.__name__]
+        del task_objects
+    finally:
+        _thaw()
