@@ -38,7 +38,7 @@ import jobkit  # noqa: E402  (sets PYSPARK_PYTHON to this interpreter first)
 import pyarrow as pa  # noqa: E402
 import zmq  # noqa: E402
 
-from spark_zmq import loadgen  # noqa: E402  (the built-in producer: sensor readings over PUSH)
+from spark_zmq.cli import loadgen  # noqa: E402  (the built-in producer: sensor readings over PUSH)
 from spark_zmq.free_ports import free_tcp_port  # noqa: E402
 
 

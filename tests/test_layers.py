@@ -18,7 +18,7 @@ endpoints, which ``options``, ``relay``, ``source`` and ``requestreply`` use) on
 each a layer of its own (``SPLIT_PACKAGES``): ``sparkglue.schemas`` (the Spark schemas the
 source, the sink and the requester share) and ``sparkglue.thread_session`` on nothing,
 ``sparkglue.datasource`` and ``sparkglue.worker_env`` entry points; the entry points
-(``datasource``, ``sparkglue.datasource``, ``cli``, ``loadgen``, ``sparkglue.worker_env``,
+(``datasource``, ``sparkglue.datasource``, ``cli`` (with the load generator, ``cli.loadgen``), ``sparkglue.worker_env``,
 the package's ``__init__``) may import anything. A module importing a layer above its own, or a layer it
 does not need, makes a cycle possible and drags Spark into processes that never run it
 (a relay, a receiver process, a worker service). One exception, ``LAZY_REEXPORTS``: the
@@ -68,7 +68,7 @@ ALLOWED = {
 for _layer, _allowed in ALLOWED.items():
     if _layer != "errors":
         _allowed.add("errors")
-ENTRY_POINTS = {"__init__", "datasource", "sparkglue.datasource", "cli", "loadgen", "sparkglue.worker_env"}
+ENTRY_POINTS = {"__init__", "datasource", "sparkglue.datasource", "cli", "sparkglue.worker_env"}
 #: packages whose modules are each a layer of their own (``sparkglue.schemas``), as they sit on different layers
 SPLIT_PACKAGES = {"sparkglue"}
 #: module -> layers above its own that it imports only on first use of a name it re-exports

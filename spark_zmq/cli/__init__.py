@@ -6,7 +6,7 @@
     spark-zmq broker --frontend @tcp://127.0.0.1:5559 --backend @tcp://127.0.0.1:5560   # request-reply broker
 
 Why a CLI: a connector is first tried from a shell; ``produce`` is the load generator the
-jobs, notebooks and benchmarks use (``spark_zmq.loadgen``), ``consume`` shows what a Spark
+jobs, notebooks and benchmarks use (``spark_zmq.cli.loadgen``), ``consume`` shows what a Spark
 job sends, ``broker`` is the load-balancing broker between request-reply clients (such as
 ``spark_zmq.requestreply.Client``) and workers (``spark_zmq.worker.serve``). Built on typer
 (arguments, ``--help``, usage errors with exit code 2) and rich (live progress on stderr,

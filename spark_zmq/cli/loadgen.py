@@ -1,6 +1,6 @@
 """A load generator: numbered sensor readings sent over ZeroMQ at a chosen rate.
 
-Why it lives in the package: the ``spark-zmq produce`` command, the example jobs, their
+Why it lives in the package, beside the command line: the ``spark-zmq produce`` command, the example jobs, their
 tests and the benchmarks all need the same realistic, checkable stream, and copies of a
 producer loop drift apart. Every message carries a sequence number (``seq``) so that a
 consumer can prove it saw each message exactly once.
@@ -32,9 +32,9 @@ from dataclasses import dataclass
 import pyarrow as pa
 import zmq
 
-from .errors import SparkZmqError
-from .patterns import Heartbeat, Pub, Push, Scatter, SendTimeoutError, parse_endpoints
-from .patterns.curve import Curve
+from ..errors import SparkZmqError
+from ..patterns import Heartbeat, Pub, Push, Scatter, SendTimeoutError, parse_endpoints
+from ..patterns.curve import Curve
 
 __all__ = ["FORMATS", "PATTERNS", "HandshakeRejectedError", "LoadResult", "payloads", "produce", "ARROW_SCHEMA"]
 

@@ -1,6 +1,6 @@
 """``spark-zmq produce`` and ``consume``: test traffic into and out of a job.
 
-``produce`` is the load generator (``spark_zmq.loadgen``) the jobs, notebooks and
+``produce`` is the load generator (``spark_zmq.cli.loadgen``) the jobs, notebooks and
 benchmarks use; ``consume`` counts or prints what a Spark job sends, with a live rate.
 """
 
@@ -13,9 +13,9 @@ import pyarrow as pa
 import typer
 from rich.markup import escape
 
-from .. import loadgen
 from ..arrow import run_metadata
 from ..patterns import Gather, Pull, Sub
+from . import loadgen
 from .console import err_console, print_error, progress_bar
 from .flags import (
     CURVE_PANEL,
@@ -39,7 +39,7 @@ def produce(
                                              "comma-separated for several peers."),
     pattern: ProducePattern = option_flag("pattern", side="sink", table_default=True,
                                           help="push (round-robin), scatter, or pub (topics)."),
-    format: Format = typer.Option(Format.json, "--format", "-f", help="Message format (see spark_zmq.loadgen)."),
+    format: Format = typer.Option(Format.json, "--format", "-f", help="Message format (see spark_zmq.cli.loadgen)."),
     count: int = typer.Option(1000, "--count", "-n", min=0, help="Messages to send."),
     rate: float | None = typer.Option(None, min=0.001, help="Messages per second (default: as fast as possible)."),
     size: int = typer.Option(100, min=8, help="Payload bytes per raw message."),

@@ -15,7 +15,7 @@ import pyspark
 import pytest
 import zmq
 
-from spark_zmq import loadgen
+from spark_zmq.cli import loadgen
 from spark_zmq.patterns import XPub
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
