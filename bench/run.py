@@ -83,6 +83,7 @@ import bed  # noqa: E402
 import curvekeys  # noqa: E402
 import egress  # noqa: E402
 import ingest  # noqa: E402
+import jit  # noqa: E402
 import latency  # noqa: E402
 import peers  # noqa: E402
 import pipeline  # noqa: E402
@@ -476,6 +477,10 @@ def main(argv: list[str]) -> int:
     }
     results = []
     started = time.time()
+    if not args.smoke and (not only or only - {"reqrep-broker-lru", "reqrep-latency", "bed"}):
+        warmed = jit.warm_up(spark)  # every contender on a JVM past its JIT warm-up (bench/jit.py)
+        print(jit.line(warmed), flush=True)
+        results.append({"scenario": "jvm-warm-up", **warmed, "notes": [jit.line(warmed)]})
     no_node = node_missing()
     for name, run in comparisons.items():
         if only and name not in only:

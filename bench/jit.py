@@ -1,0 +1,76 @@
+"""Bring Spark's JVM to its steady state before the measured scenarios.
+
+Why: a streaming query analyses, plans, schedules and logs every micro-batch, Spark code
+that runs a few hundred times a micro-batch, so the JVM's optimising compiler (C2) reaches
+it only after many micro-batches. Measured in one long-running connector query fed a
+million one-row messages at a time (about four micro-batches each): the JIT compilers'
+CPU fell from 0.87 us a message in the first million to 0.13 by the twentieth, and the
+JVM's whole CPU from 1.7 to 0.55, while its task threads stayed at 0.18-0.20
+(docs/performance.md). A scenario measured before that measures the JVM's warm-up, which a
+long-running query pays once; one that runs a single micro-batch (an in-memory source
+offering everything at once) barely pays it. So every contender runs on a JVM that has
+already run a streaming query through ``ROUNDS`` rounds (a few hundred micro-batches), and the report says how
+much the compilers still took per micro-batch at the start and at the end of the warm-up.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+
+import zmq
+from common import free_port, wait_for_rows, wait_started
+
+#: rounds of the warm-up query (each ``ROUND`` messages, one or two micro-batches)
+ROUNDS = 150
+ROUND = 20_000
+#: rounds whose compile time the report's first and last figures average
+WINDOW = 10
+#: the warm-up never takes longer than this, whatever the machine
+BUDGET_S = 120.0
+
+
+def compile_ms(spark) -> int:
+    """The JVM's JIT compilers' total compile time so far (``CompilationMXBean``)."""
+    return int(spark._jvm.java.lang.management.ManagementFactory.getCompilationMXBean().getTotalCompilationTime())
+
+
+def warm_up(spark) -> dict:
+    """Run a connector query (``pull``, ``raw``, 100 B, into ``noop``) for ``ROUNDS``
+    rounds of ``ROUND`` messages, each waited for; returns what the report prints."""
+    work = tempfile.mkdtemp(prefix="spark-zmq-bench-jit-")
+    port = free_port()
+    query = (spark.readStream.format("zmq").option("pattern", "pull").option("endpoints", f"@tcp://127.0.0.1:{port}")
+             .option("spoolDir", os.path.join(work, "spool")).option("receiverLingerSeconds", "0").load()
+             .writeStream.format("noop").option("checkpointLocation", os.path.join(work, "ckpt"))
+             .trigger(processingTime="0 seconds").start())
+    push = zmq.Context.instance().socket(zmq.PUSH)
+    push.connect(f"tcp://127.0.0.1:{port}")
+    payload = b"x" * 100
+    per_round: list[int] = []
+    started = time.monotonic()
+    try:
+        wait_started(query)
+        total = 0
+        while len(per_round) < ROUNDS and time.monotonic() - started < BUDGET_S:
+            before = compile_ms(spark)
+            for _ in range(ROUND):
+                push.send(payload)
+            total += ROUND
+            wait_for_rows(query, total)
+            per_round.append(compile_ms(spark) - before)
+        batches = int(query.lastProgress["batchId"]) + 1 if query.lastProgress else 0
+    finally:
+        push.close(0)
+        query.stop()
+    first, last = per_round[:WINDOW], per_round[-WINDOW:]
+    return {"rounds": len(per_round), "micro_batches": batches, "seconds": time.monotonic() - started,
+            "first_ms_per_round": sum(first) / max(len(first), 1), "last_ms_per_round": sum(last) / max(len(last), 1)}
+
+
+def line(result: dict) -> str:
+    """The report's line for the warm-up."""
+    return (f"JVM warm-up: {result['rounds']} rounds of {ROUND:,} one-row messages through one connector query "
+            f"({result['micro_batches']} micro-batches, {result['seconds']:.0f} s); the JIT compilers took {result['first_ms_per_round']:.0f} ms a round "
+            f"over the first {WINDOW} rounds and {result['last_ms_per_round']:.0f} ms over the last {WINDOW}")
