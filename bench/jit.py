@@ -15,12 +15,13 @@ much the compilers still took per micro-batch at the start and at the end of the
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 import time
 
 import zmq
-from common import free_port, wait_for_rows, wait_started
+from common import free_port, wait_started
 
 #: rounds of the warm-up query (each ``ROUND`` messages, one or two micro-batches)
 ROUNDS = 150
@@ -34,6 +35,25 @@ BUDGET_S = 120.0
 def compile_ms(spark) -> int:
     """The JVM's JIT compilers' total compile time so far (``CompilationMXBean``)."""
     return int(spark._jvm.java.lang.management.ManagementFactory.getCompilationMXBean().getTotalCompilationTime())
+
+
+def _wait_for_offset(query, offset: int, timeout_s: float = 120.0) -> None:
+    """Until a finished micro-batch of ``query`` ended at ``offset`` of channel 0 or past it.
+    (Not ``common.wait_for_rows``: it sums ``recentProgress``, which keeps only the last 100
+    micro-batches, fewer than the warm-up runs.)"""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        progress = query.lastProgress
+        end = progress["sources"][0]["endOffset"] if progress else None
+        if isinstance(end, str):  # (a JSON string or a dict, by pyspark version)
+            end = json.loads(end)
+        if end is not None and int(end.get("0", 0)) >= offset:
+            return
+        if query.exception() is not None:
+            raise RuntimeError(f"the JIT warm-up query failed: {query.exception()}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the JIT warm-up query did not reach offset {offset} in {timeout_s} s")
+        time.sleep(0.01)
 
 
 def warm_up(spark) -> dict:
@@ -58,7 +78,7 @@ def warm_up(spark) -> dict:
             for _ in range(ROUND):
                 push.send(payload)
             total += ROUND
-            wait_for_rows(query, total)
+            _wait_for_offset(query, total)
             per_round.append(compile_ms(spark) - before)
         batches = int(query.lastProgress["batchId"]) + 1 if query.lastProgress else 0
     finally:
