@@ -30,6 +30,8 @@ def spark_session(smoke: bool = False):
     builder = (SparkSession.builder.master("local[2]").appName("spark-zmq-bench")
                .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", "2").config("spark.driver.memory", "4g")
+               # wait_for_rows sums recentProgress: a warm JVM runs more than Spark's default 100 kept
+               .config("spark.sql.streaming.numRecentProgressUpdates", "100000")
                .config("spark.pyspark.python", sys.executable))
     if smoke:
         builder = builder.config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1")
