@@ -1,6 +1,6 @@
 """Arrow IPC from untrusted senders, read within bounds: the bottom layer every package that
-takes Arrow off a socket uses (the source's decoder and spool, the worker's requests, the
-caller's replies in ``service``).
+takes Arrow off a socket uses (the source's decoder and spool, the request-reply worker's
+requests, the replies ``spark_zmq.request`` reads in ``requester``).
 
 - ``guard``: the entry point: check a message's metadata, decode, validate (``read_batches``,
   ``read_message``, ``count_rows``, ``MalformedArrowError``);

@@ -1,4 +1,4 @@
-"""The query's side of the relay protocol (``service``): one DEALER per relay.
+"""The query's side of the relay protocol (``server``): one DEALER per relay.
 
 A request that gets no answer within ``RESEND_S`` is sent again (every control request is
 idempotent), so a relay that restarts, or a reconnect that lost a request, costs a resend

@@ -3,7 +3,7 @@
 Several queries read one relay, each under a name of its own. A name is registered when a
 query first claims it; from then on the relay keeps what that reader has not committed:
 a segment is freed once every registered reader has committed past it (or the relay's
-retention forces it, ``service``). Each name has its own lease (``lease``), so one query
+retention forces it, ``server``). Each name has its own lease (``lease``), so one query
 at a time reads under a name, and queries under different names do not wait for each
 other.
 

@@ -2,7 +2,7 @@
 
 One type per op's request (``requests``) and per op's answer (``answers``), each with its
 ``to_wire`` (the JSON object it is on the wire) and ``from_wire`` (that object read back,
-checked), here and nowhere else: the relay (``service``) reads a request once into a typed
+checked), here and nowhere else: the relay (``server``) reads a request once into a typed
 value and dispatches on its type, the query (``client.RelayClient.ask``) reads an answer
 once into one. A field is named, typed and checked in one place, so adding one is a change
 here plus the code that uses it, not a string key on each side.
