@@ -43,8 +43,8 @@ from ..patterns.curve import Curve
 from ..patterns.curve_keys import KeyPair
 from ..patterns.deadlines import IDLE_SLICE_S
 from ..patterns.router_reply import ReplyDrops
-from .loss import LossPolicy
-from .spool_format import SPOOL_SCHEMA, DataLossError
+from .loss import DataLossError, LossPolicy
+from .spool_format import SPOOL_SCHEMA
 from .spool_reader import gone_from_relay, read_range
 
 __all__ = ["SpoolServer", "FetchAccess", "fetch_range", "FetchError", "bind_address", "listen_candidates", "bind_first",

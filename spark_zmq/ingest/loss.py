@@ -14,11 +14,15 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, replace
 
-from .spool_format import DataLossError
+from ..errors import SparkZmqError
 
 __all__ = ["LostRange", "LossPolicy", "DataLossError"]
 
 log = logging.getLogger(__name__)
+
+
+class DataLossError(SparkZmqError, RuntimeError):
+    """Offsets Spark asks for are not (or no longer) in the spool, or are unreadable."""
 
 
 @dataclass(frozen=True)

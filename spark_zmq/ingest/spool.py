@@ -59,7 +59,6 @@ from .spool_files import (
 from .spool_format import (
     SEGMENT_HEADER_SIZE,
     SPOOL_SCHEMA,
-    DataLossError,
     RecordEncoder,
     SegmentHeader,
     SpoolFormatError,
@@ -78,7 +77,7 @@ from .spool_index import BatchEntry, IndexSnapshot, Segment, batch_entry
 
 __all__ = [
     "SPOOL_SCHEMA", "Spool", "ChannelLog", "LostRange", "SpoolLockedError", "SpoolSecurityError",
-    "DataLossError", "read_spool_id",
+    "read_spool_id",
 ]
 
 log = logging.getLogger(__name__)

@@ -52,7 +52,7 @@ from ..errors import SparkZmqError
 from ..patterns.message_block import MessageBlock
 
 __all__ = [
-    "SPOOL_SCHEMA", "DataLossError", "SpoolFormatError", "SegmentHeader", "Record", "segment_name", "parse_segment_name",
+    "SPOOL_SCHEMA", "SpoolFormatError", "SegmentHeader", "Record", "segment_name", "parse_segment_name",
     "encode_segment_header", "decode_segment_header", "encode_record_header", "RecordEncoder", "scan_records", "map_segment",
     "messages_to_batch", "block_to_batch", "SEGMENT_HEADER_SIZE", "RECORD_HEADER_SIZE", "checksum", "body_checksum", "open_private", "header_seed", "read_body",
 ]
@@ -173,10 +173,6 @@ checksum = zlib.crc32
 #: the checksum of a record's body, by record version
 _BODY_CHECKSUMS = {1: zlib.crc32, 2: xxhash.xxh3_64_intdigest}
 body_checksum = _BODY_CHECKSUMS[_VERSION]
-
-
-class DataLossError(SparkZmqError, RuntimeError):
-    """Offsets Spark asks for are not (or no longer) in the spool, or are unreadable."""
 
 
 class SpoolFormatError(SparkZmqError, ValueError):

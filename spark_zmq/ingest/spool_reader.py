@@ -28,7 +28,6 @@ import pyarrow as pa
 from .loss import LossPolicy, LostRange
 from .spool_format import (
     SEGMENT_HEADER_SIZE,
-    DataLossError,
     Record,
     SpoolFormatError,
     decode_segment_header,
@@ -39,7 +38,7 @@ from .spool_format import (
     scan_records,
 )
 
-__all__ = ["read_range", "coalesce", "sees_spool", "DataLossError", "LossPolicy", "LostRange", "skip_loss",
+__all__ = ["read_range", "coalesce", "sees_spool", "LossPolicy", "LostRange", "skip_loss",
            "gone_from_relay"]
 
 #: skip and log what cannot be read, counting it nowhere the user sees: for reading a

@@ -29,9 +29,8 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from ..ingest.loss import LossPolicy, LostRange
+from ..ingest.loss import DataLossError, LossPolicy, LostRange
 from ..ingest.runtime import RangeInfo
-from ..ingest.spool_format import DataLossError
 from .offsets import ChannelOffsets
 
 if TYPE_CHECKING:

@@ -18,9 +18,9 @@ import zmq
 
 from spark_zmq.ingest import fetch
 from spark_zmq.ingest.fetch import FetchAccess, SpoolServer, fetch_range
+from spark_zmq.ingest.loss import DataLossError
 from spark_zmq.ingest.receiver import messages_to_batch
 from spark_zmq.ingest.spool import Spool
-from spark_zmq.ingest.spool_format import DataLossError
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -7,8 +7,7 @@ import logging
 
 import pytest
 
-from spark_zmq.ingest.loss import LossPolicy, LostRange
-from spark_zmq.ingest.spool_format import DataLossError
+from spark_zmq.ingest.loss import DataLossError, LossPolicy, LostRange
 
 
 def test_a_spool_loss_reads_as_it_always_did_also_narrowed():

@@ -35,8 +35,9 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from spool_faults import batch, check_index, read_dict, runs, segment_names
 from zmqtest import examples
 
+from spark_zmq.ingest.loss import DataLossError
 from spark_zmq.ingest.spool import Spool
-from spark_zmq.ingest.spool_format import DataLossError, parse_segment_name
+from spark_zmq.ingest.spool_format import parse_segment_name
 from spark_zmq.ingest.spool_reader import read_range, skip_loss
 
 pytestmark = pytest.mark.timeout(90)

@@ -16,11 +16,11 @@ import zlib
 import pytest
 import xxhash
 
+from spark_zmq.ingest.loss import DataLossError
 from spark_zmq.ingest.spool import Spool
 from spark_zmq.ingest.spool_format import (
     RECORD_HEADER_SIZE,
     SEGMENT_HEADER_SIZE,
-    DataLossError,
     SpoolFormatError,
     decode_segment_header,
     messages_to_batch,

@@ -17,7 +17,7 @@ from relaytest import RelayProcess, stop_relays
 from zmqtest import Producer, free_ports, numbered, wait_until
 
 from spark_zmq.ingest.fetch import FetchAccess, fetch_range
-from spark_zmq.ingest.spool_format import DataLossError
+from spark_zmq.ingest.loss import DataLossError
 from spark_zmq.options import OptionError, SourceOptions
 from spark_zmq.relay.client import RelayBusyError, RelayClient
 from spark_zmq.relay.protocol import Op
