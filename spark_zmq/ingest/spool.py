@@ -47,15 +47,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from .loss import LostRange
-from .spool_files import (
-    ID_FILE,
-    SpoolLockedError,
-    SpoolSecurityError,
-    fsync_dir,
-    private_dir,
-    read_spool_id,
-    write_atomically,
-)
+from .spool_files import SpoolLockedError, SpoolSecurityError, fsync_dir, private_dir, read_spool_id, write_atomically
 from .spool_format import (
     SEGMENT_HEADER_SIZE,
     SPOOL_SCHEMA,
@@ -67,13 +59,21 @@ from .spool_format import (
     header_seed,
     map_segment,
     open_private,
-    parse_segment_name,
     read_body,
     scan_records,
+)
+from .spool_freed import encode_freed, freed_since, kept_freed, read_freed
+from .spool_index import BatchEntry, IndexSnapshot, Segment, batch_entry
+from .spool_layout import (
+    FREED_FILE,
+    ID_FILE,
+    LOCK_FILE,
+    OLD_SEGMENT_SUFFIX,
+    OWNER_FILE,
+    channel_dir,
+    list_segments,
     segment_name,
 )
-from .spool_freed import FREED_FILE, encode_freed, freed_since, kept_freed, read_freed
-from .spool_index import BatchEntry, IndexSnapshot, Segment, batch_entry
 
 __all__ = [
     "SPOOL_SCHEMA", "Spool", "ChannelLog", "LostRange", "SpoolLockedError", "SpoolSecurityError",
@@ -101,7 +101,7 @@ class ChannelLog:
     freed: list[list[int]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.dir = os.path.join(self.spool_dir, f"ch-{self.channel}")
+        self.dir = channel_dir(self.spool_dir, self.channel)
         private_dir(self.dir, fsync_parent=self.fsync)
         self.freed = read_freed(self.dir)
         # Two locks, so that the driver's calls (latest, earliest, snapshot, release) never
@@ -122,12 +122,7 @@ class ChannelLog:
 
     def _recover(self) -> None:
         """Rebuild the index from the segment files (after a restart or a crash)."""
-        found = []
-        for name in os.listdir(self.dir):
-            parsed = parse_segment_name(name)
-            if parsed is not None:
-                found.append((parsed[0], parsed[1], os.path.join(self.dir, name)))
-        found.sort()
+        found = [(first, seq, os.path.join(self.dir, name)) for first, seq, name in list_segments(self.dir)]
         self._next_seq = max((seq for _, seq, _ in found), default=-1) + 1
         for first, seq, path in found:
             segment = Segment(first=first, seq=seq, path=path, end=first)
@@ -389,7 +384,7 @@ class Spool:
     def __init__(self, spool_dir: str, channels: int, *, fsync: bool = False, max_bytes: int = 1 << 30) -> None:
         self.spool_dir = spool_dir
         private_dir(spool_dir)
-        lock_path = os.path.join(spool_dir, "LOCK")
+        lock_path = os.path.join(spool_dir, LOCK_FILE)
         try:
             self._lock_fd = open_private(lock_path, os.O_RDWR | os.O_CREAT)
         except OSError as exc:
@@ -426,7 +421,7 @@ class Spool:
             # A fresh id per owning process: a read task that finds this id in OWNER knows it
             # sees this very spool (not a stale directory of the same name on another host).
             self.owner_id = uuid.uuid4().hex
-            write_atomically(spool_dir, "OWNER", self.owner_id.encode(), fsync=False)
+            write_atomically(spool_dir, OWNER_FILE, self.owner_id.encode(), fsync=False)
             segment_bytes = max(1 << 20, min(64 << 20, max_bytes // 8))
             self.channels = [
                 ChannelLog(spool_dir, c, self.spool_id, fsync=fsync, segment_bytes=segment_bytes) for c in range(channels)
@@ -437,11 +432,11 @@ class Spool:
 
     def _refuse_old_format(self, channels: int) -> None:
         for c in range(channels):
-            directory = os.path.join(self.spool_dir, f"ch-{c}")
-            if os.path.isdir(directory) and any(n.endswith(".arrows") for n in os.listdir(directory)):
+            directory = channel_dir(self.spool_dir, c)
+            if os.path.isdir(directory) and any(n.endswith(OLD_SEGMENT_SUFFIX) for n in os.listdir(directory)):
                 raise SpoolFormatError(
                     f"spool directory {self.spool_dir!r} holds segments of an earlier spark-zmq version "
-                    f"({directory}/*.arrows, a format without offsets or checksums): drain it with that "
+                    f"({directory}/*{OLD_SEGMENT_SUFFIX}, a format without offsets or checksums): drain it with that "
                     "version, or move it away and start this query with a new checkpointLocation"
                 )
 

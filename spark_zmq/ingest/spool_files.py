@@ -15,12 +15,11 @@ import uuid
 
 from ..errors import SparkZmqError
 from .spool_format import open_private
+from .spool_layout import ID_FILE
 
 __all__ = ["ID_FILE", "SpoolLockedError", "SpoolSecurityError", "private_dir", "check_ancestors", "fsync_dir",
            "write_atomically", "read_spool_id"]
 
-#: the file holding the spool's identity, written once when the spool is created
-ID_FILE = "SPOOL_ID"
 
 
 class SpoolLockedError(SparkZmqError, RuntimeError):

@@ -52,7 +52,7 @@ from ..errors import SparkZmqError
 from ..patterns.message_block import MessageBlock
 
 __all__ = [
-    "SPOOL_SCHEMA", "SpoolFormatError", "SegmentHeader", "Record", "segment_name", "parse_segment_name",
+    "SPOOL_SCHEMA", "SpoolFormatError", "SegmentHeader", "Record",
     "encode_segment_header", "decode_segment_header", "encode_record_header", "RecordEncoder", "scan_records", "map_segment",
     "messages_to_batch", "block_to_batch", "SEGMENT_HEADER_SIZE", "RECORD_HEADER_SIZE", "checksum", "body_checksum", "open_private", "header_seed", "read_body",
 ]
@@ -151,7 +151,6 @@ def _ones(n: int) -> pa.Buffer:
     return ones
 
 
-SEGMENT_SUFFIX = ".seg"
 _SEGMENT_MAGIC = b"ZMQSPOOL"
 _RECORD_MAGIC = b"ZSPB"
 #: the format this version writes (segment headers and records)
@@ -179,19 +178,6 @@ class SpoolFormatError(SparkZmqError, ValueError):
     """A segment file is not a spool segment (wrong magic, version or header checksum)."""
 
 
-def segment_name(first: int, seq: int) -> str:
-    return f"{first:020d}-{seq:010d}{SEGMENT_SUFFIX}"
-
-
-def parse_segment_name(name: str) -> tuple[int, int] | None:
-    """``(first offset, seq)`` of a segment file name, ``None`` for any other file."""
-    if not name.endswith(SEGMENT_SUFFIX):
-        return None
-    stem = name[: -len(SEGMENT_SUFFIX)]
-    first, sep, seq = stem.partition("-")
-    if not sep or not first.isdigit() or not seq.isdigit() or len(first) != 20 or len(seq) != 10:
-        return None
-    return int(first), int(seq)
 
 
 @dataclass(frozen=True)

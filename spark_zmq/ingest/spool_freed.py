@@ -16,13 +16,13 @@ import os
 import time
 
 from .loss import LostRange
+from .spool_layout import FREED_FILE
 
 __all__ = ["FREED_FILE", "FREED_KEPT", "read_freed", "kept_freed", "encode_freed", "freed_since"]
 
 log = logging.getLogger(__name__)
 
 #: a channel's record of its freed segments (``ChannelLog.freed``), and how many it keeps
-FREED_FILE = "freed.json"
 FREED_KEPT = 256
 
 

@@ -33,10 +33,10 @@ from .spool_format import (
     decode_segment_header,
     header_seed,
     map_segment,
-    parse_segment_name,
     read_body,
     scan_records,
 )
+from .spool_layout import OWNER_FILE, channel_dir, list_segments
 
 __all__ = ["read_range", "coalesce", "sees_spool", "LossPolicy", "LostRange", "skip_loss",
            "gone_from_relay"]
@@ -64,24 +64,10 @@ def gone_from_relay(owner: str, channel: int, start: int, end: int, where: str) 
 def sees_spool(spool_dir: str, owner_id: str) -> bool:
     """Whether this process sees the spool directory that ``owner_id`` wrote."""
     try:
-        with open(os.path.join(spool_dir, "OWNER")) as owner:
+        with open(os.path.join(spool_dir, OWNER_FILE)) as owner:
             return owner.read().strip() == owner_id
     except OSError:
         return False
-
-
-def _segments(channel_dir: str) -> list[tuple[int, int, str]]:
-    try:
-        names = os.listdir(channel_dir)
-    except FileNotFoundError:
-        return []
-    out = []
-    for name in names:
-        parsed = parse_segment_name(name)
-        if parsed is not None:
-            out.append((parsed[0], parsed[1], name))
-    out.sort()
-    return out
 
 
 def read_range(
@@ -112,8 +98,8 @@ def read_range(
         return
     policy = on_loss if on_loss is not None else LossPolicy(fail=True)
     lose: Callable[[LostRange], None] = policy if owner is None else _naming(policy, owner)
-    directory = os.path.join(spool_dir, f"ch-{channel}")
-    segments = _segments(directory)
+    directory = channel_dir(spool_dir, channel)
+    segments = list_segments(directory)
     # The segment holding ``start``: the last one that begins at or before it.
     i = bisect.bisect_right([(first, seq) for first, seq, _ in segments], (start, 1 << 62)) - 1
     if i < 0:

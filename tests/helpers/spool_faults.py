@@ -32,7 +32,7 @@ import pyarrow as pa
 
 from spark_zmq.ingest.receiver import messages_to_batch
 from spark_zmq.ingest.spool import Spool
-from spark_zmq.ingest.spool_format import parse_segment_name
+from spark_zmq.ingest.spool_layout import parse_segment_name
 from spark_zmq.ingest.spool_reader import read_range
 
 #: the os functions the spool's durability depends on; a crash can happen before any of them

@@ -27,7 +27,8 @@ from spool_faults import batch, check_index, read_dict, runs
 
 from spark_zmq.ingest.loss import DataLossError
 from spark_zmq.ingest.spool import Spool, SpoolSecurityError
-from spark_zmq.ingest.spool_format import RECORD_HEADER_SIZE, SEGMENT_HEADER_SIZE, encode_record_header, segment_name
+from spark_zmq.ingest.spool_format import RECORD_HEADER_SIZE, SEGMENT_HEADER_SIZE, encode_record_header
+from spark_zmq.ingest.spool_layout import segment_name
 from spark_zmq.ingest.spool_reader import read_range, skip_loss
 
 pytestmark = pytest.mark.timeout(120)

@@ -37,7 +37,7 @@ from zmqtest import examples
 
 from spark_zmq.ingest.loss import DataLossError
 from spark_zmq.ingest.spool import Spool
-from spark_zmq.ingest.spool_format import parse_segment_name
+from spark_zmq.ingest.spool_layout import parse_segment_name
 from spark_zmq.ingest.spool_reader import read_range, skip_loss
 
 pytestmark = pytest.mark.timeout(90)
