@@ -21,7 +21,7 @@ Timeouts are in seconds (``None`` = wait forever, ``0`` = do not wait), as in ``
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import zmq
 
@@ -34,8 +34,11 @@ from .handshakes import HandshakeWatch
 from .heartbeat import Heartbeat
 from .libzmq_wire import LibzmqWire
 from .message_block import MessageBlock
-from .socket_options import check_common, timeout_deadline
+from .socket_options import SocketOptions, check_common, timeout_deadline
 from .wire_contract import SocketWire, WireClass
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["PatternSocket", "SocketClosedError"]
 
@@ -56,7 +59,8 @@ class PatternSocket:
     to watch: ``handshakes.poll()`` returns them) and ``curve`` (a ``curve.Curve``: CURVE
     encryption, as a client or as a ZAP-authenticating server; a server given no context
     gets a context of its own, see ``curve.secure_context``). A socket with ``curve`` or
-    ``monitor`` counts its rejected handshakes in ``handshakes.rejected``.
+    ``monitor`` counts its rejected handshakes in ``handshakes.rejected``. The type checker
+    knows every option's name and type (``socket_options.SocketOptions``).
     """
 
     socket_type: ClassVar[int]
@@ -75,8 +79,11 @@ class PatternSocket:
     #: whether libzmq sends PINGs of its own on this socket (``Heartbeat.apply``)
     heartbeat_pings: ClassVar[bool] = True
 
-    def __init__(self, endpoints: EndpointsSpec, *, hwm: int | None = None, **options: Any) -> None:
+    def __init__(
+        self, endpoints: EndpointsSpec, *, hwm: int | None = None, **typed_options: Unpack[SocketOptions]
+    ) -> None:
         self._state = state = SocketState(type(self).__name__)  # closed until the wire is open
+        options: dict[str, Any] = dict(typed_options)
         hwm, curve = self._check_common(endpoints, hwm, options)
         self._wire: SocketWire = self.wire_class(self, state, hwm, curve, options)
         self.handshakes: HandshakeWatch | None = self._wire.handshakes

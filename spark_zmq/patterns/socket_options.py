@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict
 
 import zmq
 
@@ -16,8 +16,13 @@ from .curve import Curve
 from .endpoints import Endpoint, EndpointsSpec, parse_endpoints
 from .heartbeat import Heartbeat, heartbeat_option
 
+if TYPE_CHECKING:
+    from .tuning import SocketTuning
+
 __all__ = [
     "COMMON_OPTIONS",
+    "SocketOptions",
+    "HwmSocketOptions",
     "CommonOptions",
     "check_common",
     "check_option_names",
@@ -42,6 +47,62 @@ COMMON_OPTIONS: tuple[str, ...] = (
     "heartbeat",
     "tuning",
 )
+
+
+class SocketOptions(TypedDict, total=False):
+    """The keyword options of the pattern sockets (``Cls(endpoints, *, hwm=None, **options)``),
+    for the type checker: a misspelt name is an error before the code runs. Every class takes
+    ``COMMON_OPTIONS``; the others only the classes named (at run time any other class refuses
+    them with a ``TypeError`` naming its valid options)."""
+
+    #: ZMQ_LINGER in ms: -1 waits forever, 0 discards at once (default 0 for receivers, 1000 for senders)
+    linger: int
+    #: ZMQ_RECONNECT_IVL in ms
+    reconnect_ivl: int | None
+    #: ZMQ_MAXMSGSIZE: a peer sending more is disconnected; ``send`` refuses it with ``ValueError``
+    max_message_bytes: int | None
+    #: ZMQ_IMMEDIATE: queue only to completed connections
+    immediate: bool
+    #: kernel receive buffer, bytes
+    rcvbuf: int | None
+    #: kernel send buffer, bytes
+    sndbuf: int | None
+    #: the ``zmq.Context`` (default: the process-wide ``zmq.Context.instance()``)
+    context: zmq.Context[Any] | None
+    #: ZMQ_EVENT_* bits to watch (``handshakes.poll()`` returns them)
+    monitor: int | None
+    #: CURVE encryption, as a client or as a ZAP-authenticating server
+    curve: Curve | None
+    #: liveness of every connection (``None``: the default ``Heartbeat``)
+    heartbeat: Heartbeat | None
+    #: the user's libzmq socket options, applied last
+    tuning: SocketTuning | None
+    #: ``Sub``, ``XSub``: the subscribed prefixes (``None``: everything)
+    topics: str | bytes | Iterable[str | bytes] | None
+    #: ``XPub``: ZMQ_XPUB_VERBOSE, every subscription passed up
+    verbose: bool
+    #: ``XPub``: ZMQ_XPUB_NODROP, block (time out) instead of dropping at the high-water mark
+    nodrop: bool
+    #: ``Router``: ZMQ_ROUTER_MANDATORY, a reply to an unknown peer is an error
+    mandatory: bool
+    #: ``Router``: ZMQ_MAXMSGSIZE of the requests it accepts
+    max_request_bytes: int | None
+    #: the engine's wire (``ZmtpPull``, ``ReroutingPush``, ``Scatter``, ``Gather``): handshake timeout in ms
+    handshake_ivl: int
+    #: the engine's wire: a ``close`` that counts what no peer's TCP acknowledged (``EngineWire``)
+    confirm: bool
+    #: the broker's sockets: ZMQ_RCVHWM
+    rcvhwm: int | None
+    #: the broker's sockets: ZMQ_SNDHWM
+    sndhwm: int | None
+
+
+class HwmSocketOptions(SocketOptions, total=False):
+    """``SocketOptions`` and ``hwm``: what a function that makes a socket passes on (``wires``,
+    the request-reply ``Client``)."""
+
+    #: ZMQ_SNDHWM and ZMQ_RCVHWM, messages (0: no limit)
+    hwm: int | None
 
 
 class CommonOptions(NamedTuple):

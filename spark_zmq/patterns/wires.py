@@ -8,15 +8,19 @@ endpoints, and return it as the contract's ``ReceivingWire`` or ``SendingWire``
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .endpoints import EndpointsSpec, parse_endpoints
 from .pipeline import Pull
 from .pubsub import Sub, XPub
 from .reroutingpush import ReroutingPush
 from .scattergather import Gather, Scatter
+from .socket_options import HwmSocketOptions
 from .wire_contract import ReceivingWire, SendingWire
 from .zmtppull import ZmtpPull
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["RECEIVING_PATTERNS", "SENDING_PATTERNS", "receiving_wire", "sending_wire"]
 
@@ -24,7 +28,7 @@ RECEIVING_PATTERNS = ("pull", "gather", "sub")
 SENDING_PATTERNS = ("push", "scatter", "pub")
 
 
-def receiving_wire(pattern: str, endpoints: EndpointsSpec, **options: Any) -> ReceivingWire:
+def receiving_wire(pattern: str, endpoints: EndpointsSpec, **options: Unpack[HwmSocketOptions]) -> ReceivingWire:
     """The receiving socket of ``pattern`` on ``endpoints``; ``options`` are the socket
     class's (``hwm``, ``linger``, ``curve``, ``heartbeat``, ``tuning``, ``rcvbuf``,
     ``max_message_bytes``, ``topics`` for ``sub``...).
@@ -54,7 +58,7 @@ def receiving_wire(pattern: str, endpoints: EndpointsSpec, **options: Any) -> Re
     raise ValueError(f"{pattern!r} is not a receiving data pattern; valid patterns: {', '.join(RECEIVING_PATTERNS)}")
 
 
-def sending_wire(pattern: str, endpoints: EndpointsSpec, **options: Any) -> SendingWire:
+def sending_wire(pattern: str, endpoints: EndpointsSpec, **options: Unpack[HwmSocketOptions]) -> SendingWire:
     """The sending socket of ``pattern`` on ``endpoints``; ``options`` are the socket
     class's (``hwm``, ``linger``, ``curve``, ``heartbeat``, ``tuning``, ``immediate``,
     ``monitor``; ``confirm`` and ``handshake_ivl`` for ``push`` and ``scatter``; ``nodrop``,

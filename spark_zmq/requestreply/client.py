@@ -38,7 +38,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import zmq
 
@@ -46,6 +46,10 @@ from ..errors import SparkZmqError
 from ..patterns.bounds import MAX_FRAMES, MessageBounds
 from ..patterns.endpoints import Endpoint, EndpointsSpec, parse_endpoints
 from ..patterns.reqrep import Dealer
+from ..patterns.socket_options import HwmSocketOptions
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["Client", "RequestTimeoutError"]
 
@@ -97,7 +101,7 @@ class Client:
     DEALERs'."""
 
     def __init__(self, endpoints: EndpointsSpec, *, timeout: float = 5.0, retries: int = 2,
-                 max_frames: int = MAX_FRAMES, **options: Any) -> None:
+                 max_frames: int = MAX_FRAMES, **options: Unpack[HwmSocketOptions]) -> None:
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) \
                 or timeout <= 0:
             raise ValueError(f"timeout must be a finite number of seconds > 0, not {timeout!r}")
