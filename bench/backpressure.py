@@ -12,6 +12,8 @@ import time
 
 from common import Producer, free_port, wait_for_rows, wait_started
 
+from spark_zmq.ingest.spool_layout import LOCK_FILE
+
 
 def _rss(pid: int) -> int:
     with open(f"/proc/{pid}/status") as f:
@@ -47,8 +49,8 @@ def connector(spark, count: int, size: int, spool_bytes: int, rows_per_trigger: 
         wait_started(query)
         # the receiving process owns the spool: the receiver process (receivers=processes,
         # the default) in receiver-0/, or the reader itself (threads) at the top
-        lock = os.path.join(spool, "receiver-0", "LOCK")
-        with open(lock if os.path.exists(lock) else os.path.join(spool, "LOCK")) as f:
+        lock = os.path.join(spool, "receiver-0", LOCK_FILE)
+        with open(lock if os.path.exists(lock) else os.path.join(spool, LOCK_FILE)) as f:
             pid = int(f.read().strip())
         baseline = _rss(pid)
 

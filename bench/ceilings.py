@@ -144,8 +144,8 @@ class Piece(InputPartition):
 def batch_rows(size: int) -> int:
     """Rows per record batch the connector's read yields for ``size``-byte messages: what
     ``coalesce`` joins under its default ``max_rows``/``max_bytes``, measured on a spool
-    batch of such messages (``spool_format.messages_to_batch``)."""
-    from spark_zmq.ingest.spool_format import messages_to_batch
+    batch of such messages (``batches.messages_to_batch``)."""
+    from spark_zmq.ingest.batches import messages_to_batch
     from spark_zmq.ingest.spool_reader import coalesce
 
     defaults = inspect.signature(coalesce).parameters

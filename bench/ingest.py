@@ -21,6 +21,8 @@ import pyarrow as pa
 import zmq
 from common import NodeProducer, Producer, Relay, free_port, register_ceilings, wait_for_rows, wait_started, warm_up
 
+from spark_zmq.ingest.spool_layout import LOCK_FILE
+
 # Messages sent through a fresh query before the measured run: enough for the JVM to have
 # compiled its hot paths (a one-row run of 300,000 messages still spent a third of the
 # JVM's CPU in the JIT compiler threads), so the figure is the steady state users run at.
@@ -98,7 +100,7 @@ def connector(spark, count: int, kind: str, arg: int, channels: int = 1, pattern
                 if relayed:
                     receiving = cpu_tree.used(before, after, cpu_tree.is_relay)
                 else:  # the reader's process, which holds the spool's lock and writes its pid there
-                    with open(os.path.join(work, "spool", "LOCK")) as lock:
+                    with open(os.path.join(work, "spool", LOCK_FILE)) as lock:
                         reader_pid = int(lock.read().strip())
                     receiving = cpu_tree.used(before, after, lambda p: p.pid == reader_pid)
                 producing = cpu_tree.used(before, after, lambda p: not cpu_tree.not_producer(p))

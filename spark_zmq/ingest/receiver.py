@@ -22,9 +22,9 @@ from ..patterns.endpoints import Endpoint
 from ..patterns.heartbeat import Heartbeat
 from ..patterns.message_block import MessageBlock
 from ..patterns.tuning import SocketTuning
+from .batches import block_to_batch, messages_to_batch
 from .spool import ChannelLog
 from .spool_budget import SpoolBudget
-from .spool_format import block_to_batch, messages_to_batch
 
 __all__ = ["Receiver", "open_channel_socket", "messages_to_batch"]
 

@@ -16,8 +16,9 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
+from ..ingest.batches import messages_to_batch
 from ..ingest.receiver import open_channel_socket
-from ..ingest.spool_format import SPOOL_SCHEMA, messages_to_batch
+from ..ingest.spool_format import SPOOL_SCHEMA
 from ..options import SourceOptions
 from ..task_gc import freeze_long_lived
 from .decoders import decoder_for

@@ -32,7 +32,7 @@ import pyarrow as pa
 
 from spark_zmq.ingest.receiver import messages_to_batch
 from spark_zmq.ingest.spool import Spool
-from spark_zmq.ingest.spool_layout import parse_segment_name
+from spark_zmq.ingest.spool_layout import channel_dir, list_segments, parse_segment_name
 from spark_zmq.ingest.spool_reader import read_range
 
 #: the os functions the spool's durability depends on; a crash can happen before any of them
@@ -65,11 +65,7 @@ def read_dict(spool_dir: str, start: int, end: int, spool_id: str | None = None,
 
 
 def segment_names(spool_dir: str, channel: int = 0) -> list[str]:
-    directory = os.path.join(spool_dir, f"ch-{channel}")
-    try:
-        return sorted(n for n in os.listdir(directory) if parse_segment_name(n) is not None)
-    except FileNotFoundError:
-        return []
+    return [name for _, _, name in list_segments(channel_dir(spool_dir, channel))]
 
 
 def check_index(log, spool_dir: str) -> None:

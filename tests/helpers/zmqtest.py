@@ -167,7 +167,9 @@ def arrow_message(batch: pa.RecordBatch) -> bytes:
 
 def reader_pid(spool_dir: str) -> int:
     """The pid of the driver-side process that owns the spool (written in its LOCK file)."""
-    with open(os.path.join(spool_dir, "LOCK")) as f:
+    from spark_zmq.ingest.spool_layout import LOCK_FILE
+
+    with open(os.path.join(spool_dir, LOCK_FILE)) as f:
         return int(f.read().strip())
 
 

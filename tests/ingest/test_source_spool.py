@@ -294,7 +294,7 @@ def test_a_receiving_process_never_imports_pandas(tmp_path):
 import sys
 import spark_zmq.relay.child, spark_zmq.ingest.receiver
 from spark_zmq.ingest.spool import Spool
-from spark_zmq.ingest.spool_format import messages_to_batch
+from spark_zmq.ingest.batches import messages_to_batch
 spool = Spool({str(tmp_path / "spool")!r}, 1)
 log = spool.channels[0]
 arrow = open({str(message)!r}, "rb").read()

@@ -451,6 +451,7 @@ def test_a_symlink_in_place_of_a_channel_directory_is_refused(tmp_path):
     assert os.listdir(target) == []
 
 
+# the file names as they are on disk, on purpose (spool_layout spells them for the code)
 @pytest.mark.parametrize("name", ["LOCK", "SPOOL_ID", "OWNER"])
 def test_a_symlink_planted_at_a_spool_file_is_not_followed(tmp_path, name):
     """LOCK is opened with O_NOFOLLOW: a planted link makes Spool() raise SpoolSecurityError

@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from zmqtest import examples
 
-from spark_zmq.ingest.spool_format import RecordEncoder, encode_record_header, messages_to_batch
+from spark_zmq.ingest.batches import messages_to_batch
+from spark_zmq.ingest.spool_format import RecordEncoder, encode_record_header
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -4,8 +4,8 @@ restart of the spool (its record of freed segments is kept in the channel's dire
 
 from __future__ import annotations
 
+from spark_zmq.ingest.batches import messages_to_batch
 from spark_zmq.ingest.spool import Spool
-from spark_zmq.ingest.spool_format import messages_to_batch
 
 T0 = 1_767_225_600_000_000  # microseconds since the epoch
 

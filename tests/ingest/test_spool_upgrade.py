@@ -16,6 +16,7 @@ import zlib
 import pytest
 import xxhash
 
+from spark_zmq.ingest.batches import messages_to_batch
 from spark_zmq.ingest.loss import DataLossError
 from spark_zmq.ingest.spool import Spool
 from spark_zmq.ingest.spool_format import (
@@ -23,8 +24,8 @@ from spark_zmq.ingest.spool_format import (
     SEGMENT_HEADER_SIZE,
     SpoolFormatError,
     decode_segment_header,
-    messages_to_batch,
 )
+from spark_zmq.ingest.spool_layout import channel_dir
 from spark_zmq.ingest.spool_reader import read_range, skip_loss
 
 pytestmark = pytest.mark.timeout(60)
@@ -50,7 +51,7 @@ def _messages(spool_dir: str, channel: int, start: int, end: int, on_loss=None) 
 
 
 def _segments(spool_dir: str, channel: int) -> list[str]:
-    directory = os.path.join(spool_dir, f"ch-{channel}")
+    directory = channel_dir(spool_dir, channel)
     return [os.path.join(directory, name) for name in sorted(os.listdir(directory))]
 
 

@@ -21,9 +21,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from zmqtest import examples, free_ports, wait_until
 
+from spark_zmq.ingest.batches import messages_to_batch
 from spark_zmq.ingest.loss import DataLossError, LossPolicy, LostRange
 from spark_zmq.ingest.runtime import RangeInfo
-from spark_zmq.ingest.spool_format import messages_to_batch
 from spark_zmq.options import SourceOptions
 from spark_zmq.source.exactly_once import ExactlyOnce, is_foreign, skip_freed
 from spark_zmq.source.offsets import ChannelOffsets

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
-from spark_zmq.ingest.spool_format import messages_to_batch
+from spark_zmq.ingest.batches import messages_to_batch
 from spark_zmq.source.decoders import JsonDecoder
 
 pytestmark = pytest.mark.timeout(60)

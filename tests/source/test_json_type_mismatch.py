@@ -11,7 +11,7 @@ import logging
 import pytest
 from pyspark.sql.types import DoubleType, IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
-from spark_zmq.ingest.spool_format import messages_to_batch
+from spark_zmq.ingest.batches import messages_to_batch
 from spark_zmq.source.decoders import JsonDecoder, MalformedMessageError
 
 pytestmark = pytest.mark.timeout(60)

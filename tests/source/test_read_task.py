@@ -9,7 +9,8 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.types import LongType, StructField, StructType
 
-from spark_zmq.ingest.spool_format import SPOOL_SCHEMA, messages_to_batch
+from spark_zmq.ingest.batches import messages_to_batch
+from spark_zmq.ingest.spool_format import SPOOL_SCHEMA
 from spark_zmq.options import SourceOptions
 from spark_zmq.sink.encoders.arrow import arrow_message
 from spark_zmq.source.batch import ZmqBatchReader

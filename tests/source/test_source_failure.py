@@ -18,6 +18,7 @@ import pytest
 from zmqtest import Producer, dir_bytes, reader_pid, rss_bytes, stop_all, wait_until
 
 from spark_zmq import procstat
+from spark_zmq.ingest.spool_layout import LOCK_FILE
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
@@ -154,7 +155,7 @@ def test_backpressure_blocks_producer_bounds_memory_and_loses_nothing(spark, fre
              .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(processingTime="100 milliseconds").start())
     producer = Producer(endpoint, [b"%08d" % i + b"x" * (size - 8) for i in range(total)], hwm=100)
     try:
-        wait_until(lambda: os.path.exists(os.path.join(spool_dir, "LOCK")) and query.recentProgress, 60, "the receiver")
+        wait_until(lambda: os.path.exists(os.path.join(spool_dir, LOCK_FILE)) and query.recentProgress, 60, "the receiver")
         pid = reader_pid(spool_dir)
         rss_start = rss_bytes(pid)
         producer.start()

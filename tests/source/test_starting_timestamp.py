@@ -10,8 +10,8 @@ import os
 import pytest
 from zmqtest import run_available_now
 
+from spark_zmq.ingest.batches import messages_to_batch
 from spark_zmq.ingest.spool import Spool
-from spark_zmq.ingest.spool_format import messages_to_batch
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(240)]
 

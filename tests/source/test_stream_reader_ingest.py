@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 from zmqtest import free_ports
 
+from spark_zmq.ingest.batches import messages_to_batch
 from spark_zmq.ingest.loss import DataLossError
-from spark_zmq.ingest.spool_format import messages_to_batch
 from spark_zmq.options import SourceOptions
 from spark_zmq.source.reader_ingest import Ingest, open_ingest
 from spark_zmq.source.schema_contract import default_schema
