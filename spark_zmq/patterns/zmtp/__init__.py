@@ -5,7 +5,8 @@ Layers, each usable and testable on its own:
 
 * ``codec``: frames as bytes, the one parser and the one encoder (no I/O);
 * ``wire``: greeting, commands and metadata as bytes (no I/O);
-* ``null`` and ``curve``: the security mechanisms as sans-I/O state machines;
+* ``null`` and ``curve``: the security mechanisms as sans-I/O state machines, each
+  satisfying ``mechanism.Mechanism`` (what a connection asks of one, libzmq's ``mechanism_t``);
 * ``policies``: round-robin and fair queueing over peers (no I/O);
 * ``engine``: one I/O thread per socket that accepts, connects, reconnects, handshakes and
   moves frames between TCP/IPC streams and per-peer queues, built from ``connection``

@@ -28,11 +28,7 @@ from .codec import COMMAND, Chunk, EngineMessage, frame_header
 from .wire import GREETING_SIZE
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .curve import CurveClient, CurveServer
-    from .null import NullMechanism
-
-    #: the security mechanism of one connection
-    Mechanism = NullMechanism | CurveClient | CurveServer
+    from .mechanism import Mechanism
 
 __all__ = ["Peer", "Connector", "Connection", "GREETING", "HANDSHAKE", "READY", "CLOSED"]
 

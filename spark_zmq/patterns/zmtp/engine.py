@@ -37,13 +37,13 @@ and fair queueing), ``connection`` (one connection's state), ``stream`` (the pro
 connection: one ``StreamEngine`` object per connection), ``owner`` (the narrow interface
 between such an object and its owner, and the settings it is given), ``sessions``
 (listeners, connectors and connections: accepting, connecting, closing and re-routing; the
-owner of every connection), ``security`` (each connection's mechanism), ``state`` (what the
-application's calls and the I/O thread share under the lock), ``poller`` (the I/O thread's
-loop). ``Engine`` is the sockets' only way in: it makes the shared state, the loop and the
-session manager and holds them (it inherits from none), waits on the shared state for the
-application and hands the session manager what it needs when it is made. The modules
-import one way (engine -> sessions -> stream -> connection -> codec), so each can be read
-without the ones above it.
+owner of every connection), ``security`` (each connection's mechanism, a
+``mechanism.Mechanism``), ``state`` (what the application's calls and the I/O thread share
+under the lock), ``poller`` (the I/O thread's loop). ``Engine`` is the sockets' only way
+in: it makes the shared state, the loop and the session manager and holds them (it
+inherits from none), waits on the shared state for the application and hands the session
+manager what it needs when it is made. The modules import one way (engine -> sessions ->
+stream -> connection -> codec), so each can be read without the ones above it.
 """
 
 from __future__ import annotations

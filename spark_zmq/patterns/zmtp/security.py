@@ -15,7 +15,8 @@ from .null import NullMechanism
 
 if TYPE_CHECKING:
     from ..curve import Curve
-    from .connection import Connection, Mechanism
+    from .connection import Connection
+    from .mechanism import Mechanism
     from .stream import StreamEngine
 
 __all__ = ["Security"]

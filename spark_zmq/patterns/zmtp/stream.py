@@ -34,7 +34,7 @@ from .owner import Renegotiate
 from .wire import GREETING_SIZE, command, error_from_command, greeting, parse_command, parse_greeting, socket_type_of
 
 if TYPE_CHECKING:
-    from .connection import Mechanism
+    from .mechanism import Mechanism
     from .owner import ConnectionOwner, Settings
 
 #: the engine's logger: one name for all its parts, so one logging setting covers the engine
