@@ -8,14 +8,20 @@ under the lock, the round-robin and fair-queue policies, the counters, the other
 connections, reconnecting) is the owner's, reached only through ``ConnectionOwner``.
 So the protocol never reads an attribute of the engine, and the modules import one way:
 ``engine`` -> ``sessions`` -> ``stream`` -> ``connection``, each of them -> ``owner``
-(which imports only ``codec``, and ``connection`` for the type checker).
+(which imports only ``codec``, and ``connection`` for the type checker). However a
+connection ends, its owner hears it once, from ``ConnectionOwner.ended`` with an
+``EndReason`` (libzmq's ``engine_error(reason)``).
 """
 
 from __future__ import annotations
 
+import enum
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
+
+import zmq
 
 from ..message_block import MessageRun
 from .codec import ZmtpError
@@ -55,7 +61,53 @@ class Renegotiate(ZmtpError):
     """The peer told us its socket type after we announced ours (we had to speak first) and
     wants the other answer (a PUSH peer needs a PULL, not a GATHER): not a refusal. The
     connection is closed and opened again at once, announcing what the peer accepts, and
-    the endpoint keeps its queue (``ConnectionOwner.failed``)."""
+    the endpoint keeps its queue (``EndReason.RENEGOTIATE``)."""
+
+
+class EndReason(enum.Enum):
+    """Why a connection ended, as its protocol tells its owner (``ConnectionOwner.ended``):
+    libzmq's ``stream_engine_base_t::error_reason_t`` (``protocol_error``,
+    ``connection_error``, ``timeout_error``), named finer where the owner acts differently.
+    Whatever the reason, the messages the connection held go back to the socket (its
+    endpoint's queue, or the socket's orphans) and a connect endpoint reconnects."""
+
+    #: the peer closed the connection (end of stream; no ``exc``). libzmq: ``connection_error``.
+    #: This and ``CONNECTION_BROKEN`` during the handshake: the peer refused it or is no
+    #: ZeroMQ peer (``EVENT_HANDSHAKE_FAILED_NO_DETAIL``; a CURVE connector tries the other
+    #: socket type next)
+    PEER_CLOSED = "peer closed"
+    #: the OS socket failed (ECONNRESET, EPIPE, ...: ``exc.value`` is the errno); counted in
+    #: ``broken_connections`` once READY. libzmq: ``connection_error``
+    CONNECTION_BROKEN = "connection broken"
+    #: the peer broke ZMTP or was refused (``exc``: what libzmq's monitor reports; its ERROR
+    #: reply, if any, was sent). libzmq: ``protocol_error``
+    PROTOCOL_ERROR = "protocol error"
+    #: the peer told us its socket type after we announced ours and wants the other answer
+    #: (``exc`` a ``Renegotiate``): not a failure, the endpoint reconnects at once and keeps
+    #: its queue. libzmq has none (it refuses the handshake: ``protocol_error``)
+    RENEGOTIATE = "renegotiate"
+    #: the greeting and handshake took longer than ``handshake_ivl`` (``exc``). libzmq:
+    #: ``timeout_error`` (its handshake timer)
+    HANDSHAKE_TIMEOUT = "handshake timeout"
+    #: the peer stayed silent past the heartbeat timeout after our PING, or past its own
+    #: PING's TTL (``exc``); counted in ``heartbeat_timeouts``. libzmq: ``timeout_error``
+    HEARTBEAT_TIMEOUT = "heartbeat timeout"
+    #: a non-blocking connect failed (no ``exc``; no event, no log: the endpoint retries).
+    #: libzmq: its connecter's failure, before an engine exists
+    CONNECT_FAILED = "connect failed"
+    #: an unexpected exception of ours on the connection (logged where it was caught; no
+    #: ``exc``): the connection is closed rather than left out of step with its stream.
+    #: libzmq has none
+    INTERNAL_ERROR = "internal error"
+
+
+def socket_failed(exc: OSError) -> tuple[EndReason, ZmtpError | None]:
+    """Why a connection whose OS socket raised ``exc`` ended: ``CONNECTION_BROKEN`` with its
+    errno (``ZmtpError.value``), or, without one, ``PEER_CLOSED``."""
+    code = exc.errno
+    if not code:
+        return EndReason.PEER_CLOSED, None
+    return EndReason.CONNECTION_BROKEN, ZmtpError(f"connection broken: {os.strerror(code)}", zmq.EVENT_DISCONNECTED, code)
 
 
 class ConnectionOwner(Protocol):
@@ -93,21 +145,12 @@ class ConnectionOwner(Protocol):
         take back to the connection (``StreamEngine.on_command``: PING, ERROR)."""
         ...
 
-    def lost(self, conn: Connection, code: int) -> None:
-        """The peer closed ``conn`` (``code`` 0) or it broke (an errno)."""
-        ...
-
-    def failed(self, conn: Connection, exc: ZmtpError) -> None:
-        """``conn`` broke the protocol or was refused (its ERROR reply, if any, was sent)."""
-        ...
-
-    def expired(self, conn: Connection, exc: ZmtpError) -> None:
-        """The peer of ``conn`` stayed silent past the heartbeat timeout or its PING's TTL."""
-        ...
-
-    def abort(self, conn: Connection, *, quiet: bool = False) -> None:
-        """Close ``conn`` (a failed connect, ``quiet``; an error of ours): its messages go
-        back to the socket."""
+    def ended(self, conn: Connection, reason: EndReason, exc: ZmtpError | None = None) -> None:
+        """``conn`` is over, for ``reason`` (``exc``: what happened, where the reason has one;
+        see ``EndReason``): the owner closes it, settles its messages and decides whether
+        and when its endpoint reconnects (libzmq's ``i_engine`` reporting
+        ``engine_error(reason)`` to its session). Called once per connection; a call for a
+        connection already closed does nothing."""
         ...
 
     def discarded(self, count: int) -> None:

@@ -29,7 +29,7 @@ from ..message_block import MessageRun
 from . import transport
 from .codec import EngineMessage, ZmtpError
 from .connection import CLOSED, GREETING, HANDSHAKE, READY, Connection, Connector, Peer
-from .owner import Renegotiate, Settings
+from .owner import EndReason, Settings
 from .security import Security
 from .stream import StreamEngine
 
@@ -138,7 +138,8 @@ class Sessions:
             if conn.stage in (GREETING, HANDSHAKE):
                 if now >= conn.deadline:
                     conn.fail(ZmtpError("the peer did not complete the handshake in time",
-                                        zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL, errno.ETIMEDOUT))
+                                        zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL, errno.ETIMEDOUT),
+                              EndReason.HANDSHAKE_TIMEOUT)
                 else:
                     delay = min(delay, conn.deadline - now)
             elif conn.stage == READY and self._settings.heartbeat.enabled:
@@ -327,16 +328,27 @@ class Sessions:
     def discarded(self, count: int) -> None:
         self._state.discarded_multipart += count
 
-    def expired(self, conn: Connection, exc: ZmtpError) -> None:
-        self._state.heartbeat_timeouts += 1
-        self.failed(conn, exc)
-
-    def abort(self, conn: Connection, *, quiet: bool = False) -> None:
-        self._close(conn, requeue=True, quiet=quiet)
-
     # -- failing and closing -----------------------------------------------------------
 
-    def lost(self, conn: Connection, code: int) -> None:
+    def ended(self, conn: Connection, reason: EndReason, exc: ZmtpError | None = None) -> None:
+        """``conn`` is over (``owner.EndReason`` says what each reason does here)."""
+        if conn.stage == CLOSED:
+            return
+        if reason is EndReason.PEER_CLOSED or reason is EndReason.CONNECTION_BROKEN:
+            self._lost(conn, exc.value if exc is not None else 0)
+        elif reason is EndReason.RENEGOTIATE:
+            log.debug("%s: %s: %s", self._settings.label, conn.endpoint, exc)
+            conn.retry_now = True
+            self._close(conn, requeue=True)
+        elif reason is EndReason.CONNECT_FAILED or reason is EndReason.INTERNAL_ERROR:
+            self._close(conn, requeue=True, quiet=reason is EndReason.CONNECT_FAILED)
+        else:  # PROTOCOL_ERROR, HANDSHAKE_TIMEOUT, HEARTBEAT_TIMEOUT: each carries its ZmtpError
+            assert exc is not None
+            if reason is EndReason.HEARTBEAT_TIMEOUT:
+                self._state.heartbeat_timeouts += 1
+            self._failed(conn, exc)
+
+    def _lost(self, conn: Connection, code: int) -> None:
         """The peer closed the connection (``code`` 0) or it broke (an errno)."""
         if conn.stage == READY and code:
             self._state.broken_connections += 1
@@ -359,15 +371,8 @@ class Sessions:
         answers = list(dict.fromkeys(self._settings.peer_types.values()))
         return answers[(answers.index(declared) + 1) % len(answers)] if declared in answers else self._settings.socket_type
 
-    def failed(self, conn: Connection, exc: ZmtpError) -> None:
-        """``conn`` broke the protocol or was refused (``StreamEngine.fail`` sent its ERROR)."""
-        if conn.stage == CLOSED:
-            return
-        if isinstance(exc, Renegotiate):
-            log.debug("%s: %s: %s", self._settings.label, conn.endpoint, exc)
-            conn.retry_now = True
-            self._close(conn, requeue=True)
-            return
+    def _failed(self, conn: Connection, exc: ZmtpError) -> None:
+        """``conn`` broke the protocol, was refused or timed out (``StreamEngine.fail`` sent its ERROR)."""
         if conn.stage != READY:
             conn.refused = True
             if conn.connector is not None:

@@ -5,7 +5,7 @@ socket, the greeting, the mechanism's handshake, frames in both directions, comm
 ``StreamEngine`` is one connection's protocol object: a ``Connection`` (its state) with
 the methods that parse and write its bytes. It gets the socket's settings when it is made
 (``owner.Settings``) and reaches the socket only through ``owner.ConnectionOwner``
-(deliver, take outgoing, lost/failed/abort, emit, due), as libzmq's stream engine talks to
+(deliver, take outgoing, ended with a reason, emit, due), as libzmq's stream engine talks to
 its session: it reads no attribute of the engine, so the protocol can be read, and
 tested, as one object, and no module of the engine imports another back. The hot paths
 (``_read`` -> ``_feed`` -> ``_message_frames`` -> ``_frames_in_order``, and ``_flush`` ->
@@ -30,7 +30,7 @@ import zmq
 from . import codec
 from .codec import COMMAND, MORE, ParsedFrame, ZmtpError, parse_frames
 from .connection import CLOSED, GREETING, HANDSHAKE, READY, Connection, Connector
-from .owner import Renegotiate
+from .owner import EndReason, Renegotiate, socket_failed
 from .wire import GREETING_SIZE, command, error_from_command, greeting, parse_command, parse_greeting, socket_type_of
 
 if TYPE_CHECKING:
@@ -83,7 +83,7 @@ class StreamEngine(Connection):
         if self.connecting and mask & selectors.EVENT_WRITE:
             code = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
             if code:
-                self.owner.abort(self, quiet=True)
+                self.owner.ended(self, EndReason.CONNECT_FAILED)
                 return
             self.connecting = False
             self.start_greeting()
@@ -97,7 +97,7 @@ class StreamEngine(Connection):
         except Exception:  # a bug of ours: never leave a connection out of step with its stream
             log.exception("%s: unexpected error on the connection of %s; closing it", self.settings.label,
                           self.address)
-            self.owner.abort(self)
+            self.owner.ended(self, EndReason.INTERNAL_ERROR)
 
     def _read(self) -> None:
         for _ in range(16):  # bounded, so one busy peer cannot starve the others
@@ -108,10 +108,10 @@ class StreamEngine(Connection):
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:
-                self.owner.lost(self, exc.errno or 0)
+                self.owner.ended(self, *socket_failed(exc))
                 return
             if not data:
-                self.owner.lost(self, 0)
+                self.owner.ended(self, EndReason.PEER_CLOSED)
                 return
             self.heard_from_peer(time.monotonic())
             self._feed(data)
@@ -145,18 +145,20 @@ class StreamEngine(Connection):
         except OSError:
             pass
 
-    def fail(self, exc: ZmtpError) -> None:
-        """The connection broke the protocol or was refused: the ERROR reply ``exc``
-        carries, if any, is written as it can be, and the owner closes the connection."""
+    def fail(self, exc: ZmtpError, reason: EndReason = EndReason.PROTOCOL_ERROR) -> None:
+        """The connection broke the protocol, was refused or (``reason``) timed out: the ERROR
+        reply ``exc`` carries, if any, is written as it can be; the owner closes the connection."""
         if self.stage == CLOSED:
             return
-        if exc.reply is not None and not isinstance(exc, Renegotiate):
+        if isinstance(exc, Renegotiate):
+            reason = EndReason.RENEGOTIATE
+        elif exc.reply is not None:
             self.queue_frame(COMMAND, exc.reply)
             try:
                 self._write()
             except OSError:
                 pass
-        self.owner.failed(self, exc)
+        self.owner.ended(self, reason, exc)
 
     # -- input: greeting, handshake, frames --------------------------------------------
 
@@ -385,7 +387,7 @@ class StreamEngine(Connection):
         settings = self.settings
         expired = self.heartbeat_expired(now, settings.heartbeat, settings.ack_liveness_bytes)
         if expired is not None:
-            self.owner.expired(self, ZmtpError(expired, zmq.EVENT_DISCONNECTED, errno.ETIMEDOUT))
+            self.owner.ended(self, EndReason.HEARTBEAT_TIMEOUT, ZmtpError(expired, zmq.EVENT_DISCONNECTED, errno.ETIMEDOUT))
             return 1.0
         if self.ping_due(now, settings.heartbeat, settings.receive_only) \
                 and self.out_bytes < _MAX_PENDING_REPLY_BYTES and not self.finished:
@@ -408,7 +410,7 @@ class StreamEngine(Connection):
             self.fail(exc)
             return
         except OSError as exc:
-            self.owner.lost(self, exc.errno or 0)
+            self.owner.ended(self, *socket_failed(exc))
             return
         if self.stage == CLOSED:
             return
