@@ -69,7 +69,9 @@ class EndReason(enum.Enum):
     libzmq's ``stream_engine_base_t::error_reason_t`` (``protocol_error``,
     ``connection_error``, ``timeout_error``), named finer where the owner acts differently.
     Whatever the reason, the messages the connection held go back to the socket (its
-    endpoint's queue, or the socket's orphans) and a connect endpoint reconnects."""
+    endpoint's queue, or the socket's orphans), a connect endpoint reconnects and, for a
+    connection past its handshake, the monitor gets ``EVENT_DISCONNECTED`` and a peer that
+    left holding messages of ours counts in ``lost_peers``."""
 
     #: the peer closed the connection (end of stream; no ``exc``). libzmq: ``connection_error``.
     #: This and ``CONNECTION_BROKEN`` during the handshake: the peer refused it or is no
@@ -80,17 +82,20 @@ class EndReason(enum.Enum):
     #: ``broken_connections`` once READY. libzmq: ``connection_error``
     CONNECTION_BROKEN = "connection broken"
     #: the peer broke ZMTP or was refused (``exc``: what libzmq's monitor reports; its ERROR
-    #: reply, if any, was sent). libzmq: ``protocol_error``
+    #: reply, if any, was sent): during the handshake, that monitor event and a longer wait
+    #: before a connect endpoint's next try; after it, counted in ``broken_connections`` (and a
+    #: CURVE gap in ``sequence_gaps``) and logged. libzmq: ``protocol_error``
     PROTOCOL_ERROR = "protocol error"
     #: the peer told us its socket type after we announced ours and wants the other answer
     #: (``exc`` a ``Renegotiate``): not a failure, the endpoint reconnects at once and keeps
     #: its queue. libzmq has none (it refuses the handshake: ``protocol_error``)
     RENEGOTIATE = "renegotiate"
-    #: the greeting and handshake took longer than ``handshake_ivl`` (``exc``). libzmq:
-    #: ``timeout_error`` (its handshake timer)
+    #: the greeting and handshake took longer than ``handshake_ivl`` (``exc``; then as
+    #: ``PROTOCOL_ERROR``). libzmq: ``timeout_error`` (its handshake timer)
     HANDSHAKE_TIMEOUT = "handshake timeout"
     #: the peer stayed silent past the heartbeat timeout after our PING, or past its own
-    #: PING's TTL (``exc``); counted in ``heartbeat_timeouts``. libzmq: ``timeout_error``
+    #: PING's TTL (``exc``); counted in ``heartbeat_timeouts``, then as ``PROTOCOL_ERROR``.
+    #: libzmq: ``timeout_error``
     HEARTBEAT_TIMEOUT = "heartbeat timeout"
     #: a non-blocking connect failed (no ``exc``; no event, no log: the endpoint retries).
     #: libzmq: its connecter's failure, before an engine exists
@@ -149,8 +154,8 @@ class ConnectionOwner(Protocol):
         """``conn`` is over, for ``reason`` (``exc``: what happened, where the reason has one;
         see ``EndReason``): the owner closes it, settles its messages and decides whether
         and when its endpoint reconnects (libzmq's ``i_engine`` reporting
-        ``engine_error(reason)`` to its session). Called once per connection; a call for a
-        connection already closed does nothing."""
+        ``engine_error(reason)`` to its session). The first call closes the connection; a
+        later one for the same connection does nothing."""
         ...
 
     def discarded(self, count: int) -> None:
