@@ -192,7 +192,7 @@ def relay_metrics(relay: Any) -> Callable[[], Iterator[Any]]:
                     lag.add_metric([reader["name"], str(c)], max(0, channels[c].next_offset - offset))
         yield from (committed, lag, holding)
         yield GaugeMetricFamily("spark_zmq_relay_spool_limit_bytes", "What the spool may take before the relay "
-                                "stops reading (maxSpoolBytes).", value=relay.options.max_spool_bytes)
+                                "stops reading (maxSpoolBytes).", value=relay.config.max_spool_bytes)
         try:
             free = shutil.disk_usage(relay.ingest.spool.spool_dir).free
         except OSError:

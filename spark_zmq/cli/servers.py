@@ -133,6 +133,7 @@ def relay_command(
     relayReader); what a registered reader has not committed is kept, within --retention-bytes and
     --retention-seconds."""
     given = dict(locals())  # the arguments by name, before any other local: the flags' values
+    from ..ingest.config import IngestConfig
     from ..relay.run import serve
 
     check_metrics(metrics)
@@ -164,7 +165,7 @@ def relay_command(
         err_console.print(f"[yellow]warning:[/] {escape(address)} serves the spool without CURVE: anyone who "
                           "reaches it can read the messages (see --curve-certificate / --reader-authorized-keys)")
     try:
-        code = serve(options, address, listen_curve, retention_bytes=retained, retention_s=retention_seconds,
+        code = serve(IngestConfig.from_options(options), address, listen_curve, retention_bytes=retained, retention_s=retention_seconds,
                      metrics=metrics)
     except Exception as exc:  # a bind error, a locked spool: the reason, not a trace  # noqa: BLE001
         print_error(f"{type(exc).__name__}: {exc}")

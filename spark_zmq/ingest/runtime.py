@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..options import SourceOptions
+from .config import IngestConfig
 from .fetch import SpoolServer
 from .loss import LostRange
 from .receiver import Receiver, open_channel_socket
@@ -49,28 +49,28 @@ class IngestRuntime:
     service too, for read tasks that cannot see the spool directory, listening on
     ``fetch_host`` (the caller's answer to "which address do executors use")."""
 
-    def __init__(self, options: SourceOptions, *, serve_fetch: bool = False, fetch_host: str | None = None) -> None:
-        self.options = options
+    def __init__(self, config: IngestConfig, *, serve_fetch: bool = False, fetch_host: str | None = None) -> None:
+        self.config = config
         self.spool = Spool(
-            options.spool_dir, len(options.endpoints), fsync=options.spool_fsync, max_bytes=options.max_spool_bytes
+            config.spool_dir, len(config.endpoints), fsync=config.spool_fsync, max_bytes=config.max_spool_bytes
         )
-        self.budget = SpoolBudget(options.max_spool_bytes, self.spool.channels)
+        self.budget = SpoolBudget(config.max_spool_bytes, self.spool.channels)
         #: where the spool ended when this query started: startingOffsets=latest begins here,
         #: whichever offset call (initialOffset or prepareForTriggerAvailableNow) came first.
         self.start_offsets = self.spool.latest()
         self.receivers: list[Receiver] = []
         self.started = False
         try:
-            for endpoint, channel_log in zip(options.endpoints, self.spool.channels):
+            for endpoint, channel_log in zip(config.endpoints, self.spool.channels):
                 socket = open_channel_socket(
-                    options.pattern, endpoint, hwm=options.hwm, topics=options.topics,
-                    max_message_bytes=options.max_message_bytes, curve=options.curve,
-                    heartbeat=options.heartbeat, rcvbuf=options.receive_buffer_bytes, tuning=options.tuning,
+                    config.pattern, endpoint, hwm=config.hwm, topics=config.topics,
+                    max_message_bytes=config.max_message_bytes, curve=config.curve,
+                    heartbeat=config.heartbeat, rcvbuf=config.receive_buffer_bytes, tuning=config.tuning,
                 )
                 self.receivers.append(
                     Receiver(
-                        socket, channel_log, self.budget, options.format,
-                        batch_bytes=min(8 << 20, options.max_spool_bytes // 4),
+                        socket, channel_log, self.budget, config.format,
+                        batch_bytes=min(8 << 20, config.max_spool_bytes // 4),
                     )
                 )
         except BaseException:
@@ -82,8 +82,8 @@ class IngestRuntime:
         if serve_fetch:
             try:
                 self.server = SpoolServer(
-                    options.spool_dir, host=fetch_host or options.spool_server_host,
-                    ports=options.spool_server_port, spool_id=self.spool.spool_id,
+                    config.spool_dir, host=fetch_host or config.spool_server_host,
+                    ports=config.spool_server_port, spool_id=self.spool.spool_id,
                     locate=lambda channel, offset: self.spool.channels[channel].locate(offset),
                     channels=len(self.spool.channels),
                 )
@@ -110,11 +110,11 @@ class IngestRuntime:
     @property
     def where(self) -> str:
         """The spool, for messages."""
-        return repr(self.options.spool_dir)
+        return repr(self.config.spool_dir)
 
     @property
     def channel_names(self) -> list[str]:
-        return [str(endpoint) for endpoint in self.options.endpoints]
+        return [str(endpoint) for endpoint in self.config.endpoints]
 
     def earliest(self) -> dict[str, int]:
         return self.spool.earliest()
@@ -136,7 +136,7 @@ class IngestRuntime:
             if receiver.error is not None:
                 raise RuntimeError(
                     f"the ZeroMQ receiver of channel {receiver.log.channel} "
-                    f"({self.options.endpoints[receiver.log.channel]}) failed: {receiver.error!r}"
+                    f"({self.config.endpoints[receiver.log.channel]}) failed: {receiver.error!r}"
                 ) from receiver.error
 
     def drain_until_idle(self, idle_s: float) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import pickle
 import sys
 
+from ..ingest.config import IngestConfig
 from ..patterns.curve import Curve
 from ..patterns.curve_keys import KeyPair
 from .run import serve
@@ -24,7 +25,7 @@ def main() -> int:
     config = pickle.load(sys.stdin.buffer)  # stdin stays open: its end of file is the parent's end
     listen_curve = Curve.server(KeyPair(*config["server_keys"]), frozenset({config["client_public"]}))
     try:
-        return serve(config["options"], config["listen"], listen_curve, parent_pid=config["parent"],
+        return serve(IngestConfig.from_options(config["options"]), config["listen"], listen_curve, parent_pid=config["parent"],
                      start_receivers=False, linger_s=config.get("linger_s", 0.0), parent_pipe=sys.stdin.buffer)
     except Exception as exc:  # a bind error, a locked spool: the reason, for the parent to report  # noqa: BLE001
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)

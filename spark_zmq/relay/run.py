@@ -20,7 +20,7 @@ import threading
 import time
 from typing import BinaryIO
 
-from ..options import SourceOptions
+from ..ingest.config import IngestConfig
 from ..patterns.curve import Curve
 from ..patterns.deadlines import IDLE_SLICE_S
 from .server import Relay
@@ -61,7 +61,7 @@ def _watch_parent(pipe: BinaryIO, gone: threading.Event, stop: threading.Event) 
     stop.set()
 
 
-def serve(options: SourceOptions, listen: str | list[str], listen_curve: Curve | None = None,
+def serve(config: IngestConfig, listen: str | list[str], listen_curve: Curve | None = None,
           parent_pid: int | None = None, start_receivers: bool = True, linger_s: float = 0.0,
           retention_bytes: int | None = None, retention_s: float | None = None,
           metrics: str | None = None, parent_pipe: BinaryIO | None = None) -> int:
@@ -81,13 +81,13 @@ def serve(options: SourceOptions, listen: str | list[str], listen_curve: Curve |
     drain = True
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        relay = Relay(options, listen, listen_curve=listen_curve, start_receivers=start_receivers,
+        relay = Relay(config, listen, listen_curve=listen_curve, start_receivers=start_receivers,
                       retention_bytes=retention_bytes, retention_s=retention_s, bind_reader_keys=parent_pid is None)
-        spool_identity = _identity(options.spool_dir)
+        spool_identity = _identity(config.spool_dir)
         scrape = None
         try:
             ready = {"listen": relay.listen, "spool": relay.ingest.spool.spool_id,
-                     "spoolDir": options.spool_dir, "channels": [str(e) for e in options.endpoints]}
+                     "spoolDir": config.spool_dir, "channels": [str(e) for e in config.endpoints]}
             if metrics is not None:
                 from ..metrics import relay_metrics, serve_metrics
 
@@ -105,11 +105,11 @@ def serve(options: SourceOptions, listen: str | list[str], listen_curve: Curve |
                     return 0
                 lingers = parent_pid is not None and linger_s > 0
                 unheld = relay.readers.unheld_for() if lingers else None
-                if lingers and _identity(options.spool_dir) != spool_identity:
+                if lingers and _identity(config.spool_dir) != spool_identity:
                     # deleted with what it held (and perhaps made again by the query that
                     # wants its port): nothing to drain into, and its port is wanted
                     log.warning("relay: its spool directory %s is gone; stopping",
-                                options.spool_dir)
+                                config.spool_dir)
                     drain = False
                     return 0
                 if unheld is not None and unheld > linger_s:

@@ -49,9 +49,9 @@ import threading
 import time
 from typing import Any, Protocol
 
+from ..ingest.config import IngestConfig
 from ..ingest.fetch import FREED, SpoolServer, bind_first, loss_reply
 from ..ingest.runtime import IngestRuntime, describe_range
-from ..options import SourceOptions
 from ..patterns import Router
 from ..patterns.curve import Curve
 from .messages import (
@@ -113,10 +113,10 @@ class Relay:
     """Receivers + spool (an ``IngestRuntime``) + the ROUTER that serves them to its readers (one query at a
     time under each reader name), + the retention that bounds what lagging readers hold."""
 
-    def __init__(self, options: SourceOptions, listen: str | list[str], *, listen_curve: Curve | None = None,
+    def __init__(self, config: IngestConfig, listen: str | list[str], *, listen_curve: Curve | None = None,
                  lease_ttl_s: float = LEASE_TTL_S, start_receivers: bool = True, retention_bytes: int | None = None,
                  retention_s: float | None = None, bind_reader_keys: bool = True) -> None:
-        self.options = options
+        self.config = config
         #: bind reader names to their CURVE keys (``readers``); a query's own receiver
         #: process does not: its keys are made anew by each run of the query it serves
         self.bind_reader_keys = bind_reader_keys
@@ -129,7 +129,7 @@ class Relay:
         #: each reader's channels' latest offsets at the last request of the query holding its
         #: lease: what arrived later, no query of that name was there to see (``_handle``)
         self._attended: dict[str, list[int]] = {}
-        self.ingest = IngestRuntime(options)
+        self.ingest = IngestRuntime(config)
         spool = self.ingest.spool
         try:
             self.readers = Readers(spool.spool_dir, len(spool.channels),
@@ -145,7 +145,7 @@ class Relay:
             candidates = [listen] if isinstance(listen, str) else list(listen)
             router = bind_first(candidates, lambda endpoint: Router(
                 [endpoint], hwm=QUEUE, linger=0, mandatory=True, max_request_bytes=REQUEST_BYTES,
-                curve=listen_curve, heartbeat=options.heartbeat), what="the receiver process's fetch port")
+                curve=listen_curve, heartbeat=config.heartbeat), what="the receiver process's fetch port")
         except BaseException:
             self.ingest.stop()
             raise
@@ -389,7 +389,7 @@ class Relay:
     def _hello(self, reader: str) -> HelloAnswer:
         """What anyone who reaches ``--listen`` may know: never where the spool is."""
         spool = self.ingest.spool
-        return HelloAnswer(spool.spool_id, len(spool.channels), self.options.format, self.readers.held(reader),
+        return HelloAnswer(spool.spool_id, len(spool.channels), self.config.format, self.readers.held(reader),
                            self.control_requests)
 
     def _list_readers(self) -> ReadersAnswer:
@@ -415,13 +415,13 @@ class Relay:
     def _describe(self, reader: str) -> RelayDescription:
         spool = self.ingest.spool
         return RelayDescription(
-            spool.spool_id, len(spool.channels), spool.spool_dir, spool.owner_id, self.options.format,
-            self.options.pattern, [str(e) for e in self.options.endpoints], self.readers.held(reader), reader,
+            spool.spool_id, len(spool.channels), spool.spool_dir, spool.owner_id, self.config.format,
+            self.config.pattern, [str(e) for e in self.config.endpoints], self.readers.held(reader), reader,
             self.control_requests)
 
     def _errors(self) -> list[str]:
         """The receivers' failures, naming each one's channel and endpoint."""
-        return [f"channel {receiver.log.channel} ({self.options.endpoints[receiver.log.channel]}): {receiver.error!r}"
+        return [f"channel {receiver.log.channel} ({self.config.endpoints[receiver.log.channel]}): {receiver.error!r}"
                 for receiver in self.ingest.receivers if receiver.error is not None]
 
     def _state(self, reader: str) -> StateAnswer:

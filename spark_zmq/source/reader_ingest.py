@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ..ingest.config import IngestConfig
 from ..ingest.runtime import IngestRuntime, RangeInfo
 from ..options import SourceOptions
 from .driver_host import fetch_service_host
@@ -121,13 +122,13 @@ class LocalIngest(IngestRuntime):
 
     def __init__(self, options: SourceOptions) -> None:
         serve_fetch = needs_fetch_service(options.spool_access)
-        super().__init__(options, serve_fetch=serve_fetch,
+        super().__init__(IngestConfig.from_options(options), serve_fetch=serve_fetch,
                          fetch_host=fetch_service_host(options.spool_server_host) if serve_fetch else None)
 
     def spool_range(self, channel: int, start: int, end: int, hint: tuple | None = None) -> SpoolRange:
         """The read task for ``[start, end)`` of ``channel``."""
         return SpoolRange(
-            self.options.spool_dir, channel, start, end, self.spool.owner_id,
+            self.config.spool_dir, channel, start, end, self.spool.owner_id,
             self.server.access if self.server is not None else None,
             hint if hint is not None else (self.spool.channels[channel].locate(start) or ()), self.spool.spool_id,
         )

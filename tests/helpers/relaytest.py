@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import pytest
 from zmqtest import Producer, free_ports, numbered, wait_until
 
+from spark_zmq.ingest.config import IngestConfig
 from spark_zmq.options import SourceOptions
 from spark_zmq.relay.run import read_ready
 from spark_zmq.relay.server import Relay
@@ -84,7 +85,7 @@ def relay(tmp_path):
     data = free_ports(1)[0]
     options = SourceOptions.parse({"endpoints": f"@tcp://127.0.0.1:{data}", "spoolDir": str(tmp_path / "spool"),
                                    "spoolAccess": "local"})
-    served = Relay(options, f"tcp://127.0.0.1:{free_ports(1)[0]}")
+    served = Relay(IngestConfig.from_options(options), f"tcp://127.0.0.1:{free_ports(1)[0]}")
     producer = Producer(f"tcp://127.0.0.1:{data}", numbered(500))
     producer.start()
     producer.finish()

@@ -15,6 +15,7 @@ import zmq
 from relaytest import relay  # noqa: F401  (a fixture)
 from zmqtest import Producer, free_ports, numbered, wait_until
 
+from spark_zmq.ingest.config import IngestConfig
 from spark_zmq.ingest.fetch import FetchAccess, FetchError, fetch_range
 from spark_zmq.options import SourceOptions
 from spark_zmq.relay.client import RelayClient, RelayError
@@ -85,7 +86,7 @@ def test_a_fetch_after_the_lease_lapsed_is_served_until_another_query_claims_it(
     data = free_ports(1)[0]
     options = SourceOptions.parse({"endpoints": f"@tcp://127.0.0.1:{data}", "spoolDir": str(tmp_path / "spool"),
                                    "spoolAccess": "local"})
-    served = Relay(options, f"tcp://127.0.0.1:{free_ports(1)[0]}", lease_ttl_s=0.5)
+    served = Relay(IngestConfig.from_options(options), f"tcp://127.0.0.1:{free_ports(1)[0]}", lease_ttl_s=0.5)
     holder = RelayClient(served.listen, "holder", timeout_s=10)
     other = RelayClient(served.listen, "other", timeout_s=10)
     try:

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from relaytest import relay  # noqa: F401  (a fixture)
 from zmqtest import Producer, examples, free_ports, numbered, wait_until
 
+from spark_zmq.ingest.config import IngestConfig
 from spark_zmq.options import SourceOptions
 from spark_zmq.relay.client import RelayBusyError, RelayClient, RelayError
 from spark_zmq.relay.lease import Lease
@@ -159,7 +160,7 @@ def test_a_receiver_process_relay_numbers_nothing_until_the_query_says_start(tmp
     data = free_ports(1)[0]
     options = SourceOptions.parse({"endpoints": f"@tcp://127.0.0.1:{data}", "spoolDir": str(tmp_path / "spool"),
                                    "spoolAccess": "local"})
-    relay = Relay(options, f"tcp://127.0.0.1:{free_ports(1)[0]}", start_receivers=False)
+    relay = Relay(IngestConfig.from_options(options), f"tcp://127.0.0.1:{free_ports(1)[0]}", start_receivers=False)
     client = RelayClient(relay.listen, "query", timeout_s=5)
     try:
         producer = Producer(f"tcp://127.0.0.1:{data}", numbered(100, fmt=b"early-%d"))

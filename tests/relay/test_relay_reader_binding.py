@@ -17,6 +17,7 @@ import pytest
 from clitest import unboxed
 from zmqtest import Producer, free_ports, wait_until
 
+from spark_zmq.ingest.config import IngestConfig
 from spark_zmq.ingest.fetch import FetchAccess, fetch_range
 from spark_zmq.options import SourceOptions
 from spark_zmq.patterns.curve import Curve
@@ -37,7 +38,7 @@ def _relay(tmp_path, listen_curve=None, bind_reader_keys=True) -> Relay:
     data = free_ports(1)[0]
     options = SourceOptions.parse({"endpoints": f"@tcp://127.0.0.1:{data}", "spoolDir": str(tmp_path / "spool"),
                                    "spoolAccess": "local"})
-    relay = Relay(options, f"tcp://127.0.0.1:{free_ports(1)[0]}", listen_curve=listen_curve, lease_ttl_s=600.0,
+    relay = Relay(IngestConfig.from_options(options), f"tcp://127.0.0.1:{free_ports(1)[0]}", listen_curve=listen_curve, lease_ttl_s=600.0,
                   bind_reader_keys=bind_reader_keys)
     producer = Producer(f"tcp://127.0.0.1:{data}", [b"%05d" % i for i in range(MESSAGES)])
     producer.start()

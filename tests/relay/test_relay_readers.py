@@ -16,6 +16,7 @@ import pytest
 from relaytest import RelayProcess, stop_relays
 from zmqtest import Producer, free_ports, numbered, wait_until
 
+from spark_zmq.ingest.config import IngestConfig
 from spark_zmq.ingest.fetch import FetchAccess, fetch_range
 from spark_zmq.ingest.loss import DataLossError
 from spark_zmq.options import OptionError, SourceOptions
@@ -47,7 +48,7 @@ def spooled(tmp_path):
     # to lapse): with the default 10 s, a reader held across two ``spark-zmq relay-readers``
     # runs lapsed when a loaded machine took 5 s to start each (the relay-readers test
     # failed so beside two busy processes: its held reader was removed)
-    relay = Relay(options, f"tcp://127.0.0.1:{free_ports(1)[0]}", retention_bytes=1 << 40, lease_ttl_s=600.0)
+    relay = Relay(IngestConfig.from_options(options), f"tcp://127.0.0.1:{free_ports(1)[0]}", retention_bytes=1 << 40, lease_ttl_s=600.0)
     channel = relay.ingest.spool.channels[0]
     try:
         for phase in range(3):
