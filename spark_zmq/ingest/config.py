@@ -26,7 +26,7 @@ from ..patterns.tuning import SocketTuning
 if TYPE_CHECKING:
     from ..options import SourceOptions
 
-__all__ = ["IngestConfig", "IngestConfigError"]
+__all__ = ["IngestConfig", "IngestConfigError", "parse_fields"]
 
 
 class IngestConfigError(SparkZmqError, ValueError):
@@ -93,23 +93,29 @@ class IngestConfig:
     def from_dict(cls, data: Any) -> IngestConfig:
         """The config ``to_dict`` made, checked: ``IngestConfigError`` names the first field
         that is missing, unknown or of the wrong kind."""
-        if not isinstance(data, Mapping):
-            raise IngestConfigError(f"an ingest configuration is a JSON object, not {type(data).__name__}")
-        unknown = sorted(set(data) - set(_FIELDS))
-        if unknown:
-            raise IngestConfigError(f"ingest configuration: unknown field {unknown[0]!r}")
-        values = {}
-        for name, parse in _FIELDS.items():
-            if name not in data:
-                raise IngestConfigError(f"ingest configuration: field {name!r} is missing")
-            try:
-                values[name] = parse(data[name])
-            except (TypeError, ValueError) as exc:
-                raise IngestConfigError(f"ingest configuration: field {name!r}: {exc}") from None
-        return cls(**values)
+        return cls(**parse_fields(data, _FIELDS, "ingest configuration"))
 
 
 # -- reading a config back: one parser a field ------------------------------------------------
+
+
+def parse_fields(data: Any, fields: Mapping[str, Callable[[Any], Any]], what: str) -> dict[str, Any]:
+    """Each of ``fields`` parsed from the JSON object ``data``: ``IngestConfigError`` names
+    the first field that is missing, unknown or of the wrong kind (``what`` says whose)."""
+    if not isinstance(data, Mapping):
+        raise IngestConfigError(f"the {what} is a JSON object, not {type(data).__name__}")
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise IngestConfigError(f"{what}: unknown field {unknown[0]!r}")
+    values = {}
+    for name, parse in fields.items():
+        if name not in data:
+            raise IngestConfigError(f"{what}: field {name!r} is missing")
+        try:
+            values[name] = parse(data[name])
+        except (TypeError, ValueError) as exc:
+            raise IngestConfigError(f"{what}: field {name!r}: {exc}") from None
+    return values
 
 
 def _str(value: Any) -> str:

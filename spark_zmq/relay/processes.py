@@ -8,8 +8,9 @@ reads them through the same machinery as standalone relays (``relays.RelayIngest
 
 Security: a child listens on loopback (or, when executors may run on other hosts, on the
 fetch service's address, never a wildcard), CURVE-only, with key pairs made for this query
-and handed to the child on its stdin; the client key travels to read tasks as the driver's
-fetch keys do. Life: a child that exits (its reason is on its stderr, which goes to a file
+and handed to the child on its stdin (one line of JSON, ``child.ChildConfig``: the child's
+``IngestConfig`` and those keys; the reader's own options stay here); the client key travels
+to read tasks as the driver's fetch keys do. Life: a child that exits (its reason is on its stderr, which goes to a file
 in the spool directory) fails the query with that reason; a child whose parent is gone
 drains and exits, so a restarted query can bind the ports again.
 """
@@ -21,7 +22,6 @@ import hashlib
 import json
 import logging
 import os
-import pickle
 import signal
 import subprocess
 import sys
@@ -31,11 +31,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import procstat
+from ..ingest.config import IngestConfig
 from ..ingest.fetch import listen_candidates
 from ..ingest.spool_files import private_dir
 from ..options import SourceOptions
 from ..patterns.curve import Curve
 from ..patterns.curve_keys import KeyPair
+from .child import ChildConfig
 from .client import RelayClient, RelayError
 from .messages import HelloRequest
 from .protocol import LEASE_TTL_S
@@ -247,10 +249,9 @@ class ReceiverProcesses:
     def _start(self, channel: int, endpoint: str, child_options: SourceOptions, host: str,
                label: str) -> ReceiverTarget:
         server_keys, client_keys = KeyPair.generate(), KeyPair.generate()
-        config = {"options": child_options, "listen": listen_candidates(host, self.options.spool_server_port),
-                  "server_keys": (server_keys.public_key, server_keys.secret_key),
-                  "client_public": client_keys.public_key, "parent": os.getpid(),
-                  "linger_s": self.options.receiver_linger_seconds}
+        config = ChildConfig(IngestConfig.from_options(child_options),
+                             listen_candidates(host, self.options.spool_server_port), server_keys,
+                             client_keys.public_key, os.getpid(), self.options.receiver_linger_seconds)
         deadline = time.monotonic() + _PORT_RETRY_S
         while True:
             try:
@@ -279,7 +280,7 @@ class ReceiverProcesses:
         })
         return ReceiverTarget(address, Curve.client(client_keys, server_keys.public_key), label)
 
-    def _spawn(self, channel: int, endpoint: str, config: dict) -> tuple[str, int]:
+    def _spawn(self, channel: int, endpoint: str, config: ChildConfig) -> tuple[str, int]:
         stderr_path = self._logs[channel]
         fd = os.open(stderr_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         try:
@@ -291,7 +292,7 @@ class ReceiverProcesses:
             os.close(fd)
         self.children.append(_Child(child.pid, child))
         assert child.stdin is not None and child.stdout is not None
-        child.stdin.write(pickle.dumps(config))
+        child.stdin.write(config.to_json())
         child.stdin.flush()  # kept open while this process lives: the child's sign that its parent is there
         try:
             ready = read_ready(child, START_TIMEOUT_S)
