@@ -20,6 +20,10 @@ def free_port() -> int:
     return free_tcp_port()
 
 
+#: conf/spark-defaults.conf's checkpoint file manager for local checkpoints
+CHECKPOINT_FILE_MANAGER = "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
+
+
 def spark_session(smoke: bool = False):
     """local[2] like the tests, Python workers on this interpreter, zmq registered.
     ``smoke``: the JVM compiles with C1 only, which starts its code sooner at less CPU;
@@ -32,6 +36,9 @@ def spark_session(smoke: bool = False):
                .config("spark.sql.shuffle.partitions", "2").config("spark.driver.memory", "4g")
                # wait_for_rows sums recentProgress: a warm JVM runs more than Spark's default 100 kept
                .config("spark.sql.streaming.numRecentProgressUpdates", "100000")
+               # as the project's conf/spark-defaults.conf, which local users run with: local
+               # checkpoints written without a process per file (docs/performance.md)
+               .config("spark.sql.streaming.checkpointFileManagerClass", CHECKPOINT_FILE_MANAGER)
                .config("spark.pyspark.python", sys.executable))
     if smoke:
         builder = builder.config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1")

@@ -22,6 +22,9 @@ os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 # only this run's receivers: another pytest process on the machine (an xdist worker, a
 # second checkout's run) has receivers of its own that a test here must not kill.
 RUN_MARK = f"SPARK_ZMQ_TEST_RUN={os.getpid()}"
+#: conf/spark-defaults.conf's checkpoint file manager (docs/performance.md, "Checkpoints on a
+#: local disk"): Spark's default starts processes on every checkpoint rename of a local file
+CHECKPOINT_FILE_MANAGER = "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
 os.environ["SPARK_ZMQ_TEST_RUN"] = str(os.getpid())
 # The default ``spoolDir`` lives under $XDG_STATE_HOME and is derived from the options: a
 # test that binds a port an earlier run (or another checkout's run) bound must not find
@@ -143,6 +146,8 @@ def spark(tmp_path_factory):
         .config("spark.sql.warehouse.dir", str(warehouse))
         .config("spark.driver.memory", "2g")
         .config("spark.sql.streaming.stopTimeout", "30s")
+        # as conf/spark-defaults.conf: local checkpoints written without a process per file
+        .config("spark.sql.streaming.checkpointFileManagerClass", CHECKPOINT_FILE_MANAGER)
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import os
+import shlex
+import shutil
 import socket
 import subprocess
 import sys
@@ -75,18 +77,31 @@ def test_quickstart_reads_your_own_producer_on_endpoints(free_port):
 
 
 def test_zmq_to_parquet_writes_every_message_once_across_a_restart(tmp_path, free_port):
+    """Each message once across a restart, with the project's conf: its checkpoint file
+    manager writes the local checkpoint without starting a ``readlink`` process on each
+    rename, as Spark's default does without Hadoop's native library (a ``readlink`` first on
+    PATH records every call)."""
     endpoint = f"tcp://127.0.0.1:{free_port}"
     output, checkpoint = str(tmp_path / "out"), str(tmp_path / "checkpoint")
+    calls, spy = tmp_path / "readlink-calls", tmp_path / "bin"
+    spy.mkdir()
+    (spy / "readlink").write_text(f'#!/bin/sh\necho "$@" >> {shlex.quote(str(calls))}\n'
+                                  f'exec {shlex.quote(shutil.which("readlink") or "/bin/readlink")} "$@"\n')
+    (spy / "readlink").chmod(0o755)
+    env = dict(_env(), PATH=f"{spy}{os.pathsep}{os.environ.get('PATH', '')}")
     job = ["jobs/zmq_to_parquet.py", "--endpoints", "@" + endpoint, "--format", "json", "--schema", READINGS,
            "--output", output, "--checkpoint", checkpoint, "--available-now", "--idle-timeout", "3"]
     for run, start in enumerate((0, 4000)):
         producer = _produce(endpoint, "--format", "json", "--count", "4000", "--start", str(start))
-        result = _submit(*job)
+        result = subprocess.run([SPARK_SUBMIT, *job], cwd=ROOT, env=env, capture_output=True, text=True, timeout=280)
         assert result.returncode == 0, result.stderr[-3000:]
         assert "sent 4000 messages" in _finish(producer)
         assert "zmq_to_parquet: 4000 rows written" in result.stdout, (run, result.stdout)
     seqs = pq.read_table(output, columns=["seq"]).column("seq").to_pylist()
     assert sorted(seqs) == list(range(8000))  # each message once, across both runs
+    assert os.listdir(os.path.join(checkpoint, "commits")), "no micro-batch was committed"
+    spawned = calls.read_text().splitlines() if calls.exists() else []
+    assert not [c for c in spawned if checkpoint in c], spawned[:5]
 
 
 def test_zmq_to_parquet_with_curve_keeps_only_the_authorized_producers_messages(tmp_path, free_port):
