@@ -23,7 +23,7 @@ def test_bench_smoke_run_writes_its_report(tmp_path):
                          "scaling", "latency", "backpressure", "curve-ingest-raw-100B", "curve-ingest-arrow",
                          "curve-egress-raw-100B", "curve-egress-arrow", "gather-raw-100B", "gather-arrow",
                          "reqrep-arrow", "reqrep-json", "reqrep-broker-lru", "reqrep-latency", "pipeline",
-                         "relay-readers", "peers"}
+                         "relay-readers", "peers", "checkpoint-manager"}
     compared = [r for r in rows.values() if "ratios" in r]
     assert all(v > 0 for r in compared for v in r["median"].values())
     # connector, in-memory Python source (at once and in the connector's micro-batches), bare pyzmq, Spark's
@@ -46,6 +46,9 @@ def test_bench_smoke_run_writes_its_report(tmp_path):
     assert {"without_curve_us_per_msg", "libzmq_curve_us_per_msg", "with_curve_us_per_msg"} <= set(curve_budget)
     assert "curve-egress-raw-100B: CPU budget of the target" in (tmp_path / "report.md").read_text()
     assert rows["backpressure"]["lost"] == 0
+    # each checkpoint file manager ran micro-batches that wrote their offset and commit logs
+    managers = rows["checkpoint-manager"]["median"]
+    assert len(managers) == 2 and all(m["micro_batches"] > 0 and m["trigger_ms"] > 0 for m in managers.values())
     assert all(len(rows[name]["median"]) == 4 and rows[name]["versus"] == "connector without CURVE"
                for name in rows if name.startswith("curve-"))
     assert all(rows[name]["versus"] == "pull from libzmq PUSH" for name in ("gather-raw-100B", "gather-arrow"))
