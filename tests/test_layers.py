@@ -200,12 +200,12 @@ def test_both_ingests_offer_everything_the_reader_uses_of_an_ingest():
 def test_the_ingest_and_the_sink_hold_their_data_sockets_as_the_wire_contract_only():
     """The pattern layer chooses the wire of each data pattern (``patterns.wires``): the
     receivers, the bounded batch read and the sink's sender import no socket class, and use
-    nothing of their sockets beyond ``ReceivingWire``/``SendingWire`` (``wire_contract``)."""
+    nothing of their sockets beyond ``ReceivingWire``/``SendingWire`` (``wires.contract``)."""
     import inspect
     import re
 
     from spark_zmq.ingest import receiver, runtime
-    from spark_zmq.patterns import wire_contract
+    from spark_zmq.patterns.wires import contract as wire_contract
     from spark_zmq.sink import send
     from spark_zmq.source import batch
 
@@ -217,7 +217,7 @@ def test_the_ingest_and_the_sink_hold_their_data_sockets_as_the_wire_contract_on
         modules = {target for _, target in _imports(pathlib.Path(module.__file__))}
         assert not names & concrete, f"{module.__name__} imports {sorted(names & concrete)}"
         classes = [m for m in modules
-                   if re.search(r"\.(pipeline|pubsub|scattergather|zmtppull|reroutingpush|base|libzmq_wire|engine_wire)\b", m)]
+                   if re.search(r"\.(pipeline|pubsub|scattergather|zmtppull|reroutingpush|base|wires\.libzmq|wires\.engine)\b", m)]
         assert not classes, f"{module.__name__} imports {classes}"
         assert not re.search(r"isinstance\((self\.)?sock", inspect.getsource(module)), module.__name__
     receiving = {n for k in (wire_contract.Wire, wire_contract.ReceivingWire) for n in vars(k) if not n.startswith("_")}

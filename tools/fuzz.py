@@ -463,7 +463,7 @@ def _zmtp_keys(seed: bytes) -> tuple[bytes, bytes]:
 
 
 def _zmtp_frame(body: bytes, flags: int = 0) -> bytes:
-    from spark_zmq.patterns.zmtp import wire
+    from spark_zmq.patterns.wires.zmtp import wire
 
     return wire.frame_header(len(body), flags) + body
 
@@ -488,7 +488,7 @@ def _zmtp_items(rng: random.Random) -> list:
 
 def _zmtp_item_frames(item: list) -> list:
     """``[(flags, body)]`` of one item, as a NULL peer frames it."""
-    from spark_zmq.patterns.zmtp import wire
+    from spark_zmq.patterns.wires.zmtp import wire
 
     kind = item[0]
     if kind == "message":
@@ -528,7 +528,7 @@ def _zmtp_expected(items: list, limit: int | None) -> list:
 
 
 def _null_handshake(rng: random.Random) -> bytes:
-    from spark_zmq.patterns.zmtp import wire
+    from spark_zmq.patterns.wires.zmtp import wire
 
     metadata = {"Socket-Type": rng.choice((b"PUSH", b"SCATTER", b"push"))}
     if rng.random() < 0.3:
@@ -541,7 +541,7 @@ def _null_handshake(rng: random.Random) -> bytes:
 def _zmtp_huge(rng: random.Random) -> tuple[bytes, int]:
     """A frame header whose size field is huge (8-byte, big-endian), maybe some body after
     it; and that size."""
-    from spark_zmq.patterns.zmtp import wire
+    from spark_zmq.patterns.wires.zmtp import wire
 
     flags = rng.choice((0, wire.MORE, wire.COMMAND)) | wire.LONG
     size = rng.choice(HUGE_SIZES)
@@ -590,7 +590,7 @@ def gen_zmtp(rng: random.Random) -> Case:
     ``expect`` (hex of the messages it delivers, in order), ``must_close`` (it closes the
     connection by itself, before the client does), ``outcome`` ("ok": the handshake
     succeeds; "refused": it fails; None: either)."""
-    from spark_zmq.patterns.zmtp import wire
+    from spark_zmq.patterns.wires.zmtp import wire
 
     r = rng.random()
     gather = rng.choice(("null", "null", "null-limited"))
@@ -942,8 +942,8 @@ def _curve_session(client: _Client, p: dict) -> list:
     """The handshake of an interactive CURVE client; returns the writes that follow it."""
     from nacl.bindings import crypto_box_seed_keypair
 
-    from spark_zmq.patterns.zmtp import wire
-    from spark_zmq.patterns.zmtp.curve import CurveClient
+    from spark_zmq.patterns.wires.zmtp import wire
+    from spark_zmq.patterns.wires.zmtp.curve import CurveClient
 
     rng = random.Random(p["seed"])
     public, secret = _zmtp_keys(_ZMTP_CLIENT_SEED) if p["authorized"] else crypto_box_seed_keypair(rng.randbytes(32))

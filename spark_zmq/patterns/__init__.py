@@ -12,7 +12,7 @@ Guide's chapter 3). The Guide's request-reply applications built on these socket
 are loaded on first use (``import spark_zmq.patterns`` loads none of them).
 ``receiving_wire``/``sending_wire`` choose the
 socket of a data pattern for the connector, as the contract ``ReceivingWire``/``SendingWire``
-(``wire_contract``) that both wires satisfy. Every socket class is
+(``wires.contract``) that both wires satisfy. Every socket class is
 ``Cls(endpoints, *, hwm=None, **options)`` with ``send(data, timeout=None)``, ``recv(timeout=None)``, ``close()`` and ``with`` support;
 timeouts are seconds and raise the built-in ``TimeoutError``.
 
@@ -29,8 +29,8 @@ from .pubsub import Pub, Sub, XPub, XSub
 from .reqrep import Dealer, Rep, Req, Router
 from .reroutingpush import ReroutingPush
 from .scattergather import Gather, Scatter
-from .wire_contract import ReceivingWire, SendingWire
 from .wires import receiving_wire, sending_wire
+from .wires.contract import ReceivingWire, SendingWire
 from .zmtppull import ZmtpPull
 
 if TYPE_CHECKING:

@@ -11,9 +11,9 @@ One API over two wires: ``PatternSocket`` checks the arguments, options, frames
 (``_frames``, ``check_bytes_messages``) and timeouts (made deadlines here), keeps the
 endpoints, the socket's lifetime (``deadlines.SocketState``: closing, closed), ``with`` and
 ``repr``, and hands the I/O to the wire its class names in ``wire_class``: ``LibzmqWire``
-(``libzmq_wire``: a pyzmq socket, the default) or ``EngineWire`` (``engine_wire``: the ZMTP
+(``wires.libzmq``: a pyzmq socket, the default) or ``EngineWire`` (``wires.engine``: the ZMTP
 engine, for ``Scatter``, ``Gather``, ``ZmtpPull``, ``ReroutingPush``). Both satisfy
-``wire_contract.SocketWire`` and wait by the one rule of ``deadlines``.
+``wires.contract.SocketWire`` and wait by the one rule of ``deadlines``.
 
 Timeouts are in seconds (``None`` = wait forever, ``0`` = do not wait), as in ``queue.Queue``.
 """
@@ -32,10 +32,10 @@ from .endpoints import Endpoint, EndpointsSpec
 from .frames import Frames, Message, as_frame, check_bytes_messages, frame_len, too_large
 from .handshakes import HandshakeWatch
 from .heartbeat import Heartbeat
-from .libzmq_wire import LibzmqWire
 from .message_block import MessageBlock
 from .socket_options import SocketOptions, check_common, timeout_deadline
-from .wire_contract import SocketWire, WireClass
+from .wires.contract import SocketWire, WireClass
+from .wires.libzmq import LibzmqWire
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -70,7 +70,7 @@ class PatternSocket:
     #: 49/SCATTERGATHER sockets refuse multipart messages.
     single_part: ClassVar[bool] = False
     default_linger_ms: ClassVar[int] = 0
-    #: the wire that carries this class's I/O (``wire_contract.SocketWire``)
+    #: the wire that carries this class's I/O (``wires.contract.SocketWire``)
     wire_class: ClassVar[WireClass] = LibzmqWire
 
     #: libzmq's heartbeat timeout on this socket type (see ``heartbeat``: not for a receiver
@@ -166,7 +166,7 @@ class PatternSocket:
             raise AttributeError(f"{type(self).__name__} has no libzmq monitor (see handshakes)")
         return wire.monitor_socket
 
-    # -- counters (the wire's: ``wire_contract``; 0 on libzmq, which cannot keep them) -----
+    # -- counters (the wire's: ``wires.contract``; 0 on libzmq, which cannot keep them) -----
 
     @property
     def broken_connections(self) -> int:

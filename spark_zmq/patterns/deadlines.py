@@ -12,7 +12,7 @@ condition is notified; the libzmq wire writes to a pipe it polls beside its sock
 after its first look a call waits in slices of ``IDLE_SLICE_S``: an idle receiver, relay or
 service waits in the kernel, not in a loop of wake-ups (ten a second per thread before).
 
-Both wires wait by this rule: the libzmq wire (``libzmq_wire``) polls its socket for a
+Both wires wait by this rule: the libzmq wire (``wires.libzmq``) polls its socket for a
 slice, the engine's callers (``zmtp.engine.Engine._wait_until``) wait on the engine's
 condition for a slice; ``next_slice`` is the step between two looks for both.
 

@@ -32,9 +32,9 @@ import zmq
 
 from .base import PatternSocket
 from .frames import topic_bytes, topics_list
-from .libzmq_wire import LibzmqWire
 from .socket_options import timeout_deadline
-from .wire_contract import WireClass
+from .wires.contract import WireClass
+from .wires.libzmq import LibzmqWire
 
 __all__ = ["Pub", "Sub", "XPub", "XSub", "Topics"]
 

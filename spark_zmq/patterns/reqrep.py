@@ -17,9 +17,9 @@ import zmq
 
 from .base import PatternSocket
 from .frames import Message
-from .libzmq_wire import LibzmqWire
 from .socket_options import positive_int, timeout_deadline
-from .wire_contract import WireClass
+from .wires.contract import WireClass
+from .wires.libzmq import LibzmqWire
 
 __all__ = ["Req", "Rep", "Dealer", "Router"]
 

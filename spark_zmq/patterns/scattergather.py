@@ -3,7 +3,7 @@
 pyzmq's bundled libzmq is built without the draft API, so it has no SCATTER or GATHER
 socket, and libzmq gives no way to announce another socket type: a libzmq SCATTER refuses
 a PULL peer's handshake (and the other way round). So these two classes do not use libzmq
-at all: they speak ZMTP 3.1 themselves (``spark_zmq.patterns.zmtp``: greeting, NULL and
+at all: they speak ZMTP 3.1 themselves (``spark_zmq.patterns.wires.zmtp``: greeting, NULL and
 CURVE mechanisms, framing, PING/PONG), on an I/O thread of their own per socket, over
 ``tcp://``, ``ipc://`` and ``inproc://`` (between two of these sockets in one process).
 The other route, a libzmq built with the draft API, would not install with ``pip`` on a
@@ -29,7 +29,7 @@ What they promise (49/SCATTERGATHER and the connector's rules):
 
 The socket classes here only declare what they are (their ZMTP type and the peers they
 talk to) and name their wire: ``ZmtpPatternSocket`` is a ``PatternSocket`` (the API: checks,
-endpoints, timeouts, close, ``with``) whose ``wire_class`` is ``engine_wire.EngineWire``.
+endpoints, timeouts, close, ``with``) whose ``wire_class`` is ``wires.engine.EngineWire``.
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ from __future__ import annotations
 from typing import ClassVar
 
 from .base import PatternSocket
-from .engine_wire import EngineWire
-from .wire_contract import WireClass
-from .zmtp.engine import Engine
+from .wires.contract import WireClass
+from .wires.engine import EngineWire
+from .wires.zmtp.engine import Engine
 
 __all__ = ["Scatter", "Gather"]
 

@@ -78,7 +78,7 @@ def _zmtp_case(seed: int, kind: str) -> fuzz.Case:
 def test_the_zmtp_target_checks_what_the_gather_delivers(monkeypatch, tmp_path):
     """In this process (no fork): a valid stream passes and replays from its saved file; a
     Gather that drops a message, or whose I/O thread fails on every input, is a finding."""
-    from spark_zmq.patterns.zmtp import sessions, stream
+    from spark_zmq.patterns.wires.zmtp import sessions, stream
 
     try:
         case = _zmtp_case(1, "null-valid")

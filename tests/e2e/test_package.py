@@ -71,7 +71,7 @@ def test_the_wheel_built_from_the_sdist_installs_and_runs_outside_the_checkout(t
         metadata = wheel.read(f"{info}/METADATA").decode()
         entry_points = wheel.read(f"{info}/entry_points.txt").decode()
     for needed in ("spark_zmq/__init__.py", "spark_zmq/py.typed", "spark_zmq/cli/__init__.py",
-                   "spark_zmq/patterns/zmtp/__init__.py", "spark_zmq/metrics.py", "pyspark_zmq/__init__.py"):
+                   "spark_zmq/patterns/wires/zmtp/__init__.py", "spark_zmq/metrics.py", "pyspark_zmq/__init__.py"):
         assert needed in names, needed
     assert not [n for n in names if n.startswith(("tests/", "jobs/", "bench/"))]
     assert "spark-zmq = spark_zmq.cli:main" in entry_points

@@ -17,7 +17,7 @@ ROOT = pathlib.Path(spark_zmq.__file__).parent
 
 
 def module_name(path: pathlib.Path) -> str:
-    """``spark_zmq.patterns.zmtp.stream`` for ``.../spark_zmq/patterns/zmtp/stream.py``
+    """``spark_zmq.patterns.wires.zmtp.stream`` for ``.../spark_zmq/patterns/wires/zmtp/stream.py``
     (a package's ``__init__.py`` is the package)."""
     parts = path.relative_to(ROOT.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -25,7 +25,7 @@ def module_name(path: pathlib.Path) -> str:
 
 def from_target(package: str, node: ast.ImportFrom) -> str:
     """The absolute module a ``from ... import`` in ``package`` reads from
-    (``from ..heartbeat import x`` in ``spark_zmq.patterns.zmtp``: ``spark_zmq.patterns.heartbeat``)."""
+    (``from ...heartbeat import x`` in ``spark_zmq.patterns.wires.zmtp``: ``spark_zmq.patterns.heartbeat``)."""
     if not node.level:
         return node.module or ""
     base = package.split(".")

@@ -18,7 +18,7 @@ from zmqtest import SocketEvents
 
 from spark_zmq.free_ports import free_tcp_port
 from spark_zmq.patterns import PatternSocket
-from spark_zmq.patterns.libzmq_wire import LibzmqWire
+from spark_zmq.patterns.wires.libzmq import LibzmqWire
 
 TRANSPORTS = ("tcp", "inproc")
 

@@ -19,7 +19,7 @@ from faultproxy import FaultProxy
 from zmqtest import Trickle, wait_until
 
 from spark_zmq.patterns import NO_HEARTBEAT, Gather, Heartbeat, Pull, Scatter, Sub, ZmtpPull
-from spark_zmq.patterns.zmtp.wire import command, frame_header, greeting
+from spark_zmq.patterns.wires.zmtp.wire import command, frame_header, greeting
 
 FAST = Heartbeat(interval=0.1, timeout=0.6, ttl=0.6)
 

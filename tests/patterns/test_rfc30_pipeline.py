@@ -6,7 +6,7 @@ wire (as pyzmq reruns its suite on each backend), ids ``libzmq`` and ``engine``:
 
 * ``libzmq``: ``Push`` / ``Pull`` (``LibzmqWire``, pyzmq's libzmq);
 * ``engine``: ``ReroutingPush`` / ``ZmtpPull`` (``EngineWire``, the package's ZMTP engine,
-  ``spark_zmq.patterns.zmtp``); its ``inproc://`` is a socketpair between two engine
+  ``spark_zmq.patterns.wires.zmtp``); its ``inproc://`` is a socketpair between two engine
   sockets of one process, which libzmq's sockets cannot reach.
 
 Which socket each production path runs (``spark_zmq.patterns.wires``):

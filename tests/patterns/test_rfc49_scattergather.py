@@ -1,6 +1,6 @@
 """49/SCATTERGATHER against ``spark_zmq.patterns.Scatter`` / ``Gather`` and real peers.
 
-``Scatter`` and ``Gather`` speak ZMTP 3.1 themselves (``spark_zmq.patterns.zmtp``). Every
+``Scatter`` and ``Gather`` speak ZMTP 3.1 themselves (``spark_zmq.patterns.wires.zmtp``). Every
 MUST/SHALL/SHOULD line of the RFC that can be observed from outside has one test (or one
 parametrized group) named after it, run against:
 

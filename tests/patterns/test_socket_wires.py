@@ -41,12 +41,12 @@ from spark_zmq.patterns import (
     XSub,
     ZmtpPull,
     deadlines,
-    wire_contract,
 )
-from spark_zmq.patterns.engine_wire import EngineWire
-from spark_zmq.patterns.libzmq_wire import LibzmqWire
 from spark_zmq.patterns.scattergather import ZmtpPatternSocket
-from spark_zmq.patterns.zmtp.engine import Engine
+from spark_zmq.patterns.wires import contract as wire_contract
+from spark_zmq.patterns.wires.engine import EngineWire
+from spark_zmq.patterns.wires.libzmq import LibzmqWire
+from spark_zmq.patterns.wires.zmtp.engine import Engine
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -82,7 +82,7 @@ def _spec_members(protocol: type) -> set[str]:
 
 @pytest.mark.parametrize("cls", ENGINE_CLASSES[1:] + LIBZMQ_CLASSES, ids=lambda c: c.__name__)
 def test_every_socket_class_offers_what_its_wire_reads_of_it(cls):
-    """A wire reads its socket through a spec protocol (``wire_contract``), not through the
+    """A wire reads its socket through a spec protocol (``wires.contract``), not through the
     API class, so that no wire imports the class that holds it; every class that names the
     wire must still have every member of that wire's spec (as attributes of the class or,
     for the checked options, of an instance)."""

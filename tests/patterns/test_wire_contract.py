@@ -1,4 +1,4 @@
-"""The wire contract (``patterns.wire_contract``) and the factories that choose a wire per
+"""The wire contract (``patterns.wires.contract``) and the factories that choose a wire per
 pattern (``patterns.wires``), on real sockets against plain pyzmq peers (no draft API:
 ``Gather`` takes PUSH peers, ``Scatter`` PULL peers).
 
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.timeout(60)
 def members(protocol: type) -> set[str]:
     """The public members a Protocol declares, its bases' included."""
     declaring = [k for k in protocol.__mro__
-                 if getattr(k, "_is_protocol", False) and k.__module__.endswith("wire_contract")]
+                 if getattr(k, "_is_protocol", False) and k.__module__.endswith("wires.contract")]
     return {name for klass in declaring for name in vars(klass) if not name.startswith("_")}
 
 

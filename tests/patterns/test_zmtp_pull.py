@@ -23,7 +23,7 @@ from zmqtest import SocketEvents
 from spark_zmq.patterns import Pull, ZmtpPull
 from spark_zmq.patterns.curve import Curve
 from spark_zmq.patterns.curve_keys import KeyPair
-from spark_zmq.patterns.zmtp.stream import PART_OVERHEAD
+from spark_zmq.patterns.wires.zmtp.stream import PART_OVERHEAD
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -9,7 +9,7 @@ import zmq
 from zmqtest import NotZeroMQ, wait_until
 
 from spark_zmq.patterns.reroutingpush import ReroutingPush
-from spark_zmq.patterns.zmtp.sessions import HANDSHAKE_BACKOFF_MAX_S
+from spark_zmq.patterns.wires.zmtp.sessions import HANDSHAKE_BACKOFF_MAX_S
 
 pytestmark = pytest.mark.timeout(60)
 

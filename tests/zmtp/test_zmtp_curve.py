@@ -1,4 +1,4 @@
-"""The CURVE mechanism of our ZMTP engine (``spark_zmq.patterns.zmtp.curve``).
+"""The CURVE mechanism of our ZMTP engine (``spark_zmq.patterns.wires.zmtp.curve``).
 
 1. Against libzmq itself: pyzmq sockets are real libzmq 4.3.5 peers, driven on our side by a
    tiny blocking ZMTP driver over a plain ``socket.socket``.
@@ -25,11 +25,11 @@ from nacl.bindings import crypto_box, crypto_box_afternm, crypto_box_beforenm, c
 from zmq.utils import z85
 from zmqtest import SocketEvents, examples
 
-from spark_zmq.patterns.zmtp import curve_batch, wire
-from spark_zmq.patterns.zmtp.codec import frame_header, parse_frames
-from spark_zmq.patterns.zmtp.curve import CurveClient, CurveServer
-from spark_zmq.patterns.zmtp.curve_message import CurveSequenceError
-from spark_zmq.patterns.zmtp.wire import COMMAND, MORE, ZmtpError
+from spark_zmq.patterns.wires.zmtp import curve_batch, wire
+from spark_zmq.patterns.wires.zmtp.codec import frame_header, parse_frames
+from spark_zmq.patterns.wires.zmtp.curve import CurveClient, CurveServer
+from spark_zmq.patterns.wires.zmtp.curve_message import CurveSequenceError
+from spark_zmq.patterns.wires.zmtp.wire import COMMAND, MORE, ZmtpError
 
 PROTOCOL, AUTH = zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL, zmq.EVENT_HANDSHAKE_FAILED_AUTH
 INVALID_SEQUENCE = zmq.PROTOCOL_ERROR_ZMTP_INVALID_SEQUENCE

@@ -20,10 +20,10 @@ import pytest
 
 from spark_zmq.patterns import Gather
 from spark_zmq.patterns.heartbeat import Heartbeat
-from spark_zmq.patterns.zmtp import sessions as sessions_module
-from spark_zmq.patterns.zmtp import wire
-from spark_zmq.patterns.zmtp.owner import EndReason
-from spark_zmq.patterns.zmtp.wire import COMMAND, LONG, ZmtpError
+from spark_zmq.patterns.wires.zmtp import sessions as sessions_module
+from spark_zmq.patterns.wires.zmtp import wire
+from spark_zmq.patterns.wires.zmtp.owner import EndReason
+from spark_zmq.patterns.wires.zmtp.wire import COMMAND, LONG, ZmtpError
 
 
 @pytest.fixture

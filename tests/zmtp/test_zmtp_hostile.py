@@ -35,12 +35,12 @@ from zmq.utils import z85
 from spark_zmq.patterns import Gather, Scatter
 from spark_zmq.patterns.curve import Curve
 from spark_zmq.patterns.curve_keys import KeyPair
-from spark_zmq.patterns.zmtp import security as security_module
-from spark_zmq.patterns.zmtp import sessions as sessions_module
-from spark_zmq.patterns.zmtp import wire
-from spark_zmq.patterns.zmtp.curve import CurveClient
-from spark_zmq.patterns.zmtp.engine import HANDSHAKE_FRAME_LIMIT
-from spark_zmq.patterns.zmtp.wire import COMMAND, LONG, MORE, ZmtpError
+from spark_zmq.patterns.wires.zmtp import security as security_module
+from spark_zmq.patterns.wires.zmtp import sessions as sessions_module
+from spark_zmq.patterns.wires.zmtp import wire
+from spark_zmq.patterns.wires.zmtp.curve import CurveClient
+from spark_zmq.patterns.wires.zmtp.engine import HANDSHAKE_FRAME_LIMIT
+from spark_zmq.patterns.wires.zmtp.wire import COMMAND, LONG, MORE, ZmtpError
 
 AT_ONCE_S = 3.0  # "closed at once": far below the default handshake_ivl of 30 s
 MB = 1 << 20

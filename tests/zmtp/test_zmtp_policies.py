@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from zmqtest import examples
 
 from spark_zmq.patterns.message_block import MessageRun
-from spark_zmq.patterns.zmtp.connection import Peer
-from spark_zmq.patterns.zmtp.policies import FairQueue, RoundRobin
+from spark_zmq.patterns.wires.zmtp.connection import Peer
+from spark_zmq.patterns.wires.zmtp.policies import FairQueue, RoundRobin
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -1,4 +1,4 @@
-"""The engine's shape (``spark_zmq.patterns.zmtp``): its modules import one way, a
+"""The engine's shape (``spark_zmq.patterns.wires.zmtp``): its modules import one way, a
 connection's protocol object reaches the socket only through ``owner.ConnectionOwner``, and
 the session manager is an object the engine holds, which reads only what it was given.
 
@@ -15,7 +15,7 @@ import re
 
 from import_graph import cycles, describe, import_graph
 
-PACKAGE = "spark_zmq.patterns.zmtp"
+PACKAGE = "spark_zmq.patterns.wires.zmtp"
 
 
 def test_the_cycle_finder_finds_a_cycle():
@@ -33,7 +33,7 @@ def test_no_module_of_the_engine_imports_another_back():
 def test_a_connection_reaches_its_owner_only_through_the_owner_interface():
     """``stream`` uses nothing of its owner beyond ``ConnectionOwner``'s methods, and reads
     its settings from ``Settings`` alone."""
-    from spark_zmq.patterns.zmtp import owner, stream
+    from spark_zmq.patterns.wires.zmtp import owner, stream
 
     source = pathlib.Path(stream.__file__).read_text()
     interface = {name for name in vars(owner.ConnectionOwner) if not name.startswith("_")}
@@ -76,7 +76,7 @@ class Declared:
 
 
 def test_the_engine_holds_its_session_manager_and_inherits_nothing_of_it():
-    from spark_zmq.patterns.zmtp import engine, sessions
+    from spark_zmq.patterns.wires.zmtp import engine, sessions
 
     inherited = [cls.__qualname__ for cls in engine.Engine.__mro__ if cls.__module__ == sessions.__name__]
     assert not inherited, f"Engine inherits the session manager {inherited}"
@@ -93,7 +93,7 @@ def test_the_session_manager_reads_only_what_it_was_given():
     """Every ``self.<name>`` the classes of ``sessions`` read is set by the class itself
     (given to ``__init__``, or its own state) or is one of its methods: nothing of the
     engine is reached through ``self``."""
-    from spark_zmq.patterns.zmtp import sessions
+    from spark_zmq.patterns.wires.zmtp import sessions
 
     tree = ast.parse(pathlib.Path(sessions.__file__).read_text())
     classes = [node for node in tree.body if isinstance(node, ast.ClassDef)]

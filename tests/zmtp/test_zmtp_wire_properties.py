@@ -23,9 +23,9 @@ from zmqtest import examples
 
 from spark_zmq.patterns import Gather
 from spark_zmq.patterns.message_block import MessageRun
-from spark_zmq.patterns.zmtp import codec, wire
-from spark_zmq.patterns.zmtp.null import NullMechanism
-from spark_zmq.patterns.zmtp.wire import COMMAND, MORE, ZmtpError
+from spark_zmq.patterns.wires.zmtp import codec, wire
+from spark_zmq.patterns.wires.zmtp.null import NullMechanism
+from spark_zmq.patterns.wires.zmtp.wire import COMMAND, MORE, ZmtpError
 
 pytestmark = pytest.mark.timeout(120)
 

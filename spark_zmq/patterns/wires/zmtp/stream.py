@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from .owner import ConnectionOwner, Settings
 
 #: the engine's logger: one name for all its parts, so one logging setting covers the engine
-log = logging.getLogger("spark_zmq.patterns.zmtp.engine")
+log = logging.getLogger("spark_zmq.patterns.wires.zmtp.engine")
 
 _READ_BYTES = 256 * 1024
 #: a peer's PINGs are answered while less than this waits to be written (beyond it, a PING flood)

@@ -34,8 +34,8 @@ What every data socket guarantees, whichever wire carries it:
 Inside a socket the same promises are split in two. The API class (``base.PatternSocket``)
 checks arguments, options, frames and timeouts (a timeout becomes a deadline there), keeps
 the endpoints and the socket's lifetime (``deadlines.SocketState``), and hands the I/O to
-its wire, a ``SocketWire``: ``libzmq_wire.LibzmqWire`` (a pyzmq socket) or
-``engine_wire.EngineWire`` (this package's ZMTP engine). A socket class picks its wire with
+its wire, a ``SocketWire``: ``wires.libzmq.LibzmqWire`` (a pyzmq socket) or
+``wires.engine.EngineWire`` (this package's ZMTP engine). A socket class picks its wire with
 ``wire_class`` (a ``WireClass``); mypy checks that both wires satisfy ``SocketWire``, and both
 wait by the one rule of ``deadlines`` (a slice at a time, ``SocketClosedError`` once the
 socket is closing, ``TimeoutError`` past the deadline, at least one look first).
@@ -46,17 +46,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .endpoints import Endpoint
-from .frames import Frames, Message
-from .handshakes import HandshakeWatch
-from .message_block import MessageBlock
+from ..endpoints import Endpoint
+from ..frames import Frames, Message
+from ..handshakes import HandshakeWatch
+from ..message_block import MessageBlock
 
 if TYPE_CHECKING:
     import zmq
 
-    from .curve import Curve
-    from .deadlines import SocketState
-    from .heartbeat import Heartbeat
+    from ..curve import Curve
+    from ..deadlines import SocketState
+    from ..heartbeat import Heartbeat
 
 __all__ = ["EngineSocketSpec", "LibzmqSocketSpec", "ReceivingWire", "SendingWire", "SocketSpec", "SocketWire",
            "Wire", "WireClass"]

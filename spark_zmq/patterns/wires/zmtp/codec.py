@@ -22,8 +22,8 @@ from typing import Any, cast
 import numpy as np
 import zmq
 
-from ...errors import SparkZmqError
-from ..message_block import MessageRun
+from ....errors import SparkZmqError
+from ...message_block import MessageRun
 
 __all__ = [
     "ZmtpError", "FrameTooLarge", "MORE", "LONG", "COMMAND", "HANDSHAKE_FRAME_LIMIT", "HARD_FRAME_LIMIT",

@@ -22,7 +22,7 @@ from collections.abc import Callable
 __all__ = ["Poller"]
 
 #: the engine's logger: one name for all its parts, so one logging setting covers the engine
-log = logging.getLogger("spark_zmq.patterns.zmtp.engine")
+log = logging.getLogger("spark_zmq.patterns.wires.zmtp.engine")
 
 
 class Poller:

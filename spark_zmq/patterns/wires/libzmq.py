@@ -1,4 +1,4 @@
-"""The libzmq wire: a socket's I/O through one pyzmq socket (``wire_contract.SocketWire``).
+"""The libzmq wire: a socket's I/O through one pyzmq socket (``wires.contract.SocketWire``).
 
 It owns what only libzmq has: the pyzmq socket and the lock that makes one call at a time
 use it (pyzmq sockets are not thread-safe), the poll-based wait (``deadlines``' rule: poll a
@@ -23,19 +23,19 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import zmq
 
-from .curve import Curve, secure_context
-from .deadlines import IDLE_SLICE_S, SendTimeoutError, SocketState, first_slice, next_slice
-from .deadlines import WAIT_SLICE_S as _WAIT_SLICE_S
-from .endpoints import Endpoint, attach
-from .frames import Message, flatten
-from .handshakes import HANDSHAKE_FAILURES, HandshakeWatch, open_monitor
-from .message_block import MessageBlock
-from .rcvmore import rcvmore_check
-from .recv_values import recv_values_from
-from .socket_options import apply_tuning, set_common_options, timeout_deadline
+from ..curve import Curve, secure_context
+from ..deadlines import IDLE_SLICE_S, SendTimeoutError, SocketState, first_slice, next_slice
+from ..deadlines import WAIT_SLICE_S as _WAIT_SLICE_S
+from ..endpoints import Endpoint, attach
+from ..frames import Message, flatten
+from ..handshakes import HANDSHAKE_FAILURES, HandshakeWatch, open_monitor
+from ..message_block import MessageBlock
+from ..rcvmore import rcvmore_check
+from ..recv_values import recv_values_from
+from ..socket_options import apply_tuning, set_common_options, timeout_deadline
 
 if TYPE_CHECKING:
-    from .wire_contract import LibzmqSocketSpec
+    from .contract import LibzmqSocketSpec
 
 __all__ = ["LibzmqWire"]
 
@@ -58,7 +58,7 @@ class LibzmqWire:
 
     #: options this wire takes beyond the common ones
     extra_options: ClassVar[tuple[str, ...]] = ()
-    #: libzmq tells its application nothing of what these count (``wire_contract``)
+    #: libzmq tells its application nothing of what these count (``wires.contract``)
     broken_connections: ClassVar[int] = 0
     lost_peers: ClassVar[int] = 0
     resent: ClassVar[int] = 0

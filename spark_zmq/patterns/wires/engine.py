@@ -1,5 +1,5 @@
 """The engine wire: a socket's I/O through this package's ZMTP engine (``zmtp.engine``),
-for the sockets libzmq cannot be (``wire_contract.SocketWire``).
+for the sockets libzmq cannot be (``wires.contract.SocketWire``).
 
 It owns what only the engine has: the ``Engine`` (its I/O thread, per-peer queues and
 counters), its options (``handshake_ivl``, ``confirm``, the kernel buffers, ``tuning`` in
@@ -21,18 +21,18 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import zmq
 
-from .curve import Curve
-from .deadlines import SendTimeoutError, SocketState
-from .endpoints import Endpoint, bind_error, check_ipc_bind
-from .frames import Message, flatten
-from .handshakes import HANDSHAKE_FAILURES, HandshakeWatch
-from .message_block import MessageBlock, MessageRun
-from .socket_options import check_linger, positive_int
+from ..curve import Curve
+from ..deadlines import SendTimeoutError, SocketState
+from ..endpoints import Endpoint, bind_error, check_ipc_bind
+from ..frames import Message, flatten
+from ..handshakes import HANDSHAKE_FAILURES, HandshakeWatch
+from ..message_block import MessageBlock, MessageRun
+from ..socket_options import check_linger, positive_int
 from .zmtp.codec import EngineMessage
 from .zmtp.engine import Engine
 
 if TYPE_CHECKING:
-    from .wire_contract import EngineSocketSpec
+    from .contract import EngineSocketSpec
 
 __all__ = ["EngineWatch", "EngineWire"]
 
@@ -148,7 +148,7 @@ class EngineWire:
     def zmq_socket(self) -> zmq.Socket[Any]:
         raise AttributeError(f"{self.label} speaks ZMTP itself; it has no libzmq socket")
 
-    # -- counters (the engine's own; see ``wire_contract``) --------------------------------
+    # -- counters (the engine's own; see ``wires.contract``) --------------------------------
 
     @property
     def resent(self) -> int:

@@ -55,9 +55,9 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, cast
 
-from ..deadlines import IDLE_SLICE_S, next_slice
-from ..heartbeat import DEFAULT_HEARTBEAT, Heartbeat
-from ..message_block import MessageRun
+from ...deadlines import IDLE_SLICE_S, next_slice
+from ...heartbeat import DEFAULT_HEARTBEAT, Heartbeat
+from ...message_block import MessageRun
 from .codec import HANDSHAKE_FRAME_LIMIT, EngineMessage
 from .connection import READY, Peer
 from .owner import Settings
@@ -68,7 +68,7 @@ from .stream import StreamEngine
 from .wire import command
 
 if TYPE_CHECKING:
-    from ..curve import Curve
+    from ...curve import Curve
 
 __all__ = ["Engine", "Peer", "HANDSHAKE_FRAME_LIMIT"]
 
@@ -82,7 +82,7 @@ _ACK_POLL_S = 0.005
 
 class Engine:
     """One ZMTP socket's I/O thread and queues. The engine sockets' wire
-    (``engine_wire.EngineWire``) holds one and calls ``send_round_robin``, ``receive``,
+    (``wires.engine.EngineWire``) holds one and calls ``send_round_robin``, ``receive``,
     ``wait_readable``, ``drain`` and ``release`` (each takes the lock itself); everything
     else is the engine's own. It holds the shared state (``SharedState``), the I/O thread's
     loop (``Poller``) and the session manager (``Sessions``), and keeps direct references

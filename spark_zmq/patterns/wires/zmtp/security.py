@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from .null import NullMechanism
 
 if TYPE_CHECKING:
-    from ..curve import Curve
+    from ...curve import Curve
     from .connection import Connection
     from .mechanism import Mechanism
     from .stream import StreamEngine
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 __all__ = ["Security"]
 
 #: the engine's logger: one name for all its parts, so one logging setting covers the engine
-log = logging.getLogger("spark_zmq.patterns.zmtp.engine")
+log = logging.getLogger("spark_zmq.patterns.wires.zmtp.engine")
 
 #: refused CURVE client keys logged per socket at most (each (host, key) once)
 _REFUSED_LOGGED_MAX = 10_000

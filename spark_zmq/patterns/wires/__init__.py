@@ -1,26 +1,27 @@
-"""Which wire carries each data pattern: the connector's one place for that choice.
+"""The wires: the I/O beneath the pattern sockets, and which one carries each data pattern.
 
-``receiving_wire`` (the source's ``pull``, ``gather``, ``sub``) and ``sending_wire`` (the
+This package holds the two wires a pattern socket runs on, apart from the socket API
+(``spark_zmq.patterns``: the sockets, their options, limits and deadlines) that sits on
+them: ``libzmq`` (libzmq's sockets through pyzmq), ``engine`` over ``zmtp`` (the package's
+own ZMTP 3.1 engine, in Python), and ``contract``, what every wire offers the sockets and
+what the ingest and the sink may hold. Here too is the connector's one place for choosing
+a wire. ``receiving_wire`` (the source's ``pull``, ``gather``, ``sub``) and ``sending_wire`` (the
 sink's ``push``, ``scatter``, ``pub``) make the socket of a pattern, attached to its
 endpoints, and return it as the contract's ``ReceivingWire`` or ``SendingWire``
-(``wire_contract``), so the ingest and the sink never name a socket class.
+(``contract``), so the ingest and the sink never name a socket class.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .endpoints import EndpointsSpec, parse_endpoints
-from .pipeline import Pull
-from .pubsub import Sub, XPub
-from .reroutingpush import ReroutingPush
-from .scattergather import Gather, Scatter
-from .socket_options import HwmSocketOptions
-from .wire_contract import ReceivingWire, SendingWire
-from .zmtppull import ZmtpPull
+from ..endpoints import EndpointsSpec, parse_endpoints
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
+
+    from ..socket_options import HwmSocketOptions
+    from .contract import ReceivingWire, SendingWire
 
 __all__ = ["RECEIVING_PATTERNS", "SENDING_PATTERNS", "receiving_wire", "sending_wire"]
 
@@ -44,6 +45,12 @@ def receiving_wire(pattern: str, endpoints: EndpointsSpec, **options: Unpack[Hwm
       pyzmq's libzmq.
     * ``sub``: libzmq (``Sub``): libzmq keeps the subscriptions and matches the topics.
     """
+    # the socket classes stand on the wires: imported here, not when a wire is first imported
+    from ..pipeline import Pull
+    from ..pubsub import Sub
+    from ..scattergather import Gather
+    from ..zmtppull import ZmtpPull
+
     name = pattern.lower()
     if name == "pull":
         if options.get("curve") is None and not any(
@@ -77,6 +84,10 @@ def sending_wire(pattern: str, endpoints: EndpointsSpec, **options: Unpack[HwmSo
       (``recv``), so a sender can wait for subscribers, and with ``nodrop`` it refuses a
       message a full subscriber cannot take instead of dropping it unseen.
     """
+    from ..pubsub import XPub
+    from ..reroutingpush import ReroutingPush
+    from ..scattergather import Scatter
+
     name = pattern.lower()
     if name == "push":
         return ReroutingPush(endpoints, **options)

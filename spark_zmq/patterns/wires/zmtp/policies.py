@@ -12,7 +12,7 @@ import collections
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from ..message_block import MessageRun
+from ...message_block import MessageRun
 
 if TYPE_CHECKING:  # pragma: no cover
     from .codec import EngineMessage

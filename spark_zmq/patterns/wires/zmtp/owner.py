@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, Protocol
 
 import zmq
 
-from ..message_block import MessageRun
+from ...message_block import MessageRun
 from .codec import ZmtpError
 
 if TYPE_CHECKING:
-    from ..heartbeat import Heartbeat
+    from ...heartbeat import Heartbeat
     from .codec import EngineMessage
     from .connection import Connection, Peer
 

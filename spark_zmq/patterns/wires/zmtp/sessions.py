@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import zmq
 
-from ..message_block import MessageRun
+from ...message_block import MessageRun
 from . import transport
 from .codec import EngineMessage, ZmtpError
 from .connection import CLOSED, GREETING, HANDSHAKE, READY, Connection, Connector, Peer
@@ -34,12 +34,12 @@ from .security import Security
 from .stream import StreamEngine
 
 if TYPE_CHECKING:
-    from ..curve import Curve
+    from ...curve import Curve
     from .poller import Poller
     from .state import SharedState
 
 #: the engine's logger: one name for all its parts, so one logging setting covers the engine
-log = logging.getLogger("spark_zmq.patterns.zmtp.engine")
+log = logging.getLogger("spark_zmq.patterns.wires.zmtp.engine")
 
 _ACCEPT_RETRY_S = 0.2
 #: the longest wait between tries at an endpoint whose handshakes keep failing

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..heartbeat import Heartbeat
+from ...heartbeat import Heartbeat
 from . import transport
 from .codec import COMMAND, Chunk, EngineMessage, frame_header
 from .wire import GREETING_SIZE
