@@ -26,7 +26,7 @@ from ..patterns.tuning import SocketTuning
 if TYPE_CHECKING:
     from ..options import SourceOptions
 
-__all__ = ["IngestConfig", "IngestConfigError", "parse_fields"]
+__all__ = ["IngestConfig", "IngestConfigError", "parse_fields", "positive_int", "str_list"]
 
 
 class IngestConfigError(SparkZmqError, ValueError):
@@ -130,7 +130,8 @@ def _int(value: Any) -> int:
     return value
 
 
-def _positive_int(value: Any) -> int:
+def positive_int(value: Any) -> int:
+    """An integer above 0 (not a bool)."""
     if _int(value) <= 0:
         raise ValueError(f"expected an integer above 0, got {value!r}")
     return int(value)
@@ -146,14 +147,15 @@ def _optional(parse: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return lambda value: None if value is None else parse(value)
 
 
-def _str_list(value: Any) -> list[str]:
+def str_list(value: Any) -> list[str]:
+    """A JSON list of strings."""
     if not isinstance(value, list):
         raise TypeError(f"expected a list of strings, got {value!r}")
     return [_str(v) for v in value]
 
 
 def _endpoints(value: Any) -> list[Endpoint]:
-    texts = _str_list(value)
+    texts = str_list(value)
     if not texts:
         raise ValueError("expected at least one endpoint")
     # each as to_dict wrote it, with its direction ('@' binds, '>' connects)
@@ -207,7 +209,7 @@ def _port_range(value: Any) -> tuple[int, int]:
 
 _FIELDS: dict[str, Callable[[Any], Any]] = {
     "pattern": _str, "endpoints": _endpoints, "format": _str, "spool_dir": _str,
-    "max_spool_bytes": _positive_int, "spool_fsync": _bool, "hwm": _int, "topics": _str_list,
+    "max_spool_bytes": positive_int, "spool_fsync": _bool, "hwm": _int, "topics": str_list,
     "max_message_bytes": _int, "receive_buffer_bytes": _optional(_int), "heartbeat": _heartbeat,
     "curve": _optional(_curve), "tuning": _optional(_tuning), "spool_server_host": _optional(_str),
     "spool_server_port": _optional(_port_range),

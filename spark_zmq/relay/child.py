@@ -20,7 +20,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from ..ingest.config import IngestConfig, IngestConfigError, parse_fields
+from ..ingest.config import IngestConfig, IngestConfigError, parse_fields, positive_int, str_list
 from ..patterns.curve import Curve
 from ..patterns.curve_keys import KeyPair
 from .run import serve
@@ -75,15 +75,10 @@ def _key_pair(value: Any) -> KeyPair:
 
 
 def _endpoints(value: Any) -> list[str]:
-    if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
-        raise TypeError(f"expected a list of endpoints, got {value!r}")
-    return value
-
-
-def _pid(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"expected a process id, got {value!r}")
-    return value
+    endpoints = str_list(value)
+    if not endpoints:
+        raise ValueError("expected at least one endpoint")
+    return endpoints
 
 
 def _seconds(value: Any) -> float:
@@ -93,8 +88,7 @@ def _seconds(value: Any) -> float:
 
 
 _FIELDS = {"ingest": IngestConfig.from_dict, "listen": _endpoints, "server_keys": _key_pair,
-           "client_public": _key, "parent": _pid,
-           "linger_s": _seconds}
+           "client_public": _key, "parent": positive_int, "linger_s": _seconds}
 
 
 def main() -> int:
