@@ -15,15 +15,13 @@ processes it started included.
 
 from __future__ import annotations
 
-import os
 import statistics
-import tempfile
 import threading
 import time
 
 import cpu as cpu_tree
 import zmq
-from common import CHECKPOINT_FILE_MANAGER, free_port, wait_started
+from common import CHECKPOINT_FILE_MANAGER, pull_to_noop, wait_started
 
 KEY = "spark.sql.streaming.checkpointFileManagerClass"
 #: (label, class): ``None`` is Spark's own choice (FileContext for ``file:``)
@@ -52,14 +50,9 @@ def _run(spark, manager: str | None, rate: float, seconds: float) -> dict:
         spark.conf.unset(KEY)
     else:
         spark.conf.set(KEY, manager)
-    work = tempfile.mkdtemp(prefix="spark-zmq-bench-ckpt-")
-    port = free_port()
-    query = (spark.readStream.format("zmq").option("pattern", "pull").option("endpoints", f"@tcp://127.0.0.1:{port}")
-             .option("spoolDir", os.path.join(work, "spool")).option("receiverLingerSeconds", "0").load()
-             .writeStream.format("noop").option("checkpointLocation", os.path.join(work, "ckpt"))
-             .trigger(processingTime="0 seconds").start())
+    query, endpoint = pull_to_noop(spark, "spark-zmq-bench-ckpt-")
     stop = threading.Event()
-    feeder = threading.Thread(target=_feed, args=(f"tcp://127.0.0.1:{port}", rate, stop), daemon=True)
+    feeder = threading.Thread(target=_feed, args=(endpoint, rate, stop), daemon=True)
     try:
         wait_started(query)
         feeder.start()

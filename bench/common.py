@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -207,6 +208,19 @@ def stall_report(query) -> str:
 def finished_at(progress: dict) -> float:
     started = dt.datetime.fromisoformat(progress["timestamp"].replace("Z", "+00:00")).timestamp()
     return started + progress["durationMs"].get("triggerExecution", 0) / 1000
+
+
+def pull_to_noop(spark, prefix: str) -> tuple[object, str]:
+    """A started connector query with the source's defaults (``pull``, ``raw``) bound on a
+    free port, into ``noop``, its spool and checkpoint in a new directory, its receiver
+    stopping with it; and the endpoint producers connect to."""
+    work = tempfile.mkdtemp(prefix=prefix)
+    port = free_port()
+    query = (spark.readStream.format("zmq").option("pattern", "pull").option("endpoints", f"@tcp://127.0.0.1:{port}")
+             .option("spoolDir", os.path.join(work, "spool")).option("receiverLingerSeconds", "0").load()
+             .writeStream.format("noop").option("checkpointLocation", os.path.join(work, "ckpt"))
+             .trigger(processingTime="0 seconds").start())
+    return query, f"tcp://127.0.0.1:{port}"
 
 
 def wait_started(query, timeout: float = 120) -> None:

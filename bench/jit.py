@@ -16,12 +16,10 @@ much the compilers still took per micro-batch at the start and at the end of the
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import time
 
 import zmq
-from common import free_port, wait_started
+from common import pull_to_noop, wait_started
 
 #: rounds of the warm-up query (each ``ROUND`` messages, one or two micro-batches)
 ROUNDS = 150
@@ -59,14 +57,9 @@ def _wait_for_offset(query, offset: int, timeout_s: float = 120.0) -> None:
 def warm_up(spark) -> dict:
     """Run a connector query (``pull``, ``raw``, 100 B, into ``noop``) for ``ROUNDS``
     rounds of ``ROUND`` messages, each waited for; returns what the report prints."""
-    work = tempfile.mkdtemp(prefix="spark-zmq-bench-jit-")
-    port = free_port()
-    query = (spark.readStream.format("zmq").option("pattern", "pull").option("endpoints", f"@tcp://127.0.0.1:{port}")
-             .option("spoolDir", os.path.join(work, "spool")).option("receiverLingerSeconds", "0").load()
-             .writeStream.format("noop").option("checkpointLocation", os.path.join(work, "ckpt"))
-             .trigger(processingTime="0 seconds").start())
+    query, endpoint = pull_to_noop(spark, "spark-zmq-bench-jit-")
     push = zmq.Context.instance().socket(zmq.PUSH)
-    push.connect(f"tcp://127.0.0.1:{port}")
+    push.connect(endpoint)
     payload = b"x" * 100
     per_round: list[int] = []
     started = time.monotonic()
