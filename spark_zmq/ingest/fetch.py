@@ -216,6 +216,15 @@ class SpoolServer:
         self._thread.start()
 
     def _serve(self) -> None:
+        """The serving loop; the socket is closed here, on the thread that uses it (its
+        monitor is read without the wire's lock, so closing it from another thread while
+        this one reads could abort libzmq)."""
+        try:
+            self._serve_until_stopped()
+        finally:
+            self._router.close(linger=0)
+
+    def _serve_until_stopped(self) -> None:
         watch = self._router.handshakes
         while not self._stopping.is_set():
             try:
@@ -319,12 +328,16 @@ class SpoolServer:
         return [b"ok", str(reached).encode(), json.dumps(firsts).encode(), sink.getvalue().to_pybytes()]
 
     def close(self) -> None:
-        """Stop the serving thread, then close its socket: closing first raced the thread's
-        read of the socket's monitor (a ``ZMQError`` on a closed socket in that thread)."""
+        """Stop the serving thread, which closes its socket as it ends. Closing it from here
+        raced the thread's read of the socket's monitor (a ``ZMQError``, or libzmq aborting
+        the process); a thread still busy after 5 s (one large reply on a loaded host) closes
+        it when it finishes, and is a daemon that never holds up the exit."""
         self._stopping.set()
-        self._router.interrupt()  # the thread waits in a receive
+        if not self._router.closed:
+            self._router.interrupt()  # the thread waits in a receive
         self._thread.join(5)
-        self._router.close(linger=0)
+        if self._thread.is_alive():
+            log.warning("spool fetch service: its thread is still busy after 5 s; it closes the socket when done")
 
 
 def _id_frame(request: object) -> list[bytes]:
