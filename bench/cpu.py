@@ -138,10 +138,11 @@ JVM_THREADS = (
 )
 
 
-def jvm_threads(snap: Snapshot) -> dict[str, int]:
-    """CPU ticks so far of the Java processes in ``snap``, by ``JVM_THREADS`` kind (threads
-    that ended are not counted: compare two readings of long-lived threads)."""
-    ticks = dict.fromkeys((kind for kind, _ in JVM_THREADS), 0)
+def jvm_threads(snap: Snapshot) -> dict[tuple[int, int], tuple[str, int]]:
+    """CPU ticks so far of every ``JVM_THREADS`` thread of the Java processes in ``snap``,
+    by (pid, tid): its kind and ticks. Read per thread so that a thread that ends between two
+    readings (a stopped query's own thread) drops out instead of counting negative."""
+    ticks: dict[tuple[int, int], tuple[str, int]] = {}
     for process in snap.values():
         if "java" not in process.cmdline:
             continue
@@ -159,7 +160,7 @@ def jvm_threads(snap: Snapshot) -> dict[str, int]:
             fields = stat[stat.rindex(b")") + 2:].split()
             for kind, prefixes in JVM_THREADS:
                 if name.startswith(prefixes):
-                    ticks[kind] += int(fields[11]) + int(fields[12])
+                    ticks[(process.pid, int(tid))] = (kind, int(fields[11]) + int(fields[12]))
                     break
     return ticks
 
@@ -168,11 +169,15 @@ def jvm_threads(snap: Snapshot) -> dict[str, int]:
 JVM_THREAD_ROLE = "jvm "
 
 
-def jvm_threads_us(before: dict[str, int], after: Snapshot, messages: int) -> dict[str, float]:
+def jvm_threads_us(before: dict[tuple[int, int], tuple[str, int]], after: Snapshot,
+                   messages: int) -> dict[str, float]:
     """CPU microseconds a message by JVM thread kind between a ``jvm_threads`` reading and
-    the snapshot ``after``, keyed as roles (``jvm JIT compiler``...) to add to ``by_role``'s."""
-    now = jvm_threads(after)
-    return {JVM_THREAD_ROLE + kind: (now[kind] - before.get(kind, 0)) / TICK / messages * 1e6 for kind in now}
+    the snapshot ``after``, keyed as roles (``jvm JIT compiler``...) to add to ``by_role``'s:
+    each thread alive at ``after`` counts what it spent since ``before`` (all of it if new)."""
+    spent = dict.fromkeys((kind for kind, _ in JVM_THREADS), 0)
+    for thread, (kind, ticks) in jvm_threads(after).items():
+        spent[kind] += ticks - before.get(thread, (kind, 0))[1]
+    return {JVM_THREAD_ROLE + kind: ticks / TICK / messages * 1e6 for kind, ticks in spent.items()}
 
 
 def roles_text(roles: dict[str, float], always: tuple[str, ...] = ()) -> str:

@@ -182,9 +182,36 @@ def measure(spark, count: int, size: int, reps: int, compare: Callable[..., dict
         # the JVM's threads ("jvm JIT compiler", ...) are a split of "jvm", not more CPU
         by_role["all receiving"] = sum(us for role, us in by_role.items()
                                        if not role.startswith(cpu_tree.JVM_THREAD_ROLE))
-    row["notes"] = [cpu_line(row)] + ([f"peers: {BYTEWAX} skipped: {skipped}"] if skipped else [])
+    if not skipped and cpu["connector"]:
+        row["peers_budget"] = budget(row, statistics.median(run["producer_us_per_msg"] for run in cpu["connector"]))
+    row["notes"] = [cpu_line(row)] + ([budget_line(row)] if row.get("peers_budget") else []) + \
+        ([f"peers: {BYTEWAX} skipped: {skipped}"] if skipped else [])
     print(row["notes"][0], flush=True)
     return row
+
+
+def budget(row: dict, producer_us_per_msg: float) -> dict:
+    """Whether the connector can keep Bytewax's rate on this machine's cores: at that rate,
+    the cores its receiving processes (all of them, Spark's included) and the producer need
+    together, from this run's CPU a message; and the most the cores allow the connector a
+    message at that rate once the producer is paid."""
+    rate = row["median"][BYTEWAX]
+    connector = row["cpu_us_per_msg"]["connector"]["all receiving"]
+    cores = os.cpu_count() or 1
+    return {"cores": cores, "target_msgs_per_s": rate, "connector_us_per_msg": connector,
+            "producer_us_per_msg": producer_us_per_msg,
+            "bytewax_us_per_msg": row["cpu_us_per_msg"][BYTEWAX]["all receiving"],
+            "cores_needed": rate * (connector + producer_us_per_msg) / 1e6,
+            "left_for_connector_us_per_msg": cores / rate * 1e6 - producer_us_per_msg}
+
+
+def budget_line(row: dict) -> str:
+    b = row["peers_budget"]
+    return (f"peers: CPU budget of Bytewax's rate ({b['target_msgs_per_s']:,.0f} msgs/s) on {b['cores']} cores: "
+            f"the connector's receiving processes {b['connector_us_per_msg']:.2f} us a message + the producer "
+            f"{b['producer_us_per_msg']:.2f} = {b['cores_needed']:.2f} cores; the cores leave the connector "
+            f"{b['left_for_connector_us_per_msg']:.2f} us a message at that rate (Bytewax's own: "
+            f"{b['bytewax_us_per_msg']:.2f})")
 
 
 def by_process(run: dict) -> dict[str, float]:

@@ -56,6 +56,10 @@ Scenarios (the benchmark issue's numbering):
                       manager and under conf/spark-defaults.conf's, alternately: each
                       micro-batch's offset and commit logs, its duration and the JVM's CPU
                       (bench/checkpoints.py).
+ 14 backlog-raw-100B  one-row ingest (raw, 100 B) read from a backlog in one micro-batch (a
+                      processing-time trigger, the messages all spooled before it fires) vs
+                      the in-memory source offered at once: CPU a message by process, Spark's
+                      part of the connector's read on equal terms (bench/backlog.py).
 Fair ceilings (``CEILINGS``; the sources are in bench/ceilings.py): Spark's own cost with a
 Python source or sink that does no ZeroMQ work (in-memory sources for ingest and latency, a
 discarding writer for egress); the wire's (a bare pyzmq loop, libzmq's C test) where that
@@ -82,6 +86,7 @@ from collections.abc import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import backlog  # noqa: E402
 import backpressure  # noqa: E402
 import bed  # noqa: E402
 import checkpoints  # noqa: E402
@@ -100,11 +105,13 @@ from common import HERE, spark_session  # noqa: E402
 FULL = {"raw": 1_000_000, "socket": 30_000, "arrow_messages": 400, "arrow_rows": 10_000, "latency_s": 10.0,
         "bp_messages": 200_000, "scaling": 200_000, "reqrep_arrow": 4_000_000, "reqrep_json": 20_000,
         "reqrep_lru": 400, "reqrep_latency": 2_000, "bed": 200_000, "pipeline_messages": 400, "pipeline_rate": 2_000,
-        "pipeline_latency_s": 10.0, "relay_messages": 400, "checkpoint_s": 8.0}
+        "pipeline_latency_s": 10.0, "relay_messages": 400, "checkpoint_s": 8.0,
+        "backlog_interval_s": backlog.INTERVAL_S}
 SMOKE = {"raw": 5_000, "socket": 2_000, "arrow_messages": 4, "arrow_rows": 1_000, "latency_s": 0.5,
          "bp_messages": 5_000, "scaling": 5_000, "reqrep_arrow": 10_000, "reqrep_json": 500,
          "reqrep_lru": 40, "reqrep_latency": 100, "bed": 4_000, "pipeline_messages": 20, "pipeline_rate": 2_000,
-         "pipeline_latency_s": 0.5, "relay_messages": 20, "checkpoint_s": 0.3}
+         "pipeline_latency_s": 0.5, "relay_messages": 20, "checkpoint_s": 0.3,
+         "backlog_interval_s": 2}
 
 
 #: each scenario's fair ceiling: the contender that does everything the connector must do
@@ -476,6 +483,7 @@ def main(argv: list[str]) -> int:
                                        size["pipeline_latency_s"], reps),
         "relay-readers": lambda: relay_readers(spark, size["relay_messages"], r, reps),
         "peers": lambda: peers.measure(spark, n, 100, reps, compare),
+        "backlog-raw-100B": lambda: backlog.measure(spark, n, 100, reps, compare, size["backlog_interval_s"]),
         "checkpoint-manager": lambda: checkpoints.measure(spark, seconds=size["checkpoint_s"], reps=min(reps, 2)),
         "backpressure": lambda: {"scenario": "backpressure", **backpressure.connector(
             spark, size["bp_messages"], 1024, spool_bytes=16 << 20, rows_per_trigger=20_000)},
@@ -502,7 +510,7 @@ def main(argv: list[str]) -> int:
         if isinstance(result, list):  # a scenario of several rows (bed)
             results.extend(result)
             continue
-        if name == "checkpoint-manager":
+        if name in ("checkpoint-manager", "backlog-raw-100B"):
             print(f"{name:18s} " + result["notes"][0], flush=True)
         if name in ("latency", "backpressure", "reqrep-broker-lru", "reqrep-latency"):  # (scaling prints its own)
             print(f"{name:18s} " + json.dumps({k: v for k, v in result.items() if k != "scenario"}), flush=True)

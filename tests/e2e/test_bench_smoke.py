@@ -23,7 +23,7 @@ def test_bench_smoke_run_writes_its_report(tmp_path):
                          "scaling", "latency", "backpressure", "curve-ingest-raw-100B", "curve-ingest-arrow",
                          "curve-egress-raw-100B", "curve-egress-arrow", "gather-raw-100B", "gather-arrow",
                          "reqrep-arrow", "reqrep-json", "reqrep-broker-lru", "reqrep-latency", "pipeline",
-                         "relay-readers", "peers", "checkpoint-manager"}
+                         "relay-readers", "peers", "checkpoint-manager", "backlog-raw-100B"}
     compared = [r for r in rows.values() if "ratios" in r]
     assert all(v > 0 for r in compared for v in r["median"].values())
     # connector, in-memory Python source (at once and in the connector's micro-batches), bare pyzmq, Spark's
@@ -46,6 +46,12 @@ def test_bench_smoke_run_writes_its_report(tmp_path):
     assert {"without_curve_us_per_msg", "libzmq_curve_us_per_msg", "with_curve_us_per_msg"} <= set(curve_budget)
     assert "curve-egress-raw-100B: CPU budget of the target" in (tmp_path / "report.md").read_text()
     assert rows["backpressure"]["lost"] == 0
+    # the backlog was read (in one micro-batch a run on an idle machine), its CPU split by process beside
+    # the in-memory source's
+    backlog = rows["backlog-raw-100B"]["cpu"]
+    assert len(backlog["micro_batches"]) == 1 and backlog["micro_batches"][0] >= 1
+    assert set(backlog["by_role_us_per_msg"]) == {"connector", "in-memory Python source"}
+    assert all(roles["jvm"] > 0 for roles in backlog["by_role_us_per_msg"].values())
     # each checkpoint file manager ran micro-batches that wrote their offset and commit logs
     managers = rows["checkpoint-manager"]["median"]
     assert len(managers) == 2 and all(m["micro_batches"] > 0 and m["trigger_ms"] > 0 for m in managers.values())
@@ -82,6 +88,9 @@ def test_bench_smoke_run_writes_its_report(tmp_path):
         set() if peers["bytewax_skipped"] else {"Bytewax 0.21 ZeroMQ source"})
     assert set(peers["cpu_us_per_msg"]) == set(peers["median"])
     assert "peers: CPU us a message by receiving process" in (tmp_path / "report.md").read_text()
+    if not peers["bytewax_skipped"]:  # whether Bytewax's rate fits in the cores beside the producer
+        assert peers["peers_budget"]["cores_needed"] > 0 and peers["peers_budget"]["cores"] == os.cpu_count()
+        assert "peers: CPU budget of Bytewax's rate" in (tmp_path / "report.md").read_text()
     assert "fair ceiling" in (tmp_path / "report.md").read_text()
     assert "egress-raw-100B: Spark's fixed cost of a write job: median" in (tmp_path / "report.md").read_text()
     assert "Python-source floor" in (tmp_path / "report.md").read_text()

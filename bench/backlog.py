@@ -1,0 +1,123 @@
+"""One-row ingest from a backlog: Spark's part of the connector's read, in one micro-batch.
+
+Why: against a live producer the connector's rows arrive while Spark runs, so Spark cuts
+them into several micro-batches, each paying Spark's fixed per-micro-batch cost; the
+in-memory ceiling offers its rows at once, in one. Their JVM CPU a row then differs by the
+number of micro-batches, not by what the connector hands Spark. Here the connector's query
+runs on a processing-time trigger, the producer's messages all reach the receiver between
+two triggers, and the next trigger reads them in one micro-batch, as the ceiling does:
+CPU a message by process (Spark's JVM and its threads, the read tasks, the source runner;
+the receiver's intake before the trigger is its own process and is left out) against the
+in-memory source's (``ingest.memory_rows``), run alternately.
+
+Spark starts a processing-time trigger at the multiples of its interval since the epoch
+(``ProcessingTimeExecutor``), so the CPU window opens just before a known instant instead
+of taking in the seconds the query waits idle.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import tempfile
+import time
+from datetime import datetime
+
+import cpu as cpu_tree
+import ingest
+from common import Producer, free_port, wait_for_rows, wait_started, warm_up
+
+#: the trigger interval: room for the producer's messages to reach the receiver between two
+#: triggers (1,000,000 messages take about 1.2 s here)
+INTERVAL_S = 5
+#: how long before the trigger the CPU window opens
+LEAD_S = 0.3
+CONNECTOR = "connector"  # reading a backlog: compare() names the connector so
+CEILING = "in-memory Python source"
+
+
+def connector(spark, count: int, size: int, cpu: dict, interval_s: int = INTERVAL_S) -> float:
+    """The connector's defaults (``pull``, ``raw``) on a ``interval_s`` trigger, into ``noop``:
+    ``count`` messages sent right after one trigger, read by the next; msgs/s over that
+    micro-batch, and ``cpu`` filled as ``ingest.memory_rows`` fills it, plus the number of
+    micro-batches the backlog took."""
+    work = tempfile.mkdtemp(prefix="spark-zmq-bench-backlog-")
+    port = free_port()
+    query = (spark.readStream.format("zmq").option("pattern", "pull").option("endpoints", f"@tcp://127.0.0.1:{port}")
+             .option("spoolDir", os.path.join(work, "spool")).option("receiverLingerSeconds", "0").load()
+             .writeStream.format("noop").option("checkpointLocation", os.path.join(work, "ckpt"))
+             .trigger(processingTime=f"{interval_s} seconds").start())
+    endpoint = f"tcp://127.0.0.1:{port}"
+    try:
+        wait_started(query)
+        warm = warm_up(query, [endpoint], "raw", size, messages=ingest.WARM_UP_MESSAGES["raw"])
+        producer = Producer(endpoint, count, "raw", size)
+        producer.ready()
+        # the next trigger that leaves the producer at least half an interval to send
+        trigger_at = math.ceil((time.time() + interval_s / 2) / interval_s) * interval_s
+        producer.go()
+        producer.wait(60)
+        time.sleep(max(0.0, trigger_at - LEAD_S - time.time()))  # until just before a known instant
+        before = cpu_tree.snapshot()
+        threads_before = cpu_tree.jvm_threads(before)
+        batches_before = {p["batchId"] for p in query.recentProgress if p["numInputRows"]}
+        finished = wait_for_rows(query, warm + count)
+        after = cpu_tree.snapshot(follow=before)
+        taken = [p for p in query.recentProgress if p["numInputRows"] and p["batchId"] not in batches_before]
+    finally:
+        query.stop()
+    roles = {role: used / count * 1e6 for role, used in cpu_tree.by_role(before, after).items() if role != "receivers"}
+    roles.update(cpu_tree.jvm_threads_us(threads_before, after, count))
+    cpu.update({"messages": count, "micro_batches": len(taken), "by_role_us_per_msg": roles,
+                "total_us_per_msg": cpu_tree.used(before, after, lambda p: not cpu_tree.is_relay(p)
+                                                  and cpu_tree.not_producer(p)) / count * 1e6})
+    return count / (finished - (started_at(taken) or trigger_at))
+
+
+def started_at(progress: list[dict]) -> float | None:
+    """When the first of these micro-batches started (its progress ``timestamp``), epoch seconds."""
+    if not progress:
+        return None
+    first = min(progress, key=lambda p: p["batchId"])["timestamp"]
+    return datetime.fromisoformat(first.replace("Z", "+00:00")).timestamp()
+
+
+def measure(spark, count: int, size: int, reps: int, compare, interval_s: int = INTERVAL_S) -> dict:
+    """The connector reading a backlog against the in-memory source offered at once,
+    ``reps`` times each, alternately; the row's ``cpu`` holds each contender's medians by
+    process and the JVM's and read tasks' ratios (the issue's targets: at most 1.1 and 1.2)."""
+    cpu: dict[str, list[dict]] = {CONNECTOR: [], CEILING: []}
+
+    def run(name: str, fn):
+        def contender() -> float:
+            figures: dict = {}
+            rate = fn(figures)
+            cpu[name].append(figures)
+            return rate
+        return contender
+
+    row = compare(f"backlog-raw-{size}B", "msgs/s", {
+        CONNECTOR: run(CONNECTOR, lambda c: connector(spark, count, size, c, interval_s)),
+        CEILING: run(CEILING, lambda c: ingest.memory_rows(spark, count, size, cpu=c)),
+    }, reps, CEILING, None)
+    medians = {name: {role: statistics.median(r["by_role_us_per_msg"].get(role, 0.0) for r in runs)
+                      for role in runs[0]["by_role_us_per_msg"]} for name, runs in cpu.items() if runs}
+    row["cpu"] = {"by_role_us_per_msg": medians,
+                  "micro_batches": [r["micro_batches"] for r in cpu[CONNECTOR]]}
+    if len(medians) == 2:
+        row["cpu"]["ratios"] = {role: medians[CONNECTOR][role] / medians[CEILING][role]
+                                for role in ("jvm", "read tasks") if medians[CEILING].get(role)}
+    row["notes"] = [line(row)]
+    return row
+
+
+def line(row: dict) -> str:
+    """The report's sentence: CPU a message by process, both contenders, and the ratios."""
+    cpu = row["cpu"]
+    parts = [f"{name}: {cpu_tree.roles_text(roles, always=('jvm', 'read tasks'))}"
+             for name, roles in cpu["by_role_us_per_msg"].items()]
+    ratios = ", ".join(f"{role} {value:.2f}x" for role, value in cpu.get("ratios", {}).items())
+    return (f"{row['scenario']}: CPU us a message by process, {'; '.join(parts)}; connector / in-memory source: "
+            f"{ratios or '-'} (targets: jvm at most 1.1x, read tasks 1.2x); the connector's backlog took "
+            f"{cpu['micro_batches']} micro-batch(es) a run")
