@@ -140,6 +140,13 @@ def roles_line(r: dict) -> str:
     return "\n".join(lines)
 
 
+def c_wire_line(r: dict, fed: str, wire_name: str) -> str:
+    """The connector fed by libzmq's C sender against libzmq's C receiver (the wire's limit)."""
+    return (f"{r['scenario']}: the connector fed by libzmq's C sender (`thr remote`): {r['median'][fed]:,.0f} msgs/s, "
+            f"{r['c_wire_ratio']:.2f} of libzmq's C receiver fed the same way ({wire_name}: "
+            f"{r['median'][wire_name]:,.0f} msgs/s)")
+
+
 def budget_line(r: dict) -> str:
     """The one-row target against the machine's cores (``run.cpu_budget``), as one line."""
     b = r["cpu_budget"]

@@ -117,6 +117,10 @@ SMOKE = {"raw": 5_000, "socket": 2_000, "arrow_messages": 4, "arrow_rows": 1_000
 #: each scenario's fair ceiling: the contender that does everything the connector must do
 #: except the connector's own work, and why it is the fairest one measured
 PACED = "in-memory Python source, the connector's micro-batches"
+#: the connector fed by libzmq's C sender instead of the Python producer: what its receiving
+#: side takes against the wire's limit (the C test's sender and receiver) with the sender's cost
+#: out of the way
+C_FED = "connector, libzmq's C producer"
 CEILINGS = {
     PACED: "Spark's ceiling in the connector's pacing: a Python source yielding the same batches (Arrow) or rows "
            "(one row per message) from memory, offered in as many micro-batches of the same sizes as the connector's "
@@ -220,7 +224,7 @@ def cpu_budget(row: dict, cpu: dict[str, list[dict]]) -> dict:
     budget["by_role_us_per_msg"] = {
         contender: {role: statistics.median(c["by_role_us_per_msg"][role] for c in cpu[contender])
                     for role in cpu[contender][0]["by_role_us_per_msg"]}
-        for contender in ("connector", "in-memory Python source", PACED)
+        for contender in ("connector", C_FED, "in-memory Python source", PACED)
         if cpu.get(contender) and "by_role_us_per_msg" in cpu[contender][0]}
     parts = budget["spark_us_per_msg"]
     if cpu.get(wire.NAME):
@@ -260,7 +264,8 @@ def one_row_ingest(spark, name: str, count: int, size: int, socket_count: int, r
     in-memory rows source; the issue's target 0.85) and, as before, against a bare pyzmq
     PULL (target 0.5); Spark's socket source, and libzmq's C test where it builds. The
     row's ``cpu_budget`` (``cpu_budget``) says whether the target fits in the cores."""
-    cpu: dict[str, list[dict]] = {"connector": [], "in-memory Python source": [], PACED: [], wire.NAME: []}
+    cpu: dict[str, list[dict]] = {"connector": [], "in-memory Python source": [], PACED: [], wire.NAME: [],
+                                  C_FED: []}
     pacing: list[int] = []  # the last connector run's micro-batches, replayed by PACED
     contenders = {
         "connector": measured(lambda c: ingest.connector(spark, count, "raw", size, cpu=c, pacing=pacing),
@@ -273,12 +278,18 @@ def one_row_ingest(spark, name: str, count: int, size: int, socket_count: int, r
     }
     if no_wire is None:
         contenders[wire.NAME] = measured(lambda c: wire.throughput(count, size, cpu=c), cpu[wire.NAME])
+        contenders[C_FED] = measured(lambda c: ingest.connector(spark, count, "raw", size, producer=wire.CProducer,
+                                                                cpu=c), cpu[C_FED])
     row = compare(name, "msgs/s", contenders, reps, "bare pyzmq PULL", 0.5, ceiling="in-memory Python source",
                   ceiling_target=0.85)
     row["wire_limit_skipped"] = no_wire
     if no_wire is None:
         row["wire_library"] = wire.library()
     row["cpu_budget"] = cpu_budget(row, cpu)
+    if no_wire is None:  # the receiving side against the wire's limit, both fed by libzmq's C sender
+        row["c_wire_ratio"] = row["median"][C_FED] / row["median"][wire.NAME]
+        row["notes"] = [report.c_wire_line(row, C_FED, wire.NAME)]
+        print(row["notes"][0], flush=True)
     print(report.budget_line(row), flush=True)
     print(report.roles_line(row), flush=True)
     return row

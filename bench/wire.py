@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import time
 
 from common import HERE
 
@@ -126,3 +127,33 @@ def throughput(count: int, size: int, cpu: dict | None = None) -> float:
     if cpu is not None:
         cpu.update({"sender_us_per_msg": remote_cpu / count * 1e6, "receiver_us_per_msg": local_cpu / count * 1e6})
     return float(rate)
+
+
+class CProducer:
+    """``thr remote``: libzmq's C PUSH sending ``count`` one-row messages of ``arg`` bytes to
+    ``endpoint``, with ``common.Producer``'s interface: the cheapest sender there is, so an
+    ingest run with it measures the receiving side against the wire's limit instead of
+    against what a Python sender can offer. Its CPU (``cpu_s`` after ``wait``) is read by
+    ``wait4`` and falls in no process the bench counts as receiving."""
+
+    def __init__(self, endpoint: str, count: int, kind: str, arg: float) -> None:
+        if kind != "raw":
+            raise ValueError(f"libzmq's C producer sends one-row messages (raw), not {kind}")
+        self.command = [_build(), "remote", endpoint, str(int(arg)), str(count)]
+        self.proc: subprocess.Popen | None = None
+        self.cpu_s = 0.0
+
+    def ready(self) -> None:
+        """Nothing to wait for: the C program starts in a millisecond, so it starts at ``go``."""
+
+    def go(self) -> float:
+        started = time.time()
+        self.proc = subprocess.Popen(self.command)
+        return started
+
+    def wait(self, timeout: float = 120) -> None:
+        if self.proc is None:
+            raise RuntimeError("the C producer was never started")
+        code, self.cpu_s = reap(self.proc, timeout)
+        if code != 0:
+            raise RuntimeError(f"libzmq's C producer (thr remote) exited with {code}")

@@ -27,8 +27,12 @@ def test_bench_smoke_run_writes_its_report(tmp_path):
     compared = [r for r in rows.values() if "ratios" in r]
     assert all(v > 0 for r in compared for v in r["median"].values())
     # connector, in-memory Python source (at once and in the connector's micro-batches), bare pyzmq, Spark's
-    # socket source (+ libzmq's C test where it builds)
-    assert len(rows["ingest-raw-100B"]["median"]) == 5 + (rows["ingest-raw-100B"]["wire_limit_skipped"] is None)
+    # socket source (+ libzmq's C test and the connector fed by its C sender, where it builds)
+    wire_built = rows["ingest-raw-100B"]["wire_limit_skipped"] is None
+    assert len(rows["ingest-raw-100B"]["median"]) == 5 + 2 * wire_built
+    if wire_built:
+        assert rows["ingest-raw-100B"]["c_wire_ratio"] > 0
+        assert "the connector fed by libzmq's C sender" in (tmp_path / "report.md").read_text()
     assert "in-memory Python source, the connector's micro-batches" in rows["ingest-raw-1KB"]["median"]
     assert all(rows[name]["ceiling"] == "in-memory Python source" and rows[name]["ceiling_target"] == 0.85
                and rows[name]["versus"] == "bare pyzmq PULL" for name in ("ingest-raw-100B", "ingest-raw-1KB"))
