@@ -122,16 +122,17 @@ class Receiver:
             self.proc.wait(10)
 
 
-def child(mode: str, count: int, size: int, cpu: dict) -> float:
+def child(mode: str, count: int, size: int, cpu: dict, producer_class: Callable | None = None) -> float:
     """One run of a child contender (``pull`` or ``bytewax``): msgs/s from the producer's
-    go to the last message received; ``cpu`` gets the receiving process's CPU a message."""
+    go to the last message received; ``cpu`` gets the receiving process's CPU a message.
+    ``producer_class``: ``common.Producer`` (the default) or ``wire.CProducer``."""
     import cpu as cpu_tree
     from common import Producer
 
     receiver = Receiver(mode, count)
     try:
         port = receiver.ready()
-        producer = Producer(f"tcp://127.0.0.1:{port}", count, "raw", size)
+        producer = (producer_class or Producer)(f"tcp://127.0.0.1:{port}", count, "raw", size)
         producer.ready()
         before = cpu_tree.snapshot()
         started = producer.go()
@@ -146,15 +147,21 @@ def child(mode: str, count: int, size: int, cpu: dict) -> float:
     return count / (finished - started)
 
 
-def measure(spark, count: int, size: int, reps: int, compare: Callable[..., dict]) -> dict:
+def measure(spark, count: int, size: int, reps: int, compare: Callable[..., dict], name: str = "peers",
+            producer_class: Callable | None = None) -> dict:
     """The scenario's row (``compare``'s format, against Bytewax where it runs, else the
     bare loop), with ``cpu_us_per_msg`` (each contender's receiving processes, medians)
-    and ``notes`` (the lines report.md lists) added."""
+    and ``notes`` (the lines report.md lists) added. ``producer_class``: what feeds every
+    contender, ``common.Producer`` (a user's Python PUSH, the default) or ``wire.CProducer``
+    (libzmq's C sender: what each receiving side takes when the sender costs least)."""
     import ingest
+    from common import Producer
+
+    producer_class = producer_class or Producer
 
     skipped = bytewax_missing()
     if skipped:
-        print(f"{'peers':18s} {BYTEWAX} skipped: {skipped}", flush=True)
+        print(f"{name:18s} {BYTEWAX} skipped: {skipped}", flush=True)
     cpu: dict[str, list[dict]] = {"connector": [], BYTEWAX: [], BARE: []}
 
     def measured(name: str, fn: Callable[[dict], float]) -> Callable[[], float]:
@@ -163,11 +170,12 @@ def measure(spark, count: int, size: int, reps: int, compare: Callable[..., dict
             return fn(cpu[name][-1])
         return run
 
-    contenders = {"connector": measured("connector", lambda c: ingest.connector(spark, count, "raw", size, cpu=c))}
+    contenders = {"connector": measured("connector", lambda c: ingest.connector(spark, count, "raw", size, cpu=c,
+                                                                                producer=producer_class))}
     if not skipped:
-        contenders[BYTEWAX] = measured(BYTEWAX, lambda c: child("bytewax", count, size, c))
-    contenders[BARE] = measured(BARE, lambda c: child("pull", count, size, c))
-    row = compare("peers", "msgs/s", contenders, reps, BARE if skipped else BYTEWAX, None if skipped else 1.0,
+        contenders[BYTEWAX] = measured(BYTEWAX, lambda c: child("bytewax", count, size, c, producer_class))
+    contenders[BARE] = measured(BARE, lambda c: child("pull", count, size, c, producer_class))
+    row = compare(name, "msgs/s", contenders, reps, BARE if skipped else BYTEWAX, None if skipped else 1.0,
                   ceiling=BARE)
     row["messages"] = count
     row["bytewax_skipped"] = skipped
@@ -185,7 +193,7 @@ def measure(spark, count: int, size: int, reps: int, compare: Callable[..., dict
     if not skipped and cpu["connector"]:
         row["peers_budget"] = budget(row, statistics.median(run["producer_us_per_msg"] for run in cpu["connector"]))
     row["notes"] = [cpu_line(row)] + ([budget_line(row)] if row.get("peers_budget") else []) + \
-        ([f"peers: {BYTEWAX} skipped: {skipped}"] if skipped else [])
+        ([f"{name}: {BYTEWAX} skipped: {skipped}"] if skipped else [])
     print(row["notes"][0], flush=True)
     return row
 
@@ -207,7 +215,7 @@ def budget(row: dict, producer_us_per_msg: float) -> dict:
 
 def budget_line(row: dict) -> str:
     b = row["peers_budget"]
-    return (f"peers: CPU budget of Bytewax's rate ({b['target_msgs_per_s']:,.0f} msgs/s) on {b['cores']} cores: "
+    return (f"{row['scenario']}: CPU budget of Bytewax's rate ({b['target_msgs_per_s']:,.0f} msgs/s) on {b['cores']} cores: "
             f"the connector's receiving processes {b['connector_us_per_msg']:.2f} us a message + the producer "
             f"{b['producer_us_per_msg']:.2f} = {b['cores_needed']:.2f} cores; the cores leave the connector "
             f"{b['left_for_connector_us_per_msg']:.2f} us a message at that rate (Bytewax's own: "
@@ -229,7 +237,7 @@ def cpu_line(row: dict) -> str:
     parts = []
     for name, by_role in row["cpu_us_per_msg"].items():
         parts.append(f"{name}: {cpu_tree.roles_text(by_role, always=('all receiving',))}")
-    return "peers: CPU us a message by receiving process (the producer's left out): " + "; ".join(parts)
+    return f"{row['scenario']}: CPU us a message by receiving process (the producer's left out): " + "; ".join(parts)
 
 
 # --- the child processes ------------------------------------------------------------------

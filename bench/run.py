@@ -52,6 +52,8 @@ Scenarios (the benchmark issue's numbering):
                       of every receiving process: the connector (a user's defaults) vs Bytewax 0.21
                       reading ZeroMQ through a custom source (optional: pip install -e ".[bench]")
                       vs a bare pyzmq PULL loop in its own process (bench/peers.py).
+    peers-libzmq-producer  the same three fed by libzmq's C sender (bench/c/thr.c) instead:
+                      what each receiving side takes when sending costs least.
  13 checkpoint-manager a connector query at 10,000 msgs/s under Spark's default checkpoint file
                       manager and under conf/spark-defaults.conf's, alternately: each
                       micro-batch's offset and commit logs, its duration and the JVM's CPU
@@ -365,6 +367,8 @@ def curve_cost(name: str, unit: str, keys: str, reps: int, connector: Callable[[
 NEEDS_NODE = ("gather-raw-100B", "gather-arrow")
 #: scenarios that run only when named in --only
 OPT_IN = ("bed",)
+#: scenarios fed by libzmq's C sender (bench/c/thr.c), skipped where it does not build
+NEEDS_C_WIRE = ("peers-libzmq-producer",)
 
 
 def node_missing() -> str | None:
@@ -494,6 +498,8 @@ def main(argv: list[str]) -> int:
                                        size["pipeline_latency_s"], reps),
         "relay-readers": lambda: relay_readers(spark, size["relay_messages"], r, reps),
         "peers": lambda: peers.measure(spark, n, 100, reps, compare),
+        "peers-libzmq-producer": lambda: peers.measure(spark, n, 100, reps, compare, "peers-libzmq-producer",
+                                                       wire.CProducer),
         "backlog-raw-100B": lambda: backlog.measure(spark, n, 100, reps, compare, size["backlog_interval_s"]),
         "checkpoint-manager": lambda: checkpoints.measure(spark, seconds=size["checkpoint_s"], reps=min(reps, 2)),
         "backpressure": lambda: {"scenario": "backpressure", **backpressure.connector(
@@ -516,6 +522,9 @@ def main(argv: list[str]) -> int:
             continue
         if name in NEEDS_NODE and no_node:
             print(f"{name:18s} skipped: {no_node}", flush=True)
+            continue
+        if name in NEEDS_C_WIRE and no_wire:
+            print(f"{name:18s} skipped: {no_wire}", flush=True)
             continue
         result = run()
         if isinstance(result, list):  # a scenario of several rows (bed)
