@@ -51,6 +51,8 @@ class NoPeerError(SparkZmqError, ConnectionError):
     """No peer completed a connection within ``peer_wait`` seconds of the last send: what
     was queued for one was dropped when the socket closed."""
 
+    retriable = True  # a peer may come up
+
 
 class HandshakeRejectedError(SparkZmqError, ConnectionError):
     """Every CURVE handshake of the producer was rejected, so nothing it sent can arrive.

@@ -36,7 +36,7 @@ from typing import Any, TypeVar, cast
 import pyarrow as pa
 import zmq
 
-from ..errors import SparkZmqError
+from ..errors import SparkZmqError, transient
 from ..options import is_wildcard_address
 from ..patterns import Dealer, Router, SocketClosedError
 from ..patterns.curve import Curve
@@ -328,10 +328,8 @@ class SpoolServer:
         return [b"ok", str(reached).encode(), json.dumps(firsts).encode(), sink.getvalue().to_pybytes()]
 
     def close(self) -> None:
-        """Stop the serving thread, which closes its socket as it ends. Closing it from here
-        raced the thread's read of the socket's monitor (a ``ZMQError``, or libzmq aborting
-        the process); a thread still busy after 5 s (one large reply on a loaded host) closes
-        it when it finishes, and is a daemon that never holds up the exit."""
+        """Stop the serving thread, which closes its socket as it ends (closing it from here
+        raced that thread's read of the monitor); one still busy after 5 s closes it later."""
         self._stopping.set()
         if not self._router.closed:
             self._router.interrupt()  # the thread waits in a receive
@@ -361,11 +359,11 @@ def _exchange(dealer: Dealer, request: dict[str, Any], request_id: int, timeout:
     while True:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            raise FetchError(silence())
+            raise transient(FetchError(silence()))
         try:
             dealer.send([b"", body], timeout=remaining)
         except TimeoutError:
-            raise FetchError(silence()) from None
+            raise transient(FetchError(silence())) from None
         resend_at = time.monotonic() + min(resend_s, remaining)
         while (wait := resend_at - time.monotonic()) > 0:
             try:
@@ -452,9 +450,9 @@ def _await_handshake(dealer: Dealer, access: FetchAccess, within: float, what: s
                 "firewall from the executors to the driver (option spoolServerPort fixes it)")
     else:
         hint = "is the relay running, and is its --listen address reachable from the executors?"
-    raise FetchError(f"cannot reach {access.server_name}'s spool server at {access.endpoint} from this executor "
-                     f"({socket.gethostname()}) within {within:.0f} s: no connection completed its handshake "
-                     f"({what}); {hint}")
+    raise transient(FetchError(f"cannot reach {access.server_name}'s spool server at {access.endpoint} from this "
+                               f"executor ({socket.gethostname()}) within {within:.0f} s: no connection completed its "
+                               f"handshake ({what}); {hint}"))
 
 
 def fetch_range(

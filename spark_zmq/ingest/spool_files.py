@@ -25,6 +25,8 @@ __all__ = ["ID_FILE", "SpoolLockedError", "SpoolSecurityError", "private_dir", "
 class SpoolLockedError(SparkZmqError, RuntimeError):
     """Another live process owns this spool directory."""
 
+    retriable = True  # the lock is free once its owner exits
+
 
 class SpoolSecurityError(SparkZmqError, PermissionError):
     """The spool directory (or a file in it) is not private to the user running the query."""

@@ -46,6 +46,8 @@ class SendTimeoutError(SparkZmqError, TimeoutError):
     """``send_many`` waited ``timeout`` for room for one message: the ``sent`` messages
     before it were queued, the rest were not (a caller resumes from ``messages[sent:]``)."""
 
+    retriable = True  # the peers were busy or away: room may come
+
     def __init__(self, message: str, sent: int) -> None:
         super().__init__(message)
         self.sent = sent

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ..errors import SparkZmqError
+from ..errors import SparkZmqError, transient
 from ..patterns import Dealer, SocketClosedError
 from ..patterns.curve import Curve
 from .messages import Envelope, LeaseRefused, ProtocolMismatch, Request
@@ -39,6 +39,8 @@ class RelayError(SparkZmqError, RuntimeError):
 class RelayBusyError(RelayError):
     """Another query holds the lease of this reader name (one query at a time reads a
     relay under one ``relayReader``)."""
+
+    retriable = True  # the lease lapses ``lapses_in_s`` after its holder stops
 
     def __init__(self, message: str, idle_s: float, lapses_in_s: float) -> None:
         super().__init__(message)
@@ -98,11 +100,11 @@ class RelayClient:
                 self._watch()
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise RelayError(self._silence(op))
+                raise transient(RelayError(self._silence(op)))
             try:
                 self._dealer.send([b"", body], timeout=remaining)
             except TimeoutError:
-                raise RelayError(self._silence(op)) from None
+                raise transient(RelayError(self._silence(op))) from None
             resend_at = time.monotonic() + min(RESEND_S, remaining)
             while True:
                 wait = resend_at - time.monotonic()

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from ..errors import SparkZmqError
+from ..errors import SparkZmqError, transient
 from ..options import RequestOptions
 from ..requestreply.client import Client, RequestTimeoutError
 from .codec import ReplyMismatch, RowCodec, Unit
@@ -144,13 +144,13 @@ class ServiceCall:
         o = self.options
         rows = request[0].describe(request[1]) if request else f"request {exc.request_id}"
         if exc.attempts == 0:  # never sent: no worker connected at all
-            return ServiceCallError(f"spark_zmq.request: {exc}")
-        return ServiceCallError(
+            return transient(ServiceCallError(f"spark_zmq.request: {exc}"))
+        return transient(ServiceCallError(
             f"spark_zmq.request: no reply from {self._where()} to the request of {rows} of this task within "
             f"{o.timeout:g} s, sent {exc.attempts} times (timeout {o.timeout:g} s, retries {o.retries}): are the "
             f"workers (or the broker) running and reachable, and is each reply under maxMessageBytes "
             f"({o.max_message_bytes:,} bytes; ZeroMQ drops a connection that sends more)?"
-        )
+        ))
 
     def _where(self) -> str:
         return ", ".join(str(e) for e in self.options.endpoints)

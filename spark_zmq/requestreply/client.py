@@ -68,6 +68,8 @@ log = logging.getLogger(__name__)
 class RequestTimeoutError(SparkZmqError, TimeoutError):
     """A request got no reply within its timeout, on every attempt."""
 
+    retriable = True  # the broker or its workers may be back (the Guide's Lazy Pirate retries)
+
     def __init__(self, message: str, request_id: int, attempts: int) -> None:
         super().__init__(message)
         self.request_id = request_id

@@ -30,6 +30,8 @@ __all__ = ["TaskSender", "SinkTimeoutError", "SinkBindError"]
 class SinkTimeoutError(SparkZmqError, TimeoutError):
     """A write task could not hand its messages to a peer within ``sendTimeoutMs``."""
 
+    retriable = True  # a peer may connect or drain: Spark's task retry sends again
+
 
 class SinkBindError(SparkZmqError, OSError):
     """A write task could not bind an address of option ``endpoints``: it is in use, most
