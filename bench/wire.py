@@ -133,27 +133,36 @@ class CProducer:
     """``thr remote``: libzmq's C PUSH sending ``count`` one-row messages of ``arg`` bytes to
     ``endpoint``, with ``common.Producer``'s interface: the cheapest sender there is, so an
     ingest run with it measures the receiving side against the wire's limit instead of
-    against what a Python sender can offer. Its CPU (``cpu_s`` after ``wait``) is read by
-    ``wait4`` and falls in no process the bench counts as receiving."""
+    against what a Python sender can offer. It starts connected and waiting (``THR_WAIT_GO``),
+    so a CPU snapshot taken before ``go`` finds it, by name, among the producers."""
 
     def __init__(self, endpoint: str, count: int, kind: str, arg: float) -> None:
         if kind != "raw":
             raise ValueError(f"libzmq's C producer sends one-row messages (raw), not {kind}")
-        self.command = [_build(), "remote", endpoint, str(int(arg)), str(count)]
-        self.proc: subprocess.Popen | None = None
-        self.cpu_s = 0.0
+        self.proc = subprocess.Popen([_build(), "remote", endpoint, str(int(arg)), str(count)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     env={**os.environ, "THR_WAIT_GO": "1"})
+        self._ready = False
 
     def ready(self) -> None:
-        """Nothing to wait for: the C program starts in a millisecond, so it starts at ``go``."""
+        if self._ready:
+            return
+        assert self.proc.stdout is not None
+        if self.proc.stdout.readline().strip() != b"ready":
+            raise RuntimeError(f"libzmq's C producer did not start (exit code {self.proc.poll()})")
+        self._ready = True
 
     def go(self) -> float:
+        self.ready()
+        assert self.proc.stdin is not None
         started = time.time()
-        self.proc = subprocess.Popen(self.command)
+        self.proc.stdin.write(b"go\n")
+        self.proc.stdin.close()
         return started
 
     def wait(self, timeout: float = 120) -> None:
-        if self.proc is None:
-            raise RuntimeError("the C producer was never started")
-        code, self.cpu_s = reap(self.proc, timeout)
+        code, _ = reap(self.proc, timeout)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
         if code != 0:
             raise RuntimeError(f"libzmq's C producer (thr remote) exited with {code}")

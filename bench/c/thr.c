@@ -1,7 +1,9 @@
 /* The wire's limit: libzmq's local_thr/remote_thr (perf/ in libzmq) in one tiny program.
  *
  *   thr local  ENDPOINT SIZE COUNT   bind PULL, receive COUNT messages, print msgs/s
- *   thr remote ENDPOINT SIZE COUNT   connect PUSH, send COUNT messages of SIZE bytes
+ *   thr remote ENDPOINT SIZE COUNT   connect PUSH, send COUNT messages of SIZE bytes (with
+ *                                    THR_WAIT_GO set: print "ready" once connected and send
+ *                                    when a line arrives on stdin)
  *   thr sink   ENDPOINT COUNT        the egress scenarios' consumer, see below
  *
  * As local_thr: the clock starts at the first message and stops at the last. "local"
@@ -102,6 +104,12 @@ int main(int argc, char **argv) {
     } else {
         if (zmq_connect(s, argv[2]) != 0) { perror("zmq_connect"); return 1; }
         memset(buf, 'x', size);
+        if (getenv("THR_WAIT_GO")) {  /* bench/wire.py's CProducer: connected, then sends on "go" */
+            char go[8];
+            printf("ready\n");
+            fflush(stdout);
+            if (read(0, go, sizeof go) <= 0) return 1;
+        }
         for (long i = 0; i < count; i++)
             if (zmq_send(s, buf, size, 0) < 0) { perror("zmq_send"); return 1; }
     }
