@@ -4,8 +4,9 @@ Why: against a live producer the connector's rows arrive while Spark runs, so Sp
 them into several micro-batches, each paying Spark's fixed per-micro-batch cost; the
 in-memory ceiling offers its rows at once, in one. Their JVM CPU a row then differs by the
 number of micro-batches, not by what the connector hands Spark. Here the connector's query
-runs on a processing-time trigger, the producer's messages all reach the receiver between
-two triggers, and the next trigger reads them in one micro-batch, as the ceiling does:
+runs on a processing-time trigger, the producer starts just after one trigger and its
+messages all reach the receiver before the next, which reads them in one micro-batch, as
+the ceiling does:
 CPU a message by process (Spark's JVM and its threads, the read tasks, the source runner;
 the receiver's intake before the trigger is its own process and is left out) against the
 in-memory source's (``ingest.memory_rows``), run alternately.
@@ -33,6 +34,8 @@ from common import Producer, free_port, wait_for_rows, wait_started, warm_up
 INTERVAL_S = 5
 #: how long before the trigger the CPU window opens
 LEAD_S = 0.3
+#: how long after a trigger the producer starts (Spark's look for data at it is done)
+AFTER_S = 0.2
 CONNECTOR = "connector"  # reading a backlog: compare() names the connector so
 CEILING = "in-memory Python source"
 
@@ -54,11 +57,14 @@ def connector(spark, count: int, size: int, cpu: dict, interval_s: int = INTERVA
         warm = warm_up(query, [endpoint], "raw", size, messages=ingest.WARM_UP_MESSAGES["raw"])
         producer = Producer(endpoint, count, "raw", size)
         producer.ready()
-        # the next trigger that leaves the producer at least half an interval to send
-        trigger_at = math.ceil((time.time() + interval_s / 2) / interval_s) * interval_s
+        # just past a trigger (Spark looks for data at each and finds none), so the producer
+        # has a whole interval before the next one, which reads everything it sent
+        boundary = math.ceil(time.time() / interval_s) * interval_s
+        time.sleep(max(0.0, boundary + AFTER_S - time.time()))  # until just past a known instant
+        trigger_at = boundary + interval_s
         producer.go()
         producer.wait(60)
-        time.sleep(max(0.0, trigger_at - LEAD_S - time.time()))  # until just before a known instant
+        time.sleep(max(0.0, trigger_at - LEAD_S - time.time()))  # until just before the next one
         before = cpu_tree.snapshot()
         threads_before = cpu_tree.jvm_threads(before)
         batches_before = {p["batchId"] for p in query.recentProgress if p["numInputRows"]}
@@ -67,6 +73,10 @@ def connector(spark, count: int, size: int, cpu: dict, interval_s: int = INTERVA
         taken = [p for p in query.recentProgress if p["numInputRows"] and p["batchId"] not in batches_before]
     finally:
         query.stop()
+    read = sum(p["numInputRows"] for p in taken)
+    if read != count:  # part of the backlog was read before the window: its figures would be wrong
+        raise RuntimeError(f"the backlog's micro-batches in the measured window read {read} of {count} messages "
+                           f"(the producer took longer than the {interval_s} s trigger interval?)")
     roles = {role: used / count * 1e6 for role, used in cpu_tree.by_role(before, after).items() if role != "receivers"}
     roles.update(cpu_tree.jvm_threads_us(threads_before, after, count))
     cpu.update({"messages": count, "micro_batches": len(taken), "by_role_us_per_msg": roles,
