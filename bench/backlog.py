@@ -19,15 +19,12 @@ of taking in the seconds the query waits idle.
 from __future__ import annotations
 
 import math
-import os
 import statistics
-import tempfile
 import time
-from datetime import datetime
 
 import cpu as cpu_tree
 import ingest
-from common import Producer, free_port, wait_for_rows, wait_started, warm_up
+from common import Producer, measured, pull_to_noop, started_at, wait_for_rows, wait_started, warm_up
 
 #: the trigger interval: room for the producer's messages to reach the receiver between two
 #: triggers (1,000,000 messages take about 1.2 s here)
@@ -45,13 +42,7 @@ def connector(spark, count: int, size: int, cpu: dict, interval_s: int = INTERVA
     ``count`` messages sent right after one trigger, read by the next; msgs/s over that
     micro-batch, and ``cpu`` filled as ``ingest.memory_rows`` fills it, plus the number of
     micro-batches the backlog took."""
-    work = tempfile.mkdtemp(prefix="spark-zmq-bench-backlog-")
-    port = free_port()
-    query = (spark.readStream.format("zmq").option("pattern", "pull").option("endpoints", f"@tcp://127.0.0.1:{port}")
-             .option("spoolDir", os.path.join(work, "spool")).option("receiverLingerSeconds", "0").load()
-             .writeStream.format("noop").option("checkpointLocation", os.path.join(work, "ckpt"))
-             .trigger(processingTime=f"{interval_s} seconds").start())
-    endpoint = f"tcp://127.0.0.1:{port}"
+    query, endpoint = pull_to_noop(spark, "spark-zmq-bench-backlog-", f"{interval_s} seconds")
     try:
         wait_started(query)
         warm = warm_up(query, [endpoint], "raw", size, messages=ingest.WARM_UP_MESSAGES["raw"])
@@ -82,15 +73,8 @@ def connector(spark, count: int, size: int, cpu: dict, interval_s: int = INTERVA
     cpu.update({"messages": count, "micro_batches": len(taken), "by_role_us_per_msg": roles,
                 "total_us_per_msg": cpu_tree.used(before, after, lambda p: not cpu_tree.is_relay(p)
                                                   and cpu_tree.not_producer(p)) / count * 1e6})
-    return count / (finished - (started_at(taken) or trigger_at))
-
-
-def started_at(progress: list[dict]) -> float | None:
-    """When the first of these micro-batches started (its progress ``timestamp``), epoch seconds."""
-    if not progress:
-        return None
-    first = min(progress, key=lambda p: p["batchId"])["timestamp"]
-    return datetime.fromisoformat(first.replace("Z", "+00:00")).timestamp()
+    # ``taken`` read the whole backlog (checked above), so it is not empty
+    return count / (finished - started_at(min(taken, key=lambda p: p["batchId"])))
 
 
 def measure(spark, count: int, size: int, reps: int, compare, interval_s: int = INTERVAL_S) -> dict:
@@ -98,18 +82,9 @@ def measure(spark, count: int, size: int, reps: int, compare, interval_s: int = 
     ``reps`` times each, alternately; the row's ``cpu`` holds each contender's medians by
     process and the JVM's and read tasks' ratios (the issue's targets: at most 1.1 and 1.2)."""
     cpu: dict[str, list[dict]] = {CONNECTOR: [], CEILING: []}
-
-    def run(name: str, fn):
-        def contender() -> float:
-            figures: dict = {}
-            rate = fn(figures)
-            cpu[name].append(figures)
-            return rate
-        return contender
-
     row = compare(f"backlog-raw-{size}B", "msgs/s", {
-        CONNECTOR: run(CONNECTOR, lambda c: connector(spark, count, size, c, interval_s)),
-        CEILING: run(CEILING, lambda c: ingest.memory_rows(spark, count, size, cpu=c)),
+        CONNECTOR: measured(lambda c: connector(spark, count, size, c, interval_s), cpu[CONNECTOR]),
+        CEILING: measured(lambda c: ingest.memory_rows(spark, count, size, cpu=c), cpu[CEILING]),
     }, reps, CEILING, None)
     medians = {name: {role: statistics.median(r["by_role_us_per_msg"].get(role, 0.0) for r in runs)
                       for role in runs[0]["by_role_us_per_msg"]} for name, runs in cpu.items() if runs}

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -205,21 +206,35 @@ def stall_report(query) -> str:
     return "\n".join(lines)
 
 
+def started_at(progress: dict) -> float:
+    """When a micro-batch started (its progress ``timestamp``), epoch seconds."""
+    return dt.datetime.fromisoformat(progress["timestamp"].replace("Z", "+00:00")).timestamp()
+
+
 def finished_at(progress: dict) -> float:
-    started = dt.datetime.fromisoformat(progress["timestamp"].replace("Z", "+00:00")).timestamp()
-    return started + progress["durationMs"].get("triggerExecution", 0) / 1000
+    return started_at(progress) + progress["durationMs"].get("triggerExecution", 0) / 1000
 
 
-def pull_to_noop(spark, prefix: str) -> tuple[object, str]:
+def measured(fn: Callable[[dict], float], into: list[dict]) -> Callable[[], float]:
+    """``fn`` given a fresh dict to fill with its CPU figures, appended to ``into``."""
+    def run() -> float:
+        cpu: dict = {}
+        into.append(cpu)
+        return fn(cpu)
+    return run
+
+
+def pull_to_noop(spark, prefix: str, trigger: str = "0 seconds") -> tuple[object, str]:
     """A started connector query with the source's defaults (``pull``, ``raw``) bound on a
-    free port, into ``noop``, its spool and checkpoint in a new directory, its receiver
-    stopping with it; and the endpoint producers connect to."""
+    free port, into ``noop`` on a ``trigger`` processing-time trigger, its spool and
+    checkpoint in a new directory, its receiver stopping with it; and the endpoint producers
+    connect to."""
     work = tempfile.mkdtemp(prefix=prefix)
     port = free_port()
     query = (spark.readStream.format("zmq").option("pattern", "pull").option("endpoints", f"@tcp://127.0.0.1:{port}")
              .option("spoolDir", os.path.join(work, "spool")).option("receiverLingerSeconds", "0").load()
              .writeStream.format("noop").option("checkpointLocation", os.path.join(work, "ckpt"))
-             .trigger(processingTime="0 seconds").start())
+             .trigger(processingTime=trigger).start())
     return query, f"tcp://127.0.0.1:{port}"
 
 

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 TICK = os.sysconf("SC_CLK_TCK")  # /proc times are in clock ticks (usually 10 ms)
 
-#: the bench's own load generators (Python, node and libzmq's C sender): what they spend is the sending side, never counted
+#: the bench's own load generators (Python, node and libzmq's C sender): what they spend is
+#: the sending side, never counted
 PRODUCERS = ("producer.py", "nodeproducer.js", "thr remote")
 #: relays: a query's receiver processes (receivers=processes) and standalone relays
 RELAYS = ("spark_zmq.relay.child", "spark_zmq.cli relay")

@@ -155,7 +155,7 @@ def measure(spark, count: int, size: int, reps: int, compare: Callable[..., dict
     contender, ``common.Producer`` (a user's Python PUSH, the default) or ``wire.CProducer``
     (libzmq's C sender: what each receiving side takes when the sender costs least)."""
     import ingest
-    from common import Producer
+    from common import Producer, measured
 
     producer_class = producer_class or Producer
 
@@ -163,18 +163,11 @@ def measure(spark, count: int, size: int, reps: int, compare: Callable[..., dict
     if skipped:
         print(f"{name:18s} {BYTEWAX} skipped: {skipped}", flush=True)
     cpu: dict[str, list[dict]] = {"connector": [], BYTEWAX: [], BARE: []}
-
-    def measured(name: str, fn: Callable[[dict], float]) -> Callable[[], float]:
-        def run() -> float:
-            cpu[name].append({})
-            return fn(cpu[name][-1])
-        return run
-
-    contenders = {"connector": measured("connector", lambda c: ingest.connector(spark, count, "raw", size, cpu=c,
-                                                                                producer=producer_class))}
+    contenders = {"connector": measured(lambda c: ingest.connector(spark, count, "raw", size, cpu=c,
+                                                                   producer=producer_class), cpu["connector"])}
     if not skipped:
-        contenders[BYTEWAX] = measured(BYTEWAX, lambda c: child("bytewax", count, size, c, producer_class))
-    contenders[BARE] = measured(BARE, lambda c: child("pull", count, size, c, producer_class))
+        contenders[BYTEWAX] = measured(lambda c: child("bytewax", count, size, c, producer_class), cpu[BYTEWAX])
+    contenders[BARE] = measured(lambda c: child("pull", count, size, c, producer_class), cpu[BARE])
     row = compare(name, "msgs/s", contenders, reps, BARE if skipped else BYTEWAX, None if skipped else 1.0,
                   ceiling=BARE)
     row["messages"] = count

@@ -102,7 +102,7 @@ import pipeline  # noqa: E402
 import report  # noqa: E402
 import requestreply  # noqa: E402
 import wire  # noqa: E402
-from common import HERE, spark_session  # noqa: E402
+from common import HERE, measured, spark_session  # noqa: E402
 
 FULL = {"raw": 1_000_000, "socket": 30_000, "arrow_messages": 400, "arrow_rows": 10_000, "latency_s": 10.0,
         "bp_messages": 200_000, "scaling": 200_000, "reqrep_arrow": 4_000_000, "reqrep_json": 20_000,
@@ -195,15 +195,6 @@ def fixed_costs(run: Callable[[], dict]) -> Callable[[], dict]:
         print(report.fixed_cost_line(row), flush=True)
         return row
     return wrapped
-
-
-def measured(fn: Callable[[dict], float], into: list[dict]) -> Callable[[], float]:
-    """``fn`` given a fresh dict to fill with its CPU figures, appended to ``into``."""
-    def run() -> float:
-        cpu: dict = {}
-        into.append(cpu)
-        return fn(cpu)
-    return run
 
 
 def cpu_budget(row: dict, cpu: dict[str, list[dict]]) -> dict:
@@ -322,13 +313,13 @@ def scaling(spark, count: int, reps: int, widths: dict = SCALING) -> dict:
     contenders: dict[str, dict[int, dict]] = {}
     for name, by_width in runs.items():
         contenders[name] = {}
-        for width, measured in by_width.items():
+        for width, width_runs in by_width.items():
             contenders[name][width] = {
-                "msgs_per_s": statistics.median(rate for rate, _ in measured),
-                "receiving_us_per_msg": statistics.median(c["receiving_us_per_msg"] for _, c in measured),
-                "total_us_per_msg": statistics.median(c["total_us_per_msg"] for _, c in measured),
-                "receiving": measured[0][1]["receiving"],
-                "runs": [rate for rate, _ in measured],
+                "msgs_per_s": statistics.median(rate for rate, _ in width_runs),
+                "receiving_us_per_msg": statistics.median(c["receiving_us_per_msg"] for _, c in width_runs),
+                "total_us_per_msg": statistics.median(c["total_us_per_msg"] for _, c in width_runs),
+                "receiving": width_runs[0][1]["receiving"],
+                "runs": [rate for rate, _ in width_runs],
             }
         unit = (lambda w: "relay" + "s" * (w > 1)) if name == "relays" else (lambda w: "ch")
         print(f"{'scaling':18s} {name:9s} " + "   ".join(

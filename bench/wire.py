@@ -17,9 +17,8 @@ import shutil
 import subprocess
 import tempfile
 import threading
-import time
 
-from common import HERE
+from common import HERE, Producer
 
 NAME = "libzmq C local_thr/remote_thr"
 
@@ -129,12 +128,13 @@ def throughput(count: int, size: int, cpu: dict | None = None) -> float:
     return float(rate)
 
 
-class CProducer:
+class CProducer(Producer):
     """``thr remote``: libzmq's C PUSH sending ``count`` one-row messages of ``arg`` bytes to
-    ``endpoint``, with ``common.Producer``'s interface: the cheapest sender there is, so an
-    ingest run with it measures the receiving side against the wire's limit instead of
-    against what a Python sender can offer. It starts connected and waiting (``THR_WAIT_GO``),
-    so a CPU snapshot taken before ``go`` finds it, by name, among the producers."""
+    ``endpoint``, a ``common.Producer`` whose process is C: the cheapest sender there is, so
+    an ingest run with it measures the receiving side against the wire's limit instead of
+    against what a Python sender can offer. With ``THR_WAIT_GO`` it speaks ``Producer``'s
+    protocol (``ready`` once connected, sends on ``go``), so a CPU snapshot taken before
+    ``go`` finds it, by name, among the producers."""
 
     def __init__(self, endpoint: str, count: int, kind: str, arg: float) -> None:
         if kind != "raw":
@@ -142,27 +142,8 @@ class CProducer:
         self.proc = subprocess.Popen([_build(), "remote", endpoint, str(int(arg)), str(count)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      env={**os.environ, "THR_WAIT_GO": "1"})
-        self._ready = False
-
-    def ready(self) -> None:
-        if self._ready:
-            return
-        assert self.proc.stdout is not None
-        if self.proc.stdout.readline().strip() != b"ready":
-            raise RuntimeError(f"libzmq's C producer did not start (exit code {self.proc.poll()})")
-        self._ready = True
-
-    def go(self) -> float:
-        self.ready()
-        assert self.proc.stdin is not None
-        started = time.time()
-        self.proc.stdin.write(b"go\n")
-        self.proc.stdin.close()
-        return started
 
     def wait(self, timeout: float = 120) -> None:
-        code, _ = reap(self.proc, timeout)
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
-        if code != 0:
-            raise RuntimeError(f"libzmq's C producer (thr remote) exited with {code}")
+        super().wait(timeout)
+        if self.proc.returncode != 0:
+            raise RuntimeError(f"libzmq's C producer (thr remote) exited with {self.proc.returncode}")
