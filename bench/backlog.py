@@ -66,13 +66,24 @@ def connector(spark, count: int, size: int, cpu: dict, interval_s: int = INTERVA
         query.stop()
     read = sum(p["numInputRows"] for p in taken)
     if read != count:  # part of the backlog was read before the window: its figures would be wrong
-        raise RuntimeError(f"the backlog's micro-batches in the measured window read {read} of {count} messages "
-                           f"(the producer took longer than the {interval_s} s trigger interval?)")
+        raise RuntimeError(
+            f"the backlog's micro-batches in the measured window read {read} of {count} messages "
+            f"(the producer took longer than the {interval_s} s trigger interval?)"
+        )
     roles = {role: used / count * 1e6 for role, used in cpu_tree.by_role(before, after).items() if role != "receivers"}
     roles.update(cpu_tree.jvm_threads_us(threads_before, after, count))
-    cpu.update({"messages": count, "micro_batches": len(taken), "by_role_us_per_msg": roles,
-                "total_us_per_msg": cpu_tree.used(before, after, lambda p: not cpu_tree.is_relay(p)
-                                                  and cpu_tree.not_producer(p)) / count * 1e6})
+    cpu.update(
+        {
+            "messages": count,
+            "micro_batches": len(taken),
+            "by_role_us_per_msg": roles,
+            "total_us_per_msg": cpu_tree.used(
+                before, after, lambda p: not cpu_tree.is_relay(p) and cpu_tree.not_producer(p)
+            )
+            / count
+            * 1e6,
+        }
+    )
     # ``taken`` read the whole backlog (checked above), so it is not empty
     return count / (finished - started_at(min(taken, key=lambda p: p["batchId"])))
 
@@ -82,17 +93,32 @@ def measure(spark, count: int, size: int, reps: int, compare, interval_s: int = 
     ``reps`` times each, alternately; the row's ``cpu`` holds each contender's medians by
     process and the JVM's and read tasks' ratios (the issue's targets: at most 1.1 and 1.2)."""
     cpu: dict[str, list[dict]] = {CONNECTOR: [], CEILING: []}
-    row = compare(f"backlog-raw-{size}B", "msgs/s", {
-        CONNECTOR: measured(lambda c: connector(spark, count, size, c, interval_s), cpu[CONNECTOR]),
-        CEILING: measured(lambda c: ingest.memory_rows(spark, count, size, cpu=c), cpu[CEILING]),
-    }, reps, CEILING, None)
-    medians = {name: {role: statistics.median(r["by_role_us_per_msg"].get(role, 0.0) for r in runs)
-                      for role in runs[0]["by_role_us_per_msg"]} for name, runs in cpu.items() if runs}
-    row["cpu"] = {"by_role_us_per_msg": medians,
-                  "micro_batches": [r["micro_batches"] for r in cpu[CONNECTOR]]}
+    row = compare(
+        f"backlog-raw-{size}B",
+        "msgs/s",
+        {
+            CONNECTOR: measured(lambda c: connector(spark, count, size, c, interval_s), cpu[CONNECTOR]),
+            CEILING: measured(lambda c: ingest.memory_rows(spark, count, size, cpu=c), cpu[CEILING]),
+        },
+        reps,
+        CEILING,
+        None,
+    )
+    medians = {
+        name: {
+            role: statistics.median(r["by_role_us_per_msg"].get(role, 0.0) for r in runs)
+            for role in runs[0]["by_role_us_per_msg"]
+        }
+        for name, runs in cpu.items()
+        if runs
+    }
+    row["cpu"] = {"by_role_us_per_msg": medians, "micro_batches": [r["micro_batches"] for r in cpu[CONNECTOR]]}
     if len(medians) == 2:
-        row["cpu"]["ratios"] = {role: medians[CONNECTOR][role] / medians[CEILING][role]
-                                for role in ("jvm", "read tasks") if medians[CEILING].get(role)}
+        row["cpu"]["ratios"] = {
+            role: medians[CONNECTOR][role] / medians[CEILING][role]
+            for role in ("jvm", "read tasks")
+            if medians[CEILING].get(role)
+        }
     row["notes"] = [line(row)]
     return row
 
@@ -100,9 +126,13 @@ def measure(spark, count: int, size: int, reps: int, compare, interval_s: int = 
 def line(row: dict) -> str:
     """The report's sentence: CPU a message by process, both contenders, and the ratios."""
     cpu = row["cpu"]
-    parts = [f"{name}: {cpu_tree.roles_text(roles, always=('jvm', 'read tasks'))}"
-             for name, roles in cpu["by_role_us_per_msg"].items()]
+    parts = [
+        f"{name}: {cpu_tree.roles_text(roles, always=('jvm', 'read tasks'))}"
+        for name, roles in cpu["by_role_us_per_msg"].items()
+    ]
     ratios = ", ".join(f"{role} {value:.2f}x" for role, value in cpu.get("ratios", {}).items())
-    return (f"{row['scenario']}: CPU us a message by process, {'; '.join(parts)}; connector / in-memory source: "
-            f"{ratios or '-'} (targets: jvm at most 1.1x, read tasks 1.2x); the connector's backlog took "
-            f"{cpu['micro_batches']} micro-batch(es) a run")
+    return (
+        f"{row['scenario']}: CPU us a message by process, {'; '.join(parts)}; connector / in-memory source: "
+        f"{ratios or '-'} (targets: jvm at most 1.1x, read tasks 1.2x); the connector's backlog took "
+        f"{cpu['micro_batches']} micro-batch(es) a run"
+    )

@@ -38,11 +38,19 @@ def connector(spark, count: int, size: int, spool_bytes: int, rows_per_trigger: 
     port = free_port()
     work = tempfile.mkdtemp(prefix="spark-zmq-bench-")
     spool = os.path.join(work, "spool")
-    query = (spark.readStream.format("zmq").option("endpoints", f"@tcp://127.0.0.1:{port}").option("spoolDir", spool)
-             .option("receiverLingerSeconds", "0")  # receivers stop with the query, not 5 min later
-             .option("maxSpoolBytes", str(spool_bytes)).option("maxRowsPerTrigger", str(rows_per_trigger)).load()
-             .writeStream.format("noop").option("checkpointLocation", os.path.join(work, "ckpt"))
-             .trigger(processingTime="500 milliseconds").start())
+    query = (
+        spark.readStream.format("zmq")
+        .option("endpoints", f"@tcp://127.0.0.1:{port}")
+        .option("spoolDir", spool)
+        .option("receiverLingerSeconds", "0")  # receivers stop with the query, not 5 min later
+        .option("maxSpoolBytes", str(spool_bytes))
+        .option("maxRowsPerTrigger", str(rows_per_trigger))
+        .load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", os.path.join(work, "ckpt"))
+        .trigger(processingTime="500 milliseconds")
+        .start()
+    )
     peaks = {"rss": 0, "spool": 0}
     done = threading.Event()
     try:
@@ -78,6 +86,12 @@ def connector(spark, count: int, size: int, spool_bytes: int, rows_per_trigger: 
         done.set()
         query.stop()
     received = sum(int(v) for k, v in json.loads(end).items() if k.isdigit())  # channels ("spool" is its id)
-    return {"messages": count, "payload_mb": count * size / 2**20, "max_spool_mb": spool_bytes / 2**20,
-            "peak_spool_mb": peaks["spool"] / 2**20, "rss_growth_mb": (peaks["rss"] - baseline) / 2**20,
-            "lost": count - received, "seconds": elapsed}
+    return {
+        "messages": count,
+        "payload_mb": count * size / 2**20,
+        "max_spool_mb": spool_bytes / 2**20,
+        "peak_spool_mb": peaks["spool"] / 2**20,
+        "rss_growth_mb": (peaks["rss"] - baseline) / 2**20,
+        "lost": count - received,
+        "seconds": elapsed,
+    }

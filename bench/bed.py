@@ -51,6 +51,7 @@ def _wait(status: str, proc: subprocess.Popen, event: str, case: str, timeout: f
         if proc.poll() is not None:
             raise RuntimeError(f"the bed's driver exited {proc.returncode} before {event} of {case}")
         return None
+
     return netbed.poll(found, timeout, 0.1, f"{event} of {case}")
 
 
@@ -72,49 +73,89 @@ def measure(count: int, reps: int, compare: Callable[..., dict]) -> list[dict]:
             os.makedirs(shared)
             kinds = {  # name: (spool, extra options, producers as (host, address of the driver))
                 "fetch": (private, {}, [("producer", bed.addr("driver")), ("producer2", bed.addr("driver"))]),
-                "local": (shared, {"spoolAccess": "local"},
-                          [("producer", bed.addr("driver")), ("producer2", bed.addr("driver"))]),
+                "local": (
+                    shared,
+                    {"spoolAccess": "local"},
+                    [("producer", bed.addr("driver")), ("producer2", bed.addr("driver"))],
+                ),
                 "same-host": (private, {}, [("driver", "127.0.0.1")]),
             }
             cases = []
             for rep in range(reps):
                 for kind, (spool, extra, _) in kinds.items():
                     name = f"{kind}-{rep}"
-                    cases.append({"name": name, "kind": kind, "expected": count, "port": PORT + len(cases),
-                                  "checkpoint": os.path.join(work, "ckpt", name),
-                                  "options": {"endpoints": f"@tcp://*:{PORT + len(cases)}", "format": "raw",
-                                              "spoolDir": os.path.join(spool, name), "receiverLingerSeconds": "0",
-                                              **extra}})
+                    cases.append(
+                        {
+                            "name": name,
+                            "kind": kind,
+                            "expected": count,
+                            "port": PORT + len(cases),
+                            "checkpoint": os.path.join(work, "ckpt", name),
+                            "options": {
+                                "endpoints": f"@tcp://*:{PORT + len(cases)}",
+                                "format": "raw",
+                                "spoolDir": os.path.join(spool, name),
+                                "receiverLingerSeconds": "0",
+                                **extra,
+                            },
+                        }
+                    )
             status = os.path.join(work, "driver.status")
             spec = os.path.join(work, "driver.json")
             with open(spec, "w") as f:
                 json.dump({"master": cluster.url, "status": status, "cases": cases}, f)
             with open(os.path.join(work, "driver.log"), "wb") as log:
-                driver = bed.run("driver", [sys.executable, os.path.join(HERE, "bed_driver.py"), spec], env,
-                                 private_dirs=[private], stdout=log, stderr=subprocess.STDOUT)
+                driver = bed.run(
+                    "driver",
+                    [sys.executable, os.path.join(HERE, "bed_driver.py"), spec],
+                    env,
+                    private_dirs=[private],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
             figures: dict[str, list[tuple[float, float]]] = {k: [] for k in kinds}
             for case in cases:
                 _wait(status, driver, "ready", case["name"], 300)
                 hosts = kinds[case["kind"]][2]
                 started = time.time()
-                producers = [bed.run(host, cli + [f"tcp://{address}:{case['port']}", "--format", "raw", "--size", str(SIZE),
-                                                  "--count", str(count // len(hosts))], env,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                             for host, address in hosts]
+                producers = [
+                    bed.run(
+                        host,
+                        cli
+                        + [
+                            f"tcp://{address}:{case['port']}",
+                            "--format",
+                            "raw",
+                            "--size",
+                            str(SIZE),
+                            "--count",
+                            str(count // len(hosts)),
+                        ],
+                        env,
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                    )
+                    for host, address in hosts
+                ]
                 done = _wait(status, driver, "done", case["name"], 600)
                 for proc in producers:
                     proc.wait(60)
-                figures[case["kind"]].append((done["rows"] / done["add_batch_s"],
-                                              done["rows"] / (done["last_batch_end"] - started)))
+                figures[case["kind"]].append(
+                    (done["rows"] / done["add_batch_s"], done["rows"] / (done["last_batch_end"] - started))
+                )
             driver.wait(120)
         finally:
             cluster.stop()
     mb = SIZE / 1e6
-    fetch = {"connector": iter(r for r, _ in figures["fetch"]).__next__,
-             "local read (spoolAccess=local)": iter(r for r, _ in figures["local"]).__next__}
+    fetch = {
+        "connector": iter(r for r, _ in figures["fetch"]).__next__,
+        "local read (spoolAccess=local)": iter(r for r, _ in figures["local"]).__next__,
+    }
     fetch_row = compare("bed-fetch", "rows/s", fetch, reps, "local read (spoolAccess=local)", None)
     fetch_row["mb_s"] = {k: v * mb for k, v in fetch_row["median"].items()}
-    ingest = {"connector": iter(i for _, i in figures["fetch"]).__next__,
-              "one producer on the driver's host": iter(i for _, i in figures["same-host"]).__next__}
+    ingest = {
+        "connector": iter(i for _, i in figures["fetch"]).__next__,
+        "one producer on the driver's host": iter(i for _, i in figures["same-host"]).__next__,
+    }
     ingest_row = compare("bed-ingest", "rows/s", ingest, reps, "one producer on the driver's host", None)
     return [fetch_row, ingest_row]

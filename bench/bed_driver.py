@@ -24,9 +24,15 @@ def _status(path: str, **event: object) -> None:
 
 
 def run_case(spark, case: dict, status: str) -> None:
-    query = (spark.readStream.format("zmq").options(**case["options"]).load()
-             .writeStream.format("noop").option("checkpointLocation", case["checkpoint"])
-             .trigger(processingTime="0 seconds").start())
+    query = (
+        spark.readStream.format("zmq")
+        .options(**case["options"])
+        .load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", case["checkpoint"])
+        .trigger(processingTime="0 seconds")
+        .start()
+    )
     _status(status, event="ready", case=case["name"])
     seen: dict = {}
     deadline = time.monotonic() + float(case.get("deadline", 600))
@@ -43,9 +49,15 @@ def run_case(spark, case: dict, status: str) -> None:
         time.sleep(0.2)  # polling the query's progress, under the deadline above
     query.stop()
     rows = sum(r for r, _, _ in seen.values())
-    _status(status, event="done", case=case["name"], rows=rows, batches=len(seen),
-            add_batch_s=round(sum(a for _, a, _ in seen.values()), 3),
-            last_batch_end=max(e for _, _, e in seen.values()))
+    _status(
+        status,
+        event="done",
+        case=case["name"],
+        rows=rows,
+        batches=len(seen),
+        add_batch_s=round(sum(a for _, a, _ in seen.values()), 3),
+        last_batch_end=max(e for _, _, e in seen.values()),
+    )
 
 
 def main(spec_path: str) -> int:
@@ -54,9 +66,15 @@ def main(spec_path: str) -> int:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.master(spec["master"]).appName("spark-zmq-bench-bed")
-             .config("spark.pyspark.python", sys.executable).config("spark.executor.memory", "1g")
-             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    spark = (
+        SparkSession.builder.master(spec["master"])
+        .appName("spark-zmq-bench-bed")
+        .config("spark.pyspark.python", sys.executable)
+        .config("spark.executor.memory", "1g")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
     import spark_zmq
 

@@ -74,13 +74,27 @@ WORKER = textwrap.dedent("""
 """)
 
 
-def one_run(rcvhwm: int, sndhwm: int, workers: int, count: int, size: int, in_flight: int,
-            refresh: bool) -> tuple[float, int, str]:
+def one_run(
+    rcvhwm: int, sndhwm: int, workers: int, count: int, size: int, in_flight: int, refresh: bool
+) -> tuple[float, int, str]:
     front, back = (f"tcp://127.0.0.1:{p}" for p in free_tcp_ports(2))
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    broker = subprocess.Popen([sys.executable, "-c", BROKER, "@" + front, "@" + back, str(rcvhwm), str(sndhwm),
-                               "refresh" if refresh else "no-refresh", str(count if workers == 0 else 0)],
-                              stdout=subprocess.PIPE, text=True, env=env)
+    broker = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            BROKER,
+            "@" + front,
+            "@" + back,
+            str(rcvhwm),
+            str(sndhwm),
+            "refresh" if refresh else "no-refresh",
+            str(count if workers == 0 else 0),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     procs = [broker]
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
@@ -137,32 +151,47 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sndhwm", default="1,2,4,8,1000", help="frontend SNDHWM minima to try (comma-separated)")
     parser.add_argument("--rcvhwm", default="2", help="frontend RCVHWM minima to try (comma-separated)")
-    parser.add_argument("--workers", type=int, default=2,
-                        help="echo workers; 0: none, the broker's read rate (time until it has every request waiting)")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=2,
+        help="echo workers; 0: none, the broker's read rate (time until it has every request waiting)",
+    )
     parser.add_argument("--count", type=int, default=20_000)
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--in-flight", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--no-refresh", action="store_true",
-                        help="hold a reply at once when its queue is full (no second look: Broker._send_now)")
+    parser.add_argument(
+        "--no-refresh",
+        action="store_true",
+        help="hold a reply at once when its queue is full (no second look: Broker._send_now)",
+    )
     args = parser.parse_args()
     settings = [(int(r), int(s)) for r in args.rcvhwm.split(",") for s in args.sndhwm.split(",")]
     rates: dict[tuple[int, int], list[float]] = {setting: [] for setting in settings}
     fulls: dict[tuple[int, int], list[int]] = {setting: [] for setting in settings}
     for round_ in range(args.rounds):
         for rcvhwm, sndhwm in settings:
-            rate, full, seen = one_run(rcvhwm, sndhwm, args.workers, args.count, args.size, args.in_flight,
-                                       not args.no_refresh)
+            rate, full, seen = one_run(
+                rcvhwm, sndhwm, args.workers, args.count, args.size, args.in_flight, not args.no_refresh
+            )
             rates[(rcvhwm, sndhwm)].append(rate)
             fulls[(rcvhwm, sndhwm)].append(full)
-            print(f"round {round_ + 1}: RCVHWM min {rcvhwm} SNDHWM min {sndhwm} (broker's sockets: {seen}): "
-                  f"{rate:,.0f} requests/s, {full} sends found a queue full", flush=True)
-    print(f"\n{args.workers} workers, {args.in_flight} in flight, {args.size} B requests, {args.count:,} per run"
-          f"{', no second look at a full queue' if args.no_refresh else ''}:")
+            print(
+                f"round {round_ + 1}: RCVHWM min {rcvhwm} SNDHWM min {sndhwm} (broker's sockets: {seen}): "
+                f"{rate:,.0f} requests/s, {full} sends found a queue full",
+                flush=True,
+            )
+    print(
+        f"\n{args.workers} workers, {args.in_flight} in flight, {args.size} B requests, {args.count:,} per run"
+        f"{', no second look at a full queue' if args.no_refresh else ''}:"
+    )
     for (rcvhwm, sndhwm), runs in rates.items():
-        print(f"  RCVHWM min {rcvhwm:5d}  SNDHWM min {sndhwm:5d}: median {statistics.median(runs):9,.0f} requests/s "
-              f"(runs {', '.join(f'{r:,.0f}' for r in runs)}); sends that found a queue full: "
-              f"{', '.join(map(str, fulls[(rcvhwm, sndhwm)]))}")
+        print(
+            f"  RCVHWM min {rcvhwm:5d}  SNDHWM min {sndhwm:5d}: median {statistics.median(runs):9,.0f} requests/s "
+            f"(runs {', '.join(f'{r:,.0f}' for r in runs)}); sends that found a queue full: "
+            f"{', '.join(map(str, fulls[(rcvhwm, sndhwm)]))}"
+        )
 
 
 if __name__ == "__main__":

@@ -99,7 +99,6 @@ class MemoryArrowReader(DataSourceStreamReader):
         pass
 
 
-
 class MemoryRowsSource(DataSource):
     """``readStream.format("bench_memory_rows")``: Spark's ceiling for one row per message.
 
@@ -178,8 +177,10 @@ class MemoryRowsReader(DataSourceStreamReader):
         lo, hi = start["n"], end["n"]
         if hi <= lo:
             return []
-        return [Piece(p.channel, p.start, p.end)
-                for p in split({0: (lo, hi)}, {0: (hi - lo) * self.size}, slots=local_cores())]
+        return [
+            Piece(p.channel, p.start, p.end)
+            for p in split({0: (lo, hi)}, {0: (hi - lo) * self.size}, slots=local_cores())
+        ]
 
     def read(self, partition: Piece) -> Iterator:
         import numpy as np
@@ -191,20 +192,29 @@ class MemoryRowsReader(DataSourceStreamReader):
         rows = min(batch_rows(self.size), partition.end - partition.start)
         # prepared once per task, as the spool holds the messages before a read: values
         # of payloads.raw(size), null topics, one receive time
-        value = pa.Array.from_buffers(pa.binary(), rows, [
-            None, pa.py_buffer(np.arange(0, (rows + 1) * self.size, self.size, dtype=np.int32)),
-            pa.py_buffer(b"x" * (self.size * rows))])
+        value = pa.Array.from_buffers(
+            pa.binary(),
+            rows,
+            [
+                None,
+                pa.py_buffer(np.arange(0, (rows + 1) * self.size, self.size, dtype=np.int32)),
+                pa.py_buffer(b"x" * (self.size * rows)),
+            ],
+        )
         topic = pa.nulls(rows, pa.string())
         stamp = pa.array(np.full(rows, int(time.time() * 1e6), dtype="datetime64[us]"), pa.timestamp("us", tz="UTC"))
         for first in range(partition.start, partition.end, rows):
             n = min(rows, partition.end - first)
-            yield pa.RecordBatch.from_arrays([
-                value if n == rows else value.slice(0, n),
-                topic if n == rows else topic.slice(0, n),
-                pa.array(np.full(n, partition.channel, dtype=np.int32)),
-                pa.array(np.arange(first, first + n, dtype=np.int64)),
-                stamp if n == rows else stamp.slice(0, n),
-            ], schema=target)
+            yield pa.RecordBatch.from_arrays(
+                [
+                    value if n == rows else value.slice(0, n),
+                    topic if n == rows else topic.slice(0, n),
+                    pa.array(np.full(n, partition.channel, dtype=np.int32)),
+                    pa.array(np.arange(first, first + n, dtype=np.int64)),
+                    stamp if n == rows else stamp.slice(0, n),
+                ],
+                schema=target,
+            )
 
     def commit(self, end: dict) -> None:
         pass
@@ -259,8 +269,10 @@ class MemoryStampedReader(DataSourceStreamReader):
         lo, hi = start["n"], end["n"]
         if hi <= lo:
             return []
-        return [Stamped(p.start, p.end, self.origin, self.rate)
-                for p in split({0: (lo, hi)}, {0: (hi - lo) * 17}, slots=local_cores())]
+        return [
+            Stamped(p.start, p.end, self.origin, self.rate)
+            for p in split({0: (lo, hi)}, {0: (hi - lo) * 17}, slots=local_cores())
+        ]
 
     def read(self, partition: Stamped) -> Iterator:
         import numpy as np
@@ -272,13 +284,16 @@ class MemoryStampedReader(DataSourceStreamReader):
         offsets = np.arange(partition.start, partition.end, dtype=np.int64)
         n = len(offsets)
         sent = partition.origin + offsets / partition.rate
-        yield pa.RecordBatch.from_arrays([
-            pa.array(np.char.mod("%.6f", sent).tolist(), pa.string()),
-            pa.nulls(n, pa.string()),
-            pa.array(np.zeros(n, dtype=np.int32)),
-            pa.array(offsets),
-            pa.array((sent * 1e6).astype("datetime64[us]"), pa.timestamp("us", tz="UTC")),
-        ], schema=target)
+        yield pa.RecordBatch.from_arrays(
+            [
+                pa.array(np.char.mod("%.6f", sent).tolist(), pa.string()),
+                pa.nulls(n, pa.string()),
+                pa.array(np.zeros(n, dtype=np.int32)),
+                pa.array(offsets),
+                pa.array((sent * 1e6).astype("datetime64[us]"), pa.timestamp("us", tz="UTC")),
+            ],
+            schema=target,
+        )
 
     def commit(self, end: dict) -> None:
         pass

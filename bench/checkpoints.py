@@ -75,9 +75,13 @@ def _run(spark, manager: str | None, rate: float, seconds: float) -> dict:
     def median(key: str) -> float:
         return statistics.median(p["durationMs"].get(key, 0) for p in progress) if progress else 0.0
 
-    return {"micro_batches": batches, "trigger_ms": median("triggerExecution"), "offset_log_ms": median("walCommit"),
-            "commit_log_ms": median("commitOffsets"),
-            "jvm_cpu_ms_per_batch": cpu_tree.by_role(before, after)["jvm"] * 1000 / batches}
+    return {
+        "micro_batches": batches,
+        "trigger_ms": median("triggerExecution"),
+        "offset_log_ms": median("walCommit"),
+        "commit_log_ms": median("commitOffsets"),
+        "jvm_cpu_ms_per_batch": cpu_tree.by_role(before, after)["jvm"] * 1000 / batches,
+    }
 
 
 def measure(spark, rate: float = 10_000, seconds: float = 8.0, reps: int = 2) -> dict:
@@ -87,9 +91,14 @@ def measure(spark, rate: float = 10_000, seconds: float = 8.0, reps: int = 2) ->
         for label, manager in MANAGERS:
             runs[label].append(_run(spark, manager, rate, seconds))
     medians = {label: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for label, rs in runs.items()}
-    parts = [f"{label}: micro-batch {m['trigger_ms']:.0f} ms (offset log {m['offset_log_ms']:.0f}, commit log "
-             f"{m['commit_log_ms']:.0f}), {m['micro_batches']:.0f} micro-batches, JVM CPU "
-             f"{m['jvm_cpu_ms_per_batch']:.0f} ms a micro-batch" for label, m in medians.items()]
-    line = (f"checkpoint file manager on a local disk (a connector query at {rate:,.0f} msgs/s, {seconds:.0f} s "
-            f"each, {reps} runs of each alternately, medians): " + "; ".join(parts))
+    parts = [
+        f"{label}: micro-batch {m['trigger_ms']:.0f} ms (offset log {m['offset_log_ms']:.0f}, commit log "
+        f"{m['commit_log_ms']:.0f}), {m['micro_batches']:.0f} micro-batches, JVM CPU "
+        f"{m['jvm_cpu_ms_per_batch']:.0f} ms a micro-batch"
+        for label, m in medians.items()
+    ]
+    line = (
+        f"checkpoint file manager on a local disk (a connector query at {rate:,.0f} msgs/s, {seconds:.0f} s "
+        f"each, {reps} runs of each alternately, medians): " + "; ".join(parts)
+    )
     return {"scenario": "checkpoint-manager", "runs": runs, "median": medians, "notes": [line]}

@@ -33,15 +33,20 @@ def spark_session(smoke: bool = False):
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    builder = (SparkSession.builder.master("local[2]").appName("spark-zmq-bench")
-               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.shuffle.partitions", "2").config("spark.driver.memory", "4g")
-               # wait_for_rows sums recentProgress: a warm JVM runs more than Spark's default 100 kept
-               .config("spark.sql.streaming.numRecentProgressUpdates", "100000")
-               # as the project's conf/spark-defaults.conf, which local users run with: local
-               # checkpoints written without a process per file (docs/performance.md)
-               .config("spark.sql.streaming.checkpointFileManagerClass", CHECKPOINT_FILE_MANAGER)
-               .config("spark.pyspark.python", sys.executable))
+    builder = (
+        SparkSession.builder.master("local[2]")
+        .appName("spark-zmq-bench")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.memory", "4g")
+        # wait_for_rows sums recentProgress: a warm JVM runs more than Spark's default 100 kept
+        .config("spark.sql.streaming.numRecentProgressUpdates", "100000")
+        # as the project's conf/spark-defaults.conf, which local users run with: local
+        # checkpoints written without a process per file (docs/performance.md)
+        .config("spark.sql.streaming.checkpointFileManagerClass", CHECKPOINT_FILE_MANAGER)
+        .config("spark.pyspark.python", sys.executable)
+    )
     if smoke:
         builder = builder.config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1")
     spark = builder.getOrCreate()
@@ -57,8 +62,11 @@ class Producer:
     starts it sending and returns the wall-clock start time."""
 
     def __init__(self, endpoint: str, count: int, kind: str, arg: float) -> None:
-        self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "producer.py"), endpoint, str(count), kind,
-                                      str(arg)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.proc = subprocess.Popen(
+            [sys.executable, os.path.join(HERE, "producer.py"), endpoint, str(count), kind, str(arg)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
 
     def ready(self) -> None:
         """Until the producer is started, connected and has its payload (once)."""
@@ -94,9 +102,12 @@ class NodeProducer(Producer):
         with tempfile.NamedTemporaryFile(prefix="spark-zmq-bench-", suffix=".bin", delete=False) as file:
             file.write(message)
         self.payload_file = file.name
-        self.proc = subprocess.Popen(["node", os.path.join(HERE, "nodeproducer.js"), endpoint, str(count), socket_type,
-                                      file.name], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     env={**os.environ, "NODE_NO_WARNINGS": "1"})  # "draft API is experimental"
+        self.proc = subprocess.Popen(
+            ["node", os.path.join(HERE, "nodeproducer.js"), endpoint, str(count), socket_type, file.name],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env={**os.environ, "NODE_NO_WARNINGS": "1"},
+        )  # "draft API is experimental"
 
     def wait(self, timeout: float = 120) -> None:
         try:
@@ -115,11 +126,27 @@ class Relay:
 
         self.listen = listen
         self.stderr = tempfile.TemporaryFile()  # a pipe nobody reads could fill and stall the relay
-        self.proc = subprocess.Popen([sys.executable, "-m", "spark_zmq.cli", "relay", "--endpoints", endpoint,
-                                      "--listen", listen, "--spool-dir", spool_dir, "--pattern", pattern,
-                                      "--format", format],
-                                     stdout=subprocess.PIPE, stderr=self.stderr,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "spark_zmq.cli",
+                "relay",
+                "--endpoints",
+                endpoint,
+                "--listen",
+                listen,
+                "--spool-dir",
+                spool_dir,
+                "--pattern",
+                pattern,
+                "--format",
+                format,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=self.stderr,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
 
     def wait_ready(self, timeout: float = 60) -> dict:
         from spark_zmq.relay.run import read_ready
@@ -194,8 +221,10 @@ def stall_report(query) -> str:
     lines = []
     last = query.lastProgress or {}
     for source in last.get("sources", []):
-        lines.append(f"source {source.get('description', '?')}: latestOffset {source.get('latestOffset')}, "
-                     f"endOffset {source.get('endOffset')}")
+        lines.append(
+            f"source {source.get('description', '?')}: latestOffset {source.get('latestOffset')}, "
+            f"endOffset {source.get('endOffset')}"
+        )
     if shutil.which("py-spy"):
         runners = subprocess.run(["pgrep", "-f", "python_streaming_source_runner"], capture_output=True, text=True)
         for pid in runners.stdout.split():
@@ -217,10 +246,12 @@ def finished_at(progress: dict) -> float:
 
 def measured(fn: Callable[[dict], float], into: list[dict]) -> Callable[[], float]:
     """``fn`` given a fresh dict to fill with its CPU figures, appended to ``into``."""
+
     def run() -> float:
         cpu: dict = {}
         into.append(cpu)
         return fn(cpu)
+
     return run
 
 
@@ -231,10 +262,18 @@ def pull_to_noop(spark, prefix: str, trigger: str = "0 seconds") -> tuple[object
     connect to."""
     work = tempfile.mkdtemp(prefix=prefix)
     port = free_port()
-    query = (spark.readStream.format("zmq").option("pattern", "pull").option("endpoints", f"@tcp://127.0.0.1:{port}")
-             .option("spoolDir", os.path.join(work, "spool")).option("receiverLingerSeconds", "0").load()
-             .writeStream.format("noop").option("checkpointLocation", os.path.join(work, "ckpt"))
-             .trigger(processingTime=trigger).start())
+    query = (
+        spark.readStream.format("zmq")
+        .option("pattern", "pull")
+        .option("endpoints", f"@tcp://127.0.0.1:{port}")
+        .option("spoolDir", os.path.join(work, "spool"))
+        .option("receiverLingerSeconds", "0")
+        .load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", os.path.join(work, "ckpt"))
+        .trigger(processingTime=trigger)
+        .start()
+    )
     return query, f"tcp://127.0.0.1:{port}"
 
 
@@ -258,6 +297,10 @@ def register_ceilings(spark) -> None:
 
     cloudpickle.register_pickle_by_value(ceilings)
     cloudpickle.register_pickle_by_value(payloads)
-    for source in (ceilings.MemoryArrowSource, ceilings.MemoryRowsSource, ceilings.MemoryStampedSource,
-                   ceilings.DiscardArrowSink):
+    for source in (
+        ceilings.MemoryArrowSource,
+        ceilings.MemoryRowsSource,
+        ceilings.MemoryStampedSource,
+        ceilings.DiscardArrowSink,
+    ):
         spark.dataSource.register(source)

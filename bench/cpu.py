@@ -47,7 +47,7 @@ def _read(pid: int) -> tuple[Key, Process] | None:
     except OSError:  # gone meanwhile
         return None
     # the command name (field 2) is in parentheses and may hold spaces: fields after it
-    fields = stat[stat.rindex(b")") + 2:].split()  # fields[0] is field 3 (state)
+    fields = stat[stat.rindex(b")") + 2 :].split()  # fields[0] is field 3 (state)
     ppid, utime, stime, cutime, cstime, start = (int(fields[i]) for i in (1, 11, 12, 13, 14, 19))
     return (pid, start), Process(pid, ppid, utime + stime, cutime + cstime, cmdline)
 
@@ -123,8 +123,9 @@ def by_role(before: Snapshot, after: Snapshot) -> dict[str, float]:
     """CPU seconds between two snapshots by ``role_of`` (Spark's JVM, its Python read
     tasks and planning workers, the streaming source runner that hosts a Python source's
     reader, the connector's receiver processes, the producers): where a message's cost goes."""
-    return {name: used(before, after, lambda p, name=name: role_of(p) == name)
-            for name in [n for n, _ in ROLES] + ["other"]}
+    return {
+        name: used(before, after, lambda p, name=name: role_of(p) == name) for name in [n for n, _ in ROLES] + ["other"]
+    }
 
 
 #: Spark's JVM threads by what they do, told by the name the JVM gives each native thread
@@ -157,8 +158,8 @@ def jvm_threads(snap: Snapshot) -> dict[tuple[int, int], tuple[str, int]]:
                     stat = f.read()
             except OSError:
                 continue
-            name = stat[stat.index(b"(") + 1:stat.rindex(b")")].decode(errors="replace")
-            fields = stat[stat.rindex(b")") + 2:].split()
+            name = stat[stat.index(b"(") + 1 : stat.rindex(b")")].decode(errors="replace")
+            fields = stat[stat.rindex(b")") + 2 :].split()
             for kind, prefixes in JVM_THREADS:
                 if name.startswith(prefixes):
                     ticks[(process.pid, int(tid))] = (kind, int(fields[11]) + int(fields[12]))
@@ -170,8 +171,7 @@ def jvm_threads(snap: Snapshot) -> dict[tuple[int, int], tuple[str, int]]:
 JVM_THREAD_ROLE = "jvm "
 
 
-def jvm_threads_us(before: dict[tuple[int, int], tuple[str, int]], after: Snapshot,
-                   messages: int) -> dict[str, float]:
+def jvm_threads_us(before: dict[tuple[int, int], tuple[str, int]], after: Snapshot, messages: int) -> dict[str, float]:
     """CPU microseconds a message by JVM thread kind between a ``jvm_threads`` reading and
     the snapshot ``after``, keyed as roles (``jvm JIT compiler``...) to add to ``by_role``'s:
     each thread alive at ``after`` counts what it spent since ``before`` (all of it if new)."""
@@ -185,7 +185,9 @@ def roles_text(roles: dict[str, float], always: tuple[str, ...] = ()) -> str:
     """``role us, ...`` for the roles of at least 0.005 us (and those in ``always``), the
     JVM's thread kinds shown after ``jvm`` as what it is made of."""
     threads = {role: us for role, us in roles.items() if role.startswith(JVM_THREAD_ROLE)}
-    split = ", ".join(f"{role[len(JVM_THREAD_ROLE):]} {us:.2f}" for role, us in threads.items())
-    return ", ".join(f"{role} {us:.2f}" + (f" (of which {split})" if role == "jvm" and threads else "")
-                     for role, us in roles.items()
-                     if (us >= 0.005 or role in always) and role not in threads)
+    split = ", ".join(f"{role[len(JVM_THREAD_ROLE) :]} {us:.2f}" for role, us in threads.items())
+    return ", ".join(
+        f"{role} {us:.2f}" + (f" (of which {split})" if role == "jvm" and threads else "")
+        for role, us in roles.items()
+        if (us >= 0.005 or role in always) and role not in threads
+    )

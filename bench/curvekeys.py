@@ -49,10 +49,14 @@ def server_secret_z85(root: str) -> str:
 
 
 def source_options(root: str) -> dict[str, str]:
-    return {"curveCertificate": os.path.join(root, "server.key_secret"),
-            "curveAuthorizedKeys": os.path.join(root, "authorized")}
+    return {
+        "curveCertificate": os.path.join(root, "server.key_secret"),
+        "curveAuthorizedKeys": os.path.join(root, "authorized"),
+    }
 
 
 def sink_options(root: str) -> dict[str, str]:
-    return {"curveCertificate": os.path.join(root, "client.key_secret"),
-            "curveServerKey": os.path.join(root, "server.key")}
+    return {
+        "curveCertificate": os.path.join(root, "client.key_secret"),
+        "curveServerKey": os.path.join(root, "server.key"),
+    }

@@ -43,9 +43,18 @@ def _record(contender: str, rows: int, messages: int, elapsed: float, window: fl
     ``cpu_s``: the CPU seconds the write cost every process, the consumer's included
     (filed as ``cpu_us_per_msg``), less a write job's fixed CPU where Spark writes (that of a
     write of one message's rows just before), as the rate leaves out its fixed time."""
-    FIXED_COSTS.append({"contender": contender, "curve": bool(curvekeys.current()), "rows": rows,
-                        "messages": messages, "elapsed_s": elapsed, "window_s": window, "fixed_s": elapsed - window,
-                        "cpu_us_per_msg": cpu_s / messages * 1e6})
+    FIXED_COSTS.append(
+        {
+            "contender": contender,
+            "curve": bool(curvekeys.current()),
+            "rows": rows,
+            "messages": messages,
+            "elapsed_s": elapsed,
+            "window_s": window,
+            "fixed_s": elapsed - window,
+            "cpu_us_per_msg": cpu_s / messages * 1e6,
+        }
+    )
     return rows / max(window, 1e-9)
 
 
@@ -54,7 +63,8 @@ def consumer_name(kind: str) -> str:
     if kind == "raw" and wire.missing() is None:
         return f"libzmq's C PULL ({wire.library()})"
     return "a pyzmq PULL loop in Python (bench/consumer.py)" + (
-        f"; the C consumer is not here: {wire.missing()}" if kind == "raw" else "")
+        f"; the C consumer is not here: {wire.missing()}" if kind == "raw" else ""
+    )
 
 
 class Consumer:
@@ -65,12 +75,17 @@ class Consumer:
             env = dict(os.environ)
             if curvekeys.current():
                 env["THR_CURVE_SECRET"] = curvekeys.server_secret_z85(curvekeys.current())
-            self.proc = subprocess.Popen(wire.consumer_command(expected), stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, text=True, env=env)
+            self.proc = subprocess.Popen(
+                wire.consumer_command(expected), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+            )
             self.endpoint = self.proc.stdout.readline().strip()
         else:
-            self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "consumer.py"), kind, str(expected)],
-                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            self.proc = subprocess.Popen(
+                [sys.executable, os.path.join(HERE, "consumer.py"), kind, str(expected)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
             self.endpoint = f"tcp://127.0.0.1:{int(self.proc.stdout.readline())}"
 
     def wait(self) -> tuple[float, float]:
@@ -136,8 +151,14 @@ def connector(spark, count: int, kind: str, arg: int) -> float:
     timing: dict = {}
     rate = _zmq_write(df, kind, arg, count, timing)
     df.unpersist()
-    _record("connector", count, count if kind == "raw" else count // arg, timing["elapsed"], timing["window"],
-            timing["cpu_s"] - fixed["cpu_s"])
+    _record(
+        "connector",
+        count,
+        count if kind == "raw" else count // arg,
+        timing["elapsed"],
+        timing["window"],
+        timing["cpu_s"] - fixed["cpu_s"],
+    )
     return rate
 
 
@@ -148,8 +169,13 @@ def _zmq_write(df, kind: str, arg: int, expected: int, timing: dict | None = Non
     consumer = Consumer(kind, expected)
     spark_side = cpu_tree.snapshot()
     started = time.time()
-    writer = (df.write.format("zmq").mode("append").option("endpoints", consumer.endpoint)
-              .option("format", kind).option("rowsPerMessage", str(arg)))
+    writer = (
+        df.write.format("zmq")
+        .mode("append")
+        .option("endpoints", consumer.endpoint)
+        .option("format", kind)
+        .option("rowsPerMessage", str(arg))
+    )
     if curvekeys.current():
         writer = writer.options(**curvekeys.sink_options(curvekeys.current()))
     writer.save()
@@ -180,5 +206,11 @@ def discard_writer(spark, count: int, kind: str, arg: int) -> float:
     df.unpersist()
     with open(timing) as f:
         window = json.load(f)
-    return _record("Python Arrow writer, discarding", count, count if kind == "raw" else count // arg, elapsed,
-                   window["last"] - window["first"], spark_cpu)
+    return _record(
+        "Python Arrow writer, discarding",
+        count,
+        count if kind == "raw" else count // arg,
+        elapsed,
+        window["last"] - window["first"],
+        spark_cpu,
+    )

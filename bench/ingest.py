@@ -29,9 +29,19 @@ from spark_zmq.ingest.spool_layout import LOCK_FILE
 WARM_UP_MESSAGES = {"raw": 100_000, "arrow": 40}
 
 
-def connector(spark, count: int, kind: str, arg: int, channels: int = 1, pattern: str = "pull",
-              producer: Callable[[str, int, str, int], Producer] = Producer, receivers: str = "processes",
-              relays: int = 0, cpu: dict | None = None, pacing: list | None = None) -> float:
+def connector(
+    spark,
+    count: int,
+    kind: str,
+    arg: int,
+    channels: int = 1,
+    pattern: str = "pull",
+    producer: Callable[[str, int, str, int], Producer] = Producer,
+    receivers: str = "processes",
+    relays: int = 0,
+    cpu: dict | None = None,
+    pacing: list | None = None,
+) -> float:
     """``readStream.format("zmq")`` (``pattern`` pull or gather, ``raw`` or ``arrow``) into a
     ``noop`` sink; ``channels`` endpoints, each fed ``count / channels`` messages by its own
     ``producer`` (a bare pyzmq PUSH process by default; ``libzmq_producer("scatter")`` for
@@ -59,24 +69,40 @@ def connector(spark, count: int, kind: str, arg: int, channels: int = 1, pattern
     try:
         if relays:
             for i, port in enumerate(ports):
-                started_relays.append(Relay(f"@tcp://127.0.0.1:{port}", f"tcp://127.0.0.1:{free_port()}",
-                                            os.path.join(work, f"relay-{i}"), pattern, kind))
+                started_relays.append(
+                    Relay(
+                        f"@tcp://127.0.0.1:{port}",
+                        f"tcp://127.0.0.1:{free_port()}",
+                        os.path.join(work, f"relay-{i}"),
+                        pattern,
+                        kind,
+                    )
+                )
             for relay in started_relays:  # started together, waited for in turn
                 relay.wait_ready()
             reader = spark.readStream.format("zmq").option("relays", ",".join(r.listen for r in started_relays))
         else:
-            reader = (spark.readStream.format("zmq").option("pattern", pattern)
-                      .option("endpoints", ",".join(f"@tcp://127.0.0.1:{p}" for p in ports))
-                      .option("receivers", receivers).option("spoolDir", os.path.join(work, "spool"))
-                      # receiver processes stop with the query: lingering ones (the default 300 s)
-                      # would spin beside every contender that runs after
-                      .option("receiverLingerSeconds", "0"))
+            reader = (
+                spark.readStream.format("zmq")
+                .option("pattern", pattern)
+                .option("endpoints", ",".join(f"@tcp://127.0.0.1:{p}" for p in ports))
+                .option("receivers", receivers)
+                .option("spoolDir", os.path.join(work, "spool"))
+                # receiver processes stop with the query: lingering ones (the default 300 s)
+                # would spin beside every contender that runs after
+                .option("receiverLingerSeconds", "0")
+            )
         if kind == "arrow":
             reader = reader.option("format", "arrow").schema(payloads.ARROW_DDL)
         if curvekeys.current():
             reader = reader.options(**curvekeys.source_options(curvekeys.current()))
-        query = (reader.load().writeStream.format("noop").option("checkpointLocation", os.path.join(work, "ckpt"))
-                 .trigger(processingTime="0 seconds").start())
+        query = (
+            reader.load()
+            .writeStream.format("noop")
+            .option("checkpointLocation", os.path.join(work, "ckpt"))
+            .trigger(processingTime="0 seconds")
+            .start()
+        )
         try:
             wait_started(query)
             endpoints = [f"tcp://127.0.0.1:{p}" for p in ports]
@@ -104,13 +130,19 @@ def connector(spark, count: int, kind: str, arg: int, channels: int = 1, pattern
                         reader_pid = int(lock.read().strip())
                     receiving = cpu_tree.used(before, after, lambda p: p.pid == reader_pid)
                 producing = cpu_tree.used(before, after, lambda p: not cpu_tree.not_producer(p))
-                cpu["by_role_us_per_msg"] = {role: spent / messages * 1e6
-                                             for role, spent in cpu_tree.by_role(before, after).items()}
+                cpu["by_role_us_per_msg"] = {
+                    role: spent / messages * 1e6 for role, spent in cpu_tree.by_role(before, after).items()
+                }
                 cpu["by_role_us_per_msg"].update(cpu_tree.jvm_threads_us(threads_before, after, messages))
-                cpu.update({"messages": messages, "total_us_per_msg": total / messages * 1e6,
-                            "producer_us_per_msg": producing / messages * 1e6,
-                            "receiving_us_per_msg": receiving / messages * 1e6,
-                            "receiving": "relay processes" if relayed else "the reader's process"})
+                cpu.update(
+                    {
+                        "messages": messages,
+                        "total_us_per_msg": total / messages * 1e6,
+                        "producer_us_per_msg": producing / messages * 1e6,
+                        "receiving_us_per_msg": receiving / messages * 1e6,
+                        "receiving": "relay processes" if relayed else "the reader's process",
+                    }
+                )
             for proc in procs:
                 proc.wait(60)
         finally:
@@ -176,9 +208,16 @@ def memory_source(spark, count: int, rows: int, pacing: list | None = None) -> f
     reader = spark.readStream.format("bench_memory_arrow")
     if pacing:
         reader = reader.option("chunks", json.dumps(list(pacing)))
-    query = (reader.option("messages", str(count)).option("rows", str(rows))
-             .option("go", go).load().writeStream.format("noop")
-             .option("checkpointLocation", os.path.join(work, "ckpt")).trigger(processingTime="0 seconds").start())
+    query = (
+        reader.option("messages", str(count))
+        .option("rows", str(rows))
+        .option("go", go)
+        .load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", os.path.join(work, "ckpt"))
+        .trigger(processingTime="0 seconds")
+        .start()
+    )
     try:
         wait_started(query)
         wait_for_rows(query, ceilings.WARM_UP * rows)
@@ -188,8 +227,11 @@ def memory_source(spark, count: int, rows: int, pacing: list | None = None) -> f
         if pacing:
             replayed = micro_batches(query.recentProgress, ceilings.WARM_UP * rows, count * rows, rows)
             if replayed != list(pacing):  # the ceiling is only fair if Spark took the chunks as offered
-                print(f"note: the paced in-memory source ran micro-batches of {replayed} messages, "
-                      f"the connector's were {list(pacing)}", flush=True)
+                print(
+                    f"note: the paced in-memory source ran micro-batches of {replayed} messages, "
+                    f"the connector's were {list(pacing)}",
+                    flush=True,
+                )
     finally:
         query.stop()
     return count * rows / (finished - started)
@@ -212,9 +254,17 @@ def memory_rows(spark, count: int, size: int, cpu: dict | None = None, pacing: l
     reader = spark.readStream.format("bench_memory_rows")
     if pacing:
         reader = reader.option("chunks", json.dumps(list(pacing)))
-    query = (reader.option("messages", str(count)).option("size", str(size))
-             .option("warm", str(warm)).option("go", go).load().writeStream.format("noop")
-             .option("checkpointLocation", os.path.join(work, "ckpt")).trigger(processingTime="0 seconds").start())
+    query = (
+        reader.option("messages", str(count))
+        .option("size", str(size))
+        .option("warm", str(warm))
+        .option("go", go)
+        .load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", os.path.join(work, "ckpt"))
+        .trigger(processingTime="0 seconds")
+        .start()
+    )
     try:
         wait_started(query)
         wait_for_rows(query, warm)
@@ -226,14 +276,23 @@ def memory_rows(spark, count: int, size: int, cpu: dict | None = None, pacing: l
         if pacing:
             replayed = micro_batches(query.recentProgress, warm, count, 1)
             if replayed != list(pacing):
-                print(f"note: the paced in-memory rows source ran micro-batches of {replayed} messages, "
-                      f"the connector's were {list(pacing)}", flush=True)
+                print(
+                    f"note: the paced in-memory rows source ran micro-batches of {replayed} messages, "
+                    f"the connector's were {list(pacing)}",
+                    flush=True,
+                )
         if cpu is not None:
             after = cpu_tree.snapshot(follow=before)
             spent = cpu_tree.used(before, after)
-            cpu.update({"messages": count, "total_us_per_msg": spent / count * 1e6,
-                        "by_role_us_per_msg": {role: used / count * 1e6
-                                               for role, used in cpu_tree.by_role(before, after).items()}})
+            cpu.update(
+                {
+                    "messages": count,
+                    "total_us_per_msg": spent / count * 1e6,
+                    "by_role_us_per_msg": {
+                        role: used / count * 1e6 for role, used in cpu_tree.by_role(before, after).items()
+                    },
+                }
+            )
             cpu["by_role_us_per_msg"].update(cpu_tree.jvm_threads_us(threads_before, after, count))
     finally:
         query.stop()
@@ -247,9 +306,16 @@ def socket_source(spark, count: int, size: int) -> float:
     server.listen(1)
     port = server.getsockname()[1]
     work = tempfile.mkdtemp(prefix="spark-zmq-bench-")
-    query = (spark.readStream.format("socket").option("host", "127.0.0.1").option("port", str(port)).load()
-             .writeStream.format("noop").option("checkpointLocation", os.path.join(work, "ckpt"))
-             .trigger(processingTime="0 seconds").start())
+    query = (
+        spark.readStream.format("socket")
+        .option("host", "127.0.0.1")
+        .option("port", str(port))
+        .load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", os.path.join(work, "ckpt"))
+        .trigger(processingTime="0 seconds")
+        .start()
+    )
     connection, _ = server.accept()
     line = b"x" * (size - 1) + b"\n"
     try:

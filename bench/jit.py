@@ -78,12 +78,19 @@ def warm_up(spark) -> dict:
         push.close(0)
         query.stop()
     first, last = per_round[:WINDOW], per_round[-WINDOW:]
-    return {"rounds": len(per_round), "micro_batches": batches, "seconds": time.monotonic() - started,
-            "first_ms_per_round": sum(first) / max(len(first), 1), "last_ms_per_round": sum(last) / max(len(last), 1)}
+    return {
+        "rounds": len(per_round),
+        "micro_batches": batches,
+        "seconds": time.monotonic() - started,
+        "first_ms_per_round": sum(first) / max(len(first), 1),
+        "last_ms_per_round": sum(last) / max(len(last), 1),
+    }
 
 
 def line(result: dict) -> str:
     """The report's line for the warm-up."""
-    return (f"JVM warm-up: {result['rounds']} rounds of {ROUND:,} one-row messages through one connector query "
-            f"({result['micro_batches']} micro-batches, {result['seconds']:.0f} s); the JIT compilers took {result['first_ms_per_round']:.0f} ms a round "
-            f"over the first {WINDOW} rounds and {result['last_ms_per_round']:.0f} ms over the last {WINDOW}")
+    return (
+        f"JVM warm-up: {result['rounds']} rounds of {ROUND:,} one-row messages through one connector query "
+        f"({result['micro_batches']} micro-batches, {result['seconds']:.0f} s); the JIT compilers took {result['first_ms_per_round']:.0f} ms a round "
+        f"over the first {WINDOW} rounds and {result['last_ms_per_round']:.0f} ms over the last {WINDOW}"
+    )

@@ -43,8 +43,11 @@ class Collector:
         if len(self.latencies) < self.expected:
             raise RuntimeError(f"{what}: {len(self.latencies)} of {self.expected} messages came back")
         steady = np.array(self.latencies[WARM:]) * 1000  # the warm-up messages are not measured
-        return {"p50_ms": float(np.percentile(steady, 50)), "p95_ms": float(np.percentile(steady, 95)),
-                "p99_ms": float(np.percentile(steady, 99))}
+        return {
+            "p50_ms": float(np.percentile(steady, 50)),
+            "p95_ms": float(np.percentile(steady, 95)),
+            "p99_ms": float(np.percentile(steady, 99)),
+        }
 
 
 def measure(spark, rate: float, seconds: float, reps: int) -> dict:
@@ -59,11 +62,17 @@ def measure(spark, rate: float, seconds: float, reps: int) -> dict:
         runs.append(connector(spark, rate, seconds))
         floors.append(python_source_floor(spark, rate, seconds))
     ratios = [r["p50_ms"] / f["p50_ms"] for r, f in zip(runs, floors)]
-    return {**_medians(runs), "messages": int(rate * seconds), "rate": rate,
-            "rate_source_batch_ms": rate_source_batch_ms(spark, rate, seconds),
-            "python_source_floor": {**_medians(floors), "messages": int(rate * seconds)},
-            "p50_ratio": float(np.median(ratios)), "p50_ratios": ratios,
-            "p50_runs_ms": [r["p50_ms"] for r in runs], "floor_p50_runs_ms": [f["p50_ms"] for f in floors]}
+    return {
+        **_medians(runs),
+        "messages": int(rate * seconds),
+        "rate": rate,
+        "rate_source_batch_ms": rate_source_batch_ms(spark, rate, seconds),
+        "python_source_floor": {**_medians(floors), "messages": int(rate * seconds)},
+        "p50_ratio": float(np.median(ratios)),
+        "p50_ratios": ratios,
+        "p50_runs_ms": [r["p50_ms"] for r in runs],
+        "floor_p50_runs_ms": [f["p50_ms"] for f in floors],
+    }
 
 
 def _medians(runs: list[dict]) -> dict:
@@ -77,10 +86,21 @@ def connector(spark, rate: float, seconds: float) -> dict:
     collector = Collector(WARM + count)
     in_port = free_port()
     work = tempfile.mkdtemp(prefix="spark-zmq-bench-")
-    query = (spark.readStream.format("zmq").option("endpoints", f"@tcp://127.0.0.1:{in_port}").option("format", "text")
-             .option("spoolDir", os.path.join(work, "spool")).option("receiverLingerSeconds", "0").load().select("value")
-             .writeStream.format("zmq").option("endpoints", collector.endpoint).option("format", "text")
-             .option("checkpointLocation", os.path.join(work, "ckpt")).trigger(processingTime="0 seconds").start())
+    query = (
+        spark.readStream.format("zmq")
+        .option("endpoints", f"@tcp://127.0.0.1:{in_port}")
+        .option("format", "text")
+        .option("spoolDir", os.path.join(work, "spool"))
+        .option("receiverLingerSeconds", "0")
+        .load()
+        .select("value")
+        .writeStream.format("zmq")
+        .option("endpoints", collector.endpoint)
+        .option("format", "text")
+        .option("checkpointLocation", os.path.join(work, "ckpt"))
+        .trigger(processingTime="0 seconds")
+        .start()
+    )
     try:
         wait_started(query)
         warm_up(query, [f"tcp://127.0.0.1:{in_port}"], "stamped", rate, messages=WARM)
@@ -106,15 +126,24 @@ def python_source_floor(spark, rate: float, seconds: float) -> dict:
     collector = Collector(WARM + count)
     register_ceilings(spark)
     work = tempfile.mkdtemp(prefix="spark-zmq-bench-")
-    query = (spark.readStream.format("bench_memory_stamped").option("rate", str(rate))
-             .option("messages", str(WARM + count)).load().select("value")
-             .writeStream.format("zmq").option("endpoints", collector.endpoint).option("format", "text")
-             .option("checkpointLocation", os.path.join(work, "ckpt")).trigger(processingTime="0 seconds").start())
+    query = (
+        spark.readStream.format("bench_memory_stamped")
+        .option("rate", str(rate))
+        .option("messages", str(WARM + count))
+        .load()
+        .select("value")
+        .writeStream.format("zmq")
+        .option("endpoints", collector.endpoint)
+        .option("format", "text")
+        .option("checkpointLocation", os.path.join(work, "ckpt"))
+        .trigger(processingTime="0 seconds")
+        .start()
+    )
     try:
         collector.thread.join((WARM + count) / rate + 120)
         _settle(query)
         progress = [p for p in query.recentProgress if p["numInputRows"]]
-        batch_ms = _median_batch_ms(progress[len(progress) // 2:])  # past the warm-up
+        batch_ms = _median_batch_ms(progress[len(progress) // 2 :])  # past the warm-up
     finally:
         query.stop()
     return {**collector.percentiles("latency floor run"), "messages": count, "batch_ms": batch_ms}
@@ -137,11 +166,18 @@ def rate_source_batch_ms(spark, rate: float, seconds: float) -> float:
     same rate into ``noop``, ``processingTime="0 seconds"``; median micro-batch duration
     (offset log, planning, one task, commit log) once it has run for ``seconds``."""
     work = tempfile.mkdtemp(prefix="spark-zmq-bench-")
-    query = (spark.readStream.format("rate").option("rowsPerSecond", int(rate)).load().writeStream.format("noop")
-             .option("checkpointLocation", os.path.join(work, "ckpt")).trigger(processingTime="0 seconds").start())
+    query = (
+        spark.readStream.format("rate")
+        .option("rowsPerSecond", int(rate))
+        .load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", os.path.join(work, "ckpt"))
+        .trigger(processingTime="0 seconds")
+        .start()
+    )
     try:
         wait_started(query)
         time.sleep(seconds)  # a fixed-length observation window, not a synchronisation
-        return _median_batch_ms(query.recentProgress[len(query.recentProgress) // 2:])
+        return _median_batch_ms(query.recentProgress[len(query.recentProgress) // 2 :])
     finally:
         query.stop()

@@ -15,14 +15,18 @@ def raw(size: int) -> bytes:
 
 def arrow_batch(rows: int) -> pa.RecordBatch:
     rng = np.random.default_rng(7)
-    return pa.record_batch({
-        "id": pa.array(np.arange(rows, dtype=np.int64)),
-        "sensor": pa.array([f"sensor-{i % 64:02d}" for i in range(rows)]),
-        "reading": pa.array(rng.normal(20, 5, rows)),
-        "flag": pa.array(rng.integers(0, 2, rows).astype(bool)),
-        "ts": pa.array(np.datetime64("2026-01-01", "us") + np.arange(rows) * np.timedelta64(1, "ms"),
-                       pa.timestamp("us", tz="UTC")),
-    })
+    return pa.record_batch(
+        {
+            "id": pa.array(np.arange(rows, dtype=np.int64)),
+            "sensor": pa.array([f"sensor-{i % 64:02d}" for i in range(rows)]),
+            "reading": pa.array(rng.normal(20, 5, rows)),
+            "flag": pa.array(rng.integers(0, 2, rows).astype(bool)),
+            "ts": pa.array(
+                np.datetime64("2026-01-01", "us") + np.arange(rows) * np.timedelta64(1, "ms"),
+                pa.timestamp("us", tz="UTC"),
+            ),
+        }
+    )
 
 
 def arrow_message(rows: int) -> bytes:

@@ -81,9 +81,12 @@ class Receiver:
 
     def __init__(self, mode: str, count: int) -> None:
         self.mode = mode
-        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), mode, str(count)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self.proc = subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), mode, str(count)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
         self.lines: queue.Queue[bytes] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -99,8 +102,9 @@ class Receiver:
         except queue.Empty:
             raise TimeoutError(f"the {self.mode} receiver printed no {word!r} line in {timeout:.0f} s") from None
         if not line.startswith(word + " "):
-            raise RuntimeError(f"the {self.mode} receiver printed {line!r} instead of {word!r} "
-                               f"(exit code {self.proc.poll()})")
+            raise RuntimeError(
+                f"the {self.mode} receiver printed {line!r} instead of {word!r} (exit code {self.proc.poll()})"
+            )
         return line.split(" ", 1)[1]
 
     def ready(self, timeout: float = 120) -> int:
@@ -142,13 +146,25 @@ def child(mode: str, count: int, size: int, cpu: dict, producer_class: Callable 
     finally:
         receiver.close()
     spent = cpu_tree.used(before, after, lambda p: p.pid == receiver.proc.pid)
-    cpu.update({"messages": count, "total_us_per_msg": spent / count * 1e6,
-                "by_role_us_per_msg": {"its process": spent / count * 1e6}})
+    cpu.update(
+        {
+            "messages": count,
+            "total_us_per_msg": spent / count * 1e6,
+            "by_role_us_per_msg": {"its process": spent / count * 1e6},
+        }
+    )
     return count / (finished - started)
 
 
-def measure(spark, count: int, size: int, reps: int, compare: Callable[..., dict], name: str = "peers",
-            producer_class: Callable | None = None) -> dict:
+def measure(
+    spark,
+    count: int,
+    size: int,
+    reps: int,
+    compare: Callable[..., dict],
+    name: str = "peers",
+    producer_class: Callable | None = None,
+) -> dict:
     """The scenario's row (``compare``'s format, against Bytewax where it runs, else the
     bare loop), with ``cpu_us_per_msg`` (each contender's receiving processes, medians)
     and ``notes`` (the lines report.md lists) added. ``producer_class``: what feeds every
@@ -163,30 +179,43 @@ def measure(spark, count: int, size: int, reps: int, compare: Callable[..., dict
     if skipped:
         print(f"{name:18s} {BYTEWAX} skipped: {skipped}", flush=True)
     cpu: dict[str, list[dict]] = {"connector": [], BYTEWAX: [], BARE: []}
-    contenders = {"connector": measured(lambda c: ingest.connector(spark, count, "raw", size, cpu=c,
-                                                                   producer=producer_class), cpu["connector"])}
+    contenders = {
+        "connector": measured(
+            lambda c: ingest.connector(spark, count, "raw", size, cpu=c, producer=producer_class), cpu["connector"]
+        )
+    }
     if not skipped:
         contenders[BYTEWAX] = measured(lambda c: child("bytewax", count, size, c, producer_class), cpu[BYTEWAX])
     contenders[BARE] = measured(lambda c: child("pull", count, size, c, producer_class), cpu[BARE])
-    row = compare(name, "msgs/s", contenders, reps, BARE if skipped else BYTEWAX, None if skipped else 1.0,
-                  ceiling=BARE)
+    row = compare(
+        name, "msgs/s", contenders, reps, BARE if skipped else BYTEWAX, None if skipped else 1.0, ceiling=BARE
+    )
     row["messages"] = count
     row["bytewax_skipped"] = skipped
     row["bytewax_follows"] = DOCS
     row["cpu_us_per_msg"] = {
-        name: {role: statistics.median(by_process(run)[role] for run in runs)
-               for role in by_process(runs[0]) if role != "producers"}
-        for name, runs in cpu.items() if runs}
+        name: {
+            role: statistics.median(by_process(run)[role] for run in runs)
+            for role in by_process(runs[0])
+            if role != "producers"
+        }
+        for name, runs in cpu.items()
+        if runs
+    }
     import cpu as cpu_tree
 
     for by_role in row["cpu_us_per_msg"].values():
         # the JVM's threads ("jvm JIT compiler", ...) are a split of "jvm", not more CPU
-        by_role["all receiving"] = sum(us for role, us in by_role.items()
-                                       if not role.startswith(cpu_tree.JVM_THREAD_ROLE))
+        by_role["all receiving"] = sum(
+            us for role, us in by_role.items() if not role.startswith(cpu_tree.JVM_THREAD_ROLE)
+        )
     if not skipped and cpu["connector"]:
         row["peers_budget"] = budget(row, statistics.median(run["producer_us_per_msg"] for run in cpu["connector"]))
-    row["notes"] = [cpu_line(row)] + ([budget_line(row)] if row.get("peers_budget") else []) + \
-        ([f"{name}: {BYTEWAX} skipped: {skipped}"] if skipped else [])
+    row["notes"] = (
+        [cpu_line(row)]
+        + ([budget_line(row)] if row.get("peers_budget") else [])
+        + ([f"{name}: {BYTEWAX} skipped: {skipped}"] if skipped else [])
+    )
     print(row["notes"][0], flush=True)
     return row
 
@@ -199,20 +228,26 @@ def budget(row: dict, producer_us_per_msg: float) -> dict:
     rate = row["median"][BYTEWAX]
     connector = row["cpu_us_per_msg"]["connector"]["all receiving"]
     cores = os.cpu_count() or 1
-    return {"cores": cores, "target_msgs_per_s": rate, "connector_us_per_msg": connector,
-            "producer_us_per_msg": producer_us_per_msg,
-            "bytewax_us_per_msg": row["cpu_us_per_msg"][BYTEWAX]["all receiving"],
-            "cores_needed": rate * (connector + producer_us_per_msg) / 1e6,
-            "left_for_connector_us_per_msg": cores / rate * 1e6 - producer_us_per_msg}
+    return {
+        "cores": cores,
+        "target_msgs_per_s": rate,
+        "connector_us_per_msg": connector,
+        "producer_us_per_msg": producer_us_per_msg,
+        "bytewax_us_per_msg": row["cpu_us_per_msg"][BYTEWAX]["all receiving"],
+        "cores_needed": rate * (connector + producer_us_per_msg) / 1e6,
+        "left_for_connector_us_per_msg": cores / rate * 1e6 - producer_us_per_msg,
+    }
 
 
 def budget_line(row: dict) -> str:
     b = row["peers_budget"]
-    return (f"{row['scenario']}: CPU budget of Bytewax's rate ({b['target_msgs_per_s']:,.0f} msgs/s) on {b['cores']} cores: "
-            f"the connector's receiving processes {b['connector_us_per_msg']:.2f} us a message + the producer "
-            f"{b['producer_us_per_msg']:.2f} = {b['cores_needed']:.2f} cores; the cores leave the connector "
-            f"{b['left_for_connector_us_per_msg']:.2f} us a message at that rate (Bytewax's own: "
-            f"{b['bytewax_us_per_msg']:.2f})")
+    return (
+        f"{row['scenario']}: CPU budget of Bytewax's rate ({b['target_msgs_per_s']:,.0f} msgs/s) on {b['cores']} cores: "
+        f"the connector's receiving processes {b['connector_us_per_msg']:.2f} us a message + the producer "
+        f"{b['producer_us_per_msg']:.2f} = {b['cores_needed']:.2f} cores; the cores leave the connector "
+        f"{b['left_for_connector_us_per_msg']:.2f} us a message at that rate (Bytewax's own: "
+        f"{b['bytewax_us_per_msg']:.2f})"
+    )
 
 
 def by_process(run: dict) -> dict[str, float]:

@@ -59,19 +59,35 @@ def two_stage(spark, count: int, rows: int, committed_only: bool) -> float:
     in_port, mid_port = free_port(), free_port()
     downstream = upstream = None
     try:
-        reader = _spool_options(spark.readStream.format("zmq"), work, "down-spool").option(
-            "endpoints", f"@tcp://127.0.0.1:{mid_port}").option("format", "arrow").schema(payloads.ARROW_DDL)
+        reader = (
+            _spool_options(spark.readStream.format("zmq"), work, "down-spool")
+            .option("endpoints", f"@tcp://127.0.0.1:{mid_port}")
+            .option("format", "arrow")
+            .schema(payloads.ARROW_DDL)
+        )
         if committed_only:
             reader = reader.option("committedOnly", "true")
-        downstream = (reader.load().writeStream.format("noop").option("checkpointLocation", os.path.join(work, "down"))
-                      .trigger(processingTime="0 seconds").start())
+        downstream = (
+            reader.load()
+            .writeStream.format("noop")
+            .option("checkpointLocation", os.path.join(work, "down"))
+            .trigger(processingTime="0 seconds")
+            .start()
+        )
         wait_started(downstream)
-        upstream = (_spool_options(spark.readStream.format("zmq"), work, "up-spool")
-                    .option("endpoints", f"@tcp://127.0.0.1:{in_port}").option("format", "arrow")
-                    .schema(payloads.ARROW_DDL).load()
-                    .writeStream.format("zmq").option("endpoints", f"tcp://127.0.0.1:{mid_port}")
-                    .option("format", "arrow").option("checkpointLocation", os.path.join(work, "up"))
-                    .trigger(processingTime="0 seconds").start())
+        upstream = (
+            _spool_options(spark.readStream.format("zmq"), work, "up-spool")
+            .option("endpoints", f"@tcp://127.0.0.1:{in_port}")
+            .option("format", "arrow")
+            .schema(payloads.ARROW_DDL)
+            .load()
+            .writeStream.format("zmq")
+            .option("endpoints", f"tcp://127.0.0.1:{mid_port}")
+            .option("format", "arrow")
+            .option("checkpointLocation", os.path.join(work, "up"))
+            .trigger(processingTime="0 seconds")
+            .start()
+        )
         wait_started(upstream)
         endpoint = f"tcp://127.0.0.1:{in_port}"
         warm = warm_up(upstream, [endpoint], "arrow", rows, messages=WARM_UP_MESSAGES["arrow"])
@@ -115,21 +131,38 @@ def stage_latency(spark, rate: float, seconds: float, committed_only: bool) -> d
     in_port, mid_port = free_port(), free_port()
     downstream = upstream = None
     try:
-        reader = _spool_options(spark.readStream.format("zmq"), work, "down-spool").option(
-            "endpoints", f"@tcp://127.0.0.1:{mid_port}").option("format", "arrow").schema(STAMPED_DDL)
+        reader = (
+            _spool_options(spark.readStream.format("zmq"), work, "down-spool")
+            .option("endpoints", f"@tcp://127.0.0.1:{mid_port}")
+            .option("format", "arrow")
+            .schema(STAMPED_DDL)
+        )
         if committed_only:
             reader = reader.option("committedOnly", "true")
-        downstream = (reader.load().select(col("written").cast("string").alias("value"))
-                      .writeStream.format("zmq").option("endpoints", collector.endpoint).option("format", "text")
-                      .option("checkpointLocation", os.path.join(work, "down"))
-                      .trigger(processingTime="0 seconds").start())
+        downstream = (
+            reader.load()
+            .select(col("written").cast("string").alias("value"))
+            .writeStream.format("zmq")
+            .option("endpoints", collector.endpoint)
+            .option("format", "text")
+            .option("checkpointLocation", os.path.join(work, "down"))
+            .trigger(processingTime="0 seconds")
+            .start()
+        )
         wait_started(downstream)
-        upstream = (_spool_options(spark.readStream.format("zmq"), work, "up-spool")
-                    .option("endpoints", f"@tcp://127.0.0.1:{in_port}").option("format", "text").load()
-                    .select("value", _stamp_udf()(col("value")).alias("written"))
-                    .writeStream.format("zmq").option("endpoints", f"tcp://127.0.0.1:{mid_port}")
-                    .option("format", "arrow").option("checkpointLocation", os.path.join(work, "up"))
-                    .trigger(processingTime="0 seconds").start())
+        upstream = (
+            _spool_options(spark.readStream.format("zmq"), work, "up-spool")
+            .option("endpoints", f"@tcp://127.0.0.1:{in_port}")
+            .option("format", "text")
+            .load()
+            .select("value", _stamp_udf()(col("value")).alias("written"))
+            .writeStream.format("zmq")
+            .option("endpoints", f"tcp://127.0.0.1:{mid_port}")
+            .option("format", "arrow")
+            .option("checkpointLocation", os.path.join(work, "up"))
+            .trigger(processingTime="0 seconds")
+            .start()
+        )
         wait_started(upstream)
         endpoint = f"tcp://127.0.0.1:{in_port}"
         warm_up(upstream, [endpoint], "stamped", rate, messages=latency.WARM)
@@ -141,8 +174,7 @@ def stage_latency(spark, rate: float, seconds: float, committed_only: bool) -> d
     finally:
         _stop(upstream, downstream)
     what = f"pipeline latency run ({'with' if committed_only else 'without'} committedOnly)"
-    return {**collector.percentiles(what), "messages": count, "rate": rate,
-            "downstream_batches": len(batches)}
+    return {**collector.percentiles(what), "messages": count, "rate": rate, "downstream_batches": len(batches)}
 
 
 def latency_pair(spark, rate: float, seconds: float, reps: int) -> dict:
@@ -170,17 +202,25 @@ def relay_readers(spark, count: int, rows: int, readers: int) -> list[float]:
     every row, after a warm-up that every query read."""
     work = tempfile.mkdtemp(prefix="spark-zmq-bench-")
     port = free_port()
-    relay = Relay(f"@tcp://127.0.0.1:{port}", f"tcp://127.0.0.1:{free_port()}", os.path.join(work, "relay"),
-                  "pull", "arrow")
+    relay = Relay(
+        f"@tcp://127.0.0.1:{port}", f"tcp://127.0.0.1:{free_port()}", os.path.join(work, "relay"), "pull", "arrow"
+    )
     queries: list = []
     try:
         relay.wait_ready()
         for i in range(readers):
-            queries.append(spark.readStream.format("zmq").option("relays", relay.listen)
-                           .option("relayReader", f"reader-{i}").option("format", "arrow")
-                           .schema(payloads.ARROW_DDL).load().writeStream.format("noop")
-                           .option("checkpointLocation", os.path.join(work, f"ckpt-{i}"))
-                           .trigger(processingTime="0 seconds").start())
+            queries.append(
+                spark.readStream.format("zmq")
+                .option("relays", relay.listen)
+                .option("relayReader", f"reader-{i}")
+                .option("format", "arrow")
+                .schema(payloads.ARROW_DDL)
+                .load()
+                .writeStream.format("noop")
+                .option("checkpointLocation", os.path.join(work, f"ckpt-{i}"))
+                .trigger(processingTime="0 seconds")
+                .start()
+            )
         for query in queries:
             wait_started(query)
         endpoint = f"tcp://127.0.0.1:{port}"

@@ -45,8 +45,11 @@ def workers(fmt: str, count: int, *, broker: str | None = None, delays_ms: tuple
         for i in range(count):
             delay = delays_ms[i] if i < len(delays_ms) else 0.0
             where = ["--broker", broker] if broker else ["--bind", "tcp://127.0.0.1:*"]
-            proc = subprocess.Popen([sys.executable, WORKER, "--format", fmt, "--delay-ms", str(delay), *where],
-                                    stdout=subprocess.PIPE, text=True)
+            proc = subprocess.Popen(
+                [sys.executable, WORKER, "--format", fmt, "--delay-ms", str(delay), *where],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
             procs.append(proc)
             line = proc.stdout.readline()
             if not line.startswith("READY"):
@@ -63,8 +66,12 @@ def workers(fmt: str, count: int, *, broker: str | None = None, delays_ms: tuple
 def broker() -> Iterator[tuple[str, str]]:
     """``spark-zmq broker`` on two free ports: (frontend, backend) to connect to."""
     front, back = (f"tcp://127.0.0.1:{p}" for p in _free_ports(2))
-    proc = subprocess.Popen([CLI, "broker", "--frontend", "@" + front, "--backend", "@" + back,
-                             "--status-interval", "60"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [CLI, "broker", "--frontend", "@" + front, "--backend", "@" + back, "--status-interval", "60"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         if not proc.stderr.readline().startswith("broker:"):
             raise RuntimeError(f"spark-zmq broker did not start: {proc.stderr.read()[-500:]}")
@@ -93,8 +100,9 @@ def connector(spark, fmt: str, rows: int, batch_rows: int, endpoints: list[str])
     import spark_zmq
 
     df = spark.range(0, rows, numPartitions=TASKS).selectExpr("id as x")
-    out = spark_zmq.request(df, endpoints, reply_schema="y long", format=fmt, batch_rows=batch_rows,
-                            max_in_flight=IN_FLIGHT, timeout="60s")
+    out = spark_zmq.request(
+        df, endpoints, reply_schema="y long", format=fmt, batch_rows=batch_rows, max_in_flight=IN_FLIGHT, timeout="60s"
+    )
     started = time.perf_counter()
     out.write.format("noop").mode("overwrite").save()
     return rows / (time.perf_counter() - started)
@@ -193,8 +201,14 @@ def load_balancing(count: int, reps: int) -> dict:
         with workers("json", 4, delays_ms=delays) as endpoints:
             runs["round-robin"].append(drain(endpoints, count))
     medians = {k: statistics.median(v) for k, v in runs.items()}
-    return {"scenario": "reqrep-broker-lru", "unit": "s", "runs": runs, "median": medians,
-            "time_ratio": medians["broker"] / medians["round-robin"], "target": 0.6}
+    return {
+        "scenario": "reqrep-broker-lru",
+        "unit": "s",
+        "runs": runs,
+        "median": medians,
+        "time_ratio": medians["broker"] / medians["round-robin"],
+        "target": 0.6,
+    }
 
 
 def latency(count: int) -> dict:
@@ -203,5 +217,9 @@ def latency(count: int) -> dict:
         through = round_trips(front, count)
     with workers("json", 1) as (endpoint,):
         direct = round_trips(endpoint, count)
-    return {"scenario": "reqrep-latency", "broker": percentiles(through), "direct": percentiles(direct),
-            "p50_ratio": round(statistics.median(through) / statistics.median(direct), 2)}
+    return {
+        "scenario": "reqrep-latency",
+        "broker": percentiles(through),
+        "direct": percentiles(direct),
+        "p50_ratio": round(statistics.median(through) / statistics.median(direct), 2),
+    }

@@ -73,8 +73,9 @@ def _build() -> str:
         cc = _compiler()
         link = _link_args(cc) or ("-lzmq",)
         out = os.path.join(tempfile.mkdtemp(prefix="spark-zmq-bench-thr-"), "thr")
-        result = subprocess.run([cc, "-O2", "-o", out, os.path.join(HERE, "c", "thr.c"), *link],
-                                capture_output=True, text=True)
+        result = subprocess.run(
+            [cc, "-O2", "-o", out, os.path.join(HERE, "c", "thr.c"), *link], capture_output=True, text=True
+        )
         if result.returncode != 0:
             raise RuntimeError(f"bench/c/thr.c did not build: {result.stderr.strip()[-300:]}")
         _built["library"] = "pyzmq's bundled libzmq" if "-DTHR_ZMQ_ABI" in link else "the system's libzmq"
@@ -113,8 +114,9 @@ def throughput(count: int, size: int, cpu: dict | None = None) -> float:
     ``cpu``: a dict to fill with each side's CPU per message, ``sender_us_per_msg`` and
     ``receiver_us_per_msg``: the least a sender and a receiver of these messages cost."""
     thr = _build()
-    local = subprocess.Popen([thr, "local", "tcp://127.0.0.1:*", str(size), str(count)], stdout=subprocess.PIPE,
-                             text=True)
+    local = subprocess.Popen(
+        [thr, "local", "tcp://127.0.0.1:*", str(size), str(count)], stdout=subprocess.PIPE, text=True
+    )
     endpoint = local.stdout.readline().strip()
     remote = subprocess.Popen([thr, "remote", endpoint, str(size), str(count)])
     remote_exit, remote_cpu = reap(remote, 300)
@@ -139,9 +141,12 @@ class CProducer(Producer):
     def __init__(self, endpoint: str, count: int, kind: str, arg: float) -> None:
         if kind != "raw":
             raise ValueError(f"libzmq's C producer sends one-row messages (raw), not {kind}")
-        self.proc = subprocess.Popen([_build(), "remote", endpoint, str(int(arg)), str(count)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     env={**os.environ, "THR_WAIT_GO": "1"})
+        self.proc = subprocess.Popen(
+            [_build(), "remote", endpoint, str(int(arg)), str(count)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env={**os.environ, "THR_WAIT_GO": "1"},
+        )
 
     def wait(self, timeout: float = 120) -> None:
         super().wait(timeout)

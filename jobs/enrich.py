@@ -33,14 +33,22 @@ def parse_args(argv: list[str]):
     p.add_argument("--schema", required=True, help="DDL schema of the incoming messages")
     p.add_argument("--service", required=True, help="the service's endpoints (workers or a broker's frontend)")
     p.add_argument("--reply-schema", required=True, help="DDL schema of the service's replies")
-    p.add_argument("--request-format", choices=("arrow", "json"), default="arrow",
-                   help="arrow: --batch-rows rows per request; json: one row per request (default arrow)")
+    p.add_argument(
+        "--request-format",
+        choices=("arrow", "json"),
+        default="arrow",
+        help="arrow: --batch-rows rows per request; json: one row per request (default arrow)",
+    )
     p.add_argument("--batch-rows", type=int, default=1000, help="rows per Arrow request (default 1000)")
     p.add_argument("--max-in-flight", type=int, default=4, help="requests outstanding per task (default 4)")
     p.add_argument("--timeout", default="30s", help="wait for a reply before resending, e.g. 5s (default 30s)")
     p.add_argument("--retries", type=int, default=2, help="resends before the task fails (default 2)")
-    p.add_argument("--mode", choices=("FAILFAST", "PERMISSIVE"), default="FAILFAST",
-                   help="a reply that does not fit: fail, or null reply columns (default FAILFAST)")
+    p.add_argument(
+        "--mode",
+        choices=("FAILFAST", "PERMISSIVE"),
+        default="FAILFAST",
+        help="a reply that does not fit: fail, or null reply columns (default FAILFAST)",
+    )
     out = p.add_mutually_exclusive_group(required=True)
     out.add_argument("--output", help="directory of the Parquet files (exactly once)")
     out.add_argument("--push", help="endpoints to PUSH the enriched rows to as Arrow messages")
@@ -57,9 +65,16 @@ def parse_args(argv: list[str]):
     args.spool_dir = jobkit.spool_dir(p, args)
     args.curve = jobkit.curve_options(p, args)
     args.service_curve = jobkit.curve_options(p, args, "service-")
-    args.call = dict(reply_schema=args.reply_schema, format=args.request_format, batch_rows=args.batch_rows,
-                     max_in_flight=args.max_in_flight, timeout=args.timeout, retries=args.retries, mode=args.mode,
-                     **args.service_curve)
+    args.call = dict(
+        reply_schema=args.reply_schema,
+        format=args.request_format,
+        batch_rows=args.batch_rows,
+        max_in_flight=args.max_in_flight,
+        timeout=args.timeout,
+        retries=args.retries,
+        mode=args.mode,
+        **args.service_curve,
+    )
     from spark_zmq.options import OptionError, RequestOptions
 
     try:  # every option checked before Spark starts: a usage error, not a failed task
@@ -76,11 +91,14 @@ def main(argv: list[str]) -> int:
 
     reader = (
         spark.readStream.format("zmq")
-        .option("pattern", "pull").option("endpoints", args.input).option("format", args.format)
+        .option("pattern", "pull")
+        .option("endpoints", args.input)
+        .option("format", args.format)
         .schema(args.schema)
         .option("spoolDir", args.spool_dir)
         .option("timeout", str(args.idle_timeout))
-        .options(**args.curve).options(**jobkit.fetch_options(args))
+        .options(**args.curve)
+        .options(**jobkit.fetch_options(args))
     )
     if args.max_rows_per_trigger:
         reader = reader.option("maxRowsPerTrigger", str(args.max_rows_per_trigger))
@@ -94,13 +112,13 @@ def main(argv: list[str]) -> int:
     if args.output:
         writer = writer.format("parquet").option("path", args.output)
     else:
-        writer = writer.format("zmq").option("pattern", "push").option("endpoints", args.push) \
-            .option("format", "arrow")
+        writer = writer.format("zmq").option("pattern", "push").option("endpoints", args.push).option("format", "arrow")
     query = writer.trigger(**jobkit.trigger(args)).start()
     jobkit.run_query(query)
     where = args.output or args.push
-    return jobkit.finish(spark, query, "enrich", f"{jobkit.rows_in(query)} rows in, enriched by {args.service}, "
-                                                 f"out to {where}")
+    return jobkit.finish(
+        spark, query, "enrich", f"{jobkit.rows_in(query)} rows in, enriched by {args.service}, out to {where}"
+    )
 
 
 if __name__ == "__main__":

@@ -86,7 +86,9 @@ def _unset_defaults() -> dict[str, str]:
     SparkContext._ensure_initialized()  # connects to spark-submit's JVM (or launches pyspark's)
     jvm = SparkContext._jvm
     given = jvm.org.apache.spark.SparkConf(True)  # spark-submit's settings, as system properties
-    parsed = jvm.scala.jdk.javaapi.CollectionConverters.asJava(jvm.org.apache.spark.util.Utils.getPropertiesFromFile(CONF))
+    parsed = jvm.scala.jdk.javaapi.CollectionConverters.asJava(
+        jvm.org.apache.spark.util.Utils.getPropertiesFromFile(CONF)
+    )
     return {key: value for key, value in dict(parsed).items() if not given.contains(key)}
 
 
@@ -97,15 +99,27 @@ def parser(doc: str) -> argparse.ArgumentParser:
 
 def add_common(p: argparse.ArgumentParser) -> None:
     """--master, and the AvailableNow switch every job has."""
-    p.add_argument("--master", default=None,
-                   help="Spark master (default: spark-submit's --master, else conf/spark-defaults.conf)")
-    p.add_argument("--available-now", action="store_true",
-                   help="process what producers have sent until --idle-timeout seconds pass without a "
-                        "message, then stop (Trigger.AvailableNow); default: run until interrupted")
-    p.add_argument("--idle-timeout", type=float, default=5.0,
-                   help="seconds without a message that end an --available-now run (default 5)")
-    p.add_argument("--trigger-seconds", type=float, default=0.0,
-                   help="micro-batch interval when running continuously (default 0: as fast as possible)")
+    p.add_argument(
+        "--master", default=None, help="Spark master (default: spark-submit's --master, else conf/spark-defaults.conf)"
+    )
+    p.add_argument(
+        "--available-now",
+        action="store_true",
+        help="process what producers have sent until --idle-timeout seconds pass without a "
+        "message, then stop (Trigger.AvailableNow); default: run until interrupted",
+    )
+    p.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=5.0,
+        help="seconds without a message that end an --available-now run (default 5)",
+    )
+    p.add_argument(
+        "--trigger-seconds",
+        type=float,
+        default=0.0,
+        help="micro-batch interval when running continuously (default 0: as fast as possible)",
+    )
     add_fetch(p)
 
 
@@ -113,12 +127,18 @@ def add_fetch(p: argparse.ArgumentParser) -> None:
     """--spool-server-host and --spool-server-port: where executors on other hosts fetch the
     driver's spool (source options spoolServerHost and spoolServerPort)."""
     group = p.add_argument_group("On a cluster", "Executors on other hosts fetch the spool from the driver.")
-    group.add_argument("--spool-server-host", metavar="ADDRESS",
-                       help="the driver's address executors reach (default: Spark's spark.driver.host, else "
-                            "SPARK_LOCAL_IP, else this host's address towards the master); option spoolServerHost")
-    group.add_argument("--spool-server-port", metavar="PORT|FIRST-LAST",
-                       help="the fetch service's port, or a range with one port per endpoint (default: any free "
-                            "port); open it from the executors to the driver; option spoolServerPort")
+    group.add_argument(
+        "--spool-server-host",
+        metavar="ADDRESS",
+        help="the driver's address executors reach (default: Spark's spark.driver.host, else "
+        "SPARK_LOCAL_IP, else this host's address towards the master); option spoolServerHost",
+    )
+    group.add_argument(
+        "--spool-server-port",
+        metavar="PORT|FIRST-LAST",
+        help="the fetch service's port, or a range with one port per endpoint (default: any free "
+        "port); open it from the executors to the driver; option spoolServerPort",
+    )
 
 
 def fetch_options(args: argparse.Namespace) -> dict[str, str]:
@@ -131,8 +151,7 @@ def fetch_options(args: argparse.Namespace) -> dict[str, str]:
     return options
 
 
-def add_curve(p: argparse.ArgumentParser, prefix: str = "",
-              side: str = "the ZeroMQ source") -> argparse._ArgumentGroup:
+def add_curve(p: argparse.ArgumentParser, prefix: str = "", side: str = "the ZeroMQ source") -> argparse._ArgumentGroup:
     """--curve-certificate, --curve-server-key, --curve-authorized-keys: the data source
     options curveCertificate, curveServerKey, curveAuthorizedKeys of ``side`` (``prefix``
     names another side's flags, e.g. ``sink-`` for --sink-curve-certificate). Returns the
@@ -141,21 +160,32 @@ def add_curve(p: argparse.ArgumentParser, prefix: str = "",
         f"CURVE security of {side}",
         "Encrypt and authenticate with CurveZMQ (make key pairs with 'spark-zmq keygen NAME').\n"
         "A CURVE server gives its certificate and the client keys it accepts; a CURVE client\n"
-        "gives its certificate and the server's public key. Which side binds does not matter.")
-    group.add_argument(f"--{prefix}curve-certificate", metavar="FILE",
-                       help="this side's secret certificate file (NAME.key_secret); option curveCertificate")
-    group.add_argument(f"--{prefix}curve-server-key", metavar="FILE|Z85",
-                       help="as a CURVE client: the server's public key, its certificate file (NAME.key) or "
-                            "40-character Z85 text (Z85 may begin with '-': then write "
-                            f"--{prefix}curve-server-key=KEY); option curveServerKey")
-    group.add_argument(f"--{prefix}curve-authorized-keys", metavar="DIR|*",
-                       help="as a CURVE server: a directory of the clients' public certificates (*.key), or '*' "
-                            "for any client key (encryption only); option curveAuthorizedKeys")
+        "gives its certificate and the server's public key. Which side binds does not matter.",
+    )
+    group.add_argument(
+        f"--{prefix}curve-certificate",
+        metavar="FILE",
+        help="this side's secret certificate file (NAME.key_secret); option curveCertificate",
+    )
+    group.add_argument(
+        f"--{prefix}curve-server-key",
+        metavar="FILE|Z85",
+        help="as a CURVE client: the server's public key, its certificate file (NAME.key) or "
+        "40-character Z85 text (Z85 may begin with '-': then write "
+        f"--{prefix}curve-server-key=KEY); option curveServerKey",
+    )
+    group.add_argument(
+        f"--{prefix}curve-authorized-keys",
+        metavar="DIR|*",
+        help="as a CURVE server: a directory of the clients' public certificates (*.key), or '*' "
+        "for any client key (encryption only); option curveAuthorizedKeys",
+    )
     return group
 
 
-def curve_options(p: argparse.ArgumentParser, args: argparse.Namespace, prefix: str = "",
-                  certificate: str | None = None) -> dict[str, str]:
+def curve_options(
+    p: argparse.ArgumentParser, args: argparse.Namespace, prefix: str = "", certificate: str | None = None
+) -> dict[str, str]:
     """The data source options for the --{prefix}curve-* flags given (``{}`` for none),
     checked now with the connector's own rules: a missing file, a bad key or a wrong
     combination is a usage error (exit 2) naming the flag, before Spark starts rather

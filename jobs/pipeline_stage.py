@@ -46,17 +46,27 @@ def parse_args(argv: list[str]):
     p.add_argument("--input", required=True, help="endpoints to PULL Arrow messages from, e.g. @tcp://*:5555")
     p.add_argument("--output", required=True, help="endpoints to PUSH results to, e.g. tcp://next:5556")
     p.add_argument("--schema", required=True, help="DDL schema of the incoming Arrow batches")
-    p.add_argument("--sql", default="SELECT * FROM input",
-                   help="the transform; the incoming stream is the view 'input' (default: pass through)")
+    p.add_argument(
+        "--sql",
+        default="SELECT * FROM input",
+        help="the transform; the incoming stream is the view 'input' (default: pass through)",
+    )
     p.add_argument("--checkpoint", required=True, help="Spark checkpoint directory")
     p.add_argument("--spool-dir", help="the connector's spool (default: <checkpoint>/zmq-spool)")
     p.add_argument("--rows-per-message", type=int, default=10_000, help="rows per outgoing message (default 10000)")
-    p.add_argument("--send-timeout-ms", type=int, default=30_000,
-                   help="fail a write task after this long without a downstream peer (default 30000)")
+    p.add_argument(
+        "--send-timeout-ms",
+        type=int,
+        default=30_000,
+        help="fail a write task after this long without a downstream peer (default 30000)",
+    )
     p.add_argument("--max-rows-per-trigger", type=int, help="cap on rows per micro-batch")
-    p.add_argument("--committed-only", action="store_true",
-                   help="the input is a spark-zmq sink's output: read only the task runs its commit records name "
-                        "(each upstream row once; option committedOnly)")
+    p.add_argument(
+        "--committed-only",
+        action="store_true",
+        help="the input is a spark-zmq sink's output: read only the task runs its commit records name "
+        "(each upstream row once; option committedOnly)",
+    )
     jobkit.add_common(p)
     jobkit.add_curve(p, side="the input (--input)")
     jobkit.add_curve(p, "sink-", side="the output (--output; the certificate defaults to --curve-certificate)")
@@ -73,11 +83,14 @@ def main(argv: list[str]) -> int:
     spark = jobkit.session("spark-zmq-pipeline-stage", args.master)
     reader = (
         spark.readStream.format("zmq")
-        .option("pattern", "pull").option("endpoints", args.input).option("format", "arrow")
+        .option("pattern", "pull")
+        .option("endpoints", args.input)
+        .option("format", "arrow")
         .schema(args.schema)
         .option("spoolDir", args.spool_dir)
         .option("timeout", str(args.idle_timeout))
-        .options(**args.curve).options(**jobkit.fetch_options(args))
+        .options(**args.curve)
+        .options(**jobkit.fetch_options(args))
     )
     if args.max_rows_per_trigger:
         reader = reader.option("maxRowsPerTrigger", str(args.max_rows_per_trigger))
@@ -92,16 +105,21 @@ def main(argv: list[str]) -> int:
         return 2
     query = (
         transformed.writeStream.format("zmq")
-        .option("pattern", "push").option("endpoints", args.output).option("format", "arrow")
+        .option("pattern", "push")
+        .option("endpoints", args.output)
+        .option("format", "arrow")
         .option("rowsPerMessage", str(args.rows_per_message))
         .option("sendTimeoutMs", str(args.send_timeout_ms))
         .options(**args.sink_curve)
-        .option("checkpointLocation", args.checkpoint).outputMode("append")
-        .trigger(**jobkit.trigger(args)).start()
+        .option("checkpointLocation", args.checkpoint)
+        .outputMode("append")
+        .trigger(**jobkit.trigger(args))
+        .start()
     )
     jobkit.run_query(query)
-    return jobkit.finish(spark, query, "pipeline_stage",
-                         f"{jobkit.rows_in(query)} rows in, transformed with: {args.sql}")
+    return jobkit.finish(
+        spark, query, "pipeline_stage", f"{jobkit.rows_in(query)} rows in, transformed with: {args.sql}"
+    )
 
 
 if __name__ == "__main__":

@@ -48,20 +48,32 @@ def free_port() -> int:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--messages", type=int, default=5000, help="sensor readings to send (default 5000)")
     parser.add_argument("--rate", type=float, default=2500.0, help="messages per second (default 2500)")
-    parser.add_argument("--master", default=None,
-                        help="Spark master (default: spark-submit's --master, else local[2] from conf/)")
-    parser.add_argument("--endpoints", default=None,
-                        help="where the Spark source receives, e.g. @tcp://*:5555 (default: a free loopback port); "
-                             "the built-in producer connects there")
-    parser.add_argument("--no-producer", action="store_true",
-                        help="start no built-in producer: read what your own producers send to --endpoints")
+    parser.add_argument(
+        "--master", default=None, help="Spark master (default: spark-submit's --master, else local[2] from conf/)"
+    )
+    parser.add_argument(
+        "--endpoints",
+        default=None,
+        help="where the Spark source receives, e.g. @tcp://*:5555 (default: a free loopback port); "
+        "the built-in producer connects there",
+    )
+    parser.add_argument(
+        "--no-producer",
+        action="store_true",
+        help="start no built-in producer: read what your own producers send to --endpoints",
+    )
     curve = jobkit.add_curve(parser, side="the Spark source (a CURVE server: the built-in producer is its client)")
-    curve.add_argument("--producer-curve-certificate", metavar="FILE",
-                       help="the built-in producer's secret certificate; its public key must be in "
-                            "--curve-authorized-keys (not needed with '*')")
+    curve.add_argument(
+        "--producer-curve-certificate",
+        metavar="FILE",
+        help="the built-in producer's secret certificate; its public key must be in "
+        "--curve-authorized-keys (not needed with '*')",
+    )
     jobkit.add_fetch(parser)
     args = parser.parse_args(argv)
     if args.messages < 1 or args.rate <= 0:
@@ -76,8 +88,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         except ValueError as exc:
             parser.error(f"--endpoints: {exc}")
         if not args.no_producer and any(not e.bind for e in parsed):
-            parser.error("--endpoints: the built-in producer connects to the source, so the source binds "
-                         "(@tcp://...); a source that connects out needs --no-producer")
+            parser.error(
+                "--endpoints: the built-in producer connects to the source, so the source binds "
+                "(@tcp://...); a source that connects out needs --no-producer"
+            )
     args.curve = jobkit.curve_options(parser, args)
     args.producer_curve = producer_curve(parser, args)
     return args
@@ -92,12 +106,16 @@ def producer_curve(parser: argparse.ArgumentParser, args: argparse.Namespace):
 
     if not args.curve:
         if args.producer_curve_certificate:
-            parser.error("--producer-curve-certificate needs --curve-certificate and --curve-authorized-keys "
-                         "(the Spark source's CURVE server settings)")
+            parser.error(
+                "--producer-curve-certificate needs --curve-certificate and --curve-authorized-keys "
+                "(the Spark source's CURVE server settings)"
+            )
         return None
     if "curveServerKey" in args.curve:
-        parser.error("--curve-server-key would make the Spark source a CURVE client, and the built-in producer "
-                     "cannot be its server; give --curve-authorized-keys (the source is the server)")
+        parser.error(
+            "--curve-server-key would make the Spark source a CURVE client, and the built-in producer "
+            "cannot be its server; give --curve-authorized-keys (the source is the server)"
+        )
     server = KeyPair.from_certificate(args.curve["curveCertificate"])
     authorized = load_authorized_keys(args.curve["curveAuthorizedKeys"])
     if args.producer_curve_certificate:
@@ -106,14 +124,18 @@ def producer_curve(parser: argparse.ArgumentParser, args: argparse.Namespace):
         except CurveError as exc:
             parser.error(f"--producer-curve-certificate: {exc}")
         if authorized != ANY_KEY and keys.public_key not in authorized:
-            parser.error(f"--producer-curve-certificate: its public key {keys.public_key.decode()} is not among "
-                         f"the keys in --curve-authorized-keys {args.curve_authorized_keys}, so the source would "
-                         "refuse the built-in producer")
+            parser.error(
+                f"--producer-curve-certificate: its public key {keys.public_key.decode()} is not among "
+                f"the keys in --curve-authorized-keys {args.curve_authorized_keys}, so the source would "
+                "refuse the built-in producer"
+            )
     elif authorized == ANY_KEY:
         keys = KeyPair.generate()
     else:
-        parser.error("--curve-authorized-keys DIR accepts only the keys in DIR: give the built-in producer one "
-                     "of them with --producer-curve-certificate, or accept any key with '*'")
+        parser.error(
+            "--curve-authorized-keys DIR accepts only the keys in DIR: give the built-in producer one "
+            "of them with --producer-curve-certificate, or accept any key with '*'"
+        )
     return Curve.client(keys, server.public_key)
 
 
@@ -160,9 +182,14 @@ def main(argv: list[str]) -> int:
     ingest = producer_endpoints(source_endpoints)
     collector = Collector(results)
     collector.start()
-    producer = threading.Thread(target=loadgen.produce, args=(ingest,), daemon=True,
-                                kwargs=dict(format="json", count=args.messages, rate=args.rate, hwm=args.messages + 1,
-                                            curve=args.producer_curve))
+    producer = threading.Thread(
+        target=loadgen.produce,
+        args=(ingest,),
+        daemon=True,
+        kwargs=dict(
+            format="json", count=args.messages, rate=args.rate, hwm=args.messages + 1, curve=args.producer_curve
+        ),
+    )
     workdir = tempfile.mkdtemp(prefix="spark-zmq-quickstart-")
     started = time.monotonic()
     if not args.no_producer:
@@ -170,22 +197,34 @@ def main(argv: list[str]) -> int:
 
     readings = (
         spark.readStream.format("zmq")
-        .option("pattern", "pull").option("endpoints", source_endpoints)
-        .option("format", "json").schema("sensor string, ts double, reading double")
+        .option("pattern", "pull")
+        .option("endpoints", source_endpoints)
+        .option("format", "json")
+        .schema("sensor string, ts double, reading double")
         .option("spoolDir", os.path.join(workdir, "spool"))
         .option("timeout", "2")  # AvailableNow: stop once the producers are quiet for 2 s
         # a temporary spool no restart reads: the receivers stop with the query, freeing the
         # port for the next run (else they linger 300 s for a restart, taking its messages)
         .option("receiverLingerSeconds", "0")
-        .options(**args.curve).options(**jobkit.fetch_options(args))
+        .options(**args.curve)
+        .options(**jobkit.fetch_options(args))
         .load()
     )
-    summary = readings.groupBy("sensor").agg({"reading": "avg", "*": "count"}).withColumnRenamed("avg(reading)", "avg_reading").withColumnRenamed("count(1)", "readings")
+    summary = (
+        readings.groupBy("sensor")
+        .agg({"reading": "avg", "*": "count"})
+        .withColumnRenamed("avg(reading)", "avg_reading")
+        .withColumnRenamed("count(1)", "readings")
+    )
     query = (
         summary.writeStream.format("zmq")
-        .option("pattern", "push").option("endpoints", results).option("format", "arrow")
+        .option("pattern", "push")
+        .option("endpoints", results)
+        .option("format", "arrow")
         .option("checkpointLocation", os.path.join(workdir, "checkpoint"))
-        .outputMode("complete").trigger(availableNow=True).start()
+        .outputMode("complete")
+        .trigger(availableNow=True)
+        .start()
     )
     query.awaitTermination()
     if not args.no_producer:
@@ -206,8 +245,12 @@ def main(argv: list[str]) -> int:
     print(f"  rows in   {rows_in:>8}   (sensor readings received over ZeroMQ PULL, json)")
     print(f"  rows out  {collector.rows:>8}   (per-sensor aggregates sent over ZeroMQ PUSH, arrow)")
     busy_s = sum(p["durationMs"].get("triggerExecution", 0) for p in progress) / 1000 or elapsed
-    print(f"  rate      {rows_in / busy_s:>8.0f}   rows/s processed, in {len(progress)} micro-batch(es); {elapsed:.1f} s in all")
-    print(f"  lag       {lag['records']:>8}   messages ({lag['bytes']} bytes) received but not yet processed at the end")
+    print(
+        f"  rate      {rows_in / busy_s:>8.0f}   rows/s processed, in {len(progress)} micro-batch(es); {elapsed:.1f} s in all"
+    )
+    print(
+        f"  lag       {lag['records']:>8}   messages ({lag['bytes']} bytes) received but not yet processed at the end"
+    )
     for sensor in sorted(collector.latest):
         row = collector.latest[sensor]
         print(f"    {sensor}: {row['readings']:>5} readings, average {row['avg_reading']:.2f}")

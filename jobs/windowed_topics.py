@@ -33,8 +33,11 @@ def parse_args(argv: list[str]):
     p = jobkit.parser(__doc__)
     p.add_argument("--endpoints", required=True, help="publisher endpoint(s) to connect to, e.g. tcp://host:5556")
     p.add_argument("--topics", default="", help="comma-separated topic prefixes (default: every topic)")
-    p.add_argument("--schema", default="seq long, sensor string, ts double, reading double",
-                   help="DDL schema of the JSON payload (default: spark-zmq produce's sensor readings)")
+    p.add_argument(
+        "--schema",
+        default="seq long, sensor string, ts double, reading double",
+        help="DDL schema of the JSON payload (default: spark-zmq produce's sensor readings)",
+    )
     p.add_argument("--time-column", default="ts", help="event time column, epoch seconds (default ts)")
     p.add_argument("--value-column", default="reading", help="column to average (default reading)")
     p.add_argument("--window", default="10 seconds", help="window length (default '10 seconds')")
@@ -72,23 +75,31 @@ def main(argv: list[str]) -> int:
         return 2
     for column in (args.time_column, args.value_column):
         if column not in schema.fieldNames():
-            print(f"windowed_topics: column {column!r} is not in --schema ({', '.join(schema.fieldNames())})",
-                  file=sys.stderr)
+            print(
+                f"windowed_topics: column {column!r} is not in --schema ({', '.join(schema.fieldNames())})",
+                file=sys.stderr,
+            )
             return 2
     metadata = "topic string, partition int, offset long, timestamp timestamp"
     clash = [c for c in schema.fieldNames() if c in ("topic", "partition", "offset", "timestamp")]
     if clash:
-        print(f"windowed_topics: --schema column {clash[0]!r} has the name of a metadata column ({metadata})",
-              file=sys.stderr)
+        print(
+            f"windowed_topics: --schema column {clash[0]!r} has the name of a metadata column ({metadata})",
+            file=sys.stderr,
+        )
         return 2
 
     messages = (
         spark.readStream.format("zmq")
-        .option("pattern", "sub").option("endpoints", args.endpoints).option("topics", args.topics)
-        .option("format", "json").option("includeMetadata", "true")
+        .option("pattern", "sub")
+        .option("endpoints", args.endpoints)
+        .option("topics", args.topics)
+        .option("format", "json")
+        .option("includeMetadata", "true")
         .option("spoolDir", args.spool_dir)
         .option("timeout", str(args.idle_timeout))
-        .options(**args.curve).options(**jobkit.fetch_options(args))
+        .options(**args.curve)
+        .options(**jobkit.fetch_options(args))
         .schema(f"{args.schema}, {metadata}")
         .load()
     )
@@ -98,18 +109,30 @@ def main(argv: list[str]) -> int:
         .withWatermark("event_time", args.watermark)
         .groupBy(F.window("event_time", args.window), "topic")
         .agg(F.count("*").alias("readings"), F.avg(args.value_column).alias(f"avg_{args.value_column}"))
-        .select(F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"),
-                "topic", "readings", f"avg_{args.value_column}")
+        .select(
+            F.col("window.start").alias("window_start"),
+            F.col("window.end").alias("window_end"),
+            "topic",
+            "readings",
+            f"avg_{args.value_column}",
+        )
     )
     query = (
-        windows.writeStream.format("parquet").option("path", args.output)
-        .option("checkpointLocation", args.checkpoint).outputMode("append")
-        .trigger(**jobkit.trigger(args)).start()
+        windows.writeStream.format("parquet")
+        .option("path", args.output)
+        .option("checkpointLocation", args.checkpoint)
+        .outputMode("append")
+        .trigger(**jobkit.trigger(args))
+        .start()
     )
     jobkit.run_query(query)
     written = _count_rows(spark, args.output) if query.exception() is None else 0
-    return jobkit.finish(spark, query, "windowed_topics",
-                         f"{jobkit.rows_in(query)} messages in, {written} closed windows in {args.output}")
+    return jobkit.finish(
+        spark,
+        query,
+        "windowed_topics",
+        f"{jobkit.rows_in(query)} messages in, {written} closed windows in {args.output}",
+    )
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ def parse_args(argv: list[str]):
     jobkit.add_curve(p)
     args = p.parse_args(argv)
     if args.format in ("json", "arrow") and not args.schema:
-        p.error(f"--schema is required for --format {args.format}, e.g. \"seq long, sensor string\"")
+        p.error(f'--schema is required for --format {args.format}, e.g. "seq long, sensor string"')
     if args.topics and args.pattern != "sub":
         p.error("--topics only applies to --pattern sub")
     jobkit.check_positive(p, args, "max_rows_per_trigger", "idle_timeout")
@@ -52,10 +52,13 @@ def main(argv: list[str]) -> int:
     spark = jobkit.session("spark-zmq-to-parquet", args.master)
     reader = (
         spark.readStream.format("zmq")
-        .option("pattern", args.pattern).option("endpoints", args.endpoints).option("format", args.format)
+        .option("pattern", args.pattern)
+        .option("endpoints", args.endpoints)
+        .option("format", args.format)
         .option("spoolDir", args.spool_dir)
         .option("timeout", str(args.idle_timeout))
-        .options(**args.curve).options(**jobkit.fetch_options(args))
+        .options(**args.curve)
+        .options(**jobkit.fetch_options(args))
     )
     if args.schema:
         reader = reader.schema(args.schema)
@@ -64,17 +67,24 @@ def main(argv: list[str]) -> int:
     if args.max_rows_per_trigger:
         reader = reader.option("maxRowsPerTrigger", str(args.max_rows_per_trigger))
     writer = (
-        reader.load().writeStream.format("parquet")
-        .option("path", args.output).option("checkpointLocation", args.checkpoint)
-        .outputMode("append").trigger(**jobkit.trigger(args))
+        reader.load()
+        .writeStream.format("parquet")
+        .option("path", args.output)
+        .option("checkpointLocation", args.checkpoint)
+        .outputMode("append")
+        .trigger(**jobkit.trigger(args))
     )
     if args.partition_by:
         writer = writer.partitionBy(*[c.strip() for c in args.partition_by.split(",") if c.strip()])
     query = writer.start()
     jobkit.run_query(query)
     batches = sum(1 for p in query.recentProgress if p["numInputRows"])
-    return jobkit.finish(spark, query, "zmq_to_parquet",
-                         f"{jobkit.rows_in(query)} rows written to {args.output} in {batches} micro-batch(es)")
+    return jobkit.finish(
+        spark,
+        query,
+        "zmq_to_parquet",
+        f"{jobkit.rows_in(query)} rows written to {args.output} in {batches} micro-batch(es)",
+    )
 
 
 if __name__ == "__main__":

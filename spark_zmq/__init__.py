@@ -33,8 +33,10 @@ def _version() -> str:
         import re
 
         try:
-            with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pyproject.toml"),
-                      encoding="utf-8") as f:
+            with open(
+                os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pyproject.toml"),
+                encoding="utf-8",
+            ) as f:
                 found = re.search(r'^version\s*=\s*"([^"]+)"', f.read(), re.MULTILINE)
         except OSError:
             found = None
@@ -76,8 +78,9 @@ def _known(session: SparkSession, name: str) -> bool:
         return False
 
 
-def request(df: DataFrame, endpoints: str | list[str], *, reply_schema: str | StructType | None = None,
-            **options: object) -> DataFrame:
+def request(
+    df: DataFrame, endpoints: str | list[str], *, reply_schema: str | StructType | None = None, **options: object
+) -> DataFrame:
     """``df``'s columns followed by the reply of a ZeroMQ service called with its rows: one
     output row per input row, in input order, for batch and streaming DataFrames. Options
     (``format``, ``batchRows``, ``maxInFlight``, ``timeout``, ``retries``, ``mode``, CURVE,

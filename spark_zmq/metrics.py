@@ -20,8 +20,16 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import fields
 from typing import Any
 
-__all__ = ["MetricsServer", "serve_metrics", "parse_address", "broker_metrics", "relay_metrics", "worker_metrics",
-           "source_metrics", "MISSING"]
+__all__ = [
+    "MetricsServer",
+    "serve_metrics",
+    "parse_address",
+    "broker_metrics",
+    "relay_metrics",
+    "worker_metrics",
+    "source_metrics",
+    "MISSING",
+]
 
 #: what a service says when ``--metrics`` is given without the extra installed
 MISSING = "metrics need prometheus-client: pip install 'spark-zmq[metrics]'"
@@ -36,17 +44,25 @@ BROKER_FIELDS: dict[str, tuple[str, bool, str]] = {
     "requests_forwarded": ("requests_forwarded", True, "Requests sent to a worker."),
     "replies_returned": ("replies_returned", True, "Replies sent back to their client."),
     "malformed": ("messages_malformed", True, "Messages dropped: not what a client or worker may send."),
-    "replies_undeliverable": ("replies_undeliverable", True,
-                              "Replies dropped: their client was gone or did not read for reply_timeout."),
-    "requests_lost": ("requests_lost", True, "Requests a worker took with it when it disconnected or overran "
-                                             "hold_limit (clients resend them)."),
+    "replies_undeliverable": (
+        "replies_undeliverable",
+        True,
+        "Replies dropped: their client was gone or did not read for reply_timeout.",
+    ),
+    "requests_lost": (
+        "requests_lost",
+        True,
+        "Requests a worker took with it when it disconnected or overran hold_limit (clients resend them).",
+    ),
     "workers_gone": ("workers_gone", True, "Workers that disconnected or could no longer be reached."),
     "handshakes_rejected": ("handshakes_rejected", True, "CURVE handshakes refused on either side."),
     "replies_held": ("replies_held", False, "Replies kept for clients that are not reading now."),
-    "replies_unexpected": ("replies_unexpected", True,
-                           "Replies dropped: not from the worker holding that request."),
-    "requests_refused": ("requests_refused", True,
-                         "Requests dropped: their client had client_hwm waiting while it read no reply."),
+    "replies_unexpected": ("replies_unexpected", True, "Replies dropped: not from the worker holding that request."),
+    "requests_refused": (
+        "requests_refused",
+        True,
+        "Requests dropped: their client had client_hwm waiting while it read no reply.",
+    ),
     "held_bytes": ("held_bytes", False, "Bytes of the replies held."),
     "messages_oversize": ("messages_oversize", True, "Messages dropped whole for max_frames or max_message_bytes."),
     "workers_reconnected": ("workers_reconnected", True, "Workers that came back on a new connection."),
@@ -74,8 +90,9 @@ def parse_address(address: str, flag: str = "--metrics") -> tuple[str, int]:
     host, sep, port = address.strip().rpartition(":")
     host = host.strip("[]")
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"{flag} {address!r}: expected HOST:PORT, e.g. '0.0.0.0:9108' or '127.0.0.1:9108' "
-                         "(port 0: any free port)")
+        raise ValueError(
+            f"{flag} {address!r}: expected HOST:PORT, e.g. '0.0.0.0:9108' or '127.0.0.1:9108' (port 0: any free port)"
+        )
     return host, int(port)
 
 
@@ -158,17 +175,28 @@ def relay_metrics(relay: Any) -> Callable[[], Iterator[Any]]:
     def collect() -> Iterator[Any]:
         channels = relay.ingest.spool.channels
         receivers = {r.log.channel: r for r in relay.ingest.receivers}
-        latest = GaugeMetricFamily("spark_zmq_relay_latest_offset", "The next offset the channel's spool writes "
-                                   "(messages received, rows for format=arrow, since the spool began).",
-                                   labels=["channel"])
-        earliest = GaugeMetricFamily("spark_zmq_relay_earliest_offset", "The first offset the channel's spool "
-                                     "still holds.", labels=["channel"])
-        held = GaugeMetricFamily("spark_zmq_relay_spool_bytes", "Bytes the channel's spool takes on disk.",
-                                 labels=["channel"])
-        broken = CounterMetricFamily("spark_zmq_relay_broken_connections", "Producer connections that broke with "
-                                     "data possibly in flight.", labels=["channel"])
-        refused = CounterMetricFamily("spark_zmq_relay_handshakes_rejected", "Handshakes the channel's socket "
-                                      "refused (CURVE).", labels=["channel"])
+        latest = GaugeMetricFamily(
+            "spark_zmq_relay_latest_offset",
+            "The next offset the channel's spool writes "
+            "(messages received, rows for format=arrow, since the spool began).",
+            labels=["channel"],
+        )
+        earliest = GaugeMetricFamily(
+            "spark_zmq_relay_earliest_offset", "The first offset the channel's spool still holds.", labels=["channel"]
+        )
+        held = GaugeMetricFamily(
+            "spark_zmq_relay_spool_bytes", "Bytes the channel's spool takes on disk.", labels=["channel"]
+        )
+        broken = CounterMetricFamily(
+            "spark_zmq_relay_broken_connections",
+            "Producer connections that broke with data possibly in flight.",
+            labels=["channel"],
+        )
+        refused = CounterMetricFamily(
+            "spark_zmq_relay_handshakes_rejected",
+            "Handshakes the channel's socket refused (CURVE).",
+            labels=["channel"],
+        )
         for log_ in channels:
             label = [str(log_.channel)]
             latest.add_metric(label, log_.next_offset)
@@ -178,12 +206,19 @@ def relay_metrics(relay: Any) -> Callable[[], Iterator[Any]]:
             broken.add_metric(label, receiver.broken_connections if receiver is not None else 0)
             refused.add_metric(label, receiver.rejected_handshakes if receiver is not None else 0)
         yield from (latest, earliest, held, broken, refused)
-        committed = GaugeMetricFamily("spark_zmq_relay_reader_committed_offset", "The offset up to which the "
-                                      "reader (a query's relayReader) has committed.", labels=["reader", "channel"])
-        lag = GaugeMetricFamily("spark_zmq_relay_reader_lag", "Offsets between what the reader committed and the "
-                                "channel's latest (messages, rows for format=arrow).", labels=["reader", "channel"])
-        holding = GaugeMetricFamily("spark_zmq_relay_reader_held", "1 while a query holds the reader's lease.",
-                                    labels=["reader"])
+        committed = GaugeMetricFamily(
+            "spark_zmq_relay_reader_committed_offset",
+            "The offset up to which the reader (a query's relayReader) has committed.",
+            labels=["reader", "channel"],
+        )
+        lag = GaugeMetricFamily(
+            "spark_zmq_relay_reader_lag",
+            "Offsets between what the reader committed and the channel's latest (messages, rows for format=arrow).",
+            labels=["reader", "channel"],
+        )
+        holding = GaugeMetricFamily(
+            "spark_zmq_relay_reader_held", "1 while a query holds the reader's lease.", labels=["reader"]
+        )
         for reader in relay.readers.describe():
             holding.add_metric([reader["name"]], 1 if reader["held"] else 0)
             for c, offset in enumerate(reader["committed"]):
@@ -191,22 +226,28 @@ def relay_metrics(relay: Any) -> Callable[[], Iterator[Any]]:
                     committed.add_metric([reader["name"], str(c)], offset)
                     lag.add_metric([reader["name"], str(c)], max(0, channels[c].next_offset - offset))
         yield from (committed, lag, holding)
-        yield GaugeMetricFamily("spark_zmq_relay_spool_limit_bytes", "What the spool may take before the relay "
-                                "stops reading (maxSpoolBytes).", value=relay.config.max_spool_bytes)
+        yield GaugeMetricFamily(
+            "spark_zmq_relay_spool_limit_bytes",
+            "What the spool may take before the relay stops reading (maxSpoolBytes).",
+            value=relay.config.max_spool_bytes,
+        )
         try:
             free = shutil.disk_usage(relay.ingest.spool.spool_dir).free
         except OSError:
             free = 0
-        yield GaugeMetricFamily("spark_zmq_relay_disk_free_bytes", "Free bytes on the spool directory's file "
-                                "system.", value=free)
-        yield CounterMetricFamily("spark_zmq_relay_control_requests", "Control requests answered on --listen.",
-                                  value=relay.control_requests)
+        yield GaugeMetricFamily(
+            "spark_zmq_relay_disk_free_bytes", "Free bytes on the spool directory's file system.", value=free
+        )
+        yield CounterMetricFamily(
+            "spark_zmq_relay_control_requests", "Control requests answered on --listen.", value=relay.control_requests
+        )
 
     return collect
 
 
-def source_metrics(ingest: Callable[[], Any],
-                   planned: Callable[[], Mapping[int, int] | None]) -> Callable[[], Iterator[Any]]:
+def source_metrics(
+    ingest: Callable[[], Any], planned: Callable[[], Mapping[int, int] | None]
+) -> Callable[[], Iterator[Any]]:
     """A query's receivers on the driver host (option ``metricsAddress``), from the stream
     reader's ingest (``ingest()``: ``None`` until it is opened, or once stopped) and the end
     of the batch Spark planned last (``planned()``): per channel the latest and earliest
@@ -222,12 +263,17 @@ def source_metrics(ingest: Callable[[], Any],
         if runtime is None:
             return
         ends = planned() or {}
-        newest = GaugeMetricFamily("spark_zmq_source_latest_offset", "The next offset the channel's spool writes "
-                                   "(messages received, rows for format=arrow).", labels=["channel"])
-        oldest = GaugeMetricFamily("spark_zmq_source_earliest_offset", "The first offset the channel's spool still "
-                                   "holds.", labels=["channel"])
-        lag = GaugeMetricFamily("spark_zmq_source_lag", "Offsets received and not yet in a batch Spark planned.",
-                                labels=["channel"])
+        newest = GaugeMetricFamily(
+            "spark_zmq_source_latest_offset",
+            "The next offset the channel's spool writes (messages received, rows for format=arrow).",
+            labels=["channel"],
+        )
+        oldest = GaugeMetricFamily(
+            "spark_zmq_source_earliest_offset", "The first offset the channel's spool still holds.", labels=["channel"]
+        )
+        lag = GaugeMetricFamily(
+            "spark_zmq_source_lag", "Offsets received and not yet in a batch Spark planned.", labels=["channel"]
+        )
         for channel in runtime.channels:
             label = [str(channel.channel)]
             end = channel.next_offset  # (never ``runtime.latest()``: a relay's is a round trip on the reader's socket)
@@ -235,9 +281,15 @@ def source_metrics(ingest: Callable[[], Any],
             oldest.add_metric(label, channel.earliest)
             lag.add_metric(label, max(0, end - ends.get(channel.channel, channel.earliest)))
         yield from (newest, oldest, lag)
-        yield CounterMetricFamily("spark_zmq_source_broken_connections", "Producer connections that broke with data "
-                                  "possibly in flight (all channels).", value=runtime.broken_connections())
-        yield CounterMetricFamily("spark_zmq_source_handshakes_rejected", "Handshakes the channels' sockets refused "
-                                  "(CURVE, all channels).", value=runtime.rejected_handshakes())
+        yield CounterMetricFamily(
+            "spark_zmq_source_broken_connections",
+            "Producer connections that broke with data possibly in flight (all channels).",
+            value=runtime.broken_connections(),
+        )
+        yield CounterMetricFamily(
+            "spark_zmq_source_handshakes_rejected",
+            "Handshakes the channels' sockets refused (CURVE, all channels).",
+            value=runtime.rejected_handshakes(),
+        )
 
     return collect

@@ -74,8 +74,12 @@ def pytest_collection_modifyitems(config, items):
             source = ""
         callspec = getattr(item, "callspec", None)
         libzmq_param = callspec is not None and any(str(v).startswith("libzmq") for v in callspec.params.values())
-        if any(name in source for name in _NODE_NAMES) or "_node_peers" in fixtures \
-                or any(f.startswith("node_") for f in fixtures) or libzmq_param:
+        if (
+            any(name in source for name in _NODE_NAMES)
+            or "_node_peers" in fixtures
+            or any(f.startswith("node_") for f in fixtures)
+            or libzmq_param
+        ):
             item.add_marker(pytest.mark.node)
 
 
@@ -115,13 +119,21 @@ def pytest_terminal_summary(terminalreporter):
         count, total = totals.get(group, (0, 0.0))
         totals[group] = (count + 1, total + seconds)
     terminalreporter.write_sep("=", "duration budget")
-    names = {"spark": "the Spark session's tests (one worker, in turn)",
-             "spark-apps": "tests starting Spark applications (one worker, in turn)", "": "the other tests"}
+    names = {
+        "spark": "the Spark session's tests (one worker, in turn)",
+        "spark-apps": "tests starting Spark applications (one worker, in turn)",
+        "": "the other tests",
+    }
     for group, (count, total) in sorted(totals.items()):
         terminalreporter.write_line(f"{total:8.1f} s  {count:5d} {names.get(group, group)}")
-    over = sorted(((seconds, nodeid, DURATION_BUDGET_S.get(group, DURATION_BUDGET_S[""]))
-                   for (nodeid, group), seconds in _durations.items()
-                   if seconds > DURATION_BUDGET_S.get(group, DURATION_BUDGET_S[""])), reverse=True)
+    over = sorted(
+        (
+            (seconds, nodeid, DURATION_BUDGET_S.get(group, DURATION_BUDGET_S[""]))
+            for (nodeid, group), seconds in _durations.items()
+            if seconds > DURATION_BUDGET_S.get(group, DURATION_BUDGET_S[""])
+        ),
+        reverse=True,
+    )
     for seconds, nodeid, budget in over:
         terminalreporter.write_line(f"{seconds:8.1f} s  over its {budget:.0f} s: {nodeid}")
     if not over:

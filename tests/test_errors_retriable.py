@@ -62,8 +62,12 @@ def spool(tmp_path):
 
 @pytest.fixture
 def server(spool):
-    server = SpoolServer(spool.spool_dir, host="127.0.0.1", spool_id=spool.spool_id,
-                         locate=lambda channel, offset: spool.channels[0].locate(offset))
+    server = SpoolServer(
+        spool.spool_dir,
+        host="127.0.0.1",
+        spool_id=spool.spool_id,
+        locate=lambda channel, offset: spool.channels[0].locate(offset),
+    )
     yield server
     server.close()
 
@@ -72,8 +76,7 @@ def test_a_fetch_nobody_answers_is_retriable_and_one_refused_is_not(spool, serve
     monkeypatch.setattr(fetch, "CONNECT_S", 1.0)
     (closed_port,) = free_ports(1)
     access = server.access
-    away = FetchAccess(f"tcp://127.0.0.1:{closed_port}", access.server_key, access.client_public,
-                       access.client_secret)
+    away = FetchAccess(f"tcp://127.0.0.1:{closed_port}", access.server_key, access.client_public, access.client_secret)
     with pytest.raises(FetchError) as unreached:
         list(fetch_range(away, 0, 0, 10, spool_id=spool.spool_id, timeout=5))
     assert unreached.value.retriable, str(unreached.value)

@@ -48,14 +48,22 @@ def _closes_an_ephemeral_port(source: str) -> bool:
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             text = ast.unparse(node)
-            if (", 0))" in text and ".bind((" in text and "getsockname()" in text and ".close()" in text
-                    and ".listen(" not in text):
+            if (
+                ", 0))" in text
+                and ".bind((" in text
+                and "getsockname()" in text
+                and ".close()" in text
+                and ".listen(" not in text
+            ):
                 return True
         if isinstance(node, ast.With):
             simple = all(isinstance(statement, (ast.Expr, ast.Assign, ast.Return)) for statement in node.body)
             body = [ast.unparse(statement) for statement in node.body]
-            if simple and any(", 0))" in line and "bind((" in line for line in body) and all(
-                    "bind((" in line or "getsockname()" in line for line in body):
+            if (
+                simple
+                and any(", 0))" in line and "bind((" in line for line in body)
+                and all("bind((" in line or "getsockname()" in line for line in body)
+            ):
                 return True
     return False
 

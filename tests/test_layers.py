@@ -54,8 +54,17 @@ ALLOWED = {
     "options": {"patterns", "metrics"},
     "ingest": {"patterns", "options", "arrow"},
     "relay": {"ingest", "patterns", "options", "procstat", "metrics"},
-    "source": {"relay", "ingest", "arrow", "patterns", "options", "sparkglue.schemas", "procstat", "metrics",
-               "task_gc"},
+    "source": {
+        "relay",
+        "ingest",
+        "arrow",
+        "patterns",
+        "options",
+        "sparkglue.schemas",
+        "procstat",
+        "metrics",
+        "task_gc",
+    },
     "sparkglue": set(),
     "sparkglue.schemas": set(),
     "sparkglue.thread_session": set(),
@@ -78,13 +87,28 @@ LAZY_REEXPORTS = {"spark_zmq.patterns": {"requestreply"}}
 
 #: modules a process that never runs Spark imports, and the source's exactly-once rules
 #: (tested without Spark): none may load pyspark
-SPARK_FREE = ["spark_zmq", "spark_zmq.patterns", "spark_zmq.options", "spark_zmq.arrow", "spark_zmq.ingest.runtime",
-              "spark_zmq.ingest.fetch", "spark_zmq.ingest.spool_reader", "spark_zmq.relay.server",
-              "spark_zmq.relay.run", "spark_zmq.relay.child", "spark_zmq.relay.client",
-              "spark_zmq.relay.processes", "spark_zmq.requester.call", "spark_zmq.requester.codec",
-              "spark_zmq.requestreply", "spark_zmq.requestreply.worker", "spark_zmq.requestreply.worker_process",
-              "spark_zmq.worker",
-              "spark_zmq.source.exactly_once", "spark_zmq.free_ports"]
+SPARK_FREE = [
+    "spark_zmq",
+    "spark_zmq.patterns",
+    "spark_zmq.options",
+    "spark_zmq.arrow",
+    "spark_zmq.ingest.runtime",
+    "spark_zmq.ingest.fetch",
+    "spark_zmq.ingest.spool_reader",
+    "spark_zmq.relay.server",
+    "spark_zmq.relay.run",
+    "spark_zmq.relay.child",
+    "spark_zmq.relay.client",
+    "spark_zmq.relay.processes",
+    "spark_zmq.requester.call",
+    "spark_zmq.requester.codec",
+    "spark_zmq.requestreply",
+    "spark_zmq.requestreply.worker",
+    "spark_zmq.requestreply.worker_process",
+    "spark_zmq.worker",
+    "spark_zmq.source.exactly_once",
+    "spark_zmq.free_ports",
+]
 
 
 def _layer(module: str) -> str:
@@ -128,13 +152,15 @@ def test_every_module_imports_only_its_own_layer_and_those_below():
 def test_the_pattern_package_loads_the_request_reply_names_only_when_first_used():
     """``import spark_zmq.patterns`` loads nothing of ``spark_zmq.requestreply`` (the socket
     API stays below it), and the names it re-exports are the request-reply package's own."""
-    code = ("import sys\n"
-            "import spark_zmq.patterns as p\n"
-            "print(sorted(m for m in sys.modules if m.startswith('spark_zmq.requestreply')))\n"
-            "names = ('Broker', 'BrokerStats', 'Client', 'RequestTimeoutError')\n"
-            "found = [getattr(p, n) for n in names]\n"
-            "import spark_zmq.requestreply as r\n"
-            "print(all(f is getattr(r, n) for f, n in zip(found, names)))\n")
+    code = (
+        "import sys\n"
+        "import spark_zmq.patterns as p\n"
+        "print(sorted(m for m in sys.modules if m.startswith('spark_zmq.requestreply')))\n"
+        "names = ('Broker', 'BrokerStats', 'Client', 'RequestTimeoutError')\n"
+        "found = [getattr(p, n) for n in names]\n"
+        "import spark_zmq.requestreply as r\n"
+        "print(all(f is getattr(r, n) for f, n in zip(found, names)))\n"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split("\n")[:2] == ["[]", "True"], result.stdout
@@ -154,17 +180,22 @@ MAX_MODULE_LINES = 500
 
 
 def test_every_module_is_shorter_than_the_limit():
-    long = {str(path.relative_to(PACKAGE.parent)): n for path in sorted(PACKAGE.rglob("*.py"))
-            if (n := len(path.read_text().splitlines())) >= MAX_MODULE_LINES}
+    long = {
+        str(path.relative_to(PACKAGE.parent)): n
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if (n := len(path.read_text().splitlines())) >= MAX_MODULE_LINES
+    }
     assert not long, f"modules of {MAX_MODULE_LINES} lines or more (split them by job): {long}"
 
 
 def test_the_spark_free_modules_never_load_pyspark():
-    code = ("import sys\n"
-            f"for name in {SPARK_FREE!r}:\n"
-            "    __import__(name)\n"
-            "loaded = sorted(m for m in sys.modules if m == 'pyspark' or m.startswith('pyspark.'))\n"
-            "print(','.join(loaded))\n")
+    code = (
+        "import sys\n"
+        f"for name in {SPARK_FREE!r}:\n"
+        "    __import__(name)\n"
+        "loaded = sorted(m for m in sys.modules if m == 'pyspark' or m.startswith('pyspark.'))\n"
+        "print(','.join(loaded))\n"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "", f"pyspark loaded by {SPARK_FREE}: {result.stdout.strip()}"
@@ -188,8 +219,9 @@ def test_both_ingests_offer_everything_the_reader_uses_of_an_ingest():
         missing = [name for name in members if not hasattr(cls, name)]
         assert not missing, f"{cls.__name__} lacks {missing}"
         source = "".join(inspect.getsource(k.__init__) for k in cls.__mro__[:-1] if "__init__" in vars(k))
-        unset = [name for name in data
-                 if not re.search(rf"self\.{name}\s*(:[^=\n]*)?=", source) and not hasattr(cls, name)]
+        unset = [
+            name for name in data if not re.search(rf"self\.{name}\s*(:[^=\n]*)?=", source) and not hasattr(cls, name)
+        ]
         assert not unset, f"{cls.__name__} never sets {unset}"
     used = set(re.findall(r"\bruntime\.([a-z_]+)", inspect.getsource(stream)))
     used |= set(re.findall(r"\bself\._runtime\.([a-z_]+)", inspect.getsource(stream)))
@@ -209,15 +241,37 @@ def test_the_ingest_and_the_sink_hold_their_data_sockets_as_the_wire_contract_on
     from spark_zmq.sink import send
     from spark_zmq.source import batch
 
-    concrete = {"PatternSocket", "Pull", "Push", "ZmtpPull", "Gather", "Scatter", "ReroutingPush", "Sub", "Pub",
-                "XPub", "XSub", "ZmtpPatternSocket", "socket_for", "PATTERNS", "LibzmqWire", "EngineWire",
-                "XPubWire", "RouterWire"}
+    concrete = {
+        "PatternSocket",
+        "Pull",
+        "Push",
+        "ZmtpPull",
+        "Gather",
+        "Scatter",
+        "ReroutingPush",
+        "Sub",
+        "Pub",
+        "XPub",
+        "XSub",
+        "ZmtpPatternSocket",
+        "socket_for",
+        "PATTERNS",
+        "LibzmqWire",
+        "EngineWire",
+        "XPubWire",
+        "RouterWire",
+    }
     for module in (receiver, runtime, batch, send):
         names = {target.rsplit(".", 1)[-1] for _, target in _imports(pathlib.Path(module.__file__))}
         modules = {target for _, target in _imports(pathlib.Path(module.__file__))}
         assert not names & concrete, f"{module.__name__} imports {sorted(names & concrete)}"
-        classes = [m for m in modules
-                   if re.search(r"\.(pipeline|pubsub|scattergather|zmtppull|reroutingpush|base|wires\.libzmq|wires\.engine)\b", m)]
+        classes = [
+            m
+            for m in modules
+            if re.search(
+                r"\.(pipeline|pubsub|scattergather|zmtppull|reroutingpush|base|wires\.libzmq|wires\.engine)\b", m
+            )
+        ]
         assert not classes, f"{module.__name__} imports {classes}"
         assert not re.search(r"isinstance\((self\.)?sock", inspect.getsource(module)), module.__name__
     receiving = {n for k in (wire_contract.Wire, wire_contract.ReceivingWire) for n in vars(k) if not n.startswith("_")}

@@ -163,19 +163,63 @@ def mutate(rng: random.Random, data: bytes, tokens: tuple = ()) -> bytes:
 
 # json ------------------------------------------------------------------------------------
 
-JSON_SCHEMA = StructType([
-    StructField("id", LongType()),
-    StructField("name", StringType()),
-    StructField("score", DoubleType()),
-    StructField("tags", ArrayType(StringType())),
-    StructField("inner", StructType([StructField("a", IntegerType()), StructField("b", ArrayType(LongType()))])),
-    StructField("ts", TimestampType()),
-    StructField("_corrupt", StringType()),
-])
-JSON_TOKENS = (b"null", b"\n", b"\r", b"\x00", b"\xff", b"\xc3", b"{", b"}", b"[", b"]", b'"', b"\\", b",", b":",
-               b"1e999", b"-0", b"NaN", b"\\ud800", b'"id":', b"{}", b"\n{}\n", b" null ")
-NON_OBJECTS = (b"null", b"42", b"[]", b'"x"', b"true", b"false", b"-1.5e3", b" null", b"null\n", b"[{}]", b"",
-               b"   ", b"\n", b"{", b"}", b"{}{}", b"{}\nnull", b"{} null {}", b"nul", b'"{}"')
+JSON_SCHEMA = StructType(
+    [
+        StructField("id", LongType()),
+        StructField("name", StringType()),
+        StructField("score", DoubleType()),
+        StructField("tags", ArrayType(StringType())),
+        StructField("inner", StructType([StructField("a", IntegerType()), StructField("b", ArrayType(LongType()))])),
+        StructField("ts", TimestampType()),
+        StructField("_corrupt", StringType()),
+    ]
+)
+JSON_TOKENS = (
+    b"null",
+    b"\n",
+    b"\r",
+    b"\x00",
+    b"\xff",
+    b"\xc3",
+    b"{",
+    b"}",
+    b"[",
+    b"]",
+    b'"',
+    b"\\",
+    b",",
+    b":",
+    b"1e999",
+    b"-0",
+    b"NaN",
+    b"\\ud800",
+    b'"id":',
+    b"{}",
+    b"\n{}\n",
+    b" null ",
+)
+NON_OBJECTS = (
+    b"null",
+    b"42",
+    b"[]",
+    b'"x"',
+    b"true",
+    b"false",
+    b"-1.5e3",
+    b" null",
+    b"null\n",
+    b"[{}]",
+    b"",
+    b"   ",
+    b"\n",
+    b"{",
+    b"}",
+    b"{}{}",
+    b"{}\nnull",
+    b"{} null {}",
+    b"nul",
+    b'"{}"',
+)
 
 
 def _json_value(rng: random.Random, depth: int = 0):
@@ -183,11 +227,11 @@ def _json_value(rng: random.Random, depth: int = 0):
     if kind == 0:
         return None
     if kind == 1:
-        return rng.choice((0, -1, 2**31, 2**63 - 1, -(2**63), rng.randrange(-10**6, 10**6)))
+        return rng.choice((0, -1, 2**31, 2**63 - 1, -(2**63), rng.randrange(-(10**6), 10**6)))
     if kind == 2:
         return rng.choice((0.5, -1e300, 1e-300, rng.random()))
     if kind == 3:
-        return "".join(rng.choice("ab\u00e9\u4e2d\U0001f600\"\\\n\t\u0000") for _ in range(rng.randrange(12)))
+        return "".join(rng.choice('ab\u00e9\u4e2d\U0001f600"\\\n\t\u0000') for _ in range(rng.randrange(12)))
     if kind == 4:
         return rng.choice((True, False))
     if kind == 5:
@@ -198,7 +242,7 @@ def _json_value(rng: random.Random, depth: int = 0):
 def json_object(rng: random.Random) -> bytes:
     obj = {}
     if rng.random() < 0.9:
-        obj["id"] = rng.randrange(-10**9, 10**9)
+        obj["id"] = rng.randrange(-(10**9), 10**9)
     if rng.random() < 0.7:
         obj["name"] = "n%d" % rng.randrange(10**6) + rng.choice(("", "\u00e9", "\U0001f600", '"q"', "\\"))
     if rng.random() < 0.5:
@@ -237,9 +281,16 @@ def _hostile_json(rng: random.Random, r: float) -> bytes:
         opener, closer = rng.choice(((b"[", b"]"), (b'{"a":', b"}")))
         return b'{"%s":' % field_name.encode() + opener * depth + b"1" + closer * depth + b"}"
     if r < 0.95:
-        return rng.choice((b'{"id": %s}' % (b"9" * rng.choice((19, 20, 400, 5000))), b'{"score": 1e999}',
-                           b'{"id": 1, "id": 2}', b'{"name": "%s"}' % (b"x" * rng.randrange(1 << 16)),
-                           b'{"id": 1}' * rng.randrange(2, 5), b'{"id": 1}\n' * 3))
+        return rng.choice(
+            (
+                b'{"id": %s}' % (b"9" * rng.choice((19, 20, 400, 5000))),
+                b'{"score": 1e999}',
+                b'{"id": 1, "id": 2}',
+                b'{"name": "%s"}' % (b"x" * rng.randrange(1 << 16)),
+                b'{"id": 1}' * rng.randrange(2, 5),
+                b'{"id": 1}\n' * 3,
+            )
+        )
     return json_object(rng).encode() * rng.randrange(2, 4)
 
 
@@ -247,26 +298,39 @@ def gen_json(rng: random.Random) -> Case:
     picked = [json_message(rng) for _ in range(rng.choice((1, 2, 5, 10, 40)))]
     if rng.random() < 0.2:
         picked.insert(0, ("hostile", b"null"))
-    return Case("json", "batch", [m for _, m in picked], {
-        "mode": rng.choice(MODES), "corrupt": rng.random() < 0.7,
-        "max_message_bytes": rng.choice((1 << 10, 1 << 20, 64 << 20)),
-        "valid": [i for i, (kind, _) in enumerate(picked) if kind == "valid"],
-        # pyarrow's JSON reader splits its input into blocks: small ones put many block
-        # starts (where a top-level null crashes it) into a small batch
-        "min_block": rng.choice((1 << 20, 4096, 256, 1)),
-    })
+    return Case(
+        "json",
+        "batch",
+        [m for _, m in picked],
+        {
+            "mode": rng.choice(MODES),
+            "corrupt": rng.random() < 0.7,
+            "max_message_bytes": rng.choice((1 << 10, 1 << 20, 64 << 20)),
+            "valid": [i for i, (kind, _) in enumerate(picked) if kind == "valid"],
+            # pyarrow's JSON reader splits its input into blocks: small ones put many block
+            # starts (where a top-level null crashes it) into a small batch
+            "min_block": rng.choice((1 << 20, 4096, 256, 1)),
+        },
+    )
 
 
 # arrow -----------------------------------------------------------------------------------
 
 ARROW_TARGETS = {
     "ints": StructType([StructField("i", LongType()), StructField("s", StringType())]),
-    "wide": StructType([
-        StructField("i", LongType()), StructField("s", StringType()), StructField("b", BinaryType()),
-        StructField("l", ArrayType(IntegerType())), StructField("st", StructType([StructField("x", IntegerType()), StructField("y", StringType())])),
-        StructField("d", StringType()), StructField("v", StringType()), StructField("n", LongType()),
-        StructField("ts", TimestampType()),
-    ]),
+    "wide": StructType(
+        [
+            StructField("i", LongType()),
+            StructField("s", StringType()),
+            StructField("b", BinaryType()),
+            StructField("l", ArrayType(IntegerType())),
+            StructField("st", StructType([StructField("x", IntegerType()), StructField("y", StringType())])),
+            StructField("d", StringType()),
+            StructField("v", StringType()),
+            StructField("n", LongType()),
+            StructField("ts", TimestampType()),
+        ]
+    ),
     "strict": StructType([StructField("i", LongType(), False)]),
 }
 
@@ -289,18 +353,26 @@ def _views(n: int, length: int, data: bytes) -> pa.Array:
 def arrow_batch(rng: random.Random) -> pa.RecordBatch:
     full = rng.random() < 0.5  # every column of the 'wide' target, in some type that converts
     n = rng.choice((0, 1, 3, 17, 100))
-    ints = pa.array([rng.randrange(-2**40, 2**40) if rng.random() > 0.1 else None for _ in range(n)], pa.int64())
-    words = [rng.choice(("", "a", "\u00e9t\u00e9", "\U0001f600", "x" * 40)) if rng.random() > 0.1 else None for _ in range(n)]
+    ints = pa.array([rng.randrange(-(2**40), 2**40) if rng.random() > 0.1 else None for _ in range(n)], pa.int64())
+    words = [
+        rng.choice(("", "a", "\u00e9t\u00e9", "\U0001f600", "x" * 40)) if rng.random() > 0.1 else None for _ in range(n)
+    ]
     columns = {"i": ints}
     if full or rng.random() < 0.8:
         columns["s"] = pa.array(words, rng.choice((pa.string(), pa.large_string(), pa.string_view())))
     if full or rng.random() < 0.5:
-        columns["b"] = pa.array([w.encode() if w is not None else None for w in words], rng.choice((pa.binary(), pa.large_binary())))
+        columns["b"] = pa.array(
+            [w.encode() if w is not None else None for w in words], rng.choice((pa.binary(), pa.large_binary()))
+        )
     if full or rng.random() < 0.5:
-        columns["l"] = pa.array([[rng.randrange(100) for _ in range(rng.randrange(3))] if rng.random() > 0.1 else None for _ in range(n)],
-                                rng.choice((pa.list_(pa.int32()), pa.large_list(pa.int64()), pa.list_view(pa.int32()))))
+        columns["l"] = pa.array(
+            [[rng.randrange(100) for _ in range(rng.randrange(3))] if rng.random() > 0.1 else None for _ in range(n)],
+            rng.choice((pa.list_(pa.int32()), pa.large_list(pa.int64()), pa.list_view(pa.int32()))),
+        )
     if full or rng.random() < 0.5:
-        columns["st"] = pa.StructArray.from_arrays([pa.array(range(n), pa.int32()), pa.array(words, pa.string())], names=["x", "y"])
+        columns["st"] = pa.StructArray.from_arrays(
+            [pa.array(range(n), pa.int32()), pa.array(words, pa.string())], names=["x", "y"]
+        )
     if full or rng.random() < 0.5:
         columns["d"] = pa.array(words, pa.string()).dictionary_encode()
     if full or rng.random() < 0.5:
@@ -342,14 +414,21 @@ def bomb(rng: random.Random) -> tuple[str, bytes]:
         n = rng.choice((100_000, 2_000_000))
         indices = pa.array(np.zeros(n, dtype=np.int8))
         dictionary = pa.array(["x" * rng.choice((1 << 10, 1 << 16))])
-        return "dictionary-expansion", ipc([pa.record_batch({"i": pa.nulls(n, pa.int64()), "s": pa.DictionaryArray.from_arrays(indices, dictionary)})], "zstd")
+        return "dictionary-expansion", ipc(
+            [pa.record_batch({"i": pa.nulls(n, pa.int64()), "s": pa.DictionaryArray.from_arrays(indices, dictionary)})],
+            "zstd",
+        )
     if kind == 4:  # string views all pointing at one long value
         n = rng.choice((10_000, 1_000_000))
         views = _views(n, 1 << 16, b"y" * (1 << 16))
         return "view-expansion", ipc([pa.record_batch({"i": pa.nulls(n, pa.int64()), "s": views})], "zstd")
     if kind == 5:  # a null child claiming 2**40 elements inside a list: metadata rewritten,
         # since building it for real would allocate the list's 2**40 / 8-byte validity
-        message = bytearray(ipc([pa.record_batch({"l": pa.LargeListArray.from_arrays(pa.array([0, 1000], pa.int64()), pa.nulls(1000))})]))
+        message = bytearray(
+            ipc(
+                [pa.record_batch({"l": pa.LargeListArray.from_arrays(pa.array([0, 1000], pa.int64()), pa.nulls(1000))})]
+            )
+        )
         for entry in arrow_guard.message_layout(bytes(message)):
             if entry["type"] == 3 and len(entry.get("nodes", ())) == 2 and len(entry["buffers"]) >= 2:
                 huge = (2**40).to_bytes(8, "little")
@@ -399,17 +478,27 @@ class ArrowSeeds:
             name, message = rng.choice(self.bombs)
             return name, message if rng.random() < 0.5 else mutate(rng, message)
         if r < 0.95:
-            return "spliced", rng.choice(self.messages)[: rng.randrange(400)] + rng.choice(self.messages)[rng.randrange(400) :]
-        return "random", rng.choice((b"", b"\xff\xff\xff\xff", b"\xff\xff\xff\xff\x00\x00\x00\x00")) + rng.randbytes(rng.randrange(200))
+            return "spliced", rng.choice(self.messages)[: rng.randrange(400)] + rng.choice(self.messages)[
+                rng.randrange(400) :
+            ]
+        return "random", rng.choice((b"", b"\xff\xff\xff\xff", b"\xff\xff\xff\xff\x00\x00\x00\x00")) + rng.randbytes(
+            rng.randrange(200)
+        )
 
 
 def gen_arrow(rng: random.Random, seeds: ArrowSeeds) -> Case:
     picked = [seeds.message(rng) for _ in range(rng.choice((1, 2, 6)))]
-    return Case("arrow", "+".join(sorted({k for k, _ in picked})), [m for _, m in picked], {
-        "mode": rng.choice(MODES), "schema": rng.choice(sorted(ARROW_TARGETS)),
-        "max_message_bytes": rng.choice((1 << 20, 64 << 20)),
-        "valid": [i for i, (kind, _) in enumerate(picked) if kind == "valid"],
-    })
+    return Case(
+        "arrow",
+        "+".join(sorted({k for k, _ in picked})),
+        [m for _, m in picked],
+        {
+            "mode": rng.choice(MODES),
+            "schema": rng.choice(sorted(ARROW_TARGETS)),
+            "max_message_bytes": rng.choice((1 << 20, 64 << 20)),
+            "valid": [i for i, (kind, _) in enumerate(picked) if kind == "valid"],
+        },
+    )
 
 
 def gen_arrow_count(rng: random.Random, seeds: ArrowSeeds) -> Case:
@@ -424,7 +513,9 @@ def gen_text(rng: random.Random) -> Case:
         if r < 0.4:
             messages.append(rng.randbytes(rng.randrange(64)))
         elif r < 0.7:
-            messages.append(mutate(rng, "h\u00e9llo w\u00f6rld \U0001f600".encode(), (b"\xff", b"\xc3", b"\xed\xa0\x80", b"\x00")))
+            messages.append(
+                mutate(rng, "h\u00e9llo w\u00f6rld \U0001f600".encode(), (b"\xff", b"\xc3", b"\xed\xa0\x80", b"\x00"))
+            )
         else:
             messages.append(b"ok %d" % rng.randrange(1000))
     return Case("text", "batch", messages, {"format": rng.choice(("raw", "text"))})
@@ -446,9 +537,29 @@ ZMTP_GATHERS = {  # name -> (max_message_bytes, hwm, curve)
 # fixed fuzzing keys (never used elsewhere), so that a saved case replays against the same server
 _ZMTP_SERVER_SEED = b"spark-zmq fuzz: CURVE server key"
 _ZMTP_CLIENT_SEED = b"spark-zmq fuzz: authorized  key!"
-ZMTP_TOKENS = (b"\x00", b"\x01", b"\x02", b"\x04", b"\x05", b"\x06", b"\xff", b"\x05READY", b"\x04PING", b"\x04PONG",
-               b"\x05ERROR", b"\x0bSocket-Type", b"\x00\x00\x00\x04PUSH", b"\xff\xff\xff\xff", b"\x7f",
-               b"\xff" + bytes(8) + b"\x7f", b"NULL", b"CURVE", b"\x07MESSAGE", b"\x05HELLO", b"\x08INITIATE")
+ZMTP_TOKENS = (
+    b"\x00",
+    b"\x01",
+    b"\x02",
+    b"\x04",
+    b"\x05",
+    b"\x06",
+    b"\xff",
+    b"\x05READY",
+    b"\x04PING",
+    b"\x04PONG",
+    b"\x05ERROR",
+    b"\x0bSocket-Type",
+    b"\x00\x00\x00\x04PUSH",
+    b"\xff\xff\xff\xff",
+    b"\x7f",
+    b"\xff" + bytes(8) + b"\x7f",
+    b"NULL",
+    b"CURVE",
+    b"\x07MESSAGE",
+    b"\x05HELLO",
+    b"\x08INITIATE",
+)
 HUGE_SIZES = (2**63, 2**64 - 1, 2**63 - 1, 2**62, 2**40, 2**32, 2**32 - 1, 2**31, 70_000, 65_537, 4097, 256)
 # message sizes around the limits (4096 = max_message_bytes of the limited Gather)
 _ZMTP_SIZES = (0, 1, 5, 255, 256, 300, 4095, 4096, 4097, 4100, 4127, 65_536, 70_000)
@@ -535,7 +646,9 @@ def _null_handshake(rng: random.Random) -> bytes:
         metadata["Identity"] = rng.randbytes(rng.randrange(256))
     if rng.random() < 0.2:
         metadata["X-Pad"] = b"p" * rng.choice((10, 1000, 60_000))
-    return wire.greeting(b"NULL", False) + _zmtp_frame(wire.command(b"READY", wire.encode_metadata(metadata)), wire.COMMAND)
+    return wire.greeting(b"NULL", False) + _zmtp_frame(
+        wire.command(b"READY", wire.encode_metadata(metadata)), wire.COMMAND
+    )
 
 
 def _zmtp_huge(rng: random.Random) -> tuple[bytes, int]:
@@ -559,7 +672,7 @@ def _zmtp_mutate(rng: random.Random, data: bytes) -> bytes:
             buf[i] = rng.choice((0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x80, 0xFF))
         else:
             buf[i] |= 0x02
-            buf[i + 1:i + 9] = struct.pack(">Q", rng.choice(HUGE_SIZES + (rng.randrange(1 << 20),)))
+            buf[i + 1 : i + 9] = struct.pack(">Q", rng.choice(HUGE_SIZES + (rng.randrange(1 << 20),)))
     return bytes(buf)
 
 
@@ -572,7 +685,7 @@ def _zmtp_chunks(rng: random.Random, data: bytes) -> list:
         cuts = sorted(set(rng.randrange(1, len(data)) for _ in range(rng.randrange(1, 12))))
         return [data[a:b] for a, b in zip([0] + cuts, cuts + [len(data)])]
     n = min(len(data), rng.randrange(1, 80))
-    return [data[i:i + 1] for i in range(n)] + ([data[n:]] if n < len(data) else [])
+    return [data[i : i + 1] for i in range(n)] + ([data[n:]] if n < len(data) else [])
 
 
 def _curve_hello(rng: random.Random) -> bytes:
@@ -602,26 +715,30 @@ def gen_zmtp(rng: random.Random) -> Case:
     elif r < 0.2:
         kind = "greeting"
         greeting = wire.greeting(rng.choice((b"NULL", b"CURVE", b"PLAIN")), rng.random() < 0.5)
-        data = _zmtp_mutate(rng, greeting) + _null_handshake(rng)[wire.GREETING_SIZE:] + _zmtp_frame(b"x")
+        data = _zmtp_mutate(rng, greeting) + _null_handshake(rng)[wire.GREETING_SIZE :] + _zmtp_frame(b"x")
     elif r < 0.4:
         kind, outcome = "null-valid", "ok"
         items = _zmtp_items(rng)
-        data = _null_handshake(rng) + b"".join(_zmtp_frame(body, flags) for item in items
-                                               for flags, body in _zmtp_item_frames(item))
+        data = _null_handshake(rng) + b"".join(
+            _zmtp_frame(body, flags) for item in items for flags, body in _zmtp_item_frames(item)
+        )
         expect = _zmtp_expected(items, limit)
         must_close = _zmtp_closes(items, limit)
     elif r < 0.7:
         kind = "null-mutated"
         items = _zmtp_items(rng)
-        data = _zmtp_mutate(rng, _null_handshake(rng) + b"".join(
-            _zmtp_frame(body, flags) for item in items for flags, body in _zmtp_item_frames(item)))
+        data = _zmtp_mutate(
+            rng,
+            _null_handshake(rng)
+            + b"".join(_zmtp_frame(body, flags) for item in items for flags, body in _zmtp_item_frames(item)),
+        )
     elif r < 0.8:
         kind = "huge-size"
         handshake = _null_handshake(rng)
         items = _zmtp_items(rng)[:3]
         huge, size = _zmtp_huge(rng)
         if rng.random() < 0.3:  # during the handshake: after the greeting, before READY
-            data, outcome = handshake[:wire.GREETING_SIZE] + huge, "refused"
+            data, outcome = handshake[: wire.GREETING_SIZE] + huge, "refused"
             must_close = size > 64 * 1024  # the handshake's frame limit
         else:
             data = handshake + b"".join(_zmtp_frame(b, f) for item in items for f, b in _zmtp_item_frames(item)) + huge
@@ -643,14 +760,30 @@ def gen_zmtp(rng: random.Random) -> Case:
         authorized = rng.random() < 0.8
         mutated = rng.random() < 0.6
         valid = authorized and not mutated
-        return Case("zmtp", "curve-session", [], {
-            "gather": "curve", "items": items, "authorized": authorized, "mutated": mutated,
-            "seed": rng.randrange(2**32), "outcome": "ok" if authorized else "refused",
-            "expect": _zmtp_expected(items, ZMTP_GATHERS["curve"][0]) if valid else ([] if not authorized else None),
-            "must_close": valid and _zmtp_closes(items, ZMTP_GATHERS["curve"][0]),
-        })
-    return Case("zmtp", kind, _zmtp_chunks(rng, data),
-                {"gather": gather, "expect": expect, "must_close": must_close, "outcome": outcome})
+        return Case(
+            "zmtp",
+            "curve-session",
+            [],
+            {
+                "gather": "curve",
+                "items": items,
+                "authorized": authorized,
+                "mutated": mutated,
+                "seed": rng.randrange(2**32),
+                "outcome": "ok" if authorized else "refused",
+                "expect": _zmtp_expected(items, ZMTP_GATHERS["curve"][0])
+                if valid
+                else ([] if not authorized else None),
+                "must_close": valid and _zmtp_closes(items, ZMTP_GATHERS["curve"][0]),
+            },
+        )
+    return Case(
+        "zmtp",
+        kind,
+        _zmtp_chunks(rng, data),
+        {"gather": gather, "expect": expect, "must_close": must_close, "outcome": outcome},
+    )
+
 
 # -- running one case (in the child) --------------------------------------------------------
 
@@ -715,8 +848,13 @@ def run_case(case: Case) -> None:
         return
     if case.target == "json":
         json_decoder._MIN_JSON_BLOCK = p.get("min_block", 1 << 20)
-        decoder = make_decoder("json", JSON_SCHEMA, mode=p["mode"], corrupt_column="_corrupt" if p["corrupt"] else None,
-                               max_message_bytes=p["max_message_bytes"])
+        decoder = make_decoder(
+            "json",
+            JSON_SCHEMA,
+            mode=p["mode"],
+            corrupt_column="_corrupt" if p["corrupt"] else None,
+            max_message_bytes=p["max_message_bytes"],
+        )
     else:
         for message in case.messages:
             try:
@@ -725,7 +863,9 @@ def run_case(case: Case) -> None:
                 pass
             except BaseException as exc:  # noqa: BLE001
                 raise Unclear(f"read_batches raised {type(exc).__name__}: {exc}") from None
-        decoder = make_decoder("arrow", ARROW_TARGETS[p["schema"]], mode=p["mode"], max_message_bytes=p["max_message_bytes"])
+        decoder = make_decoder(
+            "arrow", ARROW_TARGETS[p["schema"]], mode=p["mode"], max_message_bytes=p["max_message_bytes"]
+        )
     must_parse = _must_parse(case, decoder)
     batch = messages_to_batch(case.messages, None, case.target, 0)
     try:
@@ -744,7 +884,9 @@ def run_case(case: Case) -> None:
         raise Unclear(f"decode raised {type(exc).__name__}: {exc}") from None
     rows = _check_output(out, decoder)
     if decoder.malformed > len(case.messages) - len(must_parse):
-        raise Unclear(f"{decoder.malformed} of {len(case.messages)} messages malformed, but {len(must_parse)} are valid")
+        raise Unclear(
+            f"{decoder.malformed} of {len(case.messages)} messages malformed, but {len(must_parse)} are valid"
+        )
     if case.target == "json":
         n = len(case.messages)
         expected = n if p["mode"] == "PERMISSIVE" else n - decoder.malformed
@@ -787,8 +929,12 @@ def _zmtp_gather(name: str):
         limit, hwm, curve = ZMTP_GATHERS[name]
         import zmq
 
-        options: dict = {"max_message_bytes": limit, "hwm": hwm, "handshake_ivl": 5000,
-                         "monitor": zmq.EVENT_HANDSHAKE_SUCCEEDED}
+        options: dict = {
+            "max_message_bytes": limit,
+            "hwm": hwm,
+            "handshake_ivl": 5000,
+            "monitor": zmq.EVENT_HANDSHAKE_SUCCEEDED,
+        }
         probe: dict = {}
         if curve:
             server = KeyPair(*(z85.encode(k) for k in _zmtp_keys(_ZMTP_SERVER_SEED)))
@@ -806,8 +952,9 @@ def _zmtp_gather(name: str):
             scatter.close(linger=0)
             if isinstance(exc, Unclear):
                 raise
-            raise Unclear(f"a fresh Gather did not deliver a well-behaved peer's first message: "
-                          f"{type(exc).__name__}: {exc}") from None
+            raise Unclear(
+                f"a fresh Gather did not deliver a well-behaved peer's first message: {type(exc).__name__}: {exc}"
+            ) from None
         gather.handshakes.poll(0)
         pair = _zmtp_state[name] = (gather, scatter)
     return pair
@@ -840,7 +987,7 @@ class _Client:
     writes and waits (a Gather with a small hwm stops reading until its queue empties)."""
 
     def __init__(self, gather, deadline: float) -> None:
-        host, port = gather.last_endpoint[len("tcp://"):].rsplit(":", 1)
+        host, port = gather.last_endpoint[len("tcp://") :].rsplit(":", 1)
         self.gather = gather
         self.deadline = deadline
         self.sock = socket.create_connection((host, int(port)), timeout=max(0.1, deadline - time.monotonic()))
@@ -947,8 +1094,9 @@ def _curve_session(client: _Client, p: dict) -> list:
 
     rng = random.Random(p["seed"])
     public, secret = _zmtp_keys(_ZMTP_CLIENT_SEED) if p["authorized"] else crypto_box_seed_keypair(rng.randbytes(32))
-    mech = CurveClient(public, secret, _zmtp_keys(_ZMTP_SERVER_SEED)[0],
-                       lambda peer: {"Socket-Type": b"PUSH"}, lambda metadata: None)
+    mech = CurveClient(
+        public, secret, _zmtp_keys(_ZMTP_SERVER_SEED)[0], lambda peer: {"Socket-Type": b"PUSH"}, lambda metadata: None
+    )
     if not client.send(wire.greeting(b"CURVE", False)) or client.recv_exact(wire.GREETING_SIZE) is None:
         raise Unclear("the CURVE Gather closed before its greeting")
     out = mech.start()
@@ -971,9 +1119,13 @@ def _curve_session(client: _Client, p: dict) -> list:
             return []
     if not p["authorized"]:
         raise Unclear("the CURVE Gather accepted a key it was not given")
-    data = b"".join(_zmtp_frame(*reversed(
-        mech.encode_command(body) if flags & wire.COMMAND else mech.encode(body, bool(flags & wire.MORE))))
-        for item in p["items"] for flags, body in _zmtp_item_frames(item))
+    data = b"".join(
+        _zmtp_frame(
+            *reversed(mech.encode_command(body) if flags & wire.COMMAND else mech.encode(body, bool(flags & wire.MORE)))
+        )
+        for item in p["items"]
+        for flags, body in _zmtp_item_frames(item)
+    )
     if p["mutated"]:
         data = _zmtp_mutate(rng, data)
     return _zmtp_chunks(rng, data)
@@ -1034,8 +1186,10 @@ def _zmtp_check(case: Case, gather, scatter, client: _Client) -> None:
         raise Unclear(f"the handshake {'failed' if failed else 'succeeded'}; it must have {p['outcome']!r}")
     expect = p.get("expect")
     if expect is not None and [m.hex() for m in delivered] != expect:
-        raise Unclear(f"delivered {len(delivered)} message(s), expected {len(expect)}: "
-                      f"{[m[:20].hex() for m in delivered][:10]} vs {[m[:40] for m in expect][:10]}")
+        raise Unclear(
+            f"delivered {len(delivered)} message(s), expected {len(expect)}: "
+            f"{[m[:20].hex() for m in delivered][:10]} vs {[m[:40] for m in expect][:10]}"
+        )
     if case.kind == "curve-session":
         plain = [bytes.fromhex(item[1]) for item in p["items"] if item[0] == "message"]
         if not _is_subsequence(delivered, plain):
@@ -1064,6 +1218,7 @@ def _zmtp_check(case: Case, gather, scatter, client: _Client) -> None:
         text = errors[-1]
         errors.clear()
         raise Unclear(f"the engine logged an error: {text}")
+
 
 def _must_parse(case: Case, decoder: Decoder) -> set:
     """Indices of the valid messages the decoder must accept: valid JSON objects within
@@ -1249,7 +1404,9 @@ def main(argv: list | None = None) -> int:
     parser.add_argument("--target", choices=TARGETS + ("all",), default="all")
     parser.add_argument("--seconds", type=float, default=60, help="total time budget, split evenly over the targets")
     parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--memory-mb", type=int, default=1536, help="address space a child may add to what it had at fork")
+    parser.add_argument(
+        "--memory-mb", type=int, default=1536, help="address space a child may add to what it had at fork"
+    )
     parser.add_argument("--input-seconds", type=float, default=20, help="time limit per input")
     parser.add_argument("--out", default="fuzz-findings", help="directory for offending inputs")
     parser.add_argument("--replay", help="run one saved case in this process and print the outcome")
@@ -1261,7 +1418,10 @@ def main(argv: list | None = None) -> int:
     limit = _address_space() + max(4096, 2 * args.memory_mb) * (1 << 20)
     resource.setrlimit(resource.RLIMIT_AS, (limit, resource.getrlimit(resource.RLIMIT_AS)[1]))
     targets = list(TARGETS) if args.target == "all" else [args.target]
-    print(f"fuzzing {', '.join(targets)} for {args.seconds:g}s, seed {seed}, memory cap +{args.memory_mb} MiB per child", flush=True)
+    print(
+        f"fuzzing {', '.join(targets)} for {args.seconds:g}s, seed {seed}, memory cap +{args.memory_mb} MiB per child",
+        flush=True,
+    )
     return fuzz(targets, args.seconds, seed, args.memory_mb, args.out, args.input_seconds)
 
 

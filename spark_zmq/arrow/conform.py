@@ -92,8 +92,13 @@ def _list_view_as_list(array: pa.Array) -> pa.Array:
 
 def _is_binary_like(t: pa.DataType) -> bool:
     answer: bool = (
-        pa.types.is_binary(t) or pa.types.is_string(t) or pa.types.is_large_binary(t) or pa.types.is_large_string(t)
-        or pa.types.is_binary_view(t) or pa.types.is_string_view(t) or pa.types.is_fixed_size_binary(t)
+        pa.types.is_binary(t)
+        or pa.types.is_string(t)
+        or pa.types.is_large_binary(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_binary_view(t)
+        or pa.types.is_string_view(t)
+        or pa.types.is_fixed_size_binary(t)
     )
     return answer
 
@@ -107,8 +112,12 @@ def is_view(t: pa.DataType) -> bool:
 def is_list_like(t: pa.DataType) -> bool:
     """A list, list view, fixed-size list or map type (types with one values child)."""
     answer: bool = (
-        pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
-        or pa.types.is_list_view(t) or pa.types.is_large_list_view(t) or pa.types.is_map(t)
+        pa.types.is_list(t)
+        or pa.types.is_large_list(t)
+        or pa.types.is_fixed_size_list(t)
+        or pa.types.is_list_view(t)
+        or pa.types.is_large_list_view(t)
+        or pa.types.is_map(t)
     )
     return answer
 
@@ -144,7 +153,9 @@ def _value_type(t: pa.DataType) -> pa.DataType:
 
 def _list_values(array: pa.Array) -> pa.Array:
     if pa.types.is_map(array.type):
-        return pa.StructArray.from_arrays([array.keys, array.items], fields=[array.type.key_field, array.type.item_field])
+        return pa.StructArray.from_arrays(
+            [array.keys, array.items], fields=[array.type.key_field, array.type.item_field]
+        )
     return array.values
 
 

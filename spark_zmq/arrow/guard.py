@@ -95,12 +95,24 @@ __all__ = [
 
 _READ_OPTIONS = pa.ipc.IpcReadOptions(use_threads=False)
 # type ids of the types that hold string/binary views or child arrays
-_NESTED_OR_VIEW_IDS = frozenset(t.id for t in (
-    pa.string_view(), pa.binary_view(), pa.list_(pa.int8()), pa.large_list(pa.int8()), pa.list_(pa.int8(), 1),
-    pa.list_view(pa.int8()), pa.large_list_view(pa.int8()), pa.map_(pa.int8(), pa.int8()), pa.struct([]),
-    pa.dictionary(pa.int8(), pa.int8()), pa.run_end_encoded(pa.int32(), pa.int8()),
-    pa.sparse_union([]), pa.dense_union([]),
-))
+_NESTED_OR_VIEW_IDS = frozenset(
+    t.id
+    for t in (
+        pa.string_view(),
+        pa.binary_view(),
+        pa.list_(pa.int8()),
+        pa.large_list(pa.int8()),
+        pa.list_(pa.int8(), 1),
+        pa.list_view(pa.int8()),
+        pa.large_list_view(pa.int8()),
+        pa.map_(pa.int8(), pa.int8()),
+        pa.struct([]),
+        pa.dictionary(pa.int8(), pa.int8()),
+        pa.run_end_encoded(pa.int32(), pa.int8()),
+        pa.sparse_union([]),
+        pa.dense_union([]),
+    )
+)
 
 
 # -- count_rows: the receiver thread's row count --------------------------------------------
@@ -224,7 +236,12 @@ def _checked_views(array: pa.Array) -> int:
     if outside.any():
         sizes = np.array([0 if b is None else b.size for b in buffers[2:]], dtype=np.int64)
         index, offset = views[outside, 2], views[outside, 3].astype(np.int64)
-        if (not sizes.size or index.min() < 0 or index.max() >= sizes.size or offset.min() < 0
-                or (offset + lengths[outside] > sizes[index]).any()):
+        if (
+            not sizes.size
+            or index.min() < 0
+            or index.max() >= sizes.size
+            or offset.min() < 0
+            or (offset + lengths[outside] > sizes[index]).any()
+        ):
             raise MalformedArrowError("a string/binary view (null or not) points outside its data buffers")
     return int(lengths.sum())

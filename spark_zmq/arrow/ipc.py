@@ -97,7 +97,9 @@ def _field(buf: BytesLike, end: int, table: tuple[int, int, int], slot: int) -> 
     return pos + offset if offset else 0
 
 
-def _scalar(buf: BytesLike, end: int, table: tuple[int, int, int], slot: int, fmt: struct.Struct, default: int = 0) -> int:
+def _scalar(
+    buf: BytesLike, end: int, table: tuple[int, int, int], slot: int, fmt: struct.Struct, default: int = 0
+) -> int:
     pos = _field(buf, end, table, slot)
     return _read(fmt, buf, end, pos) if pos else default
 
@@ -203,7 +205,9 @@ def check_stream(buffer: pa.Buffer, max_rows: int, max_body_bytes: int) -> None:
             data = _target(metadata, end, header, 1)
             if not data:
                 raise MalformedArrowError("dictionary batch without data")
-            _, decompressed = _check_batch(metadata, end, _table(metadata, end, data), message.body, max_rows, max_body_bytes)
+            _, decompressed = _check_batch(
+                metadata, end, _table(metadata, end, data), message.body, max_rows, max_body_bytes
+            )
         else:
             raise MalformedArrowError(f"unexpected IPC message type {message.type!r} after the schema")
         body_bytes += decompressed
@@ -216,7 +220,12 @@ def check_stream(buffer: pa.Buffer, max_rows: int, max_body_bytes: int) -> None:
 
 
 def _check_batch(
-    metadata: pa.Buffer, end: int, batch: tuple[int, int, int], body: pa.Buffer | None, max_rows: int, max_body_bytes: int
+    metadata: pa.Buffer,
+    end: int,
+    batch: tuple[int, int, int],
+    body: pa.Buffer | None,
+    max_rows: int,
+    max_body_bytes: int,
 ) -> tuple[int, int]:
     """(rows, decompressed bytes) of one RecordBatch table, after checking it."""
     length = _scalar(metadata, end, batch, 0, _I64)
@@ -341,8 +350,9 @@ def message_layout(message: bytes) -> list[dict[str, Any]]:
             count, at = _struct_vector(meta, length, _target(meta, length, batch, 1), 16)
             entry["nodes"] = [pos + at + 16 * i for i in range(count)]
             count, at = _struct_vector(meta, length, _target(meta, length, batch, 2), 16)
-            entry["buffers"] = [(pos + at + 16 * i, *struct.unpack_from("<qq", meta, at + 16 * i))
-                                for i in range(count)]
+            entry["buffers"] = [
+                (pos + at + 16 * i, *struct.unpack_from("<qq", meta, at + 16 * i)) for i in range(count)
+            ]
             entry["compressed"] = bool(_target(meta, length, batch, 3))
         out.append(entry)
         pos = body + body_length

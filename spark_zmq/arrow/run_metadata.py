@@ -19,8 +19,21 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-__all__ = ["PREFIX", "QUERY_ID", "BATCH_ID", "PARTITION", "ATTEMPT", "ATTEMPT_ID", "SEQUENCE", "LAST", "COMMIT",
-           "RECENT", "encode", "decode", "is_commit_record"]
+__all__ = [
+    "PREFIX",
+    "QUERY_ID",
+    "BATCH_ID",
+    "PARTITION",
+    "ATTEMPT",
+    "ATTEMPT_ID",
+    "SEQUENCE",
+    "LAST",
+    "COMMIT",
+    "RECENT",
+    "encode",
+    "decode",
+    "is_commit_record",
+]
 
 #: every key's prefix in the schema's custom metadata
 PREFIX = "spark_zmq."
@@ -52,7 +65,7 @@ def decode(metadata: Mapping[bytes, bytes] | Mapping[str, str] | None) -> dict[s
         try:
             name = key.decode() if isinstance(key, bytes) else str(key)
             if name.startswith(PREFIX):
-                found[name[len(PREFIX):]] = value.decode() if isinstance(value, bytes) else str(value)
+                found[name[len(PREFIX) :]] = value.decode() if isinstance(value, bytes) else str(value)
         except UnicodeDecodeError:
             continue
     return found

@@ -33,9 +33,22 @@ from .ping import ping_command
 from .servers import broker_command, relay_command, relay_readers_command
 from .traffic import consume, produce
 
-__all__ = ["app", "main", "curve_from_flags", "CURVE_FLAGS", "ProducePattern", "ConsumePattern", "Format",
-           "produce", "consume", "relay_command", "relay_readers_command", "broker_command", "keygen_command",
-           "ping_command"]
+__all__ = [
+    "app",
+    "main",
+    "curve_from_flags",
+    "CURVE_FLAGS",
+    "ProducePattern",
+    "ConsumePattern",
+    "Format",
+    "produce",
+    "consume",
+    "relay_command",
+    "relay_readers_command",
+    "broker_command",
+    "keygen_command",
+    "ping_command",
+]
 
 app = typer.Typer(
     name="spark-zmq",
@@ -58,8 +71,11 @@ def _version(value: bool) -> None:
 
 
 @app.callback()
-def _options(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                          help="Print the version and exit.")) -> None:
+def _options(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
     """spark-zmq's companion program (see ``app``)."""
 
 

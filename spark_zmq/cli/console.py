@@ -22,7 +22,11 @@ def print_error(text: str) -> None:
 
 def progress_bar(total: int | None, show: bool, what: str) -> Progress:
     """A live count (a bar when ``total`` is known) and rate of ``what``, on stderr."""
-    columns = [TextColumn(f"[bold]{what}"), BarColumn() if total else TextColumn(""),
-               MofNCompleteColumn() if total else TextColumn("{task.completed:,.0f}"),
-               TextColumn("{task.fields[rate]:>10,.0f} msg/s"), TimeElapsedColumn()]
+    columns = [
+        TextColumn(f"[bold]{what}"),
+        BarColumn() if total else TextColumn(""),
+        MofNCompleteColumn() if total else TextColumn("{task.completed:,.0f}"),
+        TextColumn("{task.fields[rate]:>10,.0f} msg/s"),
+        TimeElapsedColumn(),
+    ]
     return Progress(*columns, console=err_console, disable=not show, transient=False)

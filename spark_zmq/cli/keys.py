@@ -26,6 +26,8 @@ def keygen_command(
         print_error(str(exc))
         raise typer.Exit(1) from None
     typer.echo(f"public key: {public}")
-    typer.echo(f"public certificate: {public_file}  (a server's --curve-server-key, or a client's entry in "
-               "the server's authorized keys directory)")
+    typer.echo(
+        f"public certificate: {public_file}  (a server's --curve-server-key, or a client's entry in "
+        "the server's authorized keys directory)"
+    )
     typer.echo(f"secret certificate: {secret_file}  (this side's --curve-certificate; keep it private)")

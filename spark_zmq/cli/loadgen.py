@@ -88,8 +88,9 @@ def _check(format: str, size: int, rows_per_message: int) -> None:
         raise ValueError(f"rows_per_message must be >= 1, got {rows_per_message}")
 
 
-def payloads(format: str, count: int, *, size: int = 100, rows_per_message: int = 1000,
-             start: int = 0, seed: int = 7) -> Iterator[tuple[bytes, int]]:
+def payloads(
+    format: str, count: int, *, size: int = 100, rows_per_message: int = 1000, start: int = 0, seed: int = 7
+) -> Iterator[tuple[bytes, int]]:
     """``count`` messages of ``format`` as ``(payload, rows)``, sequence numbers from ``start``.
 
     Readings are random (seeded, so reruns send the same values) around 20.0.
@@ -217,8 +218,9 @@ def produce(
     options["heartbeat"] = heartbeat
     rejected, last_rejection = 0, None
     try:
-        with PATTERNS[pattern](endpoints, hwm=hwm, linger=int(linger * 1000), reconnect_ivl=50,
-                               context=context, **options) as sock:
+        with PATTERNS[pattern](
+            endpoints, hwm=hwm, linger=int(linger * 1000), reconnect_ivl=50, context=context, **options
+        ) as sock:
             outcomes = _Handshakes(sock.handshakes, peers) if sock.handshakes is not None else None
             refusals = outcomes if client else None
 
@@ -230,8 +232,11 @@ def produce(
                     return
                 deadline = None if send_timeout is None else time.monotonic() + send_timeout
                 while batch:
-                    slice_s = _REFUSAL_CHECK_S if deadline is None else min(
-                        _REFUSAL_CHECK_S, max(0.0, deadline - time.monotonic()))
+                    slice_s = (
+                        _REFUSAL_CHECK_S
+                        if deadline is None
+                        else min(_REFUSAL_CHECK_S, max(0.0, deadline - time.monotonic()))
+                    )
                     try:
                         sock.send_many(batch, timeout=slice_s)
                         return
@@ -250,8 +255,9 @@ def produce(
 
             try:
                 batch: list[bytes] = []
-                for payload, payload_rows in payloads(format, count, size=size, rows_per_message=rows_per_message,
-                                                      start=start):
+                for payload, payload_rows in payloads(
+                    format, count, size=size, rows_per_message=rows_per_message, start=start
+                ):
                     if pattern == "pub":
                         sock.send([topic_bytes[messages % len(topic_bytes)], payload])
                     elif rate is None:
@@ -291,8 +297,9 @@ def produce(
                     # query still starting) up to peer_wait, then linger for the delivery; a
                     # CURVE refusal that comes meanwhile (a busy server) is still reported
                     deadline = time.monotonic() + peer_wait
-                    while not outcomes.accepted and not (client and outcomes.all_refused) \
-                            and time.monotonic() < deadline:
+                    while (
+                        not outcomes.accepted and not (client and outcomes.all_refused) and time.monotonic() < deadline
+                    ):
                         outcomes.poll(min(0.5, max(0.0, deadline - time.monotonic())))
                         if stop is not None and stop():
                             stopped = True
@@ -306,7 +313,8 @@ def produce(
                     raise NoPeerError(
                         f"no peer connected to {endpoints} within {peer_wait:g} s of the last send (peer_wait): the "
                         f"{messages} messages queued for one were dropped; start the receiving side first, or wait "
-                        "longer")
+                        "longer"
+                    )
                 sock.close(linger=int(linger * 1000))
     finally:
         context.term()

@@ -37,17 +37,24 @@ from .source_flags import option_flag
 __all__ = ["ping_command", "ping"]
 
 #: events of the probe's socket the reason is told from
-_EVENTS = (zmq.EVENT_CONNECTED | zmq.EVENT_CONNECT_RETRIED | zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED
-           | zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
-           | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
+_EVENTS = (
+    zmq.EVENT_CONNECTED
+    | zmq.EVENT_CONNECT_RETRIED
+    | zmq.EVENT_DISCONNECTED
+    | zmq.EVENT_HANDSHAKE_SUCCEEDED
+    | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+    | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+)
 
 
 class PingFailed(SparkZmqError):
     """The service did not answer as one of spark-zmq's: the message says why."""
 
 
-def ping(address: str, timeout_s: float, curve: Any = None, context: zmq.Context | None = None
-         ) -> tuple[dict[str, Any], float]:
+def ping(
+    address: str, timeout_s: float, curve: Any = None, context: zmq.Context | None = None
+) -> tuple[dict[str, Any], float]:
     """Ask the service at ``address`` (``tcp://host:port``, ``ipc://...``) whether it serves:
     ``(what it said, round trip in seconds)``, or ``PingFailed`` naming why not within
     ``timeout_s``. ``curve``: a CURVE client ``Curve`` for a service that is a CURVE server."""
@@ -94,37 +101,54 @@ def _refusal(address: str, event: int, seen: set[int], curve: bool) -> str | Non
     if event == zmq.EVENT_CONNECT_RETRIED and zmq.EVENT_CONNECTED not in seen:
         return f"refused: nothing listens at {address} (the connection was refused)"
     if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
-        return (f"CURVE rejected: {address} refused this key (it is not among the service's authorized keys)"
-                if curve else f"rejected: {address} refused the handshake (authentication)")
+        return (
+            f"CURVE rejected: {address} refused this key (it is not among the service's authorized keys)"
+            if curve
+            else f"rejected: {address} refused the handshake (authentication)"
+        )
     if event == zmq.EVENT_DISCONNECTED and zmq.EVENT_HANDSHAKE_SUCCEEDED not in seen:
-        return (f"handshake failed at {address}: the peer closed the connection during the ZeroMQ handshake: it is "
-                "not a relay, broker frontend or worker (a socket type that takes no requests)"
-                + (", or --curve-server-key is not its key" if curve else
-                   ", or it expects CURVE (give --curve-server-key and --curve-certificate)"))
+        return (
+            f"handshake failed at {address}: the peer closed the connection during the ZeroMQ handshake: it is "
+            "not a relay, broker frontend or worker (a socket type that takes no requests)"
+            + (
+                ", or --curve-server-key is not its key"
+                if curve
+                else ", or it expects CURVE (give --curve-server-key and --curve-certificate)"
+            )
+        )
     if event == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
-        return (f"handshake failed at {address}: the peer is not a relay, broker frontend or worker (a socket type "
-                "that takes no requests), or one side uses CURVE and the other does not"
-                + ("" if curve else " (give --curve-server-key and --curve-certificate for a CURVE service)"))
+        return (
+            f"handshake failed at {address}: the peer is not a relay, broker frontend or worker (a socket type "
+            "that takes no requests), or one side uses CURVE and the other does not"
+            + ("" if curve else " (give --curve-server-key and --curve-certificate for a CURVE service)")
+        )
     if event == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
         # libzmq reports a socket-type mismatch as this or as FAILED_PROTOCOL, by which side
         # saw it first: the reason names both causes
-        return (f"handshake failed at {address}: " + ("wrong --curve-server-key, or the service is not a CURVE "
-                                                      "server" if curve else "the peer broke off the ZeroMQ "
-                                                      "handshake: it is not a relay, broker frontend or worker (a "
-                                                      "socket type that takes no requests), or it expects CURVE "
-                                                      "(give --curve-server-key and --curve-certificate)"))
+        return f"handshake failed at {address}: " + (
+            "wrong --curve-server-key, or the service is not a CURVE server"
+            if curve
+            else "the peer broke off the ZeroMQ "
+            "handshake: it is not a relay, broker frontend or worker (a "
+            "socket type that takes no requests), or it expects CURVE "
+            "(give --curve-server-key and --curve-certificate)"
+        )
     return None
 
 
 def _silence(address: str, seen: set[int], timeout_s: float, curve: bool) -> str:
     """Why nothing came back within the timeout, from what the monitor saw."""
     if zmq.EVENT_HANDSHAKE_SUCCEEDED in seen:
-        return (f"silent: {address} completed the ZeroMQ handshake but did not answer within {timeout_s:g} s (a "
-                "stuck service, or a socket that is not a relay, a broker's frontend or a worker)")
+        return (
+            f"silent: {address} completed the ZeroMQ handshake but did not answer within {timeout_s:g} s (a "
+            "stuck service, or a socket that is not a relay, a broker's frontend or a worker)"
+        )
     if zmq.EVENT_CONNECTED in seen:
-        return (f"silent: {address} accepted the connection but never completed the ZeroMQ handshake within "
-                f"{timeout_s:g} s (not a ZeroMQ service, or one that is stuck"
-                + (", or a wrong --curve-server-key)" if curve else ")"))
+        return (
+            f"silent: {address} accepted the connection but never completed the ZeroMQ handshake within "
+            f"{timeout_s:g} s (not a ZeroMQ service, or one that is stuck"
+            + (", or a wrong --curve-server-key)" if curve else ")")
+        )
     return f"unreachable: no connection to {address} within {timeout_s:g} s (a host that drops the packets?)"
 
 
@@ -140,25 +164,33 @@ def _answer(frames: list[bytes]) -> dict[str, Any]:
     except ValueError:
         body = None
     if not isinstance(body, dict):
-        raise PingFailed(f"wrong service: the answer {frames[1][:60]!r} is not a spark-zmq relay's, broker's or "
-                         "worker's")
+        raise PingFailed(
+            f"wrong service: the answer {frames[1][:60]!r} is not a spark-zmq relay's, broker's or worker's"
+        )
     if "service" not in body:
         if "spool" not in body:
-            raise PingFailed(f"wrong service: the answer {frames[1][:60]!r} is not a spark-zmq relay's, broker's "
-                             "or worker's")
+            raise PingFailed(
+                f"wrong service: the answer {frames[1][:60]!r} is not a spark-zmq relay's, broker's or worker's"
+            )
         body = {"service": "relay", **body}
     return body
 
 
 def ping_command(
-    endpoint: str = typer.Argument(..., help="The service's address: a relay's --listen, a broker's --frontend, a "
-                                   "worker's bound endpoint, e.g. 'tcp://10.0.0.5:7000'."),
+    endpoint: str = typer.Argument(
+        ...,
+        help="The service's address: a relay's --listen, a broker's --frontend, a "
+        "worker's bound endpoint, e.g. 'tcp://10.0.0.5:7000'.",
+    ),
     timeout: float = typer.Option(5.0, "--timeout", min=0.01, max=3600.0, help="Seconds to wait for the answer."),
     curve_certificate: str | None = option_flag(
-        "curveCertificate", panel=CURVE_PANEL,
-        help="Our secret certificate, one the service accepts (with --curve-server-key)."),
+        "curveCertificate",
+        panel=CURVE_PANEL,
+        help="Our secret certificate, one the service accepts (with --curve-server-key).",
+    ),
     curve_server_key: str | None = option_flag(
-        "curveServerKey", panel=CURVE_PANEL, help="The service's public key (its certificate file or Z85 text)."),
+        "curveServerKey", panel=CURVE_PANEL, help="The service's public key (its certificate file or Z85 text)."
+    ),
 ) -> None:
     """Ask a relay, broker or worker whether it serves: exit 0 with what it said when it answers within --timeout,
     1 with the reason otherwise (refused, silent, wrong service, CURVE rejected)."""
@@ -170,8 +202,11 @@ def ping_command(
         raise typer.BadParameter("one address to connect to, e.g. 'tcp://10.0.0.5:7000'", param_hint="'ENDPOINT'")
     curve = checked_curve_flags(curve_certificate, curve_server_key, None)
     if (curve_certificate is None) != (curve_server_key is None):
-        raise typer.BadParameter("a probe of a CURVE service needs both --curve-certificate (our key) and "
-                                 "--curve-server-key (the service's)", param_hint="'--curve-server-key'")
+        raise typer.BadParameter(
+            "a probe of a CURVE service needs both --curve-certificate (our key) and "
+            "--curve-server-key (the service's)",
+            param_hint="'--curve-server-key'",
+        )
     address = parsed[0].address
     try:
         said, took = ping(address, timeout, curve)

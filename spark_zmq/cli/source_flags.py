@@ -28,15 +28,34 @@ from typer.models import OptionInfo
 from ..options import OptionError, OptionSpec
 from ..options.table import TABLES
 
-__all__ = ["OptionFlag", "option_flag", "option_spec", "flag_name", "documented_default", "declared_flags",
-           "option_flags", "given_options", "usage_error"]
+__all__ = [
+    "OptionFlag",
+    "option_flag",
+    "option_spec",
+    "flag_name",
+    "documented_default",
+    "declared_flags",
+    "option_flags",
+    "given_options",
+    "usage_error",
+]
 
 #: the metavar of a flag by its option's kind; a kind not here keeps click's (INTEGER,
 #: TEXT, the choices, a boolean flag's none)
 _METAVARS = {
-    "bytes": "BYTES", "seconds": "SECONDS", "duration": "DURATION", "list": "LIST", "endpoints": "ENDPOINTS",
-    "relays": "ADDRESSES", "path": "PATH", "host": "HOST", "ports": "PORT[-PORT]", "name": "NAME",
-    "certificate": "FILE", "publickey": "FILE|Z85", "authorized": "DIR|*",
+    "bytes": "BYTES",
+    "seconds": "SECONDS",
+    "duration": "DURATION",
+    "list": "LIST",
+    "endpoints": "ENDPOINTS",
+    "relays": "ADDRESSES",
+    "path": "PATH",
+    "host": "HOST",
+    "ports": "PORT[-PORT]",
+    "name": "NAME",
+    "certificate": "FILE",
+    "publickey": "FILE|Z85",
+    "authorized": "DIR|*",
 }
 
 
@@ -84,9 +103,17 @@ def documented_default(side: str, name: str) -> str:
     return _plain(option_spec(side, name).default_doc or "none").rstrip(".")
 
 
-def option_flag(option: str, *decls: str, help: str | None = None, side: str = "source",
-                required: bool = False, table_default: bool = False, panel: str | None = None,
-                metavar: Any = _FROM_KIND, **kwargs: Any) -> Any:
+def option_flag(
+    option: str,
+    *decls: str,
+    help: str | None = None,
+    side: str = "source",
+    required: bool = False,
+    table_default: bool = False,
+    panel: str | None = None,
+    metavar: Any = _FROM_KIND,
+    **kwargs: Any,
+) -> Any:
     """A typer option for the ``side`` table's option ``option``.
 
     ``decls``: the flag's names; a long one (``--fsync/--no-fsync``) replaces the one derived
@@ -112,15 +139,26 @@ def option_flag(option: str, *decls: str, help: str | None = None, side: str = "
         default = spec.default if table_default else None
         if callable(default):
             raise ValueError(f"option {option!r}'s default depends on other options: a flag cannot take it")
-    return OptionFlag(spec=spec, flag=names[0].split("/")[0], default=default, param_decls=names, help=text,
-                      metavar=_METAVARS.get(spec.kind) if metavar is _FROM_KIND else metavar,
-                      rich_help_panel=panel, show_default=False, **kwargs)
+    return OptionFlag(
+        spec=spec,
+        flag=names[0].split("/")[0],
+        default=default,
+        param_decls=names,
+        help=text,
+        metavar=_METAVARS.get(spec.kind) if metavar is _FROM_KIND else metavar,
+        rich_help_panel=panel,
+        show_default=False,
+        **kwargs,
+    )
 
 
 def declared_flags(command: Callable[..., Any]) -> dict[str, OptionFlag]:
     """``command``'s flags made by ``option_flag``, by parameter name."""
-    return {name: p.default for name, p in inspect.signature(command).parameters.items()
-            if isinstance(p.default, OptionFlag)}
+    return {
+        name: p.default
+        for name, p in inspect.signature(command).parameters.items()
+        if isinstance(p.default, OptionFlag)
+    }
 
 
 def option_flags(command: Callable[..., Any]) -> dict[str, str]:
@@ -141,8 +179,11 @@ def given_options(command: Callable[..., Any], values: Mapping[str, Any]) -> dic
     """The options map of ``command``'s flags that were given: ``values`` holds the
     command's arguments by parameter name, and a flag left at ``None`` is left out, so the
     table's default applies."""
-    return {flag.spec.name: _raw(values[name]) for name, flag in declared_flags(command).items()
-            if values.get(name) is not None}
+    return {
+        flag.spec.name: _raw(values[name])
+        for name, flag in declared_flags(command).items()
+        if values.get(name) is not None
+    }
 
 
 def usage_error(exc: OptionError, flags: Mapping[str, str]) -> typer.BadParameter:
@@ -153,5 +194,5 @@ def usage_error(exc: OptionError, flags: Mapping[str, str]) -> typer.BadParamete
         text = text.replace(f"option '{option}'", flag).replace(f"'{option}'", flag)
     hint = flags.get(exc.option or "")
     if hint and text.startswith(hint + ": "):
-        text = text[len(hint) + 2:]
+        text = text[len(hint) + 2 :]
     return typer.BadParameter(text, param_hint=f"'{hint}'" if hint else None)

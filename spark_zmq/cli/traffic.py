@@ -35,10 +35,12 @@ __all__ = ["produce", "consume"]
 
 
 def produce(
-    endpoints: str = typer.Argument(..., help="Where to send: 'tcp://host:port' connects, '@tcp://*:port' binds; "
-                                             "comma-separated for several peers."),
-    pattern: ProducePattern = option_flag("pattern", side="sink", table_default=True,
-                                          help="push (round-robin), scatter, or pub (topics)."),
+    endpoints: str = typer.Argument(
+        ..., help="Where to send: 'tcp://host:port' connects, '@tcp://*:port' binds; comma-separated for several peers."
+    ),
+    pattern: ProducePattern = option_flag(
+        "pattern", side="sink", table_default=True, help="push (round-robin), scatter, or pub (topics)."
+    ),
     format: Format = typer.Option(Format.json, "--format", "-f", help="Message format (see spark_zmq.cli.loadgen)."),
     count: int = typer.Option(1000, "--count", "-n", min=0, help="Messages to send."),
     rate: float | None = typer.Option(None, min=0.001, help="Messages per second (default: as fast as possible)."),
@@ -46,26 +48,41 @@ def produce(
     rows_per_message: int = typer.Option(1000, min=1, help="Rows in each arrow message."),
     topic: list[str] = typer.Option(["sensors"], help="Topic(s) for pub, used in turn; repeat the option."),
     hwm: int = typer.Option(10_000, min=0, help="Send high-water mark (messages)."),
-    send_timeout: float | None = typer.Option(None, min=0, help="Give up after this many seconds without "
-                                                                   "a peer able to take a message (push/scatter)."),
+    send_timeout: float | None = typer.Option(
+        None, min=0, help="Give up after this many seconds without a peer able to take a message (push/scatter)."
+    ),
     start: int = typer.Option(0, min=0, help="First sequence number."),
-    linger: float = typer.Option(30.0, min=0, help="Seconds to keep delivering queued messages after the last "
-                                                    "send (to peers that connect late)."),
-    peer_wait: float = typer.Option(300.0, min=0, help="push/scatter: seconds to wait after the last send for a "
-                                                        "first peer when none has connected yet (a query still "
-                                                        "starting); then the run fails, saying the queued messages "
-                                                        "were dropped."),
+    linger: float = typer.Option(
+        30.0, min=0, help="Seconds to keep delivering queued messages after the last send (to peers that connect late)."
+    ),
+    peer_wait: float = typer.Option(
+        300.0,
+        min=0,
+        help="push/scatter: seconds to wait after the last send for a "
+        "first peer when none has connected yet (a query still "
+        "starting); then the run fails, saying the queued messages "
+        "were dropped.",
+    ),
     progress: bool = typer.Option(True, help="Show live progress on stderr."),
     curve_certificate: str | None = option_flag(
-        "curveCertificate", side="sink", panel=CURVE_PANEL,
+        "curveCertificate",
+        side="sink",
+        panel=CURVE_PANEL,
         help="This side's secret certificate (NAME.key_secret): with --curve-server-key a CURVE client, with "
-             "--curve-authorized-keys a CURVE server."),
+        "--curve-authorized-keys a CURVE server.",
+    ),
     curve_server_key: str | None = option_flag(
-        "curveServerKey", side="sink", panel=CURVE_PANEL,
-        help="The CURVE server's public key: its certificate file (NAME.key) or 40-character Z85 text."),
+        "curveServerKey",
+        side="sink",
+        panel=CURVE_PANEL,
+        help="The CURVE server's public key: its certificate file (NAME.key) or 40-character Z85 text.",
+    ),
     curve_authorized_keys: str | None = option_flag(
-        "curveAuthorizedKeys", side="sink", panel=CURVE_PANEL,
-        help="As a CURVE server: a directory of the clients' public certificates (*.key, or CZMQ's certificate store), or '*' for any key."),
+        "curveAuthorizedKeys",
+        side="sink",
+        panel=CURVE_PANEL,
+        help="As a CURVE server: a directory of the clients' public certificates (*.key, or CZMQ's certificate store), or '*' for any key.",
+    ),
     heartbeat_interval: float = heartbeat_interval_option("sink"),
     heartbeat_timeout: float = heartbeat_timeout_option("sink"),
     heartbeat_ttl: float = heartbeat_ttl_option("sink"),
@@ -82,22 +99,39 @@ def produce(
             bar.update(task, completed=sent, rate=sent / max(time.monotonic() - started, 1e-9))
 
         try:
-            result = loadgen.produce(endpoints, pattern=pattern.value, format=format.value, count=count, rate=rate,
-                                     size=size, rows_per_message=rows_per_message, topics=topic, hwm=hwm,
-                                     send_timeout=send_timeout, start=start,
-                                     linger=linger, peer_wait=peer_wait, on_progress=on_progress, curve=curve,
-                                     heartbeat=heartbeat)
+            result = loadgen.produce(
+                endpoints,
+                pattern=pattern.value,
+                format=format.value,
+                count=count,
+                rate=rate,
+                size=size,
+                rows_per_message=rows_per_message,
+                topics=topic,
+                hwm=hwm,
+                send_timeout=send_timeout,
+                start=start,
+                linger=linger,
+                peer_wait=peer_wait,
+                on_progress=on_progress,
+                curve=curve,
+                heartbeat=heartbeat,
+            )
         except (TimeoutError, loadgen.HandshakeRejectedError, loadgen.NoPeerError) as exc:
             print_error(str(exc))
             raise typer.Exit(1) from None
         except Exception as exc:  # zmq errors (address in use, ...): one line, not a traceback  # noqa: BLE001
             print_error(f"{type(exc).__name__}: {exc}")
             raise typer.Exit(1) from None
-    typer.echo(f"sent {result.messages} messages ({result.rows} rows, {result.bytes} bytes) "
-               f"in {result.seconds:.2f} s: {result.rate:,.0f} msg/s")
+    typer.echo(
+        f"sent {result.messages} messages ({result.rows} rows, {result.bytes} bytes) "
+        f"in {result.seconds:.2f} s: {result.rate:,.0f} msg/s"
+    )
     if result.rejected_handshakes:
-        err_console.print("[yellow]warning:[/] " + escape(f"{result.rejected_handshakes} CURVE handshake(s) "
-                                                          f"rejected (last: {result.last_rejection})"))
+        err_console.print(
+            "[yellow]warning:[/] "
+            + escape(f"{result.rejected_handshakes} CURVE handshake(s) rejected (last: {result.last_rejection})")
+        )
 
 
 def _describe(payload: bytes, fmt: Format, table: pa.Table | None) -> str:
@@ -111,28 +145,39 @@ def _describe(payload: bytes, fmt: Format, table: pa.Table | None) -> str:
 
 
 def consume(
-    endpoints: str = typer.Argument(..., help="Where to receive: '@tcp://*:port' binds (default for pull/gather), "
-                                             "'>tcp://host:port' connects (default for sub)."),
+    endpoints: str = typer.Argument(
+        ...,
+        help="Where to receive: '@tcp://*:port' binds (default for pull/gather), "
+        "'>tcp://host:port' connects (default for sub).",
+    ),
     pattern: ConsumePattern = option_flag("pattern", table_default=True, help="pull, gather, or sub."),
     format: Format = option_flag("format", "-f", table_default=True, help="How to print and count messages."),
-    topic: list[str] | None = option_flag("topics", "--topic", metavar=None,
-                                             help="Topic prefix(es) for sub; repeat the option."),
-    count: int | None = typer.Option(None, "--count", "-n", min=1, help="Stop after this many messages "
-                                                                          "(exit 1 if --timeout ends first)."),
+    topic: list[str] | None = option_flag(
+        "topics", "--topic", metavar=None, help="Topic prefix(es) for sub; repeat the option."
+    ),
+    count: int | None = typer.Option(
+        None, "--count", "-n", min=1, help="Stop after this many messages (exit 1 if --timeout ends first)."
+    ),
     timeout: float | None = typer.Option(None, min=0, help="Stop after this many seconds with no message."),
     print_messages: bool = typer.Option(False, "--print", help="Print each message on stdout."),
     progress: bool = typer.Option(True, help="Show the live rate on stderr."),
     curve_certificate: str | None = option_flag(
-        "curveCertificate", panel=CURVE_PANEL,
+        "curveCertificate",
+        panel=CURVE_PANEL,
         help="This side's secret certificate (NAME.key_secret): with --curve-authorized-keys a CURVE server, "
-             "with --curve-server-key a CURVE client."),
+        "with --curve-server-key a CURVE client.",
+    ),
     curve_server_key: str | None = option_flag(
-        "curveServerKey", panel=CURVE_PANEL,
-        help="As a CURVE client: the server's public key, its certificate file (NAME.key) or 40-character Z85 text."),
+        "curveServerKey",
+        panel=CURVE_PANEL,
+        help="As a CURVE client: the server's public key, its certificate file (NAME.key) or 40-character Z85 text.",
+    ),
     curve_authorized_keys: str | None = option_flag(
-        "curveAuthorizedKeys", panel=CURVE_PANEL,
+        "curveAuthorizedKeys",
+        panel=CURVE_PANEL,
         help="As a CURVE server: a directory of the clients' public certificates (*.key, or CZMQ's certificate store), or '*' for any key; "
-             "rejected handshakes are counted in the summary."),
+        "rejected handshakes are counted in the summary.",
+    ),
     heartbeat_interval: float = heartbeat_interval_option("sink"),
     heartbeat_timeout: float = heartbeat_timeout_option("sink"),
     heartbeat_ttl: float = heartbeat_ttl_option("sink"),
@@ -200,14 +245,20 @@ def consume(
             if watch is not None:
                 watch.poll()  # before the socket (and its monitor) closes
     seconds = max(last - started, 1e-9)
-    typer.echo(f"received {messages} messages ({rows} rows, {size} bytes) in {seconds:.2f} s: "
-               f"{messages / seconds:,.0f} msg/s"
-               + (f"; and {records} commit record(s) of the zmq sink" if records else ""))
-    rejected = (f"{watch.rejected} CURVE handshake(s) rejected (last: {watch.last_rejection})"
-                if watch is not None and watch.rejected else None)
+    typer.echo(
+        f"received {messages} messages ({rows} rows, {size} bytes) in {seconds:.2f} s: "
+        f"{messages / seconds:,.0f} msg/s" + (f"; and {records} commit record(s) of the zmq sink" if records else "")
+    )
+    rejected = (
+        f"{watch.rejected} CURVE handshake(s) rejected (last: {watch.last_rejection})"
+        if watch is not None and watch.rejected
+        else None
+    )
     if count is not None and messages < count:
-        print_error(f"received {messages} of {count} messages before {timeout} s passed without one"
-                    + (f"; {rejected}" if rejected else ""))
+        print_error(
+            f"received {messages} of {count} messages before {timeout} s passed without one"
+            + (f"; {rejected}" if rejected else "")
+        )
         raise typer.Exit(1)
     if rejected:
         err_console.print("[yellow]warning:[/] " + escape(rejected))

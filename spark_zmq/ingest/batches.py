@@ -53,8 +53,9 @@ def _decode_topics(topics: list[bytes | None]) -> pa.Array:
     try:
         return array.cast(pa.string())
     except pa.ArrowInvalid:
-        return _binary_array([None if t is None else t.decode("utf-8", "replace").encode("utf-8") for t in topics],
-                             pa.string())
+        return _binary_array(
+            [None if t is None else t.decode("utf-8", "replace").encode("utf-8") for t in topics], pa.string()
+        )
 
 
 def _arrow_rows(value: bytes) -> int:

@@ -60,11 +60,20 @@ class IngestConfig:
     def from_options(cls, options: SourceOptions) -> IngestConfig:
         """The ingest's part of validated source options."""
         return cls(
-            pattern=options.pattern, endpoints=list(options.endpoints), format=options.format,
-            spool_dir=options.spool_dir, max_spool_bytes=options.max_spool_bytes, spool_fsync=options.spool_fsync,
-            hwm=options.hwm, topics=list(options.topics), max_message_bytes=options.max_message_bytes,
-            receive_buffer_bytes=options.receive_buffer_bytes, heartbeat=options.heartbeat, curve=options.curve,
-            tuning=options.tuning, spool_server_host=options.spool_server_host,
+            pattern=options.pattern,
+            endpoints=list(options.endpoints),
+            format=options.format,
+            spool_dir=options.spool_dir,
+            max_spool_bytes=options.max_spool_bytes,
+            spool_fsync=options.spool_fsync,
+            hwm=options.hwm,
+            topics=list(options.topics),
+            max_message_bytes=options.max_message_bytes,
+            receive_buffer_bytes=options.receive_buffer_bytes,
+            heartbeat=options.heartbeat,
+            curve=options.curve,
+            tuning=options.tuning,
+            spool_server_host=options.spool_server_host,
             spool_server_port=options.spool_server_port,
         )
 
@@ -72,17 +81,32 @@ class IngestConfig:
         """This config as JSON values (secret keys included: keep it off command lines)."""
         curve = self.curve
         return {
-            "pattern": self.pattern, "endpoints": [str(e) for e in self.endpoints], "format": self.format,
-            "spool_dir": self.spool_dir, "max_spool_bytes": self.max_spool_bytes, "spool_fsync": self.spool_fsync,
-            "hwm": self.hwm, "topics": list(self.topics), "max_message_bytes": self.max_message_bytes,
+            "pattern": self.pattern,
+            "endpoints": [str(e) for e in self.endpoints],
+            "format": self.format,
+            "spool_dir": self.spool_dir,
+            "max_spool_bytes": self.max_spool_bytes,
+            "spool_fsync": self.spool_fsync,
+            "hwm": self.hwm,
+            "topics": list(self.topics),
+            "max_message_bytes": self.max_message_bytes,
             "receive_buffer_bytes": self.receive_buffer_bytes,
-            "heartbeat": {"interval": self.heartbeat.interval, "timeout": self.heartbeat.timeout,
-                          "ttl": self.heartbeat.ttl},
-            "curve": None if curve is None else {
-                "public_key": curve.public_key.decode("ascii"), "secret_key": curve.secret_key.decode("ascii"),
+            "heartbeat": {
+                "interval": self.heartbeat.interval,
+                "timeout": self.heartbeat.timeout,
+                "ttl": self.heartbeat.ttl,
+            },
+            "curve": None
+            if curve is None
+            else {
+                "public_key": curve.public_key.decode("ascii"),
+                "secret_key": curve.secret_key.decode("ascii"),
                 "server_key": None if curve.server_key is None else curve.server_key.decode("ascii"),
-                "authorized": (curve.authorized if curve.authorized is None or isinstance(curve.authorized, str)
-                               else sorted(k.decode("ascii") for k in curve.authorized)),
+                "authorized": (
+                    curve.authorized
+                    if curve.authorized is None or isinstance(curve.authorized, str)
+                    else sorted(k.decode("ascii") for k in curve.authorized)
+                ),
             },
             "tuning": None if self.tuning is None else dataclasses.asdict(self.tuning),
             "spool_server_host": self.spool_server_host,
@@ -185,8 +209,7 @@ def _curve(value: Any) -> Curve:
         authorized = frozenset(_key(k) for k in authorized)
     elif authorized is not None and not isinstance(authorized, str):
         raise TypeError(f"authorized: expected '*' or a list of keys, got {authorized!r}")
-    return Curve(_key(value["public_key"]), _key(value["secret_key"]), _optional(_key)(value["server_key"]),
-                 authorized)
+    return Curve(_key(value["public_key"]), _key(value["secret_key"]), _optional(_key)(value["server_key"]), authorized)
 
 
 def _tuning(value: Any) -> SocketTuning:
@@ -208,10 +231,20 @@ def _port_range(value: Any) -> tuple[int, int]:
 
 
 _FIELDS: dict[str, Callable[[Any], Any]] = {
-    "pattern": _str, "endpoints": _endpoints, "format": _str, "spool_dir": _str,
-    "max_spool_bytes": positive_int, "spool_fsync": _bool, "hwm": _int, "topics": str_list,
-    "max_message_bytes": _int, "receive_buffer_bytes": _optional(_int), "heartbeat": _heartbeat,
-    "curve": _optional(_curve), "tuning": _optional(_tuning), "spool_server_host": _optional(_str),
+    "pattern": _str,
+    "endpoints": _endpoints,
+    "format": _str,
+    "spool_dir": _str,
+    "max_spool_bytes": positive_int,
+    "spool_fsync": _bool,
+    "hwm": _int,
+    "topics": str_list,
+    "max_message_bytes": _int,
+    "receive_buffer_bytes": _optional(_int),
+    "heartbeat": _heartbeat,
+    "curve": _optional(_curve),
+    "tuning": _optional(_tuning),
+    "spool_server_host": _optional(_str),
     "spool_server_port": _optional(_port_range),
 }
 assert set(_FIELDS) == {f.name for f in dataclasses.fields(IngestConfig)}, "a field without a parser"

@@ -37,8 +37,15 @@ _POLL_S = IDLE_SLICE_S
 
 
 def open_channel_socket(
-    pattern: str, endpoint: Endpoint, *, hwm: int, topics: list[str], max_message_bytes: int | None = None,
-    curve: Curve | None = None, heartbeat: Heartbeat | None = None, rcvbuf: int | None = None,
+    pattern: str,
+    endpoint: Endpoint,
+    *,
+    hwm: int,
+    topics: list[str],
+    max_message_bytes: int | None = None,
+    curve: Curve | None = None,
+    heartbeat: Heartbeat | None = None,
+    rcvbuf: int | None = None,
     tuning: SocketTuning | None = None,
 ) -> ReceivingWire:
     """The socket of one channel. Opened on the caller's thread so that a bind error (port
@@ -123,8 +130,14 @@ class Receiver:
                 self.log.append(batch)
             except OSError as exc:
                 if self.write_error is None:
-                    log.error("channel %d: cannot write to the spool (%s); holding %d messages and retrying every "
-                              "%.0f s, producers are held back meanwhile", self.log.channel, exc, block.count, self.retry_s)
+                    log.error(
+                        "channel %d: cannot write to the spool (%s); holding %d messages and retrying every "
+                        "%.0f s, producers are held back meanwhile",
+                        self.log.channel,
+                        exc,
+                        block.count,
+                        self.retry_s,
+                    )
                 self.write_error = exc
                 if self._stop.wait(self.retry_s):
                     raise

@@ -63,13 +63,22 @@ class IngestRuntime:
         try:
             for endpoint, channel_log in zip(config.endpoints, self.spool.channels):
                 socket = open_channel_socket(
-                    config.pattern, endpoint, hwm=config.hwm, topics=config.topics,
-                    max_message_bytes=config.max_message_bytes, curve=config.curve,
-                    heartbeat=config.heartbeat, rcvbuf=config.receive_buffer_bytes, tuning=config.tuning,
+                    config.pattern,
+                    endpoint,
+                    hwm=config.hwm,
+                    topics=config.topics,
+                    max_message_bytes=config.max_message_bytes,
+                    curve=config.curve,
+                    heartbeat=config.heartbeat,
+                    rcvbuf=config.receive_buffer_bytes,
+                    tuning=config.tuning,
                 )
                 self.receivers.append(
                     Receiver(
-                        socket, channel_log, self.budget, config.format,
+                        socket,
+                        channel_log,
+                        self.budget,
+                        config.format,
                         batch_bytes=min(8 << 20, config.max_spool_bytes // 4),
                     )
                 )
@@ -82,8 +91,10 @@ class IngestRuntime:
         if serve_fetch:
             try:
                 self.server = SpoolServer(
-                    config.spool_dir, host=fetch_host or config.spool_server_host,
-                    ports=config.spool_server_port, spool_id=self.spool.spool_id,
+                    config.spool_dir,
+                    host=fetch_host or config.spool_server_host,
+                    ports=config.spool_server_port,
+                    spool_id=self.spool.spool_id,
                     locate=lambda channel, offset: self.spool.channels[channel].locate(offset),
                     channels=len(self.spool.channels),
                 )

@@ -76,11 +76,17 @@ from .spool_layout import (
 )
 
 __all__ = [
-    "SPOOL_SCHEMA", "Spool", "ChannelLog", "LostRange", "SpoolLockedError", "SpoolSecurityError",
+    "SPOOL_SCHEMA",
+    "Spool",
+    "ChannelLog",
+    "LostRange",
+    "SpoolLockedError",
+    "SpoolSecurityError",
     "read_spool_id",
 ]
 
 log = logging.getLogger(__name__)
+
 
 @dataclass
 class ChannelLog:
@@ -139,15 +145,22 @@ class ChannelLog:
                 else:
                     log.error("spool recovery: %s: %s", segment.path, segment.tail_damage)
         if self.segments and self.segments[-1].tail_damage is not None:
-            log.warning("spool recovery: %s ends with an unfinished write (%s); numbering continues at %d",
-                        self.segments[-1].path, self.segments[-1].tail_damage, self.segments[-1].end)
+            log.warning(
+                "spool recovery: %s ends with an unfinished write (%s); numbering continues at %d",
+                self.segments[-1].path,
+                self.segments[-1].tail_damage,
+                self.segments[-1].end,
+            )
         self.lost.sort(key=lambda r: r.first)
         for lost in self.lost:
             log.error("spool recovery: %s", lost.describe())
         # Empty segments (a roll just before a stop, a crash right after creating one) hold
         # nothing; only the newest is kept, because it carries the numbering.
-        empty = [s for s in self.segments[:-1]
-                 if s.end == s.first and s.tail_damage is None and not any(r.path == s.path for r in self.lost)]
+        empty = [
+            s
+            for s in self.segments[:-1]
+            if s.end == s.first and s.tail_damage is None and not any(r.path == s.path for r in self.lost)
+        ]
         for segment in empty:
             self._delete(segment)
         self.segments = [s for s in self.segments if s not in empty]
@@ -160,7 +173,11 @@ class ChannelLog:
         segment.size = len(view)
         try:
             header = decode_segment_header(view)
-            if header.spool_id.hex() != self.spool_id or header.channel != self.channel or header.first != segment.first:
+            if (
+                header.spool_id.hex() != self.spool_id
+                or header.channel != self.channel
+                or header.first != segment.first
+            ):
                 raise SpoolFormatError(
                     f"it belongs to another spool or channel (spool {header.spool_id.hex()}, channel {header.channel})"
                 )
@@ -175,8 +192,12 @@ class ChannelLog:
                     segment.tail_damage = record.damage
                 continue  # unreadable bytes mid-segment: the gap shows between its neighbours
             if record.first < offset:
-                log.error("spool recovery: %s byte %d repeats offsets from %d; ignored", segment.path, record.position,
-                          record.first)
+                log.error(
+                    "spool recovery: %s byte %d repeats offsets from %d; ignored",
+                    segment.path,
+                    record.position,
+                    record.first,
+                )
                 continue
             if record.first > offset:
                 self._lose(offset, record.first, segment, "unreadable records")
@@ -257,7 +278,9 @@ class ChannelLog:
         path = os.path.join(self.dir, segment_name(self.next_offset, seq))  # (writers only: see _write_lock)
         fd = open_private(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
         try:
-            header = encode_segment_header(SegmentHeader(self.channel, self.next_offset, seq, bytes.fromhex(self.spool_id)))
+            header = encode_segment_header(
+                SegmentHeader(self.channel, self.next_offset, seq, bytes.fromhex(self.spool_id))
+            )
             if os.write(fd, header) != len(header):
                 raise OSError(errno.ENOSPC, f"short write of the segment header of {path}")
             if self.fsync:
@@ -268,8 +291,9 @@ class ChannelLog:
             raise
         self._fd = fd
         with self._lock:
-            self.segments.append(Segment(first=self.next_offset, seq=seq, path=path, size=SEGMENT_HEADER_SIZE,
-                                         end=self.next_offset))
+            self.segments.append(
+                Segment(first=self.next_offset, seq=seq, path=path, size=SEGMENT_HEADER_SIZE, end=self.next_offset)
+            )
 
     def _close_segment(self) -> None:
         if self._fd is not None:
@@ -352,8 +376,9 @@ class ChannelLog:
                     keep += 1
                 del self.entries[:keep]
                 del self._firsts[:keep]
-                self.freed = kept_freed(self.freed, [[s.first, s.end, newest[id(s)]] for s in doomed
-                                                     if id(s) in newest])
+                self.freed = kept_freed(
+                    self.freed, [[s.first, s.end, newest[id(s)]] for s in doomed if id(s) in newest]
+                )
                 freed = encode_freed(self.freed)
             self.lost = [r for r in self.lost if r.end > offset]
         if doomed:
@@ -424,7 +449,8 @@ class Spool:
             write_atomically(spool_dir, OWNER_FILE, self.owner_id.encode(), fsync=False)
             segment_bytes = max(1 << 20, min(64 << 20, max_bytes // 8))
             self.channels = [
-                ChannelLog(spool_dir, c, self.spool_id, fsync=fsync, segment_bytes=segment_bytes) for c in range(channels)
+                ChannelLog(spool_dir, c, self.spool_id, fsync=fsync, segment_bytes=segment_bytes)
+                for c in range(channels)
             ]
         except BaseException:
             os.close(self._lock_fd)
@@ -466,4 +492,3 @@ class Spool:
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
         finally:
             os.close(self._lock_fd)
-

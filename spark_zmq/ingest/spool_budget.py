@@ -28,8 +28,9 @@ class SpoolBudget:
     def used(self) -> int:
         return sum(channel.size_bytes for channel in self._logs)
 
-    def wait_for_room(self, channel: ChannelLog, stop: threading.Event, poll_s: float = 0.1,
-                      idle: Callable[[], object] | None = None) -> int:
+    def wait_for_room(
+        self, channel: ChannelLog, stop: threading.Event, poll_s: float = 0.1, idle: Callable[[], object] | None = None
+    ) -> int:
         """Wait until the spool has room (or a stop); ``idle`` runs at every wake-up
         meanwhile (the receiver reads its socket monitor there, see ``HandshakeWatch``).
         Returns the payload bytes one channel may receive now: its share of the room left

@@ -17,9 +17,16 @@ from ..errors import SparkZmqError
 from .spool_format import open_private
 from .spool_layout import ID_FILE
 
-__all__ = ["ID_FILE", "SpoolLockedError", "SpoolSecurityError", "private_dir", "check_ancestors", "fsync_dir",
-           "write_atomically", "read_spool_id"]
-
+__all__ = [
+    "ID_FILE",
+    "SpoolLockedError",
+    "SpoolSecurityError",
+    "private_dir",
+    "check_ancestors",
+    "fsync_dir",
+    "write_atomically",
+    "read_spool_id",
+]
 
 
 class SpoolLockedError(SparkZmqError, RuntimeError):

@@ -49,9 +49,23 @@ import xxhash
 from ..errors import SparkZmqError
 
 __all__ = [
-    "SPOOL_SCHEMA", "SpoolFormatError", "SegmentHeader", "Record",
-    "encode_segment_header", "decode_segment_header", "encode_record_header", "RecordEncoder", "scan_records", "map_segment",
-    "SEGMENT_HEADER_SIZE", "RECORD_HEADER_SIZE", "checksum", "body_checksum", "open_private", "header_seed", "read_body",
+    "SPOOL_SCHEMA",
+    "SpoolFormatError",
+    "SegmentHeader",
+    "Record",
+    "encode_segment_header",
+    "decode_segment_header",
+    "encode_record_header",
+    "RecordEncoder",
+    "scan_records",
+    "map_segment",
+    "SEGMENT_HEADER_SIZE",
+    "RECORD_HEADER_SIZE",
+    "checksum",
+    "body_checksum",
+    "open_private",
+    "header_seed",
+    "read_body",
 ]
 
 #: what pyarrow's IPC writer hands ``_Pieces``: a ``pa.Buffer`` view of a batch's memory, or bytes
@@ -94,8 +108,6 @@ class SpoolFormatError(SparkZmqError, ValueError):
     """A segment file is not a spool segment (wrong magic, version or header checksum)."""
 
 
-
-
 @dataclass(frozen=True)
 class SegmentHeader:
     channel: int
@@ -120,8 +132,10 @@ def decode_segment_header(data: bytes | memoryview) -> SegmentHeader:
     if checksum(bytes(data[: _SEGMENT_HEADER.size - 4])) != crc:
         raise SpoolFormatError("the segment header's checksum does not match")
     if version not in _READABLE_VERSIONS:
-        raise SpoolFormatError(f"segment format version {version} is not supported (this version reads "
-                               f"{' and '.join(map(str, _READABLE_VERSIONS))})")
+        raise SpoolFormatError(
+            f"segment format version {version} is not supported (this version reads "
+            f"{' and '.join(map(str, _READABLE_VERSIONS))})"
+        )
     return SegmentHeader(channel, first, seq, spool_id)
 
 
@@ -177,8 +191,9 @@ class RecordEncoder:
         self._sink = _Pieces()
         self._writer = pa.ipc.new_stream(pa.PythonFile(self._sink, mode="w"), SPOOL_SCHEMA)
         # the schema, once (an empty batch of nulls: ``from_pylist`` would import pandas)
-        self._writer.write_batch(pa.RecordBatch.from_arrays([pa.nulls(0, f.type) for f in SPOOL_SCHEMA],
-                                                            schema=SPOOL_SCHEMA))
+        self._writer.write_batch(
+            pa.RecordBatch.from_arrays([pa.nulls(0, f.type) for f in SPOOL_SCHEMA], schema=SPOOL_SCHEMA)
+        )
         self._sink.pieces.clear()
 
     def encode(self, first: int, batch: pa.RecordBatch, seed: int) -> tuple[list[Piece], int]:
@@ -195,8 +210,10 @@ class RecordEncoder:
             size += len(piece)
         if size % 8 or bytes(pieces[0][:4]) != b"\xff\xff\xff\xff":
             raise AssertionError(f"pyarrow's IPC writer produced an unexpected message ({size} bytes)")
-        return [_record_header(first, batch.num_rows, size, hasher.intdigest(), seed), *pieces], \
-            RECORD_HEADER_SIZE + size
+        return [
+            _record_header(first, batch.num_rows, size, hasher.intdigest(), seed),
+            *pieces,
+        ], RECORD_HEADER_SIZE + size
 
 
 @dataclass

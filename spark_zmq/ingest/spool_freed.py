@@ -34,8 +34,9 @@ def read_freed(channel_dir: str) -> list[list[int]]:
     try:
         with open(path, "rb") as f:
             kept = json.loads(f.read(1 << 20))
-        if isinstance(kept, list) and all(isinstance(x, list) and len(x) == 3 and all(isinstance(v, int) for v in x)
-                                          for x in kept):
+        if isinstance(kept, list) and all(
+            isinstance(x, list) and len(x) == 3 and all(isinstance(v, int) for v in x) for x in kept
+        ):
             return kept
         log.warning("ignoring %s: not a list of freed segments", path)
     except FileNotFoundError:
@@ -63,6 +64,12 @@ def freed_since(freed: list[list[int]], received_us: int, channel: int, spool_di
         return None
     first, end = gone[0][0], max(f[1] for f in gone)
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(received_us / 1e6))
-    return LostRange(channel, first, end, text=(
-        f"channel {channel}: offsets {first}..{end}, freed from the spool {spool_dir!r} before this query "
-        f"started, include messages received at or after startingTimestamp ({received_us // 1000} ms, {when} UTC)"))
+    return LostRange(
+        channel,
+        first,
+        end,
+        text=(
+            f"channel {channel}: offsets {first}..{end}, freed from the spool {spool_dir!r} before this query "
+            f"started, include messages received at or after startingTimestamp ({received_us // 1000} ms, {when} UTC)"
+        ),
+    )

@@ -79,8 +79,9 @@ def batch_entry(batch: pa.RecordBatch, first: int, segment: Segment, position: i
     rows_cum = None if bool((rows == 1).all()) else np.cumsum(np.maximum(rows, 0), dtype=np.int64)
     times = batch.column(2)
     received_us = int(np.frombuffer(times.buffers()[1], dtype=np.int64)[times.offset]) if len(times) else 0
-    return BatchEntry(first, batch.num_rows, bytes_cum.astype(np.int64, copy=True), rows_cum, segment, position,
-                      received_us)
+    return BatchEntry(
+        first, batch.num_rows, bytes_cum.astype(np.int64, copy=True), rows_cum, segment, position, received_us
+    )
 
 
 @dataclass

@@ -17,8 +17,18 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["ID_FILE", "OWNER_FILE", "LOCK_FILE", "FREED_FILE", "SEGMENT_SUFFIX", "OLD_SEGMENT_SUFFIX", "channel_dir",
-           "segment_name", "parse_segment_name", "list_segments"]
+__all__ = [
+    "ID_FILE",
+    "OWNER_FILE",
+    "LOCK_FILE",
+    "FREED_FILE",
+    "SEGMENT_SUFFIX",
+    "OLD_SEGMENT_SUFFIX",
+    "channel_dir",
+    "segment_name",
+    "parse_segment_name",
+    "list_segments",
+]
 
 #: the spool's identity, written once when the spool is created
 ID_FILE = "SPOOL_ID"

@@ -38,8 +38,7 @@ from .spool_format import (
 )
 from .spool_layout import OWNER_FILE, channel_dir, list_segments
 
-__all__ = ["read_range", "coalesce", "sees_spool", "LossPolicy", "LostRange", "skip_loss",
-           "gone_from_relay"]
+__all__ = ["read_range", "coalesce", "sees_spool", "LossPolicy", "LostRange", "skip_loss", "gone_from_relay"]
 
 #: skip and log what cannot be read, counting it nowhere the user sees: for reading a
 #: spool known to be damaged (a query passes its own ``LossPolicy``)
@@ -56,9 +55,11 @@ def gone_from_relay(owner: str, channel: int, start: int, end: int, where: str) 
     said = f"offsets {start}..{end} of channel {channel} of {owner} {where}"
     if not owner.startswith("the relay at "):  # the labels of ``source.relays``
         return said + ": its spool's files were removed after this batch was planned"
-    return (said + ": the relay freed them after this batch was planned (its --retention-bytes or "
-            "--retention-seconds frees what a lagging query has not read yet) or its spool files were removed; "
-            "give the relay more retention or let the query keep up")
+    return (
+        said + ": the relay freed them after this batch was planned (its --retention-bytes or "
+        "--retention-seconds frees what a lagging query has not read yet) or its spool files were removed; "
+        "give the relay more retention or let the query keep up"
+    )
 
 
 def sees_spool(spool_dir: str, owner_id: str) -> bool:
@@ -120,13 +121,24 @@ def read_range(
             if first >= end:
                 break
             # its offsets show as a gap before the next readable record
-            lose(LostRange(channel, position, position, text=f"segment {path} of channel {channel} is unreadable ({exc})"))
+            lose(
+                LostRange(
+                    channel, position, position, text=f"segment {path} of channel {channel} is unreadable ({exc})"
+                )
+            )
             continue
         if spool_id is not None and header.spool_id.hex() != spool_id:
-            lose(LostRange(channel, position, end, text=(
-                f"offsets {position}..{end} of channel {channel} were planned on spool {spool_id}, but {path} "
-                f"belongs to spool {header.spool_id.hex()}: the spool directory {spool_dir!r} was recreated"
-            )))
+            lose(
+                LostRange(
+                    channel,
+                    position,
+                    end,
+                    text=(
+                        f"offsets {position}..{end} of channel {channel} were planned on spool {spool_id}, but {path} "
+                        f"belongs to spool {header.spool_id.hex()}: the spool directory {spool_dir!r} was recreated"
+                    ),
+                )
+            )
             return
         byte_position = SEGMENT_HEADER_SIZE
         if hint and position == start and hint[0] == name:
@@ -148,9 +160,15 @@ def read_range(
             tail = None
             if record.first > position:
                 where = previous_tail if record.position == byte_position and previous_tail else path
-                lose(LostRange(channel, position, min(record.first, end),
-                                  text=f"offsets {position}..{min(record.first, end)} of channel {channel} are "
-                                       f"missing (unreadable in {where})"))
+                lose(
+                    LostRange(
+                        channel,
+                        position,
+                        min(record.first, end),
+                        text=f"offsets {position}..{min(record.first, end)} of channel {channel} are "
+                        f"missing (unreadable in {where})",
+                    )
+                )
                 position = record.first
                 if position >= end:
                     return
@@ -171,17 +189,36 @@ def read_range(
                 return
     if position < end:
         if tail is not None:
-            lose(LostRange(channel, position, end,
-                              text=f"offsets {position}..{end} of channel {channel} are missing (unreadable in {tail})"))
+            lose(
+                LostRange(
+                    channel,
+                    position,
+                    end,
+                    text=f"offsets {position}..{end} of channel {channel} are missing (unreadable in {tail})",
+                )
+            )
             return
         if owner is not None:
-            policy(LostRange(channel, position, end, text=gone_from_relay(
-                owner, channel, position, end, f"are no longer in its spool {spool_dir!r}")))
+            policy(
+                LostRange(
+                    channel,
+                    position,
+                    end,
+                    text=gone_from_relay(owner, channel, position, end, f"are no longer in its spool {spool_dir!r}"),
+                )
+            )
             return
-        lose(LostRange(channel, position, end, text=(
-            f"offsets {position}..{end} of channel {channel} are not in the spool {spool_dir!r} "
-            "(deleted or pruned, or written on another machine: executors must see the driver's spoolDir)"
-        )))
+        lose(
+            LostRange(
+                channel,
+                position,
+                end,
+                text=(
+                    f"offsets {position}..{end} of channel {channel} are not in the spool {spool_dir!r} "
+                    "(deleted or pruned, or written on another machine: executors must see the driver's spoolDir)"
+                ),
+            )
+        )
 
 
 def _naming(policy: LossPolicy, owner: str) -> Callable[[LostRange], None]:
@@ -191,9 +228,15 @@ def _naming(policy: LossPolicy, owner: str) -> Callable[[LostRange], None]:
 
 def _in_record(channel: int, path: str, record: Record, damage: object) -> LostRange:
     """A record whose offsets are known but whose bytes are damaged (or not our Arrow)."""
-    return LostRange(channel, record.first, record.end, text=(
-        f"offsets {record.first}..{record.end} of channel {channel} in {path}, record at byte {record.position}: "
-        f"{damage}"))
+    return LostRange(
+        channel,
+        record.first,
+        record.end,
+        text=(
+            f"offsets {record.first}..{record.end} of channel {channel} in {path}, record at byte {record.position}: "
+            f"{damage}"
+        ),
+    )
 
 
 def coalesce(

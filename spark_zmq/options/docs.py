@@ -66,13 +66,22 @@ shows the same in plain text.
 """
 
 _PAGE_SECTIONS = {
-    "source": ("Source", "`spark.readStream.format(\"zmq\")` and `spark.read.format(\"zmq\")`. "
-               "The queries column says which read an option: `streaming` (`readStream`), `batch` (`read`). "
-               "More in [source.md](source.md)."),
-    "sink": ("Sink", "`df.writeStream.format(\"zmq\")` and `df.write.format(\"zmq\")`; every option applies "
-             "to both. More in [sink.md](sink.md)."),
-    "request": ("Request", "`spark_zmq.request(df, endpoints, reply_schema=..., **options)`: keyword "
-                "arguments in camelCase or snake_case. More in [request-reply.md](request-reply.md)."),
+    "source": (
+        "Source",
+        '`spark.readStream.format("zmq")` and `spark.read.format("zmq")`. '
+        "The queries column says which read an option: `streaming` (`readStream`), `batch` (`read`). "
+        "More in [source.md](source.md).",
+    ),
+    "sink": (
+        "Sink",
+        '`df.writeStream.format("zmq")` and `df.write.format("zmq")`; every option applies '
+        "to both. More in [sink.md](sink.md).",
+    ),
+    "request": (
+        "Request",
+        "`spark_zmq.request(df, endpoints, reply_schema=..., **options)`: keyword "
+        "arguments in camelCase or snake_case. More in [request-reply.md](request-reply.md).",
+    ),
 }
 
 
@@ -96,8 +105,9 @@ def manual() -> str:
         out += ["", f"{side.capitalize()} options, {_TITLES[side]}:", ""]
         for spec in TABLES[side]:
             out.append(f"  {spec.name} ({spec.kind})")
-            body = (f"{_plain(spec.doc)} Valid: {_plain(spec.valid_text())}. "
-                    f"Default: {_plain(spec.default_doc or 'none')}.")
+            body = (
+                f"{_plain(spec.doc)} Valid: {_plain(spec.valid_text())}. Default: {_plain(spec.default_doc or 'none')}."
+            )
             out += textwrap.wrap(body, width=88, initial_indent="      ", subsequent_indent="      ")
     return "\n".join(out) + "\n"
 
@@ -136,15 +146,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m spark_zmq.options", description="The connector's options, generated from one table."
     )
     group = parser.add_mutually_exclusive_group(required=True)
-    group.add_argument("--markdown", choices=("source", "sink", "request", "all"), nargs="?", const="all",
-                       help="print the Markdown options table(s)")
+    group.add_argument(
+        "--markdown",
+        choices=("source", "sink", "request", "all"),
+        nargs="?",
+        const="all",
+        help="print the Markdown options table(s)",
+    )
     group.add_argument("--manual", action="store_true", help="print the plain-text manual (as help() shows it)")
     group.add_argument("--update-readme", metavar="README", help="rewrite the tables between the markers in README")
     group.add_argument("--check-readme", metavar="README", help="exit 1 if README's tables differ from the table")
-    group.add_argument("--write-docs", metavar="PAGE", nargs="?", const=OPTIONS_PAGE,
-                       help=f"write the options reference page (default {OPTIONS_PAGE})")
-    group.add_argument("--check-docs", metavar="PAGE", nargs="?", const=OPTIONS_PAGE,
-                       help=f"exit 1 if the options reference page (default {OPTIONS_PAGE}) differs from the table")
+    group.add_argument(
+        "--write-docs",
+        metavar="PAGE",
+        nargs="?",
+        const=OPTIONS_PAGE,
+        help=f"write the options reference page (default {OPTIONS_PAGE})",
+    )
+    group.add_argument(
+        "--check-docs",
+        metavar="PAGE",
+        nargs="?",
+        const=OPTIONS_PAGE,
+        help=f"exit 1 if the options reference page (default {OPTIONS_PAGE}) differs from the table",
+    )
     args = parser.parse_args(argv)
     if args.markdown:
         sides = SIDES if args.markdown == "all" else (args.markdown,)
@@ -157,8 +182,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif args.check_docs:
         with open(args.check_docs, encoding="utf-8") as f:
             if f.read() != options_page():
-                print(f"{args.check_docs} differs from the options table; run "
-                      f"python -m spark_zmq.options --write-docs {args.check_docs}", file=sys.stderr)
+                print(
+                    f"{args.check_docs} differs from the options table; run "
+                    f"python -m spark_zmq.options --write-docs {args.check_docs}",
+                    file=sys.stderr,
+                )
                 return 1
     elif args.update_readme:
         with open(args.update_readme, encoding="utf-8") as f:
@@ -170,7 +198,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             text = f.read()
         stale = [side for side in SIDES if readme_block(text, side) != markdown_table(side)]
         if stale:
-            print(f"{args.check_readme}: the {' and '.join(stale)} options table(s) differ from the generated ones; "
-                  f"run python -m spark_zmq.options --update-readme {args.check_readme}", file=sys.stderr)
+            print(
+                f"{args.check_readme}: the {' and '.join(stale)} options table(s) differ from the generated ones; "
+                f"run python -m spark_zmq.options --update-readme {args.check_readme}",
+                file=sys.stderr,
+            )
             return 1
     return 0

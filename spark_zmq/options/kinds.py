@@ -21,15 +21,22 @@ from ..patterns.endpoints import Endpoint, parse_endpoints, tcp_host_problem
 from ..patterns.tuning import SocketTuning
 from .spec import INT32_MAX, GiB, KiB, MiB, OptionError, OptionSpec, TiB, quote, show, show_bytes
 
-__all__ = ["PARSERS", "parse_endpoints_value", "parse_zmq_options", "READER_NAME_VALID", "reader_name_problem",
-           "is_wildcard_address"]
+__all__ = [
+    "PARSERS",
+    "parse_endpoints_value",
+    "parse_zmq_options",
+    "READER_NAME_VALID",
+    "reader_name_problem",
+    "is_wildcard_address",
+]
 
 _T = TypeVar("_T")
 
 #: what a duration's unit multiplies (``500ms``, ``5s``, ``1min``, ``1h``; none: seconds)
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
-_DURATION = re.compile(r"([+-]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9][0-9_]*)(?:[eE][+-]?[0-9]+)?)\s*([a-z]*)",
-                       re.ASCII | re.IGNORECASE)
+_DURATION = re.compile(
+    r"([+-]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9][0-9_]*)(?:[eE][+-]?[0-9]+)?)\s*([a-z]*)", re.ASCII | re.IGNORECASE
+)
 _UNITS = {"kib": KiB, "mib": MiB, "gib": GiB, "tib": TiB}
 _INTEGER = re.compile(r"[+-]?[0-9][0-9_]*", re.ASCII)
 _BYTES = re.compile(r"([+-]?[0-9][0-9_]*)\s*([KMGT]iB)?", re.ASCII | re.IGNORECASE)
@@ -48,8 +55,9 @@ def _range_error(spec: OptionSpec, raw: str) -> OptionError:
     else:
         bounds = f"from {show(spec.minimum)} to {show(spec.maximum)}"
     note = f" ({spec.range_note})" if spec.range_note else ""
-    return OptionError(f"option {spec.name!r} = {quote(raw)} is out of range; expected {what} {bounds}{note}",
-                       spec.name)
+    return OptionError(
+        f"option {spec.name!r} = {quote(raw)} is out of range; expected {what} {bounds}{note}", spec.name
+    )
 
 
 def _check_int_range(spec: OptionSpec, raw: str, value: int) -> int:
@@ -115,14 +123,19 @@ def _parse_duration(spec: OptionSpec, raw: str) -> float:
     if match is None or unit not in ("", *_DURATION_UNITS):
         raise OptionError(
             f"option {spec.name!r} = {quote(raw)} is not a duration; expected seconds as a number, or a number with "
-            f"a unit (ms, s, min, h), e.g. '5', '500ms', '5s', '1min'", spec.name,
+            f"a unit (ms, s, min, h), e.g. '5', '500ms', '5s', '1min'",
+            spec.name,
         )
     seconds = float(match.group(1).replace("_", "")) * _DURATION_UNITS.get(unit, 1.0)
-    if not math.isfinite(seconds) or seconds <= (spec.minimum or 0.0) or \
-            (spec.maximum is not None and seconds > spec.maximum):
+    if (
+        not math.isfinite(seconds)
+        or seconds <= (spec.minimum or 0.0)
+        or (spec.maximum is not None and seconds > spec.maximum)
+    ):
         raise OptionError(
             f"option {spec.name!r} = {quote(raw)} is out of range; expected more than 0 and at most "
-            f"{show(spec.maximum)} seconds", spec.name,
+            f"{show(spec.maximum)} seconds",
+            spec.name,
         )
     return seconds
 
@@ -217,8 +230,9 @@ def _refuse_unencodable(spec: OptionSpec, raw: str, text: str, what: str) -> Non
 def _parse_path(spec: OptionSpec, raw: str) -> str:
     text = raw.strip()
     if "\x00" in text:
-        raise OptionError(f"option {spec.name!r} = {quote(raw)} contains a NUL character; give an absolute path",
-                          spec.name)
+        raise OptionError(
+            f"option {spec.name!r} = {quote(raw)} contains a NUL character; give an absolute path", spec.name
+        )
     _refuse_unencodable(spec, raw, text, "a file name")
     path = os.path.expanduser(text)
     if not os.path.isabs(path):
@@ -263,8 +277,11 @@ def _parse_ports(spec: OptionSpec, raw: str) -> tuple[int, int]:
     first = int(match.group(1)) if match else 0
     last = int(match.group(2)) if match and match.group(2) else first
     if not match or not 1 <= first <= last <= 65535:
-        raise OptionError(f"option {spec.name!r} = {quote(raw)} is not a port or a port range; expected a TCP "
-                          "port from 1 to 65535 (e.g. '7100') or an inclusive range (e.g. '7100-7107')", spec.name)
+        raise OptionError(
+            f"option {spec.name!r} = {quote(raw)} is not a port or a port range; expected a TCP "
+            "port from 1 to 65535 (e.g. '7100') or an inclusive range (e.g. '7100-7107')",
+            spec.name,
+        )
     return first, last
 
 
@@ -280,8 +297,9 @@ def parse_zmq_options(spec: OptionSpec, opts: dict[str, str | None]) -> SocketTu
         raw = opts[key]
         name = known.get(key)
         if name is None:
-            raise OptionError(f"unknown {spec.side} option {quote(key)}: the socket options are "
-                              f"{', '.join(ZMQ_SOCKET_OPTIONS)}", key)
+            raise OptionError(
+                f"unknown {spec.side} option {quote(key)}: the socket options are {', '.join(ZMQ_SOCKET_OPTIONS)}", key
+            )
         if raw is None or not raw.strip():
             continue
         field_name, kind, _ = ZMQ_SOCKET_OPTIONS[name]
@@ -302,22 +320,31 @@ def _zmq_value(name: str, kind: str, raw: str) -> Any:
     because = f" ({why})" if why else ""
     if kind == "int":
         if not _INTEGER.fullmatch(text) or len(text) > 12 or not least <= int(text.replace("_", "")) <= most:
-            raise OptionError(f"option {name!r} = {quote(raw)} is not valid; expected an integer from {least} to "
-                              f"{_limit(most)}{because}", name)
+            raise OptionError(
+                f"option {name!r} = {quote(raw)} is not valid; expected an integer from {least} to "
+                f"{_limit(most)}{because}",
+                name,
+            )
         return int(text.replace("_", ""))
     unit = "milliseconds" if kind == "ms" else "seconds"
     match = _DURATION.fullmatch(text)
     suffix = match.group(2).lower() if match else ""
     if match is None or suffix not in ("", *_DURATION_UNITS):
-        raise OptionError(f"option {name!r} = {quote(raw)} is not a duration; expected a number of {unit} (as "
-                          f"libzmq takes it) or a number with a unit (ms, s, min, h), e.g. "
-                          f"{'250ms' if kind == 'ms' else '30s'!r}", name)
+        raise OptionError(
+            f"option {name!r} = {quote(raw)} is not a duration; expected a number of {unit} (as "
+            f"libzmq takes it) or a number with a unit (ms, s, min, h), e.g. "
+            f"{'250ms' if kind == 'ms' else '30s'!r}",
+            name,
+        )
     number = float(match.group(1).replace("_", ""))
     ms = number * (_DURATION_UNITS[suffix] * 1000 if suffix else (1 if kind == "ms" else 1000))
     value = ms if kind == "ms" else ms / 1000
     if not math.isfinite(value) or value != int(value) or not least <= value <= most:
-        raise OptionError(f"option {name!r} = {quote(raw)} is out of range; expected whole {unit}, from {least} to "
-                          f"{_limit(most)}{because}", name)
+        raise OptionError(
+            f"option {name!r} = {quote(raw)} is out of range; expected whole {unit}, from {least} to "
+            f"{_limit(most)}{because}",
+            name,
+        )
     return int(value)
 
 
@@ -356,7 +383,8 @@ def _parse_relays(spec: OptionSpec, raw: str) -> list[str]:
             raise OptionError(
                 f"option {spec.name!r}: {str(endpoint)!r} is not a relay address; expected the address a relay "
                 "listens on, e.g. 'tcp://relay-host:7000' or 'ipc:///run/spark-zmq/a.sock' (a query connects to "
-                "its relays)", spec.name,
+                "its relays)",
+                spec.name,
             )
         if endpoint.address in addresses:
             raise OptionError(f"option {spec.name!r}: relay {endpoint.address!r} is given twice", spec.name)
@@ -375,8 +403,10 @@ def reader_name_problem(name: object) -> str | None:
     """Why ``name`` is not a relay reader's name, or ``None`` when it is one."""
     if isinstance(name, str) and _READER_NAME.fullmatch(name):
         return None
-    return f"{quote(str(name)) if isinstance(name, str) else type(name).__name__} is not a reader name; expected " \
-           f"{READER_NAME_VALID} (e.g. 'dashboard')"
+    return (
+        f"{quote(str(name)) if isinstance(name, str) else type(name).__name__} is not a reader name; expected "
+        f"{READER_NAME_VALID} (e.g. 'dashboard')"
+    )
 
 
 def _parse_reader_name(spec: OptionSpec, raw: str) -> str:
@@ -389,15 +419,17 @@ def _parse_reader_name(spec: OptionSpec, raw: str) -> str:
 PARSERS["name"] = _parse_reader_name
 
 
-def parse_endpoints_value(spec: OptionSpec, raw: str | None, parsed: dict[str, Any],
-                          relays_raw: str | None = None) -> list[Endpoint]:
+def parse_endpoints_value(
+    spec: OptionSpec, raw: str | None, parsed: dict[str, Any], relays_raw: str | None = None
+) -> list[Endpoint]:
     """The ``endpoints`` option (``raw``, ``None`` when unset), checked against ``relays``
     and, for the default bind or connect, the ``pattern`` already in ``parsed``."""
     if spec.side == "source" and relays_raw is not None and relays_raw.strip():
         if raw is not None and raw.strip():
             raise OptionError(
                 "options 'endpoints' and 'relays' exclude each other: a query either receives on its own "
-                "endpoints or reads relays that receive for it", "relays",
+                "endpoints or reads relays that receive for it",
+                "relays",
             )
         return []
     if raw is None or not raw.strip():

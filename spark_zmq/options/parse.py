@@ -57,14 +57,19 @@ KAFKA_OPTIONS: dict[str, tuple[str | None, str]] = {
     "endingOffsets": (None, "a bounded read ends after 'maxMessages' or 'timeout' seconds of silence"),
     "endingTimestamp": (None, "a bounded read ends after 'maxMessages' or 'timeout' seconds of silence"),
     "endingOffsetsByTimestamp": (None, "a bounded read ends after 'maxMessages' or 'timeout' seconds of silence"),
-    "maxRecordsPerPartition": (None, "read tasks are cut by messages and bytes (docs/source.md, Read tasks); 'minPartitions' asks for more tasks"),
+    "maxRecordsPerPartition": (
+        None,
+        "read tasks are cut by messages and bytes (docs/source.md, Read tasks); 'minPartitions' asks for more tasks",
+    ),
     "kafkaConsumer.pollTimeoutMs": ("fetchTimeout", "how long a read task waits for a silent spool server"),
     "fetchOffset.numRetries": ("relayTimeout", "how long the driver waits for a silent relay"),
     "fetchOffset.retryIntervalMs": ("relayTimeout", "how long the driver waits for a silent relay"),
     "groupIdPrefix": ("relayReader", "with 'relays', the name a query reads a relay under, with its own position"),
     "kafka.group.id": ("relayReader", "with 'relays', the name a query reads a relay under, with its own position"),
-    "kafka.security.protocol": ("curveCertificate", "CURVE: 'curveCertificate', 'curveServerKey', "
-                                "'curveAuthorizedKeys'"),
+    "kafka.security.protocol": (
+        "curveCertificate",
+        "CURVE: 'curveCertificate', 'curveServerKey', 'curveAuthorizedKeys'",
+    ),
     "kafka.max.partition.fetch.bytes": ("maxBytesPerTrigger", "payload bytes per micro-batch at most"),
     "kafka.fetch.max.bytes": ("maxBytesPerTrigger", "payload bytes per micro-batch at most"),
     "kafka.max.request.size": ("maxMessageBytes", "the largest message accepted"),
@@ -109,8 +114,7 @@ def _check_known(options: Mapping[Any, Any], opts: dict[str, str | None], side: 
     if unknown:
         parts = [quote(name) + _suggestion(name, table) for name in unknown]
         raise OptionError(
-            f"unknown {side} option(s) {', '.join(parts)}; "
-            f"valid options: {', '.join(spec.name for spec in table)}",
+            f"unknown {side} option(s) {', '.join(parts)}; valid options: {', '.join(spec.name for spec in table)}",
             unknown[0],
         )
 
@@ -136,8 +140,7 @@ def parse_table(side: str, options: Mapping[Any, Any]) -> dict[str, Any]:
     for spec in table:
         if spec.only_for and pattern not in spec.only_for and parsed[spec.attr] not in (None, [], ()):
             raise OptionError(
-                f"option {spec.name!r} only applies to pattern {', '.join(map(repr, spec.only_for))}, "
-                f"not {pattern!r}",
+                f"option {spec.name!r} only applies to pattern {', '.join(map(repr, spec.only_for))}, not {pattern!r}",
                 spec.name,
             )
         if spec.only_formats and fmt not in spec.only_formats and parsed[spec.attr] not in (None, [], (), False):
@@ -154,15 +157,21 @@ def parse_table(side: str, options: Mapping[Any, Any]) -> dict[str, Any]:
         try:
             parse_address(parsed["metrics_address"])
         except ValueError:
-            raise OptionError(f"option 'metricsAddress' = {parsed['metrics_address']!r} is not valid: expected "
-                              "HOST:PORT, e.g. '0.0.0.0:9108' (port 0: any free port)", "metricsAddress") from None
+            raise OptionError(
+                f"option 'metricsAddress' = {parsed['metrics_address']!r} is not valid: expected "
+                "HOST:PORT, e.g. '0.0.0.0:9108' (port 0: any free port)",
+                "metricsAddress",
+            ) from None
     if parsed.get("relays") and parsed["curve_certificate"] is not None and parsed["curve_server_key"] is None:
         raise OptionError(
             "with option 'relays' the query is a CURVE client of its relays: give 'curveServerKey' (the relays' "
-            "public key) with 'curveCertificate', not 'curveAuthorizedKeys'", "curveServerKey",
+            "public key) with 'curveCertificate', not 'curveAuthorizedKeys'",
+            "curveServerKey",
         )
     if opts.get("relayreader") is not None and not parsed.get("relays"):
-        raise OptionError("option 'relayReader' names this query's reader on its relays: it needs option 'relays' "
-                          "(a query that receives on its own 'endpoints' has no relay to name itself to)",
-                          "relayReader")
+        raise OptionError(
+            "option 'relayReader' names this query's reader on its relays: it needs option 'relays' "
+            "(a query that receives on its own 'endpoints' has no relay to name itself to)",
+            "relayReader",
+        )
     return parsed

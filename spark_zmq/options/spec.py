@@ -14,8 +14,20 @@ from typing import Any
 
 from ..errors import SparkZmqError
 
-__all__ = ["OptionError", "OptionSpec", "Default", "KiB", "MiB", "GiB", "TiB", "INT32_MAX", "INT64_MAX",
-           "show", "show_bytes", "quote"]
+__all__ = [
+    "OptionError",
+    "OptionSpec",
+    "Default",
+    "KiB",
+    "MiB",
+    "GiB",
+    "TiB",
+    "INT32_MAX",
+    "INT64_MAX",
+    "show",
+    "show_bytes",
+    "quote",
+]
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -141,4 +153,3 @@ def quote(raw: str, limit: int = 60) -> str:
     """``repr(raw)``, shortened: an error message must stay readable whatever the value."""
     text = repr(raw)
     return text if len(text) <= limit else text[: limit - 4] + "...'"
-

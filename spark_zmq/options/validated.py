@@ -172,8 +172,10 @@ def _check_tables() -> None:
         defaults = {spec.attr: spec.default for spec in TABLES[side]}
         for f in fields(klass):
             if f.default is not MISSING and f.default != defaults[f.name]:
-                raise AssertionError(f"{klass.__name__}.{f.name} defaults to {f.default!r}, the {side} options "
-                                     f"table to {defaults[f.name]!r}")
+                raise AssertionError(
+                    f"{klass.__name__}.{f.name} defaults to {f.default!r}, the {side} options "
+                    f"table to {defaults[f.name]!r}"
+                )
 
 
 _check_tables()

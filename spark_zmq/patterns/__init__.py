@@ -73,9 +73,7 @@ def socket_for(pattern: str) -> type[PatternSocket]:
     try:
         return PATTERNS[pattern.lower()]
     except (KeyError, AttributeError):
-        raise ValueError(
-            f"unknown ZeroMQ pattern {pattern!r}; valid patterns: {', '.join(PATTERNS)}"
-        ) from None
+        raise ValueError(f"unknown ZeroMQ pattern {pattern!r}; valid patterns: {', '.join(PATTERNS)}") from None
 
 
 __all__ = [

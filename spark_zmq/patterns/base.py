@@ -108,8 +108,14 @@ class PatternSocket:
         """Validate what every pattern class takes (option names, endpoints, ``hwm``,
         ``max_message_bytes``, ``curve``); sets ``_endpoints`` and ``max_message_bytes``,
         returns ``(hwm, curve)``."""
-        checked = check_common(type(self).__name__, endpoints, hwm, options, self.default_bind,
-                               self.wire_class.extra_options + self._extra_options())
+        checked = check_common(
+            type(self).__name__,
+            endpoints,
+            hwm,
+            options,
+            self.default_bind,
+            self.wire_class.extra_options + self._extra_options(),
+        )
         self._endpoints: list[Endpoint] = checked.endpoints
         self.max_message_bytes: int | None = checked.max_message_bytes
         #: liveness of every connection (``heartbeat.Heartbeat``; the default is on)
@@ -294,9 +300,7 @@ class PatternSocket:
         self._check_recv(max_messages)
         return self._wire.receive_values(max_messages, timeout_deadline(timeout), max_bytes)
 
-    def recv_block(
-        self, max_messages: int, timeout: float | None = None, max_bytes: int | None = None
-    ) -> MessageBlock:
+    def recv_block(self, max_messages: int, timeout: float | None = None, max_bytes: int | None = None) -> MessageBlock:
         """Like ``recv_values``, the values joined in one ``MessageBlock``: the receivers'
         fast path (the engine's runs of frames reach it without an object per message)."""
         self._check_recv(max_messages)

@@ -35,8 +35,13 @@ _LOGGED_PEERS = 1000
 _NOBLOCK = int(zmq.NOBLOCK)
 
 
-def recv_bounded(sock: zmq.Socket[Any], max_frames: int, max_bytes: int | None,
-                 flags: int = _NOBLOCK, more: Callable[[], int] | None = None) -> tuple[list[Any], zmq.Frame, str]:
+def recv_bounded(
+    sock: zmq.Socket[Any],
+    max_frames: int,
+    max_bytes: int | None,
+    flags: int = _NOBLOCK,
+    more: Callable[[], int] | None = None,
+) -> tuple[list[Any], zmq.Frame, str]:
     """One whole message, read frame by frame (``zmq.Again`` when none waits with
     ``NOBLOCK``): ``(frames, first, "")``, or ``(kept, first, why)`` when it has more than
     ``max_frames`` frames or more than ``max_bytes`` in all, ``kept`` then being the frames
@@ -88,16 +93,26 @@ class MessageBounds:
     ``owner`` names the receiver in log lines and errors (``"Client"``, ``"worker"``);
     ``frames_option``/``bytes_option`` name the options that set the bounds, for errors."""
 
-    def __init__(self, owner: str, max_frames: int = MAX_FRAMES, max_bytes: int | None = None, *,
-                 frames_option: str = "max_frames", bytes_option: str = "max_message_bytes",
-                 logger: logging.Logger | None = None) -> None:
+    def __init__(
+        self,
+        owner: str,
+        max_frames: int = MAX_FRAMES,
+        max_bytes: int | None = None,
+        *,
+        frames_option: str = "max_frames",
+        bytes_option: str = "max_message_bytes",
+        logger: logging.Logger | None = None,
+    ) -> None:
         if isinstance(max_frames, bool) or not isinstance(max_frames, int) or max_frames < 1:
-            raise ValueError(f"option {frames_option!r} of {owner} must be a positive integer (frames a received "
-                             f"message may have), got {max_frames!r}")
-        if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(max_bytes, int)
-                                      or max_bytes < 1):
-            raise ValueError(f"option {bytes_option!r} of {owner} must be a positive integer (bytes a received "
-                             f"message may take over all its frames), got {max_bytes!r}")
+            raise ValueError(
+                f"option {frames_option!r} of {owner} must be a positive integer (frames a received "
+                f"message may have), got {max_frames!r}"
+            )
+        if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1):
+            raise ValueError(
+                f"option {bytes_option!r} of {owner} must be a positive integer (bytes a received "
+                f"message may take over all its frames), got {max_bytes!r}"
+            )
         self.owner = owner
         self.max_frames = max_frames
         self.max_bytes = max_bytes
@@ -135,5 +150,9 @@ class MessageBounds:
         self.oversize += 1
         if peer not in self._logged and len(self._logged) < _LOGGED_PEERS:
             self._logged.add(peer)
-            self._log.warning("%s: dropped a message from peer %s: %s (further ones of this peer are counted, "
-                              "not logged)", self.owner, peer, why)
+            self._log.warning(
+                "%s: dropped a message from peer %s: %s (further ones of this peer are counted, not logged)",
+                self.owner,
+                peer,
+                why,
+            )

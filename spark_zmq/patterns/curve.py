@@ -222,4 +222,3 @@ def secure_context() -> zmq.Context[Any]:
         if _secure_context is None:
             _secure_context = zmq.Context()
         return _secure_context
-

@@ -58,9 +58,11 @@ def _z85_key(text: bytes, what: str, option: str | None) -> bytes:
     return bytes(text)
 
 
-_AUTHORIZED_HELP = ("give a set of the clients' Z85 public keys (40 characters each, e.g. "
-                    f"frozenset({{keys.public_key}})) or {ANY_KEY!r} (ANY_KEY) to accept any client key; "
-                    "load_authorized_keys(directory) reads the certificates of a directory ('*.key', or CZMQ's)")
+_AUTHORIZED_HELP = (
+    "give a set of the clients' Z85 public keys (40 characters each, e.g. "
+    f"frozenset({{keys.public_key}})) or {ANY_KEY!r} (ANY_KEY) to accept any client key; "
+    "load_authorized_keys(directory) reads the certificates of a directory ('*.key', or CZMQ's)"
+)
 
 
 def _shown(text: bytes) -> str:
@@ -79,27 +81,38 @@ def check_authorized(value: object) -> str | frozenset[bytes]:
         if value == ANY_KEY:
             return ANY_KEY
         # the text itself is not shown: it could be a key, even a secret one
-        raise CurveError(f"Curve: authorized is a string other than {ANY_KEY!r} ({len(value)} characters, not "
-                         f"shown); the only string accepted is {ANY_KEY!r}. "
-                         f"{_AUTHORIZED_HELP[0].upper()}{_AUTHORIZED_HELP[1:]}", option)
+        raise CurveError(
+            f"Curve: authorized is a string other than {ANY_KEY!r} ({len(value)} characters, not "
+            f"shown); the only string accepted is {ANY_KEY!r}. "
+            f"{_AUTHORIZED_HELP[0].upper()}{_AUTHORIZED_HELP[1:]}",
+            option,
+        )
     if isinstance(value, (bytes, bytearray, memoryview)):
-        raise CurveError(f"Curve: authorized is a single {type(value).__name__} value, not a set of keys; "
-                         f"{_AUTHORIZED_HELP}", option)
+        raise CurveError(
+            f"Curve: authorized is a single {type(value).__name__} value, not a set of keys; {_AUTHORIZED_HELP}", option
+        )
     if not isinstance(value, (set, frozenset, list, tuple)):
-        raise CurveError(f"Curve: authorized must be a set of Z85 public keys or {ANY_KEY!r}, not of type "
-                         f"{type(value).__name__}; {_AUTHORIZED_HELP}", option)
+        raise CurveError(
+            f"Curve: authorized must be a set of Z85 public keys or {ANY_KEY!r}, not of type "
+            f"{type(value).__name__}; {_AUTHORIZED_HELP}",
+            option,
+        )
     keys = set()
     for entry in value:
         if isinstance(entry, str):
             text = entry.encode("ascii", "replace")
             if not entry.isascii():  # "?" for each other character could make valid Z85
-                raise CurveError(f"Curve: the authorized key {_shown(text)} is not a CURVE key: it is not ASCII "
-                                 "(Z85 text)", option)
+                raise CurveError(
+                    f"Curve: the authorized key {_shown(text)} is not a CURVE key: it is not ASCII (Z85 text)", option
+                )
         elif isinstance(entry, (bytes, bytearray, memoryview)):
             text = bytes(entry)
         else:
-            raise CurveError(f"Curve: authorized holds a value of type {type(entry).__name__}, not a Z85 public key "
-                             "(40 characters of text)", option)
+            raise CurveError(
+                f"Curve: authorized holds a value of type {type(entry).__name__}, not a Z85 public key "
+                "(40 characters of text)",
+                option,
+            )
         keys.add(_z85_key(text, f"Curve: the authorized key {_shown(text)}", option))
     return frozenset(keys)
 
@@ -115,7 +128,8 @@ def _read_certificate(path: str, option: str | None) -> tuple[bytes, bytes | Non
     if info.st_size > _MAX_CERTIFICATE_BYTES:
         raise CurveError(
             f"{path!r} is {info.st_size} bytes, too large for a certificate file (a ZeroMQ certificate is a few "
-            "hundred bytes: make one with 'spark-zmq keygen NAME')", option,
+            "hundred bytes: make one with 'spark-zmq keygen NAME')",
+            option,
         )
     try:
         public, secret = zmq.auth.load_certificate(path)
@@ -124,7 +138,8 @@ def _read_certificate(path: str, option: str | None) -> tuple[bytes, bytes | Non
     except (ValueError, IndexError):
         raise CurveError(
             f"{path!r} is not a ZeroMQ certificate file (no 'public-key = \"...\"' line); make one with "
-            "'spark-zmq keygen NAME', pyzmq's zmq.auth.create_certificates or CZMQ's zcert", option,
+            "'spark-zmq keygen NAME', pyzmq's zmq.auth.create_certificates or CZMQ's zcert",
+            option,
         ) from None
     public = _z85_key(public, f"the public key in {path!r}", option)
     if secret is not None:
@@ -138,11 +153,13 @@ def load_secret_certificate(path: str, option: str | None = "curveCertificate") 
     if secret is None:
         raise CurveError(
             f"{path!r} holds only a public key; this option needs the secret certificate "
-            f"(the '.key_secret' file of the pair, e.g. {os.path.basename(path) + '_secret'!r})", option,
+            f"(the '.key_secret' file of the pair, e.g. {os.path.basename(path) + '_secret'!r})",
+            option,
         )
     if zmq.curve_public(secret) != public:
-        raise CurveError(f"the secret certificate {path!r} is inconsistent: its public key does not match its "
-                         "secret key", option)
+        raise CurveError(
+            f"the secret certificate {path!r} is inconsistent: its public key does not match its secret key", option
+        )
     return public, secret
 
 
@@ -152,9 +169,7 @@ def load_public_key(value: str, option: str | None = "curveServerKey") -> bytes:
     if len(text) == _Z85_KEY_LEN and not os.path.exists(text):
         return _z85_key(text.encode("ascii", "replace"), f"{text!r}", option)
     if not os.path.exists(text):
-        raise CurveError(
-            f"{value!r} is neither a 40-character Z85 public key nor an existing certificate file", option
-        )
+        raise CurveError(f"{value!r} is neither a 40-character Z85 public key nor an existing certificate file", option)
     return _read_certificate(text, option)[0]
 
 
@@ -185,7 +200,8 @@ def load_authorized_keys(value: str, option: str | None = "curveAuthorizedKeys")
     if not os.path.isdir(text):
         raise CurveError(
             f"{value!r} is not a directory; give a directory of public certificate files ('*.key', or CZMQ's "
-            "certificates) or '*' to accept any client key", option,
+            "certificates) or '*' to accept any client key",
+            option,
         )
     try:
         pyzmq, czmq = _certificate_store(text)
@@ -201,7 +217,8 @@ def load_authorized_keys(value: str, option: str | None = "curveAuthorizedKeys")
         raise CurveError(
             f"the directory {value!r} holds no public certificate file ('*.key', as 'spark-zmq keygen' and pyzmq "
             "write them, or a CZMQ certificate such as 'client.cert'), so no client could connect; copy the "
-            "clients' public certificates there, or give '*' to accept any client key", option,
+            "clients' public certificates there, or give '*' to accept any client key",
+            option,
         )
     return frozenset(keys)
 
@@ -240,4 +257,3 @@ class KeyPair:
     @classmethod
     def from_certificate(cls, path: str, option: str | None = "curveCertificate") -> KeyPair:
         return cls(*load_secret_certificate(path, option))
-

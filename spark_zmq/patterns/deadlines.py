@@ -29,7 +29,15 @@ from collections.abc import Callable
 
 from ..errors import SparkZmqError
 
-__all__ = ["WAIT_SLICE_S", "IDLE_SLICE_S", "SendTimeoutError", "SocketClosedError", "SocketState", "first_slice", "next_slice"]
+__all__ = [
+    "WAIT_SLICE_S",
+    "IDLE_SLICE_S",
+    "SendTimeoutError",
+    "SocketClosedError",
+    "SocketState",
+    "first_slice",
+    "next_slice",
+]
 
 #: a blocked call's first look waits at most this long (seconds), and a wait nothing wakes
 #: (a send backing off) re-checks this often
@@ -96,8 +104,7 @@ def first_slice(deadline: float | None) -> float:
     return min(WAIT_SLICE_S, max(0.0, deadline - time.monotonic()))
 
 
-def next_slice(deadline: float | None, check: Callable[[], None],
-               slice_s: float = WAIT_SLICE_S) -> float | None:
+def next_slice(deadline: float | None, check: Callable[[], None], slice_s: float = WAIT_SLICE_S) -> float | None:
     """After a look that found nothing: ``check()`` (it raises ``SocketClosedError`` when
     the socket is closing), then ``None`` when ``deadline`` (monotonic seconds; ``None``:
     no limit) has passed, else how long to wait before looking again (at most a slice)."""

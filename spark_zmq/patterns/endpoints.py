@@ -24,8 +24,7 @@ from typing import Any
 
 import zmq
 
-__all__ = ["Endpoint", "parse_endpoints", "EndpointsSpec", "check_ipc_bind", "tcp_host_problem", "attach",
-           "bind_error"]
+__all__ = ["Endpoint", "parse_endpoints", "EndpointsSpec", "check_ipc_bind", "tcp_host_problem", "attach", "bind_error"]
 
 _TRANSPORTS = ("tcp", "ipc", "inproc")
 _VALID_FORMS = (
@@ -103,8 +102,7 @@ def _parse_one(text: str, default_bind: bool) -> Endpoint:
         match = _TCP_ADDRESS.match(rest)
         if match is None:
             raise ValueError(
-                f"invalid ZeroMQ endpoint {text.strip()!r}: a tcp endpoint is tcp://HOST:PORT; "
-                f"expected {_VALID_FORMS}"
+                f"invalid ZeroMQ endpoint {text.strip()!r}: a tcp endpoint is tcp://HOST:PORT; expected {_VALID_FORMS}"
             )
         port = match.group("port")
         if port == "*":
@@ -114,9 +112,7 @@ def _parse_one(text: str, default_bind: bool) -> Endpoint:
                     "only makes sense when binding ('@tcp://HOST:*')"
                 )
         elif not 0 < int(port) < 65536:
-            raise ValueError(
-                f"invalid ZeroMQ endpoint {text.strip()!r}: port {port} is outside 1..65535"
-            )
+            raise ValueError(f"invalid ZeroMQ endpoint {text.strip()!r}: port {port} is outside 1..65535")
         if match.group("host") == "*" and not bind:
             raise ValueError(
                 f"invalid ZeroMQ endpoint {text.strip()!r}: host '*' (all interfaces) only "
@@ -141,9 +137,7 @@ def parse_endpoints(spec: EndpointsSpec, *, default_bind: bool) -> list[Endpoint
     elif isinstance(spec, Sequence):
         parts = [p for item in spec for p in str(item).split(",")]
     else:
-        raise TypeError(
-            f"endpoints must be a string or a sequence of strings, not {type(spec).__name__}"
-        )
+        raise TypeError(f"endpoints must be a string or a sequence of strings, not {type(spec).__name__}")
     endpoints = [_parse_one(p, default_bind) for p in parts if p.strip()]
     if not endpoints:
         raise ValueError(f"no ZeroMQ endpoint given (got {spec!r}): expected {_VALID_FORMS}")
@@ -221,6 +215,7 @@ def attach(sock: zmq.Socket[Any], endpoint: Endpoint, owner: str) -> str | None:
     except zmq.ZMQError as exc:
         raise OSError(exc.errno, f"cannot connect {owner} to {endpoint.address!r}: {exc.strerror}") from exc
     return None
+
 
 def _socket_file_in_use(path: str) -> bool:
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

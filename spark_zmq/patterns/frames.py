@@ -46,8 +46,7 @@ def as_frame(data: Any, what: str) -> Message:
             f"encode it first, e.g. {data[:20]!r}.encode()"
         )
     raise TypeError(
-        f"{what} must be bytes-like (bytes, bytearray, memoryview), "
-        f"not {type(data).__name__} {short_repr(data)}"
+        f"{what} must be bytes-like (bytes, bytearray, memoryview), not {type(data).__name__} {short_repr(data)}"
     )
 
 
@@ -59,8 +58,7 @@ def frame_len(frame: Message) -> int:
 def too_large(size: int, limit: int) -> ValueError:
     """The error for a frame of ``size`` bytes on a socket whose ``max_message_bytes`` is ``limit``."""
     return ValueError(
-        f"message of {size} bytes exceeds max_message_bytes="
-        f"{limit}; peers with the same limit would disconnect"
+        f"message of {size} bytes exceeds max_message_bytes={limit}; peers with the same limit would disconnect"
     )
 
 
@@ -106,8 +104,7 @@ def topic_bytes(topic: object, option: str = "topics") -> bytes:
     if isinstance(topic, (bytes, bytearray, memoryview)):
         return bytes(topic)
     raise TypeError(
-        f"{option} entries must be str or bytes (a subscription prefix), "
-        f"not {type(topic).__name__} {short_repr(topic)}"
+        f"{option} entries must be str or bytes (a subscription prefix), not {type(topic).__name__} {short_repr(topic)}"
     )
 
 

@@ -33,22 +33,33 @@ def _failure_text(event: int, value: int, is_server: bool, curve: bool = True) -
         return f"the server refused this side's CURVE certificate (ZAP status {value}: not among its authorized keys)"
     if event == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
         if value == zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH:
-            return ("the peer does not use this socket's security mechanism (CURVE on one side only?)" if is_server
-                    else "the server does not use CURVE (security mechanism mismatch)")
+            return (
+                "the peer does not use this socket's security mechanism (CURVE on one side only?)"
+                if is_server
+                else "the server does not use CURVE (security mechanism mismatch)"
+            )
         if value in (zmq.PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC, zmq.PROTOCOL_ERROR_ZMTP_KEY_EXCHANGE):
-            return ("a peer failed the CURVE key exchange" if is_server else
-                    "the CURVE key exchange failed: curveServerKey is not the server's public key")
+            return (
+                "a peer failed the CURVE key exchange"
+                if is_server
+                else "the CURVE key exchange failed: curveServerKey is not the server's public key"
+            )
         if value == zmq.PROTOCOL_ERROR_ZMTP_INVALID_METADATA:
             return "the peer's socket type cannot talk to this socket (e.g. a PUB where a GATHER or PULL belongs)"
         return f"ZMTP protocol error {value:#x} during the handshake"
     if value == errno.ETIMEDOUT:
         return "a peer did not complete the handshake in time (handshake_ivl), and was disconnected"
     if not curve:
-        return ("the peer closed the connection during the handshake: not a ZeroMQ peer, or one that does not "
-                "accept this socket type")
-    return ("a peer dropped the connection during the handshake (a client without CURVE, or not a ZeroMQ peer)"
-            if is_server else "the server closed the connection during the handshake (is curveServerKey the server's "
-            "public key, and does the server use CURVE?)")
+        return (
+            "the peer closed the connection during the handshake: not a ZeroMQ peer, or one that does not "
+            "accept this socket type"
+        )
+    return (
+        "a peer dropped the connection during the handshake (a client without CURVE, or not a ZeroMQ peer)"
+        if is_server
+        else "the server closed the connection during the handshake (is curveServerKey the server's "
+        "public key, and does the server use CURVE?)"
+    )
 
 
 _monitor_ids = itertools.count(1)
@@ -123,5 +134,9 @@ class HandshakeWatch:
         self.last_rejection = f"{text} at {endpoint}"
         if (endpoint, text) not in self._logged and len(self._logged) < 1000:
             self._logged.add((endpoint, text))
-            log.warning("%s%s: rejected handshake: %s (further ones are counted, not logged)",
-                        self.label + " " if self.label else "", endpoint, text)
+            log.warning(
+                "%s%s: rejected handshake: %s (further ones are counted, not logged)",
+                self.label + " " if self.label else "",
+                endpoint,
+                text,
+            )

@@ -61,14 +61,23 @@ class Heartbeat:
     def __post_init__(self) -> None:
         for name, low_ok in (("interval", True), ("timeout", False), ("ttl", True)):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-                    or value < 0 or (value == 0 and not low_ok) or value > MAX_HEARTBEAT_S:
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not math.isfinite(value)
+                or value < 0
+                or (value == 0 and not low_ok)
+                or value > MAX_HEARTBEAT_S
+            ):
                 zero = ">= 0" if low_ok else "> 0"
-                raise ValueError(f"heartbeat {name} must be a number of seconds {zero} and <= {MAX_HEARTBEAT_S:g}, "
-                                 f"not {value!r}")
+                raise ValueError(
+                    f"heartbeat {name} must be a number of seconds {zero} and <= {MAX_HEARTBEAT_S:g}, not {value!r}"
+                )
         if self.ttl > MAX_TTL_S:
-            raise ValueError(f"heartbeat ttl must be <= {MAX_TTL_S} s (a PING carries it in 16 bits of "
-                             f"deciseconds), not {self.ttl!r}")
+            raise ValueError(
+                f"heartbeat ttl must be <= {MAX_TTL_S} s (a PING carries it in 16 bits of "
+                f"deciseconds), not {self.ttl!r}"
+            )
 
     @property
     def enabled(self) -> bool:
@@ -116,8 +125,12 @@ class Heartbeat:
             return
         idle, intvl, count = self.keepalive
         options = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)]
-        for name, value in (("TCP_KEEPIDLE", idle), ("TCP_KEEPINTVL", intvl), ("TCP_KEEPCNT", count),
-                            ("TCP_USER_TIMEOUT", self._ms(self.timeout))):
+        for name, value in (
+            ("TCP_KEEPIDLE", idle),
+            ("TCP_KEEPINTVL", intvl),
+            ("TCP_KEEPCNT", count),
+            ("TCP_USER_TIMEOUT", self._ms(self.timeout)),
+        ):
             if hasattr(socket, name):
                 options.append((socket.IPPROTO_TCP, getattr(socket, name), value))
         for level, option, value in options:
@@ -148,6 +161,8 @@ def heartbeat_option(value: Heartbeat | None) -> Heartbeat:
     if value is None:
         return DEFAULT_HEARTBEAT
     if not isinstance(value, Heartbeat):
-        raise TypeError(f"option 'heartbeat' must be a spark_zmq.patterns.Heartbeat (or None for the default "
-                        f"{DEFAULT_HEARTBEAT}), not {type(value).__name__}")
+        raise TypeError(
+            f"option 'heartbeat' must be a spark_zmq.patterns.Heartbeat (or None for the default "
+            f"{DEFAULT_HEARTBEAT}), not {type(value).__name__}"
+        )
     return value

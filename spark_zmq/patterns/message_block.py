@@ -27,7 +27,7 @@ BytesLike = bytes | bytearray | memoryview
 def _slices(data: BytesLike, offsets: np.ndarray) -> list[bytes]:
     """One ``bytes`` per message of ``data`` cut at ``offsets``."""
     whole, ends = bytes(data), offsets.tolist()
-    return [whole[ends[j]:ends[j + 1]] for j in range(len(ends) - 1)]
+    return [whole[ends[j] : ends[j + 1]] for j in range(len(ends) - 1)]
 
 
 def _ends(values: Sequence[BytesLike], base: int = 0) -> np.ndarray:
@@ -54,8 +54,7 @@ class MessageRun:
         """The first ``k`` messages (``0 < k < count``) and the rest, without copying bodies."""
         cut = int(self.offsets[k])
         view = memoryview(self.data)
-        return (MessageRun(view[:cut], self.offsets[: k + 1]),
-                MessageRun(view[cut:], self.offsets[k:] - cut))
+        return (MessageRun(view[:cut], self.offsets[: k + 1]), MessageRun(view[cut:], self.offsets[k:] - cut))
 
     def fitting(self, max_bytes: int) -> int:
         """How many leading messages fit in ``max_bytes`` (at least one)."""

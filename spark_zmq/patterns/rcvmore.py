@@ -78,8 +78,9 @@ def rcvmore_check(sock: zmq.Socket[Any]) -> Callable[[], int]:
     # The same library and socket? Read an int option both ways before trusting it.
     kind = ctypes.c_int(-1)
     kind_size = ctypes.c_size_t(ctypes.sizeof(kind))
-    if getsockopt(handle, ctypes.c_int(zmq.TYPE.value), ctypes.byref(kind), ctypes.byref(kind_size)) != 0 \
-            or kind.value != sock.get(zmq.TYPE):
+    if getsockopt(
+        handle, ctypes.c_int(zmq.TYPE.value), ctypes.byref(kind), ctypes.byref(kind_size)
+    ) != 0 or kind.value != sock.get(zmq.TYPE):
         log.debug("spark-zmq: libzmq found by path disagrees with pyzmq; RCVMORE via pyzmq")
         return fallback
     return rcvmore

@@ -23,8 +23,12 @@ _NOBLOCK = int(zmq.NOBLOCK)
 
 
 def recv_values_from(
-    sock: zmq.Socket[Any], more: Callable[[], int], max_messages: int, max_bytes: int | None,
-    wait: Callable[[], None], discard_multipart: Callable[[], None] | None = None,
+    sock: zmq.Socket[Any],
+    more: Callable[[], int],
+    max_messages: int,
+    max_bytes: int | None,
+    wait: Callable[[], None],
+    discard_multipart: Callable[[], None] | None = None,
 ) -> tuple[list[bytes], list[bytes | None] | None]:
     """Up to ``max_messages`` messages (and about ``max_bytes`` of values, at least one
     message) from ``sock``: ``wait()`` until the first arrives (it raises ``TimeoutError``

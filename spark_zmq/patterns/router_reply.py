@@ -51,5 +51,9 @@ class ReplyDrops:
         now = time.monotonic()
         if self._logged is None or now - self._logged >= LOG_EVERY_S:
             self._logged = now
-            self._log.warning("%s: dropped a reply to a peer that reads none of those queued for it, or is gone "
-                              "(%d dropped so far; a client that reads again resends)", self.owner, self.count)
+            self._log.warning(
+                "%s: dropped a reply to a peer that reads none of those queued for it, or is gone "
+                "(%d dropped so far; a client that reads again resends)",
+                self.owner,
+                self.count,
+            )

@@ -79,7 +79,6 @@ class ZmtpPatternSocket(PatternSocket):
         return self._engine_wire.discarded_multipart
 
 
-
 class Scatter(ZmtpPatternSocket):
     """Thread-safe round-robin sender of single-part messages to GATHER (and PULL) peers.
     Connects by default."""

@@ -116,7 +116,11 @@ class CommonOptions(NamedTuple):
 
 
 def check_common(
-    owner: str, endpoints: EndpointsSpec, hwm: int | None, options: dict[str, Any], default_bind: bool,
+    owner: str,
+    endpoints: EndpointsSpec,
+    hwm: int | None,
+    options: dict[str, Any],
+    default_bind: bool,
     extra_options: Iterable[str] = (),
 ) -> CommonOptions:
     """Validate what every pattern class takes (option names, endpoints, ``hwm``,
@@ -158,8 +162,7 @@ def check_linger(value: Any) -> int:
     """ZMQ_LINGER: ``-1`` (wait forever), ``0`` (discard at once) or milliseconds."""
     if isinstance(value, bool) or not isinstance(value, int) or value < -1:
         raise ValueError(
-            f"option 'linger' must be an integer number of milliseconds >= 0, or -1 to wait "
-            f"forever, got {value!r}"
+            f"option 'linger' must be an integer number of milliseconds >= 0, or -1 to wait forever, got {value!r}"
         )
     return value
 
@@ -176,7 +179,10 @@ def timeout_deadline(timeout: float | None) -> float | None:
 
 
 def set_common_options(
-    sock: zmq.Socket[Any], options: dict[str, Any], hwm: int | None, max_message_bytes: int | None,
+    sock: zmq.Socket[Any],
+    options: dict[str, Any],
+    hwm: int | None,
+    max_message_bytes: int | None,
     default_linger_ms: int,
 ) -> None:
     """Give ``sock`` (before bind/connect) the libzmq options of ``COMMON_OPTIONS``: linger,

@@ -47,8 +47,13 @@ class SocketTuning:
         """``options`` of an engine socket (``ZmtpPatternSocket``) with what is given here
         in their place: reconnect and handshake intervals, kernel buffers, immediate."""
         out = dict(options)
-        for name, key in (("reconnect_ivl_ms", "reconnect_ivl"), ("handshake_ivl_ms", "handshake_ivl"),
-                          ("sndbuf", "sndbuf"), ("rcvbuf", "rcvbuf"), ("immediate", "immediate")):
+        for name, key in (
+            ("reconnect_ivl_ms", "reconnect_ivl"),
+            ("handshake_ivl_ms", "handshake_ivl"),
+            ("sndbuf", "sndbuf"),
+            ("rcvbuf", "rcvbuf"),
+            ("immediate", "immediate"),
+        ):
             if getattr(self, name) is not None:
                 out[key] = getattr(self, name)
         return out
@@ -56,8 +61,11 @@ class SocketTuning:
     def tcp_options(self) -> list[tuple[int, int, int]]:
         """The keepalive settings for one of the engine's TCP sockets (after the heartbeat's)."""
         out = []
-        for name, opt in (("tcp_keepalive_idle_s", "TCP_KEEPIDLE"), ("tcp_keepalive_intvl_s", "TCP_KEEPINTVL"),
-                          ("tcp_keepalive_cnt", "TCP_KEEPCNT")):
+        for name, opt in (
+            ("tcp_keepalive_idle_s", "TCP_KEEPIDLE"),
+            ("tcp_keepalive_intvl_s", "TCP_KEEPINTVL"),
+            ("tcp_keepalive_cnt", "TCP_KEEPCNT"),
+        ):
             if getattr(self, name) is not None and hasattr(socket, opt):
                 out.append((socket.IPPROTO_TCP, getattr(socket, opt), int(getattr(self, name))))
         if out:
@@ -71,8 +79,14 @@ class SocketTuning:
 
 #: each field's libzmq option
 _LIBZMQ = {
-    "reconnect_ivl_ms": zmq.RECONNECT_IVL, "reconnect_ivl_max_ms": zmq.RECONNECT_IVL_MAX,
-    "handshake_ivl_ms": zmq.HANDSHAKE_IVL, "ipv6": zmq.IPV6, "immediate": zmq.IMMEDIATE,
-    "tcp_keepalive_idle_s": zmq.TCP_KEEPALIVE_IDLE, "tcp_keepalive_intvl_s": zmq.TCP_KEEPALIVE_INTVL,
-    "tcp_keepalive_cnt": zmq.TCP_KEEPALIVE_CNT, "sndbuf": zmq.SNDBUF, "rcvbuf": zmq.RCVBUF,
+    "reconnect_ivl_ms": zmq.RECONNECT_IVL,
+    "reconnect_ivl_max_ms": zmq.RECONNECT_IVL_MAX,
+    "handshake_ivl_ms": zmq.HANDSHAKE_IVL,
+    "ipv6": zmq.IPV6,
+    "immediate": zmq.IMMEDIATE,
+    "tcp_keepalive_idle_s": zmq.TCP_KEEPALIVE_IDLE,
+    "tcp_keepalive_intvl_s": zmq.TCP_KEEPALIVE_INTVL,
+    "tcp_keepalive_cnt": zmq.TCP_KEEPALIVE_CNT,
+    "sndbuf": zmq.SNDBUF,
+    "rcvbuf": zmq.RCVBUF,
 }

@@ -46,11 +46,22 @@ class ChildConfig:
 
     def to_json(self) -> bytes:
         """One line of JSON (secret keys included: it goes down a pipe, never on a command line)."""
-        return json.dumps({
-            "ingest": self.ingest.to_dict(), "listen": self.listen,
-            "server_keys": [self.server_keys.public_key.decode("ascii"), self.server_keys.secret_key.decode("ascii")],
-            "client_public": self.client_public.decode("ascii"), "parent": self.parent, "linger_s": self.linger_s,
-        }).encode() + b"\n"
+        return (
+            json.dumps(
+                {
+                    "ingest": self.ingest.to_dict(),
+                    "listen": self.listen,
+                    "server_keys": [
+                        self.server_keys.public_key.decode("ascii"),
+                        self.server_keys.secret_key.decode("ascii"),
+                    ],
+                    "client_public": self.client_public.decode("ascii"),
+                    "parent": self.parent,
+                    "linger_s": self.linger_s,
+                }
+            ).encode()
+            + b"\n"
+        )
 
     @classmethod
     def from_json(cls, line: bytes) -> ChildConfig:
@@ -87,8 +98,14 @@ def _seconds(value: Any) -> float:
     return float(value)
 
 
-_FIELDS = {"ingest": IngestConfig.from_dict, "listen": _endpoints, "server_keys": _key_pair,
-           "client_public": _key, "parent": positive_int, "linger_s": _seconds}
+_FIELDS = {
+    "ingest": IngestConfig.from_dict,
+    "listen": _endpoints,
+    "server_keys": _key_pair,
+    "client_public": _key,
+    "parent": positive_int,
+    "linger_s": _seconds,
+}
 
 
 def main() -> int:
@@ -96,8 +113,15 @@ def main() -> int:
         # one line: stdin stays open after it, and its end of file is the parent's end
         config = ChildConfig.from_json(sys.stdin.buffer.readline())
         listen_curve = Curve.server(config.server_keys, frozenset({config.client_public}))
-        return serve(config.ingest, config.listen, listen_curve, parent_pid=config.parent,
-                     start_receivers=False, linger_s=config.linger_s, parent_pipe=sys.stdin.buffer)
+        return serve(
+            config.ingest,
+            config.listen,
+            listen_curve,
+            parent_pid=config.parent,
+            start_receivers=False,
+            linger_s=config.linger_s,
+            parent_pipe=sys.stdin.buffer,
+        )
     except Exception as exc:  # a bad config, a bind error, a locked spool: the reason, for the parent  # noqa: BLE001
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         return 1

@@ -52,9 +52,17 @@ class RelayClient:
     """Control requests to the relay at ``address`` as reader ``reader`` (option
     ``relayReader``), under ``session``'s lease of that name."""
 
-    def __init__(self, address: str, session: str, *, curve: Curve | None = None, timeout_s: float = 30.0,
-                 label: str | None = None, watch: Callable[[], None] | None = None,
-                 reader: str = "default") -> None:
+    def __init__(
+        self,
+        address: str,
+        session: str,
+        *,
+        curve: Curve | None = None,
+        timeout_s: float = 30.0,
+        label: str | None = None,
+        watch: Callable[[], None] | None = None,
+        reader: str = "default",
+    ) -> None:
         self.address = address
         self.reader = reader
         #: called before each (re)send; raises when the relay is known to be gone (a receiver
@@ -72,8 +80,9 @@ class RelayClient:
         on an error reply, an answer it cannot read, or silence for ``timeout_s``;
         ``RelayBusyError`` when another query holds the lease)."""
         op = request.op.value
-        answer = self._exchange(op, lambda request_id: Envelope(request, self.reader, self.session,
-                                                                request_id).to_wire(), timeout_s)
+        answer = self._exchange(
+            op, lambda request_id: Envelope(request, self.reader, self.session, request_id).to_wire(), timeout_s
+        )
         try:
             return request.answer(answer)
         except ProtocolMismatch as exc:
@@ -86,11 +95,13 @@ class RelayClient:
         JSON object (``RelayError`` on an error reply or silence for ``timeout_s``,
         ``RelayBusyError`` when another query holds the lease)."""
         name = Op(op).value
-        return self._exchange(name, lambda request_id: {"op": name, "id": request_id, "session": self.session,
-                                                        "reader": self.reader, **fields}, timeout_s)
+        return self._exchange(
+            name,
+            lambda request_id: {"op": name, "id": request_id, "session": self.session, "reader": self.reader, **fields},
+            timeout_s,
+        )
 
-    def _exchange(self, op: str, request: Callable[[int], dict[str, Any]],
-                  timeout_s: float | None) -> dict[str, Any]:
+    def _exchange(self, op: str, request: Callable[[int], dict[str, Any]], timeout_s: float | None) -> dict[str, Any]:
         """Send ``request(id)`` until its answer comes (resending every ``RESEND_S``)."""
         request_id = next(self._ids)
         body = json.dumps(request(request_id)).encode()
@@ -126,8 +137,9 @@ class RelayClient:
             answer = json.loads(frames[2])
         except (ValueError, UnicodeDecodeError):
             if frames[1] == b"error":  # a fetch-style error (e.g. "bad request: not JSON")
-                raise RelayError(f"the {self.label} refused a request: "
-                                 f"{frames[2][:200].decode('utf-8', 'replace')}") from None
+                raise RelayError(
+                    f"the {self.label} refused a request: {frames[2][:200].decode('utf-8', 'replace')}"
+                ) from None
             return None
         return answer if isinstance(answer, dict) else None
 
@@ -138,24 +150,28 @@ class RelayClient:
             try:
                 refused = LeaseRefused.from_wire(answer, self.reader)
             except ValueError as exc:
-                raise RelayError(f"the {self.label} refused {op!r} in words this connector cannot read: {exc}") \
-                    from None
+                raise RelayError(
+                    f"the {self.label} refused {op!r} in words this connector cannot read: {exc}"
+                ) from None
             idle, lapses, reader = float(refused.idle), float(refused.lapses), refused.reader
             raise RelayBusyError(
                 f"the {self.label} is read by another query under relayReader {reader!r} (its reader renewed its "
                 f"claim {idle:.1f} s ago; a claim nobody renews lapses after {idle + lapses:.0f} s): one query at a "
                 "time reads a relay under one name. Stop the other query, or give this one another name (option "
                 "'relayReader')",
-                idle, lapses,
+                idle,
+                lapses,
             )
         return answer
 
     def _silence(self, op: str) -> str:
         watch = self._dealer.handshakes
         note = watch.failure_note() if watch is not None else ""
-        return (f"no answer from the {self.label} to {op!r} within {self.timeout_s:.0f} s (option "
-                f"'relayTimeout'): is 'spark-zmq relay --listen {self.address}' running, and reachable from the "
-                f"driver?{note}")
+        return (
+            f"no answer from the {self.label} to {op!r} within {self.timeout_s:.0f} s (option "
+            f"'relayTimeout'): is 'spark-zmq relay --listen {self.address}' running, and reachable from the "
+            f"driver?{note}"
+        )
 
     def close(self) -> None:
         try:

@@ -52,8 +52,7 @@ class Lease:
 
     def holds(self, session: object) -> bool:
         """Whether ``session`` holds the lease now (no renewal: a check, as each fetch makes)."""
-        return (isinstance(session, str) and self.holder == session
-                and self._clock() - self._renewed < self.ttl_s)
+        return isinstance(session, str) and self.holder == session and self._clock() - self._renewed < self.ttl_s
 
     def last_held_by(self, session: object) -> bool:
         """Whether ``session`` holds the lease or was its last holder and nobody has claimed

@@ -36,8 +36,10 @@ def read_token(spool_dir: str) -> str:
     try:
         token = read_small_private(path)
     except OSError as exc:
-        raise ValueError(f"cannot read the relay's operator token {path} ({exc.strerror or exc}): give the "
-                         "spool directory of a running relay (its --spool-dir), as the account it runs as") from None
+        raise ValueError(
+            f"cannot read the relay's operator token {path} ({exc.strerror or exc}): give the "
+            "spool directory of a running relay (its --spool-dir), as the account it runs as"
+        ) from None
     if token_problem(token) is not None:
         raise ValueError(f"{path} holds no operator token (32 hex digits): is the relay running?")
     return token

@@ -96,10 +96,13 @@ def _port_holders(endpoint: str) -> list[int] | None:
 
 def _describe_holders(endpoint: str, pids: list[int]) -> str:
     """Who has the port, for the error: a query cannot receive there until they let it go."""
-    who = "; ".join(f"pid {pid} ({b' '.join(procstat.cmdline(pid)).decode('utf-8', 'replace').strip()[:120]})"
-                    for pid in pids[:3])
-    return (f"{endpoint.lstrip('@>')} is held by another program, not a receiver of this connector ({who}): stop "
-            "it or give this query another 'endpoints' address")
+    who = "; ".join(
+        f"pid {pid} ({b' '.join(procstat.cmdline(pid)).decode('utf-8', 'replace').strip()[:120]})" for pid in pids[:3]
+    )
+    return (
+        f"{endpoint.lstrip('@>')} is held by another program, not a receiver of this connector ({who}): stop "
+        "it or give this query another 'endpoints' address"
+    )
 
 
 def _other_receiver_processes(own: set[int]) -> bool:
@@ -114,15 +117,32 @@ def _other_receiver_processes(own: set[int]) -> bool:
 
 #: the source options a receiver process works with (the others are the reader's own:
 #: admission control, failOnDataLoss, decoding, ...)
-_RECEIVER_FIELDS = ("pattern", "endpoints", "format", "topics", "hwm", "max_message_bytes", "max_spool_bytes",
-                    "spool_dir", "spool_fsync", "receive_buffer_bytes", "curve_certificate", "curve_server_key", "curve_authorized_keys",
-                    "heartbeat_interval", "heartbeat_timeout", "heartbeat_ttl", "receiver_linger_seconds")
+_RECEIVER_FIELDS = (
+    "pattern",
+    "endpoints",
+    "format",
+    "topics",
+    "hwm",
+    "max_message_bytes",
+    "max_spool_bytes",
+    "spool_dir",
+    "spool_fsync",
+    "receive_buffer_bytes",
+    "curve_certificate",
+    "curve_server_key",
+    "curve_authorized_keys",
+    "heartbeat_interval",
+    "heartbeat_timeout",
+    "heartbeat_ttl",
+    "receiver_linger_seconds",
+)
 
 
 def _fingerprint(options: SourceOptions) -> str:
     """A digest of what a receiver process was started with: a lingering one is reused
     only by a query whose receivers would be the same (sets sorted, secrets hashed, never
     stored)."""
+
     def canonical(value: Any) -> Any:
         if isinstance(value, (set, frozenset)):
             return sorted(canonical(v) for v in value)
@@ -135,6 +155,7 @@ def _fingerprint(options: SourceOptions) -> str:
         if isinstance(value, (str, int, float, bool)) or value is None:
             return value
         return str(value)
+
     fields = {name: canonical(getattr(options, name)) for name in _RECEIVER_FIELDS}
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
 
@@ -162,8 +183,12 @@ class ReceiverProcesses:
         try:
             for channel, endpoint in enumerate(options.endpoints):
                 child_options = dataclasses.replace(
-                    options, endpoints=[endpoint], spool_dir=os.path.join(options.spool_dir, f"receiver-{channel}"),
-                    max_spool_bytes=share, spool_access="local", relays=[],
+                    options,
+                    endpoints=[endpoint],
+                    spool_dir=os.path.join(options.spool_dir, f"receiver-{channel}"),
+                    max_spool_bytes=share,
+                    spool_access="local",
+                    relays=[],
                 )
                 label = f"receiver process of channel {channel} ({endpoint})"
                 self._logs.append(os.path.join(options.spool_dir, f"receiver-{channel}.log"))
@@ -213,7 +238,8 @@ class ReceiverProcesses:
                 raise RuntimeError(
                     f"spool directory {self.options.spool_dir!r} is in use by another running query (its {label}, "
                     f"pid {pid}, serves that query with other options; a query killed less than "
-                    f"{LEASE_TTL_S:.0f} s ago still holds it); stop it, or give this query its own 'spoolDir' option")
+                    f"{LEASE_TTL_S:.0f} s ago still holds it); stop it, or give this query its own 'spoolDir' option"
+                )
             log.warning("the %s left by a stopped query runs with other options; stopping it", label)
             self._terminate(pid)
             return None
@@ -246,12 +272,18 @@ class ReceiverProcesses:
         if _is_receiver_process(pid):
             os.kill(pid, signal.SIGKILL)
 
-    def _start(self, channel: int, endpoint: str, child_options: SourceOptions, host: str,
-               label: str) -> ReceiverTarget:
+    def _start(
+        self, channel: int, endpoint: str, child_options: SourceOptions, host: str, label: str
+    ) -> ReceiverTarget:
         server_keys, client_keys = KeyPair.generate(), KeyPair.generate()
-        config = ChildConfig(IngestConfig.from_options(child_options),
-                             listen_candidates(host, self.options.spool_server_port), server_keys,
-                             client_keys.public_key, os.getpid(), self.options.receiver_linger_seconds)
+        config = ChildConfig(
+            IngestConfig.from_options(child_options),
+            listen_candidates(host, self.options.spool_server_port),
+            server_keys,
+            client_keys.public_key,
+            os.getpid(),
+            self.options.receiver_linger_seconds,
+        )
         deadline = time.monotonic() + _PORT_RETRY_S
         while True:
             try:
@@ -264,20 +296,30 @@ class ReceiverProcesses:
                 holders = _port_holders(endpoint) if in_use else None
                 if holders and not any(_is_receiver_process(pid) for pid in holders):
                     raise RuntimeError(f"{exc}: {_describe_holders(endpoint, holders)}") from None
-                lingering = in_use and (holders is not None or _other_receiver_processes({c.pid for c in self.children}))
+                lingering = in_use and (
+                    holders is not None or _other_receiver_processes({c.pid for c in self.children})
+                )
                 if not lingering or time.monotonic() > deadline:
                     if lingering:
-                        raise RuntimeError(f"{exc}; a stopped query's receiver process keeps its port for "
-                                           "receiverLingerSeconds unless a query with the same spoolDir and options "
-                                           "attaches to it") from None
+                        raise RuntimeError(
+                            f"{exc}; a stopped query's receiver process keeps its port for "
+                            "receiverLingerSeconds unless a query with the same spoolDir and options "
+                            "attaches to it"
+                        ) from None
                     raise
                 self.children.pop()
                 time.sleep(0.2)
-        self._write_state(channel, {
-            "pid": pid, "listen": address, "server_public": server_keys.public_key.decode(),
-            "client_public": client_keys.public_key.decode(), "client_secret": client_keys.secret_key.decode(),
-            "fingerprint": _fingerprint(child_options),
-        })
+        self._write_state(
+            channel,
+            {
+                "pid": pid,
+                "listen": address,
+                "server_public": server_keys.public_key.decode(),
+                "client_public": client_keys.public_key.decode(),
+                "client_secret": client_keys.secret_key.decode(),
+                "fingerprint": _fingerprint(child_options),
+            },
+        )
         return ReceiverTarget(address, Curve.client(client_keys, server_keys.public_key), label)
 
     def _spawn(self, channel: int, endpoint: str, config: ChildConfig) -> tuple[str, int]:
@@ -286,8 +328,14 @@ class ReceiverProcesses:
         try:
             # a session of its own: a signal to the reader's process group (Ctrl-C on
             # spark-submit) must not take a lingering receiver with it
-            child = subprocess.Popen([sys.executable, "-m", "spark_zmq.relay.child"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=fd, close_fds=True, start_new_session=True)
+            child = subprocess.Popen(
+                [sys.executable, "-m", "spark_zmq.relay.child"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=fd,
+                close_fds=True,
+                start_new_session=True,
+            )
         finally:
             os.close(fd)
         self.children.append(_Child(child.pid, child))
@@ -297,12 +345,15 @@ class ReceiverProcesses:
         try:
             ready = read_ready(child, START_TIMEOUT_S)
         except TimeoutError:
-            raise RuntimeError(f"the receiver process of channel {channel} ({endpoint}) failed to start "
-                               f"within {START_TIMEOUT_S:.0f} s: {self._reason(channel)}") from None
+            raise RuntimeError(
+                f"the receiver process of channel {channel} ({endpoint}) failed to start "
+                f"within {START_TIMEOUT_S:.0f} s: {self._reason(channel)}"
+            ) from None
         if ready is None:
             child.wait(10)
-            raise RuntimeError(f"the receiver process of channel {channel} ({endpoint}) failed to start: "
-                               f"{self._reason(channel)}")
+            raise RuntimeError(
+                f"the receiver process of channel {channel} ({endpoint}) failed to start: {self._reason(channel)}"
+            )
         return ready["listen"], child.pid
 
     def _reason(self, channel: int) -> str:
@@ -319,8 +370,10 @@ class ReceiverProcesses:
     def raise_if_failed(self) -> None:
         for channel, child in enumerate(self.children):
             if child.exit_code() is not None:
-                raise RuntimeError(f"the receiver process of channel {channel} ({self.options.endpoints[channel]}) "
-                                   f"exited: {self._reason(channel)}")
+                raise RuntimeError(
+                    f"the receiver process of channel {channel} ({self.options.endpoints[channel]}) "
+                    f"exited: {self._reason(channel)}"
+                )
 
     def stop(self, timeout: float = 15.0, *, force: bool = False) -> None:
         """A query that stops leaves its receivers lingering (``receiverLingerSeconds``),

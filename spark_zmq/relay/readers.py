@@ -75,8 +75,15 @@ class Readers:
     ``earliest()`` says where each channel's spool starts now: a name registers there, so
     it holds everything the relay still has until its query commits."""
 
-    def __init__(self, spool_dir: str, channels: int, earliest: Callable[[], list[int]], *, ttl_s: float,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        spool_dir: str,
+        channels: int,
+        earliest: Callable[[], list[int]],
+        *,
+        ttl_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.spool_dir = spool_dir
         self.channels = channels
         self._earliest = earliest
@@ -107,24 +114,37 @@ class Readers:
             return []
         out = []
         readers = kept.get("readers") if isinstance(kept, dict) else None
-        for name, state in (readers.items() if isinstance(readers, dict) else ()):
+        for name, state in readers.items() if isinstance(readers, dict) else ():
             committed = state.get("committed") if isinstance(state, dict) else None
             if not (isinstance(committed, list) and all(isinstance(v, int) and v >= 0 for v in committed)):
                 log.warning("relay: ignoring reader %r in %s: no committed offsets", name, self.path)
                 continue
             # a spool's channels do not change; pad with 0 (holds everything) if they did
-            committed = (committed + [0] * self.channels)[:self.channels]
+            committed = (committed + [0] * self.channels)[: self.channels]
             registered = state.get("registered")
             key = state.get("key")
-            out.append((str(name), committed, registered if isinstance(registered, int) else 0,
-                        key if isinstance(key, str) and len(key) == 40 else None))
+            out.append(
+                (
+                    str(name),
+                    committed,
+                    registered if isinstance(registered, int) else 0,
+                    key if isinstance(key, str) and len(key) == 40 else None,
+                )
+            )
         return out
 
     def _save(self) -> None:
         """Replace ``readers.json`` whole (caller holds ``_lock``)."""
-        body = {"readers": {r.name: {"committed": r.committed, "registered": r.registered_ms,
-                                     **({"key": r.key} if r.key is not None else {})}
-                            for r in self.readers.values()}}
+        body = {
+            "readers": {
+                r.name: {
+                    "committed": r.committed,
+                    "registered": r.registered_ms,
+                    **({"key": r.key} if r.key is not None else {}),
+                }
+                for r in self.readers.values()
+            }
+        }
         write_atomically(self.spool_dir, READERS_FILE, json.dumps(body, sort_keys=True).encode(), fsync=True)
 
     # -- leases -----------------------------------------------------------------------------
@@ -137,12 +157,17 @@ class Readers:
         with self._lock:
             reader = self.readers.get(name)
             if reader is None:
-                reader = Reader(name, list(self._earliest()), int(time.time() * 1000), Lease(self._ttl_s, self._clock),
-                                key)
+                reader = Reader(
+                    name, list(self._earliest()), int(time.time() * 1000), Lease(self._ttl_s, self._clock), key
+                )
                 self.readers[name] = reader
                 self._save()
-                log.info("relay: reader %r registered at offsets %s%s", name, reader.committed,
-                         "" if key is None else f" by CURVE key {key}")
+                log.info(
+                    "relay: reader %r registered at offsets %s%s",
+                    name,
+                    reader.committed,
+                    "" if key is None else f" by CURVE key {key}",
+                )
             elif key is not None and reader.key is None:
                 reader.key = key  # registered without CURVE: the first key to claim it keeps it
                 self._save()
@@ -152,7 +177,8 @@ class Readers:
                     f"refused: reader {name!r} of this relay is bound to the CURVE key that registered it "
                     f"({_short(reader.key or '')}), not this query's ({_short(key)}): read under a relayReader name "
                     "of this key's own, or have the relay's operator remove the reader (spark-zmq relay-readers "
-                    "--remove)")
+                    "--remove)"
+                )
             return reader.lease.claim(session)
 
     def release_lease(self, name: str, session: str) -> None:
@@ -173,8 +199,10 @@ class Readers:
         claimed it since (``Lease.last_held_by``), and (under CURVE, ``key``) the reader is
         bound to ``key``: a fetch's check."""
         with self._lock:
-            return any(r.lease.last_held_by(session) and (key is None or r.key is None or r.key == key)
-                       for r in self.readers.values())
+            return any(
+                r.lease.last_held_by(session) and (key is None or r.key is None or r.key == key)
+                for r in self.readers.values()
+            )
 
     def held(self, name: str) -> bool:
         with self._lock:
@@ -218,15 +246,19 @@ class Readers:
         it stands (the lowest such): what an ``advance`` by ``name`` to ``offset`` must not
         skip. ``None`` when every other reader is at or past it."""
         with self._lock:
-            others = [(r.committed[channel], r.name) for r in self.readers.values()
-                      if r.name != name and r.committed[channel] < offset]
+            others = [
+                (r.committed[channel], r.name)
+                for r in self.readers.values()
+                if r.name != name and r.committed[channel] < offset
+            ]
         if not others:
             return None
         committed, other = min(others)
         return other, committed
 
-    def remove(self, name: str, session: str | None = None, key: str | None = None,
-               operator: bool = False) -> str | None:
+    def remove(
+        self, name: str, session: str | None = None, key: str | None = None, operator: bool = False
+    ) -> str | None:
         """Unregister ``name``; why not, when it cannot be (unknown, held by another query,
         or asked by someone without the right). The right to: the relay's operator
         (``operator``), the session holding ``name``'s lease, or (under CURVE) the key it is
@@ -236,18 +268,25 @@ class Readers:
             if reader is None:
                 known = ", ".join(repr(n) for n in sorted(self.readers)) or "none"
                 return f"this relay has no reader {name!r} (its readers: {known})"
-            holder = session is not None and reader.lease.holds(session) \
+            holder = (
+                session is not None
+                and reader.lease.holds(session)
                 and (key is None or reader.key is None or reader.key == key)
+            )
             owner = key is not None and reader.key == key
             if not (operator or holder or owner):
-                return (f"removing reader {name!r} needs its lease (the query reading under it)"
-                        f"{', its CURVE key' if reader.key is not None else ''} or the relay's operator: run "
-                        f"spark-zmq relay-readers --remove {name} --relay-spool-dir DIR with DIR the relay's spool "
-                        "directory, on the relay's host")
+                return (
+                    f"removing reader {name!r} needs its lease (the query reading under it)"
+                    f"{', its CURVE key' if reader.key is not None else ''} or the relay's operator: run "
+                    f"spark-zmq relay-readers --remove {name} --relay-spool-dir DIR with DIR the relay's spool "
+                    "directory, on the relay's host"
+                )
             if not holder and reader.lease.unheld_for() is None:
                 idle = self._clock() - reader.lease.renewed_at
-                return (f"reader {name!r} is held by a running query (it renewed its claim {idle:.1f} s ago): stop "
-                        f"that query first; a claim nobody renews lapses after {self._ttl_s:.0f} s")
+                return (
+                    f"reader {name!r} is held by a running query (it renewed its claim {idle:.1f} s ago): stop "
+                    f"that query first; a claim nobody renews lapses after {self._ttl_s:.0f} s"
+                )
             del self.readers[name]
             self._save()
             log.info("relay: reader %r removed", name)
@@ -262,8 +301,15 @@ class Readers:
             for name in sorted(self.readers):
                 reader = self.readers[name]
                 held = reader.lease.unheld_for() is None
-                out.append({"name": name, "committed": list(reader.committed), "registered": reader.registered_ms,
-                            "held": held, "idle": now - reader.lease.renewed_at if held else None})
+                out.append(
+                    {
+                        "name": name,
+                        "committed": list(reader.committed),
+                        "registered": reader.registered_ms,
+                        "held": held,
+                        "idle": now - reader.lease.renewed_at if held else None,
+                    }
+                )
             return out
 
     def committed(self, name: str) -> list[int] | None:

@@ -61,10 +61,18 @@ def _watch_parent(pipe: BinaryIO, gone: threading.Event, stop: threading.Event) 
     stop.set()
 
 
-def serve(config: IngestConfig, listen: str | list[str], listen_curve: Curve | None = None,
-          parent_pid: int | None = None, start_receivers: bool = True, linger_s: float = 0.0,
-          retention_bytes: int | None = None, retention_s: float | None = None,
-          metrics: str | None = None, parent_pipe: BinaryIO | None = None) -> int:
+def serve(
+    config: IngestConfig,
+    listen: str | list[str],
+    listen_curve: Curve | None = None,
+    parent_pid: int | None = None,
+    start_receivers: bool = True,
+    linger_s: float = 0.0,
+    retention_bytes: int | None = None,
+    retention_s: float | None = None,
+    metrics: str | None = None,
+    parent_pipe: BinaryIO | None = None,
+) -> int:
     """Run a relay until SIGTERM/SIGINT (returns 0) or a receiver failure (returns 1).
     With ``parent_pid`` (a query's receiver process) it also stops, draining, once no
     query needs it: with ``linger_s`` 0 when that process is gone (its port and spool are
@@ -81,13 +89,24 @@ def serve(config: IngestConfig, listen: str | list[str], listen_curve: Curve | N
     drain = True
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        relay = Relay(config, listen, listen_curve=listen_curve, start_receivers=start_receivers,
-                      retention_bytes=retention_bytes, retention_s=retention_s, bind_reader_keys=parent_pid is None)
+        relay = Relay(
+            config,
+            listen,
+            listen_curve=listen_curve,
+            start_receivers=start_receivers,
+            retention_bytes=retention_bytes,
+            retention_s=retention_s,
+            bind_reader_keys=parent_pid is None,
+        )
         spool_identity = _identity(config.spool_dir)
         scrape = None
         try:
-            ready = {"listen": relay.listen, "spool": relay.ingest.spool.spool_id,
-                     "spoolDir": config.spool_dir, "channels": [str(e) for e in config.endpoints]}
+            ready = {
+                "listen": relay.listen,
+                "spool": relay.ingest.spool.spool_id,
+                "spoolDir": config.spool_dir,
+                "channels": [str(e) for e in config.endpoints],
+            }
             if metrics is not None:
                 from ..metrics import relay_metrics, serve_metrics
 
@@ -95,8 +114,9 @@ def serve(config: IngestConfig, listen: str | list[str], listen_curve: Curve | N
                 ready["metrics"] = scrape.address
             print(READY.decode() + json.dumps(ready), flush=True)
             if parent_pipe is not None and parent_pid is not None and linger_s <= 0:
-                threading.Thread(target=_watch_parent, args=(parent_pipe, parent_gone, stop), name="zmq-relay-parent",
-                                 daemon=True).start()
+                threading.Thread(
+                    target=_watch_parent, args=(parent_pipe, parent_gone, stop), name="zmq-relay-parent", daemon=True
+                ).start()
             wait_s = _WATCH_S
             while not stop.wait(wait_s):
                 wait_s = _WATCH_S
@@ -108,8 +128,7 @@ def serve(config: IngestConfig, listen: str | list[str], listen_curve: Curve | N
                 if lingers and _identity(config.spool_dir) != spool_identity:
                     # deleted with what it held (and perhaps made again by the query that
                     # wants its port): nothing to drain into, and its port is wanted
-                    log.warning("relay: its spool directory %s is gone; stopping",
-                                config.spool_dir)
+                    log.warning("relay: its spool directory %s is gone; stopping", config.spool_dir)
                     drain = False
                     return 0
                 if unheld is not None and unheld > linger_s:
@@ -146,7 +165,7 @@ def read_ready(process: subprocess.Popen, timeout_s: float) -> dict | None:
         readable, _, _ = select.select([process.stdout], [], [], 0.1)
         if readable:
             line = process.stdout.readline()
-            return json.loads(line[len(READY):]) if line.startswith(READY) else None
+            return json.loads(line[len(READY) :]) if line.startswith(READY) else None
         if process.poll() is not None:
             return None
     raise TimeoutError(f"the relay printed nothing within {timeout_s:.0f} s")

@@ -87,8 +87,16 @@ class ServiceCall:
 
     def _client(self) -> Client:
         o = self.options
-        return Client(o.endpoints, timeout=o.timeout, retries=o.retries, hwm=o.hwm,
-                      max_message_bytes=o.max_message_bytes, curve=o.curve, heartbeat=o.heartbeat, tuning=o.tuning)
+        return Client(
+            o.endpoints,
+            timeout=o.timeout,
+            retries=o.retries,
+            hwm=o.hwm,
+            max_message_bytes=o.max_message_bytes,
+            curve=o.curve,
+            heartbeat=o.heartbeat,
+            tuning=o.tuning,
+        )
 
     def _exchange(self, waiting: deque, units: Iterator[Unit]) -> Iterator[tuple[Unit, pa.RecordBatch]]:
         # (unit, body index) of every request sent and not yet answered, in send order; the
@@ -145,12 +153,14 @@ class ServiceCall:
         rows = request[0].describe(request[1]) if request else f"request {exc.request_id}"
         if exc.attempts == 0:  # never sent: no worker connected at all
             return transient(ServiceCallError(f"spark_zmq.request: {exc}"))
-        return transient(ServiceCallError(
-            f"spark_zmq.request: no reply from {self._where()} to the request of {rows} of this task within "
-            f"{o.timeout:g} s, sent {exc.attempts} times (timeout {o.timeout:g} s, retries {o.retries}): are the "
-            f"workers (or the broker) running and reachable, and is each reply under maxMessageBytes "
-            f"({o.max_message_bytes:,} bytes; ZeroMQ drops a connection that sends more)?"
-        ))
+        return transient(
+            ServiceCallError(
+                f"spark_zmq.request: no reply from {self._where()} to the request of {rows} of this task within "
+                f"{o.timeout:g} s, sent {exc.attempts} times (timeout {o.timeout:g} s, retries {o.retries}): are the "
+                f"workers (or the broker) running and reachable, and is each reply under maxMessageBytes "
+                f"({o.max_message_bytes:,} bytes; ZeroMQ drops a connection that sends more)?"
+            )
+        )
 
     def _where(self) -> str:
         return ", ".join(str(e) for e in self.options.endpoints)

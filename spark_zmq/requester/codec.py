@@ -113,8 +113,9 @@ class ArrowCodec(RowCodec):
     one stream with as many rows, holding the reply schema's columns (by name; extra
     columns are ignored; types are cast, within the guard's bounds)."""
 
-    def __init__(self, reply_schema: pa.Schema, batch_rows: int, max_reply_bytes: int,
-                 corrupt_column: str | None = None) -> None:
+    def __init__(
+        self, reply_schema: pa.Schema, batch_rows: int, max_reply_bytes: int, corrupt_column: str | None = None
+    ) -> None:
         self.corrupt_column = corrupt_column
         self.expected = pa.schema([f for f in reply_schema if f.name != corrupt_column])
         self.reply_fields = list(reply_schema)
@@ -128,8 +129,12 @@ class ArrowCodec(RowCodec):
             sink = pa.BufferOutputStream()
             with pa.ipc.new_stream(sink, rows.schema) as writer:
                 writer.write_batch(rows)
-            yield Unit(rows, first_row + start, [sink.getvalue().to_pybytes()],
-                       closes_batch=start + self.batch_rows >= batch.num_rows)
+            yield Unit(
+                rows,
+                first_row + start,
+                [sink.getvalue().to_pybytes()],
+                closes_batch=start + self.batch_rows >= batch.num_rows,
+            )
 
     def reply(self, frames: Sequence[bytes], unit: Unit) -> object:
         body = _single_frame(frames)
@@ -169,8 +174,14 @@ class ValueCodec(RowCodec):
     corrupt-record column of its own: a reply that does not fit becomes the reason's text,
     which is not JSON, so Spark's parser treats it as the malformed record it is."""
 
-    def __init__(self, request_column: str, reply_schema: pa.Schema, text_reply: bool,
-                 corrupt_column: str | None = None, misfit_as_reply: bool = False) -> None:
+    def __init__(
+        self,
+        request_column: str,
+        reply_schema: pa.Schema,
+        text_reply: bool,
+        corrupt_column: str | None = None,
+        misfit_as_reply: bool = False,
+    ) -> None:
         self.request_column = request_column
         self.text_reply = text_reply
         self.corrupt_column = corrupt_column
@@ -211,8 +222,15 @@ class _Misfit:
     reason: str
 
 
-def codec_for(fmt: str, *, reply_schema: pa.Schema, batch_rows: int, max_reply_bytes: int,
-              request_column: str, corrupt_column: str | None) -> RowCodec:
+def codec_for(
+    fmt: str,
+    *,
+    reply_schema: pa.Schema,
+    batch_rows: int,
+    max_reply_bytes: int,
+    request_column: str,
+    corrupt_column: str | None,
+) -> RowCodec:
     """The codec of ``fmt``. ``reply_schema`` is the reply columns as the output holds
     them; for ``json`` it is the one string column Spark parses afterwards."""
     if fmt == "arrow":

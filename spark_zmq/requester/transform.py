@@ -33,8 +33,9 @@ REQUEST_COLUMN = "__spark_zmq_request"
 REPLY_COLUMN = "__spark_zmq_reply"
 
 
-def request(df: DataFrame, endpoints: EndpointsSpec, *, reply_schema: str | StructType | None = None,
-            **options: Any) -> DataFrame:
+def request(
+    df: DataFrame, endpoints: EndpointsSpec, *, reply_schema: str | StructType | None = None, **options: Any
+) -> DataFrame:
     """``df``'s columns followed by the reply's, one output row per input row, in input
     order, each row (or batch of rows, for ``arrow``) sent as a request to the ZeroMQ
     service at ``endpoints`` (workers, or a broker's frontend). See the README's
@@ -50,9 +51,14 @@ def request(df: DataFrame, endpoints: EndpointsSpec, *, reply_schema: str | Stru
         return _json_call(df, reply, opts)
     if opts.format in ("raw", "text"):
         _check_value_column(df, opts.format)
-    codec = codec_for(opts.format, reply_schema=arrow_schema(reply), batch_rows=opts.batch_rows,
-                      max_reply_bytes=opts.max_message_bytes, request_column="value",
-                      corrupt_column=opts.corrupt_column)
+    codec = codec_for(
+        opts.format,
+        reply_schema=arrow_schema(reply),
+        batch_rows=opts.batch_rows,
+        max_reply_bytes=opts.max_message_bytes,
+        request_column="value",
+        corrupt_column=opts.corrupt_column,
+    )
     call = ServiceCall(opts, codec, passthrough=list(range(len(df.columns))))
     return df.mapInArrow(call, StructType(df.schema.fields + reply.fields))
 
@@ -63,16 +69,23 @@ def _json_call(df: DataFrame, reply: StructType, opts: RequestOptions) -> DataFr
         raise ValueError(f"spark_zmq.request: column {taken[0]!r} is reserved by format 'json'; rename it")
     with_request = df.withColumn(REQUEST_COLUMN, F.to_json(F.struct(*[_ref(c) for c in df.columns])))
     reply_text = StructType([StructField(REPLY_COLUMN, StringType(), True)])
-    codec = codec_for("json", reply_schema=arrow_schema(reply_text), batch_rows=1,
-                      max_reply_bytes=opts.max_message_bytes, request_column=REQUEST_COLUMN, corrupt_column=None)
+    codec = codec_for(
+        "json",
+        reply_schema=arrow_schema(reply_text),
+        batch_rows=1,
+        max_reply_bytes=opts.max_message_bytes,
+        request_column=REQUEST_COLUMN,
+        corrupt_column=None,
+    )
     call = ServiceCall(opts, codec, passthrough=list(range(len(df.columns))))
     called = with_request.mapInArrow(call, StructType(df.schema.fields + reply_text.fields))
     parse = {"mode": opts.mode}
     if opts.corrupt_column:
         parse["columnNameOfCorruptRecord"] = opts.corrupt_column
     parsed = "__spark_zmq_parsed"
-    return called.select(*[_ref(c) for c in df.columns], F.from_json(_ref(REPLY_COLUMN), reply, parse).alias(parsed)) \
-        .select(*[_ref(c) for c in df.columns], *[_ref(parsed, f.name) for f in reply.fields])
+    return called.select(
+        *[_ref(c) for c in df.columns], F.from_json(_ref(REPLY_COLUMN), reply, parse).alias(parsed)
+    ).select(*[_ref(c) for c in df.columns], *[_ref(parsed, f.name) for f in reply.fields])
 
 
 def _ref(*path: str) -> Column:
@@ -113,13 +126,17 @@ def _option_map(endpoints: EndpointsSpec, options: dict[str, Any]) -> dict[str, 
 def _reply_struct(reply_schema: str | StructType | None, opts: RequestOptions) -> StructType:
     fmt = opts.format
     if opts.corrupt_column is not None and opts.mode != "PERMISSIVE":
-        raise OptionError("spark_zmq.request: option 'columnNameOfCorruptRecord' applies to mode 'PERMISSIVE' "
-                          f"only; mode is {opts.mode!r}", "columnNameOfCorruptRecord")
+        raise OptionError(
+            "spark_zmq.request: option 'columnNameOfCorruptRecord' applies to mode 'PERMISSIVE' "
+            f"only; mode is {opts.mode!r}",
+            "columnNameOfCorruptRecord",
+        )
     if reply_schema is None:
         if fmt in ("arrow", "json"):
             raise OptionError(
                 f"spark_zmq.request: format {fmt!r} needs reply_schema, the reply's columns (a DDL string such as "
-                "'score double, label string', or a StructType)", "reply_schema",
+                "'score double, label string', or a StructType)",
+                "reply_schema",
             )
         reply = StructType([StructField("reply", BinaryType() if fmt == "raw" else StringType(), True)])
         if opts.corrupt_column:
@@ -129,26 +146,33 @@ def _reply_struct(reply_schema: str | StructType | None, opts: RequestOptions) -
         try:
             parsed: DataType = DataType.fromDDL(reply_schema)
         except Exception as exc:  # noqa: BLE001 - Spark's parse error, reworded with the argument's name
-            raise OptionError(f"spark_zmq.request: reply_schema {reply_schema!r} is not a DDL schema: {exc}",
-                              "reply_schema") from None
+            raise OptionError(
+                f"spark_zmq.request: reply_schema {reply_schema!r} is not a DDL schema: {exc}", "reply_schema"
+            ) from None
         reply_schema = parsed if isinstance(parsed, StructType) else StructType([StructField("value", parsed)])
     if not isinstance(reply_schema, StructType) or not reply_schema.fields:
-        raise OptionError("spark_zmq.request: reply_schema must name at least one column (a DDL string or a "
-                          "StructType)", "reply_schema")
+        raise OptionError(
+            "spark_zmq.request: reply_schema must name at least one column (a DDL string or a StructType)",
+            "reply_schema",
+        )
     names = [f.name for f in reply_schema.fields]
     corrupt = opts.corrupt_column
     if corrupt is not None:
         field = next((f for f in reply_schema.fields if f.name == corrupt), None)
         if field is None or not isinstance(field.dataType, StringType):
-            raise OptionError(f"spark_zmq.request: option 'columnNameOfCorruptRecord' = {corrupt!r} must be a string "
-                              f"column of reply_schema ({', '.join(names)})", "columnNameOfCorruptRecord")
+            raise OptionError(
+                f"spark_zmq.request: option 'columnNameOfCorruptRecord' = {corrupt!r} must be a string "
+                f"column of reply_schema ({', '.join(names)})",
+                "columnNameOfCorruptRecord",
+            )
     if fmt in ("raw", "text"):
         values = [f for f in reply_schema.fields if f.name != corrupt]
         want = BinaryType() if fmt == "raw" else StringType()
         if len(values) != 1 or values[0].dataType != want:
             raise OptionError(
                 f"spark_zmq.request: with format {fmt!r} the reply is one {want.simpleString()} column (plus the "
-                f"corrupt-record column, if any); reply_schema has {reply_schema.simpleString()}", "reply_schema",
+                f"corrupt-record column, if any); reply_schema has {reply_schema.simpleString()}",
+                "reply_schema",
             )
     return reply_schema
 
@@ -159,7 +183,8 @@ def _check_names(df: DataFrame, reply: StructType, opts: RequestOptions) -> None
     if clash:
         raise OptionError(
             f"spark_zmq.request: reply column(s) {', '.join(map(repr, clash))} clash with the DataFrame's columns "
-            f"({', '.join(df.columns)}); rename them in reply_schema or in the DataFrame", "reply_schema",
+            f"({', '.join(df.columns)}); rename them in reply_schema or in the DataFrame",
+            "reply_schema",
         )
     seen: set[str] = set()
     for f in reply.fields:
@@ -177,4 +202,3 @@ def _check_value_column(df: DataFrame, fmt: str) -> None:
             f"{found} (columns: {', '.join(df.columns)}); use format 'json' or 'arrow' to send whole rows",
             "format",
         )
-

@@ -93,8 +93,14 @@ class ClientQueues:
     the broker stops reading the frontend; stalled clients may have half of it waiting, a
     request beyond that is refused (``None``: no bound in bytes)."""
 
-    def __init__(self, hwm: int, client_hwm: int, max_held_bytes: int, request_ttl: float | None = None,
-                 max_waiting_bytes: int | None = None) -> None:
+    def __init__(
+        self,
+        hwm: int,
+        client_hwm: int,
+        max_held_bytes: int,
+        request_ttl: float | None = None,
+        max_waiting_bytes: int | None = None,
+    ) -> None:
         self.hwm = hwm
         self.client_hwm = client_hwm
         self.max_held_bytes = max_held_bytes
@@ -144,9 +150,15 @@ class ClientQueues:
         """Whether ``add`` would refuse a request of this client now (it is stalled and at
         one of the stalled bounds)."""
         client = self._clients.get(client_id)
-        return client is not None and client.stalled and (
-            len(client.waiting) >= self.client_hwm or self.waiting_stalled >= self.stalled_hwm
-            or (self.stalled_max_bytes is not None and self.bytes_stalled >= self.stalled_max_bytes))
+        return (
+            client is not None
+            and client.stalled
+            and (
+                len(client.waiting) >= self.client_hwm
+                or self.waiting_stalled >= self.stalled_hwm
+                or (self.stalled_max_bytes is not None and self.bytes_stalled >= self.stalled_max_bytes)
+            )
+        )
 
     def add(self, client_id: bytes, frames: Request) -> bool:
         """Queue a request; False when refused: the client is stalled and has ``client_hwm``
@@ -280,8 +292,9 @@ class ClientQueues:
         return None
 
     def clear(self) -> None:
-        self.__init__(self.hwm, self.client_hwm, self.max_held_bytes,  # type: ignore[misc]  # a reset: a new object's state
-                      self.request_ttl, self.max_waiting_bytes)
+        self.__init__(  # type: ignore[misc]  # a reset: a new object's state
+            self.hwm, self.client_hwm, self.max_held_bytes, self.request_ttl, self.max_waiting_bytes
+        )
 
     # -- internals ----------------------------------------------------------------------------
 

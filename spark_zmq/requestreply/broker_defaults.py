@@ -8,9 +8,19 @@ again), and the sizing of libzmq's queues in front of the broker and toward each
 
 from __future__ import annotations
 
-__all__ = ["DEFAULT_HWM", "DEFAULT_REPLY_TIMEOUT", "DEFAULT_MAX_HELD_BYTES", "DEFAULT_MAX_WAITING_BYTES",
-           "DEFAULT_REQUEST_TTL", "DEFAULT_HOLD_LIMIT", "FRONTEND_QUEUE_BYTES", "FRONTEND_RCVHWM_MIN",
-           "FRONTEND_SNDHWM_MIN", "frontend_rcvhwm", "frontend_sndhwm"]
+__all__ = [
+    "DEFAULT_HWM",
+    "DEFAULT_REPLY_TIMEOUT",
+    "DEFAULT_MAX_HELD_BYTES",
+    "DEFAULT_MAX_WAITING_BYTES",
+    "DEFAULT_REQUEST_TTL",
+    "DEFAULT_HOLD_LIMIT",
+    "FRONTEND_QUEUE_BYTES",
+    "FRONTEND_RCVHWM_MIN",
+    "FRONTEND_SNDHWM_MIN",
+    "frontend_rcvhwm",
+    "frontend_sndhwm",
+]
 
 #: the bytes held replies may take by default
 DEFAULT_MAX_HELD_BYTES = 256 << 20

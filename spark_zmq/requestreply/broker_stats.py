@@ -16,8 +16,17 @@ import zmq
 
 from ..patterns.curve import Curve
 
-__all__ = ["BrokerStats", "warn_shared_keys", "is_reply", "envelope", "delimiter", "PING", "PONG", "pong",
-           "answered_probe"]
+__all__ = [
+    "BrokerStats",
+    "warn_shared_keys",
+    "is_reply",
+    "envelope",
+    "delimiter",
+    "PING",
+    "PONG",
+    "pong",
+    "answered_probe",
+]
 
 log = logging.getLogger("spark_zmq.requestreply.broker")
 
@@ -70,14 +79,16 @@ class BrokerStats:
 
     def line(self) -> str:
         """One line for a log or a terminal."""
-        return (f"workers {self.workers_idle} idle / {self.workers_known} known; requests {self.requests_waiting} "
-                f"waiting, {self.requests_in_flight} in flight; {self.requests_forwarded} forwarded, "
-                f"{self.replies_returned} returned, {self.replies_held} held, {self.requests_refused} refused, "
-                f"{self.requests_lost} lost with a worker, "
-                f"{self.replies_undeliverable} undeliverable, {self.replies_unexpected} unexpected, {self.malformed} malformed, "
-                f"{self.messages_oversize} oversize, {self.workers_reconnected} workers reconnected, "
-                f"{self.requests_expired} expired, {self.workers_overdue} workers overdue, "
-                f"{self.handshakes_rejected} handshakes rejected")
+        return (
+            f"workers {self.workers_idle} idle / {self.workers_known} known; requests {self.requests_waiting} "
+            f"waiting, {self.requests_in_flight} in flight; {self.requests_forwarded} forwarded, "
+            f"{self.replies_returned} returned, {self.replies_held} held, {self.requests_refused} refused, "
+            f"{self.requests_lost} lost with a worker, "
+            f"{self.replies_undeliverable} undeliverable, {self.replies_unexpected} unexpected, {self.malformed} malformed, "
+            f"{self.messages_oversize} oversize, {self.workers_reconnected} workers reconnected, "
+            f"{self.requests_expired} expired, {self.workers_overdue} workers overdue, "
+            f"{self.handshakes_rejected} handshakes rejected"
+        )
 
 
 #: a liveness probe (``spark-zmq ping``): the one body frame a client sends to ask "are you
@@ -103,8 +114,13 @@ def answered_probe(front: zmq.Socket[Any], frames: Sequence[zmq.Frame], stats: C
         return False
     now = stats()
     try:
-        front.send_multipart([*frames[:at + 1], *pong("broker", workers=now.workers_known, idle=now.workers_idle,
-                                                        waiting=now.requests_waiting)], zmq.NOBLOCK)
+        front.send_multipart(
+            [
+                *frames[: at + 1],
+                *pong("broker", workers=now.workers_known, idle=now.workers_idle, waiting=now.requests_waiting),
+            ],
+            zmq.NOBLOCK,
+        )
     except zmq.ZMQError:
         pass
     return True
@@ -122,9 +138,12 @@ def warn_shared_keys(front: Curve | None, back: Curve | None) -> None:
         assert back.authorized is not None  # a server has it (``Curve.__post_init__``)
         shared = str(len(back.authorized & front.authorized)) if isinstance(front.authorized, frozenset) else "every"
     if shared != "0":
-        log.warning("Broker: %s key accepted on the frontend (clients) is accepted on the backend (workers) too: "
-                    "such a client can take other clients' requests and answer them; give each side its own "
-                    "authorized keys", shared)
+        log.warning(
+            "Broker: %s key accepted on the frontend (clients) is accepted on the backend (workers) too: "
+            "such a client can take other clients' requests and answer them; give each side its own "
+            "authorized keys",
+            shared,
+        )
 
 
 def is_reply(payload: Sequence[zmq.Frame | bytes]) -> bool:

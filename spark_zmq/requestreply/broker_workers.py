@@ -70,6 +70,7 @@ class WorkerSide:
     requests_expired: int
 
     if TYPE_CHECKING:
+
         def _recv(self, sock: zmq.Socket[bytes], side: str) -> Frames | None: ...
         def _return(self, payload: Frames) -> None: ...
         def _read_monitors(self) -> None: ...
@@ -155,21 +156,32 @@ class WorkerSide:
     def _reconnected(self, worker: bytes) -> None:
         self.workers_reconnected += 1
         if self.workers_reconnected <= 10:
-            log.warning("Broker: worker %r is back on a new connection with the same routing id; serving it%s",
-                        worker, " (further ones are counted, not logged)" if self.workers_reconnected == 10 else "")
+            log.warning(
+                "Broker: worker %r is back on a new connection with the same routing id; serving it%s",
+                worker,
+                " (further ones are counted, not logged)" if self.workers_reconnected == 10 else "",
+            )
 
     def _unexpected(self, worker: bytes, why: str) -> None:
         """A reply the broker does not forward (see the module's docstring)."""
         self.replies_unexpected += 1
         if self.replies_unexpected <= 10:
-            log.warning("Broker: dropped a reply from backend peer %r: %s%s", worker, why,
-                        " (further ones are counted, not logged)" if self.replies_unexpected == 10 else "")
+            log.warning(
+                "Broker: dropped a reply from backend peer %r: %s%s",
+                worker,
+                why,
+                " (further ones are counted, not logged)" if self.replies_unexpected == 10 else "",
+            )
 
     def _drop_from_worker(self, worker: bytes, was_busy: bool, why: str) -> None:
         self.malformed += 1
         if self.malformed <= 10:
-            log.warning("Broker: dropped a message from backend peer %r: %s%s", worker, why,
-                        " (further ones are counted, not logged)" if self.malformed == 10 else "")
+            log.warning(
+                "Broker: dropped a message from backend peer %r: %s%s",
+                worker,
+                why,
+                " (further ones are counted, not logged)" if self.malformed == 10 else "",
+            )
         if was_busy:
             # its REQ has sent, so it waits for work again; the request it held is lost
             self.requests_lost += 1
@@ -248,9 +260,13 @@ class WorkerSide:
         given up, so no worker is given it."""
         self.requests_expired += 1
         if self.requests_expired <= 10:
-            log.warning("Broker: dropped a request of client %r that waited %.1f s for a worker (request_ttl %g s)%s",
-                        client, waited, self.request_ttl,
-                        " (further ones are counted, not logged)" if self.requests_expired == 10 else "")
+            log.warning(
+                "Broker: dropped a request of client %r that waited %.1f s for a worker (request_ttl %g s)%s",
+                client,
+                waited,
+                self.request_ttl,
+                " (further ones are counted, not logged)" if self.requests_expired == 10 else "",
+            )
 
     def _release(self, worker: bytes) -> bool:
         """The worker no longer holds its request; True if it was overdue (counted lost)."""
@@ -275,5 +291,9 @@ class WorkerSide:
             self._overdue.add(worker)
             self.requests_lost += 1
             if len(self._overdue) <= 10:
-                log.warning("Broker: worker %r has held a request for more than %g s (hold_limit): counted lost; "
-                            "its client's timeout resends it", worker, self.hold_limit)
+                log.warning(
+                    "Broker: worker %r has held a request for more than %g s (hold_limit): counted lost; "
+                    "its client's timeout resends it",
+                    worker,
+                    self.hold_limit,
+                )

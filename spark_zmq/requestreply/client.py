@@ -102,10 +102,21 @@ class Client:
     per peer. Other keyword options (``curve``, ``heartbeat``, ``hwm``, ...) are the
     DEALERs'."""
 
-    def __init__(self, endpoints: EndpointsSpec, *, timeout: float = 5.0, retries: int = 2,
-                 max_frames: int = MAX_FRAMES, **options: Unpack[HwmSocketOptions]) -> None:
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) \
-                or timeout <= 0:
+    def __init__(
+        self,
+        endpoints: EndpointsSpec,
+        *,
+        timeout: float = 5.0,
+        retries: int = 2,
+        max_frames: int = MAX_FRAMES,
+        **options: Unpack[HwmSocketOptions],
+    ) -> None:
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, (int, float))
+            or not math.isfinite(timeout)
+            or timeout <= 0
+        ):
             raise ValueError(f"timeout must be a finite number of seconds > 0, not {timeout!r}")
         if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
             raise ValueError(f"retries must be an integer >= 0, not {retries!r}")
@@ -124,8 +135,9 @@ class Client:
         except BaseException:
             self.close()
             raise
-        self._bounds += [MessageBounds("Client", max_frames, options.get("max_message_bytes"), logger=log)
-                         for _ in self._dealers[1:]]
+        self._bounds += [
+            MessageBounds("Client", max_frames, options.get("max_message_bytes"), logger=log) for _ in self._dealers[1:]
+        ]
         self._poll_in = zmq.Poller()
         self._poll_out = zmq.Poller()
         for dealer in self._dealers:
@@ -184,7 +196,7 @@ class Client:
         while True:  # (a repeat of 64 random bits is not expected; the loop is for certainty)
             if self._id_at >= len(self._id_pool):
                 self._id_pool, self._id_at = secrets.token_bytes(_ID_BYTES * _IDS_PER_DRAW), 0
-            wire_id = self._id_pool[self._id_at:self._id_at + _ID_BYTES]
+            wire_id = self._id_pool[self._id_at : self._id_at + _ID_BYTES]
             self._id_at += _ID_BYTES
             if wire_id not in self._pending and wire_id not in self._finished:
                 return wire_id
@@ -228,7 +240,9 @@ class Client:
             raise RequestTimeoutError(
                 f"no worker at {self._where()} took request {number} within "
                 f"{wait:g} s (timeout {self.timeout:g} s x (retries {self.retries} + 1) by default): is any worker "
-                f"(or broker) running and reachable?{self._handshake_note()}", number, 0,
+                f"(or broker) running and reachable?{self._handshake_note()}",
+                number,
+                0,
             )
         self._next_number += 1
         self._pending[wire_id] = _Pending(number, message, time.monotonic() + self.timeout, 1, {index}, index)
@@ -350,9 +364,13 @@ class Client:
         if index not in entry.sent_on:
             self.misrouted += 1
             if self.misrouted == 1:
-                log.warning("Client: dropped a reply to request %d from %s, which that request never went out to "
-                            "(it went to %s); further ones are counted in misrouted, not logged", entry.number,
-                            self._endpoints[index], ", ".join(str(self._endpoints[i]) for i in sorted(entry.sent_on)))
+                log.warning(
+                    "Client: dropped a reply to request %d from %s, which that request never went out to "
+                    "(it went to %s); further ones are counted in misrouted, not logged",
+                    entry.number,
+                    self._endpoints[index],
+                    ", ".join(str(self._endpoints[i]) for i in sorted(entry.sent_on)),
+                )
             return None
         del self._pending[wire_id]
         self._finish(wire_id)
@@ -373,7 +391,8 @@ class Client:
                     f"no reply to request {entry.number} from {self._where()} within "
                     f"{self.timeout:g} s, {entry.attempts} times (timeout {self.timeout:g} s, retries "
                     f"{self.retries}): are the workers running and reachable?{self._handshake_note()}",
-                    entry.number, entry.attempts,
+                    entry.number,
+                    entry.attempts,
                 )
             # to another endpoint if one takes it now, else the same: this wait counts all the same
             index = self._send_any(entry.frames, 0.0, avoid=entry.last)

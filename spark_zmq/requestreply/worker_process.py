@@ -114,8 +114,9 @@ class HandlerProcess:
             reply: list[bytes] | None = self._conn.recv()
         except (EOFError, OSError):
             code = self._end(kill=True)
-            raise ChildProcessError(f"the handler's process ended without answering ({code}); "
-                                    "a new one takes the next request") from None
+            raise ChildProcessError(
+                f"the handler's process ended without answering ({code}); a new one takes the next request"
+            ) from None
         self.busy = False
         return reply
 

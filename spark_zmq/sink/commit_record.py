@@ -64,16 +64,21 @@ def _commit_json(runs: Runs) -> dict:
     return {str(p): {"attempt_id": a, "messages": n} for p, (a, n) in sorted(runs.items())}
 
 
-def commit_record(schema: pa.Schema, query_id: str, batch_id: int, runs: Runs,
-                  recent: Mapping[int, Runs] | None = None) -> bytes:
+def commit_record(
+    schema: pa.Schema, query_id: str, batch_id: int, runs: Runs, recent: Mapping[int, Runs] | None = None
+) -> bytes:
     """The record's bytes: ``runs`` maps partition -> (attempt_id, messages sent);
     ``recent`` the same of earlier micro-batches of the query."""
     empty = pa.RecordBatch.from_arrays([pa.array([], type=f.type) for f in schema], schema=schema)
-    metadata: dict[str, object] = {run_metadata.QUERY_ID: query_id, run_metadata.BATCH_ID: batch_id,
-                                   run_metadata.COMMIT: json.dumps(_commit_json(runs), separators=(",", ":"))}
+    metadata: dict[str, object] = {
+        run_metadata.QUERY_ID: query_id,
+        run_metadata.BATCH_ID: batch_id,
+        run_metadata.COMMIT: json.dumps(_commit_json(runs), separators=(",", ":")),
+    }
     if recent:
-        metadata[run_metadata.RECENT] = json.dumps({str(b): _commit_json(r) for b, r in sorted(recent.items())},
-                                        separators=(",", ":"))
+        metadata[run_metadata.RECENT] = json.dumps(
+            {str(b): _commit_json(r) for b, r in sorted(recent.items())}, separators=(",", ":")
+        )
     return arrow_message(empty, metadata)
 
 
@@ -101,9 +106,12 @@ class RecentBatches:
         try:
             path = self._path(query_id)
         except OSError as exc:
-            log.warning("zmq sink: the runs of the query's earlier micro-batches could not be kept or read (%s); "
-                        "this commit record names only its own batch, so a record lost on the way is not repaired "
-                        "by it", exc)
+            log.warning(
+                "zmq sink: the runs of the query's earlier micro-batches could not be kept or read (%s); "
+                "this commit record names only its own batch, so a record lost on the way is not repaired "
+                "by it",
+                exc,
+            )
             return {}
         known: dict[int, dict[int, tuple[str, int]]] = {}
         try:
@@ -112,13 +120,17 @@ class RecentBatches:
                     for b, r in json.load(f).items():
                         known[int(b)] = {int(p): (str(a), int(n)) for p, (a, n) in r.items()}
         except (OSError, ValueError, TypeError, AttributeError) as exc:
-            log.warning("zmq sink: the runs of the query's earlier micro-batches could not be read from %s (%s); "
-                        "this commit record names only its own batch, so a record lost on the way is not repaired "
-                        "by it", path, exc)
+            log.warning(
+                "zmq sink: the runs of the query's earlier micro-batches could not be read from %s (%s); "
+                "this commit record names only its own batch, so a record lost on the way is not repaired "
+                "by it",
+                path,
+                exc,
+            )
             known = {}
         try:
             recent = {b: r for b, r in known.items() if b < batch_id}
-            recent = dict(sorted(recent.items())[-self.keep:])
+            recent = dict(sorted(recent.items())[-self.keep :])
             known = {**recent, batch_id: dict(runs)}
             temp = f"{path}.{os.getpid()}.tmp"
             with open(temp, "w") as f:
@@ -126,8 +138,12 @@ class RecentBatches:
             os.replace(temp, path)
             return recent
         except OSError as exc:
-            log.warning("zmq sink: the runs of the query's micro-batches could not be kept in %s (%s); the next "
-                        "commit record will not name this batch", path, exc)
+            log.warning(
+                "zmq sink: the runs of the query's micro-batches could not be kept in %s (%s); the next "
+                "commit record will not name this batch",
+                path,
+                exc,
+            )
             return recent
 
 
@@ -147,9 +163,13 @@ def send_commit_record(options: SinkOptions, record: bytes, what: str) -> int:
             delivered += 1
         except TimeoutError as exc:
             sender.abort()
-            log.warning("zmq sink: %s: the commit record (which run of each task Spark kept) did not reach %s: %s; "
-                        "a consumer there that deduplicates by it keeps holding this batch's messages",
-                        what, endpoint, exc)
+            log.warning(
+                "zmq sink: %s: the commit record (which run of each task Spark kept) did not reach %s: %s; "
+                "a consumer there that deduplicates by it keeps holding this batch's messages",
+                what,
+                endpoint,
+                exc,
+            )
         except BaseException:
             sender.abort()
             raise

@@ -50,12 +50,16 @@ def bind_conflict(options: SinkOptions, exc: OSError) -> SinkBindError | None:
         return None
     named = [e for e in binds if e.address in str(exc)] or binds
     addresses = ", ".join(e.address for e in named)
-    return SinkBindError(errno.EADDRINUSE, (
-        f"option 'endpoints' binds {addresses} ('@'), and this write task cannot: the address is in use, by "
-        "another write task of this DataFrame on this host or by another process. Each write task opens its "
-        "own socket, so a bind endpoint takes one partition per host: write df.coalesce(1) (or "
-        "df.repartition(1)), or connect instead (an endpoint without '@', or '>tcp://...') to a bound consumer "
-        f"or a broker. ({exc.strerror or exc})"))
+    return SinkBindError(
+        errno.EADDRINUSE,
+        (
+            f"option 'endpoints' binds {addresses} ('@'), and this write task cannot: the address is in use, by "
+            "another write task of this DataFrame on this host or by another process. Each write task opens its "
+            "own socket, so a bind endpoint takes one partition per host: write df.coalesce(1) (or "
+            "df.repartition(1)), or connect instead (an endpoint without '@', or '>tcp://...') to a bound consumer "
+            f"or a broker. ({exc.strerror or exc})"
+        ),
+    )
 
 
 class TaskSender:
@@ -100,8 +104,12 @@ class TaskSender:
             # nobody reads; a peer that leaves hands its queue back to the others.
             # confirm: close() waits until the consumers' TCP acknowledged every message.
             self.socket = sending_wire(
-                options.pattern, endpoints, immediate=True, confirm=True,
-                monitor=zmq.EVENT_HANDSHAKE_SUCCEEDED, **common
+                options.pattern,
+                endpoints,
+                immediate=True,
+                confirm=True,
+                monitor=zmq.EVENT_HANDSHAKE_SUCCEEDED,
+                **common,
             )
 
     def wait_for_peers(self) -> None:
@@ -157,8 +165,10 @@ class TaskSender:
             return ""
         if self.options.curve is None:  # scatter: a peer of the wrong socket type, for one
             return f" handshakes failed {watch.rejected} times; the last one: {watch.last_rejection}"
-        return (f" CURVE handshakes failed {watch.rejected} times; the last one: {watch.last_rejection} "
-                "(check curveCertificate, curveServerKey and the server's authorized keys)")
+        return (
+            f" CURVE handshakes failed {watch.rejected} times; the last one: {watch.last_rejection} "
+            "(check curveCertificate, curveServerKey and the server's authorized keys)"
+        )
 
     def _next_subscription(self, wait_s: float) -> bool:
         try:

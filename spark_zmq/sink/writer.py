@@ -80,8 +80,12 @@ def task_header(batch_id: int | None, write_id: str) -> TaskHeader:
     }
 
 
-def _write_task(options: SinkOptions, batches: Iterator[pa.RecordBatch], header: TaskHeader,
-                sender_factory: Callable[[SinkOptions], TaskSender] = TaskSender) -> SinkCommit:
+def _write_task(
+    options: SinkOptions,
+    batches: Iterator[pa.RecordBatch],
+    header: TaskHeader,
+    sender_factory: Callable[[SinkOptions], TaskSender] = TaskSender,
+) -> SinkCommit:
     """Send one task's rows: wait for a peer before the first row, encode each batch and
     send it, then send what the encoder held back and flush. Nothing here reads Spark:
     ``header`` says which task this is (``task_header`` on an executor), so a test drives
@@ -98,12 +102,22 @@ def _write_task(options: SinkOptions, batches: Iterator[pa.RecordBatch], header:
     except BaseException:
         sender.abort()
         raise
-    return SinkCommit(header["partition"], sender.sent, rows, sender.dropped, rejected,
-                      sender.lost_peers, sender.resent, header["attempt_id"], header["query_id"])
+    return SinkCommit(
+        header["partition"],
+        sender.sent,
+        rows,
+        sender.dropped,
+        rejected,
+        sender.lost_peers,
+        sender.resent,
+        header["attempt_id"],
+        header["query_id"],
+    )
 
 
-def _send_all(encoder: Encoder[T], send: Callable[[list[T]], None], batches: Iterator[pa.RecordBatch],
-              sender: TaskSender) -> int:
+def _send_all(
+    encoder: Encoder[T], send: Callable[[list[T]], None], batches: Iterator[pa.RecordBatch], sender: TaskSender
+) -> int:
     """Encode and send every batch in order (empty ones skipped); returns the rows sent."""
     rows = 0
     first = True
@@ -123,8 +137,14 @@ def _send_all(encoder: Encoder[T], send: Callable[[list[T]], None], batches: Ite
     return rows
 
 
-def _commit(options: SinkOptions, schema: StructType, messages: list, batch_id: int, what: str,
-            recent: commit_record.RecentBatches | None = None) -> None:
+def _commit(
+    options: SinkOptions,
+    schema: StructType,
+    messages: list,
+    batch_id: int,
+    what: str,
+    recent: commit_record.RecentBatches | None = None,
+) -> None:
     """On the driver, once every task succeeded: tell the consumers which run of each task
     Spark kept (``commit_record``; a streaming write's record also names its query's
     ``recent`` batches, so it repairs a record lost before it), then log what the tasks sent."""
@@ -144,25 +164,41 @@ def _report(messages: list, what: str, curve: bool) -> None:
     log.info("zmq sink: %s: %d messages sent by %d tasks", what, sent, len(commits))
     rejected = sum(m.rejected_handshakes for m in commits)
     if rejected and curve:
-        log.warning("zmq sink: %s: %d CURVE handshakes were rejected (peers without an authorized key, or without "
-                    "CURVE); the write tasks' logs name them", what, rejected)
+        log.warning(
+            "zmq sink: %s: %d CURVE handshakes were rejected (peers without an authorized key, or without "
+            "CURVE); the write tasks' logs name them",
+            what,
+            rejected,
+        )
     elif rejected:
         # without CURVE a handshake fails when the peer closes the connection before it
         # completes (not a ZeroMQ peer, a socket type that cannot talk to ours, a consumer
         # going away), or takes longer than the engine's handshake interval
-        log.warning("zmq sink: %s: %d handshakes with peers failed (peers that are not ZeroMQ peers, of a socket "
-                    "type that cannot talk to the sink's, or that closed the connection or took too long during the "
-                    "handshake); the write tasks' logs name them", what, rejected)
+        log.warning(
+            "zmq sink: %s: %d handshakes with peers failed (peers that are not ZeroMQ peers, of a socket "
+            "type that cannot talk to the sink's, or that closed the connection or took too long during the "
+            "handshake); the write tasks' logs name them",
+            what,
+            rejected,
+        )
     lost, resent = sum(m.lost_peers for m in commits), sum(m.resent for m in commits)
     if lost:
-        log.warning("zmq sink: %s: %d consumer connections broke during the write; %d messages they had not "
-                    "acknowledged were sent again to the consumers still there (what a consumer's host had "
-                    "acknowledged but its application had not read when it died is beyond reach)",
-                    what, lost, resent)
+        log.warning(
+            "zmq sink: %s: %d consumer connections broke during the write; %d messages they had not "
+            "acknowledged were sent again to the consumers still there (what a consumer's host had "
+            "acknowledged but its application had not read when it died is beyond reach)",
+            what,
+            lost,
+            resent,
+        )
     if dropped:
-        log.warning("zmq sink: %s: pub dropped %d of %d messages: a subscriber's queue was at its high-water "
-                    "mark (raise option 'hwm', or use pattern 'push' where every message must arrive)",
-                    what, dropped, sent + dropped)
+        log.warning(
+            "zmq sink: %s: pub dropped %d of %d messages: a subscriber's queue was at its high-water "
+            "mark (raise option 'hwm', or use pattern 'push' where every message must arrive)",
+            what,
+            dropped,
+            sent + dropped,
+        )
 
 
 class ZmqBatchWriter(DataSourceArrowWriter):
@@ -189,8 +225,11 @@ class ZmqBatchWriter(DataSourceArrowWriter):
         if commit_record.wanted(self.options):
             record = commit_record.commit_record(arrow_schema(self.schema), self.write_id, -1, {})
             commit_record.send_commit_record(self.options, record, "aborted write")
-        log.warning("zmq sink: write aborted; the messages its tasks sent are named by no run (an empty commit "
-                    "record), so committedOnly readers drop them")
+        log.warning(
+            "zmq sink: write aborted; the messages its tasks sent are named by no run (an empty commit "
+            "record), so committedOnly readers drop them"
+        )
+
 
 class ZmqStreamWriter(DataSourceStreamArrowWriter):
     """``df.writeStream.format("zmq")``: at least once (a retried task may resend)."""

@@ -41,10 +41,17 @@ def _numbered(first_offset: int, batches: Iterable[pa.RecordBatch]) -> Iterator[
 def receive_bounded(options: SourceOptions) -> list[tuple[list[bytes], list[bytes | None] | None]]:
     """Messages per channel, until ``max_messages`` in all or ``timeout`` s of silence."""
     sockets = [
-        open_channel_socket(options.pattern, endpoint, hwm=options.hwm, topics=options.topics,
-                            max_message_bytes=options.max_message_bytes, curve=options.curve,
-                            heartbeat=options.heartbeat, rcvbuf=options.receive_buffer_bytes,
-                            tuning=options.tuning)
+        open_channel_socket(
+            options.pattern,
+            endpoint,
+            hwm=options.hwm,
+            topics=options.topics,
+            max_message_bytes=options.max_message_bytes,
+            curve=options.curve,
+            heartbeat=options.heartbeat,
+            rcvbuf=options.receive_buffer_bytes,
+            tuning=options.tuning,
+        )
         for endpoint in options.endpoints
     ]
     values: list[list[bytes]] = [[] for _ in sockets]
@@ -121,5 +128,8 @@ class ZmqBatchReader(DataSourceReader):
         if not isinstance(partition, InlineMessages):  # Spark's placeholder when nothing arrived
             return
         freeze_long_lived()
-        yield from decoded_rows(decoder_for(self.options, self.schema), partition.channel,
-                                _numbered(partition.first_offset, pa.ipc.open_stream(pa.py_buffer(partition.ipc))))
+        yield from decoded_rows(
+            decoder_for(self.options, self.schema),
+            partition.channel,
+            _numbered(partition.first_offset, pa.ipc.open_stream(pa.py_buffer(partition.ipc))),
+        )

@@ -173,12 +173,16 @@ class Decisions:
         self.plans[plan] = {int(c): tuple(int(o) for o in offsets) for c, offsets in entry.get("skip", {}).items()}
         for q, b, p, spans in entry.get("taken", []):
             self.taken.setdefault((str(q), int(b), int(p)), Sequences()).update(
-                x for lo, hi in spans for x in range(int(lo), int(hi) + 1))
+                x for lo, hi in spans for x in range(int(lo), int(hi) + 1)
+            )
 
     def add_plan(self, plan: PlanKey, skip: Mapping[int, Sequence[int]], taken: Mapping[RunKey, Iterable[int]]) -> None:
         """Remember a planned batch's skips and the sequences it delivered (``flush`` writes them)."""
-        entry = {"plan": [list(t) for t in plan], "skip": {str(c): list(o) for c, o in skip.items() if o},
-                 "taken": [[q, b, p, ranges(seqs)] for (q, b, p), seqs in taken.items() if seqs]}
+        entry = {
+            "plan": [list(t) for t in plan],
+            "skip": {str(c): list(o) for c, o in skip.items() if o},
+            "taken": [[q, b, p, ranges(seqs)] for (q, b, p), seqs in taken.items() if seqs],
+        }
         self._replay_plan(json.loads(json.dumps(entry)))
         self._unwritten_plans.append(json.dumps(entry, separators=(",", ":")) + "\n")
 
@@ -220,8 +224,9 @@ class Decisions:
         """Cheap test first: the file is big enough that compaction could pay."""
         return self.path is not None and self.lines > self.margin
 
-    def compact(self, dead: Iterable[BatchKey], step: Callable[[str], None] | None = None,
-                forget: Iterable[BatchKey] = ()) -> bool:
+    def compact(
+        self, dead: Iterable[BatchKey], step: Callable[[str], None] | None = None, forget: Iterable[BatchKey] = ()
+    ) -> bool:
         """Forget the ``dead`` decisions (none may be unwritten; each raises its query's floor)
         and the ``forget`` ones (no floor: a late message of theirs is undecided again) and
         rewrite the file without them, when its dead lines then exceed the live ones by ``margin``. ``step`` is called
@@ -238,15 +243,29 @@ class Decisions:
         gone = set(dead) | set(forget)
         taken = {run: seqs for run, seqs in self.taken.items() if (run[0], run[1]) not in gone}
         plans = dict(list(self.plans.items())[-PLANS_KEPT:])
-        taken_lines = [[q, b, p, ([[0, x.below - 1]] if x.below else []) + ranges(x.others)]
-                       for (q, b, p), x in taken.items()]
-        kept_plans = [json.dumps({"plan": [list(t) for t in plan], "skip": {str(c): list(o) for c, o in skip.items()},
-                                  "taken": [] if i else taken_lines}, separators=(",", ":")) + "\n"
-                      for i, (plan, skip) in enumerate(plans.items())]
+        taken_lines = [
+            [q, b, p, ([[0, x.below - 1]] if x.below else []) + ranges(x.others)] for (q, b, p), x in taken.items()
+        ]
+        kept_plans = [
+            json.dumps(
+                {
+                    "plan": [list(t) for t in plan],
+                    "skip": {str(c): list(o) for c, o in skip.items()},
+                    "taken": [] if i else taken_lines,
+                },
+                separators=(",", ":"),
+            )
+            + "\n"
+            for i, (plan, skip) in enumerate(plans.items())
+        ]
         if not plans and taken:
             kept_plans = [json.dumps({"plan": [], "skip": {}, "taken": taken_lines}, separators=(",", ":")) + "\n"]
-        content = json.dumps({"floor": floor}, separators=(",", ":")) + "\n" + "".join(
-            self._line(k, runs) for k, runs in self._runs.items() if k not in gone) + "".join(kept_plans)
+        content = (
+            json.dumps({"floor": floor}, separators=(",", ":"))
+            + "\n"
+            + "".join(self._line(k, runs) for k, runs in self._runs.items() if k not in gone)
+            + "".join(kept_plans)
+        )
         temp = self.path + ".compact"
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:

@@ -91,11 +91,11 @@ def _master_hosts(master: str) -> list[str]:
     """The hosts in a master URL (``spark://a:7077,b:7077``, ``k8s://https://api:443``)."""
     master = master.strip()
     if master.startswith("k8s://"):
-        master = master[len("k8s://"):]
+        master = master[len("k8s://") :]
         if "://" not in master:
             master = "https://" + master
     if master.startswith("spark://"):
-        return [part.rsplit(":", 1)[0].strip("[]") for part in master[len("spark://"):].split(",") if part]
+        return [part.rsplit(":", 1)[0].strip("[]") for part in master[len("spark://") :].split(",") if part]
     try:
         host = urlsplit(master).hostname
     except ValueError:
@@ -113,8 +113,10 @@ def driver_host(pid: int | None = None) -> DriverHost:
         return DriverHost("127.0.0.1", f"the local master {master!r}", master)
     if conf.get("spark.driver.host"):
         return DriverHost(conf["spark.driver.host"], "spark.driver.host", master)
-    for environment, whose in ((os.environ, "this process"),
-                               (procstat.environ(submit) if submit else {}, "the Spark driver")):
+    for environment, whose in (
+        (os.environ, "this process"),
+        (procstat.environ(submit) if submit else {}, "the Spark driver"),
+    ):
         if environment.get("SPARK_LOCAL_IP"):
             return DriverHost(environment["SPARK_LOCAL_IP"], f"SPARK_LOCAL_IP of {whose}", master)
     try:
@@ -143,10 +145,14 @@ def fetch_service_host(configured: str | None) -> str:
     found = driver_host()
     master = found.master
     if found.loopback and not (master is not None and executors_share_host(master)):
-        log.warning("the spool fetch service listens on %s (%s), a loopback address: executors on other hosts "
-                    "cannot reach it and their read tasks will fail; set option spoolServerHost (or Spark's "
-                    "spark.driver.host) to this driver's address that executors reach (Spark master: %s)",
-                    found.address, found.source, master or "unknown")
+        log.warning(
+            "the spool fetch service listens on %s (%s), a loopback address: executors on other hosts "
+            "cannot reach it and their read tasks will fail; set option spoolServerHost (or Spark's "
+            "spark.driver.host) to this driver's address that executors reach (Spark master: %s)",
+            found.address,
+            found.source,
+            master or "unknown",
+        )
     else:
         log.info("the spool fetch service listens on %s (from %s)", found.address, found.source)
     return found.address

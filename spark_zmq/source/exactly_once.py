@@ -136,7 +136,9 @@ class ExactlyOnce:
                     message + ". Set failOnDataLoss=false to continue on this spool after the checkpoint's offsets, "
                     "or start the query with a new checkpointLocation"
                 )
-            log.warning("%s; continuing on spool %s after the checkpoint's offsets (failOnDataLoss=false)", message, ours)
+            log.warning(
+                "%s; continuing on spool %s after the checkpoint's offsets (failOnDataLoss=false)", message, ours
+            )
             assert theirs is not None  # (``foreign``)
             self._foreign_spools_seen.add(theirs)
         if foreign:
@@ -145,9 +147,13 @@ class ExactlyOnce:
             wanted = offsets[channel_log.channel]
             if wanted > channel_log.next_offset:
                 if ingest.started and not foreign:
-                    log.warning("channel %d: the checkpoint is at offset %d, ahead of the spool's %d: the spool lost "
-                                "its tail (a crash without spoolFsync?)", channel_log.channel, wanted,
-                                channel_log.next_offset)
+                    log.warning(
+                        "channel %d: the checkpoint is at offset %d, ahead of the spool's %d: the spool lost "
+                        "its tail (a crash without spoolFsync?)",
+                        channel_log.channel,
+                        wanted,
+                        channel_log.next_offset,
+                    )
                 if foreign:
                     # Messages this (other) spool numbered below the checkpoint will never be read.
                     # It holds none past its latest, and a relay refuses to count past it (an
@@ -155,10 +161,16 @@ class ExactlyOnce:
                     earliest, held = channel_log.earliest, min(wanted, channel_log.next_offset)
                     below = channel_log.snapshot().count_between(earliest, held)[0] if held > earliest else 0
                     if below:
-                        self.loss.lose(LostRange(
-                            channel_log.channel, earliest, wanted, messages=below,
-                            text=f"channel {channel_log.channel}: {below} messages spool {ours} holds below the "
-                                 f"checkpoint's offset {wanted}"))
+                        self.loss.lose(
+                            LostRange(
+                                channel_log.channel,
+                                earliest,
+                                wanted,
+                                messages=below,
+                                text=f"channel {channel_log.channel}: {below} messages spool {ours} holds below the "
+                                f"checkpoint's offset {wanted}",
+                            )
+                        )
                 channel_log.advance_to(wanted)
 
     def resume(self, ingest: Ingest, begin: ChannelOffsets) -> ChannelOffsets:
@@ -170,15 +182,21 @@ class ExactlyOnce:
             earliest = channel_log.earliest
             start, lost = skip_freed(begin[channel], earliest)
             if lost is not None:
-                self.loss.lose(LostRange(
-                    channel, lost[0], lost[1],
-                    text=f"Spark resumes channel {channel} at offset {lost[0]}, but the spool "
-                         f"{ingest.where} starts at {earliest} (spool deleted or pruned)"))
+                self.loss.lose(
+                    LostRange(
+                        channel,
+                        lost[0],
+                        lost[1],
+                        text=f"Spark resumes channel {channel} at offset {lost[0]}, but the spool "
+                        f"{ingest.where} starts at {earliest} (spool deleted or pruned)",
+                    )
+                )
                 begin = begin.replace(channel, start)
         return begin
 
-    def readable(self, ingest: Ingest, begin: ChannelOffsets,
-                 finish: ChannelOffsets) -> dict[int, tuple[int, int]] | None:
+    def readable(
+        self, ingest: Ingest, begin: ChannelOffsets, finish: ChannelOffsets
+    ) -> dict[int, tuple[int, int]] | None:
         """The ranges ``[start, end)`` per channel that a batch from ``begin`` to ``finish``
         can read (``partitions``; channels with nothing to read left out), or ``None``
         when the batch reads nothing at all.
@@ -192,8 +210,10 @@ class ExactlyOnce:
         """
         spool_id = ingest.spool_id
         if is_foreign(finish.spool, spool_id):
-            why = (f"the batch {begin.to_channel_dict()}..{finish.to_channel_dict()} was planned on spool "
-                   f"{finish.spool}, which the spool {ingest.where} no longer is (it is spool {spool_id})")
+            why = (
+                f"the batch {begin.to_channel_dict()}..{finish.to_channel_dict()} was planned on spool "
+                f"{finish.spool}, which the spool {ingest.where} no longer is (it is spool {spool_id})"
+            )
             for channel, (lo, hi) in begin.ranges_to(finish).items():
                 if hi > lo:
                     self.loss.lose(LostRange(channel, lo, hi, text=why))
@@ -207,10 +227,15 @@ class ExactlyOnce:
             earliest = channel_log.earliest
             lo, lost = skip_freed(lo, earliest, hi)
             if lost is not None:
-                self.loss.lose(LostRange(
-                    channel, lost[0], lost[1],
-                    text=f"offsets {lost[0]}..{lost[1]} of channel {channel} are no longer in the spool "
-                         f"{ingest.where}, which starts at {earliest}"))
+                self.loss.lose(
+                    LostRange(
+                        channel,
+                        lost[0],
+                        lost[1],
+                        text=f"offsets {lost[0]}..{lost[1]} of channel {channel} are no longer in the spool "
+                        f"{ingest.where}, which starts at {earliest}",
+                    )
+                )
             if hi > lo:
                 ranges[channel] = (lo, hi)
         return ranges
@@ -224,8 +249,7 @@ class ExactlyOnce:
             for lost in described[channel].lost:
                 self.loss.lose(lost.within(lo, hi))
 
-    def first_offsets(self, ingest: Ingest, starting_offsets: str,
-                      starting_timestamp_ms: int | None) -> ChannelOffsets:
+    def first_offsets(self, ingest: Ingest, starting_offsets: str, starting_timestamp_ms: int | None) -> ChannelOffsets:
         """Where a query without a checkpoint begins, on this spool.
 
         ``startingTimestamp`` takes precedence over ``startingOffsets``: each channel's
@@ -240,5 +264,6 @@ class ExactlyOnce:
                     self.loss.lose(lost)
                 offsets[str(channel)] = offset
             return ChannelOffsets(offsets, ingest.spool_id)
-        return ChannelOffsets(ingest.earliest() if starting_offsets == "earliest" else ingest.start_offsets,
-                              ingest.spool_id)
+        return ChannelOffsets(
+            ingest.earliest() if starting_offsets == "earliest" else ingest.start_offsets, ingest.spool_id
+        )

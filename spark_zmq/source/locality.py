@@ -43,11 +43,11 @@ def conf_from_command_line(args: list[bytes]) -> dict[str, str]:
         if arg == b"--master" and i + 1 < len(args):
             setting = b"spark.master=" + args[i + 1]
         elif arg.startswith(b"--master="):
-            setting = b"spark.master=" + arg[len(b"--master="):]
+            setting = b"spark.master=" + arg[len(b"--master=") :]
         elif arg == b"--conf" and i + 1 < len(args):
             setting = args[i + 1]
         elif arg.startswith(b"--conf="):
-            setting = arg[len(b"--conf="):]
+            setting = arg[len(b"--conf=") :]
         if setting is not None and b"=" in setting:
             key, _, value = setting.decode("utf-8", "replace").partition("=")
             conf[key.strip()] = value.strip()
@@ -75,7 +75,8 @@ def defaults_file_conf(environment: dict[str, str]) -> dict[str, str]:
     """What ``spark-defaults.conf`` sets, found as spark-submit finds it (``SPARK_CONF_DIR``,
     else ``SPARK_HOME/conf``) in ``environment``; ``{}`` when there is none."""
     directory = environment.get("SPARK_CONF_DIR") or (
-        os.path.join(environment["SPARK_HOME"], "conf") if environment.get("SPARK_HOME") else None)
+        os.path.join(environment["SPARK_HOME"], "conf") if environment.get("SPARK_HOME") else None
+    )
     if not directory:
         return {}
     conf: dict[str, str] = {}
@@ -141,7 +142,7 @@ def local_cores(master: str | None = None) -> int | None:
         return 1
     for prefix in ("local-cluster[", "local["):
         if master.startswith(prefix) and master.endswith("]"):
-            fields = [f.strip() for f in master[len(prefix):-1].split(",")]
+            fields = [f.strip() for f in master[len(prefix) : -1].split(",")]
             try:
                 if prefix == "local-cluster[":
                     return max(1, int(fields[0]) * int(fields[1])) if len(fields) == 3 else None

@@ -16,8 +16,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = ["admit", "holds_back", "split", "PlannedRange", "ChannelIndex", "MAX_MESSAGES_PER_PARTITION", "MAX_BYTES_PER_PARTITION",
-           "MAX_BYTES_PER_PARTITION_PER_SLOT", "MIN_BYTES_PER_PARTITION", "MAX_MESSAGES_PER_PARTITION_PER_SLOT"]
+__all__ = [
+    "admit",
+    "holds_back",
+    "split",
+    "PlannedRange",
+    "ChannelIndex",
+    "MAX_MESSAGES_PER_PARTITION",
+    "MAX_BYTES_PER_PARTITION",
+    "MAX_BYTES_PER_PARTITION_PER_SLOT",
+    "MIN_BYTES_PER_PARTITION",
+    "MAX_MESSAGES_PER_PARTITION_PER_SLOT",
+]
 
 # A read task covers at most this many messages and about this many bytes, so large
 # backlogs are read in parallel (Arrow messages hold many rows: 1,000 of them can be
@@ -61,8 +71,7 @@ def admit(
     a channel missing from it is counted through its index.
     """
     known = backlog or {}
-    counts = {k: known[k] if k in known else indexes[k].count_between(int(start[k]), int(latest[k]))
-              for k in latest}
+    counts = {k: known[k] if k in known else indexes[k].count_between(int(start[k]), int(latest[k])) for k in latest}
     total_rows = sum(r for r, _ in counts.values())
     total_bytes = sum(b for _, b in counts.values())
     end = {}
@@ -81,8 +90,9 @@ def admit(
     return end
 
 
-def holds_back(pending_rows: int, min_rows: int | None, waited_s: float, max_delay_s: float,
-               available_now: bool = False) -> bool:
+def holds_back(
+    pending_rows: int, min_rows: int | None, waited_s: float, max_delay_s: float, available_now: bool = False
+) -> bool:
     """Whether the next micro-batch waits (``minRowsPerTrigger``/``maxTriggerDelay``, as
     Kafka's ``minOffsetsPerTrigger``/``maxTriggerDelay``): it does while fewer than
     ``min_rows`` rows are pending and less than ``max_delay_s`` has passed (``waited_s``)
@@ -120,12 +130,20 @@ def split(
     ``slots``, between that and ``MAX_MESSAGES_PER_PARTITION_PER_SLOT``."""
     total = sum(max(0, hi - lo) for lo, hi in ranges.values())
     if max_bytes is None:
-        max_bytes = MAX_BYTES_PER_PARTITION if not slots else min(
-            MAX_BYTES_PER_PARTITION_PER_SLOT,
-            max(MIN_BYTES_PER_PARTITION, math.ceil(sum(bytes_in.values()) / slots)))
+        max_bytes = (
+            MAX_BYTES_PER_PARTITION
+            if not slots
+            else min(
+                MAX_BYTES_PER_PARTITION_PER_SLOT,
+                max(MIN_BYTES_PER_PARTITION, math.ceil(sum(bytes_in.values()) / slots)),
+            )
+        )
     if max_messages is None:
-        max_messages = MAX_MESSAGES_PER_PARTITION if not slots else min(
-            MAX_MESSAGES_PER_PARTITION_PER_SLOT, max(MAX_MESSAGES_PER_PARTITION, math.ceil(total / slots)))
+        max_messages = (
+            MAX_MESSAGES_PER_PARTITION
+            if not slots
+            else min(MAX_MESSAGES_PER_PARTITION_PER_SLOT, max(MAX_MESSAGES_PER_PARTITION, math.ceil(total / slots)))
+        )
     wanted = max(min_partitions or 1, 1)
     out: list[PlannedRange] = []
     for k in sorted(ranges, key=int):
@@ -133,7 +151,9 @@ def split(
         if hi <= lo:
             continue
         share = math.ceil(wanted * (hi - lo) / max(total, 1))
-        pieces = min(hi - lo, max(1, share, math.ceil((hi - lo) / max_messages), math.ceil(bytes_in.get(k, 0) / max_bytes)))
+        pieces = min(
+            hi - lo, max(1, share, math.ceil((hi - lo) / max_messages), math.ceil(bytes_in.get(k, 0) / max_bytes))
+        )
         step = math.ceil((hi - lo) / pieces)
         for piece_start in range(lo, hi, step):
             out.append(PlannedRange(int(k), piece_start, min(hi, piece_start + step)))

@@ -57,8 +57,9 @@ class QueryStart:
         try:
             kept = ChannelOffsets.from_json(data)
         except OffsetsFormatError:
-            log.warning("ignoring %s: not this source's offsets ({\"<channel>\": <offset>, ..., \"spool\": \"<id>\"})",
-                        self.path)
+            log.warning(
+                'ignoring %s: not this source\'s offsets ({"<channel>": <offset>, ..., "spool": "<id>"})', self.path
+            )
             return None
         if kept.spool != spool_id or set(kept) != set(range(channels)):
             return None  # another spool's (recreated) or other channels: not this query's start

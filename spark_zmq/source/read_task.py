@@ -19,12 +19,14 @@ from .decoders import Decoder
 __all__ = ["decoded_rows"]
 
 
-def decoded_rows(decoder: Decoder, channel: int, batches: Iterable[tuple[int, pa.RecordBatch]]) -> Iterator[pa.RecordBatch]:
+def decoded_rows(
+    decoder: Decoder, channel: int, batches: Iterable[tuple[int, pa.RecordBatch]]
+) -> Iterator[pa.RecordBatch]:
     """The output batches of ``channel``'s spool batches, in order.
 
     One row per message: the spool's small batches are joined first (``coalesce``: a
     receiver appends whatever one receive returned, often a few rows), since decoding and
     handing each to Spark separately costs more than its rows; an Arrow message is decoded
     on its own anyway, so joining would only copy every message once more."""
-    for first, batch in (batches if decoder.fmt == "arrow" else coalesce(batches)):
+    for first, batch in batches if decoder.fmt == "arrow" else coalesce(batches):
         yield from decoder.decode(batch, channel, first)

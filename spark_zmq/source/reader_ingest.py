@@ -122,15 +122,23 @@ class LocalIngest(IngestRuntime):
 
     def __init__(self, options: SourceOptions) -> None:
         serve_fetch = needs_fetch_service(options.spool_access)
-        super().__init__(IngestConfig.from_options(options), serve_fetch=serve_fetch,
-                         fetch_host=fetch_service_host(options.spool_server_host) if serve_fetch else None)
+        super().__init__(
+            IngestConfig.from_options(options),
+            serve_fetch=serve_fetch,
+            fetch_host=fetch_service_host(options.spool_server_host) if serve_fetch else None,
+        )
 
     def spool_range(self, channel: int, start: int, end: int, hint: tuple | None = None) -> SpoolRange:
         """The read task for ``[start, end)`` of ``channel``."""
         return SpoolRange(
-            self.config.spool_dir, channel, start, end, self.spool.owner_id,
+            self.config.spool_dir,
+            channel,
+            start,
+            end,
+            self.spool.owner_id,
             self.server.access if self.server is not None else None,
-            hint if hint is not None else (self.spool.channels[channel].locate(start) or ()), self.spool.spool_id,
+            hint if hint is not None else (self.spool.channels[channel].locate(start) or ()),
+            self.spool.spool_id,
         )
 
 

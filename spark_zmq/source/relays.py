@@ -168,14 +168,23 @@ class RelayIngest:
             if options.relays:
                 targets = [ReceiverTarget(address, options.curve, f"relay at {address}") for address in options.relays]
             else:  # receivers=processes: relays of our own, one per endpoint
-                host = fetch_service_host(options.spool_server_host) if needs_fetch_service(options.spool_access) \
+                host = (
+                    fetch_service_host(options.spool_server_host)
+                    if needs_fetch_service(options.spool_access)
                     else "127.0.0.1"
+                )
                 self.processes = ReceiverProcesses(options, host)
                 targets = self.processes.targets
             for target in targets:
-                client = RelayClient(target.address, self.session, curve=target.curve, timeout_s=options.relay_timeout,
-                                     label=target.label, reader=options.relay_reader,
-                                     watch=self.processes.raise_if_failed if self.processes is not None else None)
+                client = RelayClient(
+                    target.address,
+                    self.session,
+                    curve=target.curve,
+                    timeout_s=options.relay_timeout,
+                    label=target.label,
+                    reader=options.relay_reader,
+                    watch=self.processes.raise_if_failed if self.processes is not None else None,
+                )
                 try:
                     attached = self._attach(client)
                 except RelayBusyError as busy:
@@ -185,7 +194,8 @@ class RelayIngest:
                     raise RuntimeError(
                         f"spool directory {options.spool_dir!r} is in use by another running query (its "
                         f"{target.label} serves that query); stop it, or give this query its own 'spoolDir' "
-                        "option") from busy
+                        "option"
+                    ) from busy
                 except BaseException:
                     client.close()
                     raise
@@ -210,8 +220,12 @@ class RelayIngest:
                     taken += self.start_offsets[key] - begin
                     self.start_offsets[key] = begin
             if taken:
-                log.info("startingOffsets=latest: the query begins where the previous query of spool directory %s "
-                         "left, with what its lingering receivers took since (%d offsets)", options.spool_dir, taken)
+                log.info(
+                    "startingOffsets=latest: the query begins where the previous query of spool directory %s "
+                    "left, with what its lingering receivers took since (%d offsets)",
+                    options.spool_dir,
+                    taken,
+                )
         self._stopping = threading.Event()
         self._heartbeat = threading.Thread(target=self._renew, name="zmq-relay-lease", daemon=True)
         self._heartbeat.start()
@@ -234,9 +248,13 @@ class RelayIngest:
                     raise
                 last_idle = busy.idle_s
                 if busy.idle_s > 1.5 * HEARTBEAT_S:
-                    log.warning("the relay at %s is claimed by a reader silent for %.1f s (a stopped query?); "
-                                "waiting %.1f s for its claim to lapse", client.address, busy.idle_s,
-                                busy.lapses_in_s)
+                    log.warning(
+                        "the relay at %s is claimed by a reader silent for %.1f s (a stopped query?); "
+                        "waiting %.1f s for its claim to lapse",
+                        client.address,
+                        busy.idle_s,
+                        busy.lapses_in_s,
+                    )
                     time.sleep(min(busy.lapses_in_s + 0.05, HEARTBEAT_S))
                 else:
                     time.sleep(HEARTBEAT_S / 8)
@@ -257,8 +275,12 @@ class RelayIngest:
                     client = clients.get(relay.address)
                     if client is None:
                         client = clients[relay.address] = RelayClient(
-                            relay.address, self.session, curve=relay.target.curve, timeout_s=HEARTBEAT_S,
-                            reader=self.options.relay_reader)
+                            relay.address,
+                            self.session,
+                            curve=relay.target.curve,
+                            timeout_s=HEARTBEAT_S,
+                            reader=self.options.relay_reader,
+                        )
                     try:
                         client.ask(StateRequest())
                     except RelayError:
@@ -323,19 +345,26 @@ class RelayIngest:
                 starts = relay.client.ask(AtTimeRequest(int(timestamp_ms))).starts
             except RelayError as exc:
                 if "unknown op" in str(exc):
-                    raise RelayError(f"the {relay.target.label} runs an older spark-zmq that cannot find an offset by "
-                                     "time (option 'startingTimestamp'): upgrade it, or use 'startingOffsets'") from None
+                    raise RelayError(
+                        f"the {relay.target.label} runs an older spark-zmq that cannot find an offset by "
+                        "time (option 'startingTimestamp'): upgrade it, or use 'startingOffsets'"
+                    ) from None
                 raise
             for local, start in enumerate(starts):
                 channel = relay.first_channel + local
-                out[channel] = (start.offset, None if start.lost is None
-                                else start.lost.lost_range(channel, relay.target.label))
+                out[channel] = (
+                    start.offset,
+                    None if start.lost is None else start.lost.lost_range(channel, relay.target.label),
+                )
         return out
 
     def release(self, end: dict[str, int]) -> None:
         for relay in self.relays:
-            offsets = {c: int(end[str(relay.first_channel + c)]) for c in range(relay.channels)
-                       if str(relay.first_channel + c) in end}
+            offsets = {
+                c: int(end[str(relay.first_channel + c)])
+                for c in range(relay.channels)
+                if str(relay.first_channel + c) in end
+            }
             if offsets and offsets != relay.released:  # (the same release again would free nothing)
                 relay.state = relay.client.ask(ReleaseRequest(offsets))
                 relay.released = offsets
@@ -393,13 +422,25 @@ class RelayIngest:
         where = hint if hint is not None else relay.client.ask(LocateRequest(view.local, int(start))).at
         curve = relay.target.curve
         access = FetchAccess(
-            relay.address, curve.server_key if curve is not None else None,
+            relay.address,
+            curve.server_key if curve is not None else None,
             curve.public_key if curve is not None else None,
             curve.secret_key if curve is not None else None,
-            server_name=f"the {relay.target.label}", session=relay.client.session, is_relay=True,
+            server_name=f"the {relay.target.label}",
+            session=relay.client.session,
+            is_relay=True,
         )
-        return SpoolRange(relay.spool_dir, channel, start, end, relay.owner, access, tuple(where or ()),
-                          relay.spool_id, spool_channel=view.local)
+        return SpoolRange(
+            relay.spool_dir,
+            channel,
+            start,
+            end,
+            relay.owner,
+            access,
+            tuple(where or ()),
+            relay.spool_id,
+            spool_channel=view.local,
+        )
 
     def stop(self, force: bool = False) -> None:
         """Detach from every relay; receiver processes linger for a restarted query

@@ -19,8 +19,20 @@ from ..arrow import run_metadata
 from .decisions import BatchKey
 from .decoders.base import MalformedMessageError, _offsets_and_data
 
-__all__ = ["Tag", "tag_of", "read_tag", "message_tags", "keep", "kept_slices", "kept_batches", "encode_reading",
-           "decode_reading", "encode_decisions", "decode_decisions"]
+__all__ = [
+    "Tag",
+    "tag_of",
+    "read_tag",
+    "message_tags",
+    "keep",
+    "kept_slices",
+    "kept_batches",
+    "encode_reading",
+    "decode_reading",
+    "encode_decisions",
+    "decode_decisions",
+]
+
 
 @dataclass(frozen=True)
 class Tag:
@@ -51,8 +63,10 @@ def tag_of(metadata: Mapping[bytes, bytes] | None) -> Tag:
     """The tag of a message whose Arrow schema has this custom metadata."""
     meta = run_metadata.decode(metadata)
     if run_metadata.QUERY_ID not in meta or run_metadata.BATCH_ID not in meta:
-        return _untagged("it has no spark_zmq.query_id and spark_zmq.batch_id metadata (it was not written by a "
-                         "spark-zmq sink with format=arrow)")
+        return _untagged(
+            "it has no spark_zmq.query_id and spark_zmq.batch_id metadata (it was not written by a "
+            "spark-zmq sink with format=arrow)"
+        )
     try:
         key = (meta[run_metadata.QUERY_ID], int(meta[run_metadata.BATCH_ID]))
     except ValueError:
@@ -60,10 +74,14 @@ def tag_of(metadata: Mapping[bytes, bytes] | None) -> Tag:
     if run_metadata.COMMIT in meta:
         try:
             runs, counts = _commit_of(json.loads(meta[run_metadata.COMMIT]))
-            recent = {(key[0], int(b)): _commit_of(c) for b, c in json.loads(meta.get(run_metadata.RECENT, "{}")).items()}
+            recent = {
+                (key[0], int(b)): _commit_of(c) for b, c in json.loads(meta.get(run_metadata.RECENT, "{}")).items()
+            }
         except (ValueError, TypeError, KeyError, AttributeError):
-            return _untagged("its spark_zmq.commit (or spark_zmq.recent) metadata is not the sink's commit record "
-                             '({"<partition>": {"attempt_id": ..., "messages": N}})')
+            return _untagged(
+                "its spark_zmq.commit (or spark_zmq.recent) metadata is not the sink's commit record "
+                '({"<partition>": {"attempt_id": ..., "messages": N}})'
+            )
         # the sink names at most RECENT_BATCHES (8) earlier batches: more is not the sink's
         earlier = dict(sorted((k, v) for k, v in recent.items() if k[1] < key[1])[-8:])
         return Tag("record", key, runs=runs, messages=counts, recent=earlier or None)
@@ -97,7 +115,9 @@ def read_tag(message: object) -> Tag:
         buffer = message if isinstance(message, pa.Buffer) else pa.py_buffer(message)
         schema = pa.ipc.open_stream(buffer, options=_READ_OPTIONS).schema
     except Exception as exc:  # noqa: BLE001 - any bytes: untagged, never an exception
-        return _untagged(f"it is not an Arrow IPC stream ({str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__})")
+        return _untagged(
+            f"it is not an Arrow IPC stream ({str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__})"
+        )
     return tag_of(schema.metadata)
 
 
@@ -123,8 +143,14 @@ def keep(tag: Tag, decisions: Mapping[BatchKey, Mapping[int, str]]) -> bool:
     return runs is not None and runs.get(tag.partition) == tag.attempt_id
 
 
-def kept_slices(batch: pa.RecordBatch, first: int, channel: int, decisions: Mapping[BatchKey, Mapping[int, str]],
-                mode: str, skip: Collection[int] = ()) -> Iterator[tuple[int, pa.RecordBatch]]:
+def kept_slices(
+    batch: pa.RecordBatch,
+    first: int,
+    channel: int,
+    decisions: Mapping[BatchKey, Mapping[int, str]],
+    mode: str,
+    skip: Collection[int] = (),
+) -> Iterator[tuple[int, pa.RecordBatch]]:
     """The contiguous pieces of a spool batch (``first``: its first offset) whose messages
     reach Spark, each with its first offset; the offsets in ``skip`` (``RunSelector.skips``:
     copies of a sequence delivered already) never do. An untagged message is malformed:
@@ -137,7 +163,9 @@ def kept_slices(batch: pa.RecordBatch, first: int, channel: int, decisions: Mapp
                 f"arrow message at channel {channel}, offset {first + i} lacks the spark-zmq sink's metadata that "
                 f"committedOnly=true needs: {tag.why}. committedOnly reads only what a spark-zmq sink wrote "
                 "(format=arrow, pattern push or scatter); set mode=DROPMALFORMED to skip such messages.",
-                channel, first + i)
+                channel,
+                first + i,
+            )
         if keep(tag, decisions) and first + i not in skip:
             if run_start is None:
                 run_start = i
@@ -149,8 +177,9 @@ def kept_slices(batch: pa.RecordBatch, first: int, channel: int, decisions: Mapp
         yield first + run_start, batch.slice(run_start)
 
 
-def kept_batches(batches: Iterable[tuple[int, pa.RecordBatch]], channel: int, encoded: Sequence,
-                 mode: str) -> Iterator[tuple[int, pa.RecordBatch]]:
+def kept_batches(
+    batches: Iterable[tuple[int, pa.RecordBatch]], channel: int, encoded: Sequence, mode: str
+) -> Iterator[tuple[int, pa.RecordBatch]]:
     """A read task's spool batches cut down to the messages of the committed runs, each
     sequence once (``encoded``: ``encode_reading``)."""
     decisions, skip = decode_reading(encoded)

@@ -32,8 +32,15 @@ from ..sparkglue.schemas import arrow_schema, fixed_schema
 if TYPE_CHECKING:
     from ..options import SourceOptions
 
-__all__ = ["HEADERS_COLUMN", "METADATA_COLUMNS", "ReadLayout", "default_schema", "read_layout", "headers_field",
-           "metadata_fields"]
+__all__ = [
+    "HEADERS_COLUMN",
+    "METADATA_COLUMNS",
+    "ReadLayout",
+    "default_schema",
+    "read_layout",
+    "headers_field",
+    "metadata_fields",
+]
 
 #: the declared column ``includeHeaders`` fills
 HEADERS_COLUMN = "headers"
@@ -91,8 +98,11 @@ def headers_field(fmt: str, schema: StructType) -> int:
             "includeHeaders",
         )
     data_type = schema.fields[found[0]].dataType
-    if not (isinstance(data_type, MapType) and isinstance(data_type.keyType, StringType)
-            and isinstance(data_type.valueType, StringType)):
+    if not (
+        isinstance(data_type, MapType)
+        and isinstance(data_type.keyType, StringType)
+        and isinstance(data_type.valueType, StringType)
+    ):
         raise OptionError(
             f"option 'includeHeaders' = true fills the column 'headers', which must be declared "
             f"map<string,string>, not {data_type.simpleString()}; a message column named 'headers' cannot be "
@@ -106,10 +116,12 @@ def metadata_fields(fmt: str, schema: StructType) -> StructType:
     """The declared columns read from messages, once the includeMetadata columns (the last
     four, exactly ``METADATA_COLUMNS``) are checked and taken off."""
     if fmt not in ("json", "arrow"):
-        raise OptionError(f"option 'includeMetadata' applies to formats 'json' and 'arrow'; format {fmt!r} has "
-                          "these columns already", "includeMetadata")
+        raise OptionError(
+            f"option 'includeMetadata' applies to formats 'json' and 'arrow'; format {fmt!r} has these columns already",
+            "includeMetadata",
+        )
     names = schema.fieldNames()
-    tail = [(f.name, f.dataType.simpleString()) for f in schema.fields[-len(METADATA_COLUMNS):]]
+    tail = [(f.name, f.dataType.simpleString()) for f in schema.fields[-len(METADATA_COLUMNS) :]]
     if len(names) < len(METADATA_COLUMNS) or tail != list(METADATA_COLUMNS):
         raise OptionError(
             f"option 'includeMetadata' = true fills the columns '{_METADATA_DDL}', which must be the last four of "
@@ -150,8 +162,14 @@ class ReadLayout:
     corrupt_column: str | None
 
 
-def read_layout(fmt: str, schema: StructType, *, include_headers: bool = False, include_metadata: bool = False,
-                corrupt_column: str | None = None) -> ReadLayout:
+def read_layout(
+    fmt: str,
+    schema: StructType,
+    *,
+    include_headers: bool = False,
+    include_metadata: bool = False,
+    corrupt_column: str | None = None,
+) -> ReadLayout:
     """The layout of ``schema`` for format ``fmt``, checked (``OptionError`` naming the
     option when a column it fills is missing or wrong)."""
     output = arrow_schema(schema) if include_metadata else None

@@ -62,8 +62,9 @@ log = logging.getLogger(__name__)
 class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batch reader over the spool filled by the receivers."""
 
-    def __init__(self, options: SourceOptions, schema: StructType,
-                 open_ingest: Callable[[SourceOptions], Ingest] = open_ingest) -> None:
+    def __init__(
+        self, options: SourceOptions, schema: StructType, open_ingest: Callable[[SourceOptions], Ingest] = open_ingest
+    ) -> None:
         """``open_ingest`` makes the ingest the reader reads (``source.reader_ingest.open_ingest``
         unless a test gives another); it is called on the first offset call, never here:
         Spark also builds readers in short-lived planning processes."""
@@ -103,8 +104,11 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._runtime is None:
             self._runtime = self._rules.open(lambda: self._open_ingest(self.options), checkpointed)
             if self.options.metrics_address is not None and self._metrics is None:
-                self._metrics = serve_metrics(self.options.metrics_address, source_metrics(
-                    lambda: self._runtime, lambda: self._planned_end), flag="option 'metricsAddress'")
+                self._metrics = serve_metrics(
+                    self.options.metrics_address,
+                    source_metrics(lambda: self._runtime, lambda: self._planned_end),
+                    flag="option 'metricsAddress'",
+                )
         else:
             for offsets in checkpointed:
                 self._rules.reconcile(self._runtime, offsets)
@@ -169,8 +173,13 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             counted = {c: (0, 0) for c in latest}  # nothing between start and latest: nothing to ask
             if pending:
                 counted.update((c, (info.rows, info.bytes)) for c, info in runtime.describe(pending).items())
-            if holds_back(sum(rows for rows, _ in counted.values()), min_rows, now - self._last_batch_at,
-                          self.options.max_trigger_delay, available_now=self._pinned_end is not None):
+            if holds_back(
+                sum(rows for rows, _ in counted.values()),
+                min_rows,
+                now - self._last_batch_at,
+                self.options.max_trigger_delay,
+                available_now=self._pinned_end is not None,
+            ):
                 end = begin  # Spark runs no batch for an end equal to its start
             else:
                 end = ChannelOffsets(admit(indexes, begin, latest, max_rows, max_bytes, backlog=counted))
@@ -186,10 +195,15 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         well as in the progress (``brokenConnections``)."""
         broken = runtime.broken_connections()
         if broken > self._broken_seen:
-            log.warning("ZeroMQ source (%s): %d producer connection(s) broke since the last batch (%d in all): "
-                        "messages a producer had in flight on them may be lost; the receiver's log in %s "
-                        "names the peer and the reason (see the liveness documentation)",
-                        ", ".join(runtime.channel_names), broken - self._broken_seen, broken, runtime.where)
+            log.warning(
+                "ZeroMQ source (%s): %d producer connection(s) broke since the last batch (%d in all): "
+                "messages a producer had in flight on them may be lost; the receiver's log in %s "
+                "names the peer and the reason (see the liveness documentation)",
+                ", ".join(runtime.channel_names),
+                broken - self._broken_seen,
+                broken,
+                runtime.where,
+            )
             self._broken_seen = broken
 
     def prepareForTriggerAvailableNow(self) -> None:
@@ -242,8 +256,11 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         parts: list[InputPartition] = []
         for piece in split(ranges, nbytes, self.options.min_partitions, slots=self._slots()):
             first = piece.start == ranges[piece.channel][0]
-            parts.append(runtime.spool_range(piece.channel, piece.start, piece.end,
-                                             described[piece.channel].hint if first else None))
+            parts.append(
+                runtime.spool_range(
+                    piece.channel, piece.start, piece.end, described[piece.channel].hint if first else None
+                )
+            )
         if self._committed is not None:
             parts = self._committed.annotate(runtime, begin, finish, parts, self._spool_batches)
         return parts
@@ -291,17 +308,28 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if mode == "local" or (mode == "auto" and sees_spool(partition.spool_dir, partition.owner_id)):
             # a relay's spool, read in place: its losses name the relay (as its fetches do)
             relay = partition.fetch.server_name if partition.fetch is not None and partition.fetch.is_relay else None
-            return read_range(partition.spool_dir, partition.channel_in_spool, partition.start, partition.end, partition.hint,
-                              spool_id=partition.spool_id or None,
-                              on_loss=LossPolicy.from_option(self.options.fail_on_data_loss),
-                              owner=relay)
+            return read_range(
+                partition.spool_dir,
+                partition.channel_in_spool,
+                partition.start,
+                partition.end,
+                partition.hint,
+                spool_id=partition.spool_id or None,
+                on_loss=LossPolicy.from_option(self.options.fail_on_data_loss),
+                owner=relay,
+            )
         if partition.fetch is None:
             raise FetchError(
                 f"this executor ({socket.gethostname()}) cannot see the driver's spool directory, and the driver "
                 "runs no spool fetch service (with spoolAccess=auto it runs one unless Spark's master is local); "
                 "set option spoolAccess=fetch (and spoolServerHost to the driver's address executors reach)"
             )
-        return fetch_range(partition.fetch, partition.channel_in_spool, partition.start, partition.end,
-                           spool_id=partition.spool_id or None,
-                           loss=LossPolicy.from_option(self.options.fail_on_data_loss),
-                           timeout=self.options.fetch_timeout)
+        return fetch_range(
+            partition.fetch,
+            partition.channel_in_spool,
+            partition.start,
+            partition.end,
+            spool_id=partition.spool_id or None,
+            loss=LossPolicy.from_option(self.options.fail_on_data_loss),
+            timeout=self.options.fetch_timeout,
+        )

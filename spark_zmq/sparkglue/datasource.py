@@ -82,13 +82,15 @@ class ZmqDataSource(DataSource):
             raise OptionError(
                 "option 'relays' is for spark.readStream: a relay keeps its spool until a query commits, which a "
                 "bounded spark.read cannot do. Read what a relay holds with spark.readStream and "
-                ".trigger(availableNow=True)", "relays",
+                ".trigger(availableNow=True)",
+                "relays",
             )
         if options.committed_only:
             raise OptionError(
                 "option 'committedOnly' is for spark.readStream: it holds a run's messages in the spool until the "
                 "writing sink's commit record arrives, which a bounded spark.read cannot do. Read with "
-                "spark.readStream and .trigger(availableNow=True)", "committedOnly",
+                "spark.readStream and .trigger(availableNow=True)",
+                "committedOnly",
             )
         return ZmqBatchReader(options, schema)
 

@@ -30,12 +30,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 # What Spark 4.3's PythonStreamingSourceRunner.init puts into the shared map.
-STREAMING_RUNNER_KEYS = (
-    "SPARK_LOCAL_DIRS",
-    "SPARK_AUTH_SOCKET_TIMEOUT",
-    "SPARK_BUFFER_SIZE",
-    "SPARK_PYTHON_RUNTIME",
-)
+STREAMING_RUNNER_KEYS = ("SPARK_LOCAL_DIRS", "SPARK_AUTH_SOCKET_TIMEOUT", "SPARK_BUFFER_SIZE", "SPARK_PYTHON_RUNTIME")
 
 
 def seed_worker_environment(session: SparkSession, name: str) -> bool:

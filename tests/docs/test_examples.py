@@ -74,8 +74,9 @@ def blocks(path: Path) -> list[Block]:
             body.append(lines[i][indent:])
             i += 1
         i += 1
-        out.append(Block(str(path.relative_to(ROOT)), start, info.split(" ")[0] if info else "", info,
-                         "\n".join(body) + "\n"))
+        out.append(
+            Block(str(path.relative_to(ROOT)), start, info.split(" ")[0] if info else "", info, "\n".join(body) + "\n")
+        )
     return out
 
 
@@ -117,7 +118,7 @@ def test_the_readme_install_and_test_commands_are_the_ones_that_set_up_and_pass_
     readme = {b.code.strip() for b in blocks(ROOT / "README.md")}
     assert 'pip install -e ".[dev]"\npytest' in readme
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
-    assert "pip install -q -e \".[dev,docs]\"" in ci and "python3 -m pytest" in ci
+    assert 'pip install -q -e ".[dev,docs]"' in ci and "python3 -m pytest" in ci
 
 
 def _run_python(code: str, spark, tmp_path, monkeypatch) -> dict:
@@ -141,9 +142,12 @@ def test_python_example_runs(block: Block, spark, tmp_path, monkeypatch):
 def test_bash_example_runs(block: Block, tmp_path):
     code = localize(block.code, {})
     env = dict(os.environ, PATH=CLI_DIR + os.pathsep + os.environ.get("PATH", ""))
-    result = subprocess.run(["bash", "-euo", "pipefail", "-c", code], cwd=tmp_path, env=env, capture_output=True,
-                            text=True, timeout=120)
-    assert result.returncode == 0, f"{block}:\n{code}\nstdout:\n{result.stdout[-2000:]}\nstderr:\n{result.stderr[-3000:]}"
+    result = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, (
+        f"{block}:\n{code}\nstdout:\n{result.stdout[-2000:]}\nstderr:\n{result.stderr[-3000:]}"
+    )
 
 
 def _run_first_example(ports: dict[str, str], spark, tmp_path, monkeypatch) -> list:
@@ -151,9 +155,23 @@ def _run_first_example(ports: dict[str, str], spark, tmp_path, monkeypatch) -> l
     json`` as the README says; the rows of its table."""
     code = localize(FIRST_EXAMPLE.code, ports)
     port = ports["5555"]
-    producer = subprocess.Popen([os.path.join(CLI_DIR, "spark-zmq"), "produce", f"tcp://127.0.0.1:{port}",
-                                 "--format", "json", "--count", "2000", "--no-progress", "--linger", "120"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    producer = subprocess.Popen(
+        [
+            os.path.join(CLI_DIR, "spark-zmq"),
+            "produce",
+            f"tcp://127.0.0.1:{port}",
+            "--format",
+            "json",
+            "--count",
+            "2000",
+            "--no-progress",
+            "--linger",
+            "120",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         _run_python(code, spark, tmp_path, monkeypatch)
         out, err = producer.communicate(timeout=120)
@@ -218,6 +236,7 @@ def test_the_readme_own_producer_delivers_every_message_to_a_job_that_binds_late
             exec(compile(code, "<example>", "exec"), {"__name__": "__docs__"})  # noqa: S102
         except BaseException as exc:  # noqa: BLE001 - reported by the test
             failed.append(exc)
+
     producer = threading.Thread(target=produce, daemon=True)
     producer.start()
     deadline = time.monotonic() + 30
@@ -225,9 +244,23 @@ def test_the_readme_own_producer_delivers_every_message_to_a_job_that_binds_late
         assert producer.is_alive() and not failed, f"the producer ended before a peer bound: {failed}"
         assert time.monotonic() < deadline, "the producer never reached its context's close"
         time.sleep(0.01)
-    consumer = subprocess.Popen([os.path.join(CLI_DIR, "spark-zmq"), "consume", f"@tcp://127.0.0.1:{ports['5555']}",
-                                 "--format", "json", "--count", "1000", "--timeout", "30", "--no-progress"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    consumer = subprocess.Popen(
+        [
+            os.path.join(CLI_DIR, "spark-zmq"),
+            "consume",
+            f"@tcp://127.0.0.1:{ports['5555']}",
+            "--format",
+            "json",
+            "--count",
+            "1000",
+            "--timeout",
+            "30",
+            "--no-progress",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         out, err = consumer.communicate(timeout=60)
     finally:
@@ -239,8 +272,11 @@ def test_the_readme_own_producer_delivers_every_message_to_a_job_that_binds_late
     assert "received 1000 messages" in out
 
 
-_HISTORY = re.compile(r"\b(session \d+|sessions? \d+|round \d+|before and after|fixed, then reverted|"
-                      r"was reverted|until this release|the previous run|[0-9a-f]{7,40} and on this)\b", re.I)
+_HISTORY = re.compile(
+    r"\b(session \d+|sessions? \d+|round \d+|before and after|fixed, then reverted|"
+    r"was reverted|until this release|the previous run|[0-9a-f]{7,40} and on this)\b",
+    re.I,
+)
 
 
 @pytest.mark.parametrize("page", [*PAGES, ROOT / "bench" / "REPORT.md"], ids=lambda p: str(p.relative_to(ROOT)))

@@ -34,7 +34,9 @@ def test_a_child_contender_receives_every_message_and_its_cpu_is_counted(mode):
 
 def test_without_bytewax_the_reason_names_the_bench_extra(monkeypatch):
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name.startswith("bytewax") else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name.startswith("bytewax") else real(name, *a)
+    )
     assert peers.bytewax_missing() == 'Bytewax is not installed (pip install -e ".[bench]")'
 
 

@@ -15,16 +15,40 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def test_bench_smoke_run_writes_its_report(tmp_path):
-    result = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "run.py"), "--smoke", "--out", str(tmp_path)],
-                            capture_output=True, text=True, timeout=600, cwd=ROOT)  # under 2 min alone, more beside the suite
+    result = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "bench", "run.py"), "--smoke", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )  # under 2 min alone, more beside the suite
     assert result.returncode == 0, result.stderr[-3000:]
     rows = {r["scenario"]: r for r in json.loads((tmp_path / "results.json").read_text())["results"]}
-    assert set(rows) == {"ingest-arrow", "ingest-raw-100B", "ingest-raw-1KB", "egress-raw-100B", "egress-arrow",
-                         "scaling", "latency", "backpressure", "curve-ingest-raw-100B", "curve-ingest-arrow",
-                         "curve-egress-raw-100B", "curve-egress-arrow", "gather-raw-100B", "gather-arrow",
-                         "reqrep-arrow", "reqrep-json", "reqrep-broker-lru", "reqrep-latency", "pipeline",
-                         "relay-readers", "peers", "checkpoint-manager", "backlog-raw-100B"} | (
-        set() if rows["ingest-raw-100B"]["wire_limit_skipped"] else {"peers-libzmq-producer"})
+    assert set(rows) == {
+        "ingest-arrow",
+        "ingest-raw-100B",
+        "ingest-raw-1KB",
+        "egress-raw-100B",
+        "egress-arrow",
+        "scaling",
+        "latency",
+        "backpressure",
+        "curve-ingest-raw-100B",
+        "curve-ingest-arrow",
+        "curve-egress-raw-100B",
+        "curve-egress-arrow",
+        "gather-raw-100B",
+        "gather-arrow",
+        "reqrep-arrow",
+        "reqrep-json",
+        "reqrep-broker-lru",
+        "reqrep-latency",
+        "pipeline",
+        "relay-readers",
+        "peers",
+        "checkpoint-manager",
+        "backlog-raw-100B",
+    } | (set() if rows["ingest-raw-100B"]["wire_limit_skipped"] else {"peers-libzmq-producer"})
     compared = [r for r in rows.values() if "ratios" in r]
     assert all(v > 0 for r in compared for v in r["median"].values())
     # connector, in-memory Python source (at once and in the connector's micro-batches), bare pyzmq, Spark's
@@ -35,8 +59,12 @@ def test_bench_smoke_run_writes_its_report(tmp_path):
         assert rows["ingest-raw-100B"]["c_wire_ratio"] > 0
         assert "the connector fed by libzmq's C sender" in (tmp_path / "report.md").read_text()
     assert "in-memory Python source, the connector's micro-batches" in rows["ingest-raw-1KB"]["median"]
-    assert all(rows[name]["ceiling"] == "in-memory Python source" and rows[name]["ceiling_target"] == 0.85
-               and rows[name]["versus"] == "bare pyzmq PULL" for name in ("ingest-raw-100B", "ingest-raw-1KB"))
+    assert all(
+        rows[name]["ceiling"] == "in-memory Python source"
+        and rows[name]["ceiling_target"] == 0.85
+        and rows[name]["versus"] == "bare pyzmq PULL"
+        for name in ("ingest-raw-100B", "ingest-raw-1KB")
+    )
     # the one-row target against the cores: Spark's part, the producer's and (where it builds) libzmq's C sides
     for name in ("ingest-raw-100B", "ingest-raw-1KB"):
         budget = rows[name]["cpu_budget"]
@@ -60,18 +88,26 @@ def test_bench_smoke_run_writes_its_report(tmp_path):
     # each checkpoint file manager ran micro-batches that wrote their offset and commit logs
     managers = rows["checkpoint-manager"]["median"]
     assert len(managers) == 2 and all(m["micro_batches"] > 0 and m["trigger_ms"] > 0 for m in managers.values())
-    assert all(len(rows[name]["median"]) == 4 and rows[name]["versus"] == "connector without CURVE"
-               for name in rows if name.startswith("curve-"))
+    assert all(
+        len(rows[name]["median"]) == 4 and rows[name]["versus"] == "connector without CURVE"
+        for name in rows
+        if name.startswith("curve-")
+    )
     assert all(rows[name]["versus"] == "pull from libzmq PUSH" for name in ("gather-raw-100B", "gather-arrow"))
     assert 0 < rows["latency"]["p50_ms"] <= rows["latency"]["p99_ms"]
     floor = rows["latency"]["python_source_floor"]
     assert 0 < floor["p50_ms"] <= floor["p99_ms"]
     # egress: rates over the consumer's window, each write's fixed cost beside them
-    assert set(rows["egress-arrow"]["fixed_cost_s"]) == {"connector", "bare pyzmq PUSH", "Python Arrow writer, discarding"}
+    assert set(rows["egress-arrow"]["fixed_cost_s"]) == {
+        "connector",
+        "bare pyzmq PUSH",
+        "Python Arrow writer, discarding",
+    }
     assert "connector, CURVE" in rows["curve-egress-raw-100B"]["fixed_cost_s"]
     # one-row egress is consumed by libzmq's C PULL where it builds (a Python loop is as slow as the senders)
     assert rows["egress-raw-100B"]["consumer"].startswith(
-        "libzmq's C PULL" if rows["ingest-raw-100B"]["wire_limit_skipped"] is None else "a pyzmq PULL loop")
+        "libzmq's C PULL" if rows["ingest-raw-100B"]["wire_limit_skipped"] is None else "a pyzmq PULL loop"
+    )
     assert sorted(rows["scaling"]["channels"]) == ["1", "2", "3", "4"]
     assert set(rows["scaling"]["contenders"]) == {"threads", "processes", "relays"}
     # every scenario names its fair ceiling; Arrow egress is measured against Spark's own
@@ -90,7 +126,8 @@ def test_bench_smoke_run_writes_its_report(tmp_path):
     # peers: the connector beside Bytewax's ZeroMQ source (where the bench extra installed it) and a bare PULL process
     peers = rows["peers"]
     assert set(peers["median"]) == {"connector", "bare pyzmq PULL"} | (
-        set() if peers["bytewax_skipped"] else {"Bytewax 0.21 ZeroMQ source"})
+        set() if peers["bytewax_skipped"] else {"Bytewax 0.21 ZeroMQ source"}
+    )
     assert set(peers["cpu_us_per_msg"]) == set(peers["median"])
     assert "peers: CPU us a message by receiving process" in (tmp_path / "report.md").read_text()
     if not peers["bytewax_skipped"]:  # whether Bytewax's rate fits in the cores beside the producer

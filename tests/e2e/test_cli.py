@@ -20,16 +20,27 @@ def _cli(*args: str, timeout: float = 90) -> subprocess.CompletedProcess:
 
 
 def _consumer(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([CLI, "consume", "--no-progress", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [CLI, "consume", "--no-progress", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
-@pytest.mark.parametrize("fmt, count, rows", [("raw", 5000, 5000), ("text", 3000, 3000), ("json", 3000, 3000),
-                                              ("arrow", 12, 12 * 250)])
+@pytest.mark.parametrize(
+    "fmt, count, rows", [("raw", 5000, 5000), ("text", 3000, 3000), ("json", 3000, 3000), ("arrow", 12, 12 * 250)]
+)
 def test_produce_to_consume_counts_every_message(free_port, fmt, count, rows):
     consumer = _consumer(f"@tcp://127.0.0.1:{free_port}", "--format", fmt, "--count", str(count), "--timeout", "60")
-    produced = _cli("produce", f"tcp://127.0.0.1:{free_port}", "--no-progress", "--format", fmt,
-                    "--count", str(count), "--rows-per-message", "250")
+    produced = _cli(
+        "produce",
+        f"tcp://127.0.0.1:{free_port}",
+        "--no-progress",
+        "--format",
+        fmt,
+        "--count",
+        str(count),
+        "--rows-per-message",
+        "250",
+    )
     out, err = consumer.communicate(timeout=90)
     assert produced.returncode == 0, produced.stderr
     assert f"sent {count} messages ({rows} rows" in produced.stdout
@@ -38,8 +49,9 @@ def test_produce_to_consume_counts_every_message(free_port, fmt, count, rows):
 
 
 def test_consume_prints_messages_and_produce_paces_them(free_port):
-    consumer = _consumer(f"@tcp://127.0.0.1:{free_port}", "--format", "json", "--count", "20", "--timeout", "60",
-                         "--print")
+    consumer = _consumer(
+        f"@tcp://127.0.0.1:{free_port}", "--format", "json", "--count", "20", "--timeout", "60", "--print"
+    )
     produced = _cli("produce", f"tcp://127.0.0.1:{free_port}", "--no-progress", "--count", "20", "--rate", "100")
     out, err = consumer.communicate(timeout=90)
     assert produced.returncode == 0 and consumer.returncode == 0, err
@@ -58,8 +70,18 @@ def test_produce_whose_send_times_out_exits_1_without_lingering_its_30_s(free_po
     """Nobody takes the messages: the queue (--hwm 10) fills and the next send waits
     --send-timeout (1 s), then fails. What is still queued gets that long again to leave,
     not the default 30 s linger: the command ends in seconds, with exit 1 and the reason."""
-    result = _cli("produce", f"tcp://127.0.0.1:{free_port}", "--no-progress", "--count", "100", "--hwm", "10",
-                  "--send-timeout", "1", timeout=25)
+    result = _cli(
+        "produce",
+        f"tcp://127.0.0.1:{free_port}",
+        "--no-progress",
+        "--count",
+        "100",
+        "--hwm",
+        "10",
+        "--send-timeout",
+        "1",
+        timeout=25,
+    )
     assert result.returncode == 1, result.stderr
     assert "timed out" in result.stderr
 
@@ -76,15 +98,18 @@ def test_consume_on_a_port_in_use_fails_clearly(free_port):
     assert "Traceback" not in result.stderr
 
 
-@pytest.mark.parametrize("args, message", [
-    (["produce", "tcp://127.0.0.1:x"], "invalid ZeroMQ endpoint"),
-    (["produce", "tcp://127.0.0.1:1", "--format", "xml"], "'xml' is not one of"),
-    (["produce", "tcp://127.0.0.1:1", "--count", "-1"], "--count"),
-    (["produce", "tcp://127.0.0.1:1", "--pattern", "pull"], "'pull' is not one of"),
-    (["consume", "@tcp://127.0.0.1:1", "--pattern", "push"], "'push' is not one of"),
-    (["consume"], "Missing argument 'endpoints'"),
-    (["transmit"], "No such command 'transmit'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["produce", "tcp://127.0.0.1:x"], "invalid ZeroMQ endpoint"),
+        (["produce", "tcp://127.0.0.1:1", "--format", "xml"], "'xml' is not one of"),
+        (["produce", "tcp://127.0.0.1:1", "--count", "-1"], "--count"),
+        (["produce", "tcp://127.0.0.1:1", "--pattern", "pull"], "'pull' is not one of"),
+        (["consume", "@tcp://127.0.0.1:1", "--pattern", "push"], "'push' is not one of"),
+        (["consume"], "Missing argument 'endpoints'"),
+        (["transmit"], "No such command 'transmit'"),
+    ],
+)
 def test_bad_arguments_give_usage_and_exit_2(args, message):
     result = _cli(*args)
     assert result.returncode == 2, result.stderr
@@ -111,24 +136,44 @@ def test_the_program_help_says_what_every_command_does():
 def test_consume_receives_a_spark_batch_write(spark, free_port):
     consumer = _consumer(f"@tcp://127.0.0.1:{free_port}", "--format", "arrow", "--timeout", "60", "--count", "4")
     df = spark.range(0, 10_000, numPartitions=4).selectExpr("id", "id * 2 AS doubled")
-    (df.write.format("zmq").mode("append").option("pattern", "push")
-     .option("endpoints", f"tcp://127.0.0.1:{free_port}").option("format", "arrow").save())
+    (
+        df.write.format("zmq")
+        .mode("append")
+        .option("pattern", "push")
+        .option("endpoints", f"tcp://127.0.0.1:{free_port}")
+        .option("format", "arrow")
+        .save()
+    )
     out, err = consumer.communicate(timeout=90)
     assert consumer.returncode == 0, err
     assert "received 4 messages (10000 rows" in out
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("command, flag, value", [
-    ("consume", "--heartbeat-ttl", "7000"), ("consume", "--heartbeat-timeout", "0"),
-    ("produce", "--heartbeat-interval", "-1"), ("relay", "--heartbeat-ttl", "7000"),
-    ("relay", "--heartbeat-interval", "abc"),
-])
+@pytest.mark.parametrize(
+    "command, flag, value",
+    [
+        ("consume", "--heartbeat-ttl", "7000"),
+        ("consume", "--heartbeat-timeout", "0"),
+        ("produce", "--heartbeat-interval", "-1"),
+        ("relay", "--heartbeat-ttl", "7000"),
+        ("relay", "--heartbeat-interval", "abc"),
+    ],
+)
 def test_bad_heartbeat_flags_name_the_flag_and_what_is_valid(tmp_path, command, flag, value):
-    args = {"consume": ["consume", "--no-progress", "@tcp://127.0.0.1:5999"],
-            "produce": ["produce", "--no-progress", "tcp://127.0.0.1:5999", "--count", "1"],
-            "relay": ["relay", "--endpoints", "@tcp://127.0.0.1:5999", "--listen", "tcp://127.0.0.1:5998",
-                      "--spool-dir", str(tmp_path / "spool")]}[command]
+    args = {
+        "consume": ["consume", "--no-progress", "@tcp://127.0.0.1:5999"],
+        "produce": ["produce", "--no-progress", "tcp://127.0.0.1:5999", "--count", "1"],
+        "relay": [
+            "relay",
+            "--endpoints",
+            "@tcp://127.0.0.1:5999",
+            "--listen",
+            "tcp://127.0.0.1:5998",
+            "--spool-dir",
+            str(tmp_path / "spool"),
+        ],
+    }[command]
     result = _cli(*args, flag, value)
     assert result.returncode == 2, result
     text = " ".join(result.stderr.split())
@@ -137,11 +182,31 @@ def test_bad_heartbeat_flags_name_the_flag_and_what_is_valid(tmp_path, command, 
 
 @pytest.mark.timeout(120)
 def test_consume_and_produce_run_with_heartbeats_of_their_own(free_port):
-    consumer = _consumer(f"@tcp://127.0.0.1:{free_port}", "--count", "200", "--heartbeat-interval", "0.1",
-                         "--heartbeat-timeout", "1", "--heartbeat-ttl", "1")
+    consumer = _consumer(
+        f"@tcp://127.0.0.1:{free_port}",
+        "--count",
+        "200",
+        "--heartbeat-interval",
+        "0.1",
+        "--heartbeat-timeout",
+        "1",
+        "--heartbeat-ttl",
+        "1",
+    )
     try:
-        produced = _cli("produce", "--no-progress", f"tcp://127.0.0.1:{free_port}", "--count", "200", "--format",
-                        "raw", "--heartbeat-interval", "0.1", "--heartbeat-timeout", "1")
+        produced = _cli(
+            "produce",
+            "--no-progress",
+            f"tcp://127.0.0.1:{free_port}",
+            "--count",
+            "200",
+            "--format",
+            "raw",
+            "--heartbeat-interval",
+            "0.1",
+            "--heartbeat-timeout",
+            "1",
+        )
         assert produced.returncode == 0, produced.stderr
         out, err = consumer.communicate(timeout=60)
         assert consumer.returncode == 0, err
@@ -163,14 +228,16 @@ def test_produce_started_before_its_peer_delivers_once_the_peer_binds_past_the_l
     """``produce`` started first queues what fits (``--hwm``) and finishes sending; its peer
     binds only after a delay longer than the linger. Every message arrives: the linger
     starts once a peer is there, not at the last send."""
-    producer = subprocess.Popen([CLI, "produce", f"tcp://127.0.0.1:{free_port}", "--no-progress", "--count", "2000",
-                                 "--linger", str(LINGER_S)],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    producer = subprocess.Popen(
+        [CLI, "produce", f"tcp://127.0.0.1:{free_port}", "--no-progress", "--count", "2000", "--linger", str(LINGER_S)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         with pytest.raises(subprocess.TimeoutExpired):
             producer.wait(LATE_BIND_S)  # a deliberate delay: the query's start, not a synchronisation
-        consumer = _consumer(f"@tcp://127.0.0.1:{free_port}", "--format", "json", "--count", "2000",
-                             "--timeout", "60")
+        consumer = _consumer(f"@tcp://127.0.0.1:{free_port}", "--format", "json", "--count", "2000", "--timeout", "60")
         out, err = consumer.communicate(timeout=90)
         produced_out, produced_err = producer.communicate(timeout=60)
     finally:
@@ -184,8 +251,9 @@ def test_produce_started_before_its_peer_delivers_once_the_peer_binds_past_the_l
 def test_produce_with_no_peer_fails_saying_the_queued_messages_were_dropped(free_port):
     """Nobody ever connects: after ``--peer-wait`` the run exits 1 naming the endpoint and
     the dropped messages, instead of reporting them sent."""
-    result = _cli("produce", f"tcp://127.0.0.1:{free_port}", "--no-progress", "--count", "50", "--peer-wait", "1",
-                  timeout=30)
+    result = _cli(
+        "produce", f"tcp://127.0.0.1:{free_port}", "--no-progress", "--count", "50", "--peer-wait", "1", timeout=30
+    )
     assert result.returncode == 1, result.stdout
     assert "sent 50 messages" not in result.stdout
     assert f"no peer connected to tcp://127.0.0.1:{free_port}" in result.stderr

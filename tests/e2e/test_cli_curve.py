@@ -28,8 +28,9 @@ def _cli(*args: str, timeout: float = 90, cwd: str | None = None) -> subprocess.
 
 
 def _consumer(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([CLI, "consume", "--no-progress", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [CLI, "consume", "--no-progress", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def _listening(port: int, timeout: float = 60) -> None:
@@ -67,8 +68,13 @@ def keys(tmp_path_factory):
     authorized = tmp_path / "authorized"
     authorized.mkdir()
     (authorized / "client.key").write_bytes(open(client_public, "rb").read())
-    return dict(server_public=server_public, server_secret=server_secret, client_secret=client_secret,
-                stranger_secret=stranger_secret, authorized=str(authorized))
+    return dict(
+        server_public=server_public,
+        server_secret=server_secret,
+        client_secret=client_secret,
+        stranger_secret=stranger_secret,
+        authorized=str(authorized),
+    )
 
 
 # -- keygen -------------------------------------------------------------------------------------
@@ -111,10 +117,28 @@ def test_keygen_refuses_to_overwrite_a_pair_or_take_a_path_as_name(tmp_path):
 
 
 def test_curve_client_producer_to_curve_server_consumer_counts_every_message(free_port, keys):
-    consumer = _consumer(f"@tcp://127.0.0.1:{free_port}", "--count", "3000", "--timeout", "60",
-                         "--curve-certificate", keys["server_secret"], "--curve-authorized-keys", keys["authorized"])
-    produced = _cli("produce", f"tcp://127.0.0.1:{free_port}", "--no-progress", "--count", "3000",
-                    "--curve-certificate", keys["client_secret"], "--curve-server-key", keys["server_public"])
+    consumer = _consumer(
+        f"@tcp://127.0.0.1:{free_port}",
+        "--count",
+        "3000",
+        "--timeout",
+        "60",
+        "--curve-certificate",
+        keys["server_secret"],
+        "--curve-authorized-keys",
+        keys["authorized"],
+    )
+    produced = _cli(
+        "produce",
+        f"tcp://127.0.0.1:{free_port}",
+        "--no-progress",
+        "--count",
+        "3000",
+        "--curve-certificate",
+        keys["client_secret"],
+        "--curve-server-key",
+        keys["server_public"],
+    )
     out, err = consumer.communicate(timeout=90)
     assert produced.returncode == 0, produced.stderr
     assert "sent 3000 messages" in produced.stdout
@@ -124,11 +148,29 @@ def test_curve_client_producer_to_curve_server_consumer_counts_every_message(fre
 
 
 def test_unauthorized_producer_delivers_nothing_and_the_consumer_counts_the_refusal(free_port, keys):
-    consumer = _consumer(f"@tcp://127.0.0.1:{free_port}", "--count", "100", "--timeout", "4",
-                         "--curve-certificate", keys["server_secret"], "--curve-authorized-keys", keys["authorized"])
+    consumer = _consumer(
+        f"@tcp://127.0.0.1:{free_port}",
+        "--count",
+        "100",
+        "--timeout",
+        "4",
+        "--curve-certificate",
+        keys["server_secret"],
+        "--curve-authorized-keys",
+        keys["authorized"],
+    )
     _listening(free_port)
-    produced = _cli("produce", f"tcp://127.0.0.1:{free_port}", "--no-progress", "--count", "100",
-                    "--curve-certificate", keys["stranger_secret"], "--curve-server-key", keys["server_public"])
+    produced = _cli(
+        "produce",
+        f"tcp://127.0.0.1:{free_port}",
+        "--no-progress",
+        "--count",
+        "100",
+        "--curve-certificate",
+        keys["stranger_secret"],
+        "--curve-server-key",
+        keys["server_public"],
+    )
     out, err = consumer.communicate(timeout=90)
     # the producer learns of the refusal and says so, instead of lingering and reporting 100 sent
     assert produced.returncode == 1, produced.stdout + produced.stderr
@@ -144,10 +186,26 @@ def test_unauthorized_producer_delivers_nothing_and_the_consumer_counts_the_refu
 
 
 def test_a_consumer_that_got_everything_still_reports_the_refused_stranger(free_port, keys):
-    consumer = _consumer(f"@tcp://127.0.0.1:{free_port}", "--count", "300", "--timeout", "60",
-                         "--curve-certificate", keys["server_secret"], "--curve-authorized-keys", keys["authorized"])
-    client_args = ["produce", f"tcp://127.0.0.1:{free_port}", "--no-progress", "--count", "300",
-                   "--curve-server-key", keys["server_public"]]
+    consumer = _consumer(
+        f"@tcp://127.0.0.1:{free_port}",
+        "--count",
+        "300",
+        "--timeout",
+        "60",
+        "--curve-certificate",
+        keys["server_secret"],
+        "--curve-authorized-keys",
+        keys["authorized"],
+    )
+    client_args = [
+        "produce",
+        f"tcp://127.0.0.1:{free_port}",
+        "--no-progress",
+        "--count",
+        "300",
+        "--curve-server-key",
+        keys["server_public"],
+    ]
     _listening(free_port)
     stranger = _cli(*client_args, "--curve-certificate", keys["stranger_secret"])
     assert stranger.returncode == 1  # it waited for the consumer's answer: a refusal
@@ -156,21 +214,43 @@ def test_a_consumer_that_got_everything_still_reports_the_refused_stranger(free_
     assert produced.returncode == 0, produced.stderr
     assert consumer.returncode == 0, err
     assert "received 300 messages" in out
-    assert re.fullmatch(r"warning: \d+ CURVE handshake\(s\) rejected \(last: a client's CURVE key was refused.*",
-                        err.strip().splitlines()[-1]), err
+    assert re.fullmatch(
+        r"warning: \d+ CURVE handshake\(s\) rejected \(last: a client's CURVE key was refused.*",
+        err.strip().splitlines()[-1],
+    ), err
 
 
 def test_a_refused_producer_whose_queue_is_full_fails_instead_of_blocking_forever(free_port, keys):
     """A refused client's queue never drains: with more messages than its high-water mark, the
     send blocks before the run ends. It must still end with the refusal (this hung: the send
     waited for room that a refused connection never makes, whatever the linger)."""
-    consumer = _consumer(f"@tcp://127.0.0.1:{free_port}", "--count", "1", "--timeout", "30",
-                         "--curve-certificate", keys["server_secret"], "--curve-authorized-keys", keys["authorized"])
+    consumer = _consumer(
+        f"@tcp://127.0.0.1:{free_port}",
+        "--count",
+        "1",
+        "--timeout",
+        "30",
+        "--curve-certificate",
+        keys["server_secret"],
+        "--curve-authorized-keys",
+        keys["authorized"],
+    )
     _listening(free_port)
     try:
-        stranger = _cli("produce", f"tcp://127.0.0.1:{free_port}", "--no-progress", "--count", "300",
-                        "--hwm", "10", "--curve-server-key", keys["server_public"],
-                        "--curve-certificate", keys["stranger_secret"], timeout=60)
+        stranger = _cli(
+            "produce",
+            f"tcp://127.0.0.1:{free_port}",
+            "--no-progress",
+            "--count",
+            "300",
+            "--hwm",
+            "10",
+            "--curve-server-key",
+            keys["server_public"],
+            "--curve-certificate",
+            keys["stranger_secret"],
+            timeout=60,
+        )
     finally:
         consumer.kill()
         consumer.communicate()
@@ -179,10 +259,28 @@ def test_a_refused_producer_whose_queue_is_full_fails_instead_of_blocking_foreve
 
 
 def test_a_server_accepting_any_key_takes_a_client_it_has_never_seen(free_port, keys):
-    consumer = _consumer(f"@tcp://127.0.0.1:{free_port}", "--count", "500", "--timeout", "60",
-                         "--curve-certificate", keys["server_secret"], "--curve-authorized-keys", "*")
-    produced = _cli("produce", f"tcp://127.0.0.1:{free_port}", "--no-progress", "--count", "500",
-                    "--curve-certificate", keys["stranger_secret"], "--curve-server-key", keys["server_public"])
+    consumer = _consumer(
+        f"@tcp://127.0.0.1:{free_port}",
+        "--count",
+        "500",
+        "--timeout",
+        "60",
+        "--curve-certificate",
+        keys["server_secret"],
+        "--curve-authorized-keys",
+        "*",
+    )
+    produced = _cli(
+        "produce",
+        f"tcp://127.0.0.1:{free_port}",
+        "--no-progress",
+        "--count",
+        "500",
+        "--curve-certificate",
+        keys["stranger_secret"],
+        "--curve-server-key",
+        keys["server_public"],
+    )
     out, err = consumer.communicate(timeout=90)
     assert produced.returncode == 0, produced.stderr
     assert consumer.returncode == 0, err
@@ -191,11 +289,29 @@ def test_a_server_accepting_any_key_takes_a_client_it_has_never_seen(free_port, 
 
 def test_a_client_with_the_wrong_server_key_is_refused_on_both_sides(free_port, keys, tmp_path):
     other_public, _ = keygen(tmp_path / "other", "other")
-    consumer = _consumer(f"@tcp://127.0.0.1:{free_port}", "--count", "10", "--timeout", "4",
-                         "--curve-certificate", keys["server_secret"], "--curve-authorized-keys", "*")
+    consumer = _consumer(
+        f"@tcp://127.0.0.1:{free_port}",
+        "--count",
+        "10",
+        "--timeout",
+        "4",
+        "--curve-certificate",
+        keys["server_secret"],
+        "--curve-authorized-keys",
+        "*",
+    )
     _listening(free_port)
-    produced = _cli("produce", f"tcp://127.0.0.1:{free_port}", "--no-progress", "--count", "10",
-                    "--curve-certificate", keys["client_secret"], "--curve-server-key", other_public)
+    produced = _cli(
+        "produce",
+        f"tcp://127.0.0.1:{free_port}",
+        "--no-progress",
+        "--count",
+        "10",
+        "--curve-certificate",
+        keys["client_secret"],
+        "--curve-server-key",
+        other_public,
+    )
     out, err = consumer.communicate(timeout=90)
     assert produced.returncode == 1 and "CURVE handshake(s) rejected" in produced.stderr
     assert consumer.returncode == 1 and "received 0 messages" in out
@@ -214,8 +330,18 @@ def test_a_plain_pyzmq_curve_server_receives_from_produce_given_the_z85_server_k
         server = context.socket(zmq.PULL)
         server.curve_secretkey, server.curve_publickey, server.curve_server = server_secret, server_public, True
         port = server.bind_to_random_port("tcp://127.0.0.1")
-        produced = _cli("produce", f"tcp://127.0.0.1:{port}", "--no-progress", "--format", "text", "--count", "200",
-                        "--curve-certificate", keys["client_secret"], f"--curve-server-key={server_public.decode()}")
+        produced = _cli(
+            "produce",
+            f"tcp://127.0.0.1:{port}",
+            "--no-progress",
+            "--format",
+            "text",
+            "--count",
+            "200",
+            "--curve-certificate",
+            keys["client_secret"],
+            f"--curve-server-key={server_public.decode()}",
+        )
         assert produced.returncode == 0, produced.stderr
         received = []
         while len(received) < 200 and server.poll(10_000):
@@ -227,24 +353,51 @@ def test_a_plain_pyzmq_curve_server_receives_from_produce_given_the_z85_server_k
         context.term()
 
 
-@pytest.mark.parametrize("command, flags, message", [
-    ("consume", ["--curve-certificate", "{server_secret}"],
-     "--curve-certificate without --curve-server-key makes this side a CURVE server, which needs "
-     "--curve-authorized-keys"),
-    ("consume", ["--curve-authorized-keys", "*"], "--curve-authorized-keys needs --curve-certificate"),
-    ("produce", ["--curve-server-key", "{server_public}"], "--curve-server-key needs --curve-certificate"),
-    ("produce", ["--curve-certificate", "{client_secret}", "--curve-server-key", "{server_public}",
-                 "--curve-authorized-keys", "*"],
-     "--curve-server-key and --curve-authorized-keys exclude each other"),
-    ("produce", ["--curve-certificate", "{missing}", "--curve-server-key", "{server_public}"],
-     "--curve-certificate: cannot read the certificate file"),
-    ("produce", ["--curve-certificate", "{server_public}", "--curve-server-key", "{server_public}"],
-     "--curve-certificate: {server_public!r} holds only a public key"),
-    ("produce", ["--curve-certificate", "{client_secret}", "--curve-server-key", "not-a-key"],
-     "--curve-server-key: 'not-a-key' is neither a 40-character Z85 public key nor an existing certificate file"),
-    ("consume", ["--curve-certificate", "{server_secret}", "--curve-authorized-keys", "{missing}"],
-     "--curve-authorized-keys: {missing!r} is not a directory"),
-])
+@pytest.mark.parametrize(
+    "command, flags, message",
+    [
+        (
+            "consume",
+            ["--curve-certificate", "{server_secret}"],
+            "--curve-certificate without --curve-server-key makes this side a CURVE server, which needs "
+            "--curve-authorized-keys",
+        ),
+        ("consume", ["--curve-authorized-keys", "*"], "--curve-authorized-keys needs --curve-certificate"),
+        ("produce", ["--curve-server-key", "{server_public}"], "--curve-server-key needs --curve-certificate"),
+        (
+            "produce",
+            [
+                "--curve-certificate",
+                "{client_secret}",
+                "--curve-server-key",
+                "{server_public}",
+                "--curve-authorized-keys",
+                "*",
+            ],
+            "--curve-server-key and --curve-authorized-keys exclude each other",
+        ),
+        (
+            "produce",
+            ["--curve-certificate", "{missing}", "--curve-server-key", "{server_public}"],
+            "--curve-certificate: cannot read the certificate file",
+        ),
+        (
+            "produce",
+            ["--curve-certificate", "{server_public}", "--curve-server-key", "{server_public}"],
+            "--curve-certificate: {server_public!r} holds only a public key",
+        ),
+        (
+            "produce",
+            ["--curve-certificate", "{client_secret}", "--curve-server-key", "not-a-key"],
+            "--curve-server-key: 'not-a-key' is neither a 40-character Z85 public key nor an existing certificate file",
+        ),
+        (
+            "consume",
+            ["--curve-certificate", "{server_secret}", "--curve-authorized-keys", "{missing}"],
+            "--curve-authorized-keys: {missing!r} is not a directory",
+        ),
+    ],
+)
 def test_bad_curve_flags_are_usage_errors_naming_the_flag(keys, tmp_path, command, flags, message):
     values = dict(keys, missing=str(tmp_path / "missing"))
     endpoint = "@tcp://127.0.0.1:1" if command == "consume" else "tcp://127.0.0.1:1"
@@ -268,14 +421,23 @@ JOBS = {
     "quickstart": [],
     "zmq_to_parquet": ["--endpoints", "@tcp://127.0.0.1:1", "--format", "raw", "--output", "o", "--checkpoint", "c"],
     "windowed_topics": ["--endpoints", "tcp://127.0.0.1:1", "--output", "o", "--checkpoint", "c"],
-    "pipeline_stage": ["--input", "@tcp://127.0.0.1:1", "--output", "tcp://127.0.0.1:2", "--schema", "a long",
-                       "--checkpoint", "c"],
+    "pipeline_stage": [
+        "--input",
+        "@tcp://127.0.0.1:1",
+        "--output",
+        "tcp://127.0.0.1:2",
+        "--schema",
+        "a long",
+        "--checkpoint",
+        "c",
+    ],
 }
 
 
 def _job(job: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, f"jobs/{job}.py", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run(
+        [sys.executable, f"jobs/{job}.py", *args], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
 
 
 @pytest.mark.parametrize("job", sorted(JOBS))
@@ -290,20 +452,49 @@ def test_every_job_lists_the_curve_flags_and_checks_them_before_spark(job, tmp_p
     assert f"error: --curve-certificate: cannot read the certificate file {missing!r}" in result.stderr
 
 
-@pytest.mark.parametrize("job, args, message", [
-    ("zmq_to_parquet", ["--curve-certificate", "{server_secret}"], "--curve-certificate without --curve-server-key"),
-    ("windowed_topics", ["--curve-server-key", "{server_public}"], "--curve-server-key needs --curve-certificate"),
-    ("pipeline_stage", ["--sink-curve-server-key", "{missing}", "--sink-curve-certificate", "{client_secret}"],
-     "--sink-curve-server-key: {missing!r} is neither"),
-    ("pipeline_stage", ["--sink-curve-authorized-keys", "*"], "--sink-curve-authorized-keys needs "
-                                                               "--sink-curve-certificate"),
-    ("quickstart", ["--curve-certificate", "{server_secret}", "--curve-authorized-keys", "{authorized}"],
-     "give the built-in producer one of them with --producer-curve-certificate"),
-    ("quickstart", ["--curve-certificate", "{server_secret}", "--curve-authorized-keys", "{authorized}",
-                    "--producer-curve-certificate", "{stranger_secret}"], "so the source would refuse"),
-    ("quickstart", ["--curve-certificate", "{client_secret}", "--curve-server-key", "{server_public}"],
-     "the built-in producer cannot be its server"),
-])
+@pytest.mark.parametrize(
+    "job, args, message",
+    [
+        (
+            "zmq_to_parquet",
+            ["--curve-certificate", "{server_secret}"],
+            "--curve-certificate without --curve-server-key",
+        ),
+        ("windowed_topics", ["--curve-server-key", "{server_public}"], "--curve-server-key needs --curve-certificate"),
+        (
+            "pipeline_stage",
+            ["--sink-curve-server-key", "{missing}", "--sink-curve-certificate", "{client_secret}"],
+            "--sink-curve-server-key: {missing!r} is neither",
+        ),
+        (
+            "pipeline_stage",
+            ["--sink-curve-authorized-keys", "*"],
+            "--sink-curve-authorized-keys needs --sink-curve-certificate",
+        ),
+        (
+            "quickstart",
+            ["--curve-certificate", "{server_secret}", "--curve-authorized-keys", "{authorized}"],
+            "give the built-in producer one of them with --producer-curve-certificate",
+        ),
+        (
+            "quickstart",
+            [
+                "--curve-certificate",
+                "{server_secret}",
+                "--curve-authorized-keys",
+                "{authorized}",
+                "--producer-curve-certificate",
+                "{stranger_secret}",
+            ],
+            "so the source would refuse",
+        ),
+        (
+            "quickstart",
+            ["--curve-certificate", "{client_secret}", "--curve-server-key", "{server_public}"],
+            "the built-in producer cannot be its server",
+        ),
+    ],
+)
 def test_jobs_reject_bad_curve_combinations_naming_the_flags(keys, tmp_path, job, args, message):
     values = dict(keys, missing=str(tmp_path / "missing.key"))
     result = _job(job, *JOBS[job], *[a.format(**values) for a in args])
@@ -321,8 +512,15 @@ def test_job_curve_flags_become_absolute_data_source_options(keys, monkeypatch):
 
     server_z85 = zmq.auth.load_certificate(keys["server_public"])[0].decode()
     args = pipeline_stage.parse_args(
-        JOBS["pipeline_stage"] + ["--curve-certificate", "server.key_secret", "--curve-authorized-keys",
-                                  os.path.relpath(keys["authorized"]), f"--sink-curve-server-key={server_z85}"])
+        JOBS["pipeline_stage"]
+        + [
+            "--curve-certificate",
+            "server.key_secret",
+            "--curve-authorized-keys",
+            os.path.relpath(keys["authorized"]),
+            f"--sink-curve-server-key={server_z85}",
+        ]
+    )
     assert args.curve == {"curveCertificate": keys["server_secret"], "curveAuthorizedKeys": keys["authorized"]}
     assert args.sink_curve == {"curveCertificate": keys["server_secret"], "curveServerKey": server_z85}
     plain = pipeline_stage.parse_args(JOBS["pipeline_stage"])
@@ -337,6 +535,8 @@ def test_a_z85_key_that_begins_with_a_dash_goes_through_the_equals_form(keys, mo
     import pipeline_stage
 
     key = next(public for public, _ in (zmq.curve_keypair() for _ in range(20_000)) if public.startswith(b"-"))
-    args = pipeline_stage.parse_args(JOBS["pipeline_stage"] + ["--sink-curve-certificate", keys["client_secret"],
-                                                               f"--sink-curve-server-key={key.decode()}"])
+    args = pipeline_stage.parse_args(
+        JOBS["pipeline_stage"]
+        + ["--sink-curve-certificate", keys["client_secret"], f"--sink-curve-server-key={key.decode()}"]
+    )
     assert args.sink_curve == {"curveCertificate": keys["client_secret"], "curveServerKey": key.decode()}

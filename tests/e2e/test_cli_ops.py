@@ -54,8 +54,12 @@ def test_py_typed_ships_with_the_package():
 def _broker_banner(*args: str) -> str:
     """What ``spark-zmq broker`` prints on stderr up to its banner (``broker: frontend ...``),
     then stops it."""
-    broker = subprocess.Popen([CLI, "broker", *args, "--status-interval", "3600"], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, text=True)
+    broker = subprocess.Popen(
+        [CLI, "broker", *args, "--status-interval", "3600"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     lines = []
     try:
         assert broker.stderr is not None
@@ -75,9 +79,21 @@ def test_a_relay_with_a_certificate_but_no_reader_keys_refuses_to_serve_listen_i
     and learnt the spool's directory. Now a usage error naming the missing flag."""
     pub_public, _ = keygen(tmp_path, "pub")
     _, relay_secret = keygen(tmp_path, "relay")
-    result = _cli("relay", "--endpoints", f">tcp://127.0.0.1:{free_port}", "--pattern", "sub",
-                  "--listen", f"tcp://127.0.0.1:{free_port + 1}", "--spool-dir", str(tmp_path / "spool"),
-                  "--curve-certificate", relay_secret, "--curve-server-key", pub_public)
+    result = _cli(
+        "relay",
+        "--endpoints",
+        f">tcp://127.0.0.1:{free_port}",
+        "--pattern",
+        "sub",
+        "--listen",
+        f"tcp://127.0.0.1:{free_port + 1}",
+        "--spool-dir",
+        str(tmp_path / "spool"),
+        "--curve-certificate",
+        relay_secret,
+        "--curve-server-key",
+        pub_public,
+    )
     assert result.returncode == 2, result.stderr
     flat = unboxed(result.stderr)
     assert "--listen, which queries read" in flat and "would serve without CURVE" in flat, flat
@@ -86,11 +102,14 @@ def test_a_relay_with_a_certificate_but_no_reader_keys_refuses_to_serve_listen_i
 
 
 def test_a_broker_without_curve_off_loopback_warns_and_on_loopback_does_not(free_port):
-    exposed = unboxed(_broker_banner("--frontend", f"@tcp://0.0.0.0:{free_port}",
-                                   "--backend", f"@tcp://127.0.0.1:{free_port + 1}"))
+    exposed = unboxed(
+        _broker_banner("--frontend", f"@tcp://0.0.0.0:{free_port}", "--backend", f"@tcp://127.0.0.1:{free_port + 1}")
+    )
     assert "warning:" in exposed and f"tcp://0.0.0.0:{free_port} without CURVE" in exposed, exposed
     assert f"tcp://127.0.0.1:{free_port + 1}" not in exposed.split("without CURVE")[0]
-    local = _broker_banner("--frontend", f"@tcp://127.0.0.1:{free_port}", "--backend", f"@tcp://127.0.0.1:{free_port + 1}")
+    local = _broker_banner(
+        "--frontend", f"@tcp://127.0.0.1:{free_port}", "--backend", f"@tcp://127.0.0.1:{free_port + 1}"
+    )
     assert "warning" not in local and "broker: frontend" in local, local
 
 
@@ -115,8 +134,12 @@ def test_ping_answers_for_a_live_relay_broker_and_worker(tmp_path):
     broker_thread.start()
     handled: list[object] = []
     stop = threading.Event()
-    worker = threading.Thread(target=serve, args=(handled.append, f"@tcp://127.0.0.1:{rep}"),
-                              kwargs={"broker": False, "format": "raw", "stop": stop}, daemon=True)
+    worker = threading.Thread(
+        target=serve,
+        args=(handled.append, f"@tcp://127.0.0.1:{rep}"),
+        kwargs={"broker": False, "format": "raw", "stop": stop},
+        daemon=True,
+    )
     worker.start()
     try:
         for port, service in ((listen, "relay"), (front, "broker"), (rep, "worker")):
@@ -173,8 +196,9 @@ def test_ping_of_a_socket_that_is_no_service_says_wrong_service(free_port, ctx):
     pull.close(linger=0)
     echo = ctx.socket(zmq.ROUTER)  # answers, but not as a spark-zmq service
     echo.bind(f"tcp://127.0.0.1:{free_port + 1}")
-    answering = threading.Thread(target=lambda: echo.send_multipart(echo.recv_multipart()[:1] + [b"", b"hi"]),
-                                 daemon=True)
+    answering = threading.Thread(
+        target=lambda: echo.send_multipart(echo.recv_multipart()[:1] + [b"", b"hi"]), daemon=True
+    )
     answering.start()
     result, _ = _ping(f"tcp://127.0.0.1:{free_port + 1}", "--timeout", "3")
     answering.join(5)
@@ -186,12 +210,27 @@ def test_ping_of_a_curve_broker_with_its_keys_without_them_and_with_a_stranger(t
     client_public, client_secret = keygen(tmp_path / "client", "client")
     _, stranger_secret = keygen(tmp_path / "stranger", "stranger")
     front, back = free_ports(2)
-    broker = subprocess.Popen([CLI, "broker", "--frontend", f"@tcp://127.0.0.1:{front}", "--backend",
-                               f"@tcp://127.0.0.1:{back}", "--curve-certificate", server_secret,
-                               "--frontend-authorized-keys", os.path.dirname(client_public),
-                               "--backend-authorized-keys", os.path.dirname(server_public),
-                               "--status-interval", "3600"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                              text=True)
+    broker = subprocess.Popen(
+        [
+            CLI,
+            "broker",
+            "--frontend",
+            f"@tcp://127.0.0.1:{front}",
+            "--backend",
+            f"@tcp://127.0.0.1:{back}",
+            "--curve-certificate",
+            server_secret,
+            "--frontend-authorized-keys",
+            os.path.dirname(client_public),
+            "--backend-authorized-keys",
+            os.path.dirname(server_public),
+            "--status-interval",
+            "3600",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert broker.stderr is not None
         assert broker.stderr.readline().startswith("broker: frontend"), "the broker did not start"

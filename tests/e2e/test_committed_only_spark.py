@@ -63,19 +63,38 @@ def upstream(spark, source: Path, endpoint: str, checkpoint: str, marker: str):
             raise RuntimeError("injected failure of an upstream task")
         return i
 
-    return (spark.readStream.schema("id long, label string").option("maxFilesPerTrigger", 1).json(str(source))
-            .repartition(3).select(fail_first_run("id").alias("id"), "label")
-            .writeStream.format("zmq").option("endpoints", endpoint).option("format", "arrow")
-            .option("rowsPerMessage", 200).option("checkpointLocation", checkpoint)
-            .trigger(availableNow=True).start())
+    return (
+        spark.readStream.schema("id long, label string")
+        .option("maxFilesPerTrigger", 1)
+        .json(str(source))
+        .repartition(3)
+        .select(fail_first_run("id").alias("id"), "label")
+        .writeStream.format("zmq")
+        .option("endpoints", endpoint)
+        .option("format", "arrow")
+        .option("rowsPerMessage", 200)
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
 
 
 def downstream(spark, endpoint: str, spool_dir: str, out: str, checkpoint: str):
-    return (spark.readStream.format("zmq").option("endpoints", "@" + endpoint).option("format", "arrow")
-            .option("committedOnly", "true").option("spoolDir", spool_dir).option("receiverLingerSeconds", 60)
-            .schema("id long, label string").load()
-            .writeStream.format("parquet").option("path", out).option("checkpointLocation", checkpoint)
-            .trigger(processingTime="500 milliseconds").start())
+    return (
+        spark.readStream.format("zmq")
+        .option("endpoints", "@" + endpoint)
+        .option("format", "arrow")
+        .option("committedOnly", "true")
+        .option("spoolDir", spool_dir)
+        .option("receiverLingerSeconds", 60)
+        .schema("id long, label string")
+        .load()
+        .writeStream.format("parquet")
+        .option("path", out)
+        .option("checkpointLocation", checkpoint)
+        .trigger(processingTime="500 milliseconds")
+        .start()
+    )
 
 
 def offsets(value) -> dict:
@@ -97,8 +116,10 @@ def test_downstream_gets_every_upstream_row_once(spark, free_port, spool_dir, tm
     source = tmp_path / "in"
     source.mkdir()
     for f in range(FILES):
-        rows = (json.dumps({"id": f * ROWS_PER_FILE + i, "label": f"r{f * ROWS_PER_FILE + i}"})
-                for i in range(ROWS_PER_FILE))
+        rows = (
+            json.dumps({"id": f * ROWS_PER_FILE + i, "label": f"r{f * ROWS_PER_FILE + i}"})
+            for i in range(ROWS_PER_FILE)
+        )
         path = source / f"part-{f}.json"
         path.write_text("\n".join(rows))
         os.utime(path, (1_700_000_000 + f, 1_700_000_000 + f))  # one file per batch, in this order
@@ -183,12 +204,21 @@ def test_a_batch_write_reaches_a_committed_only_query_once(spark, free_port, spo
     import zmq
 
     endpoint = f"tcp://127.0.0.1:{free_port}"
-    reader = (spark.readStream.format("zmq").option("endpoints", "@" + endpoint).option("format", "arrow")
-              .option("committedOnly", "true").option("mode", "DROPMALFORMED").option("spoolDir", spool_dir)
-              .schema("id long").load()
-              .writeStream.format("memory").queryName("committed_batch_write")
-              .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(processingTime="200 milliseconds")
-              .start())
+    reader = (
+        spark.readStream.format("zmq")
+        .option("endpoints", "@" + endpoint)
+        .option("format", "arrow")
+        .option("committedOnly", "true")
+        .option("mode", "DROPMALFORMED")
+        .option("spoolDir", spool_dir)
+        .schema("id long")
+        .load()
+        .writeStream.format("memory")
+        .queryName("committed_batch_write")
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
     try:
         plain = pa.BufferOutputStream()
         with pa.ipc.new_stream(plain, pa.schema([("id", pa.int64())])) as stream:
@@ -197,8 +227,15 @@ def test_a_batch_write_reaches_a_committed_only_query_once(spark, free_port, spo
         push.setsockopt(zmq.SNDTIMEO, 30_000)
         push.connect(endpoint)
         push.send(plain.getvalue().to_pybytes())  # no spark_zmq metadata: malformed, skipped
-        (spark.range(0, BATCH_WRITE_ROWS, numPartitions=2).write.format("zmq").mode("append")
-         .option("endpoints", endpoint).option("format", "arrow").option("rowsPerMessage", 500).save())
+        (
+            spark.range(0, BATCH_WRITE_ROWS, numPartitions=2)
+            .write.format("zmq")
+            .mode("append")
+            .option("endpoints", endpoint)
+            .option("format", "arrow")
+            .option("rowsPerMessage", 500)
+            .save()
+        )
 
         def count() -> int:
             return spark.sql("select count(*) from committed_batch_write").first()[0]
@@ -267,19 +304,35 @@ def test_a_lost_record_and_a_resent_message_between_streaming_stages(spark, spoo
         path.write_text("\n".join(json.dumps({"id": f * 1000 + i}) for i in range(1000)))
         os.utime(path, (1_700_000_000 + f, 1_700_000_000 + f))  # one file per batch, in this order
     relay_port, down_port = free_ports(2)
-    reader = (spark.readStream.format("zmq").option("endpoints", f"@tcp://127.0.0.1:{down_port}")
-              .option("format", "arrow").option("committedOnly", "true").option("spoolDir", spool_dir)
-              .schema("id long").load()
-              .writeStream.format("memory").queryName("committed_repair")
-              .option("checkpointLocation", str(tmp_path / "down")).trigger(processingTime="200 milliseconds")
-              .start())
+    reader = (
+        spark.readStream.format("zmq")
+        .option("endpoints", f"@tcp://127.0.0.1:{down_port}")
+        .option("format", "arrow")
+        .option("committedOnly", "true")
+        .option("spoolDir", spool_dir)
+        .schema("id long")
+        .load()
+        .writeStream.format("memory")
+        .queryName("committed_repair")
+        .option("checkpointLocation", str(tmp_path / "down"))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
     forwarder = Forwarder(ctx, f"tcp://127.0.0.1:{relay_port}", f"tcp://127.0.0.1:{down_port}")
     writer = None
     try:
-        writer = (spark.readStream.schema("id long").option("maxFilesPerTrigger", 1).json(str(source))
-                  .writeStream.format("zmq").option("endpoints", f"tcp://127.0.0.1:{relay_port}")
-                  .option("format", "arrow").option("rowsPerMessage", 250)
-                  .option("checkpointLocation", str(tmp_path / "up")).trigger(availableNow=True).start())
+        writer = (
+            spark.readStream.schema("id long")
+            .option("maxFilesPerTrigger", 1)
+            .json(str(source))
+            .writeStream.format("zmq")
+            .option("endpoints", f"tcp://127.0.0.1:{relay_port}")
+            .option("format", "arrow")
+            .option("rowsPerMessage", 250)
+            .option("checkpointLocation", str(tmp_path / "up"))
+            .trigger(availableNow=True)
+            .start()
+        )
         assert writer.awaitTermination(120)
         assert writer.exception() is None
 
@@ -304,8 +357,9 @@ def test_a_lost_record_and_a_resent_message_between_streaming_stages(spark, spoo
 
 
 @pytest.mark.timeout(300)
-def test_a_failed_batch_write_then_its_retry_reach_a_committed_only_query_once(spark, free_port, spool_dir, tmp_path,
-                                                                              small_arrow_batches):
+def test_a_failed_batch_write_then_its_retry_reach_a_committed_only_query_once(
+    spark, free_port, spool_dir, tmp_path, small_arrow_batches
+):
     """A ``df.write`` that fails part-way is aborted by Spark: its empty commit record tells
     the reading query that none of its messages counts, so the retry (a new write) is
     delivered at once, each row once, instead of waiting behind the failed write's messages."""
@@ -316,11 +370,20 @@ def test_a_failed_batch_write_then_its_retry_reach_a_committed_only_query_once(s
     before = spark.conf.get(idle_progress)
     spark.conf.set(idle_progress, "200ms")
     try:
-        reader = (spark.readStream.format("zmq").option("endpoints", "@" + endpoint).option("format", "arrow")
-                  .option("committedOnly", "true").option("spoolDir", spool_dir).schema("id long").load()
-                  .writeStream.format("memory").queryName("committed_retried_write")
-                  .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(processingTime="200 milliseconds")
-                  .start())
+        reader = (
+            spark.readStream.format("zmq")
+            .option("endpoints", "@" + endpoint)
+            .option("format", "arrow")
+            .option("committedOnly", "true")
+            .option("spoolDir", spool_dir)
+            .schema("id long")
+            .load()
+            .writeStream.format("memory")
+            .queryName("committed_retried_write")
+            .option("checkpointLocation", str(tmp_path / "ckpt"))
+            .trigger(processingTime="200 milliseconds")
+            .start()
+        )
     finally:
         spark.conf.set(idle_progress, before)
 
@@ -350,8 +413,14 @@ def test_a_failed_batch_write_then_its_retry_reach_a_committed_only_query_once(s
         return i
 
     def write(df):
-        (df.write.format("zmq").mode("append").option("endpoints", endpoint).option("format", "arrow")
-         .option("rowsPerMessage", 500).save())
+        (
+            df.write.format("zmq")
+            .mode("append")
+            .option("endpoints", endpoint)
+            .option("format", "arrow")
+            .option("rowsPerMessage", 500)
+            .save()
+        )
 
     watcher = threading.Thread(target=mark_when_spooled, daemon=True)
     watcher.start()
@@ -383,24 +452,48 @@ def test_a_batch_write_inside_foreach_batch_reaches_a_committed_only_query(spark
     source.mkdir()
     (source / "part-0.json").write_text("\n".join(json.dumps({"id": i}) for i in range(1000)))
     endpoint = f"tcp://127.0.0.1:{free_port}"
-    reader = (spark.readStream.format("zmq").option("endpoints", "@" + endpoint).option("format", "arrow")
-              .option("committedOnly", "true").option("spoolDir", spool_dir).schema("id long").load()
-              .writeStream.format("memory").queryName("committed_foreach_batch")
-              .option("checkpointLocation", str(tmp_path / "down")).trigger(processingTime="200 milliseconds")
-              .start())
+    reader = (
+        spark.readStream.format("zmq")
+        .option("endpoints", "@" + endpoint)
+        .option("format", "arrow")
+        .option("committedOnly", "true")
+        .option("spoolDir", spool_dir)
+        .schema("id long")
+        .load()
+        .writeStream.format("memory")
+        .queryName("committed_foreach_batch")
+        .option("checkpointLocation", str(tmp_path / "down"))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
 
     def write(df, batch_id):
-        (df.write.format("zmq").mode("append").option("endpoints", endpoint).option("format", "arrow")
-         .option("rowsPerMessage", 250).save())
+        (
+            df.write.format("zmq")
+            .mode("append")
+            .option("endpoints", endpoint)
+            .option("format", "arrow")
+            .option("rowsPerMessage", 250)
+            .save()
+        )
 
     writer = None
     try:
-        writer = (spark.readStream.schema("id long").json(str(source)).writeStream.foreachBatch(write)
-                  .option("checkpointLocation", str(tmp_path / "up")).trigger(availableNow=True).start())
+        writer = (
+            spark.readStream.schema("id long")
+            .json(str(source))
+            .writeStream.foreachBatch(write)
+            .option("checkpointLocation", str(tmp_path / "up"))
+            .trigger(availableNow=True)
+            .start()
+        )
         assert writer.awaitTermination(120)
         assert writer.exception() is None
-        wait_until(lambda: spark.sql("select count(*) from committed_foreach_batch").first()[0] >= 1000, 60,
-                   "1000 rows downstream")
+        wait_until(
+            lambda: spark.sql("select count(*) from committed_foreach_batch").first()[0] >= 1000,
+            60,
+            "1000 rows downstream",
+        )
         result = spark.sql("select count(*), count(distinct id) from committed_foreach_batch").first()
         assert tuple(result) == (1000, 1000)
     finally:

@@ -17,11 +17,17 @@ SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))
 
 def test_a_session_that_never_imports_spark_zmq_reads_and_writes_format_zmq(tmp_path):
     ports = free_ports(2)
-    done = subprocess.run([sys.executable, SCRIPT, "classic", str(ports[0]), str(ports[1]), str(tmp_path)],
-                          capture_output=True, text=True, timeout=360, cwd=str(tmp_path))
+    done = subprocess.run(
+        [sys.executable, SCRIPT, "classic", str(ports[0]), str(ports[1]), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=360,
+        cwd=str(tmp_path),
+    )
     assert done.returncode == 0, done.stderr[-4000:]
-    lines = dict(line.split() for line in done.stdout.splitlines()
-                 if line.startswith(("sink ", "source ", "imported ")))
+    lines = dict(
+        line.split() for line in done.stdout.splitlines() if line.startswith(("sink ", "source ", "imported "))
+    )
     assert lines == {"sink": "1000", "source": "500", "imported": "False"}, done.stdout
 
 

@@ -25,14 +25,31 @@ pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
 def test_fuzz_every_target_for_a_few_seconds_finds_nothing(tmp_path):
     started = time.monotonic()
     result = subprocess.run(
-        [sys.executable, str(ROOT / "tools" / "fuzz.py"), "--target", "all", "--seconds", "8", "--seed", "20260522",
-         "--memory-mb", "1024", "--out", str(tmp_path / "findings")],
-        capture_output=True, text=True, timeout=150,
+        [
+            sys.executable,
+            str(ROOT / "tools" / "fuzz.py"),
+            "--target",
+            "all",
+            "--seconds",
+            "8",
+            "--seed",
+            "20260522",
+            "--memory-mb",
+            "1024",
+            "--out",
+            str(tmp_path / "findings"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=150,
     )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
     assert "findings: 0" in output
-    tried = dict((t, int(n.replace(",", ""))) for t, n in re.findall(r"(json|arrow-count|arrow|text|zmtp) ([\d,]+)", output.split("inputs tried:")[1]))
+    tried = dict(
+        (t, int(n.replace(",", "")))
+        for t, n in re.findall(r"(json|arrow-count|arrow|text|zmtp) ([\d,]+)", output.split("inputs tried:")[1])
+    )
     assert set(tried) == set(fuzz.TARGETS) and all(n > 0 for n in tried.values()), output
     assert not (tmp_path / "findings").exists()
     assert time.monotonic() - started < 60
@@ -60,7 +77,12 @@ def test_the_runner_reports_crashes_hangs_and_unclear_outcomes(monkeypatch, tmp_
 
 
 def test_saved_cases_replay(tmp_path):
-    case = fuzz.Case("json", "batch", [b"null", b'{"id": 1}'], {"mode": "FAILFAST", "corrupt": False, "max_message_bytes": 1 << 20, "valid": [1]})
+    case = fuzz.Case(
+        "json",
+        "batch",
+        [b"null", b'{"id": 1}'],
+        {"mode": "FAILFAST", "corrupt": False, "max_message_bytes": 1 << 20, "valid": [1]},
+    )
     finding = fuzz._save(str(tmp_path), "json", "unclear", "example", [case])
     assert fuzz.Case.load(Path(finding.path).read_bytes()) == case
     assert fuzz.replay(finding.path) == 0  # decoded as the contract says: FAILFAST raised at offset 0
@@ -90,8 +112,9 @@ def test_the_zmtp_target_checks_what_the_gather_delivers(monkeypatch, tmp_path):
             fuzz.run_case(_zmtp_case(2, kind))
 
         deliver = sessions.Sessions.deliver
-        monkeypatch.setattr(sessions.Sessions, "deliver",
-                            lambda self, conn, messages, nbytes: deliver(self, conn, messages[1:], None))
+        monkeypatch.setattr(
+            sessions.Sessions, "deliver", lambda self, conn, messages, nbytes: deliver(self, conn, messages[1:], None)
+        )
         with pytest.raises(fuzz.Unclear, match="delivered"):
             fuzz.run_case(case)
         monkeypatch.setattr(sessions.Sessions, "deliver", deliver)
@@ -101,7 +124,10 @@ def test_the_zmtp_target_checks_what_the_gather_delivers(monkeypatch, tmp_path):
 
         monkeypatch.setattr(stream.StreamEngine, "_feed", broken)
         monkeypatch.setattr(fuzz, "ZMTP_DEADLINE_S", 1.5)
-        with pytest.raises(fuzz.Unclear, match="stopped delivering|logged an error|did not deliver|0 successful and 0 failed handshakes"):
+        with pytest.raises(
+            fuzz.Unclear,
+            match="stopped delivering|logged an error|did not deliver|0 successful and 0 failed handshakes",
+        ):
             fuzz.run_case(_zmtp_case(3, "garbage"))
     finally:
         monkeypatch.undo()

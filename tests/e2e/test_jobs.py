@@ -29,19 +29,26 @@ READINGS = "seq long, sensor string, ts double, reading double"
 
 
 def _env() -> dict:
-    return dict(os.environ, SPARK_CONF_DIR=os.path.join(ROOT, "conf"), PYSPARK_PYTHON=sys.executable,
-                PYSPARK_DRIVER_PYTHON=sys.executable)
+    return dict(
+        os.environ,
+        SPARK_CONF_DIR=os.path.join(ROOT, "conf"),
+        PYSPARK_PYTHON=sys.executable,
+        PYSPARK_DRIVER_PYTHON=sys.executable,
+    )
 
 
 def _submit(*args: str, timeout: float = 280) -> subprocess.CompletedProcess:
-    return subprocess.run([SPARK_SUBMIT, *args], cwd=ROOT, env=_env(), capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run([SPARK_SUBMIT, *args], cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout)
 
 
 def _produce(endpoint: str, *args: str) -> subprocess.Popen:
     """``spark-zmq produce`` in its own process; it lingers until the job binds and drains it."""
-    return subprocess.Popen([CLI, "produce", endpoint, "--no-progress", "--linger", "200", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [CLI, "produce", endpoint, "--no-progress", "--linger", "200", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _finish(producer: subprocess.Popen) -> str:
@@ -85,12 +92,28 @@ def test_zmq_to_parquet_writes_every_message_once_across_a_restart(tmp_path, fre
     output, checkpoint = str(tmp_path / "out"), str(tmp_path / "checkpoint")
     calls, spy = tmp_path / "readlink-calls", tmp_path / "bin"
     spy.mkdir()
-    (spy / "readlink").write_text(f'#!/bin/sh\necho "$@" >> {shlex.quote(str(calls))}\n'
-                                  f'exec {shlex.quote(shutil.which("readlink") or "/bin/readlink")} "$@"\n')
+    (spy / "readlink").write_text(
+        f'#!/bin/sh\necho "$@" >> {shlex.quote(str(calls))}\n'
+        f'exec {shlex.quote(shutil.which("readlink") or "/bin/readlink")} "$@"\n'
+    )
     (spy / "readlink").chmod(0o755)
     env = dict(_env(), PATH=f"{spy}{os.pathsep}{os.environ.get('PATH', '')}")
-    job = ["jobs/zmq_to_parquet.py", "--endpoints", "@" + endpoint, "--format", "json", "--schema", READINGS,
-           "--output", output, "--checkpoint", checkpoint, "--available-now", "--idle-timeout", "3"]
+    job = [
+        "jobs/zmq_to_parquet.py",
+        "--endpoints",
+        "@" + endpoint,
+        "--format",
+        "json",
+        "--schema",
+        READINGS,
+        "--output",
+        output,
+        "--checkpoint",
+        checkpoint,
+        "--available-now",
+        "--idle-timeout",
+        "3",
+    ]
     for run, start in enumerate((0, 4000)):
         producer = _produce(endpoint, "--format", "json", "--count", "4000", "--start", str(start))
         result = subprocess.run([SPARK_SUBMIT, *job], cwd=ROOT, env=env, capture_output=True, text=True, timeout=280)
@@ -109,22 +132,66 @@ def test_zmq_to_parquet_with_curve_keeps_only_the_authorized_producers_messages(
     the authorized producer's messages are written, a stranger's never."""
     keys, clients = tmp_path / "keys", tmp_path / "keys" / "clients"
     for directory, name in ((keys, "server"), (clients, "sensor"), (keys, "stranger")):
-        made = subprocess.run([CLI, "keygen", name, "--dir", str(directory)], capture_output=True, text=True, timeout=60)
+        made = subprocess.run(
+            [CLI, "keygen", name, "--dir", str(directory)], capture_output=True, text=True, timeout=60
+        )
         assert made.returncode == 0, made.stderr
     endpoint = f"tcp://127.0.0.1:{free_port}"
     output, checkpoint = str(tmp_path / "out"), str(tmp_path / "checkpoint")
-    stranger = subprocess.Popen([CLI, "produce", endpoint, "--no-progress", "--linger", "60", "--format", "json",
-                                 "--count", "500", "--start", "100000",
-                                 "--curve-certificate", str(keys / "stranger.key_secret"),
-                                 "--curve-server-key", str(keys / "server.key")],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    producer = _produce(endpoint, "--format", "json", "--count", "3000",
-                        "--curve-certificate", str(clients / "sensor.key_secret"),
-                        "--curve-server-key", str(keys / "server.key"))
-    result = _submit("jobs/zmq_to_parquet.py", "--endpoints", "@" + endpoint, "--format", "json", "--schema",
-                     READINGS, "--output", output, "--checkpoint", checkpoint, "--available-now",
-                     "--idle-timeout", "3", "--curve-certificate", str(keys / "server.key_secret"),
-                     "--curve-authorized-keys", str(clients))
+    stranger = subprocess.Popen(
+        [
+            CLI,
+            "produce",
+            endpoint,
+            "--no-progress",
+            "--linger",
+            "60",
+            "--format",
+            "json",
+            "--count",
+            "500",
+            "--start",
+            "100000",
+            "--curve-certificate",
+            str(keys / "stranger.key_secret"),
+            "--curve-server-key",
+            str(keys / "server.key"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    producer = _produce(
+        endpoint,
+        "--format",
+        "json",
+        "--count",
+        "3000",
+        "--curve-certificate",
+        str(clients / "sensor.key_secret"),
+        "--curve-server-key",
+        str(keys / "server.key"),
+    )
+    result = _submit(
+        "jobs/zmq_to_parquet.py",
+        "--endpoints",
+        "@" + endpoint,
+        "--format",
+        "json",
+        "--schema",
+        READINGS,
+        "--output",
+        output,
+        "--checkpoint",
+        checkpoint,
+        "--available-now",
+        "--idle-timeout",
+        "3",
+        "--curve-certificate",
+        str(keys / "server.key_secret"),
+        "--curve-authorized-keys",
+        str(clients),
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "sent 3000 messages" in _finish(producer)
     stranger.kill()  # it retried its handshake throughout the job's run; nothing of it may arrive
@@ -138,17 +205,45 @@ def test_windowed_topics_closes_windows_per_subscribed_topic(tmp_path, free_port
     output = str(tmp_path / "windows")
     publisher = XPub("@" + endpoint, hwm=100_000, linger=5000)
     job = subprocess.Popen(
-        [SPARK_SUBMIT, "jobs/windowed_topics.py", "--endpoints", endpoint, "--topics", "alpha,beta",
-         "--window", "10 seconds", "--watermark", "10 seconds", "--output", output,
-         "--checkpoint", str(tmp_path / "checkpoint"), "--available-now", "--idle-timeout", "4"],
-        cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            SPARK_SUBMIT,
+            "jobs/windowed_topics.py",
+            "--endpoints",
+            endpoint,
+            "--topics",
+            "alpha,beta",
+            "--window",
+            "10 seconds",
+            "--watermark",
+            "10 seconds",
+            "--output",
+            output,
+            "--checkpoint",
+            str(tmp_path / "checkpoint"),
+            "--available-now",
+            "--idle-timeout",
+            "4",
+        ],
+        cwd=ROOT,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         subscribed = {publisher.recv_subscription(timeout=120)[1] for _ in range(2)}
         assert subscribed == {b"alpha", b"beta"}
         # alpha: 30 readings in [1000, 1010) and 20 in [1010, 1020); beta: 10 and 5; gamma is
         # not subscribed. A last reading at t=1100 per topic moves the watermark past both windows.
-        plan = [("alpha", 1000.0, 30), ("alpha", 1010.0, 20), ("beta", 1000.0, 10), ("beta", 1010.0, 5),
-                ("gamma", 1000.0, 7), ("alpha", 1100.0, 1), ("beta", 1100.0, 1)]
+        plan = [
+            ("alpha", 1000.0, 30),
+            ("alpha", 1010.0, 20),
+            ("beta", 1000.0, 10),
+            ("beta", 1010.0, 5),
+            ("gamma", 1000.0, 7),
+            ("alpha", 1100.0, 1),
+            ("beta", 1100.0, 1),
+        ]
         seq = 0
         for topic, start, count in plan:
             for i in range(count):
@@ -161,8 +256,7 @@ def test_windowed_topics_closes_windows_per_subscribed_topic(tmp_path, free_port
             job.kill()
         publisher.close()
     assert job.returncode == 0, err[-3000:]
-    rows = sorted((r["topic"], r["window_start"].timestamp(), r["readings"])
-                  for r in pq.read_table(output).to_pylist())
+    rows = sorted((r["topic"], r["window_start"].timestamp(), r["readings"]) for r in pq.read_table(output).to_pylist())
     assert rows == [("alpha", 1000.0, 30), ("alpha", 1010.0, 20), ("beta", 1000.0, 10), ("beta", 1010.0, 5)]
     assert "67 messages in, 4 closed windows" in out
 
@@ -184,10 +278,23 @@ def test_pipeline_stage_transforms_arrow_batches_between_two_zeromq_peers(tmp_pa
     producer = _produce(inbound, "--format", "arrow", "--count", "20", "--rows-per-message", "500")
     try:
         result = _submit(
-            "jobs/pipeline_stage.py", "--input", "@" + inbound, "--output", f"tcp://127.0.0.1:{outbound_port}",
-            "--schema", READINGS, "--checkpoint", str(tmp_path / "checkpoint"), "--rows-per-message", "700",
-            "--sql", "SELECT seq, sensor, reading * 1.8 + 32 AS fahrenheit FROM input WHERE seq % 2 = 0",
-            "--available-now", "--idle-timeout", "3")
+            "jobs/pipeline_stage.py",
+            "--input",
+            "@" + inbound,
+            "--output",
+            f"tcp://127.0.0.1:{outbound_port}",
+            "--schema",
+            READINGS,
+            "--checkpoint",
+            str(tmp_path / "checkpoint"),
+            "--rows-per-message",
+            "700",
+            "--sql",
+            "SELECT seq, sensor, reading * 1.8 + 32 AS fahrenheit FROM input WHERE seq % 2 = 0",
+            "--available-now",
+            "--idle-timeout",
+            "3",
+        )
         _finish(producer)
     finally:
         done.set()
@@ -196,12 +303,12 @@ def test_pipeline_stage_transforms_arrow_batches_between_two_zeromq_peers(tmp_pa
     assert result.returncode == 0, result.stderr[-3000:]
     assert "pipeline_stage: 10000 rows in" in result.stdout
     got = pa.concat_tables(collected).sort_by("seq")
-    sent = pa.concat_tables(pa.ipc.open_stream(p).read_all()
-                            for p, _ in loadgen.payloads("arrow", 20, rows_per_message=500))
+    sent = pa.concat_tables(
+        pa.ipc.open_stream(p).read_all() for p, _ in loadgen.payloads("arrow", 20, rows_per_message=500)
+    )
     expected = sent.filter(pa.compute.equal(pa.compute.bit_wise_and(sent["seq"], 1), 0))
     assert got["seq"].to_pylist() == expected["seq"].to_pylist()
-    assert got["fahrenheit"].to_pylist() == pytest.approx(
-        [r * 1.8 + 32 for r in expected["reading"].to_pylist()])
+    assert got["fahrenheit"].to_pylist() == pytest.approx([r * 1.8 + 32 for r in expected["reading"].to_pylist()])
     assert max(t.num_rows for t in collected) <= 700
 
 
@@ -212,10 +319,28 @@ def test_enrich_calls_a_rep_worker_for_every_row_and_writes_each_once(tmp_path, 
     output = tmp_path / "enriched"
     with ServiceWorker.start("--format", "arrow", "--bind", "tcp://127.0.0.1:*", "--column", "seq") as worker:
         producer = _produce(inbound, "--format", "json", "--count", "3000")
-        result = _submit("jobs/enrich.py", "--input", "@" + inbound, "--schema", READINGS,
-                         "--service", worker.endpoint, "--reply-schema", "doubled long, worker string",
-                         "--batch-rows", "250", "--timeout", "20s", "--output", str(output),
-                         "--checkpoint", str(tmp_path / "checkpoint"), "--available-now", "--idle-timeout", "3")
+        result = _submit(
+            "jobs/enrich.py",
+            "--input",
+            "@" + inbound,
+            "--schema",
+            READINGS,
+            "--service",
+            worker.endpoint,
+            "--reply-schema",
+            "doubled long, worker string",
+            "--batch-rows",
+            "250",
+            "--timeout",
+            "20s",
+            "--output",
+            str(output),
+            "--checkpoint",
+            str(tmp_path / "checkpoint"),
+            "--available-now",
+            "--idle-timeout",
+            "3",
+        )
         _finish(producer)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "enrich: 3000 rows in" in result.stdout
@@ -226,16 +351,23 @@ def test_enrich_calls_a_rep_worker_for_every_row_and_writes_each_once(tmp_path, 
 
 #: a spark-defaults.conf in each form java.util.Properties (so Spark) reads: key<TAB>value,
 #: key=value, key : value, key value, a `!` comment and a continued line
-SPARK_DEFAULTS = ("# settings the conf check below expects back\n"
-                  "! another comment\n"
-                  "spark.master\tlocal[1]\n"
-                  "spark.sql.shuffle.partitions=3\n"
-                  "spark.sql.session.timeZone : Pacific/Auckland\n"
-                  "spark.ui.enabled false\n"
-                  "spark.sql.adaptive.enabled \\\n"
-                  "    false\n")
-CONF_KEYS = ("spark.master", "spark.sql.shuffle.partitions", "spark.sql.session.timeZone", "spark.ui.enabled",
-             "spark.sql.adaptive.enabled")
+SPARK_DEFAULTS = (
+    "# settings the conf check below expects back\n"
+    "! another comment\n"
+    "spark.master\tlocal[1]\n"
+    "spark.sql.shuffle.partitions=3\n"
+    "spark.sql.session.timeZone : Pacific/Auckland\n"
+    "spark.ui.enabled false\n"
+    "spark.sql.adaptive.enabled \\\n"
+    "    false\n"
+)
+CONF_KEYS = (
+    "spark.master",
+    "spark.sql.shuffle.partitions",
+    "spark.sql.session.timeZone",
+    "spark.ui.enabled",
+    "spark.sql.adaptive.enabled",
+)
 #: a job's session, with jobkit's project conf file named by argv[1]; prints what Spark has
 CONF_CHECK = f"""
 import sys
@@ -263,9 +395,13 @@ def test_spark_defaults_are_read_by_spark_in_every_properties_form(run, tmp_path
     script.write_text(CONF_CHECK)
     env = dict(_env(), SPARK_CONF_DIR=str(empty_dir))
     env.pop("PYSPARK_SUBMIT_ARGS", None)
-    expected = {"spark.master": "local[1]", "spark.sql.shuffle.partitions": "3",
-                "spark.sql.session.timeZone": "Pacific/Auckland", "spark.ui.enabled": "false",
-                "spark.sql.adaptive.enabled": "false"}
+    expected = {
+        "spark.master": "local[1]",
+        "spark.sql.shuffle.partitions": "3",
+        "spark.sql.session.timeZone": "Pacific/Auckland",
+        "spark.ui.enabled": "false",
+        "spark.sql.adaptive.enabled": "false",
+    }
     if run == "python":
         command = [sys.executable, str(script), str(conf_dir / "spark-defaults.conf")]
     elif run == "spark-submit":
@@ -280,29 +416,88 @@ def test_spark_defaults_are_read_by_spark_in_every_properties_form(run, tmp_path
     assert got == expected, result.stdout
 
 
-@pytest.mark.parametrize("job, args, message", [
-    ("jobs/quickstart.py", ["--messages", "zero"], "invalid int value"),
-    ("jobs/quickstart.py", ["--no-producer"], "--no-producer needs --endpoints"),
-    ("jobs/quickstart.py", ["--endpoints", ">tcp://h:1"], "a source that connects out needs --no-producer"),
-    ("jobs/zmq_to_parquet.py", ["--endpoints", "@tcp://*:5555", "--output", "o"], "--checkpoint"),
-    ("jobs/zmq_to_parquet.py", ["--endpoints", "@tcp://*:5555", "--output", "o", "--checkpoint", "c"],
-     "--schema is required for --format json"),
-    ("jobs/zmq_to_parquet.py", ["--endpoints", "x", "--output", "o", "--checkpoint", "c", "--format", "xml"],
-     "invalid choice: 'xml'"),
-    ("jobs/zmq_to_parquet.py", ["--endpoints", "@tcp://*:1", "--output", "o", "--checkpoint", "s3a://b/c",
-                                "--format", "raw"], "--spool-dir is required"),
-    ("jobs/windowed_topics.py", ["--endpoints", "tcp://h:1", "--output", "o", "--checkpoint", "c",
-                                 "--idle-timeout", "0"], "--idle-timeout must be > 0"),
-    ("jobs/pipeline_stage.py", ["--input", "@tcp://*:1", "--output", "tcp://h:2", "--checkpoint", "c"],
-     "--schema"),
-    ("jobs/pipeline_stage.py", ["--input", "@tcp://*:1", "--output", "tcp://h:2", "--checkpoint", "c",
-                                "--schema", "a long", "--rows-per-message", "-1"], "--rows-per-message must be > 0"),
-    ("jobs/enrich.py", ["--input", "@tcp://*:1", "--schema", "a long", "--service", "tcp://h:2",
-                        "--reply-schema", "b long", "--output", "o", "--checkpoint", "c", "--timeout", "soon"],
-     "--timeout"),
-    ("jobs/enrich.py", ["--input", "@tcp://*:1", "--schema", "a long", "--service", "tcp://h:2",
-                        "--reply-schema", "b long", "--checkpoint", "c"], "--output --push"),
-])
+@pytest.mark.parametrize(
+    "job, args, message",
+    [
+        ("jobs/quickstart.py", ["--messages", "zero"], "invalid int value"),
+        ("jobs/quickstart.py", ["--no-producer"], "--no-producer needs --endpoints"),
+        ("jobs/quickstart.py", ["--endpoints", ">tcp://h:1"], "a source that connects out needs --no-producer"),
+        ("jobs/zmq_to_parquet.py", ["--endpoints", "@tcp://*:5555", "--output", "o"], "--checkpoint"),
+        (
+            "jobs/zmq_to_parquet.py",
+            ["--endpoints", "@tcp://*:5555", "--output", "o", "--checkpoint", "c"],
+            "--schema is required for --format json",
+        ),
+        (
+            "jobs/zmq_to_parquet.py",
+            ["--endpoints", "x", "--output", "o", "--checkpoint", "c", "--format", "xml"],
+            "invalid choice: 'xml'",
+        ),
+        (
+            "jobs/zmq_to_parquet.py",
+            ["--endpoints", "@tcp://*:1", "--output", "o", "--checkpoint", "s3a://b/c", "--format", "raw"],
+            "--spool-dir is required",
+        ),
+        (
+            "jobs/windowed_topics.py",
+            ["--endpoints", "tcp://h:1", "--output", "o", "--checkpoint", "c", "--idle-timeout", "0"],
+            "--idle-timeout must be > 0",
+        ),
+        ("jobs/pipeline_stage.py", ["--input", "@tcp://*:1", "--output", "tcp://h:2", "--checkpoint", "c"], "--schema"),
+        (
+            "jobs/pipeline_stage.py",
+            [
+                "--input",
+                "@tcp://*:1",
+                "--output",
+                "tcp://h:2",
+                "--checkpoint",
+                "c",
+                "--schema",
+                "a long",
+                "--rows-per-message",
+                "-1",
+            ],
+            "--rows-per-message must be > 0",
+        ),
+        (
+            "jobs/enrich.py",
+            [
+                "--input",
+                "@tcp://*:1",
+                "--schema",
+                "a long",
+                "--service",
+                "tcp://h:2",
+                "--reply-schema",
+                "b long",
+                "--output",
+                "o",
+                "--checkpoint",
+                "c",
+                "--timeout",
+                "soon",
+            ],
+            "--timeout",
+        ),
+        (
+            "jobs/enrich.py",
+            [
+                "--input",
+                "@tcp://*:1",
+                "--schema",
+                "a long",
+                "--service",
+                "tcp://h:2",
+                "--reply-schema",
+                "b long",
+                "--checkpoint",
+                "c",
+            ],
+            "--output --push",
+        ),
+    ],
+)
 def test_jobs_reject_bad_arguments_with_usage_not_a_traceback(job, args, message):
     result = subprocess.run([sys.executable, job, *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
@@ -311,6 +506,7 @@ def test_jobs_reject_bad_arguments_with_usage_not_a_traceback(job, args, message
 
 @pytest.mark.parametrize("job", ["quickstart", "zmq_to_parquet", "windowed_topics", "pipeline_stage", "enrich"])
 def test_every_job_documents_its_arguments_in_help(job):
-    result = subprocess.run([sys.executable, f"jobs/{job}.py", "--help"], cwd=ROOT, capture_output=True,
-                            text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, f"jobs/{job}.py", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0 and "usage:" in result.stdout and "--master" in result.stdout

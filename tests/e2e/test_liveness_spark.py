@@ -53,15 +53,24 @@ def test_a_connecting_source_reconnects_when_its_producer_goes_silent(spark, tmp
     query = None
     try:
         with FaultProxy("127.0.0.1", feeder.port) as proxy:
-            reader = (spark.readStream.format("zmq").option("pattern", pattern)
-                      .option("endpoints", f">{proxy.endpoint}").option("spoolDir", str(tmp_path / "spool")))
+            reader = (
+                spark.readStream.format("zmq")
+                .option("pattern", pattern)
+                .option("endpoints", f">{proxy.endpoint}")
+                .option("spoolDir", str(tmp_path / "spool"))
+            )
             for key, value in FAST.items():
                 reader = reader.option(key, value)
             name = f"liveness_{pattern}"
-            query = (reader.load().selectExpr("cast(cast(value as string) as long) as n")
-                     .writeStream.format("memory").queryName(name)
-                     .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(processingTime="0 seconds")
-                     .start())
+            query = (
+                reader.load()
+                .selectExpr("cast(cast(value as string) as long) as n")
+                .writeStream.format("memory")
+                .queryName(name)
+                .option("checkpointLocation", str(tmp_path / "ckpt"))
+                .trigger(processingTime="0 seconds")
+                .start()
+            )
             table = lambda: spark.table(name)  # noqa: E731
             wait_until(lambda: table().count() > 0, 120, "the first rows")
             live = proxy.active_connections
@@ -72,8 +81,7 @@ def test_a_connecting_source_reconnects_when_its_producer_goes_silent(spark, tmp
             # the receiver notices within its timeout, reconnects, and rows sent after the
             # black hole arrive
             proxy.wait_for_connections(seen + 1, timeout=30)
-            wait_until(lambda: table().where(f"n > {mark}").count() > 0, 120,
-                       "rows sent after the black hole")
+            wait_until(lambda: table().where(f"n > {mark}").count() > 0, 120, "rows sent after the black hole")
     finally:
         if query is not None:
             stop_all([query])
@@ -98,6 +106,7 @@ def test_a_write_task_commits_when_a_consumer_goes_silent_mid_write(spark):
     counts = [0, 0]
     stop = threading.Event()
     with FaultProxy("127.0.0.1", ports[1], buffer_bytes=65536) as proxy:
+
         def drain(i: int) -> None:
             while not stop.is_set():
                 if pulls[i].poll(50):
@@ -111,9 +120,13 @@ def test_a_write_task_commits_when_a_consumer_goes_silent_mid_write(spark):
             thread.start()
         try:
             df = spark.range(rows, numPartitions=1).selectExpr("lpad(cast(id as string), 100, '0') as value")
-            writer = (df.write.format("zmq").mode("append").option("pattern", "push")
-                      .option("endpoints", f"tcp://127.0.0.1:{ports[0]},{proxy.endpoint}")
-                      .option("sendTimeoutMs", "60000"))
+            writer = (
+                df.write.format("zmq")
+                .mode("append")
+                .option("pattern", "push")
+                .option("endpoints", f"tcp://127.0.0.1:{ports[0]},{proxy.endpoint}")
+                .option("sendTimeoutMs", "60000")
+            )
             for key, value in FAST.items():
                 writer = writer.option(key, value)
             started = time.monotonic()
@@ -126,8 +139,11 @@ def test_a_write_task_commits_when_a_consumer_goes_silent_mid_write(spark):
             # buffers of 64 KiB, doubled by Linux) is what a userspace middlebox can hide
             swallowed = max(c.pipes["up"].pending() for c in proxy.connections)
             bound = (swallowed + 4 * 2 * 65536) // 102 + 200
-            wait_until(lambda: counts[0] + counts[1] >= rows - bound, 60,
-                       f"the rows at the consumers (all but at most {bound}; got {counts})")
+            wait_until(
+                lambda: counts[0] + counts[1] >= rows - bound,
+                60,
+                f"the rows at the consumers (all but at most {bound}; got {counts})",
+            )
         finally:
             stop.set()
             for thread in threads:

@@ -31,8 +31,11 @@ def _scrape(address: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float
     with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as response:
         assert response.status == 200
         text = response.read().decode()
-    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
-            for family in text_string_to_metric_families(text) for sample in family.samples}
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
 
 
 def _documented(service: str) -> set[str]:
@@ -58,21 +61,40 @@ def _scorer(body: bytes) -> bytes:
 
 def test_broker_and_worker_metrics_count_what_was_sent(ctx):
     front, back, broker_metrics, worker_metrics = free_ports(4)
-    broker = subprocess.Popen([CLI, "broker", "--frontend", f"@tcp://127.0.0.1:{front}", "--backend",
-                               f"@tcp://127.0.0.1:{back}", "--metrics", f"127.0.0.1:{broker_metrics}",
-                               "--status-interval", "3600"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                              text=True)
+    broker = subprocess.Popen(
+        [
+            CLI,
+            "broker",
+            "--frontend",
+            f"@tcp://127.0.0.1:{front}",
+            "--backend",
+            f"@tcp://127.0.0.1:{back}",
+            "--metrics",
+            f"127.0.0.1:{broker_metrics}",
+            "--status-interval",
+            "3600",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     stop = threading.Event()
-    worker = threading.Thread(target=serve, args=(_scorer, f"tcp://127.0.0.1:{back}"),
-                              kwargs={"format": "raw", "stop": stop, "metrics": f"127.0.0.1:{worker_metrics}"},
-                              daemon=True)
+    worker = threading.Thread(
+        target=serve,
+        args=(_scorer, f"tcp://127.0.0.1:{back}"),
+        kwargs={"format": "raw", "stop": stop, "metrics": f"127.0.0.1:{worker_metrics}"},
+        daemon=True,
+    )
     try:
         assert broker.stderr is not None
         banner = broker.stderr.readline()
         assert f"metrics http://127.0.0.1:{broker_metrics}/metrics" in banner, banner
         worker.start()
-        wait_until(lambda: _value(_scrape(f"127.0.0.1:{broker_metrics}"), "spark_zmq_broker_workers") == 1, 30,
-                   "the worker to be known to the broker")
+        wait_until(
+            lambda: _value(_scrape(f"127.0.0.1:{broker_metrics}"), "spark_zmq_broker_workers") == 1,
+            30,
+            "the worker to be known to the broker",
+        )
         client = ctx.socket(zmq.REQ)
         client.setsockopt(zmq.RCVTIMEO, 10_000)
         client.connect(f"tcp://127.0.0.1:{front}")
@@ -84,8 +106,11 @@ def test_broker_and_worker_metrics_count_what_was_sent(ctx):
         stray = ctx.socket(zmq.DEALER)  # no delimiter: dropped as malformed
         stray.connect(f"tcp://127.0.0.1:{front}")
         stray.send(b"no envelope")
-        wait_until(lambda: _value(_scrape(f"127.0.0.1:{broker_metrics}"),
-                                  "spark_zmq_broker_messages_malformed_total") == 1, 30, "the malformed message")
+        wait_until(
+            lambda: _value(_scrape(f"127.0.0.1:{broker_metrics}"), "spark_zmq_broker_messages_malformed_total") == 1,
+            30,
+            "the malformed message",
+        )
         scraped = _scrape(f"127.0.0.1:{broker_metrics}")
         assert _value(scraped, "spark_zmq_broker_requests_forwarded_total") == 51
         assert _value(scraped, "spark_zmq_broker_replies_returned_total") == 51
@@ -112,8 +137,9 @@ def test_relay_metrics_count_the_spooled_messages_and_each_readers_lag(tmp_path,
     from relaytest import RelayProcess
 
     channel, listen = free_ports(2)
-    relay = RelayProcess(f"@tcp://127.0.0.1:{channel}", f"tcp://127.0.0.1:{listen}", str(tmp_path / "spool"),
-                         "--metrics", "127.0.0.1:0")
+    relay = RelayProcess(
+        f"@tcp://127.0.0.1:{channel}", f"tcp://127.0.0.1:{listen}", str(tmp_path / "spool"), "--metrics", "127.0.0.1:0"
+    )
     reader = None
     try:
         metrics = relay.ready["metrics"]
@@ -121,8 +147,11 @@ def test_relay_metrics_count_the_spooled_messages_and_each_readers_lag(tmp_path,
         push.connect(f"tcp://127.0.0.1:{channel}")
         for i in range(300):
             push.send(b"msg-%d" % i)
-        wait_until(lambda: _value(_scrape(metrics), "spark_zmq_relay_latest_offset", channel="0") == 300, 30,
-                   "300 messages spooled")
+        wait_until(
+            lambda: _value(_scrape(metrics), "spark_zmq_relay_latest_offset", channel="0") == 300,
+            30,
+            "300 messages spooled",
+        )
         reader = RelayClient(f"tcp://127.0.0.1:{listen}", uuid.uuid4().hex, reader="etl", timeout_s=10)
         reader.ask(AttachRequest())
         reader.ask(ReleaseRequest({0: 120}))
@@ -143,8 +172,12 @@ def test_relay_metrics_count_the_spooled_messages_and_each_readers_lag(tmp_path,
 
 
 def test_a_bad_metrics_address_is_a_usage_error_naming_the_flag(tmp_path):
-    result = subprocess.run([CLI, "broker", "--frontend", "@tcp://127.0.0.1:1", "--backend", "@tcp://127.0.0.1:2",
-                             "--metrics", "nine"], capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [CLI, "broker", "--frontend", "@tcp://127.0.0.1:1", "--backend", "@tcp://127.0.0.1:2", "--metrics", "nine"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 2 and "--metrics" in result.stderr and "HOST:PORT" in result.stderr, result.stderr
     with pytest.raises(ValueError, match="metrics 'x:y': expected HOST:PORT"):
         serve(_scorer, "tcp://127.0.0.1:1", format="raw", metrics="x:y")

@@ -25,13 +25,23 @@ SILENCE_S = 14.0
 
 
 def _start(spark, tmp_path, name: str, endpoints: str, **options: str):
-    reader = (spark.readStream.format("zmq").option("pattern", "pull").option("endpoints", endpoints)
-              .option("spoolDir", str(tmp_path / "spool")))
+    reader = (
+        spark.readStream.format("zmq")
+        .option("pattern", "pull")
+        .option("endpoints", endpoints)
+        .option("spoolDir", str(tmp_path / "spool"))
+    )
     for key, value in options.items():
         reader = reader.option(key, value)
-    return (reader.load().selectExpr("cast(cast(value as string) as long) as n")
-            .writeStream.format("memory").queryName(name)
-            .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(processingTime="0 seconds").start())
+    return (
+        reader.load()
+        .selectExpr("cast(cast(value as string) as long) as n")
+        .writeStream.format("memory")
+        .queryName(name)
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(processingTime="0 seconds")
+        .start()
+    )
 
 
 class _Sender:
@@ -89,8 +99,11 @@ def _blink(spark, tmp_path, name: str, silence_s: float, closed: bool = False, *
                 proxy.wait_for_connections(2, timeout=60)  # the producer's reconnection, end to end
                 sender.send(100)
                 last = sender.sent - 1
-                wait_until(lambda: spark.table(name).where(f"n = {last}").count(), 60,
-                           "the last row, sent on the new connection")
+                wait_until(
+                    lambda: spark.table(name).where(f"n = {last}").count(),
+                    60,
+                    "the last row, sent on the new connection",
+                )
             else:
                 try:
                     wait_until(lambda: spark.table(name).count() >= sender.sent, 60, "every row")
@@ -125,12 +138,14 @@ def test_a_producer_path_silent_for_14_s_loses_nothing_with_default_options(spar
 
 
 def test_a_connection_closed_by_a_short_heartbeat_timeout_is_reported_in_the_progress(spark, tmp_path):
-    query, numbers, total = _blink(spark, tmp_path, "blink_short", 4.0, closed=True, heartbeatInterval="0.5",
-                                   heartbeatTimeout="1.5")
+    query, numbers, total = _blink(
+        spark, tmp_path, "blink_short", 4.0, closed=True, heartbeatInterval="0.5", heartbeatTimeout="1.5"
+    )
     try:
         assert len(numbers) == len(set(numbers)), "duplicates"
-        wait_until(lambda: _source_progress(query).get("brokenConnections", 0) >= 1, 60,
-                   "brokenConnections in the progress")
+        wait_until(
+            lambda: _source_progress(query).get("brokenConnections", 0) >= 1, 60, "brokenConnections in the progress"
+        )
     finally:
         stop_all([query])
 
@@ -155,8 +170,16 @@ def test_the_fetch_service_listens_on_the_ports_of_spoolServerPort(spark, tmp_pa
     last = first + 1
     endpoints = ",".join(f"@tcp://127.0.0.1:{p}" for p in data_ports)
     name = f"fixed_port_{receivers}"
-    query = _start(spark, tmp_path, name, endpoints, receivers=receivers, spoolAccess="fetch",
-                   spoolServerHost="127.0.0.1", spoolServerPort=f"{first}-{last}")
+    query = _start(
+        spark,
+        tmp_path,
+        name,
+        endpoints,
+        receivers=receivers,
+        spoolAccess="fetch",
+        spoolServerHost="127.0.0.1",
+        spoolServerPort=f"{first}-{last}",
+    )
     context = zmq.Context()
     try:
         pushes = []

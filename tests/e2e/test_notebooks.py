@@ -28,12 +28,17 @@ EXPECTED = {
     },
     "arrow_pipelines.ipynb": {
         "text": ["stage2 received 20000 rows, each once", "5000 rows"],
-        "tables": [["rows", "distinct_seq", "min(seq)", "max(seq)"],
-                   ["seq", "sensor", "ts", "reading", "fahrenheit"]],
+        "tables": [["rows", "distinct_seq", "min(seq)", "max(seq)"], ["seq", "sensor", "ts", "reading", "fahrenheit"]],
         "plots": 1,
     },
 }
-NOTEBOOKS = sorted(glob.glob(os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "notebooks", "*.ipynb")))
+NOTEBOOKS = sorted(
+    glob.glob(
+        os.path.join(
+            os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "notebooks", "*.ipynb"
+        )
+    )
+)
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
@@ -56,7 +61,9 @@ def test_there_are_notebooks():
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=os.path.basename)
 def test_notebook_runs_and_shows_its_tables_and_plots(path, tmp_path):
     notebook = nbformat.read(path, as_version=4)
-    NotebookClient(notebook, timeout=240, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    NotebookClient(
+        notebook, timeout=240, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
     name = os.path.basename(path)
     assert name in EXPECTED, f"add {name}'s expected output to EXPECTED in {__file__}"
     expected = EXPECTED[name]

@@ -31,8 +31,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def _run(*args: str, cwd: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    result = subprocess.run(list(args), cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                            env={k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")})
+    result = subprocess.run(
+        list(args),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")},
+    )
     assert result.returncode == 0, f"{' '.join(args)}:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     return result
 
@@ -48,8 +54,17 @@ def test_the_wheel_built_from_the_sdist_installs_and_runs_outside_the_checkout(t
     # a copy of the working tree's files (tracked and new, not ignored): the build writes
     # egg-info and build/ where it runs, never into the checkout others are using
     try:
-        listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=ROOT,
-                                capture_output=True, check=True, timeout=60).stdout.decode().split("\0")
+        listed = (
+            subprocess.run(
+                ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+                cwd=ROOT,
+                capture_output=True,
+                check=True,
+                timeout=60,
+            )
+            .stdout.decode()
+            .split("\0")
+        )
     except (OSError, subprocess.CalledProcessError):
         pytest.skip("the checkout is not a git work tree (its files are listed with git ls-files)")
     source = tmp_path / "source"
@@ -70,8 +85,14 @@ def test_the_wheel_built_from_the_sdist_installs_and_runs_outside_the_checkout(t
         info = f"spark_zmq-{version}.dist-info"
         metadata = wheel.read(f"{info}/METADATA").decode()
         entry_points = wheel.read(f"{info}/entry_points.txt").decode()
-    for needed in ("spark_zmq/__init__.py", "spark_zmq/py.typed", "spark_zmq/cli/__init__.py",
-                   "spark_zmq/patterns/wires/zmtp/__init__.py", "spark_zmq/metrics.py", "pyspark_zmq/__init__.py"):
+    for needed in (
+        "spark_zmq/__init__.py",
+        "spark_zmq/py.typed",
+        "spark_zmq/cli/__init__.py",
+        "spark_zmq/patterns/wires/zmtp/__init__.py",
+        "spark_zmq/metrics.py",
+        "pyspark_zmq/__init__.py",
+    ):
         assert needed in names, needed
     assert not [n for n in names if n.startswith(("tests/", "jobs/", "bench/"))]
     assert "spark-zmq = spark_zmq.cli:main" in entry_points
@@ -85,9 +106,13 @@ def test_the_wheel_built_from_the_sdist_installs_and_runs_outside_the_checkout(t
     _run(python, "-m", "pip", "check", cwd=str(tmp_path))  # what the wheel requires is there
     shown = _run(str(venv / "bin" / "spark-zmq"), "--version", cwd=str(tmp_path))
     assert shown.stdout.strip() == f"spark-zmq {version}"
-    where = _run(python, "-c", "import spark_zmq, pyspark_zmq, spark_zmq.cli.ping, spark_zmq.metrics; "
-                 "print(spark_zmq.__file__); print(pyspark_zmq.__file__); print(spark_zmq.__version__)",
-                 cwd=str(tmp_path)).stdout.split()
+    where = _run(
+        python,
+        "-c",
+        "import spark_zmq, pyspark_zmq, spark_zmq.cli.ping, spark_zmq.metrics; "
+        "print(spark_zmq.__file__); print(pyspark_zmq.__file__); print(spark_zmq.__version__)",
+        cwd=str(tmp_path),
+    ).stdout.split()
     assert all(path.startswith(str(venv)) for path in where[:2]), where  # its own copy, not the checkout
     assert where[2] == version
     _run_readme_first_stream(venv, tmp_path)
@@ -102,17 +127,36 @@ def _run_readme_first_stream(venv, tmp_path) -> None:
     port = str(free_ports(1)[0])
     assert code.count("5555") == 1
     script = tmp_path / "first_stream.py"
-    script.write_text(code.replace("5555", port) + "print('TOTAL', sum(r['readings'] for r in "
-                      "spark.table('by_sensor').collect()))\n", encoding="utf-8")
+    script.write_text(
+        code.replace("5555", port) + "print('TOTAL', sum(r['readings'] for r in spark.table('by_sensor').collect()))\n",
+        encoding="utf-8",
+    )
     python = str(venv / "bin" / "python")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env.update(PYSPARK_PYTHON=python, PYSPARK_DRIVER_PYTHON=python, XDG_STATE_HOME=str(tmp_path / "state"))
-    producer = subprocess.Popen([str(venv / "bin" / "spark-zmq"), "produce", f"tcp://127.0.0.1:{port}", "--format",
-                                 "json", "--count", "2000", "--no-progress", "--linger", "120"], cwd=str(tmp_path),
-                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    producer = subprocess.Popen(
+        [
+            str(venv / "bin" / "spark-zmq"),
+            "produce",
+            f"tcp://127.0.0.1:{port}",
+            "--format",
+            "json",
+            "--count",
+            "2000",
+            "--no-progress",
+            "--linger",
+            "120",
+        ],
+        cwd=str(tmp_path),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
-        run = subprocess.run([python, str(script)], cwd=str(tmp_path), env=env, capture_output=True, text=True,
-                             timeout=300)
+        run = subprocess.run(
+            [python, str(script)], cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=300
+        )
         assert run.returncode == 0, run.stderr[-3000:]
         assert "TOTAL 2000" in run.stdout, run.stdout[-2000:]
         assert producer.wait(120) == 0, producer.stderr.read()[-2000:] if producer.stderr else ""

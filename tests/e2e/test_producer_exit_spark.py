@@ -42,12 +42,18 @@ ctx.term()
 @pytest.mark.parametrize("curve", [False, True], ids=["pull-engine", "pull-libzmq-curve"])
 def test_a_producer_that_exits_while_held_back_delivers_every_message_once(spark, tmp_path, curve):
     port = free_ports(1)[0]
-    reader = (spark.readStream.format("zmq").option("endpoints", f"@tcp://127.0.0.1:{port}")
-              .option("spoolDir", str(tmp_path / "spool"))
-              # a spool of 1 MiB (the least allowed) and small micro-batches: the receiver stops reading
-              # for most of the run, so the producer's buffers are full when it exits
-              .option("maxSpoolBytes", str(1 << 20)).option("maxRowsPerTrigger", "2000")
-              .option("heartbeatInterval", "0.05").option("heartbeatTimeout", "5").option("heartbeatTtl", "1"))
+    reader = (
+        spark.readStream.format("zmq")
+        .option("endpoints", f"@tcp://127.0.0.1:{port}")
+        .option("spoolDir", str(tmp_path / "spool"))
+        # a spool of 1 MiB (the least allowed) and small micro-batches: the receiver stops reading
+        # for most of the run, so the producer's buffers are full when it exits
+        .option("maxSpoolBytes", str(1 << 20))
+        .option("maxRowsPerTrigger", "2000")
+        .option("heartbeatInterval", "0.05")
+        .option("heartbeatTimeout", "5")
+        .option("heartbeatTtl", "1")
+    )
     producer_args = []
     if curve:
         keys = tmp_path / "keys"
@@ -59,17 +65,28 @@ def test_a_producer_that_exits_while_held_back_delivers_every_message_once(spark
         shutil.copy(client_public, authorized)
         reader = reader.option("curveCertificate", server_secret).option("curveAuthorizedKeys", str(authorized))
         producer_args = [server_public, client_secret]
-    query = (reader.load().selectExpr("cast(substring(cast(value as string), 1, 9) as long) as n")
-             .writeStream.format("memory").queryName(f"producer_exit_{'curve' if curve else 'plain'}")
-             .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(processingTime="0 seconds").start())
+    query = (
+        reader.load()
+        .selectExpr("cast(substring(cast(value as string), 1, 9) as long) as n")
+        .writeStream.format("memory")
+        .queryName(f"producer_exit_{'curve' if curve else 'plain'}")
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(processingTime="0 seconds")
+        .start()
+    )
     table = f"producer_exit_{'curve' if curve else 'plain'}"
     producer = None
     try:
-        producer = subprocess.Popen([sys.executable, "-c", _PRODUCER.format(n=MESSAGES),
-                                     f"tcp://127.0.0.1:{port}", *producer_args])
+        producer = subprocess.Popen(
+            [sys.executable, "-c", _PRODUCER.format(n=MESSAGES), f"tcp://127.0.0.1:{port}", *producer_args]
+        )
         assert producer.wait(240) == 0
-        wait_until(lambda: spark.table(table).count() >= MESSAGES, 120,
-                   f"{MESSAGES} rows after the producer exited", interval=0.5)
+        wait_until(
+            lambda: spark.table(table).count() >= MESSAGES,
+            120,
+            f"{MESSAGES} rows after the producer exited",
+            interval=0.5,
+        )
         rows = spark.table(table)
         assert rows.count() == MESSAGES
         assert rows.distinct().count() == MESSAGES

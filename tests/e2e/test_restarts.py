@@ -30,13 +30,27 @@ def _messages(n: int):
 
 
 def _start(spark, port: int, spool: str, ckpt: str, out: str, spool_bytes: str, **extra: str):
-    reader = (spark.readStream.format("zmq").option("endpoints", f"@tcp://127.0.0.1:{port}")
-              .option("format", "json").schema(SCHEMA).option("spoolDir", spool)
-              .option("maxSpoolBytes", spool_bytes).option("hwm", "100").option("maxRowsPerTrigger", "400"))
+    reader = (
+        spark.readStream.format("zmq")
+        .option("endpoints", f"@tcp://127.0.0.1:{port}")
+        .option("format", "json")
+        .schema(SCHEMA)
+        .option("spoolDir", spool)
+        .option("maxSpoolBytes", spool_bytes)
+        .option("hwm", "100")
+        .option("maxRowsPerTrigger", "400")
+    )
     for key, value in extra.items():
         reader = reader.option(key, value)
-    return (reader.load().select("seq").writeStream.format("parquet").option("path", out)
-            .option("checkpointLocation", ckpt).trigger(processingTime="0 seconds").start())
+    return (
+        reader.load()
+        .select("seq")
+        .writeStream.format("parquet")
+        .option("path", out)
+        .option("checkpointLocation", ckpt)
+        .trigger(processingTime="0 seconds")
+        .start()
+    )
 
 
 def _rows(spark, out: str) -> list[int]:
@@ -53,32 +67,42 @@ def test_stops_and_restarts_deliver_every_message_exactly_once(spark, tmp_path, 
     lingering receiver takes what it sends). Every message arrives exactly once."""
     (port,) = free_ports(1)
     spool, ckpt, out = (str(tmp_path / name) for name in ("spool", "ckpt", "out"))
-    producer = Producer(f"tcp://127.0.0.1:{port}", _messages(TOTAL), hwm=100,
-                        rate=None if spool_bytes == "1 MiB" else 1500)
+    producer = Producer(
+        f"tcp://127.0.0.1:{port}", _messages(TOTAL), hwm=100, rate=None if spool_bytes == "1 MiB" else 1500
+    )
     producer.start()
     query = _start(spark, port, spool, ckpt, out, spool_bytes, receivers="processes")
     try:
         for round_ in range(3):
             seen = len(_rows(spark, out))
-            wait_until(lambda seen=seen: len(_rows(spark, out)) >= seen + 400 or producer.sent >= TOTAL, 180,
-                       f"progress before stop {round_ + 1}")
+            wait_until(
+                lambda seen=seen: len(_rows(spark, out)) >= seen + 400 or producer.sent >= TOTAL,
+                180,
+                f"progress before stop {round_ + 1}",
+            )
             query.stop()
             at_stop = producer.sent
             pids = _lingering_pids(spool)
             assert pids and all(procstat.is_alive(pid) for pid in pids), "the receiver did not linger after the stop"
             if spool_bytes != "1 MiB":
                 # the query is down; the lingering receiver keeps taking messages in
-                wait_until(lambda at_stop=at_stop: producer.sent >= min(TOTAL, at_stop + 300), 60,
-                           "the producer to go on while the query is down")
+                wait_until(
+                    lambda at_stop=at_stop: producer.sent >= min(TOTAL, at_stop + 300),
+                    60,
+                    "the producer to go on while the query is down",
+                )
             query = _start(spark, port, spool, ckpt, out, spool_bytes, receivers="processes")
             assert _lingering_pids(spool) == pids  # attached to, not replaced
         producer.finish(240)
         try:
-            wait_until(lambda: len(_rows(spark, out)) >= TOTAL or query.exception() is not None, 240,
-                       f"all {TOTAL} rows")
+            wait_until(
+                lambda: len(_rows(spark, out)) >= TOTAL or query.exception() is not None, 240, f"all {TOTAL} rows"
+            )
         except AssertionError as exc:
-            raise AssertionError(f"{exc}: {len(_rows(spark, out))} rows; query {query.status}, last progress "
-                                 f"{query.lastProgress}; spool {_spool_listing(spool)}") from None
+            raise AssertionError(
+                f"{exc}: {len(_rows(spark, out))} rows; query {query.status}, last progress "
+                f"{query.lastProgress}; spool {_spool_listing(spool)}"
+            ) from None
         assert query.exception() is None, query.exception()
         rows = _rows(spark, out)
         assert len(rows) == TOTAL, f"{len(rows) - len(set(rows))} duplicates"
@@ -118,8 +142,9 @@ def test_a_restart_after_the_linger_loses_at_most_what_the_buffers_held(spark, t
         wait_until(lambda: len(_rows(spark, out)) >= 400, 180, "the first rows")
         query.stop()
         pids = _lingering_pids(spool)
-        wait_until(lambda: not any(procstat.is_alive(pid) for pid in pids), 60,
-                   "the receiver to exit once its linger ran out")
+        wait_until(
+            lambda: not any(procstat.is_alive(pid) for pid in pids), 60, "the receiver to exit once its linger ran out"
+        )
         exited.set()
         query = _start(spark, port, spool, ckpt, out, "64 MiB", **options)
         producer.finish(240)
@@ -165,11 +190,23 @@ def test_a_query_that_fails_in_its_first_batch_restarts_it_from_the_same_start(s
         got[batch_id] = seqs
 
     def start(trigger: dict):
-        reader = (spark.readStream.format("zmq").option("endpoints", f"@tcp://127.0.0.1:{port}")
-                  .option("format", "json").schema(SCHEMA).option("spoolDir", spool).option("receivers", receivers)
-                  .option("timeout", "2"))
-        return (reader.load().select("seq").writeStream.foreachBatch(sink).option("checkpointLocation", ckpt)
-                .trigger(**trigger).start())
+        reader = (
+            spark.readStream.format("zmq")
+            .option("endpoints", f"@tcp://127.0.0.1:{port}")
+            .option("format", "json")
+            .schema(SCHEMA)
+            .option("spoolDir", spool)
+            .option("receivers", receivers)
+            .option("timeout", "2")
+        )
+        return (
+            reader.load()
+            .select("seq")
+            .writeStream.foreachBatch(sink)
+            .option("checkpointLocation", ckpt)
+            .trigger(**trigger)
+            .start()
+        )
 
     # availableNow: the first batch holds what the producer sent (it drains until idle)
     query = start({"availableNow": True})
@@ -180,8 +217,9 @@ def test_a_query_that_fails_in_its_first_batch_restarts_it_from_the_same_start(s
         producer.finish(120)
         query = start({"processingTime": "0 seconds"})
         try:
-            wait_until(lambda: sum(map(len, got.values())) >= total or query.exception() is not None, 180,
-                       f"{total} rows")
+            wait_until(
+                lambda: sum(map(len, got.values())) >= total or query.exception() is not None, 180, f"{total} rows"
+            )
         except AssertionError as exc:
             rows = sorted(r for seqs in got.values() for r in seqs)
             raise AssertionError(f"{exc}: {len(rows)} rows, from {rows[:1]} to {rows[-1:]}") from None
@@ -205,18 +243,32 @@ def test_a_new_query_on_a_lingering_receiver_reads_what_came_after_the_last_one_
     before, after = 301, 500
 
     def send(first_seq: int, n: int) -> None:
-        producer = Producer(f"tcp://127.0.0.1:{port}", (json.dumps({"seq": first_seq + i, "pad": ""}).encode()
-                                                        for i in range(n)), hwm=100)
+        producer = Producer(
+            f"tcp://127.0.0.1:{port}",
+            (json.dumps({"seq": first_seq + i, "pad": ""}).encode() for i in range(n)),
+            hwm=100,
+        )
         producer.start()
         producer.finish(120)
 
     def start(ckpt: str, got: list, **trigger):
-        reader = (spark.readStream.format("zmq").option("endpoints", f"@tcp://127.0.0.1:{port}")
-                  .option("format", "json").schema(SCHEMA).option("spoolDir", spool)
-                  .option("receivers", "processes").option("timeout", "2"))
-        return (reader.load().select("seq").writeStream
-                .foreachBatch(lambda batch, _id: got.extend(r[0] for r in batch.collect()))
-                .option("checkpointLocation", ckpt).trigger(**trigger).start())
+        reader = (
+            spark.readStream.format("zmq")
+            .option("endpoints", f"@tcp://127.0.0.1:{port}")
+            .option("format", "json")
+            .schema(SCHEMA)
+            .option("spoolDir", spool)
+            .option("receivers", "processes")
+            .option("timeout", "2")
+        )
+        return (
+            reader.load()
+            .select("seq")
+            .writeStream.foreachBatch(lambda batch, _id: got.extend(r[0] for r in batch.collect()))
+            .option("checkpointLocation", ckpt)
+            .trigger(**trigger)
+            .start()
+        )
 
     first: list = []
     query = start(str(tmp_path / "ckpt-1"), first, processingTime="0 seconds")
@@ -238,8 +290,11 @@ def test_a_new_query_on_a_lingering_receiver_reads_what_came_after_the_last_one_
         send(before, after)  # no query runs: the lingering receiver takes these
         unread = [unread_at_stop]
         try:
-            wait_until(lambda: unread.append(_unread(spool)) or unread[-1] >= unread_at_stop + after, 60,
-                       f"the lingering receiver to spool the {after} messages past the {unread_at_stop} unread")
+            wait_until(
+                lambda: unread.append(_unread(spool)) or unread[-1] >= unread_at_stop + after,
+                60,
+                f"the lingering receiver to spool the {after} messages past the {unread_at_stop} unread",
+            )
         except AssertionError as exc:
             raise AssertionError(f"{exc}; the last counts: {unread[-3:]}") from None
         query = start(str(tmp_path / "ckpt-2"), second, availableNow=True)
@@ -247,7 +302,8 @@ def test_a_new_query_on_a_lingering_receiver_reads_what_came_after_the_last_one_
         assert query.exception() is None, query.exception()
         assert _lingering_pids(spool) == pids  # attached to, not replaced
         assert sorted(second) == list(range(before, before + after)), (
-            f"{len(second)} rows, from {min(second, default=None)} to {max(second, default=None)}")
+            f"{len(second)} rows, from {min(second, default=None)} to {max(second, default=None)}"
+        )
     finally:
         query.stop()
         _stop_lingering(spool)
@@ -265,8 +321,9 @@ def _unread(spool: str) -> int:
 
     with open(os.path.join(spool, "receiver-0.state")) as f:
         state = json.load(f)
-    curve = Curve.client(KeyPair(state["client_public"].encode(), state["client_secret"].encode()),
-                         state["server_public"].encode())
+    curve = Curve.client(
+        KeyPair(state["client_public"].encode(), state["client_secret"].encode()), state["server_public"].encode()
+    )
     client = RelayClient(state["listen"], uuid.uuid4().hex, curve=curve, timeout_s=10.0)
     try:
         readers = client.call(Op.READERS)["readers"]

@@ -57,8 +57,13 @@ def _rejected(query):
 
 
 def _memory_query(df, name, tmp_path):
-    return (df.writeStream.format("memory").queryName(name).option("checkpointLocation", str(tmp_path / f"ck-{name}"))
-            .trigger(processingTime="0 seconds").start())
+    return (
+        df.writeStream.format("memory")
+        .queryName(name)
+        .option("checkpointLocation", str(tmp_path / f"ck-{name}"))
+        .trigger(processingTime="0 seconds")
+        .start()
+    )
 
 
 class _CurveServer:
@@ -85,38 +90,59 @@ class _CurveServer:
 # -- source ------------------------------------------------------------------------------------
 
 
-def test_source_as_curve_server_takes_only_authorized_clients_and_counts_the_rest(spark, keys, free_port, spool_dir,
-                                                                                   tmp_path):
+def test_source_as_curve_server_takes_only_authorized_clients_and_counts_the_rest(
+    spark, keys, free_port, spool_dir, tmp_path
+):
     endpoint = f"tcp://127.0.0.1:{free_port}"
     server_public, _ = _pair(keys["server"][1])
-    df = (spark.readStream.format("zmq").option("endpoints", "@" + endpoint).option("spoolDir", spool_dir)
-          .option("curveCertificate", keys["server"][1]).option("curveAuthorizedKeys", keys["authorized"]).load())
+    df = (
+        spark.readStream.format("zmq")
+        .option("endpoints", "@" + endpoint)
+        .option("spoolDir", spool_dir)
+        .option("curveCertificate", keys["server"][1])
+        .option("curveAuthorizedKeys", keys["authorized"])
+        .load()
+    )
     query = _memory_query(df.selectExpr("cast(value as string) as v"), "curve_source", tmp_path)
     try:
         wait_until(lambda: query.lastProgress is not None, 120, "the first progress (receivers bound)")
-        Producer(endpoint, numbered(5000, fmt=b"good-%d"), sockopts=_curve_client_opts(server_public, keys["client"][1])).start()
-        Producer(endpoint, numbered(100, fmt=b"stranger-%d"),
-                 sockopts=_curve_client_opts(server_public, keys["stranger"][1])).start()
+        Producer(
+            endpoint, numbered(5000, fmt=b"good-%d"), sockopts=_curve_client_opts(server_public, keys["client"][1])
+        ).start()
+        Producer(
+            endpoint, numbered(100, fmt=b"stranger-%d"), sockopts=_curve_client_opts(server_public, keys["stranger"][1])
+        ).start()
         Producer(endpoint, numbered(100, fmt=b"plain-%d")).start()  # NULL security: no CURVE at all
         wait_until(lambda: spark.table("curve_source").count() >= 5000, 120, "5000 authorized messages")
-        wait_until(lambda: _rejected(query) >= 2, 60, "the stranger's and the plain producer's rejections in the progress")
+        wait_until(
+            lambda: _rejected(query) >= 2, 60, "the stranger's and the plain producer's rejections in the progress"
+        )
         rows = [r.v for r in spark.table("curve_source").collect()]
         assert sorted(rows) == sorted(f"good-{i}" for i in range(5000))  # each exactly once, nothing else
     finally:
         stop_all([query])
 
 
-def test_source_with_any_key_encrypts_for_every_curve_client_and_refuses_plain_ones(spark, keys, free_port, spool_dir,
-                                                                                     tmp_path):
+def test_source_with_any_key_encrypts_for_every_curve_client_and_refuses_plain_ones(
+    spark, keys, free_port, spool_dir, tmp_path
+):
     """``curveAuthorizedKeys=*``; gather this time, and a bounded batch read."""
     endpoint = f"tcp://127.0.0.1:{free_port}"
     server_public, _ = _pair(keys["server"][1])
-    Producer(endpoint, numbered(300, fmt=b"stranger-%d"),
-             sockopts=_curve_client_opts(server_public, keys["stranger"][1])).start()
+    Producer(
+        endpoint, numbered(300, fmt=b"stranger-%d"), sockopts=_curve_client_opts(server_public, keys["stranger"][1])
+    ).start()
     Producer(endpoint, numbered(300, fmt=b"plain-%d")).start()
-    df = (spark.read.format("zmq").option("pattern", "gather").option("endpoints", "@" + endpoint)
-          .option("curveCertificate", keys["server"][1]).option("curveAuthorizedKeys", "*")
-          .option("maxMessages", 300).option("timeout", 20).load())
+    df = (
+        spark.read.format("zmq")
+        .option("pattern", "gather")
+        .option("endpoints", "@" + endpoint)
+        .option("curveCertificate", keys["server"][1])
+        .option("curveAuthorizedKeys", "*")
+        .option("maxMessages", 300)
+        .option("timeout", 20)
+        .load()
+    )
     rows = sorted(r.v for r in df.selectExpr("cast(value as string) as v").collect())
     assert rows == sorted(f"stranger-{i}" for i in range(300))
 
@@ -125,9 +151,16 @@ def test_sub_source_as_curve_client_of_a_curve_publisher(spark, keys, free_port,
     endpoint = f"tcp://127.0.0.1:{free_port}"
     server_public, _ = _pair(keys["server"][1])
     publisher = _CurveServer(zmq.XPUB, keys["server"][1], keys["authorized"], endpoint)
-    df = (spark.readStream.format("zmq").option("pattern", "sub").option("endpoints", endpoint)
-          .option("topics", "t").option("spoolDir", spool_dir)
-          .option("curveCertificate", keys["client"][1]).option("curveServerKey", keys["server"][0]).load())
+    df = (
+        spark.readStream.format("zmq")
+        .option("pattern", "sub")
+        .option("endpoints", endpoint)
+        .option("topics", "t")
+        .option("spoolDir", spool_dir)
+        .option("curveCertificate", keys["client"][1])
+        .option("curveServerKey", keys["server"][0])
+        .load()
+    )
     query = _memory_query(df.selectExpr("topic", "cast(value as string) as v"), "curve_sub", tmp_path)
     try:
         # XPUB shows the subscription once the CURVE handshake passed: publish after it
@@ -143,15 +176,22 @@ def test_sub_source_as_curve_client_of_a_curve_publisher(spark, keys, free_port,
 
 
 @pytest.mark.parametrize("access", ["auto", "fetch"])
-def test_a_query_listens_only_where_the_user_said_and_on_spool_server_host(spark, free_port, spool_dir, tmp_path,
-                                                                           access):
+def test_a_query_listens_only_where_the_user_said_and_on_spool_server_host(
+    spark, free_port, spool_dir, tmp_path, access
+):
     """Under a local master every executor reads the spool directly, so with
     spoolAccess=auto the driver opens no port but the user's endpoint; with
     spoolAccess=fetch it adds the fetch service, on spoolServerHost only (never 0.0.0.0)."""
     endpoint = f"tcp://127.0.0.1:{free_port}"
-    df = (spark.readStream.format("zmq").option("endpoints", "@" + endpoint).option("spoolDir", spool_dir)
-          .option("spoolAccess", access).option("spoolServerHost", "127.0.0.1")
-          .option("receivers", "threads").load())  # the reader's own ports (receiver processes: test_relay)
+    df = (
+        spark.readStream.format("zmq")
+        .option("endpoints", "@" + endpoint)
+        .option("spoolDir", spool_dir)
+        .option("spoolAccess", access)
+        .option("spoolServerHost", "127.0.0.1")
+        .option("receivers", "threads")
+        .load()
+    )  # the reader's own ports (receiver processes: test_relay)
     query = _memory_query(df.selectExpr("cast(value as string) as v"), f"ports_{access}", tmp_path)
     try:
         Producer(endpoint, numbered(100)).start()
@@ -196,9 +236,17 @@ def test_sink_delivers_every_row_to_a_curve_server_consumer(spark, keys, free_po
     endpoint = f"tcp://127.0.0.1:{free_port}"
     server_key = keys["server"][0] if key_as == "file" else _pair(keys["server"][1])[0].decode()
     with _consumer(keys, endpoint) as got:
-        (spark.range(3000).repartition(3).selectExpr("cast(id as string) as value").write.format("zmq")
-         .option("endpoints", endpoint).option("curveCertificate", keys["client"][1])
-         .option("curveServerKey", server_key).mode("append").save())
+        (
+            spark.range(3000)
+            .repartition(3)
+            .selectExpr("cast(id as string) as value")
+            .write.format("zmq")
+            .option("endpoints", endpoint)
+            .option("curveCertificate", keys["client"][1])
+            .option("curveServerKey", server_key)
+            .mode("append")
+            .save()
+        )
         wait_until(lambda: len(got) >= 3000, 60, "3000 rows at the consumer")
         assert sorted(int(m[0]) for m in got) == list(range(3000))
 
@@ -206,9 +254,17 @@ def test_sink_delivers_every_row_to_a_curve_server_consumer(spark, keys, free_po
 def test_sink_with_an_unauthorized_certificate_fails_within_the_timeout_and_delivers_nothing(spark, keys, free_port):
     endpoint = f"tcp://127.0.0.1:{free_port}"
     with _consumer(keys, endpoint) as got:
-        writer = (spark.range(10).coalesce(1).selectExpr("cast(id as string) as value").write.format("zmq")
-                  .option("endpoints", endpoint).option("curveCertificate", keys["stranger"][1])
-                  .option("curveServerKey", keys["server"][0]).option("sendTimeoutMs", 3000).mode("append"))
+        writer = (
+            spark.range(10)
+            .coalesce(1)
+            .selectExpr("cast(id as string) as value")
+            .write.format("zmq")
+            .option("endpoints", endpoint)
+            .option("curveCertificate", keys["stranger"][1])
+            .option("curveServerKey", keys["server"][0])
+            .option("sendTimeoutMs", 3000)
+            .mode("append")
+        )
         with pytest.raises(Exception) as caught:
             writer.save()
         text = str(caught.value)
@@ -232,15 +288,27 @@ def test_pub_sink_as_curve_server_reaches_authorized_subscribers_only(spark, key
         subscribers[name] = sub
     got = {name: [] for name in subscribers}
     stop = threading.Event()
-    threads = [threading.Thread(target=_collect, args=(sock, got[name], stop), daemon=True)
-               for name, sock in subscribers.items()]
+    threads = [
+        threading.Thread(target=_collect, args=(sock, got[name], stop), daemon=True)
+        for name, sock in subscribers.items()
+    ]
     for thread in threads:
         thread.start()
     try:
-        (spark.range(500).coalesce(1).selectExpr("cast(id as string) as value").write.format("zmq")
-         .option("pattern", "pub").option("topic", "t").option("endpoints", "@" + endpoint).option("hwm", 10_000)
-         .option("curveCertificate", keys["server"][1]).option("curveAuthorizedKeys", keys["authorized"])
-         .mode("append").save())
+        (
+            spark.range(500)
+            .coalesce(1)
+            .selectExpr("cast(id as string) as value")
+            .write.format("zmq")
+            .option("pattern", "pub")
+            .option("topic", "t")
+            .option("endpoints", "@" + endpoint)
+            .option("hwm", 10_000)
+            .option("curveCertificate", keys["server"][1])
+            .option("curveAuthorizedKeys", keys["authorized"])
+            .mode("append")
+            .save()
+        )
         wait_until(lambda: len(got["client"]) >= 500, 60, "500 messages at the authorized subscriber")
         assert sorted(int(m[1]) for m in got["client"]) == list(range(500))
         assert got["stranger"] == []
@@ -258,10 +326,21 @@ def test_pub_sink_as_curve_server_reaches_authorized_subscribers_only(spark, key
 
 def test_a_bad_curve_option_fails_when_the_dataframe_is_defined(spark, keys, tmp_path):
     with pytest.raises(Exception, match="curveAuthorizedKeys"):
-        (spark.readStream.format("zmq").option("endpoints", "@tcp://127.0.0.1:1")
-         .option("curveCertificate", keys["server"][1]).load())
+        (
+            spark.readStream.format("zmq")
+            .option("endpoints", "@tcp://127.0.0.1:1")
+            .option("curveCertificate", keys["server"][1])
+            .load()
+        )
     with pytest.raises(Exception, match="curveCertificate.*holds only a public key"):
-        (spark.range(1).selectExpr("cast(id as string) as value").write.format("zmq")
-         .option("endpoints", "tcp://127.0.0.1:1").option("curveCertificate", keys["client"][0])
-         .option("curveServerKey", keys["server"][0]).mode("append").save())
+        (
+            spark.range(1)
+            .selectExpr("cast(id as string) as value")
+            .write.format("zmq")
+            .option("endpoints", "tcp://127.0.0.1:1")
+            .option("curveCertificate", keys["client"][0])
+            .option("curveServerKey", keys["server"][0])
+            .mode("append")
+            .save()
+        )
     assert not os.path.exists(tmp_path / "anything")

@@ -35,8 +35,17 @@ def test_a_batch_write_from_another_thread_delivers_every_row(spark):
     pull.setsockopt(zmq.LINGER, 0)
     port = pull.bind_to_random_port("tcp://127.0.0.1")
     try:
-        _in_thread(lambda: spark.range(300).selectExpr("cast(id as string) as value").write.format("zmq")
-                   .mode("append").option("endpoints", f"tcp://127.0.0.1:{port}").option("format", "text").save())
+        _in_thread(
+            lambda: (
+                spark.range(300)
+                .selectExpr("cast(id as string) as value")
+                .write.format("zmq")
+                .mode("append")
+                .option("endpoints", f"tcp://127.0.0.1:{port}")
+                .option("format", "text")
+                .save()
+            )
+        )
         received = set()
         while len(received) < 300 and pull.poll(10_000):
             received.add(pull.recv())

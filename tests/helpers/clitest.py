@@ -19,7 +19,6 @@ def unboxed(text: str) -> str:
 def keygen(directory: Path, name: str) -> tuple[str, str]:
     """A CURVE pair made by ``spark-zmq keygen name --dir directory``: the paths of its
     public and its secret file. (A CLI start takes about 1 s idle, up to 18 s under load.)"""
-    result = subprocess.run([CLI, "keygen", name, "--dir", str(directory)], capture_output=True, text=True,
-                            timeout=90)
+    result = subprocess.run([CLI, "keygen", name, "--dir", str(directory)], capture_output=True, text=True, timeout=90)
     assert result.returncode == 0, result.stderr
     return str(directory / f"{name}.key"), str(directory / f"{name}.key_secret")

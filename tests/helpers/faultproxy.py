@@ -48,13 +48,23 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 __all__ = [
-    "FaultProxy", "Connection", "Mode", "FrameFault",
-    "PASS", "delay", "blackhole", "drop_direction",
-    "is_data", "is_command", "is_curve_message", "command_named",
-    "UP", "DOWN",
+    "FaultProxy",
+    "Connection",
+    "Mode",
+    "FrameFault",
+    "PASS",
+    "delay",
+    "blackhole",
+    "drop_direction",
+    "is_data",
+    "is_command",
+    "is_curve_message",
+    "command_named",
+    "UP",
+    "DOWN",
 ]
 
-UP = "up"      # client -> target
+UP = "up"  # client -> target
 DOWN = "down"  # target -> client
 _DIRECTIONS = (UP, DOWN)
 
@@ -64,14 +74,15 @@ FLAG_MORE = 0x01
 FLAG_LONG = 0x02
 FLAG_COMMAND = 0x04
 
-_CHUNK = 256 * 1024              # one recv
-_MAX_PENDING = 8 * 1024 * 1024   # per direction: stop reading the source above this
+_CHUNK = 256 * 1024  # one recv
+_MAX_PENDING = 8 * 1024 * 1024  # per direction: stop reading the source above this
 _MAX_FRAME_BUFFER = 256 * 1024 * 1024  # a frame larger than this passes unbuffered
 
 Predicate = Callable[[int, bytes], bool]
 
 
 # --------------------------------------------------------------------------- predicates
+
 
 def is_data(flags: int, body: bytes) -> bool:
     """A data (message) frame: not a COMMAND. With the NULL mechanism, one message part."""
@@ -102,6 +113,7 @@ def command_named(name: str | bytes) -> Predicate:
 
 
 # --------------------------------------------------------------------------- modes
+
 
 @dataclass(frozen=True)
 class Mode:
@@ -186,6 +198,7 @@ def _as_mode(mode: Mode | str) -> Mode:
 
 # --------------------------------------------------------------------------- frame faults
 
+
 class FrameFault:
     """A one-shot fault on the frames of one direction: after letting ``skip`` frames
     matching ``predicate`` pass, ``action`` the next match: "drop" it, "duplicate" it, or
@@ -196,8 +209,7 @@ class FrameFault:
     before the connection existed: from the start of its stream). Multipart messages
     are frames too: each part is counted (and dropped) on its own."""
 
-    def __init__(self, action: str, direction: str, predicate: Predicate | None = None,
-                 skip: int = 0) -> None:
+    def __init__(self, action: str, direction: str, predicate: Predicate | None = None, skip: int = 0) -> None:
         if action not in ("drop", "duplicate", "cut"):
             raise ValueError(f"action must be 'drop', 'duplicate' or 'cut', not {action!r}")
         if direction not in _DIRECTIONS:
@@ -208,7 +220,7 @@ class FrameFault:
         self.direction = direction
         self.predicate: Predicate = predicate or is_data
         self.skip = skip
-        self.matched = 0     # matching frames seen so far
+        self.matched = 0  # matching frames seen so far
         self.fired = False
 
     def clone(self) -> FrameFault:
@@ -240,22 +252,21 @@ class _Framer:
 
     def __init__(self) -> None:
         self.greeting_left = GREETING_SIZE
-        self.header = bytearray()   # the flags byte and size bytes of the frame in progress
-        self.body_left = -1         # -1: reading a header; else body bytes still to come
+        self.header = bytearray()  # the flags byte and size bytes of the frame in progress
+        self.body_left = -1  # -1: reading a header; else body bytes still to come
         self.flags = 0
         self.held: bytearray | None = None  # the whole frame, while held back
-        self.frames = 0             # complete frames seen after the greeting
-        self.cut = False            # a "cut" fault fired: nothing passes any more
+        self.frames = 0  # complete frames seen after the greeting
+        self.cut = False  # a "cut" fault fired: nothing passes any more
 
-    def feed(self, data: bytes, faults: list[FrameFault],
-             on_fire: Callable[[FrameFault], None]) -> list[bytes]:
+    def feed(self, data: bytes, faults: list[FrameFault], on_fire: Callable[[FrameFault], None]) -> list[bytes]:
         out: list[bytes] = []
         view = memoryview(data)
         i, n = 0, len(data)
         while i < n and not self.cut:
             if self.greeting_left:
                 take = min(self.greeting_left, n - i)
-                out.append(bytes(view[i:i + take]))
+                out.append(bytes(view[i : i + take]))
                 self.greeting_left -= take
                 i += take
                 continue
@@ -265,7 +276,7 @@ class _Framer:
                     i += 1
                 want = 9 if self.header[0] & FLAG_LONG else 2
                 take = min(want - len(self.header), n - i)
-                self.header += view[i:i + take]
+                self.header += view[i : i + take]
                 i += take
                 if len(self.header) < want:
                     continue
@@ -284,17 +295,16 @@ class _Framer:
             if self.body_left > 0:
                 take = min(self.body_left, n - i)
                 if self.held is not None:
-                    self.held += view[i:i + take]
+                    self.held += view[i : i + take]
                 else:
-                    out.append(bytes(view[i:i + take]))
+                    out.append(bytes(view[i : i + take]))
                 self.body_left -= take
                 i += take
             if self.body_left == 0:
                 self._complete(out, faults, on_fire)
         return out
 
-    def _complete(self, out: list[bytes], faults: list[FrameFault],
-                  on_fire: Callable[[FrameFault], None]) -> None:
+    def _complete(self, out: list[bytes], faults: list[FrameFault], on_fire: Callable[[FrameFault], None]) -> None:
         self.frames += 1
         self.body_left = -1
         held, self.held = self.held, None
@@ -316,6 +326,7 @@ class _Framer:
 
 # --------------------------------------------------------------------------- connections
 
+
 class _Pipe:
     """One direction of a connection: read from ``src``, write to ``dst``."""
 
@@ -324,10 +335,10 @@ class _Pipe:
         self.src = src
         self.dst = dst
         self.queue: collections.deque[tuple[float, bytes]] = collections.deque()  # (due, bytes)
-        self.queued = 0             # bytes in ``queue``
-        self.out = bytearray()      # due bytes being written to ``dst``
-        self.eof = False            # ``src`` sent FIN
-        self.shut = False           # FIN passed on to ``dst``
+        self.queued = 0  # bytes in ``queue``
+        self.out = bytearray()  # due bytes being written to ``dst``
+        self.eof = False  # ``src`` sent FIN
+        self.shut = False  # FIN passed on to ``dst``
         self.reset: str | None = None  # ``src`` was reset while discarding: pass it on later
         self.bytes_read = 0
         self.bytes_written = 0
@@ -349,8 +360,15 @@ class Connection:
     ``frames_duplicated``, ``frames_up`` / ``frames_down`` (ZMTP frames seen).
     """
 
-    def __init__(self, proxy: FaultProxy, ident: int, client: socket.socket,
-                 client_address: tuple[str, int], upstream: socket.socket, mode: Mode) -> None:
+    def __init__(
+        self,
+        proxy: FaultProxy,
+        ident: int,
+        client: socket.socket,
+        client_address: tuple[str, int],
+        upstream: socket.socket,
+        mode: Mode,
+    ) -> None:
         self._proxy = proxy
         self.id = ident
         self.client_address = client_address
@@ -360,14 +378,11 @@ class Connection:
         self.connected = False
         self.closed = False
         self.close_reason: str | None = None
-        self._action: str | None = None   # "reset" / "close", for the loop to carry out
+        self._action: str | None = None  # "reset" / "close", for the loop to carry out
         self.frames_dropped = 0
         self.frames_duplicated = 0
         self.cuts = 0
-        self.pipes: dict[str, _Pipe] = {
-            UP: _Pipe(UP, client, upstream),
-            DOWN: _Pipe(DOWN, upstream, client),
-        }
+        self.pipes: dict[str, _Pipe] = {UP: _Pipe(UP, client, upstream), DOWN: _Pipe(DOWN, upstream, client)}
         self._registered: dict[socket.socket, int] = {}
 
     # --- state
@@ -401,9 +416,11 @@ class Connection:
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else ("open" if self.connected else "connecting")
-        return (f"<Connection {self.id} {state} {self._mode} up={self.bytes_up} "
-                f"down={self.bytes_down} dropped={self.frames_dropped} "
-                f"duplicated={self.frames_duplicated}>")
+        return (
+            f"<Connection {self.id} {state} {self._mode} up={self.bytes_up} "
+            f"down={self.bytes_down} dropped={self.frames_dropped} "
+            f"duplicated={self.frames_duplicated}>"
+        )
 
     # --- control (any thread)
     def set_mode(self, mode: Mode | str) -> None:
@@ -425,22 +442,23 @@ class Connection:
     def drop_direction(self, direction: str) -> None:
         self.set_mode(drop_direction(direction))
 
-    def drop_frame(self, direction: str, index: int | None = None,
-                   predicate: Predicate | None = None, *, skip: int | None = None) -> FrameFault:
+    def drop_frame(
+        self, direction: str, index: int | None = None, predicate: Predicate | None = None, *, skip: int | None = None
+    ) -> FrameFault:
         """Delete one whole frame from ``direction``: the match numbered ``index`` (0-based;
         ``skip`` is the same number) among frames matching ``predicate`` (default
         ``is_data``), counted from now. Returns the armed fault (``.fired`` tells)."""
         return self.add_frame_fault(FrameFault("drop", direction, predicate, _skip(index, skip)))
 
-    def duplicate_frame(self, direction: str, index: int | None = None,
-                        predicate: Predicate | None = None, *,
-                        skip: int | None = None) -> FrameFault:
+    def duplicate_frame(
+        self, direction: str, index: int | None = None, predicate: Predicate | None = None, *, skip: int | None = None
+    ) -> FrameFault:
         """Send one whole frame of ``direction`` twice (chosen as for ``drop_frame``)."""
-        return self.add_frame_fault(
-            FrameFault("duplicate", direction, predicate, _skip(index, skip)))
+        return self.add_frame_fault(FrameFault("duplicate", direction, predicate, _skip(index, skip)))
 
-    def cut_at_frame(self, direction: str, index: int | None = None,
-                     predicate: Predicate | None = None, *, skip: int | None = None) -> FrameFault:
+    def cut_at_frame(
+        self, direction: str, index: int | None = None, predicate: Predicate | None = None, *, skip: int | None = None
+    ) -> FrameFault:
         """Make this connection silent at one frame of ``direction`` (chosen as for
         ``drop_frame``): that frame and everything read after it, either way, never arrive
         (the bytes are read and discarded, as ``blackhole(read=True)``)."""
@@ -489,12 +507,19 @@ def _skip(index: int | None, skip: int | None) -> int:
 
 # --------------------------------------------------------------------------- the proxy
 
+
 class FaultProxy:
     """A TCP proxy from ``listen_host:listen_port`` (0: any free port) to
     ``target_host:target_port`` whose connections can be faulted; see the module doc."""
 
-    def __init__(self, target_host: str, target_port: int, listen_host: str = "127.0.0.1",
-                 listen_port: int = 0, buffer_bytes: int | None = None) -> None:
+    def __init__(
+        self,
+        target_host: str,
+        target_port: int,
+        listen_host: str = "127.0.0.1",
+        listen_port: int = 0,
+        buffer_bytes: int | None = None,
+    ) -> None:
         #: kernel buffers (SO_RCVBUF/SO_SNDBUF) of the proxy's own sockets; small ones make a
         #: black hole stop acknowledging soon, as a dead host would (a userspace proxy's
         #: kernel acknowledges what it buffers)
@@ -548,8 +573,7 @@ class FaultProxy:
         self._selector = selectors.DefaultSelector()
         self._selector.register(listener, selectors.EVENT_READ, "listen")
         self._selector.register(self._wake_r, selectors.EVENT_READ, "wake")
-        self._thread = threading.Thread(target=self._run, name=f"FaultProxy:{self.port}",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"FaultProxy:{self.port}", daemon=True)
         self._thread.start()
         return self
 
@@ -602,8 +626,11 @@ class FaultProxy:
     def wait_for_connections(self, n: int, timeout: float = 5.0) -> list[Connection]:
         """Wait until ``n`` connections have been established end to end (ever: closed
         ones count, so ``n = previous + 1`` waits for a reconnection); return them."""
-        self.wait_for(lambda: sum(1 for c in self._connections if c.connected) >= n,
-                      timeout, f"{n} connection(s) through the proxy")
+        self.wait_for(
+            lambda: sum(1 for c in self._connections if c.connected) >= n,
+            timeout,
+            f"{n} connection(s) through the proxy",
+        )
         with self._cond:
             return [c for c in self._connections if c.connected][:n] if n else []
 
@@ -646,23 +673,43 @@ class FaultProxy:
             conn.close(timeout)
 
     # --- frame faults
-    def drop_frame(self, direction: str, index: int | None = None,
-                   predicate: Predicate | None = None, *, skip: int | None = None,
-                   existing: bool = True, new: bool = True) -> None:
+    def drop_frame(
+        self,
+        direction: str,
+        index: int | None = None,
+        predicate: Predicate | None = None,
+        *,
+        skip: int | None = None,
+        existing: bool = True,
+        new: bool = True,
+    ) -> None:
         """Arm ``Connection.drop_frame`` on every open connection (``existing``) and on each
         connection accepted later (``new``): one frame per connection, counted from then."""
         self._arm(FrameFault("drop", direction, predicate, _skip(index, skip)), existing, new)
 
-    def duplicate_frame(self, direction: str, index: int | None = None,
-                        predicate: Predicate | None = None, *, skip: int | None = None,
-                        existing: bool = True, new: bool = True) -> None:
+    def duplicate_frame(
+        self,
+        direction: str,
+        index: int | None = None,
+        predicate: Predicate | None = None,
+        *,
+        skip: int | None = None,
+        existing: bool = True,
+        new: bool = True,
+    ) -> None:
         """As ``drop_frame``, sending the chosen frame twice."""
-        self._arm(FrameFault("duplicate", direction, predicate, _skip(index, skip)),
-                  existing, new)
+        self._arm(FrameFault("duplicate", direction, predicate, _skip(index, skip)), existing, new)
 
-    def cut_at_frame(self, direction: str, index: int | None = None,
-                     predicate: Predicate | None = None, *, skip: int | None = None,
-                     existing: bool = True, new: bool = True) -> None:
+    def cut_at_frame(
+        self,
+        direction: str,
+        index: int | None = None,
+        predicate: Predicate | None = None,
+        *,
+        skip: int | None = None,
+        existing: bool = True,
+        new: bool = True,
+    ) -> None:
         """Arm ``Connection.cut_at_frame`` as ``drop_frame`` arms its fault; ``cuts`` counts."""
         self._arm(FrameFault("cut", direction, predicate, _skip(index, skip)), existing, new)
 
@@ -780,8 +827,7 @@ class FaultProxy:
                 masks[conn._client] |= selectors.EVENT_READ
         else:
             for pipe in conn.pipes.values():
-                if (mode.reads(pipe.direction) and not pipe.eof
-                        and pipe.pending() < _MAX_PENDING):
+                if mode.reads(pipe.direction) and not pipe.eof and pipe.pending() < _MAX_PENDING:
                     masks[pipe.src] |= selectors.EVENT_READ
                 if pipe.out and mode.forwards(pipe.direction) and not pipe.shut:
                     masks[pipe.dst] |= selectors.EVENT_WRITE
@@ -817,8 +863,7 @@ class FaultProxy:
             if mask & selectors.EVENT_WRITE:
                 err = conn._upstream.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
                 if err:
-                    self._finish(conn, f"upstream connect failed: {errno.errorcode.get(err, err)}",
-                                 abortive=True)
+                    self._finish(conn, f"upstream connect failed: {errno.errorcode.get(err, err)}", abortive=True)
                     return
                 conn.connected = True
             return
@@ -850,16 +895,14 @@ class FaultProxy:
             self._size_buffers(upstream)
             upstream.setblocking(False)
             upstream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn = Connection(self, self._next_id, client, address, upstream,
-                              self._default_mode)
+            conn = Connection(self, self._next_id, client, address, upstream, self._default_mode)
             self._next_id += 1
             for template in self._default_faults:
                 conn.pipes[template.direction].faults.append(template.clone())
             self._connections.append(conn)
             err = upstream.connect_ex(self.target)
             if err not in (0, errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EAGAIN):
-                self._finish(conn, f"upstream connect failed: {errno.errorcode.get(err, err)}",
-                             abortive=True)
+                self._finish(conn, f"upstream connect failed: {errno.errorcode.get(err, err)}", abortive=True)
             elif err == 0:
                 conn.connected = True
 

@@ -47,8 +47,9 @@ def import_graph(under: str = "spark_zmq") -> dict[str, set[str]]:
                 # ``from . import x`` names the module x; ``from .codec import y`` a name
                 # in codec (importing a submodule loads its parent packages first: that
                 # is not a dependency on what they define)
-                targets = [f"{target}.{alias.name}" if f"{target}.{alias.name}" in modules else target
-                           for alias in node.names]
+                targets = [
+                    f"{target}.{alias.name}" if f"{target}.{alias.name}" in modules else target for alias in node.names
+                ]
             elif isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
             graph[name] |= {t for t in targets if t in modules and t != name}

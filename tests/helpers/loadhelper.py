@@ -44,8 +44,14 @@ def busy_processes(n: int = 2) -> Iterator[list[subprocess.Popen]]:
     spinners: list[subprocess.Popen] = []
     try:
         for _ in range(n):
-            spinners.append(subprocess.Popen([sys.executable, "-c", SPIN], stdin=subprocess.DEVNULL,
-                                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            spinners.append(
+                subprocess.Popen(
+                    [sys.executable, "-c", SPIN],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
         yield spinners
     finally:
         for spinner in spinners:

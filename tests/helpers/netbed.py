@@ -53,7 +53,9 @@ _DIRECTIONS = ("both", "in", "out")
 def _sh(*argv: str, check: bool = True, input: str | None = None, timeout: float = 30) -> subprocess.CompletedProcess:
     result = subprocess.run(list(argv), capture_output=True, text=True, input=input, timeout=timeout)
     if check and result.returncode != 0:
-        raise BedError(f"{' '.join(argv)} failed ({result.returncode}): {result.stderr.strip() or result.stdout.strip()}")
+        raise BedError(
+            f"{' '.join(argv)} failed ({result.returncode}): {result.stderr.strip() or result.stdout.strip()}"
+        )
     return result
 
 
@@ -212,11 +214,21 @@ class NetBed:
             _sh("ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", "eth0")
             _sh("ip", "-n", ns, "link", "set", "eth0", "up")
             # the fault rules' table: empty chains until drop()/reject()
-            _sh("ip", "netns", "exec", ns, "nft", "-f", "-", input=(
-                "table inet netbed {\n"
-                "  chain input { type filter hook input priority 0; policy accept; }\n"
-                "  chain output { type filter hook output priority 0; policy accept; }\n"
-                "}\n"))
+            _sh(
+                "ip",
+                "netns",
+                "exec",
+                ns,
+                "nft",
+                "-f",
+                "-",
+                input=(
+                    "table inet netbed {\n"
+                    "  chain input { type filter hook input priority 0; policy accept; }\n"
+                    "  chain output { type filter hook output priority 0; policy accept; }\n"
+                    "}\n"
+                ),
+            )
         self._wait_links()
 
     def _wait_links(self, timeout: float = 10.0) -> None:
@@ -265,13 +277,33 @@ class NetBed:
             return prefix + list(argv)
         # a private mount namespace with a fresh tmpfs over each directory: what the process
         # writes there no other host sees (and it is gone with the namespace's last process)
-        script = "set -e; n=$1; shift; i=0; while [ $i -lt $n ]; do mount -t tmpfs -o mode=0700 tmpfs \"$1\"; " \
-                 "shift; i=$((i+1)); done; exec \"$@\""
-        return prefix + ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "netbed-private",
-                         str(len(dirs)), *dirs, *argv]
+        script = (
+            'set -e; n=$1; shift; i=0; while [ $i -lt $n ]; do mount -t tmpfs -o mode=0700 tmpfs "$1"; '
+            'shift; i=$((i+1)); done; exec "$@"'
+        )
+        return prefix + [
+            "unshare",
+            "-m",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            script,
+            "netbed-private",
+            str(len(dirs)),
+            *dirs,
+            *argv,
+        ]
 
-    def run(self, host: str, argv: Sequence[str], env: Mapping[str, str] | None = None, *,
-            private_dirs: Iterable[str] = (), **popen: object) -> subprocess.Popen:
+    def run(
+        self,
+        host: str,
+        argv: Sequence[str],
+        env: Mapping[str, str] | None = None,
+        *,
+        private_dirs: Iterable[str] = (),
+        **popen: object,
+    ) -> subprocess.Popen:
         """Start ``argv`` inside ``host``'s network namespace (``ip netns exec``), in a process
         group of its own, torn down with the bed. ``private_dirs``: directories (which must
         exist) that get a tmpfs only this process (and its children) sees. ``env`` replaces
@@ -281,8 +313,9 @@ class NetBed:
         dirs = list(private_dirs)
         for d in dirs:
             os.makedirs(d, exist_ok=True)
-        proc = subprocess.Popen(self.command(host, argv, dirs), env=dict(env) if env is not None else None,
-                                start_new_session=True, **popen)  # type: ignore[arg-type]
+        proc = subprocess.Popen(
+            self.command(host, argv, dirs), env=dict(env) if env is not None else None, start_new_session=True, **popen
+        )  # type: ignore[arg-type]
         with self._lock:
             self._procs.append(proc)
         return proc
@@ -350,9 +383,11 @@ class NetBed:
         lines = []
         for peer in peers:
             saddr = f"ip saddr {self.addr(peer)}"
-            lines += [f"add rule inet netbed input {saddr} ct state established,related accept",
-                      f"add rule inet netbed input {saddr} tcp dport {{ {ports} }} accept",
-                      f"add rule inet netbed input {saddr} drop"]
+            lines += [
+                f"add rule inet netbed input {saddr} ct state established,related accept",
+                f"add rule inet netbed input {saddr} tcp dport {{ {ports} }} accept",
+                f"add rule inet netbed input {saddr} drop",
+            ]
         self._nft(host, "\n".join(lines) + "\n")
 
     def heal(self, host: str) -> None:
@@ -446,8 +481,10 @@ def poll(condition, timeout: float, interval: float = 0.2, what: str = "conditio
         except Exception as exc:  # noqa: BLE001 - the last one is reported
             last_error = exc
         if time.monotonic() > deadline:
-            raise BedError(f"timed out after {timeout} s waiting for {what}"
-                           + (f" (last error: {last_error!r})" if last_error else ""))
+            raise BedError(
+                f"timed out after {timeout} s waiting for {what}"
+                + (f" (last error: {last_error!r})" if last_error else "")
+            )
         time.sleep(interval)
 
 
@@ -460,8 +497,16 @@ class SparkCluster:
     WEBUI_PORT = 8080
     WORKER_WEBUI_PORT = 8081
 
-    def __init__(self, bed: NetBed, workdir: str, master: str = "master", workers: Sequence[str] = ("w1", "w2"),
-                 worker_memory: str = "1g", env: Mapping[str, str] | None = None, timeout: float = 120) -> None:
+    def __init__(
+        self,
+        bed: NetBed,
+        workdir: str,
+        master: str = "master",
+        workers: Sequence[str] = ("w1", "w2"),
+        worker_memory: str = "1g",
+        env: Mapping[str, str] | None = None,
+        timeout: float = 120,
+    ) -> None:
         self.bed = bed
         self.workdir = workdir
         self.master_host = master
@@ -470,10 +515,18 @@ class SparkCluster:
         os.makedirs(workdir, exist_ok=True)
         self.conf_dir = os.path.join(workdir, "conf")  # empty: no stray spark-defaults.conf
         os.makedirs(self.conf_dir, exist_ok=True)
-        base = {k: v for k, v in (env if env is not None else os.environ).items()
-                if k not in ("SPARK_LOCAL_IP", "SPARK_MASTER_HOST", "SPARK_PUBLIC_DNS")}
-        base.update(SPARK_HOME=self.home, SPARK_CONF_DIR=self.conf_dir, PYSPARK_PYTHON=sys.executable,
-                    SPARK_DAEMON_MEMORY="384m", SPARK_LOG_DIR=os.path.join(workdir, "logs"))
+        base = {
+            k: v
+            for k, v in (env if env is not None else os.environ).items()
+            if k not in ("SPARK_LOCAL_IP", "SPARK_MASTER_HOST", "SPARK_PUBLIC_DNS")
+        }
+        base.update(
+            SPARK_HOME=self.home,
+            SPARK_CONF_DIR=self.conf_dir,
+            PYSPARK_PYTHON=sys.executable,
+            SPARK_DAEMON_MEMORY="384m",
+            SPARK_LOG_DIR=os.path.join(workdir, "logs"),
+        )
         self.env = base
         self.procs: dict[str, subprocess.Popen] = {}
         self.logs: dict[str, str] = {}
@@ -482,16 +535,42 @@ class SparkCluster:
         self.url = f"spark://{addr}:{self.MASTER_PORT}"
         self.webui = f"http://{addr}:{self.WEBUI_PORT}"
         try:
-            self._start(master, [spark_class, "org.apache.spark.deploy.master.Master", "--host", addr,
-                                 "--port", str(self.MASTER_PORT), "--webui-port", str(self.WEBUI_PORT)],
-                        dict(base, SPARK_LOCAL_IP=addr))
+            self._start(
+                master,
+                [
+                    spark_class,
+                    "org.apache.spark.deploy.master.Master",
+                    "--host",
+                    addr,
+                    "--port",
+                    str(self.MASTER_PORT),
+                    "--webui-port",
+                    str(self.WEBUI_PORT),
+                ],
+                dict(base, SPARK_LOCAL_IP=addr),
+            )
             for host in self.worker_hosts:
                 wdir = os.path.join(workdir, f"work-{host}")
                 os.makedirs(wdir, exist_ok=True)
-                self._start(host, [spark_class, "org.apache.spark.deploy.worker.Worker", "--host", bed.addr(host),
-                                   "--cores", "1", "--memory", worker_memory, "--work-dir", wdir,
-                                   "--webui-port", str(self.WORKER_WEBUI_PORT), self.url],
-                            dict(base, SPARK_LOCAL_IP=bed.addr(host), SPARK_LOCAL_DIRS=wdir))
+                self._start(
+                    host,
+                    [
+                        spark_class,
+                        "org.apache.spark.deploy.worker.Worker",
+                        "--host",
+                        bed.addr(host),
+                        "--cores",
+                        "1",
+                        "--memory",
+                        worker_memory,
+                        "--work-dir",
+                        wdir,
+                        "--webui-port",
+                        str(self.WORKER_WEBUI_PORT),
+                        self.url,
+                    ],
+                    dict(base, SPARK_LOCAL_IP=bed.addr(host), SPARK_LOCAL_DIRS=wdir),
+                )
             poll(self._all_alive, timeout, 0.5, f"{len(self.worker_hosts)} ALIVE workers at {self.webui}/json/")
         except BaseException:
             self.stop()

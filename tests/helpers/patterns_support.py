@@ -132,8 +132,9 @@ def prime_round_robin(sender: PatternSocket, receivers: Sequence[PatternSocket],
             primed[i] = True
 
 
-def fill_until_blocked(send: Callable[[bytes, float], None], make: Callable[[int], bytes], stall: float = STALL_S,
-                       limit: int = 100_000) -> list[bytes]:
+def fill_until_blocked(
+    send: Callable[[bytes, float], None], make: Callable[[int], bytes], stall: float = STALL_S, limit: int = 100_000
+) -> list[bytes]:
     """Send ``make(0), make(1), ...`` until one send stays blocked for ``stall`` seconds.
 
     Returns what was accepted. The message that timed out was not accepted (libzmq queues
@@ -150,8 +151,9 @@ def fill_until_blocked(send: Callable[[bytes, float], None], make: Callable[[int
     raise AssertionError(f"sender never blocked after {limit} messages: the queues are not bounded")
 
 
-def fill_nodrop_xpub_until_blocked(raw: zmq.Socket, make: Callable[[int], Sequence[bytes]], stall: float = STALL_S,
-                                   limit: int = 100_000) -> int:
+def fill_nodrop_xpub_until_blocked(
+    raw: zmq.Socket, make: Callable[[int], Sequence[bytes]], stall: float = STALL_S, limit: int = 100_000
+) -> int:
     """Like ``fill_until_blocked`` for a raw XPUB with ZMQ_XPUB_NODROP (whose POLLOUT is
     always set, so the only way to wait is a short retry). Returns the count accepted."""
     accepted = 0
@@ -176,7 +178,7 @@ def assert_rotation(sources: Sequence[object], n_sources: int, rounds: int) -> N
     head = list(sources[: n_sources * rounds])
     assert len(head) == n_sources * rounds, head
     for r in range(rounds):
-        window = head[r * n_sources:(r + 1) * n_sources]
+        window = head[r * n_sources : (r + 1) * n_sources]
         assert len(set(window)) == n_sources, (
             f"round {r}: {window!r} is not one message from each of {n_sources} peers (first messages: {head!r})"
         )
@@ -192,6 +194,7 @@ def run_threads(targets: Iterable[Callable[[], None]], timeout: float = 60.0) ->
                 fn()
             except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread
                 errors.append(exc)
+
         return run
 
     threads = [threading.Thread(target=wrap(fn), daemon=True) for fn in targets]
@@ -220,8 +223,9 @@ def close_all(*socks: PatternSocket | None) -> None:
 PAYLOAD_1K = b"p" * 1000
 
 
-def scenario_round_robin(sender_cls: type, receiver_cls: type, transport: str, sender_binds: bool,
-                         n: int = 4, rounds: int = 3) -> None:
+def scenario_round_robin(
+    sender_cls: type, receiver_cls: type, transport: str, sender_binds: bool, n: int = 4, rounds: int = 3
+) -> None:
     """N peers, N*rounds messages: every peer gets exactly ``rounds``, in strict rotation."""
     sender = None
     receivers: list[PatternSocket] = []
@@ -256,8 +260,10 @@ def scenario_fair_queue(sender_cls: type, receiver_cls: type, transport: str, n:
 
         def filler(k: int) -> Callable[[], None]:
             def run() -> None:
-                per_sender[k] = fill_until_blocked(lambda m, t: senders[k].send(m, timeout=t),
-                                                   lambda i: b"%d:%d:" % (k, i) + PAYLOAD_1K)
+                per_sender[k] = fill_until_blocked(
+                    lambda m, t: senders[k].send(m, timeout=t), lambda i: b"%d:%d:" % (k, i) + PAYLOAD_1K
+                )
+
             return run
 
         run_threads([filler(k) for k in range(n)])  # each thread fills its own sender
@@ -311,8 +317,9 @@ def scenario_blocks_without_peers(sender_cls: type, receiver_cls: type, transpor
         close_all(sender, receiver)
 
 
-def scenario_refuses_without_available_peers(sender_cls: type, receiver_cls: type, transport: str,
-                                             hwm: int = 5) -> None:
+def scenario_refuses_without_available_peers(
+    sender_cls: type, receiver_cls: type, transport: str, hwm: int = 5
+) -> None:
     """A message refused for want of an available peer (none connected; every queue full)
     is not taken: it never reaches a peer that becomes available later."""
     sender = sender_cls(bind_spec(transport), hwm=hwm, **SMALL_BUFFERS)
@@ -386,7 +393,9 @@ def queue_capacity_inproc(sender_cls: type, receiver_cls: type, send_hwm: int, r
         close_all(sender, receiver)
 
 
-def scenario_send_timeout_zero_after_drain(sender_cls: type, receiver_cls: type, hwm: int = 4, rounds: int = 100) -> None:
+def scenario_send_timeout_zero_after_drain(
+    sender_cls: type, receiver_cls: type, hwm: int = 4, rounds: int = 100
+) -> None:
     """inproc: right after the receiver drained a full queue, the peer is available again
     and ``send(timeout=0)`` succeeds (regression: a pending libzmq "activate_write" made it
     time out spuriously)."""
@@ -491,7 +500,9 @@ def scenario_disconnected_peer_queue_discarded(sender_cls: type, receiver_cls: t
     try:
         first = receiver_cls(">" + sender.last_endpoint, hwm=hwm, **SMALL_BUFFERS)
         monitor.wait_for(zmq.EVENT_HANDSHAKE_SUCCEEDED)
-        stranded = fill_until_blocked(lambda m, t: sender.send(m, timeout=t), lambda i: b"stranded-%d:" % i + PAYLOAD_1K)
+        stranded = fill_until_blocked(
+            lambda m, t: sender.send(m, timeout=t), lambda i: b"stranded-%d:" % i + PAYLOAD_1K
+        )
         assert stranded
         first.close(linger=0)
         monitor.wait_for(zmq.EVENT_DISCONNECTED)

@@ -23,8 +23,19 @@ class RelayProcess:
     """``spark-zmq relay`` in a child process; ``ready`` is the line it printed when serving."""
 
     def __init__(self, endpoints: str, listen: str, spool_dir: str, *extra: str, start: bool = True) -> None:
-        self.args = [sys.executable, "-m", "spark_zmq.cli", "relay", "--endpoints", endpoints, "--listen", listen,
-                     "--spool-dir", spool_dir, *extra]
+        self.args = [
+            sys.executable,
+            "-m",
+            "spark_zmq.cli",
+            "relay",
+            "--endpoints",
+            endpoints,
+            "--listen",
+            listen,
+            "--spool-dir",
+            spool_dir,
+            *extra,
+        ]
         self.listen = listen
         self.spool_dir = spool_dir
         self.process: subprocess.Popen | None = None
@@ -35,8 +46,9 @@ class RelayProcess:
     def start(self, timeout: float = 60) -> RelayProcess:
         # stderr to a file: a pipe nobody reads could fill and stall the relay
         self.stderr = tempfile.TemporaryFile()
-        self.process = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=self.stderr,
-                                        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self.process = subprocess.Popen(
+            self.args, stdout=subprocess.PIPE, stderr=self.stderr, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+        )
         ready = read_ready(self.process, timeout)
         if ready is None:
             self.process.kill()
@@ -83,8 +95,9 @@ def stop_relays(relays: Sequence[RelayProcess]) -> None:
 def relay(tmp_path):
     """An in-process ``Relay`` of one channel that has spooled 500 messages."""
     data = free_ports(1)[0]
-    options = SourceOptions.parse({"endpoints": f"@tcp://127.0.0.1:{data}", "spoolDir": str(tmp_path / "spool"),
-                                   "spoolAccess": "local"})
+    options = SourceOptions.parse(
+        {"endpoints": f"@tcp://127.0.0.1:{data}", "spoolDir": str(tmp_path / "spool"), "spoolAccess": "local"}
+    )
     served = Relay(IngestConfig.from_options(options), f"tcp://127.0.0.1:{free_ports(1)[0]}")
     producer = Producer(f"tcp://127.0.0.1:{data}", numbered(500))
     producer.start()

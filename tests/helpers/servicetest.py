@@ -33,8 +33,9 @@ class ServiceWorker:
     @classmethod
     def start(cls, *args: str, script: Path = WORKER) -> ServiceWorker:
         """tests/scripts/rep_worker.py (plain pyzmq) with ``args``."""
-        proc = subprocess.Popen([sys.executable, str(script), *args], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, str(script), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         return cls(proc)
 
     @classmethod
@@ -58,8 +59,9 @@ class ServiceWorker:
             except queue.Empty:
                 continue
             if line == "" and self.proc.poll() is not None:
-                raise AssertionError(f"worker exited ({self.proc.returncode}) before {prefix!r}: "
-                                     f"{self.proc.stderr.read()[-2000:]}")
+                raise AssertionError(
+                    f"worker exited ({self.proc.returncode}) before {prefix!r}: {self.proc.stderr.read()[-2000:]}"
+                )
             self.seen.append(line)
             if line.startswith(prefix):
                 return line
@@ -102,4 +104,3 @@ def collect_in_thread(df) -> tuple[threading.Thread, dict]:
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return thread, result
-

@@ -45,7 +45,7 @@ SERVERS = ("rep", "req-worker")
 # Loads the addon the way peer.js does and reports what the bundled libzmq can do.
 _PROBE_JS = (
     'const z = require("zeromq");'
-    'process.stdout.write(JSON.stringify({version: z.version, capability: z.capability,'
+    "process.stdout.write(JSON.stringify({version: z.version, capability: z.capability,"
     ' package: require("zeromq/package.json").version}))'
 )
 
@@ -87,22 +87,29 @@ def ensure_installed() -> str | None:
                     # --ignore-scripts: zeromq's install script only checks that the prebuilt
                     # addon loads, else tries to compile libzmq (which needs the internet and
                     # a toolchain).  The probe below does that check instead, fast.
-                    command = [npm, "ci" if locked else "install", "--no-audit", "--no-fund",
-                               "--ignore-scripts"]
+                    command = [npm, "ci" if locked else "install", "--no-audit", "--no-fund", "--ignore-scripts"]
                     try:
-                        done = subprocess.run(command, cwd=ZMQJS_DIR, stdin=subprocess.DEVNULL,
-                                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                              text=True, timeout=600)
+                        done = subprocess.run(
+                            command,
+                            cwd=ZMQJS_DIR,
+                            stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT,
+                            text=True,
+                            timeout=600,
+                        )
                     except subprocess.TimeoutExpired as exc:
                         return f"{' '.join(command[1:])} timed out:\n{_tail(exc.output or '')}"
                     if done.returncode != 0:
-                        return (f"{' '.join(command[1:])} failed ({done.returncode}) in "
-                                f"{ZMQJS_DIR}:\n{_tail(done.stdout)}")
+                        return (
+                            f"{' '.join(command[1:])} failed ({done.returncode}) in {ZMQJS_DIR}:\n{_tail(done.stdout)}"
+                        )
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
     try:
-        probe = subprocess.run([node, "-e", _PROBE_JS], cwd=ZMQJS_DIR, stdin=subprocess.DEVNULL,
-                               capture_output=True, text=True, timeout=60)
+        probe = subprocess.run(
+            [node, "-e", _PROBE_JS], cwd=ZMQJS_DIR, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60
+        )
     except subprocess.TimeoutExpired:
         return "loading zeromq.js timed out"
     if probe.returncode != 0:
@@ -164,35 +171,48 @@ class NodePeer:
         self.args = list(args)
         self.endpoints: list = []
         self.returncode: int | None = None
-        self._messages: list = []   # payloads: bytes, or list of bytes for multipart
-        self._events: list = []     # every other event, in order
+        self._messages: list = []  # payloads: bytes, or list of bytes for multipart
+        self._events: list = []  # every other event, in order
         self._stderr = collections.deque(maxlen=200)
         self._changed = threading.Condition()
-        self._closed = False        # stdout reached EOF
+        self._closed = False  # stdout reached EOF
         argv = ["node", str(PEER_JS), *self.args]
         self.process = subprocess.Popen(
-            wrap(argv) if wrap is not None else argv, cwd=ZMQJS_DIR, stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
-        self._reader = threading.Thread(target=self._read_stdout, daemon=True,
-                                        name=f"node-{kind}-stdout")
-        self._err_reader = threading.Thread(target=self._read_stderr, daemon=True,
-                                            name=f"node-{kind}-stderr")
+            wrap(argv) if wrap is not None else argv,
+            cwd=ZMQJS_DIR,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            bufsize=0,
+        )
+        self._reader = threading.Thread(target=self._read_stdout, daemon=True, name=f"node-{kind}-stdout")
+        self._err_reader = threading.Thread(target=self._read_stderr, daemon=True, name=f"node-{kind}-stderr")
         self._reader.start()
         self._err_reader.start()
 
     # -- starting -----------------------------------------------------------------------
 
     @classmethod
-    def start(cls, type: str, bind: Iterable[str] = (), connect: Iterable[str] = (), *,
-              count: int | None = None, size: int | None = None,
-              prefix: str | None = None, sndhwm: int | None = None,
-              rcvhwm: int | None = None, send_timeout: int | None = None,
-              linger: int | None = None,
-              curve_server: str | bytes | None = None,
-              curve_public: str | bytes | None = None,
-              curve_client: tuple | None = None,
-              curve_server_key: str | bytes | None = None,
-              timeout: float = 30, wrap: Callable[[list], list] | None = None) -> NodePeer:
+    def start(
+        cls,
+        type: str,
+        bind: Iterable[str] = (),
+        connect: Iterable[str] = (),
+        *,
+        count: int | None = None,
+        size: int | None = None,
+        prefix: str | None = None,
+        sndhwm: int | None = None,
+        rcvhwm: int | None = None,
+        send_timeout: int | None = None,
+        linger: int | None = None,
+        curve_server: str | bytes | None = None,
+        curve_public: str | bytes | None = None,
+        curve_client: tuple | None = None,
+        curve_server_key: str | bytes | None = None,
+        timeout: float = 30,
+        wrap: Callable[[list], list] | None = None,
+    ) -> NodePeer:
         """Start a peer and wait for its ``ready`` line (all binds/connects done).
 
         ``bind``/``connect``: endpoints (a string is taken as one); ``tcp://127.0.0.1:*``
@@ -216,17 +236,24 @@ class NodePeer:
             args += ["--bind", endpoint]
         for endpoint in connect:
             args += ["--connect", endpoint]
-        for flag, value in (("--count", count), ("--size", size), ("--prefix", prefix),
-                            ("--sndhwm", sndhwm), ("--rcvhwm", rcvhwm),
-                            ("--send-timeout", send_timeout), ("--linger", linger)):
+        for flag, value in (
+            ("--count", count),
+            ("--size", size),
+            ("--prefix", prefix),
+            ("--sndhwm", sndhwm),
+            ("--rcvhwm", rcvhwm),
+            ("--send-timeout", send_timeout),
+            ("--linger", linger),
+        ):
             if value is not None:
                 args += [flag, str(value)]
         if curve_server is not None:
             if curve_public is None:
                 import zmq
 
-                curve_public = zmq.curve_public(curve_server.encode()
-                                                if isinstance(curve_server, str) else curve_server)
+                curve_public = zmq.curve_public(
+                    curve_server.encode() if isinstance(curve_server, str) else curve_server
+                )
             args += ["--curve-server", _key(curve_server), "--curve-public", _key(curve_public)]
         if curve_client is not None:
             public, secret = curve_client
@@ -289,8 +316,10 @@ class NodePeer:
 
     def _describe(self) -> str:
         state = "running" if self.returncode is None else f"exited {self.returncode}"
-        return (f"node peer {self.kind} ({state}; args {' '.join(self.args)}; "
-                f"{len(self._messages)} messages; events {self._events})\nstderr:\n{self.stderr}")
+        return (
+            f"node peer {self.kind} ({state}; args {' '.join(self.args)}; "
+            f"{len(self._messages)} messages; events {self._events})\nstderr:\n{self.stderr}"
+        )
 
     def _wait(self, predicate, timeout: float, what: str, fail_on_error: bool = True):
         """Wait until ``predicate()`` returns non-None; PeerError if the peer exits first
@@ -320,8 +349,12 @@ class NodePeer:
 
     def wait_event(self, name: str, timeout: float = 30) -> dict:
         """The first event called ``name`` (ready, sent, done, stopped, error)."""
-        return self._wait(lambda: next((e for e in self._events if e.get("event") == name), None),
-                          timeout, f"waiting for {name!r}", fail_on_error=name != "error")
+        return self._wait(
+            lambda: next((e for e in self._events if e.get("event") == name), None),
+            timeout,
+            f"waiting for {name!r}",
+            fail_on_error=name != "error",
+        )
 
     @property
     def events(self) -> list:
@@ -337,8 +370,10 @@ class NodePeer:
     def messages(self, n: int, timeout: float = 30) -> list:
         """The first ``n`` payloads this receiver got (bytes; a list of bytes for a
         multipart message).  TimeoutError, saying how many came, if fewer arrive in time."""
+
         def first():
             return list(self._messages[:n]) if len(self._messages) >= n else None
+
         try:
             return self._wait(first, timeout, f"waiting for {n} messages")
         except (TimeoutError, PeerError) as exc:

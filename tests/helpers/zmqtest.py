@@ -25,6 +25,7 @@ def free_ports(n: int) -> list[int]:
 def free_port_range(n: int) -> int:
     """The first of ``n`` consecutive TCP ports free on 127.0.0.1 now (a port range option)."""
     import socket
+
     for _ in range(200):
         (first,) = free_ports(1)
         held = []
@@ -66,9 +67,18 @@ class Producer(threading.Thread):
     last send would lose messages whenever the query binds late.
     """
 
-    def __init__(self, endpoint: str, messages: Iterable, *, socket_type: int = zmq.PUSH,
-                 hwm: int = 100_000, bind: bool = False, rate: float | None = None,
-                 sockopts: dict | None = None, context: zmq.Context | None = None) -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        messages: Iterable,
+        *,
+        socket_type: int = zmq.PUSH,
+        hwm: int = 100_000,
+        bind: bool = False,
+        rate: float | None = None,
+        sockopts: dict | None = None,
+        context: zmq.Context | None = None,
+    ) -> None:
         super().__init__(daemon=True)
         self.context = context or zmq.Context.instance()
         self.socket = self.context.socket(socket_type)
@@ -200,7 +210,7 @@ def listening_addresses(pid: int) -> set[tuple[str, int]]:
             if width == 4:
                 host = ".".join(str(b) for b in raw[::-1])
             else:
-                host = ":".join(raw[i:i + 4][::-1].hex() for i in range(0, 16, 4))
+                host = ":".join(raw[i : i + 4][::-1].hex() for i in range(0, 16, 4))
             found.add((host, int(port, 16)))
     return found
 
@@ -245,8 +255,13 @@ def run_available_now(spark, df, tmp_path, name: str, timeout: float = 240):
     """Run an AvailableNow query into a memory table to completion; return (rows, error
     text or None). Errors raised while the query is planned count as its error."""
     try:
-        query = (df.writeStream.format("memory").queryName(name).option("checkpointLocation", str(tmp_path / name))
-                 .trigger(availableNow=True).start())
+        query = (
+            df.writeStream.format("memory")
+            .queryName(name)
+            .option("checkpointLocation", str(tmp_path / name))
+            .trigger(availableNow=True)
+            .start()
+        )
     except Exception as exc:
         return None, str(exc)
     try:
@@ -294,8 +309,9 @@ def tcp_receive_buffer(port: int) -> int:
     local port is ``port`` (0 when there is none)."""
     import subprocess
 
-    out = subprocess.run(["ss", "-tmnH", "state", "established", f"( sport = :{port} )"], capture_output=True,
-                         text=True, timeout=10).stdout
+    out = subprocess.run(
+        ["ss", "-tmnH", "state", "established", f"( sport = :{port} )"], capture_output=True, text=True, timeout=10
+    ).stdout
     marks = [part for part in out.replace("(", ",").replace(")", ",").split(",") if part.startswith("rb")]
     return int(marks[0][2:]) if marks else 0
 
@@ -354,8 +370,10 @@ class SocketEvents:
         while self.seen[event] < count:
             left = deadline - time.monotonic()
             if left <= 0 or self._take(left) is None:
-                raise AssertionError(f"socket monitor: {self.seen[event]} of {count} event(s) {event} within "
-                                     f"{timeout} s (events seen: {dict(self.seen)})")
+                raise AssertionError(
+                    f"socket monitor: {self.seen[event]} of {count} event(s) {event} within "
+                    f"{timeout} s (events seen: {dict(self.seen)})"
+                )
         return [m for m in self.events if m["event"] == event][count - 1]
 
     def came(self, event: int, count: int = 1, timeout: float = 10.0) -> bool:

@@ -35,8 +35,13 @@ def damaged(tmp_path):
     with open(segment, "r+b") as f:
         f.seek(os.path.getsize(segment) // 2)
         f.write(b"\x00" * 64)
-    server = SpoolServer(spool.spool_dir, host="127.0.0.1", spool_id=spool.spool_id, channels=1,
-                         locate=lambda channel, offset: spool.channels[channel].locate(offset))
+    server = SpoolServer(
+        spool.spool_dir,
+        host="127.0.0.1",
+        spool_id=spool.spool_id,
+        channels=1,
+        locate=lambda channel, offset: spool.channels[channel].locate(offset),
+    )
     yield spool, server
     server.close()
     spool.close()
@@ -52,24 +57,34 @@ def test_the_servers_loss_answer_carries_the_loss_as_json_beside_the_text(damage
     dealer.curve_serverkey = access.server_key
     dealer.connect(server.endpoint)
     try:
-        dealer.send_multipart([b"", json.dumps({"channel": 0, "start": 0, "end": 400, "spool": spool.spool_id,
-                                                "id": 7}).encode()])
+        dealer.send_multipart(
+            [b"", json.dumps({"channel": 0, "start": 0, "end": 400, "spool": spool.spool_id, "id": 7}).encode()]
+        )
         assert dealer.poll(10_000), "no answer from the fetch service"
         reply = dealer.recv_multipart()
     finally:
         dealer.close(0)
         context.term()
     assert reply[1] == b"error" and reply[-1] == b"7", reply
-    assert reply[2].decode().startswith("DataLossError: offsets 0..400 of channel 0 cannot be read from the driver's "
-                                        "spool"), reply
-    assert json.loads(reply[3]) == {"kind": "data-loss", "channel": 0, "start": 0, "end": 400,
-                                    "reason": "unreadable",
-                                    "words": "cannot be read from the driver's spool (the driver's log says why)"}
+    assert (
+        reply[2]
+        .decode()
+        .startswith("DataLossError: offsets 0..400 of channel 0 cannot be read from the driver's spool")
+    ), reply
+    assert json.loads(reply[3]) == {
+        "kind": "data-loss",
+        "channel": 0,
+        "start": 0,
+        "end": 400,
+        "reason": "unreadable",
+        "words": "cannot be read from the driver's spool (the driver's log says why)",
+    }
     # and through the client, the driver's words as they are
     with pytest.raises(DataLossError) as caught:
         list(fetch_range(server.access, 0, 0, 400, spool_id=spool.spool_id, timeout=30))
-    assert str(caught.value).startswith("DataLossError: offsets 0..400 of channel 0 cannot be read from the "
-                                        "driver's spool"), caught.value
+    assert str(caught.value).startswith(
+        "DataLossError: offsets 0..400 of channel 0 cannot be read from the driver's spool"
+    ), caught.value
 
 
 def _relay_said(answer: list[bytes], relay: str, channel: int, start: int, end: int) -> str:

@@ -37,8 +37,13 @@ def spool(tmp_path):
 
 
 def _serve(spool: Spool, ports=None) -> SpoolServer:
-    return SpoolServer(spool.spool_dir, host="127.0.0.1", ports=ports, spool_id=spool.spool_id,
-                       locate=lambda channel, offset: spool.channels[0].locate(offset))
+    return SpoolServer(
+        spool.spool_dir,
+        host="127.0.0.1",
+        ports=ports,
+        spool_id=spool.spool_id,
+        locate=lambda channel, offset: spool.channels[0].locate(offset),
+    )
 
 
 def test_the_service_takes_the_first_free_port_of_the_range_and_serves_there(spool):
@@ -89,8 +94,12 @@ def test_a_read_task_that_cannot_connect_fails_within_seconds_naming_the_address
     server = _serve(spool)
     try:
         (closed_port,) = free_ports(1)  # nothing listens there: every connect is refused
-        wrong = FetchAccess(f"tcp://127.0.0.1:{closed_port}", server.access.server_key, server.access.client_public,
-                            server.access.client_secret)
+        wrong = FetchAccess(
+            f"tcp://127.0.0.1:{closed_port}",
+            server.access.server_key,
+            server.access.client_public,
+            server.access.client_secret,
+        )
         started = time.monotonic()
         with pytest.raises(FetchError) as failure:
             list(fetch_range(wrong, 0, 0, 100, spool_id=spool.spool_id, timeout=120))
@@ -109,8 +118,12 @@ def test_a_silent_address_fails_as_fast_as_a_refused_one(spool, short_connect):
     listener.listen()
     server = _serve(spool)
     try:
-        wrong = FetchAccess(f"tcp://127.0.0.1:{listener.getsockname()[1]}", server.access.server_key,
-                            server.access.client_public, server.access.client_secret)
+        wrong = FetchAccess(
+            f"tcp://127.0.0.1:{listener.getsockname()[1]}",
+            server.access.server_key,
+            server.access.client_public,
+            server.access.client_secret,
+        )
         started = time.monotonic()
         with pytest.raises(FetchError, match="no connection completed its handshake"):
             list(fetch_range(wrong, 0, 0, 100, spool_id=spool.spool_id, timeout=120))
@@ -124,8 +137,12 @@ def test_a_short_fetch_timeout_bounds_the_connect_wait_too(spool):
     server = _serve(spool)
     try:
         (closed_port,) = free_ports(1)
-        wrong = FetchAccess(f"tcp://127.0.0.1:{closed_port}", server.access.server_key, server.access.client_public,
-                            server.access.client_secret)
+        wrong = FetchAccess(
+            f"tcp://127.0.0.1:{closed_port}",
+            server.access.server_key,
+            server.access.client_public,
+            server.access.client_secret,
+        )
         started = time.monotonic()
         with pytest.raises(FetchError):
             list(fetch_range(wrong, 0, 0, 100, spool_id=spool.spool_id, timeout=2))

@@ -31,10 +31,16 @@ def served(tmp_path):
     for start in range(0, 2000, 100):
         spool.channels[0].append(messages_to_batch([b"m-%d" % i for i in range(start, start + 100)], None, "raw", 0))
     for start in range(0, 64, 4):  # channel 1: 64 MiB of 1 MiB messages, for replies at the size cap
-        spool.channels[1].append(messages_to_batch([bytes([i]) * (1 << 20) for i in range(start, start + 4)],
-                                                   None, "raw", 0))
-    server = SpoolServer(spool.spool_dir, host="127.0.0.1", spool_id=spool.spool_id, channels=2,
-                         locate=lambda channel, offset: spool.channels[channel].locate(offset))
+        spool.channels[1].append(
+            messages_to_batch([bytes([i]) * (1 << 20) for i in range(start, start + 4)], None, "raw", 0)
+        )
+    server = SpoolServer(
+        spool.spool_dir,
+        host="127.0.0.1",
+        spool_id=spool.spool_id,
+        channels=2,
+        locate=lambda channel, offset: spool.channels[channel].locate(offset),
+    )
     yield spool, server
     server.close()
     spool.close()
@@ -96,11 +102,18 @@ def test_the_query_key_reads_and_bad_requests_learn_nothing_about_paths(served):
     try:
         reply = _ask(dealer, _request(spool, 0, 10))
         assert reply is not None and reply[0] == b"ok", reply
-        for bad in (b"\xff not json", b"[1, 2]", {"channel": 7, "start": 0, "end": 5},
-                    {"channel": 0, "start": 5, "end": 5}, {"channel": "0", "start": 0, "end": 5},
-                    {"channel": 0, "start": -1, "end": 5}, {"channel": 0, "start": 0, "end": 1 << 70},
-                    {"channel": 0, "start": 0, "end": 5, "spool": "x" * 1000},
-                    _request(spool, 5000, 6000), {"channel": 0, "start": 0, "end": 5, "spool": "another-spool"}):
+        for bad in (
+            b"\xff not json",
+            b"[1, 2]",
+            {"channel": 7, "start": 0, "end": 5},
+            {"channel": 0, "start": 5, "end": 5},
+            {"channel": "0", "start": 0, "end": 5},
+            {"channel": 0, "start": -1, "end": 5},
+            {"channel": 0, "start": 0, "end": 1 << 70},
+            {"channel": 0, "start": 0, "end": 5, "spool": "x" * 1000},
+            _request(spool, 5000, 6000),
+            {"channel": 0, "start": 0, "end": 5, "spool": "another-spool"},
+        ):
             reply = _ask(dealer, bad)
             assert reply is not None and reply[0] == b"error", (bad, reply)
             text = reply[1].decode()
@@ -134,9 +147,13 @@ def test_a_task_that_skips_loss_gets_the_rest_and_the_driver_logs_the_file(serve
         f.seek(os.path.getsize(path) // 2)
         f.write(b"\x00" * 64)
     with caplog.at_level("WARNING", logger="spark_zmq.ingest.loss"):
-        got = [v.as_py() for _, batch in fetch_range(server.access, 0, 0, 2000, spool_id=spool.spool_id, timeout=30,
-                                                     loss=LossPolicy(fail=False))
-               for v in batch.column(0)]
+        got = [
+            v.as_py()
+            for _, batch in fetch_range(
+                server.access, 0, 0, 2000, spool_id=spool.spool_id, timeout=30, loss=LossPolicy(fail=False)
+            )
+            for v in batch.column(0)
+        ]
     assert 0 < len(got) < 2000 and len(set(got)) == len(got)
     assert all(v == b"m-%d" % int(v[2:]) for v in got)
     assert "failOnDataLoss=false" in caplog.text and segment in caplog.text
@@ -164,13 +181,17 @@ def test_a_peer_that_never_reads_its_replies_costs_bounded_memory(served):
 
 def test_the_task_side_client_fetches_with_the_query_keys_and_fails_clearly_without_them(served):
     spool, server = served
-    got = [v for _, batch in fetch_range(server.access, 0, 0, 2000, spool_id=spool.spool_id, timeout=30)
-           for v in batch.column("value").to_pylist()]
+    got = [
+        v
+        for _, batch in fetch_range(server.access, 0, 0, 2000, spool_id=spool.spool_id, timeout=30)
+        for v in batch.column("value").to_pylist()
+    ]
     assert got == [b"m-%d" % i for i in range(2000)]
     other = SpoolServer(spool.spool_dir, host="127.0.0.1", spool_id=spool.spool_id)
     try:  # the keys of another query's service: the handshake fails and the error says so
-        wrong = fetch.FetchAccess(server.endpoint, other.access.server_key, other.access.client_public,
-                                  other.access.client_secret)
+        wrong = fetch.FetchAccess(
+            server.endpoint, other.access.server_key, other.access.client_public, other.access.client_secret
+        )
         with pytest.raises(FetchError, match="CURVE"):
             list(fetch_range(wrong, 0, 0, 10, spool_id=spool.spool_id, timeout=2))
     finally:
@@ -184,7 +205,9 @@ def test_a_flood_of_strangers_does_not_stop_the_service(served):
     for _ in range(3000):
         with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
             conn.sendall(greeting)
-    got = sum(batch.num_rows for _, batch in fetch_range(server.access, 0, 0, 2000, spool_id=spool.spool_id, timeout=30))
+    got = sum(
+        batch.num_rows for _, batch in fetch_range(server.access, 0, 0, 2000, spool_id=spool.spool_id, timeout=30)
+    )
     assert got == 2000
     wait_until(lambda: server._router.handshakes.rejected >= 3000, 30, "3000 rejections counted")
 
@@ -207,19 +230,22 @@ def test_a_resent_fetch_skips_late_answers_to_its_earlier_requests():
         return [b"ok", str(end).encode(), json.dumps([start]).encode(), sink.getvalue().to_pybytes(), request_id]
 
     def serve() -> None:
-        first = router.recv_multipart()            # request 1, unanswered
-        resent = router.recv_multipart()           # request 1 again, after resend_s
+        first = router.recv_multipart()  # request 1, unanswered
+        resent = router.recv_multipart()  # request 1 again, after resend_s
         assert json.loads(first[2]) == json.loads(resent[2])
         router.send_multipart(resent[:2] + reply(0, 5, b"1"))
-        second = router.recv_multipart()           # request 2, for offsets 5..10
+        second = router.recv_multipart()  # request 2, for offsets 5..10
         router.send_multipart(first[:2] + reply(0, 5, b"1"))  # the late answer to request 1
         router.send_multipart(second[:2] + reply(5, 10, b"2"))
 
     server = threading.Thread(target=serve, daemon=True)
     server.start()
     try:
-        got = [v.as_py() for _, batch in fetch_range(access, 0, 0, 10, timeout=20, resend_s=0.3)
-               for v in batch.column("value")]
+        got = [
+            v.as_py()
+            for _, batch in fetch_range(access, 0, 0, 10, timeout=20, resend_s=0.3)
+            for v in batch.column("value")
+        ]
         assert got == [b"m-%d" % i for i in range(10)]
     finally:
         server.join(10)

@@ -32,10 +32,16 @@ def served(tmp_path):
     spool = Spool(str(tmp_path / "spool"), 2, max_bytes=1 << 30)
     spool.channels[0].append(messages_to_batch([b"m-%d" % i for i in range(500)], None, "raw", 0))
     for start in range(0, 32, 8):
-        spool.channels[1].append(messages_to_batch([bytes([i]) * _BIG for i in range(start, start + 8)],
-                                                   None, "raw", 0))
-    server = SpoolServer(spool.spool_dir, host="127.0.0.1", spool_id=spool.spool_id, channels=2,
-                         locate=lambda channel, offset: spool.channels[channel].locate(offset))
+        spool.channels[1].append(
+            messages_to_batch([bytes([i]) * _BIG for i in range(start, start + 8)], None, "raw", 0)
+        )
+    server = SpoolServer(
+        spool.spool_dir,
+        host="127.0.0.1",
+        spool_id=spool.spool_id,
+        channels=2,
+        locate=lambda channel, offset: spool.channels[channel].locate(offset),
+    )
     yield spool, server
     closing = threading.Thread(target=server.close, daemon=True)
     closing.start()
@@ -53,8 +59,9 @@ def _dealer(server: SpoolServer) -> zmq.Socket:
 
 
 def _fetch(spool: Spool, channel: int, start: int, end: int, request_id: int) -> bytes:
-    return json.dumps({"channel": channel, "start": start, "end": end, "spool": spool.spool_id,
-                       "id": request_id}).encode()
+    return json.dumps(
+        {"channel": channel, "start": start, "end": end, "spool": spool.spool_id, "id": request_id}
+    ).encode()
 
 
 def test_a_client_that_reads_nothing_costs_others_nothing_and_close_ends_in_time(served):
@@ -73,8 +80,9 @@ def test_a_client_that_reads_nothing_costs_others_nothing_and_close_ends_in_time
     try:
         for i in range(24):  # 24 fetches of 8 MiB each; not one reply is read
             attacker.send_multipart([b"", _fetch(spool, 1, 0, 32, 100 + i)])
-        wait_until(lambda: server.dropped_replies >= 1, 20, "the service to drop a reply to the client that reads "
-                                                             "nothing")
+        wait_until(
+            lambda: server.dropped_replies >= 1, 20, "the service to drop a reply to the client that reads nothing"
+        )
 
         # the other reader is served within a bound, with the attacker still connected
         started = time.monotonic()
@@ -82,8 +90,11 @@ def test_a_client_that_reads_nothing_costs_others_nothing_and_close_ends_in_time
             other.send_multipart([b"", _fetch(spool, 0, i * 10, i * 10 + 10, 10 + i)])
             assert other.poll(3000), f"answer {i + 1} of 5 did not come within 3 s during the attack"
             assert other.recv_multipart()[1] == b"ok"
-        got = [v for _, batch in fetch_range(server.access, 0, 0, 500, spool_id=spool.spool_id, timeout=5)
-               for v in batch.column("value").to_pylist()]
+        got = [
+            v
+            for _, batch in fetch_range(server.access, 0, 0, 500, spool_id=spool.spool_id, timeout=5)
+            for v in batch.column("value").to_pylist()
+        ]
         assert got == [b"m-%d" % i for i in range(500)]
         assert time.monotonic() - started < 5.0
 

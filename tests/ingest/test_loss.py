@@ -15,7 +15,8 @@ def test_a_spool_loss_reads_as_it_always_did_also_narrowed():
     loss = LostRange(3, 10, 20, "record at byte 96: checksum mismatch", path="/s/ch-3/10-0.seg")
     assert loss.describe() == "offsets 10..20 of channel 3 in /s/ch-3/10-0.seg (record at byte 96: checksum mismatch)"
     assert loss.within(12, 30).describe() == (
-        "offsets 12..20 of channel 3 in /s/ch-3/10-0.seg (record at byte 96: checksum mismatch)")
+        "offsets 12..20 of channel 3 in /s/ch-3/10-0.seg (record at byte 96: checksum mismatch)"
+    )
     assert loss.count == 10 and loss.within(12, 15).count == 3
 
 

@@ -43,7 +43,10 @@ def test_read_range_from_a_located_batch_equals_a_scan_from_the_segment_start(tm
         assert hint is not None
         expected = [b"m-%d" % k for k in range(start, end)]
         assert _values(read_range(str(tmp_path), 0, start, end, spool_id=spool.spool_id)) == expected
-        assert _values(read_range(str(tmp_path), 0, start, end, hint, spool_id=spool.spool_id)) == expected, (start, end)
+        assert _values(read_range(str(tmp_path), 0, start, end, hint, spool_id=spool.spool_id)) == expected, (
+            start,
+            end,
+        )
     assert log.locate(total) is None  # not spooled yet
     spool.close()
 
@@ -118,7 +121,9 @@ def test_a_receive_batch_takes_the_spool_at_most_a_message_past_its_budget(tmp_p
             assert receiver.error is None and log.next_offset < 2000
         used, spooled = budget.used(), log.next_offset
         # one 1,000-byte message, and the framing of the records (offsets, times, headers)
-        assert used <= budget.max_bytes + 1000 + 16 * 1024, f"the spool took {used} bytes of a {budget.max_bytes} budget"
+        assert used <= budget.max_bytes + 1000 + 16 * 1024, (
+            f"the spool took {used} bytes of a {budget.max_bytes} budget"
+        )
         assert 200 <= spooled < 300
     finally:
         receiver.stop()
@@ -165,7 +170,8 @@ def test_a_receiver_survives_a_disk_that_refuses_writes_and_loses_nothing(tmp_pa
         while log.next_offset < 100 and not deadline.wait(0.01):
             assert receiver.error is None
         assert _values(read_range(str(tmp_path / "spool"), 0, 0, 100, spool_id=spool.spool_id)) == [
-            b"d-%d" % i for i in range(100)]
+            b"d-%d" % i for i in range(100)
+        ]
     finally:
         receiver.stop()
         push.close(linger=0)
@@ -270,7 +276,8 @@ def test_the_driver_reads_and_releases_while_the_receiver_writes_and_rolls(tmp_p
     names = sorted(n for n in os.listdir(log.dir) if n.endswith(".seg"))
     assert names == sorted(s.name for s in log.segments)  # released files gone, none else
     assert _values(read_range(str(tmp_path), 0, log.earliest, total, spool_id=spool.spool_id)) == [
-        b"m-%d" % k for k in range(log.earliest, total)]
+        b"m-%d" % k for k in range(log.earliest, total)
+    ]
     spool.close()
 
 
@@ -343,9 +350,11 @@ def test_a_steady_trickle_is_spooled_in_few_writes_and_every_message_kept(tmp_pa
             assert time.monotonic() - started < 30, f"only {log.next_offset} of {sent} messages spooled"
         elapsed = time.monotonic() - started
         assert receiver.writes <= elapsed / receiver.min_write_interval_s + 2, (
-            f"{receiver.writes} spool writes in {elapsed:.2f} s for {sent} messages")
+            f"{receiver.writes} spool writes in {elapsed:.2f} s for {sent} messages"
+        )
         assert _values(read_range(str(tmp_path / "spool"), 0, 0, sent, spool_id=spool.spool_id)) == [
-            b"t-%d" % i for i in range(sent)]
+            b"t-%d" % i for i in range(sent)
+        ]
     finally:
         receiver.stop()
         push.close(linger=0)

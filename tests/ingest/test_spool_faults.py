@@ -91,12 +91,19 @@ def build(root: str, groups=((2, 1, 3), (1, 2, 2))) -> Built:
     for e in log.entries:
         records.append(Rec(e.segment.name, e.first, e.end, e.position, 0))
     for r, nxt in zip(records, records[1:] + [None]):
-        r.stop = nxt.position if nxt is not None and nxt.segment == r.segment else next(
-            s.size for s in log.segments if s.name == r.segment
+        r.stop = (
+            nxt.position
+            if nxt is not None and nxt.segment == r.segment
+            else next(s.size for s in log.segments if s.name == r.segment)
         )
     built = Built(
-        spool_dir, spool.spool_id, messages, records, [s.name for s in log.segments],
-        {s.name: s.size for s in log.segments}, log.next_offset,
+        spool_dir,
+        spool.spool_id,
+        messages,
+        records,
+        [s.name for s in log.segments],
+        {s.name: s.size for s in log.segments},
+        log.next_offset,
     )
     spool.close()
     for name in built.segments:  # the layout the tests damage: header, records back to back

@@ -183,9 +183,6 @@ class SpoolMachine(RuleBasedStateMachine):
 
 
 SpoolMachine.TestCase.settings = settings(
-    max_examples=examples(100),
-    stateful_step_count=40,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
+    max_examples=examples(100), stateful_step_count=40, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 test_spool_against_a_model = SpoolMachine.TestCase

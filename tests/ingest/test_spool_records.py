@@ -17,15 +17,18 @@ pytestmark = pytest.mark.timeout(120)
 #: small messages and large ones (1 to 5 kB); a large one repeats a short random piece, so
 #: it costs Hypothesis a few bytes of entropy: drawn byte by byte, 40 of them to a batch
 #: overran its buffer and were thrown away, leaving mostly small batches to the test
-_large = st.builds(lambda piece, times: (piece * times)[:5000], st.binary(min_size=1, max_size=16),
-                   st.integers(1000, 5000))
+_large = st.builds(
+    lambda piece, times: (piece * times)[:5000], st.binary(min_size=1, max_size=16), st.integers(1000, 5000)
+)
 _message = st.one_of(st.binary(max_size=64), _large)
 _topic = st.one_of(st.none(), st.binary(max_size=12))
-_batch = st.integers(1, 40).flatmap(lambda n: st.tuples(
-    st.lists(_message, min_size=n, max_size=n),
-    st.one_of(st.none(), st.lists(_topic, min_size=n, max_size=n)),
-    st.sampled_from(["raw", "text", "json"]),
-))
+_batch = st.integers(1, 40).flatmap(
+    lambda n: st.tuples(
+        st.lists(_message, min_size=n, max_size=n),
+        st.one_of(st.none(), st.lists(_topic, min_size=n, max_size=n)),
+        st.sampled_from(["raw", "text", "json"]),
+    )
+)
 
 
 @settings(max_examples=examples(150), deadline=None)  # a tenth of them in the inner loop

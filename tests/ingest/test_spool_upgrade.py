@@ -108,10 +108,11 @@ def test_this_version_writes_format_2_whose_body_checksum_is_xxh3_64(tmp_path):
     with open(_segments(spool_dir, 0)[0], "rb") as segment:
         data = segment.read()
     assert struct.unpack_from("<8sI", data, 0) == (b"ZMQSPOOL", 2)
-    magic, version, _flags, first, count, size, body_sum, _crc = struct.unpack_from("<4sHHqIQQI", data,
-                                                                                   SEGMENT_HEADER_SIZE)
+    magic, version, _flags, first, count, size, body_sum, _crc = struct.unpack_from(
+        "<4sHHqIQQI", data, SEGMENT_HEADER_SIZE
+    )
     assert (magic, version, first, count) == (b"ZSPB", 2, 0, 2)
-    body = data[SEGMENT_HEADER_SIZE + RECORD_HEADER_SIZE:][:size]
+    body = data[SEGMENT_HEADER_SIZE + RECORD_HEADER_SIZE :][:size]
     assert body_sum == xxhash.xxh3_64_intdigest(body)
 
 

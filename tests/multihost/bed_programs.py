@@ -96,8 +96,13 @@ def produce(spec: dict) -> int:
         worst_block = max(worst_block, time.monotonic() - t0)
         if (i + 1) % every == 0:
             _status(status, event="sent", sent=i + 1, worst_block_s=round(worst_block, 3))
-    _status(status, event="sent_all", sent=count, seconds=round(time.monotonic() - began, 3),
-            worst_block_s=round(worst_block, 3))
+    _status(
+        status,
+        event="sent_all",
+        sent=count,
+        seconds=round(time.monotonic() - began, 3),
+        worst_block_s=round(worst_block, 3),
+    )
     if spec.get("hold"):
         # keep the connection (and what the kernel still has to deliver) until told to stop:
         # a producer that exits while its peer is unreachable is another scenario
@@ -184,11 +189,17 @@ def worker(spec: dict) -> int:
     name = spec["label"]
 
     def double(batch: pa.RecordBatch) -> pa.RecordBatch:
-        return pa.record_batch({"doubled": pc.multiply(batch.column("id"), 2),
-                                "worker": pa.array([name] * batch.num_rows)})
+        return pa.record_batch(
+            {"doubled": pc.multiply(batch.column("id"), 2), "worker": pa.array([name] * batch.num_rows)}
+        )
 
-    stats = serve_requests(double, spec["endpoint"], format="arrow", stop=stop,
-                           on_ready=lambda addresses: _status(spec["status"], event="started"))
+    stats = serve_requests(
+        double,
+        spec["endpoint"],
+        format="arrow",
+        stop=stop,
+        on_ready=lambda addresses: _status(spec["status"], event="started"),
+    )
     _status(spec["status"], event="done", requests=getattr(stats, "requests", None))
     return 0
 
@@ -196,17 +207,20 @@ def worker(spec: dict) -> int:
 def _session(spec: dict):
     from pyspark.sql import SparkSession
 
-    builder = (SparkSession.builder.master(spec["master"]).appName(spec.get("app", "spark-zmq-netbed"))
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.pyspark.python", sys.executable)
-               .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
-               .config("spark.executor.memory", "512m")
-               .config("spark.executor.cores", "1")
-               .config("spark.cores.max", "2")
-               .config("spark.driver.memory", "768m")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.sql.streaming.stopTimeout", "30s"))
+    builder = (
+        SparkSession.builder.master(spec["master"])
+        .appName(spec.get("app", "spark-zmq-netbed"))
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.pyspark.python", sys.executable)
+        .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
+        .config("spark.executor.memory", "512m")
+        .config("spark.executor.cores", "1")
+        .config("spark.cores.max", "2")
+        .config("spark.driver.memory", "768m")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.streaming.stopTimeout", "30s")
+    )
     for key, value in spec.get("conf", {}).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
@@ -253,10 +267,14 @@ def stream(spec: dict, session=None) -> int:
         result["session_s"] = round(time.monotonic() - began, 2)
         reader = spark.readStream.format("zmq").options(**spec["options"])
         df = reader.load()
-        query = (df.selectExpr("CAST(value AS STRING) AS value", "partition", "offset")
-                 .writeStream.format("json").option("path", spec["output"])
-                 .option("checkpointLocation", spec["checkpoint"])
-                 .trigger(processingTime=spec.get("trigger", "1 second")).start())
+        query = (
+            df.selectExpr("CAST(value AS STRING) AS value", "partition", "offset")
+            .writeStream.format("json")
+            .option("path", spec["output"])
+            .option("checkpointLocation", spec["checkpoint"])
+            .trigger(processingTime=spec.get("trigger", "1 second"))
+            .start()
+        )
         _status(status, event="started", driver_host=result["driver_host"], executors=result["executors"])
         expected, deadline = int(spec["expected"]), time.monotonic() + float(spec["deadline"])
         seen: dict = {}  # batch id -> its rows (batches with rows only)
@@ -290,9 +308,15 @@ def stream(spec: dict, session=None) -> int:
                 break
             time.sleep(0.25)  # polling the query's progress with the deadline above
         rows = sum(seen.values())
-        result.update(rows=rows, batches=len(seen), first_rows_s=first_rows_at and round(first_rows_at, 2),
-                      seconds=round(time.monotonic() - began, 2), error=error, broken_connections=broken,
-                      timeline=timeline)
+        result.update(
+            rows=rows,
+            batches=len(seen),
+            first_rows_s=first_rows_at and round(first_rows_at, 2),
+            seconds=round(time.monotonic() - began, 2),
+            error=error,
+            broken_connections=broken,
+            timeline=timeline,
+        )
         if error is None and query.exception() is not None:
             result["error"] = str(query.exception())
         query.stop()
@@ -321,10 +345,13 @@ def write(spec: dict, session=None) -> int:
         _status(status, event="started", driver_host=result["driver_host"], executors=result["executors"])
         value = "CAST(id AS STRING)"
         if spec.get("pace_ms"):  # each row takes pace_ms in its task (reflect gives "null" for void: cut)
-            value = f"concat({value}, coalesce(substr(reflect('java.lang.Thread', 'sleep', " \
-                    f"CAST({int(spec['pace_ms'])} AS BIGINT)), 1, 0), ''))"
-        df = spark.range(0, int(spec["count"]), numPartitions=int(spec.get("partitions", 4))) \
-            .selectExpr(f"{value} AS value")
+            value = (
+                f"concat({value}, coalesce(substr(reflect('java.lang.Thread', 'sleep', "
+                f"CAST({int(spec['pace_ms'])} AS BIGINT)), 1, 0), ''))"
+            )
+        df = spark.range(0, int(spec["count"]), numPartitions=int(spec.get("partitions", 4))).selectExpr(
+            f"{value} AS value"
+        )
         t0 = time.monotonic()
         df.write.format("zmq").options(**spec["options"]).mode("append").save()
         result.update(ok=True, write_s=round(time.monotonic() - t0, 2))
@@ -352,16 +379,23 @@ def request(spec: dict, session=None) -> int:
         _status(status, event="started", executors=result["executors"])
         count = int(spec["count"])
         df = spark.range(0, count, numPartitions=int(spec.get("partitions", 4)))
-        rows = spark_zmq.request(df, spec["endpoint"], reply_schema="doubled long, worker string",
-                                 **spec.get("options", {})).collect()
+        rows = spark_zmq.request(
+            df, spec["endpoint"], reply_schema="doubled long, worker string", **spec.get("options", {})
+        ).collect()
         ids = [r["id"] for r in rows]
         workers: dict = {}
         for r in rows:
             workers[r["worker"]] = workers.get(r["worker"], 0) + 1
-        result.update(rows=len(rows), distinct=len(set(ids)), missing=count - len(set(ids) & set(range(count))),
-                      wrong=sum(1 for r in rows if r["doubled"] != 2 * r["id"]), workers=workers)
-        result["ok"] = result["rows"] == count and result["distinct"] == count and not result["missing"] \
-            and not result["wrong"]
+        result.update(
+            rows=len(rows),
+            distinct=len(set(ids)),
+            missing=count - len(set(ids) & set(range(count))),
+            wrong=sum(1 for r in rows if r["doubled"] != 2 * r["id"]),
+            workers=workers,
+        )
+        result["ok"] = (
+            result["rows"] == count and result["distinct"] == count and not result["missing"] and not result["wrong"]
+        )
     except BaseException as exc:  # noqa: BLE001 - reported to the test
         result["error"] = f"{type(exc).__name__}: {exc}"
         result["traceback"] = traceback.format_exc()[-4000:]
@@ -395,6 +429,7 @@ def _source_figures(progress: dict) -> dict:
     """From one progress of a zmq source: ``latest`` (messages spooled, all channels),
     ``end`` (the batch's end offsets), ``lag`` (records received and in no planned batch),
     and the ``committedOnly`` counters (released batches and messages) when there are any."""
+
     def decoded(value):
         if isinstance(value, str):
             try:
@@ -402,13 +437,16 @@ def _source_figures(progress: dict) -> dict:
             except ValueError:
                 return {}
         return value or {}
+
     source = progress.get("sources", [{}])[0]
     latest, end = decoded(source.get("latestOffset")), decoded(source.get("endOffset"))
-    return {"latest": sum(v for k, v in latest.items() if k.isdigit()),
-            "end": sum(v for k, v in end.items() if k.isdigit()),
-            "lag": (latest.get("lag") or {}).get("records", 0),
-            "broken": int(latest.get("brokenConnections", 0)),
-            "committed_only": latest.get("committedOnly", {})}
+    return {
+        "latest": sum(v for k, v in latest.items() if k.isdigit()),
+        "end": sum(v for k, v in end.items() if k.isdigit()),
+        "lag": (latest.get("lag") or {}).get("records", 0),
+        "broken": int(latest.get("brokenConnections", 0)),
+        "committed_only": latest.get("committedOnly", {}),
+    }
 
 
 def _follow(query, spec: dict, report) -> dict:
@@ -451,17 +489,30 @@ def stage1(spec: dict) -> int:
     spark = _session(dict(spec, master=spec.get("master", "local[2,4]")))
     value = "CAST(value AS STRING)"
     if spec.get("pace_ms"):
-        value = f"concat({value}, coalesce(substr(reflect('java.lang.Thread', 'sleep', " \
-                f"CAST({int(spec['pace_ms'])} AS BIGINT)), 1, 0), ''))"
-    query = (spark.readStream.format("zmq").options(**spec["source"]).load().repartition(2)
-             .selectExpr(f"CAST({value} AS BIGINT) AS id")
-             .writeStream.format("zmq").option("pattern", "push").option("format", "arrow")
-             .option("endpoints", spec["endpoints"]).option("rowsPerMessage", str(spec.get("rows_per_message", 100)))
-             .option("checkpointLocation", spec["checkpoint"]).trigger(processingTime="1 second").start())
+        value = (
+            f"concat({value}, coalesce(substr(reflect('java.lang.Thread', 'sleep', "
+            f"CAST({int(spec['pace_ms'])} AS BIGINT)), 1, 0), ''))"
+        )
+    query = (
+        spark.readStream.format("zmq")
+        .options(**spec["source"])
+        .load()
+        .repartition(2)
+        .selectExpr(f"CAST({value} AS BIGINT) AS id")
+        .writeStream.format("zmq")
+        .option("pattern", "push")
+        .option("format", "arrow")
+        .option("endpoints", spec["endpoints"])
+        .option("rowsPerMessage", str(spec.get("rows_per_message", 100)))
+        .option("checkpointLocation", spec["checkpoint"])
+        .trigger(processingTime="1 second")
+        .start()
+    )
 
     def report(p: dict) -> None:
         if p["numInputRows"]:
             _status(status, event="batch", batch=p["batchId"], rows=p["numInputRows"])
+
     return _run_stage(spark, query, spec, report)
 
 
@@ -472,14 +523,28 @@ def stage2(spec: dict) -> int:
     every progress (``_source_figures``)."""
     status = spec["status"]
     spark = _session(dict(spec, master=spec.get("master", "local[2,4]")))
-    query = (spark.readStream.format("zmq").option("pattern", "pull").option("endpoints", spec["endpoint"])
-             .option("format", "arrow").option("committedOnly", "true").option("spoolDir", spec["spool_dir"])
-             .schema("id long").load()
-             .selectExpr("CAST(id AS STRING) AS value")
-             .writeStream.format("json").option("path", spec["output"]).option("checkpointLocation", spec["checkpoint"])
-             .trigger(processingTime="500 milliseconds").start())
-    return _run_stage(spark, query, spec, lambda p: _status(status, event="progress", batch=p["batchId"],
-                                                            rows=p["numInputRows"], **_source_figures(p)))
+    query = (
+        spark.readStream.format("zmq")
+        .option("pattern", "pull")
+        .option("endpoints", spec["endpoint"])
+        .option("format", "arrow")
+        .option("committedOnly", "true")
+        .option("spoolDir", spec["spool_dir"])
+        .schema("id long")
+        .load()
+        .selectExpr("CAST(id AS STRING) AS value")
+        .writeStream.format("json")
+        .option("path", spec["output"])
+        .option("checkpointLocation", spec["checkpoint"])
+        .trigger(processingTime="500 milliseconds")
+        .start()
+    )
+    return _run_stage(
+        spark,
+        query,
+        spec,
+        lambda p: _status(status, event="progress", batch=p["batchId"], rows=p["numInputRows"], **_source_figures(p)),
+    )
 
 
 def serve(spec: dict) -> int:
@@ -490,8 +555,13 @@ def serve(spec: dict) -> int:
     began = time.monotonic()
     spark = _session(spec)
     executors = _wait_executors(spark, int(spec.get("executors", 2)), 120)
-    _status(spec["status"], event="serving", driver_host=spark.conf.get("spark.driver.host", None),
-            executors=executors, session_s=round(time.monotonic() - began, 2))
+    _status(
+        spec["status"],
+        event="serving",
+        driver_host=spark.conf.get("spark.driver.host", None),
+        executors=executors,
+        session_s=round(time.monotonic() - began, 2),
+    )
     roles = {"stream": stream, "write": write, "request": request, "keygen": keygen}
     try:
         for line in sys.stdin:
@@ -511,5 +581,16 @@ if __name__ == "__main__":
     role, spec_path = sys.argv[1], sys.argv[2]
     with open(spec_path) as f:
         spec = json.load(f)
-    sys.exit({"produce": produce, "consume": consume, "worker": worker, "stream": stream, "write": write,
-              "request": request, "serve": serve, "stage1": stage1, "stage2": stage2}[role](spec))
+    sys.exit(
+        {
+            "produce": produce,
+            "consume": consume,
+            "worker": worker,
+            "stream": stream,
+            "write": write,
+            "request": request,
+            "serve": serve,
+            "stage1": stage1,
+            "stage2": stage2,
+        }[role](spec)
+    )

@@ -43,6 +43,7 @@ def events(started: dict) -> list:
 def wait_event(started: dict, event: str, timeout: float, log=lambda: "", **match) -> dict:
     """The first ``event`` whose fields are at least ``match``, polled with a deadline; fails at
     once, with the program's log, when the program exits without it."""
+
     def found():
         for e in events(started):
             if e["event"] == event and all(e.get(k, 0) >= v for k, v in match.items()):
@@ -53,6 +54,7 @@ def wait_event(started: dict, event: str, timeout: float, log=lambda: "", **matc
                     return e
             raise AssertionError(f"{started['name']} exited {started['proc'].returncode} before {event}: {log()}")
         return None
+
     return netbed.poll(found, timeout, 0.1, f"{started['name']}: {event} {match}")
 
 
@@ -71,9 +73,15 @@ class Driver:
         with open(spec, "w") as f:
             json.dump({"master": cluster.url, "status": self.status}, f)
         with open(self.log_path, "wb") as log:
-            self.proc = bed.run("driver", [sys.executable, PROGRAMS, "serve", spec], _env(),
-                                private_dirs=[self.private], stdin=subprocess.PIPE, stdout=log,
-                                stderr=subprocess.STDOUT)
+            self.proc = bed.run(
+                "driver",
+                [sys.executable, PROGRAMS, "serve", spec],
+                _env(),
+                private_dirs=[self.private],
+                stdin=subprocess.PIPE,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         started = dict(status=self.status, proc=self.proc, name="driver")
         self.serving = wait_event(started, "serving", 240, self.log)
 
@@ -99,8 +107,7 @@ class Kit:
     """Start the bed programs with a spec file each (the driver's scenarios go to the
     module's ``Driver``); read what they report."""
 
-    def __init__(self, bed: netbed.NetBed, cluster: netbed.SparkCluster, root: str, name: str,
-                 driver: Driver) -> None:
+    def __init__(self, bed: netbed.NetBed, cluster: netbed.SparkCluster, root: str, name: str, driver: Driver) -> None:
         self.bed, self.cluster, self.driver = bed, cluster, driver
         self.dir = os.path.join(root, name)
         os.makedirs(self.dir)
@@ -116,8 +123,12 @@ class Kit:
 
     def spark(self, role: str, name: str = "query", **spec) -> dict:
         """Run a ``stream`` or ``write`` scenario in the module's driver application."""
-        spec.update(role=role, status=self.path(f"{name}.status"), result=self.path(f"{name}.result"),
-                    stop_file=self.path(f"{name}.stop"))
+        spec.update(
+            role=role,
+            status=self.path(f"{name}.status"),
+            result=self.path(f"{name}.result"),
+            stop_file=self.path(f"{name}.stop"),
+        )
         with open(self.path(f"{name}.json"), "w") as f:
             json.dump(spec, f)
         self.driver.send(self.path(f"{name}.json"))
@@ -129,8 +140,14 @@ class Kit:
         with open(self.path(f"{name}.json"), "w") as f:
             json.dump(spec, f)
         log = open(self.path(f"{name}.log"), "wb")
-        proc = self.bed.run(host, [sys.executable, PROGRAMS, role, self.path(f"{name}.json")], self.env(),
-                            private_dirs=private_dirs, stdout=log, stderr=subprocess.STDOUT)
+        proc = self.bed.run(
+            host,
+            [sys.executable, PROGRAMS, role, self.path(f"{name}.json")],
+            self.env(),
+            private_dirs=private_dirs,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         log.close()
         self.procs.append(proc)
         return dict(spec, proc=proc, name=name)
@@ -138,15 +155,27 @@ class Kit:
     def cli(self, host: str, name: str, args: list, private_dirs=(), stdout=subprocess.DEVNULL) -> subprocess.Popen:
         """``spark-zmq ARGS`` on ``host``, its stderr in ``<name>.log``."""
         with open(self.path(f"{name}.log"), "wb") as err:
-            proc = self.bed.run(host, [sys.executable, "-m", "spark_zmq.cli", *args], self.env(),
-                                private_dirs=private_dirs, stdout=stdout, stderr=err)
+            proc = self.bed.run(
+                host,
+                [sys.executable, "-m", "spark_zmq.cli", *args],
+                self.env(),
+                private_dirs=private_dirs,
+                stdout=stdout,
+                stderr=err,
+            )
         self.procs.append(proc)
         return proc
 
-    def relay(self, host: str, endpoints: str, listen: str, spool_dir: str, private_dirs=(),
-              name: str = "relay") -> subprocess.Popen:
-        proc = self.cli(host, name, ["relay", "--endpoints", endpoints, "--listen", listen, "--spool-dir", spool_dir],
-                        private_dirs=private_dirs, stdout=subprocess.PIPE)
+    def relay(
+        self, host: str, endpoints: str, listen: str, spool_dir: str, private_dirs=(), name: str = "relay"
+    ) -> subprocess.Popen:
+        proc = self.cli(
+            host,
+            name,
+            ["relay", "--endpoints", endpoints, "--listen", listen, "--spool-dir", spool_dir],
+            private_dirs=private_dirs,
+            stdout=subprocess.PIPE,
+        )
         ready = read_ready(proc, 60)
         assert ready is not None, f"{name} did not start: {self.log(name)}"
         return proc
@@ -218,7 +247,8 @@ def assert_exactly_once(values: collections.Counter, count: int, start: int = 0)
     extra = set(values) - expected
     assert not missing and not duplicated and not extra, (
         f"{len(missing)} missing of {count} (e.g. {sorted(missing, key=int)[:5]}), "
-        f"{len(duplicated)} duplicated (e.g. {list(duplicated.items())[:5]}), {len(extra)} unexpected")
+        f"{len(duplicated)} duplicated (e.g. {list(duplicated.items())[:5]}), {len(extra)} unexpected"
+    )
 
 
 def ranges(numbers) -> list:

@@ -33,7 +33,7 @@ def cluster_command() -> str:
     """The page's ``cluster`` block, its backslash continuations joined."""
     text = PAGE.read_text(encoding="utf-8")
     match = re.search(r'^```bash title="cluster"\n(.*?)^```', text, re.S | re.M)
-    assert match, f"{PAGE}: no ```bash title=\"cluster\" block"
+    assert match, f'{PAGE}: no ```bash title="cluster" block'
     return match.group(1).replace("\\\n", " ")
 
 
@@ -50,9 +50,14 @@ def test_the_documented_cluster_command_reads_every_reading_through_the_document
     spark_submit = os.path.join(netbed.spark_home(), "bin", "spark-submit")
     private = os.path.join(bed_dir, "driver-private")
     out = os.path.join(bed_dir, "deployment")
-    swap = {"spark://master:7077": cluster.url, "10.0.0.5": bed.addr("driver"), "/opt/venv/bin/python": sys.executable,
-            "/data/readings": os.path.join(out, "readings"), "/data/readings-ckpt": os.path.join(out, "ckpt"),
-            "/var/lib/spark-zmq/readings": os.path.join(private, "spool")}
+    swap = {
+        "spark://master:7077": cluster.url,
+        "10.0.0.5": bed.addr("driver"),
+        "/opt/venv/bin/python": sys.executable,
+        "/data/readings": os.path.join(out, "readings"),
+        "/data/readings-ckpt": os.path.join(out, "ckpt"),
+        "/var/lib/spark-zmq/readings": os.path.join(private, "spool"),
+    }
     assert argv[0] == "spark-submit"
     argv = [spark_submit] + [_swapped(a, swap) for a in argv[1:]]
     job = str(Path(__file__).resolve().parents[2] / "jobs" / "zmq_to_parquet.py")
@@ -61,10 +66,23 @@ def test_the_documented_cluster_command_reads_every_reading_through_the_document
     port = int(re.search(r"@tcp://\*:(\d+)", " ".join(argv)).group(1))
     bed.firewall("driver", ["w1", "w2"], _ports(argv))
     bed.firewall("driver", ["producer"], [port])
-    producer = bed.run("producer", [sys.executable, "-m", "spark_zmq.cli", "produce",
-                                    f"tcp://{bed.addr('driver')}:{port}", "--format", "json",
-                                    "--count", str(READINGS)], _env(),
-                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    producer = bed.run(
+        "producer",
+        [
+            sys.executable,
+            "-m",
+            "spark_zmq.cli",
+            "produce",
+            f"tcp://{bed.addr('driver')}:{port}",
+            "--format",
+            "json",
+            "--count",
+            str(READINGS),
+        ],
+        _env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     with open(os.path.join(bed_dir, "deployment.log"), "wb") as log:
         submit = bed.run("driver", argv, _env(), private_dirs=[private], stdout=log, stderr=subprocess.STDOUT)
     try:
@@ -80,7 +98,8 @@ def test_the_documented_cluster_command_reads_every_reading_through_the_document
     assert produced == 0, producer.stderr.read().decode(errors="replace")[-2000:]
     seqs = pq.read_table(swap["/data/readings"], columns=["seq"]).column("seq").to_pylist()
     assert len(seqs) == READINGS and set(seqs) == set(range(READINGS)), (
-        f"{len(seqs)} rows, {len(set(seqs))} distinct readings of {READINGS}")
+        f"{len(seqs)} rows, {len(set(seqs))} distinct readings of {READINGS}"
+    )
     assert os.listdir(private) == [], "the driver's spool leaked out of its mount namespace"
 
 

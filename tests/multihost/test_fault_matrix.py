@@ -37,6 +37,7 @@ def _elapse(seconds: float, look=lambda: None) -> None:
     def over():
         look()
         return time.monotonic() - began >= seconds
+
     netbed.poll(over, seconds + 5, 0.5, f"{seconds} s to pass")
 
 
@@ -70,6 +71,7 @@ class Watch:
 
     def wait_event(self, started: dict, event: str, timeout: float, **match) -> dict:
         """``Kit.wait_event``, looking for the WARN meanwhile."""
+
         def found():
             self.look()
             for e in self.kit.events(started):
@@ -77,6 +79,7 @@ class Watch:
                     return e
             assert started["proc"].poll() is None, f"{started['name']} exited before {event}"
             return None
+
         return netbed.poll(found, timeout, 0.2, f"{started['name']}: {event}")
 
     def broken_at(self):
@@ -100,6 +103,7 @@ class Watch:
             if rows != last["rows"]:
                 last.update(rows=rows, at=time.monotonic())
             return time.monotonic() - last["at"] > quiet
+
         netbed.poll(settled, timeout, 1.0, "the sink to settle")
 
     def since_fault(self, t):
@@ -115,8 +119,10 @@ def _stall(timeline: list, after: float, healed) -> dict:
     if healed is not None:
         before = [t for t in times if t <= healed]
         later = [t for t in times if t > healed]
-        figures.update(last_rows_before_heal_s=before and round(before[-1] - after, 1),
-                       first_rows_after_heal_s=later and round(later[0] - healed, 1))
+        figures.update(
+            last_rows_before_heal_s=before and round(before[-1] - after, 1),
+            first_rows_after_heal_s=later and round(later[0] - healed, 1),
+        )
     return figures
 
 
@@ -125,14 +131,19 @@ def _stream(kit: Kit, bed: netbed.NetBed, name: str, deadline: float = 300) -> t
     producer that keeps its socket open to the end, and a ``Watch``."""
     private = private_spool(kit, "driver")
     endpoint = f"tcp://{bed.addr('driver')}:5555"
-    job = kit.spark("stream", expected=MESSAGES, deadline=deadline, output=kit.path("out"),
-                    checkpoint=kit.path("checkpoint"),
-                    options={"endpoints": "@" + endpoint, "format": "text",
-                             "spoolDir": os.path.join(private, f"spool-{name}")})
+    job = kit.spark(
+        "stream",
+        expected=MESSAGES,
+        deadline=deadline,
+        output=kit.path("out"),
+        checkpoint=kit.path("checkpoint"),
+        options={"endpoints": "@" + endpoint, "format": "text", "spoolDir": os.path.join(private, f"spool-{name}")},
+    )
     kit.wait_event(job, "started", 180)
     watch = Watch(kit, job)
-    producer = kit.start("producer", "produce", "producer", endpoint=endpoint, count=MESSAGES, rate=RATE,
-                         report_every=500, hold=True)
+    producer = kit.start(
+        "producer", "produce", "producer", endpoint=endpoint, count=MESSAGES, rate=RATE, report_every=500, hold=True
+    )
     kit.wait_event(producer, "sent", 60, sent=AFTER)
     return job, producer, watch
 
@@ -146,15 +157,20 @@ def _finish(kit: Kit, job: dict, producer: dict, watch: Watch, label: str, **ext
     values = sink_values(kit.path("out"))
     distinct = {int(v) for v in values}
     figures = {
-        "fault": label, "sent": sent, "rows": sum(values.values()), "distinct": len(values),
+        "fault": label,
+        "sent": sent,
+        "rows": sum(values.values()),
+        "distinct": len(values),
         "missing": len(set(range(sent)) - distinct),
         "missing_ranges": ranges(set(range(sent)) - distinct)[:10],
         "duplicates": sum(n - 1 for n in values.values() if n > 1),
         "query_error": result.get("error"),
         "broken_connections": result.get("broken_connections"),
         "broken_in_progress_after_s": watch.since_fault(watch.broken_at()),
-        "warn_lines": len(watch.warn_lines()), "warn_after_s": watch.since_fault(watch.warn_at),
-        **_stall(result.get("timeline", []), watch.fault_at or 0, watch.healed_at), **extra,
+        "warn_lines": len(watch.warn_lines()),
+        "warn_after_s": watch.since_fault(watch.warn_at),
+        **_stall(result.get("timeline", []), watch.fault_at or 0, watch.healed_at),
+        **extra,
     }
     print(f"matrix {label}:", json.dumps(figures))
     if watch.warn_lines():
@@ -162,8 +178,18 @@ def _finish(kit: Kit, job: dict, producer: dict, watch: Watch, label: str, **ext
     return figures
 
 
-def _outage(kit: Kit, bed: netbed.NetBed, name: str, label: str, cut, restore, seconds: float = FAULT_SECONDS,
-            deadline: float = 300, quiet: float = 30, settle_timeout: float = 240) -> dict:
+def _outage(
+    kit: Kit,
+    bed: netbed.NetBed,
+    name: str,
+    label: str,
+    cut,
+    restore,
+    seconds: float = FAULT_SECONDS,
+    deadline: float = 300,
+    quiet: float = 30,
+    settle_timeout: float = 240,
+) -> dict:
     """A paced stream, ``cut()`` after 3,000 messages, ``restore()`` ``seconds`` later, then
     until the query has every message or its sink has not grown for ``quiet`` s."""
     job, producer, watch = _stream(kit, bed, name, deadline=deadline)
@@ -181,8 +207,14 @@ def _outage(kit: Kit, bed: netbed.NetBed, name: str, label: str, cut, restore, s
 def test_producer_to_driver_dropped_one_way_for_30s(bed, kit):
     """Only the producer's packets to the driver are dropped (the driver's reach the
     producer) for 30 s, then healed: nothing lost, nothing duplicated, nothing reported."""
-    figures = _outage(kit, bed, "oneway", "one-way drop 30 s",
-                      lambda: bed.drop("producer", peer="driver", direction="out"), lambda: bed.heal("producer"))
+    figures = _outage(
+        kit,
+        bed,
+        "oneway",
+        "one-way drop 30 s",
+        lambda: bed.drop("producer", peer="driver", direction="out"),
+        lambda: bed.heal("producer"),
+    )
     assert figures["query_error"] is None
     assert figures["sent"] == MESSAGES
     assert figures["missing"] == 0 and figures["duplicates"] == 0, figures
@@ -195,9 +227,18 @@ def test_producer_cut_both_ways_for_2_minutes(bed, kit):
     the source's heartbeatTimeout (300 s), so the connection outlives the outage and TCP
     retransmits what was in flight once its back-off's next retransmission comes (up to
     two minutes after the heal): nothing lost, nothing duplicated, nothing reported."""
-    figures = _outage(kit, bed, "cut120", "cut both ways 2 min", lambda: bed.drop("producer"),
-                      lambda: bed.heal("producer"), seconds=LONG_FAULT_SECONDS, deadline=600,
-                      quiet=150, settle_timeout=420)  # TCP's retransmission back-off reaches 120 s
+    figures = _outage(
+        kit,
+        bed,
+        "cut120",
+        "cut both ways 2 min",
+        lambda: bed.drop("producer"),
+        lambda: bed.heal("producer"),
+        seconds=LONG_FAULT_SECONDS,
+        deadline=600,
+        quiet=150,
+        settle_timeout=420,
+    )  # TCP's retransmission back-off reaches 120 s
     assert figures["query_error"] is None
     assert figures["sent"] == MESSAGES
     assert figures["missing"] == 0 and figures["duplicates"] == 0, figures
@@ -223,7 +264,8 @@ def test_producer_connection_reset_while_sending(bed, kit):
     assert figures["duplicates"] == 0, figures
     if figures["missing"]:
         assert figures["broken_connections"] >= 1 and figures["warn_lines"] >= 1, (
-            f"{figures['missing']} messages lost and not reported: {figures}")
+            f"{figures['missing']} messages lost and not reported: {figures}"
+        )
 
 
 @pytest.mark.timeout(420)
@@ -243,10 +285,12 @@ def test_producer_cut_for_good_seen_within_60s(bed, kit):
         if rows != last["rows"]:
             last.update(rows=rows, at=time.monotonic())
         return False
+
     _elapse(60, grown)  # the observation window
     stalled_s = round(time.monotonic() - last["at"], 1)
-    figures = _finish(kit, job, producer, watch, "cut for good (60 s seen)", rows_at_cut=rows_at_cut,
-                      stalled_for_s=stalled_s)
+    figures = _finish(
+        kit, job, producer, watch, "cut for good (60 s seen)", rows_at_cut=rows_at_cut, stalled_for_s=stalled_s
+    )
     assert figures["query_error"] is None
     assert stalled_s >= 30, figures
     assert figures["broken_connections"] == 0 and figures["warn_lines"] == 0, figures
@@ -273,14 +317,23 @@ def test_sink_consumer_dropped_for_30s_during_a_write(bed, kit):
     it holds 4,000 messages, its traffic is dropped both ways for 30 s, then healed. The
     sink's heartbeatTimeout (10 s) and sendTimeoutMs (30 s) come into play."""
     endpoint = f"tcp://{bed.addr('consumer')}:6000"
-    consumer = kit.start("consumer", "consume", "consumer", endpoint="@tcp://*:6000",
-                         messages=kit.path("consumed"))
+    consumer = kit.start("consumer", "consume", "consumer", endpoint="@tcp://*:6000", messages=kit.path("consumed"))
     kit.wait_event(consumer, "started", 30)
-    job = kit.spark("write", name="write", count=SINK_ROWS, partitions=4, pace_ms=1,
-                    options={"endpoints": endpoint, "format": "text"})
+    job = kit.spark(
+        "write",
+        name="write",
+        count=SINK_ROWS,
+        partitions=4,
+        pace_ms=1,
+        options={"endpoints": endpoint, "format": "text"},
+    )
     log_from = os.path.getsize(kit.driver.log_path)
-    netbed.poll(lambda: sum(consumer_values(kit.path("consumed")).values()) >= 4000, 180, 0.2,
-                "the consumer to hold 4,000 messages")
+    netbed.poll(
+        lambda: sum(consumer_values(kit.path("consumed")).values()) >= 4000,
+        180,
+        0.2,
+        "the consumer to hold 4,000 messages",
+    )
     bed.drop("consumer")
     fault_at = time.time()
     _elapse(FAULT_SECONDS)
@@ -295,6 +348,7 @@ def test_sink_consumer_dropped_for_30s_during_a_write(bed, kit):
         if n != last["n"]:
             last.update(n=n, at=time.monotonic())
         return time.monotonic() - last["at"] > 10
+
     netbed.poll(settled, 120, 0.5, "the consumer to settle")
     netbed.NetBed.stop(consumer["proc"])
     values = consumer_values(kit.path("consumed"))
@@ -305,14 +359,23 @@ def test_sink_consumer_dropped_for_30s_during_a_write(bed, kit):
     timeouts = [line for line in log.splitlines() if "SinkTimeoutError" in line and "were not sent" in line]
     expected = {str(i) for i in range(SINK_ROWS)}
     duplicated = sorted(int(v) for v, n in values.items() if n > 1)
-    figures = {"fault": "sink consumer dropped 30 s", "ok": result["ok"], "error": (result.get("error") or "")[:600],
-               "write_s": result.get("write_s"), "fault_to_write_end_s": round(done_at - fault_at, 1),
-               "heal_to_write_end_s": round(done_at - healed, 1),
-               "received": sum(values.values()), "distinct": len(set(values) & expected),
-               "missing": len(expected - set(values)), "missing_ranges": ranges(int(v) for v in expected - set(values))[:10],
-               "duplicates": sum(n - 1 for v, n in values.items() if n > 1), "duplicated_ranges": ranges(duplicated)[:10],
-               "unexpected": len(set(values) - expected), "lost_task_lines": len(task_failures),
-               "sink_timeout_lines": [line[-200:] for line in timeouts[:4]]}
+    figures = {
+        "fault": "sink consumer dropped 30 s",
+        "ok": result["ok"],
+        "error": (result.get("error") or "")[:600],
+        "write_s": result.get("write_s"),
+        "fault_to_write_end_s": round(done_at - fault_at, 1),
+        "heal_to_write_end_s": round(done_at - healed, 1),
+        "received": sum(values.values()),
+        "distinct": len(set(values) & expected),
+        "missing": len(expected - set(values)),
+        "missing_ranges": ranges(int(v) for v in expected - set(values))[:10],
+        "duplicates": sum(n - 1 for v, n in values.items() if n > 1),
+        "duplicated_ranges": ranges(duplicated)[:10],
+        "unexpected": len(set(values) - expected),
+        "lost_task_lines": len(task_failures),
+        "sink_timeout_lines": [line[-200:] for line in timeouts[:4]],
+    }
     print("matrix sink:", json.dumps(figures))
     for line in task_failures[:5]:
         print("  driver:", line[-300:])
@@ -336,8 +399,10 @@ def test_broker_to_worker_dropped_for_30s_during_requests(bed, kit):
     broker = bed.addr("relay")
     kit.cli("relay", "broker", ["broker", "--frontend", "@tcp://*:5559", "--backend", "@tcp://*:5560"])
     netbed.poll(lambda: "broker: frontend" in kit.log("broker"), 30, 0.1, f"the broker to start: {kit.log('broker')}")
-    workers = [kit.start(host, "worker", f"worker-{host}", endpoint=f"tcp://{broker}:5560", label=host)
-               for host in ("producer", "producer2")]
+    workers = [
+        kit.start(host, "worker", f"worker-{host}", endpoint=f"tcp://{broker}:5560", label=host)
+        for host in ("producer", "producer2")
+    ]
     for started in workers:
         kit.wait_event(started, "started", 60)
     count = 20_000
@@ -349,8 +414,11 @@ def test_broker_to_worker_dropped_for_30s_during_requests(bed, kit):
     bed.heal("producer")
     result = kit.result(job, 300)
     done_at = [e["t"] for e in kit.events(job) if e["event"] == "done"][0]
-    figures = {"fault": "broker-worker dropped 30 s", **{k: v for k, v in result.items() if k != "traceback"},
-               "fault_to_done_s": round(done_at - fault_at, 1)}
+    figures = {
+        "fault": "broker-worker dropped 30 s",
+        **{k: v for k, v in result.items() if k != "traceback"},
+        "fault_to_done_s": round(done_at - fault_at, 1),
+    }
     print("matrix request:", json.dumps(figures))
     assert result["ok"], figures
 
@@ -367,13 +435,26 @@ def test_relay_to_driver_dropped_for_30s(bed, kit):
     private = private_spool(kit, "relay")
     listen = f"tcp://{bed.addr('relay')}:7000"
     kit.relay("relay", "@tcp://*:5555", listen, os.path.join(private, "spool"), private_dirs=[private])
-    job = kit.spark("stream", expected=MESSAGES, deadline=300, output=kit.path("out"),
-                    checkpoint=kit.path("checkpoint"),
-                    options={"relays": listen, "format": "text", "startingOffsets": "earliest"})
+    job = kit.spark(
+        "stream",
+        expected=MESSAGES,
+        deadline=300,
+        output=kit.path("out"),
+        checkpoint=kit.path("checkpoint"),
+        options={"relays": listen, "format": "text", "startingOffsets": "earliest"},
+    )
     kit.wait_event(job, "started", 180)
     watch = Watch(kit, job)
-    producer = kit.start("producer", "produce", "producer", endpoint=f"tcp://{bed.addr('relay')}:5555",
-                         count=MESSAGES, rate=RATE, report_every=500, hold=True)
+    producer = kit.start(
+        "producer",
+        "produce",
+        "producer",
+        endpoint=f"tcp://{bed.addr('relay')}:5555",
+        count=MESSAGES,
+        rate=RATE,
+        report_every=500,
+        hold=True,
+    )
     kit.wait_event(producer, "sent", 60, sent=AFTER)
     bed.drop("relay", peer="driver")
     watch.fault()
@@ -385,12 +466,17 @@ def test_relay_to_driver_dropped_for_30s(bed, kit):
     ended_at = [e["t"] for e in kit.events(job) if e["event"] == "done"][0]
     values = sink_values(kit.path("out"))
     expected = {str(i) for i in range(MESSAGES)}
-    figures = {"fault": "relay-driver dropped 30 s", "error": (first.get("error") or "")[:600] or None,
-               "ended_after_fault_s": watch.since_fault(ended_at),
-               "rows": sum(values.values()), "missing": len(expected - set(values)),
-               "duplicates": sum(n - 1 for n in values.values() if n > 1),
-               "unexpected": len(set(values) - expected), "healed_to_end_s": round(ended_at - healed, 1),
-               **_stall(first.get("timeline", []), watch.fault_at, healed)}
+    figures = {
+        "fault": "relay-driver dropped 30 s",
+        "error": (first.get("error") or "")[:600] or None,
+        "ended_after_fault_s": watch.since_fault(ended_at),
+        "rows": sum(values.values()),
+        "missing": len(expected - set(values)),
+        "duplicates": sum(n - 1 for n in values.values() if n > 1),
+        "unexpected": len(set(values) - expected),
+        "healed_to_end_s": round(ended_at - healed, 1),
+        **_stall(first.get("timeline", []), watch.fault_at, healed),
+    }
     print("matrix relay:", json.dumps(figures))
     netbed.NetBed.stop(producer["proc"])
     assert figures["error"] is None, figures

@@ -109,8 +109,13 @@ def test_link_down_and_up(small_bed):
 def test_private_dirs_are_seen_only_by_the_process(small_bed, tmp_path):
     private = tmp_path / "private"
     private.mkdir()
-    proc = small_bed.run("a", ["sh", "-c", 'echo secret > "$0/file" && cat "$0/file"', str(private)],
-                         private_dirs=[str(private)], stdout=subprocess.PIPE, text=True)
+    proc = small_bed.run(
+        "a",
+        ["sh", "-c", 'echo secret > "$0/file" && cat "$0/file"', str(private)],
+        private_dirs=[str(private)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     out, _ = proc.communicate(timeout=30)
     assert out.strip() == "secret" and proc.returncode == 0
     assert os.listdir(private) == []
@@ -120,14 +125,26 @@ def test_close_leaves_nothing_behind(tmp_path):
     if netbed.unavailable_reason():
         pytest.skip(netbed.unavailable_reason())
     bed = netbed.NetBed(["a", "b"])
-    stubborn = bed.run("a", [sys.executable, "-c", "import signal, time\nsignal.signal(signal.SIGTERM, "
-                             "signal.SIG_IGN)\nprint('up', flush=True)\nwhile True: time.sleep(1)"],
-                       stdout=subprocess.PIPE, text=True)
+    stubborn = bed.run(
+        "a",
+        [
+            sys.executable,
+            "-c",
+            "import signal, time\nsignal.signal(signal.SIGTERM, "
+            "signal.SIG_IGN)\nprint('up', flush=True)\nwhile True: time.sleep(1)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert stubborn.stdout.readline().strip() == "up"
     # a process in the namespace that the bed did not start (another session, no group)
     outsider = subprocess.Popen(["ip", "netns", "exec", bed.ns("b"), "setsid", "sleep", "600"])
-    netbed.poll(lambda: outsider.pid in netbed._netns_pids(bed.ns("b")) or
-                any(netbed._netns_pids(bed.ns("b"))), 10, 0.05, "the outsider to start")
+    netbed.poll(
+        lambda: outsider.pid in netbed._netns_pids(bed.ns("b")) or any(netbed._netns_pids(bed.ns("b"))),
+        10,
+        0.05,
+        "the outsider to start",
+    )
     names = [bed.ns(h) for h in bed.hosts]
     bed.close(grace_s=0.5)  # the stubborn one ignores SIGTERM: SIGKILL it after half a second
     assert stubborn.poll() == -signal.SIGKILL
@@ -149,10 +166,18 @@ def test_a_dead_owners_bed_is_swept():
     if netbed.unavailable_reason():
         pytest.skip(netbed.unavailable_reason())
     helpers = os.path.dirname(netbed.__file__)
-    owner = subprocess.Popen([sys.executable, "-c", f"import sys, os; sys.path.insert(0, {helpers!r})\n"
-                              "import netbed\nb = netbed.NetBed(['x'])\nb.run('x', ['sleep', '600'])\n"
-                              "print(b.ns('x'), b.bridge, flush=True)\nos._exit(0) if sys.stdin.read() else None"],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    owner = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import sys, os; sys.path.insert(0, {helpers!r})\n"
+            "import netbed\nb = netbed.NetBed(['x'])\nb.run('x', ['sleep', '600'])\n"
+            "print(b.ns('x'), b.bridge, flush=True)\nos._exit(0) if sys.stdin.read() else None",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     ns, bridge = owner.stdout.readline().split()
     owner.kill()  # no atexit, no finalizer: the bed stays behind
     owner.wait(10)

@@ -43,7 +43,7 @@ READINGS = 5_000
 
 #: the page's job, run after a probe of every executor's Python (the job is the page's,
 #: its session made by the job's own helper, so the settings it applies are in force)
-PROBE_JOB = '''
+PROBE_JOB = """
 import json, os, sys, time
 sys.path.insert(0, {jobs!r})
 import jobkit, zmq_to_parquet
@@ -66,7 +66,7 @@ while sc._jsc.sc().getExecutorMemoryStatus().size() < 3:  # the driver and both 
 with open({probe!r}, "w") as f:
     f.write("\\n".join(sc.parallelize(range(8), 8).mapPartitions(probe).collect()))
 sys.exit(zmq_to_parquet.main(sys.argv[1:]))
-'''
+"""
 
 
 def packed_env_block() -> list:
@@ -74,22 +74,34 @@ def packed_env_block() -> list:
     commands, backslash continuations joined."""
     text = PAGE.read_text(encoding="utf-8")
     found = [b for b in re.findall(r'^```bash title="cluster"\n(.*?)^```', text, re.S | re.M) if "venv-pack" in b]
-    assert len(found) == 1, f"{PAGE}: {len(found)} ```bash title=\"cluster\" blocks naming venv-pack, not one"
+    assert len(found) == 1, f'{PAGE}: {len(found)} ```bash title="cluster" blocks naming venv-pack, not one'
     lines = found[0].replace("\\\n", " ").splitlines()
     return [shlex.split(line) for line in lines if line.strip()]
 
 
 def _requirements() -> list:
     """The connector's own dependencies but pyspark (the executors use Spark's)."""
-    return [r for r in importlib.metadata.requires("spark-zmq") or []
-            if "extra ==" not in r and not re.match(r"pyspark\b", r)]
+    return [
+        r
+        for r in importlib.metadata.requires("spark-zmq") or []
+        if "extra ==" not in r and not re.match(r"pyspark\b", r)
+    ]
 
 
 def _package_copy(work: str) -> str:
     """The checkout's package files (tracked and new, not ignored) copied under ``work``: a
     wheel's build writes build/ and egg-info where it runs, never into the shared checkout."""
-    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=ROOT,
-                            capture_output=True, check=True, timeout=60).stdout.decode().split("\0")
+    listed = (
+        subprocess.run(
+            ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+            cwd=ROOT,
+            capture_output=True,
+            check=True,
+            timeout=60,
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     source = os.path.join(work, "source")
     for name in filter(None, listed):
         if name.startswith(("tests/", "notebooks/", "bench/")) or not os.path.isfile(ROOT / name):
@@ -122,8 +134,11 @@ def packed_env(tmp_path_factory) -> dict:
     wheel and its dependencies (not pyspark) and venv-pack installed into it, packed (with
     venv-pack's fastest compression, ``--compress-level 1``: the page leaves the default)."""
     commands = packed_env_block()
-    assert ([c[:2] for c in commands[:3]] == [["python3", "-m"], ["zmq-env/bin/pip", "install"],
-                                              ["zmq-env/bin/venv-pack", "-p"]]), f"the page's commands changed: {commands}"
+    assert [c[:2] for c in commands[:3]] == [
+        ["python3", "-m"],
+        ["zmq-env/bin/pip", "install"],
+        ["zmq-env/bin/venv-pack", "-p"],
+    ], f"the page's commands changed: {commands}"
     work = str(tmp_path_factory.mktemp("packed-env"))
     _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", "wheels", _package_copy(work)], work)
     (wheel,) = glob.glob(os.path.join(work, "wheels", "spark_zmq-*.whl"))
@@ -131,15 +146,31 @@ def packed_env(tmp_path_factory) -> dict:
     pip = os.path.join(work, "zmq-env", "bin", "pip")
     _run([pip, "install", "-q", "--no-deps", wheel], work)
     _run([pip, "install", "-q", *_requirements(), "venv-pack"], work)
-    _run([os.path.join(work, "zmq-env", "bin", "venv-pack"), "-p", "zmq-env", "-o", "zmq-env.tar.gz",
-          "--compress-level", "1", "-q"], work)
-    return dict(dir=work, python=os.path.join(work, "zmq-env", "bin", "python"),
-                archive=os.path.join(work, "zmq-env.tar.gz"), submit=commands[-1])
+    _run(
+        [
+            os.path.join(work, "zmq-env", "bin", "venv-pack"),
+            "-p",
+            "zmq-env",
+            "-o",
+            "zmq-env.tar.gz",
+            "--compress-level",
+            "1",
+            "-q",
+        ],
+        work,
+    )
+    return dict(
+        dir=work,
+        python=os.path.join(work, "zmq-env", "bin", "python"),
+        archive=os.path.join(work, "zmq-env.tar.gz"),
+        submit=commands[-1],
+    )
 
 
 @pytest.mark.timeout(600)
-def test_executors_without_the_connector_read_every_reading_from_the_shipped_environment(bed, cluster, bed_dir,
-                                                                                         packed_env):
+def test_executors_without_the_connector_read_every_reading_from_the_shipped_environment(
+    bed, cluster, bed_dir, packed_env
+):
     argv = list(packed_env["submit"])
     assert argv[0] == "spark-submit", argv
     out = os.path.join(bed_dir, "packed")
@@ -148,9 +179,14 @@ def test_executors_without_the_connector_read_every_reading_from_the_shipped_env
     job = os.path.join(out, "probe_then_zmq_to_parquet.py")
     with open(job, "w") as f:
         f.write(PROBE_JOB.format(jobs=str(ROOT / "jobs"), probe=probe_out))
-    swap = {"spark://master:7077": cluster.url, "zmq-env.tar.gz#environment": packed_env["archive"] + "#environment",
-            "zmq-env/bin/python": packed_env["python"], "jobs/zmq_to_parquet.py": job,
-            "/data/readings": os.path.join(out, "readings"), "/data/readings-ckpt": os.path.join(out, "ckpt")}
+    swap = {
+        "spark://master:7077": cluster.url,
+        "zmq-env.tar.gz#environment": packed_env["archive"] + "#environment",
+        "zmq-env/bin/python": packed_env["python"],
+        "jobs/zmq_to_parquet.py": job,
+        "/data/readings": os.path.join(out, "readings"),
+        "/data/readings-ckpt": os.path.join(out, "ckpt"),
+    }
     argv = [os.path.join(netbed.spark_home(), "bin", "spark-submit")] + [_swapped(a, swap) for a in argv[1:]]
     assert job in argv and packed_env["archive"] + "#environment" in argv, argv
     argv += ["--available-now", "--idle-timeout", "5"]
@@ -162,10 +198,23 @@ def test_executors_without_the_connector_read_every_reading_from_the_shipped_env
     producer = None
     try:
         netbed.poll(lambda: submit.poll() is not None or os.path.exists(probe_out), 240, 0.2, "the executors' probe")
-        producer = bed.run("producer", [sys.executable, "-m", "spark_zmq.cli", "produce",
-                                        f"tcp://{bed.addr('driver')}:{port}", "--format", "json",
-                                        "--count", str(READINGS)], _env(),
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        producer = bed.run(
+            "producer",
+            [
+                sys.executable,
+                "-m",
+                "spark_zmq.cli",
+                "produce",
+                f"tcp://{bed.addr('driver')}:{port}",
+                "--format",
+                "json",
+                "--count",
+                str(READINGS),
+            ],
+            _env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         code = submit.wait(300)
         produced = producer.wait(60) if code == 0 else None  # a failed job leaves the producer waiting
     finally:
@@ -185,17 +234,21 @@ def test_executors_without_the_connector_read_every_reading_from_the_shipped_env
         (host,) = [h for h, d in work_dirs.items() if p["cwd"].startswith(d + os.sep)]
         seen.add(host)
         unpacked = os.path.join(p["cwd"], "environment")
-        site = os.path.join(unpacked, "lib", f"python{sys.version_info.major}.{sys.version_info.minor}", "site-packages")
+        site = os.path.join(
+            unpacked, "lib", f"python{sys.version_info.major}.{sys.version_info.minor}", "site-packages"
+        )
         assert p["executable"] == os.path.join(unpacked, "bin", "python"), p
         assert os.path.realpath(p["prefix"]) == os.path.realpath(unpacked), p
         assert p["found_in"] == [site] and p["spark_zmq"] == os.path.join(site, "spark_zmq", "__init__.py"), (
-            f"an executor could import spark_zmq from elsewhere than the shipped archive: {p}")
+            f"an executor could import spark_zmq from elsewhere than the shipped archive: {p}"
+        )
         assert p["pyspark"].startswith(os.path.join(netbed.spark_home(), "python", "lib", "pyspark.zip")), p
     assert seen == set(cluster.worker_hosts), f"probes ran on {sorted(seen)}: {probes}"
 
     seqs = pq.read_table(swap["/data/readings"], columns=["seq"]).column("seq").to_pylist()
     assert len(seqs) == READINGS and set(seqs) == set(range(READINGS)), (
-        f"{len(seqs)} rows, {len(set(seqs))} distinct readings of {READINGS}")
+        f"{len(seqs)} rows, {len(set(seqs))} distinct readings of {READINGS}"
+    )
 
 
 def _swapped(arg: str, swap: dict) -> str:

@@ -59,20 +59,38 @@ class Pipeline:
     def __init__(self, kit: Kit, bed: netbed.NetBed, port: int) -> None:
         self.kit, self.bed = kit, bed
         self.began = time.time()
-        self.stage2 = kit.start("consumer", "stage2", "stage2", endpoint=f"@tcp://*:{port + 1}",
-                                spool_dir=kit.path("spool2"), output=kit.path("out"),
-                                checkpoint=kit.path("checkpoint2"), stop_file=kit.path("stage2.stop"),
-                                result=kit.path("stage2.result"))
-        self.stage1_spec = dict(source={"endpoints": f"@tcp://*:{port}", "format": "text",
-                                        "spoolDir": kit.path("spool1")},
-                                endpoints=f"tcp://{bed.addr('consumer')}:{port + 1}", pace_ms=PACE_MS,
-                                checkpoint=kit.path("checkpoint1"), stop_file=kit.path("stage1.stop"),
-                                conf={"spark.sql.execution.arrow.maxRecordsPerBatch": str(ARROW_ROWS)})
+        self.stage2 = kit.start(
+            "consumer",
+            "stage2",
+            "stage2",
+            endpoint=f"@tcp://*:{port + 1}",
+            spool_dir=kit.path("spool2"),
+            output=kit.path("out"),
+            checkpoint=kit.path("checkpoint2"),
+            stop_file=kit.path("stage2.stop"),
+            result=kit.path("stage2.result"),
+        )
+        self.stage1_spec = dict(
+            source={"endpoints": f"@tcp://*:{port}", "format": "text", "spoolDir": kit.path("spool1")},
+            endpoints=f"tcp://{bed.addr('consumer')}:{port + 1}",
+            pace_ms=PACE_MS,
+            checkpoint=kit.path("checkpoint1"),
+            stop_file=kit.path("stage1.stop"),
+            conf={"spark.sql.execution.arrow.maxRecordsPerBatch": str(ARROW_ROWS)},
+        )
         self.stage1 = self.start_stage1("stage1")
         kit.wait_event(self.stage2, "started", 240)
         kit.wait_event(self.stage1, "started", 240)
-        self.producer = kit.start("producer", "produce", "producer", endpoint=f"tcp://{bed.addr('driver')}:{port}",
-                                  count=MESSAGES, rate=RATE, report_every=500, hold=True)
+        self.producer = kit.start(
+            "producer",
+            "produce",
+            "producer",
+            endpoint=f"tcp://{bed.addr('driver')}:{port}",
+            count=MESSAGES,
+            rate=RATE,
+            report_every=500,
+            hold=True,
+        )
         kit.wait_event(self.producer, "sent", 60, sent=AFTER)
         self.runs1 = [self.stage1]
 
@@ -95,8 +113,13 @@ class Pipeline:
             for started in (self.stage2, self.runs1[-1]):
                 assert started["proc"].poll() is None, f"{started['name']} exited: {self.kit.log(started['name'])}"
             last = self.progress()[-1:]
-            return bool(last) and last[0]["latest"] == last[0]["end"] and last[0]["lag"] == 0 \
+            return (
+                bool(last)
+                and last[0]["latest"] == last[0]["end"]
+                and last[0]["lag"] == 0
                 and self.delivered() >= MESSAGES
+            )
+
         try:
             netbed.poll(settled, timeout, 1.0, "stage 2 to deliver every row and hold nothing")
             return True
@@ -121,21 +144,29 @@ class Pipeline:
         broke = _sink_warnings(self.kit, [run["name"] for run in self.runs1])
         stage1_rows = sum(e["rows"] for run in self.runs1 for e in self.kit.events(run) if e["event"] == "batch")
         figures = {
-            "fault": label, "settled": settled, "seconds": took,
-            "expected": MESSAGES, "stage1_committed_rows": stage1_rows,
-            "delivered": len(set(values) & expected), "rows": sum(values.values()),
+            "fault": label,
+            "settled": settled,
+            "seconds": took,
+            "expected": MESSAGES,
+            "stage1_committed_rows": stage1_rows,
+            "delivered": len(set(values) & expected),
+            "rows": sum(values.values()),
             "missing": len(expected - set(values)),
             "missing_ranges": ranges(int(v) for v in expected - set(values))[:10],
             "duplicated": sum(n - 1 for n in values.values() if n > 1),
             "unexpected": len(set(values) - expected),
-            "held_messages": last.get("latest", 0) - last.get("end", 0), "lag_records": last.get("lag"),
+            "held_messages": last.get("latest", 0) - last.get("end", 0),
+            "lag_records": last.get("lag"),
             "committed_only": last.get("committed_only"),
             "stage1_error": results[self.runs1[-1]["name"]].get("error"),
             "stage2_error": results["stage2"].get("error"),
             "stage1_lost_task_lines": sum(self.kit.log(run["name"], 1 << 22).count("Lost task") for run in self.runs1),
             "sink_broken_warnings": len(broke),
-            "sink_resent_messages": sum(int(m) for line in broke for m in re.findall(r"; (\d+) messages they had", line)),
-            **extra}
+            "sink_resent_messages": sum(
+                int(m) for line in broke for m in re.findall(r"; (\d+) messages they had", line)
+            ),
+            **extra,
+        }
         print(f"pipeline {label}:", json.dumps(figures))
         return figures
 
@@ -159,8 +190,14 @@ def test_pipeline_stage_link_dropped_for_30s(bed, kit):
     bed.heal("driver")
     healed = time.time()
     settled = pipe.settle()
-    _check(pipe.finish("stage link dropped 30 s", settled, dropped_batch=point["batch"],
-                       heal_to_settled_s=round(time.time() - healed, 1)))
+    _check(
+        pipe.finish(
+            "stage link dropped 30 s",
+            settled,
+            dropped_batch=point["batch"],
+            heal_to_settled_s=round(time.time() - healed, 1),
+        )
+    )
 
 
 def _spooled_bytes(path: str) -> int:
@@ -193,6 +230,7 @@ def _mid_batch(pipe: Pipeline, timeout: float = 120) -> dict:
         if grown > 0 and not os.path.exists(os.path.join(checkpoint, "commits", str(batch))):
             return dict(batch=batch, spool_grown_bytes=grown)
         return None
+
     return netbed.poll(ready, timeout, 0.02, "a stage 1 batch being written")
 
 
@@ -221,6 +259,7 @@ def _writing(pipe: Pipeline, port: int, timeout: float = 120) -> dict:
             return None
         connections = _stage_connections(pipe.bed, port)
         return {"batch": batch, "connections": connections} if connections else None
+
     return netbed.poll(writing, timeout, 0.02, "stage 1 writing a batch to stage 2")
 
 
@@ -239,8 +278,13 @@ def test_pipeline_stage_link_reset_mid_batch(bed, kit):
     finally:
         bed.heal("driver")
     reset_s = round(time.monotonic() - rejected, 2)
-    figures = pipe.finish("stage link reset", pipe.settle(), reset_batch=point["batch"], connections_reset=len(before),
-                          rejected_for_s=reset_s)
+    figures = pipe.finish(
+        "stage link reset",
+        pipe.settle(),
+        reset_batch=point["batch"],
+        connections_reset=len(before),
+        rejected_for_s=reset_s,
+    )
     assert before, figures
     _check(figures)
 
@@ -299,6 +343,7 @@ def test_pipeline_stage1_driver_killed_before_its_commit_record(bed, kit):
 
     def runners():  # pyspark's daemon for the sink's commits and the workers it forked
         return [pid for pid, cmd in _descendants(leader).items() if "python_streaming_sink_runner" in cmd]
+
     stopped = netbed.poll(runners, 60, 0.005, "the sink's commit runner of stage 1")
     for pid in stopped:
         os.kill(pid, signal.SIGSTOP)
@@ -312,15 +357,22 @@ def test_pipeline_stage1_driver_killed_before_its_commit_record(bed, kit):
     killed = time.time()
     committed_at_kill = os.path.exists(os.path.join(commits, str(batch)))
     # what stage 2 holds while stage 1 is down: a progress after the kill shows it
-    held = netbed.poll(lambda: [p for p in pipe.progress() if p["t"] > killed + 2][-1:], 60, 0.5,
-                       "a stage 2 progress after the kill")[0]
+    held = netbed.poll(
+        lambda: [p for p in pipe.progress() if p["t"] > killed + 2][-1:], 60, 0.5, "a stage 2 progress after the kill"
+    )[0]
     restarted = pipe.start_stage1("stage1b")
     pipe.runs1.append(restarted)
     kit.wait_event(restarted, "started", 240)
-    figures = pipe.finish("stage 1 driver killed before its record", pipe.settle(), killed_batch=batch,
-                          commit_runner_processes_stopped=len(stopped),
-                          first_batch_seen_mid_write=point["batch"], batch_committed_at_kill=committed_at_kill,
-                          held_while_down=held["latest"] - held["end"], lag_while_down=held["lag"])
+    figures = pipe.finish(
+        "stage 1 driver killed before its record",
+        pipe.settle(),
+        killed_batch=batch,
+        commit_runner_processes_stopped=len(stopped),
+        first_batch_seen_mid_write=point["batch"],
+        batch_committed_at_kill=committed_at_kill,
+        held_while_down=held["latest"] - held["end"],
+        lag_while_down=held["lag"],
+    )
     assert not committed_at_kill, figures
     assert figures["held_while_down"] > 0, f"stage 2 held nothing while stage 1 was down: {figures}"
     _check(figures)

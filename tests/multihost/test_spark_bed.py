@@ -39,11 +39,14 @@ def test_pull_from_a_producer_on_another_host_exactly_once(bed, kit, side):
     else:
         endpoint = f"tcp://{bed.addr('producer')}:5557"
         source, target = ">" + endpoint, "@tcp://*:5557"
-    job = kit.spark("stream", expected=MESSAGES, deadline=200, output=kit.path("out"),
-                    checkpoint=kit.path("checkpoint"),
-                    options={"endpoints": source, "format": "text",
-                             "spoolDir": os.path.join(private, f"spool-pull-{side}"),
-                             })
+    job = kit.spark(
+        "stream",
+        expected=MESSAGES,
+        deadline=200,
+        output=kit.path("out"),
+        checkpoint=kit.path("checkpoint"),
+        options={"endpoints": source, "format": "text", "spoolDir": os.path.join(private, f"spool-pull-{side}")},
+    )
     kit.wait_event(job, "started", 180)
     producer = kit.start("producer", "produce", "producer", endpoint=target, count=MESSAGES)
     result = kit.result(job, 300)
@@ -60,16 +63,18 @@ def test_push_sink_to_a_consumer_on_another_host(bed, kit):
     """``df.write.format("zmq")``: every write task, on w1 and w2, connects to a plain pyzmq
     PULL bound on ``consumer``."""
     endpoint = f"tcp://{bed.addr('consumer')}:6000"
-    consumer = kit.start("consumer", "consume", "consumer", endpoint="@tcp://*:6000",
-                         messages=kit.path("consumed"))
+    consumer = kit.start("consumer", "consume", "consumer", endpoint="@tcp://*:6000", messages=kit.path("consumed"))
     kit.wait_event(consumer, "started", 30)
-    job = kit.spark("write", count=MESSAGES, partitions=4,
-                    options={"endpoints": endpoint, "format": "text"})
+    job = kit.spark("write", count=MESSAGES, partitions=4, options={"endpoints": endpoint, "format": "text"})
     result = kit.result(job, 240)
     print("push:", json.dumps({k: v for k, v in result.items() if k != "traceback"}))
     assert result["ok"], result
-    netbed.poll(lambda: sum(consumer_values(kit.path("consumed")).values()) >= MESSAGES, 60, 0.2,
-                "the consumer to hold every message")
+    netbed.poll(
+        lambda: sum(consumer_values(kit.path("consumed")).values()) >= MESSAGES,
+        60,
+        0.2,
+        "the consumer to hold every message",
+    )
     netbed.NetBed.stop(consumer["proc"])
     assert_exactly_once(consumer_values(kit.path("consumed")), MESSAGES)
 
@@ -81,11 +86,15 @@ def test_relay_on_its_own_host_read_by_the_cluster(bed, kit):
     private = private_spool(kit, "relay")
     listen = f"tcp://{bed.addr('relay')}:7000"
     kit.relay("relay", "@tcp://*:5555", listen, os.path.join(private, "spool"), private_dirs=[private])
-    producer = kit.start("producer", "produce", "producer", endpoint=f"tcp://{bed.addr('relay')}:5555",
-                         count=MESSAGES)
-    job = kit.spark("stream", expected=MESSAGES, deadline=200, output=kit.path("out"),
-                    checkpoint=kit.path("checkpoint"),
-                    options={"relays": listen, "format": "text", "startingOffsets": "earliest"})
+    producer = kit.start("producer", "produce", "producer", endpoint=f"tcp://{bed.addr('relay')}:5555", count=MESSAGES)
+    job = kit.spark(
+        "stream",
+        expected=MESSAGES,
+        deadline=200,
+        output=kit.path("out"),
+        checkpoint=kit.path("checkpoint"),
+        options={"relays": listen, "format": "text", "startingOffsets": "earliest"},
+    )
     result = kit.result(job, 300)
     kit.wait_event(producer, "done", 60)
     assert os.listdir(private) == [], "the relay's spool leaked out of its mount namespace"
@@ -102,8 +111,13 @@ def driver_keygen(kit: Kit, key_name: str) -> dict:
     """A CURVE key pair made on host ``driver`` (``spark_zmq.patterns.curve_keys.keygen``,
     as ``spark-zmq keygen``) in its private directory: the secret certificate file exists
     there only; its public certificate is copied to the test's directory."""
-    job = kit.spark("keygen", name=f"keygen-{key_name}", key_name=key_name, public_dir=kit.path("public"),
-                    directory=os.path.join(kit.driver.private, os.path.basename(kit.dir), "keys"))
+    job = kit.spark(
+        "keygen",
+        name=f"keygen-{key_name}",
+        key_name=key_name,
+        public_dir=kit.path("public"),
+        directory=os.path.join(kit.driver.private, os.path.basename(kit.dir), "keys"),
+    )
     made = kit.result(job, 60)
     assert made["ok"], made
     assert not os.path.exists(made["secret"]), "the driver's secret key is visible outside its host"
@@ -142,21 +156,38 @@ def test_source_patterns_from_a_producer_on_another_host(bed, kit, pattern):
         client_public, client_secret = pyzmq_keys(kit, "producer")
         os.makedirs(kit.path("authorized"))
         shutil.copy(client_public, kit.path("authorized"))
-        options.update(endpoints=f"@tcp://{driver}:5559", curveCertificate=server["secret"],
-                       curveAuthorizedKeys=kit.path("authorized"))
-    job = kit.spark("stream", expected=SMALL, deadline=200, output=kit.path("out"),
-                    checkpoint=kit.path("checkpoint"), options=options)
+        options.update(
+            endpoints=f"@tcp://{driver}:5559",
+            curveCertificate=server["secret"],
+            curveAuthorizedKeys=kit.path("authorized"),
+        )
+    job = kit.spark(
+        "stream",
+        expected=SMALL,
+        deadline=200,
+        output=kit.path("out"),
+        checkpoint=kit.path("checkpoint"),
+        options=options,
+    )
     kit.wait_event(job, "started", 180)
     if pattern == "gather":
         # libzmq's SCATTER: linger long enough for what it queued before the connection
         sender = kit.node("producer", "scatter", connect=f"tcp://{driver}:5556", count=SMALL, linger=60_000)
     elif pattern == "sub":
         # hwm 0: the XPUB queues without limit instead of dropping for a slow subscriber
-        sender = kit.start("producer", "produce", "producer", endpoint="@tcp://*:5558", pattern="xpub", hwm=0,
-                           count=SMALL)
+        sender = kit.start(
+            "producer", "produce", "producer", endpoint="@tcp://*:5558", pattern="xpub", hwm=0, count=SMALL
+        )
     else:
-        sender = kit.start("producer", "produce", "producer", endpoint=f"tcp://{driver}:5559", count=SMALL,
-                           curve_certificate=client_secret, curve_server_key=server["public"])
+        sender = kit.start(
+            "producer",
+            "produce",
+            "producer",
+            endpoint=f"tcp://{driver}:5559",
+            count=SMALL,
+            curve_certificate=client_secret,
+            curve_server_key=server["public"],
+        )
     result = kit.result(job, 240)
     if pattern == "gather":
         sender.wait_sent(60)
@@ -211,8 +242,12 @@ def test_sink_patterns_to_a_consumer_on_another_host(bed, kit, pattern):
         peer.stop()
         values = collections.Counter(m.decode() for m in peer.received)
     else:
-        netbed.poll(lambda: sum(consumer_values(kit.path("consumed")).values()) >= SMALL, 60, 0.2,
-                    "the consumer to hold every message")
+        netbed.poll(
+            lambda: sum(consumer_values(kit.path("consumed")).values()) >= SMALL,
+            60,
+            0.2,
+            "the consumer to hold every message",
+        )
         netbed.NetBed.stop(consumer["proc"])
         values = consumer_values(kit.path("consumed"))
     assert_exactly_once(values, SMALL)
@@ -227,8 +262,10 @@ def test_request_reply_through_a_broker_on_another_host(bed, kit):
     broker = bed.addr("relay")
     kit.cli("relay", "broker", ["broker", "--frontend", "@tcp://*:5559", "--backend", "@tcp://*:5560"])
     netbed.poll(lambda: "broker: frontend" in kit.log("broker"), 30, 0.1, f"the broker to start: {kit.log('broker')}")
-    workers = [kit.start(host, "worker", f"worker-{host}", endpoint=f"tcp://{broker}:5560", label=host)
-               for host in ("producer", "producer2")]
+    workers = [
+        kit.start(host, "worker", f"worker-{host}", endpoint=f"tcp://{broker}:5560", label=host)
+        for host in ("producer", "producer2")
+    ]
     for started in workers:
         kit.wait_event(started, "started", 60)
     job = kit.spark("request", count=SMALL, partitions=4, endpoint=f"tcp://{broker}:5559")
@@ -247,13 +284,18 @@ def test_two_relays_on_two_hosts_read_by_one_query(bed, kit):
     for i, (relay, producer) in enumerate((("relay", "producer"), ("relay2", "producer2"))):
         private = private_spool(kit, relay)
         listens.append(f"tcp://{bed.addr(relay)}:7000")
-        kit.relay(relay, "@tcp://*:5555", listens[-1], os.path.join(private, "spool"), private_dirs=[private],
-                  name=relay)
-        kit.start(producer, "produce", producer, endpoint=f"tcp://{bed.addr(relay)}:5555", count=SMALL,
-                  start=i * SMALL)
-    job = kit.spark("stream", expected=2 * SMALL, deadline=200, output=kit.path("out"),
-                    checkpoint=kit.path("checkpoint"),
-                    options={"relays": ",".join(listens), "format": "text", "startingOffsets": "earliest"})
+        kit.relay(
+            relay, "@tcp://*:5555", listens[-1], os.path.join(private, "spool"), private_dirs=[private], name=relay
+        )
+        kit.start(producer, "produce", producer, endpoint=f"tcp://{bed.addr(relay)}:5555", count=SMALL, start=i * SMALL)
+    job = kit.spark(
+        "stream",
+        expected=2 * SMALL,
+        deadline=200,
+        output=kit.path("out"),
+        checkpoint=kit.path("checkpoint"),
+        options={"relays": ",".join(listens), "format": "text", "startingOffsets": "earliest"},
+    )
     result = kit.result(job, 240)
     print("two relays:", json.dumps({k: v for k, v in result.items() if k != "traceback"}))
     assert result["ok"], result
@@ -273,18 +315,29 @@ def test_producer_traffic_dropped_for_30s_then_healed_loses_nothing(bed, kit):
     must arrive, once."""
     private = private_spool(kit, "driver")
     endpoint = f"tcp://{bed.addr('driver')}:5555"
-    job = kit.spark("stream", expected=FAULT_MESSAGES, deadline=300, output=kit.path("out"),
-                    checkpoint=kit.path("checkpoint"),
-                    options={"endpoints": "@" + endpoint, "format": "text",
-                             "spoolDir": os.path.join(private, "spool-fault")})
+    job = kit.spark(
+        "stream",
+        expected=FAULT_MESSAGES,
+        deadline=300,
+        output=kit.path("out"),
+        checkpoint=kit.path("checkpoint"),
+        options={"endpoints": "@" + endpoint, "format": "text", "spoolDir": os.path.join(private, "spool-fault")},
+    )
     kit.wait_event(job, "started", 180)
-    producer = kit.start("producer", "produce", "producer", endpoint=endpoint, count=FAULT_MESSAGES,
-                         rate=FAULT_RATE, report_every=500, hold=True)
+    producer = kit.start(
+        "producer",
+        "produce",
+        "producer",
+        endpoint=endpoint,
+        count=FAULT_MESSAGES,
+        rate=FAULT_RATE,
+        report_every=500,
+        hold=True,
+    )
     kit.wait_event(producer, "sent", 60, sent=FAULT_AFTER)
     bed.drop("producer")
     dropped_at = time.monotonic()
-    netbed.poll(lambda: time.monotonic() - dropped_at >= FAULT_SECONDS, FAULT_SECONDS + 5, 0.5,
-                "the fault's duration")
+    netbed.poll(lambda: time.monotonic() - dropped_at >= FAULT_SECONDS, FAULT_SECONDS + 5, 0.5, "the fault's duration")
     bed.heal("producer")
     healed_at = time.monotonic()
     sent = kit.wait_event(producer, "sent_all", 180)
@@ -299,6 +352,7 @@ def test_producer_traffic_dropped_for_30s_then_healed_loses_nothing(bed, kit):
         if rows != last["rows"]:
             last.update(rows=rows, at=time.monotonic())
         return time.monotonic() - last["at"] > 30
+
     netbed.poll(settled, 200, 1.0, "the sink to settle")
     settled_s = round(time.monotonic() - healed_at, 1)
     open(job["stop_file"], "w").close()
@@ -306,9 +360,19 @@ def test_producer_traffic_dropped_for_30s_then_healed_loses_nothing(bed, kit):
     netbed.NetBed.stop(producer["proc"])
     values = sink_values(kit.path("out"))
     missing = FAULT_MESSAGES - len(set(values) & {str(i) for i in range(FAULT_MESSAGES)})
-    print("fault:", json.dumps({"rows": sum(values.values()), "distinct": len(values), "missing": missing,
-                                "received_ranges": ranges(int(v) for v in values),
-                                "duplicates": sum(n - 1 for n in values.values() if n > 1),
-                                "healed_to_settled_s": settled_s, "producer": sent,
-                                "job": kit.events(job)[-1]}))
+    print(
+        "fault:",
+        json.dumps(
+            {
+                "rows": sum(values.values()),
+                "distinct": len(values),
+                "missing": missing,
+                "received_ranges": ranges(int(v) for v in values),
+                "duplicates": sum(n - 1 for n in values.values() if n > 1),
+                "healed_to_settled_s": settled_s,
+                "producer": sent,
+                "job": kit.events(job)[-1],
+            }
+        ),
+    )
     assert_exactly_once(values, FAULT_MESSAGES)

@@ -39,7 +39,7 @@ NOT_THE_OPTION = {
     ("produce", "rows_per_message"): "the load generator's rows per Arrow message, 1000 (the sink's 10,000)",
     ("produce", "topic"): "the load generator's topics, used in turn (the sink's topic is one fixed topic)",
     ("consume", "timeout"): "seconds without a message before consume stops, none by default (the source's "
-                            "timeout ends a bounded batch read)",
+    "timeout ends a bounded batch read)",
     ("relay-readers", "timeout"): "seconds to wait for the relay's answer",
     ("ping", "timeout"): "seconds to wait for the service's answer",
     ("broker", "hwm"): "the broker's queue bound, from spark_zmq.requestreply.broker_defaults",
@@ -62,9 +62,10 @@ def _named_after_an_option(command: str, param: TyperOption) -> bool:
 
 
 #: (command, parameter) of every flag that stands for an option: named after one, or declared
-OPTION_PARAMS = sorted({(command, p.name or "") for command in CLICK for p in _options(command)
-                        if _named_after_an_option(command, p)}
-                       | {(command, name) for command, fn in COMMANDS.items() for name in declared_flags(fn)})
+OPTION_PARAMS = sorted(
+    {(command, p.name or "") for command in CLICK for p in _options(command) if _named_after_an_option(command, p)}
+    | {(command, name) for command, fn in COMMANDS.items() for name in declared_flags(fn)}
+)
 
 
 def _param(command: str, name: str) -> TyperOption:
@@ -85,12 +86,25 @@ def test_the_flags_standing_for_options_are_found():
     """The commands and flags below must be among those checked (a rename that hid them
     from the name match would empty the checks)."""
     found = set(OPTION_PARAMS)
-    for expected in [("relay", "hwm"), ("relay", "max_message_bytes"), ("relay", "max_spool_bytes"),
-                     ("relay", "topics"), ("relay", "fsync"), ("relay", "pattern"), ("relay", "format"),
-                     ("relay", "heartbeat_ttl"), ("relay", "curve_certificate"), ("produce", "pattern"),
-                     ("produce", "heartbeat_interval"), ("consume", "pattern"), ("consume", "format"),
-                     ("consume", "topic"), ("broker", "max_message_bytes"), ("broker", "heartbeat_timeout"),
-                     ("relay-readers", "curve_server_key")]:
+    for expected in [
+        ("relay", "hwm"),
+        ("relay", "max_message_bytes"),
+        ("relay", "max_spool_bytes"),
+        ("relay", "topics"),
+        ("relay", "fsync"),
+        ("relay", "pattern"),
+        ("relay", "format"),
+        ("relay", "heartbeat_ttl"),
+        ("relay", "curve_certificate"),
+        ("produce", "pattern"),
+        ("produce", "heartbeat_interval"),
+        ("consume", "pattern"),
+        ("consume", "format"),
+        ("consume", "topic"),
+        ("broker", "max_message_bytes"),
+        ("broker", "heartbeat_timeout"),
+        ("relay-readers", "curve_server_key"),
+    ]:
         assert expected in found, expected
     for command, name in NOT_THE_OPTION:
         assert name in {p.name for p in _options(command)}, (command, name)
@@ -159,10 +173,20 @@ def test_the_options_map_comes_from_the_same_declarations():
     under its option, a flag not given left out (the table's default applies)."""
     declared = declared_flags(relay_command)
     assert given_options(relay_command, {name: None for name in declared}) == {}
-    values: dict[str, Any] = {"endpoints": "tcp://127.0.0.1:5555", "spool_dir": "/tmp/spark-zmq-spool",
-                              "pattern": ConsumePattern.sub, "format": Format.arrow, "topics": "a,b",
-                              "max_spool_bytes": "2 GiB", "hwm": 5, "max_message_bytes": "1MiB", "fsync": True,
-                              "heartbeat_interval": "1", "heartbeat_timeout": "20", "heartbeat_ttl": "0"}
+    values: dict[str, Any] = {
+        "endpoints": "tcp://127.0.0.1:5555",
+        "spool_dir": "/tmp/spark-zmq-spool",
+        "pattern": ConsumePattern.sub,
+        "format": Format.arrow,
+        "topics": "a,b",
+        "max_spool_bytes": "2 GiB",
+        "hwm": 5,
+        "max_message_bytes": "1MiB",
+        "fsync": True,
+        "heartbeat_interval": "1",
+        "heartbeat_timeout": "20",
+        "heartbeat_ttl": "0",
+    }
     raw = given_options(relay_command, values)
     assert set(raw) == {declared[name].spec.name for name in values}
     options = SourceOptions.parse(raw)
@@ -173,15 +197,25 @@ def test_the_options_map_comes_from_the_same_declarations():
 
 
 def test_an_option_error_names_the_flag():
-    error = usage_error(OptionError("option 'hwm' = '0' is out of range; expected an integer", "hwm"),
-                        option_flags(relay_command))
+    error = usage_error(
+        OptionError("option 'hwm' = '0' is out of range; expected an integer", "hwm"), option_flags(relay_command)
+    )
     assert error.param_hint == "'--hwm'" and error.message == "--hwm = '0' is out of range; expected an integer"
 
 
 #: a value each kind refuses (the flag's own check or the table's)
-WRONG = {"int": "0", "bytes": "x", "seconds": "-1", "choice": "bogus", "list": "a",
-         "certificate": "/nonexistent/x.key_secret", "publickey": "abc", "authorized": "/nonexistent",
-         "endpoints": "tcp://nohost:x", "path": "\x00"}
+WRONG = {
+    "int": "0",
+    "bytes": "x",
+    "seconds": "-1",
+    "choice": "bogus",
+    "list": "a",
+    "certificate": "/nonexistent/x.key_secret",
+    "publickey": "abc",
+    "authorized": "/nonexistent",
+    "endpoints": "tcp://nohost:x",
+    "path": "\x00",
+}
 #: flags that take no wrong value
 NO_WRONG_VALUE = {("relay", "fsync"): "a boolean flag", ("consume", "topic"): "any text is a topic prefix"}
 
@@ -190,16 +224,40 @@ def _base_args(command: str, tmp_path) -> list[str]:
     from zmqtest import free_ports
 
     first, second = free_ports(2)
-    return {"relay": ["relay", "--endpoints", f"@tcp://127.0.0.1:{first}", "--listen",
-                      f"tcp://127.0.0.1:{second}", "--spool-dir", str(tmp_path / "spool")],
-            "relay-readers": ["relay-readers", "--listen", f"tcp://127.0.0.1:{first}", "--timeout", "0.5"],
-            "ping": ["ping", f"tcp://127.0.0.1:{first}", "--timeout", "0.5"],
-            "broker": ["broker", "--frontend", f"@tcp://127.0.0.1:{first}", "--backend",
-                       f"@tcp://127.0.0.1:{second}", "--status-interval", "0.1"],
-            "produce": ["produce", f"tcp://127.0.0.1:{first}", "--no-progress", "--count", "1", "--peer-wait", "0",
-                        "--linger", "0"],
-            "consume": ["consume", f"@tcp://127.0.0.1:{first}", "--no-progress", "--count", "1", "--timeout",
-                        "0.2"]}[command]
+    return {
+        "relay": [
+            "relay",
+            "--endpoints",
+            f"@tcp://127.0.0.1:{first}",
+            "--listen",
+            f"tcp://127.0.0.1:{second}",
+            "--spool-dir",
+            str(tmp_path / "spool"),
+        ],
+        "relay-readers": ["relay-readers", "--listen", f"tcp://127.0.0.1:{first}", "--timeout", "0.5"],
+        "ping": ["ping", f"tcp://127.0.0.1:{first}", "--timeout", "0.5"],
+        "broker": [
+            "broker",
+            "--frontend",
+            f"@tcp://127.0.0.1:{first}",
+            "--backend",
+            f"@tcp://127.0.0.1:{second}",
+            "--status-interval",
+            "0.1",
+        ],
+        "produce": [
+            "produce",
+            f"tcp://127.0.0.1:{first}",
+            "--no-progress",
+            "--count",
+            "1",
+            "--peer-wait",
+            "0",
+            "--linger",
+            "0",
+        ],
+        "consume": ["consume", f"@tcp://127.0.0.1:{first}", "--no-progress", "--count", "1", "--timeout", "0.2"],
+    }[command]
 
 
 def _spec_of(command: str, name: str):
@@ -215,7 +273,7 @@ def test_a_wrong_value_names_the_flag_and_exits_2(tmp_path, command, name):
     flag = next(o for o in param.opts if o.startswith("--"))
     args = _base_args(command, tmp_path)
     if flag in args:
-        args = args[:args.index(flag)] + args[args.index(flag) + 2:]
+        args = args[: args.index(flag)] + args[args.index(flag) + 2 :]
     result = CliRunner().invoke(app, [*args, flag, WRONG[_spec_of(command, name).kind]])
     text = " ".join(re.sub(r"[│╭╮╰╯─]", " ", result.output).split())
     assert result.exit_code == 2, (command, flag, text)

@@ -80,18 +80,45 @@ def test_every_option_has_a_kind_a_doc_and_a_documented_default():
 
 def test_the_hidden_options_are_declared_and_documented():
     names = {spec.name for spec in SOURCE_OPTIONS}
-    for hidden in ("spoolAccess", "spoolServerHost", "spoolFsync", "failOnDataLoss", "minPartitions", "mode",
-                   "columnNameOfCorruptRecord", "hwm", "maxMessageBytes"):
+    for hidden in (
+        "spoolAccess",
+        "spoolServerHost",
+        "spoolFsync",
+        "failOnDataLoss",
+        "minPartitions",
+        "mode",
+        "columnNameOfCorruptRecord",
+        "hwm",
+        "maxMessageBytes",
+    ):
         assert hidden in names
     assert "rowsPerMessage" in {spec.name for spec in SINK_OPTIONS}
 
 
 def test_the_option_objects_keep_their_attributes_and_drop_raw():
     opts = source()
-    for attr in ("pattern", "endpoints", "format", "topics", "max_rows_per_trigger", "max_bytes_per_trigger",
-                 "starting_offsets", "max_spool_bytes", "spool_dir", "spool_fsync", "fail_on_data_loss",
-                 "min_partitions", "max_messages", "timeout", "mode", "corrupt_column", "hwm", "spool_access",
-                 "spool_server_host", "max_message_bytes"):
+    for attr in (
+        "pattern",
+        "endpoints",
+        "format",
+        "topics",
+        "max_rows_per_trigger",
+        "max_bytes_per_trigger",
+        "starting_offsets",
+        "max_spool_bytes",
+        "spool_dir",
+        "spool_fsync",
+        "fail_on_data_loss",
+        "min_partitions",
+        "max_messages",
+        "timeout",
+        "mode",
+        "corrupt_column",
+        "hwm",
+        "spool_access",
+        "spool_server_host",
+        "max_message_bytes",
+    ):
         assert hasattr(opts, attr), attr
     out = sink()
     for attr in ("pattern", "endpoints", "format", "topic", "send_timeout_ms", "rows_per_message", "hwm"):
@@ -107,11 +134,21 @@ def test_defaults():
     assert (opts.max_spool_bytes, opts.hwm, opts.max_message_bytes) == (GiB, 10_000, 64 * MiB)
     assert (opts.max_messages, opts.timeout, opts.mode, opts.corrupt_column) == (10_000, 5.0, "PERMISSIVE", None)
     assert (opts.spool_fsync, opts.fail_on_data_loss, opts.spool_access, opts.spool_server_host) == (
-        False, True, "auto", None)
+        False,
+        True,
+        "auto",
+        None,
+    )
     assert opts.endpoints[0].bind
     out = sink()
     assert (out.pattern, out.format, out.topic, out.send_timeout_ms, out.rows_per_message, out.hwm) == (
-        "push", "raw", None, 30_000, 10_000, 1000)
+        "push",
+        "raw",
+        None,
+        30_000,
+        10_000,
+        1000,
+    )
     assert not out.endpoints[0].bind
 
 
@@ -124,27 +161,38 @@ def test_an_empty_value_means_the_default():
 
 
 def test_unknown_options_are_named_with_the_valid_ones_listed():
-    error = refused(SourceOptions.parse, {**SRC, "hwmm": "5", "Colour": "blue"},
-                    "unknown source option(s) 'Colour', 'hwmm' (did you mean 'hwm'?)", "valid options: pattern, endpoints")
+    error = refused(
+        SourceOptions.parse,
+        {**SRC, "hwmm": "5", "Colour": "blue"},
+        "unknown source option(s) 'Colour', 'hwmm' (did you mean 'hwm'?)",
+        "valid options: pattern, endpoints",
+    )
     assert error.option == "Colour"
     for spec in SOURCE_OPTIONS:
         assert spec.name in str(error)
-    refused(SinkOptions.parse, {**SNK, "maxMessageBytes": "2048"}, "unknown sink option(s) 'maxMessageBytes'",
-            "rowsPerMessage")
+    refused(
+        SinkOptions.parse,
+        {**SNK, "maxMessageBytes": "2048"},
+        "unknown sink option(s) 'maxMessageBytes'",
+        "rowsPerMessage",
+    )
 
 
-@pytest.mark.parametrize("given, says", [
-    ("maxRowPerTrigger", "'maxRowPerTrigger' (did you mean 'maxRowsPerTrigger'?)"),
-    ("spoolfsynch", "(did you mean 'spoolFsync'?)"),
-    ("maxOffsetsPerTrigger", "'maxOffsetsPerTrigger' (Kafka's option; here 'maxRowsPerTrigger'"),
-    # Spark hands a data source its option keys lower-cased: Kafka's names get Kafka's spelling back
-    ("maxoffsetspertrigger", "'maxOffsetsPerTrigger' (Kafka's option; here 'maxRowsPerTrigger'"),
-    ("kafka.bootstrap.servers", "'kafka.bootstrap.servers' (Kafka's option; here 'endpoints'"),
-    ("subscribe", "'subscribe' (Kafka's option; here 'topics'"),
-    ("minOffsetsPerTrigger", "'minOffsetsPerTrigger' (Kafka's option; here 'minRowsPerTrigger'"),
-    ("endingTimestamp", "'endingTimestamp' (a Kafka option without a counterpart here"),
-    ("kafka.linger.ms", "'kafka.linger.ms' (a Kafka client setting"),
-])
+@pytest.mark.parametrize(
+    "given, says",
+    [
+        ("maxRowPerTrigger", "'maxRowPerTrigger' (did you mean 'maxRowsPerTrigger'?)"),
+        ("spoolfsynch", "(did you mean 'spoolFsync'?)"),
+        ("maxOffsetsPerTrigger", "'maxOffsetsPerTrigger' (Kafka's option; here 'maxRowsPerTrigger'"),
+        # Spark hands a data source its option keys lower-cased: Kafka's names get Kafka's spelling back
+        ("maxoffsetspertrigger", "'maxOffsetsPerTrigger' (Kafka's option; here 'maxRowsPerTrigger'"),
+        ("kafka.bootstrap.servers", "'kafka.bootstrap.servers' (Kafka's option; here 'endpoints'"),
+        ("subscribe", "'subscribe' (Kafka's option; here 'topics'"),
+        ("minOffsetsPerTrigger", "'minOffsetsPerTrigger' (Kafka's option; here 'minRowsPerTrigger'"),
+        ("endingTimestamp", "'endingTimestamp' (a Kafka option without a counterpart here"),
+        ("kafka.linger.ms", "'kafka.linger.ms' (a Kafka client setting"),
+    ],
+)
 def test_unknown_options_suggest_the_closest_name_or_the_kafka_counterpart(given, says):
     refused(SourceOptions.parse, {**SRC, given: "1"}, says)
 
@@ -152,16 +200,34 @@ def test_unknown_options_suggest_the_closest_name_or_the_kafka_counterpart(given
 def test_kafka_options_that_exist_here_are_accepted_and_the_map_names_real_options():
     from spark_zmq.options.parse import KAFKA_OPTIONS
 
-    assert SourceOptions.parse({**SRC, "startingOffsets": "earliest", "failOnDataLoss": "false",
-                                "minPartitions": "3", "includeHeaders": "false"}).starting_offsets == "earliest"
+    assert (
+        SourceOptions.parse(
+            {
+                **SRC,
+                "startingOffsets": "earliest",
+                "failOnDataLoss": "false",
+                "minPartitions": "3",
+                "includeHeaders": "false",
+            }
+        ).starting_offsets
+        == "earliest"
+    )
     every = {spec.name for spec in SOURCE_OPTIONS + SINK_OPTIONS}
     assert {c for c, _ in KAFKA_OPTIONS.values() if c is not None} <= every
     refused(SinkOptions.parse, {**SNK, "subscribe": "a"}, "'subscribe' (a Kafka option of the other side")
 
 
 def test_keys_are_case_insensitive_and_spark_keys_are_ignored():
-    opts = SourceOptions.parse({"ENDPOINTS": "@tcp://127.0.0.1:5999", "MaxRowsPerTrigger": "7", "HWM": "3",
-                                "path": "x", "checkpointLocation": "/c", "queryName": "q"})
+    opts = SourceOptions.parse(
+        {
+            "ENDPOINTS": "@tcp://127.0.0.1:5999",
+            "MaxRowsPerTrigger": "7",
+            "HWM": "3",
+            "path": "x",
+            "checkpointLocation": "/c",
+            "queryName": "q",
+        }
+    )
     assert (opts.max_rows_per_trigger, opts.hwm) == (7, 3)
 
 
@@ -177,8 +243,7 @@ def test_one_option_spelled_twice_with_different_values_is_an_error():
 @pytest.mark.parametrize("parse", [SourceOptions.parse, SinkOptions.parse], ids=["source", "sink"])
 def test_hwm_zero_is_refused_because_it_means_an_unbounded_queue(parse):
     base = SRC if parse is SourceOptions.parse else SNK
-    error = refused(parse, {**base, "hwm": "0"}, "option 'hwm' = '0' is out of range",
-                    "from 1 to 2^31-1", "unlimited")
+    error = refused(parse, {**base, "hwm": "0"}, "option 'hwm' = '0' is out of range", "from 1 to 2^31-1", "unlimited")
     assert error.option == "hwm"
     refused(parse, {**base, "hwm": str(2**31)}, "option 'hwm'", "out of range")
     assert parse({**base, "hwm": str(INT32_MAX)}).hwm == INT32_MAX
@@ -194,8 +259,12 @@ def test_send_timeout_ms_range():
 
 def test_max_message_bytes_range_units_and_default():
     assert source().max_message_bytes == 67_108_864
-    refused(SourceOptions.parse, {**SRC, "maxMessageBytes": "1023"},
-            "option 'maxMessageBytes' = '1023' is out of range", "from 1 KiB to 2^31-1")
+    refused(
+        SourceOptions.parse,
+        {**SRC, "maxMessageBytes": "1023"},
+        "option 'maxMessageBytes' = '1023' is out of range",
+        "from 1 KiB to 2^31-1",
+    )
     refused(SourceOptions.parse, {**SRC, "maxMessageBytes": str(2**31)}, "option 'maxMessageBytes'")
     refused(SourceOptions.parse, {**SRC, "maxMessageBytes": "2GiB"}, "option 'maxMessageBytes' = '2GiB'")
     assert source(maxMessageBytes="1024").max_message_bytes == KiB
@@ -204,10 +273,13 @@ def test_max_message_bytes_range_units_and_default():
     refused(SourceOptions.parse, {**SRC, "maxMessageBytes": "16MB"}, "is not a number of bytes", "KiB, MiB")
 
 
-@pytest.mark.parametrize("value", ["inf", "-inf", "Infinity", "nan", "NaN", "1e400", "0", "-1", "0.0", "86401", "1e-400"])
+@pytest.mark.parametrize(
+    "value", ["inf", "-inf", "Infinity", "nan", "NaN", "1e400", "0", "-1", "0.0", "86401", "1e-400"]
+)
 def test_timeout_must_be_finite_positive_and_at_most_a_day(value):
-    error = refused(SourceOptions.parse, {**SRC, "timeout": value}, f"option 'timeout' = {value!r} is out of range",
-                    "<= 86,400")
+    error = refused(
+        SourceOptions.parse, {**SRC, "timeout": value}, f"option 'timeout' = {value!r} is out of range", "<= 86,400"
+    )
     assert error.option == "timeout"
 
 
@@ -231,13 +303,16 @@ def test_max_spool_bytes_is_at_least_one_mib():
     assert source(maxSpoolBytes="4GiB").max_spool_bytes == 4 * GiB
 
 
-@pytest.mark.parametrize("name,parse,cap", [
-    ("maxRowsPerTrigger", SourceOptions.parse, INT64_MAX),
-    ("maxBytesPerTrigger", SourceOptions.parse, INT64_MAX),
-    ("maxMessages", SourceOptions.parse, INT32_MAX),
-    ("minPartitions", SourceOptions.parse, INT32_MAX),
-    ("rowsPerMessage", SinkOptions.parse, INT32_MAX),
-])
+@pytest.mark.parametrize(
+    "name,parse,cap",
+    [
+        ("maxRowsPerTrigger", SourceOptions.parse, INT64_MAX),
+        ("maxBytesPerTrigger", SourceOptions.parse, INT64_MAX),
+        ("maxMessages", SourceOptions.parse, INT32_MAX),
+        ("minPartitions", SourceOptions.parse, INT32_MAX),
+        ("rowsPerMessage", SinkOptions.parse, INT32_MAX),
+    ],
+)
 def test_counts_are_positive_and_bounded(name, parse, cap):
     base = SRC if parse is SourceOptions.parse else SNK
     spec = next(s for s in SOURCE_OPTIONS + SINK_OPTIONS if s.name == name)
@@ -252,7 +327,9 @@ def test_counts_are_positive_and_bounded(name, parse, cap):
 
 
 def test_existing_message_for_a_negative_count_is_kept():
-    refused(SourceOptions.parse, {**SRC, "maxRowsPerTrigger": "-5"}, "option 'maxRowsPerTrigger' = '-5' is out of range")
+    refused(
+        SourceOptions.parse, {**SRC, "maxRowsPerTrigger": "-5"}, "option 'maxRowsPerTrigger' = '-5' is out of range"
+    )
 
 
 # -- choices, booleans, strings -----------------------------------------------------------
@@ -262,8 +339,11 @@ def test_choices_are_case_insensitive_and_canonical():
     assert source(pattern="GATHER").pattern == "gather"
     assert source(mode="failfast").mode == "FAILFAST"
     assert source(spoolAccess="Fetch").spool_access == "fetch"
-    refused(SourceOptions.parse, {**SRC, "pattern": "req"},
-            "option 'pattern' = 'req' is not valid; valid values: pull, gather, sub")
+    refused(
+        SourceOptions.parse,
+        {**SRC, "pattern": "req"},
+        "option 'pattern' = 'req' is not valid; valid values: pull, gather, sub",
+    )
     refused(SourceOptions.parse, {**SRC, "mode": "PERMIſſIVE"}, "option 'mode'")  # no Unicode case folding
 
 
@@ -285,8 +365,9 @@ def test_spool_server_host_must_be_a_host_and_never_a_wildcard():
     assert source(spoolServerHost="[::1]").spool_server_host == "[::1]"
     for wildcard in ("*", "0.0.0.0", "[::]"):
         refused(SourceOptions.parse, {**SRC, "spoolServerHost": wildcard}, "option 'spoolServerHost'", "wildcard")
-    refused(SourceOptions.parse, {**SRC, "spoolServerHost": "driver host"}, "option 'spoolServerHost'",
-            "not a host name")
+    refused(
+        SourceOptions.parse, {**SRC, "spoolServerHost": "driver host"}, "option 'spoolServerHost'", "not a host name"
+    )
 
 
 @pytest.mark.parametrize("spelling", ["0", "0x0", "00.0.0.0", "0.0", "[::ffff:0.0.0.0]", "[0:0::0]"])
@@ -302,8 +383,12 @@ def test_spool_server_host_is_checked_by_the_address_it_means_not_its_text(spell
 
 def test_endpoints_errors_name_the_option():
     refused(SourceOptions.parse, {}, "option 'endpoints' is required")
-    refused(SourceOptions.parse, {"endpoints": "tcp//nowhere"}, "option 'endpoints'",
-            "invalid ZeroMQ endpoint 'tcp//nowhere'")
+    refused(
+        SourceOptions.parse,
+        {"endpoints": "tcp//nowhere"},
+        "option 'endpoints'",
+        "invalid ZeroMQ endpoint 'tcp//nowhere'",
+    )
     refused(SourceOptions.parse, {"endpoints": "@tcp://*:5999,@tcp://*:5999"}, "option 'endpoints'", "bound twice")
     refused(SourceOptions.parse, {"endpoints": "@tcp://*:٥٥٥٥"}, "option 'endpoints'")
     refused(SourceOptions.parse, {"endpoints": "@inproc://a\x00b"}, "option 'endpoints'", "control character")
@@ -311,8 +396,12 @@ def test_endpoints_errors_name_the_option():
 
 
 def test_endpoint_parsing_refuses_what_libzmq_cannot_take():
-    for bad, why in [("tcp://a b:1", "not a host name"), ("tcp://h\u00e9:1", "not a host name"),
-                     ("inproc://x\ny", "control character"), ("ipc:///tmp/\ud800", "not valid UTF-8")]:
+    for bad, why in [
+        ("tcp://a b:1", "not a host name"),
+        ("tcp://h\u00e9:1", "not a host name"),
+        ("inproc://x\ny", "control character"),
+        ("ipc:///tmp/\ud800", "not valid UTF-8"),
+    ]:
         with pytest.raises(ValueError, match=why):
             parse_endpoints(bad, default_bind=False)
     assert parse_endpoints("tcp://my-host_1.example:80, ipc://*, ipc://@abstract", default_bind=True)
@@ -322,8 +411,12 @@ def test_endpoint_parsing_refuses_what_libzmq_cannot_take():
 
 
 def test_a_relative_spool_dir_is_an_error_saying_to_give_an_absolute_path():
-    error = refused(SourceOptions.parse, {**SRC, "spoolDir": "spool"},
-                    "option 'spoolDir' = 'spool' is a relative path", "give an absolute path")
+    error = refused(
+        SourceOptions.parse,
+        {**SRC, "spoolDir": "spool"},
+        "option 'spoolDir' = 'spool' is a relative path",
+        "give an absolute path",
+    )
     assert error.option == "spoolDir"
     refused(SourceOptions.parse, {**SRC, "spoolDir": "./a/b"}, "relative path")
 
@@ -381,30 +474,48 @@ def test_the_committed_options_page_is_the_generated_one():
 
 def test_the_options_page_says_which_queries_read_each_source_option():
     source = options_page().split("## Source")[1].split("## Sink")[0]
-    rows = {line.split(" | ")[0].strip("| `"): line.split(" | ")[4] for line in source.splitlines()
-            if line.startswith("| `")}
+    rows = {
+        line.split(" | ")[0].strip("| `"): line.split(" | ")[4]
+        for line in source.splitlines()
+        if line.startswith("| `")
+    }
     assert rows["maxRowsPerTrigger"] == "streaming" and rows["maxMessages"] == "batch"
     assert rows["hwm"] == "streaming, batch" and rows["spoolDir"] == "streaming"
 
 
 def test_generator_command_line(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "spark_zmq.options", "--markdown"], capture_output=True,
-                         text=True, timeout=60, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "spark_zmq.options", "--markdown"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
     assert out == "\n".join(markdown_table(side) for side in ("source", "sink", "request"))
-    check = subprocess.run([sys.executable, "-m", "spark_zmq.options", "--check-docs", str(ROOT / "docs" / "options.md")],
-                           capture_output=True, text=True, timeout=60)
+    check = subprocess.run(
+        [sys.executable, "-m", "spark_zmq.options", "--check-docs", str(ROOT / "docs" / "options.md")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert check.returncode == 0, check.stderr
     stale = tmp_path / "options.md"
     stale.write_text("# Options\n| old |\n", encoding="utf-8")
-    check = subprocess.run([sys.executable, "-m", "spark_zmq.options", "--check-docs", str(stale)],
-                           capture_output=True, text=True, timeout=60)
+    check = subprocess.run(
+        [sys.executable, "-m", "spark_zmq.options", "--check-docs", str(stale)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert check.returncode == 1 and "--write-docs" in check.stderr
     subprocess.run([sys.executable, "-m", "spark_zmq.options", "--write-docs", str(stale)], check=True, timeout=60)
     assert stale.read_text(encoding="utf-8") == options_page()
     readme = tmp_path / "README.md"
-    readme.write_text("x\n<!-- options:source -->\n| old |\n<!-- /options:source -->\n"
-                      "<!-- options:sink -->\n<!-- /options:sink -->\n<!-- options:request -->\n<!-- /options:request -->\n",
-                      encoding="utf-8")
+    readme.write_text(
+        "x\n<!-- options:source -->\n| old |\n<!-- /options:source -->\n"
+        "<!-- options:sink -->\n<!-- /options:sink -->\n<!-- options:request -->\n<!-- /options:request -->\n",
+        encoding="utf-8",
+    )
     subprocess.run([sys.executable, "-m", "spark_zmq.options", "--update-readme", str(readme)], check=True, timeout=60)
     assert readme_block(readme.read_text(encoding="utf-8"), "sink") == markdown_table("sink")
 
@@ -499,16 +610,18 @@ def test_ipc_bind_of_a_new_path_and_ipc_connect_are_unchanged(short_dir):
 
 @pytest.mark.spark
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("option,value,expected", [
-    ("hwm", "0", "option 'hwm' = '0' is out of range"),
-    ("maxMessageBytes", "100", "option 'maxMessageBytes' = '100' is out of range"),
-    ("maxMessageBytes", str(2**40), "option 'maxMessageBytes'"),
-    ("spoolDir", "relative/spool", "option 'spoolDir' = 'relative/spool' is a relative path"),
-    ("timeout", "inf", "option 'timeout' = 'inf' is out of range"),
-])
+@pytest.mark.parametrize(
+    "option,value,expected",
+    [
+        ("hwm", "0", "option 'hwm' = '0' is out of range"),
+        ("maxMessageBytes", "100", "option 'maxMessageBytes' = '100' is out of range"),
+        ("maxMessageBytes", str(2**40), "option 'maxMessageBytes'"),
+        ("spoolDir", "relative/spool", "option 'spoolDir' = 'relative/spool' is a relative path"),
+        ("timeout", "inf", "option 'timeout' = 'inf' is out of range"),
+    ],
+)
 def test_a_bad_option_fails_load_naming_the_option(spark, free_port, option, value, expected):
-    reader = (spark.readStream.format("zmq").option("endpoints", f"@tcp://127.0.0.1:{free_port}")
-              .option(option, value))
+    reader = spark.readStream.format("zmq").option("endpoints", f"@tcp://127.0.0.1:{free_port}").option(option, value)
     with pytest.raises(Exception) as info:
         reader.load()
     assert expected in str(info.value)
@@ -518,7 +631,12 @@ def test_help_of_the_data_source_is_a_manual_schemas_guarantees_and_examples():
     from spark_zmq.datasource import ZmqDataSource
 
     text = pydoc.render_doc(ZmqDataSource, renderer=pydoc.plaintext)
-    for fragment in ('spark.readStream.format("zmq")', 'df.write.format("zmq").mode("append")',
-                     "value binary, topic string, partition int, offset long, timestamp timestamp",
-                     "exactly once per checkpointed query", "at least once", "includeMetadata"):
+    for fragment in (
+        'spark.readStream.format("zmq")',
+        'df.write.format("zmq").mode("append")',
+        "value binary, topic string, partition int, offset long, timestamp timestamp",
+        "exactly once per checkpointed query",
+        "at least once",
+        "includeMetadata",
+    ):
         assert fragment in text, fragment

@@ -26,8 +26,7 @@ def certs(tmp_path):
     authorized.mkdir()
     zmq.auth.create_certificates(str(authorized), "client")
     os.remove(authorized / "client.key_secret")
-    return {"public": public, "secret": secret, "server": server_public, "authorized": str(authorized),
-            "dir": tmp_path}
+    return {"public": public, "secret": secret, "server": server_public, "authorized": str(authorized), "dir": tmp_path}
 
 
 def _source(**options):
@@ -45,8 +44,9 @@ def test_server_and_client_settings_from_pyzmq_certificates(certs):
     server = _source(curveCertificate=certs["secret"], curveAuthorizedKeys=certs["authorized"]).curve
     assert server.is_server and len(server.authorized) == 1
     assert server.public_key == zmq.auth.load_certificate(certs["secret"])[0]
-    client = SinkOptions.parse({"endpoints": "tcp://h:1", "curveCertificate": certs["secret"],
-                                "curveServerKey": certs["server"]}).curve
+    client = SinkOptions.parse(
+        {"endpoints": "tcp://h:1", "curveCertificate": certs["secret"], "curveServerKey": certs["server"]}
+    ).curve
     assert not client.is_server and client.server_key == zmq.auth.load_certificate(certs["server"])[0]
     z85 = zmq.auth.load_certificate(certs["server"])[0].decode()
     assert _source(curveCertificate=certs["secret"], curveServerKey=z85).curve.server_key == z85.encode()
@@ -67,8 +67,8 @@ def test_a_czmq_zcert_certificate_works(certs, tmp_path):
         "#   ****  Generated on 2026-11-01 12:00:00 by CZMQ  ****\n"
         "#   ZeroMQ CURVE **Secret** Certificate\n"
         "#   DO NOT PROVIDE THIS FILE TO OTHER USERS nor change its permissions.\n\n"
-        "metadata\n    name = \"czmq\"\ncurve\n"
-        f"    public-key = \"{public.decode()}\"\n    secret-key = \"{secret.decode()}\"\n"
+        'metadata\n    name = "czmq"\ncurve\n'
+        f'    public-key = "{public.decode()}"\n    secret-key = "{secret.decode()}"\n'
     )
     curve = _source(curveCertificate=str(path), curveAuthorizedKeys="*").curve
     assert (curve.public_key, curve.secret_key) == (public, secret)
@@ -77,11 +77,13 @@ def test_a_czmq_zcert_certificate_works(certs, tmp_path):
 def _czmq_certificate(path, public: bytes, secret=None) -> None:
     """A certificate as CZMQ's ``zcert_save`` writes it (``zcert_save_public`` without ``secret``)."""
     kind = "**Secret** Certificate" if secret else "CURVE Public Certificate"
-    keys = f"    public-key = \"{public.decode()}\"\n"
+    keys = f'    public-key = "{public.decode()}"\n'
     if secret:
-        keys += f"    secret-key = \"{secret.decode()}\"\n"
-    path.write_text(f"#   ****  Generated on 2026-11-01 12:00:00 by CZMQ  ****\n#   ZeroMQ {kind}\n\n"
-                    f"metadata\n    name = \"client\"\ncurve\n{keys}")
+        keys += f'    secret-key = "{secret.decode()}"\n'
+    path.write_text(
+        f"#   ****  Generated on 2026-11-01 12:00:00 by CZMQ  ****\n#   ZeroMQ {kind}\n\n"
+        f'metadata\n    name = "client"\ncurve\n{keys}'
+    )
 
 
 def test_authorized_keys_reads_a_czmq_certificate_store_and_its_client_connects(certs, tmp_path):
@@ -120,8 +122,9 @@ def test_a_damaged_pyzmq_key_file_in_a_store_is_still_an_error(certs, tmp_path):
     store.mkdir()
     _czmq_certificate(store / "client.cert", zmq.curve_keypair()[0])
     (store / "broken.key").write_text("not a certificate\n")
-    text = _refused("curveAuthorizedKeys", "broken.key", curveCertificate=certs["secret"],
-                    curveAuthorizedKeys=str(store))
+    text = _refused(
+        "curveAuthorizedKeys", "broken.key", curveCertificate=certs["secret"], curveAuthorizedKeys=str(store)
+    )
     assert "not a ZeroMQ certificate" in text
 
 
@@ -138,37 +141,64 @@ def test_every_bad_combination_is_refused_naming_the_option(certs, side):
     if side == "source":
         parse = _source
     else:
+
         def parse(**options):
             return SinkOptions.parse({"endpoints": "tcp://h:1", **options})
+
     missing = str(certs["dir"] / "nope.key_secret")
-    _refused("curveCertificate", "cannot read the certificate file", parse, curveCertificate=missing,
-             curveAuthorizedKeys="*")
-    _refused("curveCertificate", "holds only a public key", parse, curveCertificate=certs["public"],
-             curveAuthorizedKeys="*")
-    _refused("curveCertificate", "is not a regular file", parse, curveCertificate=str(certs["dir"]),
-             curveAuthorizedKeys="*")
-    _refused("curveServerKey", "neither a 40-character Z85 public key nor an existing certificate file", parse,
-             curveCertificate=certs["secret"], curveServerKey="short")
+    _refused(
+        "curveCertificate", "cannot read the certificate file", parse, curveCertificate=missing, curveAuthorizedKeys="*"
+    )
+    _refused(
+        "curveCertificate", "holds only a public key", parse, curveCertificate=certs["public"], curveAuthorizedKeys="*"
+    )
+    _refused(
+        "curveCertificate", "is not a regular file", parse, curveCertificate=str(certs["dir"]), curveAuthorizedKeys="*"
+    )
+    _refused(
+        "curveServerKey",
+        "neither a 40-character Z85 public key nor an existing certificate file",
+        parse,
+        curveCertificate=certs["secret"],
+        curveServerKey="short",
+    )
     _refused("curveServerKey", "not valid Z85", parse, curveCertificate=certs["secret"], curveServerKey="~" * 40)
     _refused("curveCertificate", "'curveServerKey' needs 'curveCertificate'", parse, curveServerKey=certs["server"])
     _refused("curveCertificate", "'curveAuthorizedKeys' needs 'curveCertificate'", parse, curveAuthorizedKeys="*")
     _refused("curveAuthorizedKeys", "needs 'curveAuthorizedKeys'", parse, curveCertificate=certs["secret"])
-    _refused("curveAuthorizedKeys", "exclude each other", parse, curveCertificate=certs["secret"],
-             curveServerKey=certs["server"], curveAuthorizedKeys="*")
+    _refused(
+        "curveAuthorizedKeys",
+        "exclude each other",
+        parse,
+        curveCertificate=certs["secret"],
+        curveServerKey=certs["server"],
+        curveAuthorizedKeys="*",
+    )
     empty = certs["dir"] / "empty"
     empty.mkdir(exist_ok=True)
-    _refused("curveAuthorizedKeys", "holds no public certificate", parse, curveCertificate=certs["secret"],
-             curveAuthorizedKeys=str(empty))
-    _refused("curveAuthorizedKeys", "is not a directory", parse, curveCertificate=certs["secret"],
-             curveAuthorizedKeys=certs["public"])
+    _refused(
+        "curveAuthorizedKeys",
+        "holds no public certificate",
+        parse,
+        curveCertificate=certs["secret"],
+        curveAuthorizedKeys=str(empty),
+    )
+    _refused(
+        "curveAuthorizedKeys",
+        "is not a directory",
+        parse,
+        curveCertificate=certs["secret"],
+        curveAuthorizedKeys=certs["public"],
+    )
 
 
 def test_damaged_certificate_files_are_refused(certs, tmp_path):
     cases = {
         "garbage.key_secret": b"\x00\xff" * 100,
         "badkey.key_secret": b'curve\n    public-key = "abc"\n    secret-key = "def"\n',
-        "mismatch.key_secret": (b'curve\n    public-key = "%s"\n    secret-key = "%s"\n'
-                                % (zmq.curve_keypair()[0], zmq.curve_keypair()[1])),
+        "mismatch.key_secret": (
+            b'curve\n    public-key = "%s"\n    secret-key = "%s"\n' % (zmq.curve_keypair()[0], zmq.curve_keypair()[1])
+        ),
         "huge.key_secret": b"#" * (1 << 20),
     }
     for name, content in cases.items():

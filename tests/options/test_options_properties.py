@@ -21,16 +21,90 @@ pytestmark = pytest.mark.timeout(300)
 NAMES = sorted({spec.name for spec in SOURCE_OPTIONS + SINK_OPTIONS} | {"path", "checkpointLocation", "queryName"})
 
 INTERESTING = [
-    "", " ", "0", "-0", "1", "-1", "+1", "7", "1_000", "1__0", "_1", "1024", "1 KiB", "64MiB", "2GiB", "1e3",
-    "0.5", "5", "86400", "86401", "inf", "-inf", "Infinity", "nan", "NaN", "1e400", "1e-400",
-    str(2**31 - 1), str(2**31), str(2**63 - 1), str(2**63), "9" * 50, "9" * 5000, "١٢٣", "٥", "\u00bd",
-    "true", "FALSE", "yes", "maybe", "pull", "GATHER", "sub", "push", "scatter", "pub", "raw", "json", "arrow",
-    "PERMISSIVE", "failfast", "latest", "earliest", "auto", "fetch", "local",
-    "@tcp://127.0.0.1:5999", "tcp://127.0.0.1:5999", ">tcp://h:1,@tcp://*:2", "@tcp://*:1,@tcp://*:1",
-    "tcp://*:1", "@ipc:///tmp/zo-x", "ipc://relative", "@inproc://x", "tcp//bad", "tcp://a b:1",
-    "tcp://h:\u0661", "inproc://a\x00b", "ipc:///" + "x" * 300,
-    "/abs/spool", "~/spool", "relative/spool", "/a/\x00", "/a/\ud800", "\ud800", "\t\n", "\u3000",
-    "localhost", "10.0.0.1", "[::1]", "*", "0.0.0.0", "a,b, ,c", "topic",
+    "",
+    " ",
+    "0",
+    "-0",
+    "1",
+    "-1",
+    "+1",
+    "7",
+    "1_000",
+    "1__0",
+    "_1",
+    "1024",
+    "1 KiB",
+    "64MiB",
+    "2GiB",
+    "1e3",
+    "0.5",
+    "5",
+    "86400",
+    "86401",
+    "inf",
+    "-inf",
+    "Infinity",
+    "nan",
+    "NaN",
+    "1e400",
+    "1e-400",
+    str(2**31 - 1),
+    str(2**31),
+    str(2**63 - 1),
+    str(2**63),
+    "9" * 50,
+    "9" * 5000,
+    "١٢٣",
+    "٥",
+    "\u00bd",
+    "true",
+    "FALSE",
+    "yes",
+    "maybe",
+    "pull",
+    "GATHER",
+    "sub",
+    "push",
+    "scatter",
+    "pub",
+    "raw",
+    "json",
+    "arrow",
+    "PERMISSIVE",
+    "failfast",
+    "latest",
+    "earliest",
+    "auto",
+    "fetch",
+    "local",
+    "@tcp://127.0.0.1:5999",
+    "tcp://127.0.0.1:5999",
+    ">tcp://h:1,@tcp://*:2",
+    "@tcp://*:1,@tcp://*:1",
+    "tcp://*:1",
+    "@ipc:///tmp/zo-x",
+    "ipc://relative",
+    "@inproc://x",
+    "tcp//bad",
+    "tcp://a b:1",
+    "tcp://h:\u0661",
+    "inproc://a\x00b",
+    "ipc:///" + "x" * 300,
+    "/abs/spool",
+    "~/spool",
+    "relative/spool",
+    "/a/\x00",
+    "/a/\ud800",
+    "\ud800",
+    "\t\n",
+    "\u3000",
+    "localhost",
+    "10.0.0.1",
+    "[::1]",
+    "*",
+    "0.0.0.0",
+    "a,b, ,c",
+    "topic",
 ]
 
 values = st.one_of(
@@ -48,11 +122,7 @@ def random_case(draw, name: str) -> str:
     return "".join(c.upper() if f else c.lower() for c, f in zip(name, flips))
 
 
-keys = st.one_of(
-    st.sampled_from(NAMES).flatmap(random_case),
-    st.sampled_from(NAMES),
-    st.text(min_size=1, max_size=20),
-)
+keys = st.one_of(st.sampled_from(NAMES).flatmap(random_case), st.sampled_from(NAMES), st.text(min_size=1, max_size=20))
 
 option_maps = st.dictionaries(keys, values, max_size=8)
 with_endpoints = st.builds(
@@ -71,8 +141,9 @@ def _check(parse, table, options: dict) -> None:
         given = {str(k).lower() for k in options}
         # a required option missing is named by itself, and so is the certificate a given CURVE key
         # option needs (the message names both; tests/options/test_options_curve.py)
-        needed = {"endpoints", "spoolDir"} | ({"curveCertificate"} if given & {"curveserverkey", "curveauthorizedkeys"}
-                                              else set())
+        needed = {"endpoints", "spoolDir"} | (
+            {"curveCertificate"} if given & {"curveserverkey", "curveauthorizedkeys"} else set()
+        )
         assert exc.option.lower() in given or exc.option in needed, (exc.option, options)
         assert repr(exc.option)[:40] in message, (exc.option, message)
         return

@@ -17,37 +17,54 @@ from spark_zmq.options import OptionError, RequestOptions, SinkOptions, SourceOp
 from spark_zmq.patterns import Pull, ZmtpPull
 from spark_zmq.patterns.tuning import SocketTuning
 
-SIDES = [(SourceOptions, {"endpoints": "@tcp://127.0.0.1:5555"}), (SinkOptions, {"endpoints": "tcp://h:1"}),
-         (RequestOptions, {"endpoints": "tcp://h:1"})]
+SIDES = [
+    (SourceOptions, {"endpoints": "@tcp://127.0.0.1:5555"}),
+    (SinkOptions, {"endpoints": "tcp://h:1"}),
+    (RequestOptions, {"endpoints": "tcp://h:1"}),
+]
 
 
 @pytest.mark.parametrize("klass, base", SIDES)
 def test_every_side_parses_the_socket_options_whatever_their_case(klass, base):
-    options = klass.parse({**base, "zmq.reconnectinterval": "50ms", "ZMQ.ReconnectIntervalMax": "2s",
-                           "zmq.handshakeInterval": "1500", "zmq.ipv6": "true", "zmq.immediate": "false",
-                           "zmq.tcpkeepaliveidle": "1min", "zmq.tcpKeepaliveInterval": "5", "zmq.tcpKeepaliveCount": "4",
-                           "zmq.sendBufferBytes": "65536", "zmq.receivebufferbytes": "131072"})
+    options = klass.parse(
+        {
+            **base,
+            "zmq.reconnectinterval": "50ms",
+            "ZMQ.ReconnectIntervalMax": "2s",
+            "zmq.handshakeInterval": "1500",
+            "zmq.ipv6": "true",
+            "zmq.immediate": "false",
+            "zmq.tcpkeepaliveidle": "1min",
+            "zmq.tcpKeepaliveInterval": "5",
+            "zmq.tcpKeepaliveCount": "4",
+            "zmq.sendBufferBytes": "65536",
+            "zmq.receivebufferbytes": "131072",
+        }
+    )
     assert options.tuning == SocketTuning(50, 2000, 1500, True, False, 60, 5, 4, 65536, 131072)
     assert klass.parse(base).tuning is None
 
 
 @pytest.mark.parametrize("klass, base", SIDES)
-@pytest.mark.parametrize("key, value, says", [
-    ("zmq.foo", "1", "unknown"),
-    ("zmq.reconnectinterval", "soon", "not a duration"),
-    ("zmq.handshakeInterval", "0.5ms", "whole milliseconds"),
-    ("zmq.tcpKeepaliveIdle", "1500ms", "whole seconds"),
-    ("zmq.ipv6", "maybe", "not a boolean"),
-    ("zmq.sendBufferBytes", "1MiB", "integer"),
-    ("zmq.tcpKeepaliveCount", "0", "integer from 1"),
-    # accepted once and then nothing was received (the kernel's EINVAL), or failed in the task (#43)
-    ("zmq.tcpKeepaliveIdle", "40000", "from 1 to 32767 (the kernel's TCP_KEEPIDLE limit)"),
-    ("zmq.tcpKeepaliveIdle", "10h", "from 1 to 32767"),
-    ("zmq.tcpKeepaliveInterval", "32768", "from 1 to 32767 (the kernel's TCP_KEEPINTVL limit)"),
-    ("zmq.tcpKeepaliveCount", "1000", "integer from 1 to 127 (the kernel's TCP_KEEPCNT limit)"),
-    ("zmq.reconnectInterval", "0", "from 1 to 2^31-1"),
-    ("zmq.handshakeInterval", "0ms", "from 1 to 2^31-1"),
-])
+@pytest.mark.parametrize(
+    "key, value, says",
+    [
+        ("zmq.foo", "1", "unknown"),
+        ("zmq.reconnectinterval", "soon", "not a duration"),
+        ("zmq.handshakeInterval", "0.5ms", "whole milliseconds"),
+        ("zmq.tcpKeepaliveIdle", "1500ms", "whole seconds"),
+        ("zmq.ipv6", "maybe", "not a boolean"),
+        ("zmq.sendBufferBytes", "1MiB", "integer"),
+        ("zmq.tcpKeepaliveCount", "0", "integer from 1"),
+        # accepted once and then nothing was received (the kernel's EINVAL), or failed in the task (#43)
+        ("zmq.tcpKeepaliveIdle", "40000", "from 1 to 32767 (the kernel's TCP_KEEPIDLE limit)"),
+        ("zmq.tcpKeepaliveIdle", "10h", "from 1 to 32767"),
+        ("zmq.tcpKeepaliveInterval", "32768", "from 1 to 32767 (the kernel's TCP_KEEPINTVL limit)"),
+        ("zmq.tcpKeepaliveCount", "1000", "integer from 1 to 127 (the kernel's TCP_KEEPCNT limit)"),
+        ("zmq.reconnectInterval", "0", "from 1 to 2^31-1"),
+        ("zmq.handshakeInterval", "0ms", "from 1 to 2^31-1"),
+    ],
+)
 def test_an_unknown_socket_option_or_a_wrong_value_is_an_error_naming_it(klass, base, key, value, says):
     with pytest.raises(OptionError) as error:
         klass.parse({**base, key: value})
@@ -59,19 +76,48 @@ def test_an_unknown_socket_option_or_a_wrong_value_is_an_error_naming_it(klass, 
 
 def test_libzmq_sockets_take_the_socket_options():
     port = free_ports(1)[0]
-    tuning = SocketTuning(reconnect_ivl_ms=50, reconnect_ivl_max_ms=2000, handshake_ivl_ms=1500, ipv6=True,
-                          immediate=True, tcp_keepalive_idle_s=60, tcp_keepalive_intvl_s=5, tcp_keepalive_cnt=4,
-                          sndbuf=65536, rcvbuf=131072)
+    tuning = SocketTuning(
+        reconnect_ivl_ms=50,
+        reconnect_ivl_max_ms=2000,
+        handshake_ivl_ms=1500,
+        ipv6=True,
+        immediate=True,
+        tcp_keepalive_idle_s=60,
+        tcp_keepalive_intvl_s=5,
+        tcp_keepalive_cnt=4,
+        sndbuf=65536,
+        rcvbuf=131072,
+    )
     sock = Pull([f"@tcp://127.0.0.1:{port}"], tuning=tuning)
     try:
         raw = sock.zmq_socket
-        read = {name: raw.getsockopt(opt) for name, opt in (
-            ("reconnect", zmq.RECONNECT_IVL), ("max", zmq.RECONNECT_IVL_MAX), ("handshake", zmq.HANDSHAKE_IVL),
-            ("ipv6", zmq.IPV6), ("immediate", zmq.IMMEDIATE), ("idle", zmq.TCP_KEEPALIVE_IDLE),
-            ("intvl", zmq.TCP_KEEPALIVE_INTVL), ("cnt", zmq.TCP_KEEPALIVE_CNT), ("snd", zmq.SNDBUF),
-            ("rcv", zmq.RCVBUF))}
-        assert read == {"reconnect": 50, "max": 2000, "handshake": 1500, "ipv6": 1, "immediate": 1, "idle": 60,
-                        "intvl": 5, "cnt": 4, "snd": 65536, "rcv": 131072}
+        read = {
+            name: raw.getsockopt(opt)
+            for name, opt in (
+                ("reconnect", zmq.RECONNECT_IVL),
+                ("max", zmq.RECONNECT_IVL_MAX),
+                ("handshake", zmq.HANDSHAKE_IVL),
+                ("ipv6", zmq.IPV6),
+                ("immediate", zmq.IMMEDIATE),
+                ("idle", zmq.TCP_KEEPALIVE_IDLE),
+                ("intvl", zmq.TCP_KEEPALIVE_INTVL),
+                ("cnt", zmq.TCP_KEEPALIVE_CNT),
+                ("snd", zmq.SNDBUF),
+                ("rcv", zmq.RCVBUF),
+            )
+        }
+        assert read == {
+            "reconnect": 50,
+            "max": 2000,
+            "handshake": 1500,
+            "ipv6": 1,
+            "immediate": 1,
+            "idle": 60,
+            "intvl": 5,
+            "cnt": 4,
+            "snd": 65536,
+            "rcv": 131072,
+        }
     finally:
         sock.close(linger=0)
 
@@ -80,9 +126,15 @@ def test_libzmq_sockets_take_the_socket_options():
 def test_the_largest_keepalive_settings_the_options_take_work_on_a_connection(kind):
     """The top of each range is what the kernel takes: a connection with them carries
     messages, on libzmq and on the engine (past it libzmq passed EINVAL on silently)."""
-    tuning = SourceOptions.parse({"endpoints": "@tcp://127.0.0.1:5555", "zmq.tcpKeepaliveIdle": "32767",
-                                  "zmq.tcpKeepaliveInterval": "32767", "zmq.tcpKeepaliveCount": "127",
-                                  "zmq.reconnectInterval": "1"}).tuning
+    tuning = SourceOptions.parse(
+        {
+            "endpoints": "@tcp://127.0.0.1:5555",
+            "zmq.tcpKeepaliveIdle": "32767",
+            "zmq.tcpKeepaliveInterval": "32767",
+            "zmq.tcpKeepaliveCount": "127",
+            "zmq.reconnectInterval": "1",
+        }
+    ).tuning
     port = free_ports(1)[0]
     pull = kind([f"@tcp://127.0.0.1:{port}"], tuning=tuning, linger=0)
     context = zmq.Context()
@@ -159,9 +211,17 @@ class FirstAttemptThenPull:
 
 def _write(spark, port: int, **options: str) -> None:
     """Ten text rows in one task (one sink socket) to ``port``, waiting up to 4 s for a peer."""
-    (spark.range(0, 10, 1, 1).selectExpr("cast(id as string) as value").write.format("zmq").mode("append")
-     .option("endpoints", f"tcp://127.0.0.1:{port}").option("format", "text").option("sendTimeoutMs", "4000")
-     .options(**options).save())
+    (
+        spark.range(0, 10, 1, 1)
+        .selectExpr("cast(id as string) as value")
+        .write.format("zmq")
+        .mode("append")
+        .option("endpoints", f"tcp://127.0.0.1:{port}")
+        .option("format", "text")
+        .option("sendTimeoutMs", "4000")
+        .options(**options)
+        .save()
+    )
 
 
 @pytest.mark.spark

@@ -45,6 +45,7 @@ MiB = 1024 * 1024
 
 # --------------------------------------------------------------------------- helpers
 
+
 def socket_(ctx: zmq.Context, kind: int, **options: object) -> zmq.Socket:
     sock = ctx.socket(kind)
     sock.setsockopt(zmq.LINGER, 0)
@@ -82,15 +83,14 @@ def recv_until(sock: zmq.Socket, end: bytes, timeout: float = 20.0) -> list[byte
 def nothing_arrives(sock: zmq.Socket, within: float) -> bool:
     return sock.poll(int(within * 1000)) == 0
 
-
     def close(self) -> None:
         self._sock.disable_monitor()
         self._mon.close(linger=0)
 
 
-def through_proxy(ctx: zmq.Context, *, pull_options: dict | None = None,
-                  push_options: dict | None = None,
-                  ) -> tuple[zmq.Socket, zmq.Socket, FaultProxy]:
+def through_proxy(
+    ctx: zmq.Context, *, pull_options: dict | None = None, push_options: dict | None = None
+) -> tuple[zmq.Socket, zmq.Socket, FaultProxy]:
     """A PULL bound on port 0, a proxy to it, a PUSH connected through the proxy."""
     pull = socket_(ctx, zmq.PULL, RCVHWM=100_000, **(pull_options or {}))
     port = bind_any(pull)
@@ -107,6 +107,7 @@ def warm_up(push: zmq.Socket, pull: zmq.Socket) -> None:
 
 # --------------------------------------------------------------------------- pass
 
+
 @pytest.mark.timeout(60)
 def test_pass_delivers_in_order(ctx):
     push, pull, proxy = through_proxy(ctx)
@@ -122,6 +123,7 @@ def test_pass_delivers_in_order(ctx):
 
 
 # --------------------------------------------------------------------------- blackhole
+
 
 @pytest.mark.timeout(60)
 def test_blackhole_is_silent_and_heals(ctx):
@@ -166,8 +168,7 @@ def test_blackhole_read_discards(ctx):
 
 @pytest.mark.timeout(60)
 def test_blackhole_detected_by_libzmq_heartbeats(ctx):
-    push, pull, proxy = through_proxy(
-        ctx, pull_options={"HEARTBEAT_IVL": 100, "HEARTBEAT_TIMEOUT": 500})
+    push, pull, proxy = through_proxy(ctx, pull_options={"HEARTBEAT_IVL": 100, "HEARTBEAT_TIMEOUT": 500})
     with proxy:
         push.connect(proxy.endpoint)
         warm_up(push, pull)
@@ -191,6 +192,7 @@ def test_blackhole_detected_by_libzmq_heartbeats(ctx):
 
 
 # --------------------------------------------------------------------------- reset / close
+
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("how", ["reset", "close"])
@@ -218,6 +220,7 @@ def test_reset_and_close_are_seen_at_once_and_libzmq_reconnects(ctx, how):
 
 
 # --------------------------------------------------------------------------- one-way cut
+
 
 @pytest.mark.timeout(60)
 def test_drop_direction_up_stops_messages_and_keeps_the_connection(ctx):
@@ -264,6 +267,7 @@ def test_drop_direction_up_lets_down_pass(ctx):
 
 
 # --------------------------------------------------------------------------- frame faults
+
 
 @pytest.mark.timeout(60)
 def test_drop_frame_deletes_exactly_the_chosen_message(ctx):
@@ -321,6 +325,7 @@ def test_cut_at_frame_delivers_exactly_what_came_before_it_and_nothing_after(ctx
 def test_drop_frame_across_chunk_boundaries(ctx, victim):
     """1 MiB frames come in many TCP chunks and small ones many to a chunk: exactly the
     chosen one goes, and every other arrives byte for byte."""
+
     def message(k: int) -> bytes:
         size = MiB if k % 3 == 1 else (k * 37) % 400 + 1  # short (<256) and LONG frames
         head = b"%d:" % k
@@ -345,10 +350,13 @@ def curve_pair(ctx: zmq.Context) -> tuple[zmq.Socket, zmq.Socket, FaultProxy]:
     client_public, client_secret = zmq.curve_keypair()
     return through_proxy(
         ctx,
-        pull_options={"CURVE_SERVER": True, "CURVE_SECRETKEY": server_secret,
-                      "CURVE_PUBLICKEY": server_public},
-        push_options={"CURVE_SERVERKEY": server_public, "CURVE_PUBLICKEY": client_public,
-                      "CURVE_SECRETKEY": client_secret})
+        pull_options={"CURVE_SERVER": True, "CURVE_SECRETKEY": server_secret, "CURVE_PUBLICKEY": server_public},
+        push_options={
+            "CURVE_SERVERKEY": server_public,
+            "CURVE_PUBLICKEY": client_public,
+            "CURVE_SECRETKEY": client_secret,
+        },
+    )
 
 
 needs_curve = pytest.mark.skipif(not zmq.has("curve"), reason="libzmq without CURVE")
@@ -414,14 +422,14 @@ def test_curve_replay_is_reported_to_a_monitor(ctx):
                 push.send(b"%d" % i)
             assert [recv(pull) for _ in range(4)] == [b"0", b"1", b"2", b"3"]
             assert pull_events.came(zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL, timeout=5.0)
-            assert pull_events.values(zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL) == [
-                zmq.PROTOCOL_ERROR_ZMTP_INVALID_SEQUENCE]
+            assert pull_events.values(zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL) == [zmq.PROTOCOL_ERROR_ZMTP_INVALID_SEQUENCE]
             assert proxy.frames_duplicated == 1
         finally:
             pull_events.close()
 
 
 # --------------------------------------------------------------------------- delay
+
 
 @pytest.mark.timeout(60)
 def test_delay_holds_each_message_back_and_keeps_order(ctx):
@@ -446,6 +454,7 @@ def test_delay_holds_each_message_back_and_keeps_order(ctx):
 
 
 # --------------------------------------------------------------------------- raw TCP
+
 
 @pytest.fixture
 def raw_pair() -> Iterator[tuple[socket.socket, socket.socket, FaultProxy]]:
@@ -554,6 +563,7 @@ def test_unreachable_target_resets_the_client():
 
 # --------------------------------------------------------------------------- the framer alone
 
+
 def _frame(flags: int, body: bytes) -> bytes:
     if len(body) > 255:
         return struct.pack(">BQ", flags | FLAG_LONG, len(body)) + body
@@ -564,7 +574,7 @@ def _chunks(data: bytes, rng: random.Random) -> Iterator[bytes]:
     i = 0
     while i < len(data):
         step = rng.choice([1, 2, 3, 7, 9, 64, 300, 5000, 100_000])
-        yield data[i:i + step]
+        yield data[i : i + step]
         i += step
 
 
@@ -591,10 +601,8 @@ def test_framer_refames_any_chunking(seed):
         framer = _Framer()
         fault = FrameFault(action, "up", skip=skip)
         fired: list[FrameFault] = []
-        out = b"".join(
-            b"".join(framer.feed(chunk, [fault], fired.append)) for chunk in _chunks(stream, rng))
-        expected = greeting + b"".join(
-            _frame(f, b) * (copies if i == victim else 1) for i, (f, b) in enumerate(frames))
+        out = b"".join(b"".join(framer.feed(chunk, [fault], fired.append)) for chunk in _chunks(stream, rng))
+        expected = greeting + b"".join(_frame(f, b) * (copies if i == victim else 1) for i, (f, b) in enumerate(frames))
         assert out == expected
         assert fired == [fault] and framer.frames == len(frames)
 

@@ -84,6 +84,7 @@ def test_a_connecting_receiver_reconnects_after_its_producer_goes_silent(cls):
                         return int(receiver.recv(timeout=0.5)) > mark
                     except TimeoutError:
                         return False
+
                 wait_until(fresh, 15, "a message sent after the black hole")
             finally:
                 receiver.close()
@@ -139,13 +140,22 @@ def test_a_sender_reroutes_what_a_silent_consumer_had_not_acknowledged():
         t.start()
     try:
         with FaultProxy("127.0.0.1", _bound_port(pulls[1]), buffer_bytes=65536) as proxy:
-            scatter = Scatter([f">tcp://127.0.0.1:{_bound_port(pulls[0])}", f">{proxy.endpoint}"],
-                              hwm=100, immediate=True, confirm=True, heartbeat=FAST, sndbuf=65536,
-                              monitor=zmq.EVENT_HANDSHAKE_SUCCEEDED)
+            scatter = Scatter(
+                [f">tcp://127.0.0.1:{_bound_port(pulls[0])}", f">{proxy.endpoint}"],
+                hwm=100,
+                immediate=True,
+                confirm=True,
+                heartbeat=FAST,
+                sndbuf=65536,
+                monitor=zmq.EVENT_HANDSHAKE_SUCCEEDED,
+            )
             try:
                 handshakes = []
-                wait_until(lambda: handshakes.extend(scatter.handshakes.poll()) or len(handshakes) >= 2, 10,
-                           "both consumers' handshakes")
+                wait_until(
+                    lambda: handshakes.extend(scatter.handshakes.poll()) or len(handshakes) >= 2,
+                    10,
+                    "both consumers' handshakes",
+                )
                 payload = b"x" * 4000
                 for i in range(200):
                     scatter.send(b"%06d" % i + payload, timeout=10)
@@ -235,8 +245,10 @@ def test_a_peer_ttl_is_honoured_and_absurd_pings_are_bounded():
         peer = _raw_peer(endpoint)
         wait_until(lambda: gather._engine.ready_peers, 5, "the handshake")
         # a flood of PONGs and PINGs with oversized contexts: answered (or not) within bounds
-        flood = b"".join(frame_header(len(c), 0x04) + c for c in
-                         [command(b"PONG", b"z" * 200)] * 500 + [command(b"PING", b"\x00\x00" + b"c" * 100)] * 500)
+        flood = b"".join(
+            frame_header(len(c), 0x04) + c
+            for c in [command(b"PONG", b"z" * 200)] * 500 + [command(b"PING", b"\x00\x00" + b"c" * 100)] * 500
+        )
         peer.sendall(flood)
         # data still flows on the same connection
         peer.sendall(frame_header(5, 0) + b"hello")
@@ -311,11 +323,18 @@ def test_the_source_receive_buffer_option_reaches_the_receiving_socket():
     from spark_zmq.options import SourceOptions
 
     for pattern in ("pull", "gather"):
-        options = SourceOptions.parse({"endpoints": "@tcp://127.0.0.1:*", "pattern": pattern,
-                                       "receiveBufferBytes": "64 KiB"})
+        options = SourceOptions.parse(
+            {"endpoints": "@tcp://127.0.0.1:*", "pattern": pattern, "receiveBufferBytes": "64 KiB"}
+        )
         assert options.receive_buffer_bytes == 65536
-        sock = open_channel_socket(pattern, options.endpoints[0], hwm=10, topics=[],
-                                   rcvbuf=options.receive_buffer_bytes, heartbeat=options.heartbeat)
+        sock = open_channel_socket(
+            pattern,
+            options.endpoints[0],
+            hwm=10,
+            topics=[],
+            rcvbuf=options.receive_buffer_bytes,
+            heartbeat=options.heartbeat,
+        )
         try:
             assert type(sock).__name__ == {"pull": "ZmtpPull", "gather": "Gather"}[pattern]
             assert sock._engine.rcvbuf == 65536

@@ -89,7 +89,9 @@ def test_endpoint_parsing_happens_before_any_socket_exists():
 
 def test_parse_endpoints_defaults_and_prefixes():
     assert [str(e) for e in parse_endpoints("tcp://h:1, @tcp://*:2, >inproc://x", default_bind=False)] == [
-        ">tcp://h:1", "@tcp://*:2", ">inproc://x"
+        ">tcp://h:1",
+        "@tcp://*:2",
+        ">inproc://x",
     ]
     assert [e.bind for e in parse_endpoints(["tcp://*:1", "ipc:///tmp/x"], default_bind=True)] == [True, True]
 
@@ -209,7 +211,10 @@ def push_pull(request):
 @pytest.mark.parametrize(
     "message,fragments",
     [
-        ("text", ["the message must be bytes-like (bytes, bytearray, memoryview)", "not str 'text'", "'text'.encode()"]),
+        (
+            "text",
+            ["the message must be bytes-like (bytes, bytearray, memoryview)", "not str 'text'", "'text'.encode()"],
+        ),
         (42, ["the message must be bytes-like", "not int 42"]),
         (None, ["the message must be bytes-like", "not NoneType None"]),
         ({"k": "v"}, ["not dict {'k': 'v'}"]),
@@ -273,8 +278,7 @@ def test_scatter_refuses_a_list_or_tuple_of_frames(frames):
 
 
 @pytest.mark.parametrize(
-    "timeout,exc,fragment",
-    [(-1, ValueError, "got -1"), ("5", TypeError, "got '5'"), (True, TypeError, "got True")],
+    "timeout,exc,fragment", [(-1, ValueError, "got -1"), ("5", TypeError, "got '5'"), (True, TypeError, "got True")]
 )
 def test_bad_timeout_names_the_value(timeout, exc, fragment):
     pull = Pull(bind_spec("inproc"))

@@ -39,8 +39,12 @@ def test_two_server_sockets_in_one_process_accept_their_own_keys_only():
     pull_b = Pull("@tcp://127.0.0.1:*", curve=Curve.server(server_b, frozenset({bob.public_key})))
     clients = []
     try:
-        for pull, server, keys, label in ((pull_a, server_a, alice, b"alice->a"), (pull_a, server_a, bob, b"bob->a"),
-                                          (pull_b, server_b, bob, b"bob->b"), (pull_b, server_b, alice, b"alice->b")):
+        for pull, server, keys, label in (
+            (pull_a, server_a, alice, b"alice->a"),
+            (pull_a, server_a, bob, b"bob->a"),
+            (pull_b, server_b, bob, b"bob->b"),
+            (pull_b, server_b, alice, b"alice->b"),
+        ):
             client = _client(pull.last_endpoint, server.public_key, keys)
             client.send(label)
             clients.append(client)
@@ -62,7 +66,9 @@ def test_two_server_sockets_in_one_process_accept_their_own_keys_only():
 def test_the_applications_own_curve_server_is_not_judged_by_our_handler():
     """A CURVE server of the application's, on Context.instance() and without a ZAP handler
     of its own, accepts any key (libzmq's rule); our sockets must not change that."""
-    ours = Pull("@tcp://127.0.0.1:*", curve=Curve.server(KeyPair.generate(), frozenset({KeyPair.generate().public_key})))
+    ours = Pull(
+        "@tcp://127.0.0.1:*", curve=Curve.server(KeyPair.generate(), frozenset({KeyPair.generate().public_key}))
+    )
     theirs_keys, anyone = KeyPair.generate(), KeyPair.generate()
     theirs = zmq.Context.instance().socket(zmq.PULL)
     theirs.linger = 0
@@ -88,11 +94,19 @@ def test_a_new_server_socket_right_after_the_last_one_closed_gets_a_handler():
     server_keys, client_keys = KeyPair.generate(), KeyPair.generate()
     try:
         for _cycle in range(200):
-            pull = Pull("@tcp://127.0.0.1:*", context=context, linger=0,
-                        curve=Curve.server(server_keys, frozenset({client_keys.public_key})))
+            pull = Pull(
+                "@tcp://127.0.0.1:*",
+                context=context,
+                linger=0,
+                curve=Curve.server(server_keys, frozenset({client_keys.public_key})),
+            )
             pull.close()
-        pull = Pull("@tcp://127.0.0.1:*", context=context, linger=0,
-                    curve=Curve.server(server_keys, frozenset({client_keys.public_key})))
+        pull = Pull(
+            "@tcp://127.0.0.1:*",
+            context=context,
+            linger=0,
+            curve=Curve.server(server_keys, frozenset({client_keys.public_key})),
+        )
         client = _client(pull.last_endpoint, server_keys.public_key, client_keys)
         try:
             client.send(b"after 200 cycles")
@@ -170,13 +184,14 @@ def test_a_flood_of_failed_handshakes_never_stalls_the_context_even_unread():
 
 # -- our ZMTP engine's CURVE (Scatter/Gather) against libzmq: strict short nonces --------------
 
+
 def _after_handshake(monitor: SocketEvents) -> list:
     """The connection events from the first successful handshake on (a connection our
     side closed before it, as when a Scatter first announces SCATTER to a PULL and tries
     PUSH next, does not count)."""
     seen = monitor.quiet(0.3)
     assert zmq.EVENT_HANDSHAKE_SUCCEEDED in seen, seen
-    return seen[seen.index(zmq.EVENT_HANDSHAKE_SUCCEEDED):]
+    return seen[seen.index(zmq.EVENT_HANDSHAKE_SUCCEEDED) :]
 
 
 def _libzmq_curve_socket(context, kind, keys, *, server_key=None):
@@ -232,7 +247,7 @@ def test_our_curve_scatter_to_a_libzmq_pull_with_heartbeats_keeps_one_connection
     then 2, 3, ...) while it sends 3,000 messages: still the one connection at the end."""
     from spark_zmq.patterns import Scatter
 
-    context = zmq.Context()   # no ZAP handler: libzmq's CURVE server accepts any client key
+    context = zmq.Context()  # no ZAP handler: libzmq's CURVE server accepts any client key
     server, client = KeyPair.generate(), KeyPair.generate()
     pull = _libzmq_curve_socket(context, zmq.PULL, server)
     pull.rcvtimeo = 10_000
@@ -259,6 +274,7 @@ def test_our_curve_scatter_to_a_libzmq_pull_with_heartbeats_keeps_one_connection
 
 # -- Curve(authorized=...): "*" is the only string, every key of a set is valid Z85 -------------
 
+
 def _texts_never_show(error: BaseException, *secrets: bytes) -> None:
     for secret in secrets:
         assert secret.decode() not in str(error)
@@ -278,7 +294,7 @@ def test_authorized_refuses_any_string_but_any_key(text):
 def test_authorized_string_is_never_shown_even_a_secret_key():
     keys = KeyPair.generate()
     with pytest.raises(CurveError) as err:
-        Curve.server(keys, authorized=keys.secret_key.decode())   # a secret key where "*" belongs
+        Curve.server(keys, authorized=keys.secret_key.decode())  # a secret key where "*" belongs
     assert "40 characters, not shown" in str(err.value)
     _texts_never_show(err.value, keys.secret_key)
 
@@ -290,20 +306,27 @@ def test_authorized_any_key_and_sets_of_valid_keys():
     wanted = frozenset({alice.public_key, bob.public_key})
     assert Curve.server(keys, wanted).authorized == wanted
     # str keys, sets, lists and tuples: kept as one frozenset of Z85 bytes
-    for given in ({alice.public_key.decode(), bob.public_key}, [alice.public_key, bob.public_key.decode()],
-                  (alice.public_key, bob.public_key, alice.public_key)):
+    for given in (
+        {alice.public_key.decode(), bob.public_key},
+        [alice.public_key, bob.public_key.decode()],
+        (alice.public_key, bob.public_key, alice.public_key),
+    ):
         curve = Curve.server(keys, given)
         assert curve.authorized == wanted and type(curve.authorized) is frozenset
-    assert Curve.server(keys, frozenset()).authorized == frozenset()   # refuses every client
+    assert Curve.server(keys, frozenset()).authorized == frozenset()  # refuses every client
 
 
-@pytest.mark.parametrize("bad, shown, reason", [
-    (b"#" * 40, "'#####'... (40 characters)", "not valid Z85 text"),            # each group above 2**32 - 1
-    (b"~" * 40, "'~~~~~'... (40 characters)", "not valid Z85 text"),            # not in the Z85 alphabet
-    ("abc", "'abc'", "expected 40 Z85 characters, got 3"),
-    (b"rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf0" + b"0" * 5, "'rq:rM'... (45 characters)", "got 45"),
-    ("é" * 40, "'?????'... (40 characters)", "it is not ASCII"),          # not '?' * 40, valid Z85
-], ids=["overflow", "alphabet", "short", "long", "non-ascii"])
+@pytest.mark.parametrize(
+    "bad, shown, reason",
+    [
+        (b"#" * 40, "'#####'... (40 characters)", "not valid Z85 text"),  # each group above 2**32 - 1
+        (b"~" * 40, "'~~~~~'... (40 characters)", "not valid Z85 text"),  # not in the Z85 alphabet
+        ("abc", "'abc'", "expected 40 Z85 characters, got 3"),
+        (b"rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf0" + b"0" * 5, "'rq:rM'... (45 characters)", "got 45"),
+        ("é" * 40, "'?????'... (40 characters)", "it is not ASCII"),  # not '?' * 40, valid Z85
+    ],
+    ids=["overflow", "alphabet", "short", "long", "non-ascii"],
+)
 def test_authorized_keys_must_be_40_characters_of_z85(bad, shown, reason):
     keys, good = KeyPair.generate(), KeyPair.generate()
     with pytest.raises(CurveError) as err:
@@ -321,8 +344,11 @@ def test_an_invalid_authorized_entry_never_shows_a_whole_secret_key():
         _texts_never_show(err.value, client.secret_key, keys.secret_key)
 
 
-@pytest.mark.parametrize("value", [KeyPair.generate().public_key, b"*", bytearray(b"*"), 7, {"a": 1}.keys(), None],
-                         ids=["one-key-bytes", "bytes-star", "bytearray", "int", "dict-keys", "none"])
+@pytest.mark.parametrize(
+    "value",
+    [KeyPair.generate().public_key, b"*", bytearray(b"*"), 7, {"a": 1}.keys(), None],
+    ids=["one-key-bytes", "bytes-star", "bytearray", "int", "dict-keys", "none"],
+)
 def test_authorized_of_another_type_is_refused(value):
     keys = KeyPair.generate()
     with pytest.raises(CurveError, match="authorized"):

@@ -24,8 +24,10 @@ wires = pytest.mark.parametrize("wire", [(Push, Pull), (ReroutingPush, ZmtpPull)
 @wires
 def test_send_many_then_recv_values_round_trip_in_order(wire):
     push_cls, pull_cls = wire
-    with pull_cls(f"@inproc://fast-order-{pull_cls.__name__}", hwm=10_000) as pull, \
-            push_cls(f">inproc://fast-order-{pull_cls.__name__}", hwm=10_000) as push:
+    with (
+        pull_cls(f"@inproc://fast-order-{pull_cls.__name__}", hwm=10_000) as pull,
+        push_cls(f">inproc://fast-order-{pull_cls.__name__}", hwm=10_000) as push,
+    ):
         messages = [b"m-%d" % i for i in range(5000)]
         assert push.send_many(messages, timeout=5) == 5000
         got = []
@@ -67,8 +69,10 @@ def test_recv_values_on_gather_discards_multipart_whole():
 @wires
 def test_send_many_rejects_non_bytes_before_sending_anything(wire):
     push_cls, pull_cls = wire
-    with pull_cls(f"@inproc://fast-bad-{pull_cls.__name__}") as pull, \
-            push_cls(f">inproc://fast-bad-{pull_cls.__name__}") as push:
+    with (
+        pull_cls(f"@inproc://fast-bad-{pull_cls.__name__}") as pull,
+        push_cls(f">inproc://fast-bad-{pull_cls.__name__}") as push,
+    ):
         with pytest.raises(TypeError, match="not str"):
             push.send_many([b"fine", "text"], timeout=1)
         with pytest.raises(TimeoutError):
@@ -84,8 +88,11 @@ def test_send_many_times_out_with_no_peer_and_says_how_many_went(push_cls):
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("sender, receiver", [(Push, Pull), (ReroutingPush, ZmtpPull), (Scatter, Gather)],
-                         ids=["libzmq", "engine", "engine-scatter"])
+@pytest.mark.parametrize(
+    "sender, receiver",
+    [(Push, Pull), (ReroutingPush, ZmtpPull), (Scatter, Gather)],
+    ids=["libzmq", "engine", "engine-scatter"],
+)
 def test_send_many_timing_out_midway_says_how_many_were_queued_on_either_wire(sender, receiver):
     """A peer that stops reading: ``send_many`` gives up after ``timeout`` with a
     ``SendTimeoutError`` whose ``sent`` is what was queued, so the caller resumes from there."""

@@ -26,7 +26,11 @@ def test_req_rep_lock_step_round_trip():
 
 
 def test_router_prefixes_identity_and_routes_replies_to_the_asking_dealer():
-    with Router("@inproc://reqrep-route") as router, Dealer("inproc://reqrep-route") as a, Dealer("inproc://reqrep-route") as b:
+    with (
+        Router("@inproc://reqrep-route") as router,
+        Dealer("inproc://reqrep-route") as a,
+        Dealer("inproc://reqrep-route") as b,
+    ):
         a.send([b"", b"from-a"], timeout=5)
         b.send([b"", b"from-b"], timeout=5)
         requests = [router.recv_multipart(timeout=5) for _ in range(2)]

@@ -471,10 +471,14 @@ def test_xpub_shall_deliver_incoming_messages_to_its_application(transport):
         close_all(xpub, xsub)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "libzmq's XPUB reads each readable pipe whole into one internal list, so upstream "
-    "messages come out pipe by pipe, not fair-queued; the pattern layer cannot tell which "
-    "peer sent a message, so it cannot restore fairness above libzmq"))
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "libzmq's XPUB reads each readable pipe whole into one internal list, so upstream "
+        "messages come out pipe by pipe, not fair-queued; the pattern layer cannot tell which "
+        "peer sent a message, so it cannot restore fairness above libzmq"
+    ),
+)
 def test_xpub_shall_receive_incoming_messages_using_fair_queuing():
     xpub = XPub(bind_spec("inproc"))
     xsubs = [XSub(">" + xpub.last_endpoint) for _ in range(3)]
@@ -611,6 +615,7 @@ def test_sub_shall_receive_from_its_publishers_using_fair_queuing(transport, sub
         def filler(k: int):
             def run() -> None:  # each thread fills its own publisher
                 counts[k] = fill_nodrop_xpub_until_blocked(pubs[k].zmq_socket, lambda i: [make(k, i)])
+
             return run
 
         run_threads([filler(k) for k in range(n)])
@@ -661,12 +666,21 @@ def test_sub_may_filter_messages_by_subscription_prefix_and_unsubscribe(transpor
     try:
         assert sub.topics == [b"weather.", b"\x01bin"]
         prime(pub, [sub], prefix=b"weather.")
-        for m in ([b"sports.x"], [b"weather.rain"], [b"\x01binary"], [b"weathe"], [b"Weather.x"],
-                  [b"weather.snow", b"payload"], [b"\x01bi"]):
+        for m in (
+            [b"sports.x"],
+            [b"weather.rain"],
+            [b"\x01binary"],
+            [b"weathe"],
+            [b"Weather.x"],
+            [b"weather.snow", b"payload"],
+            [b"\x01bi"],
+        ):
             pub.send(m, timeout=0)
         pub.send(b"weather.end", timeout=0)
         assert collect_until(sub, [b"weather.end"]) == [
-            [b"weather.rain"], [b"\x01binary"], [b"weather.snow", b"payload"]
+            [b"weather.rain"],
+            [b"\x01binary"],
+            [b"weather.snow", b"payload"],
         ]
         sub.unsubscribe("weather.")
         sub.subscribe("news.")
@@ -787,7 +801,9 @@ def test_xsub_shall_send_subscribe_and_unsubscribe_requests_to_publishers(transp
         xsub.unsubscribe("a")
         for xpub in xpubs:
             assert [xpub.recv_subscription(timeout=SOON_S) for _ in range(3)] == [
-                (True, b"a"), (True, b"b"), (False, b"a")
+                (True, b"a"),
+                (True, b"b"),
+                (False, b"a"),
             ]
     finally:
         close_all(xsub, *xpubs)

@@ -102,10 +102,13 @@ wires = pytest.mark.parametrize("wire", [LIBZMQ, ENGINE])
 push_classes = pytest.mark.parametrize("push_cls", [Push, ReroutingPush], ids=["libzmq", "engine"])
 pull_classes = pytest.mark.parametrize("pull_cls", [Pull, ZmtpPull], ids=["libzmq", "engine"])
 #: the two mixed pairs (tcp: the wires meet only there)
-mixed_pairs = pytest.mark.parametrize("wire", [
-    pytest.param((ReroutingPush, Pull), id="engine-push-libzmq-pull"),
-    pytest.param((Push, ZmtpPull), id="libzmq-push-engine-pull"),
-])
+mixed_pairs = pytest.mark.parametrize(
+    "wire",
+    [
+        pytest.param((ReroutingPush, Pull), id="engine-push-libzmq-pull"),
+        pytest.param((Push, ZmtpPull), id="libzmq-push-engine-pull"),
+    ],
+)
 
 
 # -- PUSH: general behaviour -------------------------------------------------------------
@@ -153,10 +156,20 @@ def test_push_shall_create_queue_when_a_peer_connects_to_it(wire, transport):
     scenario_round_robin(*wire, transport, sender_binds=True, n=2, rounds=1)
 
 
-@pytest.mark.parametrize("wire", [LIBZMQ, pytest.param(ENGINE, marks=pytest.mark.skip(
-    reason="deliberate deviation (spark_zmq.patterns.reroutingpush, docs/patterns.md): ReroutingPush re-routes a "
-           "departed peer's queue instead of destroying it; pinned by "
-           "test_engine_push_reroutes_the_queue_of_a_peer_that_disconnects"))])
+@pytest.mark.parametrize(
+    "wire",
+    [
+        LIBZMQ,
+        pytest.param(
+            ENGINE,
+            marks=pytest.mark.skip(
+                reason="deliberate deviation (spark_zmq.patterns.reroutingpush, docs/patterns.md): ReroutingPush re-routes a "
+                "departed peer's queue instead of destroying it; pinned by "
+                "test_engine_push_reroutes_the_queue_of_a_peer_that_disconnects"
+            ),
+        ),
+    ],
+)
 def test_push_shall_destroy_queue_and_discard_its_messages_when_peer_disconnects(wire):
     scenario_disconnected_peer_queue_discarded(*wire)
 
@@ -173,7 +186,9 @@ def test_engine_push_reroutes_the_queue_of_a_peer_that_disconnects():
     try:
         first = ZmtpPull(">" + sender.last_endpoint, hwm=5, **SMALL_BUFFERS)
         events.wait_for(zmq.EVENT_HANDSHAKE_SUCCEEDED)
-        stranded = fill_until_blocked(lambda m, t: sender.send(m, timeout=t), lambda i: b"stranded-%d:" % i + PAYLOAD_1K)
+        stranded = fill_until_blocked(
+            lambda m, t: sender.send(m, timeout=t), lambda i: b"stranded-%d:" % i + PAYLOAD_1K
+        )
         first.close(linger=0)
         events.wait_for(zmq.EVENT_DISCONNECTED)
         second = ZmtpPull(">" + sender.last_endpoint)
@@ -183,7 +198,9 @@ def test_engine_push_reroutes_the_queue_of_a_peer_that_disconnects():
             got += recv_n(second, 1)
         rerouted = got[:-1]
         assert rerouted, "nothing of the departed peer's queue was re-routed"
-        assert rerouted == stranded[len(stranded) - len(rerouted):], "re-routed out of order or not a tail of what was sent"
+        assert rerouted == stranded[len(stranded) - len(rerouted) :], (
+            "re-routed out of order or not a tail of what was sent"
+        )
         assert sender.lost_peers == 1
     finally:
         close_all(sender, first, second)
@@ -346,6 +363,7 @@ def test_pull_shall_deliver_messages_to_its_calling_application(wire, transport)
 
 
 # -- interoperability with plain ZeroMQ peers and across the wires -----------------------
+
 
 @push_classes
 @transports

@@ -159,9 +159,13 @@ KINDS = ("ours-tcp", "ours-ipc", "ours-inproc", "pyzmq-tcp", "pyzmq-ipc", "libzm
 PEERS = [
     pytest.param(kind, direction, id=f"{kind}/{direction}")
     for kind, direction in (
-        ("ours-tcp", WE_CONNECT), ("ours-ipc", WE_BIND), ("ours-inproc", WE_CONNECT),
-        ("pyzmq-tcp", WE_BIND), ("pyzmq-ipc", WE_CONNECT),
-        ("libzmq-tcp", WE_BIND), ("libzmq-tcp", WE_CONNECT),
+        ("ours-tcp", WE_CONNECT),
+        ("ours-ipc", WE_BIND),
+        ("ours-inproc", WE_CONNECT),
+        ("pyzmq-tcp", WE_BIND),
+        ("pyzmq-ipc", WE_CONNECT),
+        ("libzmq-tcp", WE_BIND),
+        ("libzmq-tcp", WE_CONNECT),
     )
 ]
 with_peers = pytest.mark.parametrize("kind,direction", PEERS)
@@ -238,8 +242,7 @@ def wire_size(size: int) -> int:
 _backlog: weakref.WeakKeyDictionary[Any, list] = weakref.WeakKeyDictionary()
 
 
-def wait_events(sock, event: int, n: int = 1, timeout: float = SOON_S,
-                address: str | None = None) -> list[str]:
+def wait_events(sock, event: int, n: int = 1, timeout: float = SOON_S, address: str | None = None) -> list[str]:
     """Addresses of the next ``n`` events ``event`` of ``sock`` (created with ``monitor``);
     events of other kinds seen meanwhile are kept for later calls."""
     backlog = _backlog.setdefault(sock, [])
@@ -272,9 +275,9 @@ def wait_rejected(sock, timeout: float = SOON_S) -> int:
 # -- peers ------------------------------------------------------------------------------------
 
 
-
-def _plain_socket(socket_type: int, bind: str | None, connect: str | None, *, hwm: int | None,
-                  buffer: int | None) -> tuple[zmq.Socket, str]:
+def _plain_socket(
+    socket_type: int, bind: str | None, connect: str | None, *, hwm: int | None, buffer: int | None
+) -> tuple[zmq.Socket, str]:
     """A plain pyzmq PULL or PUSH bound to ``bind`` or connected to ``connect``, with its
     high-water mark and kernel buffer in its own direction; returns it and its endpoint."""
     plain = zmq.Context.instance().socket(socket_type)
@@ -320,8 +323,9 @@ def wait_stopped(process, timeout: float = SOON_S) -> None:
     while True:
         states = _thread_states(process.pid)
         if states is None:  # no /proc (not Linux): ask ps for the process's state
-            states = subprocess.run(["ps", "-o", "stat=", "-p", str(process.pid)], capture_output=True,
-                                    text=True).stdout.split()[:1]
+            states = subprocess.run(
+                ["ps", "-o", "stat=", "-p", str(process.pid)], capture_output=True, text=True
+            ).stdout.split()[:1]
             states = [s[:1] for s in states]
         if states and all(state == "T" for state in states):
             return
@@ -335,8 +339,15 @@ class Rx:
     (node GATHER). Receives in the background from the start; ``received`` is everything so
     far in arrival order (bytes, or a list of frames for a multipart message)."""
 
-    def __init__(self, kind: str, *, bind: str | None = None, connect: str | None = None,
-                 hwm: int | None = None, rcvbuf: int | None = None) -> None:
+    def __init__(
+        self,
+        kind: str,
+        *,
+        bind: str | None = None,
+        connect: str | None = None,
+        hwm: int | None = None,
+        rcvbuf: int | None = None,
+    ) -> None:
         self.kind = kind
         self.family, self.transport = kind.split("-", 1)
         self.node: NodePeer | None = None
@@ -352,8 +363,9 @@ class Rx:
         self.stalled = False
         if self.family == "libzmq":
             skip_unless_node()
-            self.node = NodePeer.start("gather", bind=[bind] if bind else [], connect=[connect] if connect else [],
-                                       rcvhwm=hwm)
+            self.node = NodePeer.start(
+                "gather", bind=[bind] if bind else [], connect=[connect] if connect else [], rcvhwm=hwm
+            )
             self.endpoint = self.node.endpoints[0]
             return
         if self.family == "ours":
@@ -427,7 +439,7 @@ class Rx:
         while True:
             got = self.received
             if message in got:
-                return got[:got.index(message) + 1]
+                return got[: got.index(message) + 1]
             self.wait_count(len(got) + 1, max(0.01, deadline - time.monotonic()))
 
     def stall(self) -> None:
@@ -471,10 +483,22 @@ class Tx:
     ``messages``) in the background from the start; a send that waits more than
     ``send_timeout`` seconds ends it ("blocked")."""
 
-    def __init__(self, kind: str, *, bind: str | None = None, connect: str | None = None, count: int = 0,
-                 size: int | None = None, prefix: str = "", messages: list | None = None,
-                 hwm: int | None = None, send_timeout: float | None = None, sndbuf: int | None = None,
-                 curve_client: tuple | None = None, curve_server_key: bytes | None = None) -> None:
+    def __init__(
+        self,
+        kind: str,
+        *,
+        bind: str | None = None,
+        connect: str | None = None,
+        count: int = 0,
+        size: int | None = None,
+        prefix: str = "",
+        messages: list | None = None,
+        hwm: int | None = None,
+        send_timeout: float | None = None,
+        sndbuf: int | None = None,
+        curve_client: tuple | None = None,
+        curve_server_key: bytes | None = None,
+    ) -> None:
         self.kind = kind
         self.family, self.transport = kind.split("-", 1)
         self.prefix = prefix
@@ -491,10 +515,17 @@ class Tx:
             assert messages is None
             skip_unless_node()
             self.node = NodePeer.start(
-                "scatter", bind=[bind] if bind else [], connect=[connect] if connect else [], count=count,
-                size=size, prefix=prefix, sndhwm=hwm,
+                "scatter",
+                bind=[bind] if bind else [],
+                connect=[connect] if connect else [],
+                count=count,
+                size=size,
+                prefix=prefix,
+                sndhwm=hwm,
                 send_timeout=None if send_timeout is None else int(send_timeout * 1000),
-                curve_client=curve_client, curve_server_key=curve_server_key)
+                curve_client=curve_client,
+                curve_server_key=curve_server_key,
+            )
             self.endpoint = self.node.endpoints[0]
             return
         assert curve_client is None
@@ -630,8 +661,9 @@ def track():
             pass
 
 
-def scatter_to(track, kind: str, direction: str, n: int = 1, *, rx_hwm: int | None = None,
-               rx_rcvbuf: int | None = None, **options) -> tuple[Scatter, list[Rx]]:
+def scatter_to(
+    track, kind: str, direction: str, n: int = 1, *, rx_hwm: int | None = None, rx_rcvbuf: int | None = None, **options
+) -> tuple[Scatter, list[Rx]]:
     """Our Scatter and ``n`` receivers of ``kind``, every handshake done (we bind: each
     receiver attached before the next one starts). Tests of what a connect endpoint does
     before its handshake build their own Scatter (and see the engine-bug tests at the end
@@ -695,8 +727,9 @@ def stalled_path_bound(rx: Rx, scatter_hwm: int) -> int:
 def stalled_scatter(track, kind: str, direction: str, n: int = 1, **options) -> tuple[Scatter, list[Rx]]:
     """Our Scatter (hwm FILL_HWM, small buffers) to ``n`` receivers whose queues are small,
     every handshake done."""
-    scatter, rxs = scatter_to(track, kind, direction, n, rx_hwm=FILL_HWM, rx_rcvbuf=BUF,
-                              hwm=FILL_HWM, sndbuf=BUF, **options)
+    scatter, rxs = scatter_to(
+        track, kind, direction, n, rx_hwm=FILL_HWM, rx_rcvbuf=BUF, hwm=FILL_HWM, sndbuf=BUF, **options
+    )
     return scatter, rxs
 
 
@@ -709,8 +742,9 @@ def kernel_bytes(port: int) -> int:
     (rx_queue), both ends (``/proc/net/tcp``). An overestimate if a segment is counted at
     both ends at once."""
     ends = [c for c in established_tcp() if port in (c.local_port, c.remote_port)]
-    assert len(ends) == 2, f"expected both ends of one connection with port {port}, found {len(ends)}: " \
-                           f"{[c.line for c in ends]}"
+    assert len(ends) == 2, (
+        f"expected both ends of one connection with port {port}, found {len(ends)}: {[c.line for c in ends]}"
+    )
     return sum(c.tx_queue + c.rx_queue for c in ends)
 
 
@@ -725,7 +759,7 @@ def node_local_port(node: NodePeer, remote_port: int) -> int:
         except OSError:
             continue
         if target.startswith("socket:["):
-            inodes.add(target[len("socket:["):-1])
+            inodes.add(target[len("socket:[") : -1])
     for connection in established_tcp():
         if connection.remote_port == remote_port and connection.inode in inodes:
             return connection.local_port
@@ -773,8 +807,9 @@ def drain(gather: Gather) -> list[bytes]:
             return got
 
 
-def collect_from_blocked(gather: Gather, blocked: list[tuple[Tx, int]], extra: int = 0,
-                         head: list[bytes] | None = None) -> list[bytes]:
+def collect_from_blocked(
+    gather: Gather, blocked: list[tuple[Tx, int]], extra: int = 0, head: list[bytes] | None = None
+) -> list[bytes]:
     """Everything blocked senders (``(tx, accepted)``) delivered (and ``extra`` more
     messages): all they accepted but what they may drop on giving up, then until quiet."""
     got = list(head or [])
@@ -820,8 +855,9 @@ def test_sending_and_receiving_must_be_atomic_one_call_one_entire_message_sendin
         head = b"%d:%d:" % (t, i)
         return head + bytes([65 + t]) * ((t * per_thread + i) * 9973 % 300_000) + b"|"
 
-    run_threads([lambda t=t: [scatter.send(make(t, i), timeout=SOON_S) for i in range(per_thread)]
-                 for t in range(threads)])
+    run_threads(
+        [lambda t=t: [scatter.send(make(t, i), timeout=SOON_S) for i in range(per_thread)] for t in range(threads)]
+    )
     got = rx.take(threads * per_thread)
     for m in got:
         assert isinstance(m, bytes), f"a multipart message arrived: {len(m)} frames"
@@ -835,8 +871,9 @@ def test_sending_and_receiving_must_be_atomic_one_call_one_entire_message_sendin
 def test_sending_and_receiving_must_be_atomic_one_call_one_entire_message_receiving(track, kind, direction):
     """Messages of 300 KB and 70 KB from two senders, received by 3 threads at once with
     every receive call: each call returns whole messages."""
-    gather, txs = gather_from(track, kind, direction, [dict(count=6, size=300_000, prefix="a"),
-                                                       dict(count=6, size=70_000, prefix="b")])
+    gather, txs = gather_from(
+        track, kind, direction, [dict(count=6, size=300_000, prefix="a"), dict(count=6, size=70_000, prefix="b")]
+    )
     got: list[bytes] = []
     lock = threading.Lock()
 
@@ -852,12 +889,19 @@ def test_sending_and_receiving_must_be_atomic_one_call_one_entire_message_receiv
                     continue
                 with lock:
                     got.extend(values)
+
         return run
 
-    run_threads([reader(lambda: [gather.recv(timeout=0.2)]),
-                 reader(lambda: [m[0] for m in gather.recv_batch(3, timeout=0.2)]),
-                 reader(lambda: gather.recv_values(2, timeout=0.2)[0])])
-    assert Counter(got) == Counter([payload(i, 300_000, "a") for i in range(6)] + [payload(i, 70_000, "b") for i in range(6)])
+    run_threads(
+        [
+            reader(lambda: [gather.recv(timeout=0.2)]),
+            reader(lambda: [m[0] for m in gather.recv_batch(3, timeout=0.2)]),
+            reader(lambda: gather.recv_values(2, timeout=0.2)[0]),
+        ]
+    )
+    assert Counter(got) == Counter(
+        [payload(i, 300_000, "a") for i in range(6)] + [payload(i, 70_000, "b") for i in range(6)]
+    )
     assert gather.discarded_multipart == 0
 
 
@@ -884,8 +928,12 @@ def test_the_thread_safe_family_must_not_allow_multipart_messages(track, kind, d
 @with_peers
 def test_scatter_may_connect_to_any_number_of_gathers_and_shall_only_send(track, kind, direction):
     scatter, rxs = scatter_to(track, kind, direction, n=3)
-    for call in (lambda: scatter.recv(timeout=0), lambda: scatter.recv_batch(1, timeout=0),
-                 lambda: scatter.recv_values(1, timeout=0), lambda: scatter.poll_recv(0)):
+    for call in (
+        lambda: scatter.recv(timeout=0),
+        lambda: scatter.recv_batch(1, timeout=0),
+        lambda: scatter.recv_values(1, timeout=0),
+        lambda: scatter.poll_recv(0),
+    ):
         with pytest.raises(TypeError, match="Scatter only sends"):
             call()
     for i in range(30):
@@ -980,8 +1028,9 @@ def test_scatter_shall_create_queue_when_a_peer_connects_to_it(track, kind):
     assert all(len(set(i % 3 for i in mine)) == 1 for mine in got), got  # one in three each
 
 
-@pytest.mark.parametrize("kind,dead", [(kind, "silent-tcp-server") for kind in KINDS]
-                         + [("libzmq-tcp", "libzmq-stopped")])
+@pytest.mark.parametrize(
+    "kind,dead", [(kind, "silent-tcp-server") for kind in KINDS] + [("libzmq-tcp", "libzmq-stopped")]
+)
 def test_scatter_deviation_reroutes_the_queue_of_a_peer_that_left_before_its_handshake(track, kind, dead):
     """RFC: a departed peer's queue is destroyed and its messages discarded. Ours re-routes
     them (documented deviation). Here the departed peer never completed its handshake, so
@@ -1010,8 +1059,9 @@ def test_scatter_deviation_reroutes_the_queue_of_a_peer_that_left_before_its_han
     for i in range(total):
         scatter.send(b"%d" % i, timeout=SOON_S)  # the dead peer's queue fills (hwm), the rest goes live
     events = _backlog.get(scatter, []) + scatter.handshakes.poll(0)
-    assert not [e for e in events if e[0] == HS and e[2] == dead_address], \
+    assert not [e for e in events if e[0] == HS and e[2] == dead_address], (
         f"precondition: the dead peer completed its handshake ({events})"
+    )
     # round-robin from the first endpoint: the dead one was given 0, 2, ... until its queue
     # was full; the live one everything else, which it gets while the dead one is still there
     dead_share = list(range(0, 2 * hwm, 2))
@@ -1058,8 +1108,7 @@ def test_scatter_deviation_peer_killed_mid_stream_loses_only_what_the_kernel_hel
     else:
         dead = track(Rx("libzmq-tcp", bind=unbound_address("tcp")))
         live = track(Rx("libzmq-tcp", bind=fresh("tcp")))
-        scatter = track(Scatter(f">{dead.endpoint},>{live.endpoint}", hwm=2 * stream, sndbuf=BUF,
-                                monitor=HS | DISC))
+        scatter = track(Scatter(f">{dead.endpoint},>{live.endpoint}", hwm=2 * stream, sndbuf=BUF, monitor=HS | DISC))
         wait_events(scatter, HS, 2)
         dead_port = int(dead.endpoint.rsplit(":", 1)[1])
 
@@ -1159,6 +1208,7 @@ def test_scatter_must_be_thread_safe_and_allow_sending_from_multiple_threads(tra
         def run() -> None:
             for i in range(per_thread):
                 scatter.send(make(t, i), timeout=SOON_S)
+
         return run
 
     run_threads([sender(t) for t in range(threads)], timeout=40)
@@ -1420,8 +1470,9 @@ def test_gather_shall_not_filter_or_modify_incoming_messages(track, kind, direct
     255, 256 (short/long frame limit), 70,000 and 1,000,000 bytes."""
     if kind.startswith("libzmq"):
         sizes = [0, 255, 256, 70_000, 1_000_000]
-        gather, txs = gather_from(track, kind, direction,
-                                  [dict(count=2, size=s, prefix=f"s{k}-") for k, s in enumerate(sizes)])
+        gather, txs = gather_from(
+            track, kind, direction, [dict(count=2, size=s, prefix=f"s{k}-") for k, s in enumerate(sizes)]
+        )
         expected = [payload(i, s, f"s{k}-") for k, s in enumerate(sizes) for i in range(2)]
     else:
         messages = BINARY_MESSAGES + [b"s" * 255, b"l" * 256, b"\x00" * 3]
@@ -1432,7 +1483,6 @@ def test_gather_shall_not_filter_or_modify_incoming_messages(track, kind, direct
     assert Counter(got) == Counter(expected)
     if len(txs) == 1:
         assert got == expected  # one sender: in its order
-
 
 
 @with_kinds
@@ -1543,6 +1593,7 @@ def test_gather_must_be_thread_safe_and_allow_receiving_from_multiple_threads(tr
                     count[0] += len(got)
                     if count[0] >= total:
                         all_in.set()
+
         return run
 
     run_threads([reader(r) for r in range(readers)], timeout=45)
@@ -1656,8 +1707,13 @@ def test_curve_our_scatter_client_to_a_libzmq_curve_gather_server(track, directi
 def test_curve_libzmq_scatter_client_to_our_curve_gather_server(track, direction, authorized):
     server, client = KeyPair.generate(), KeyPair.generate()
     allowed = ANY_KEY if authorized == "any-key" else frozenset({client.public_key, KeyPair.generate().public_key})
-    spec = dict(count=50, size=64, prefix="c", curve_client=(client.public_key, client.secret_key),
-                curve_server_key=server.public_key)
+    spec = dict(
+        count=50,
+        size=64,
+        prefix="c",
+        curve_client=(client.public_key, client.secret_key),
+        curve_server_key=server.public_key,
+    )
     gather, _ = gather_from(track, "libzmq-tcp", direction, [spec], curve=Curve.server(server, allowed))
     assert recv_all(gather, 50) == [payload(i, 64, "c") for i in range(50)]
     wait_events(gather, HS)
@@ -1667,10 +1723,12 @@ def test_curve_libzmq_scatter_client_to_our_curve_gather_server(track, direction
 @LIBZMQ_BOTH_WAYS
 def test_curve_our_gather_refuses_a_libzmq_scatter_with_an_unknown_key(track, direction):
     server, client, other = KeyPair.generate(), KeyPair.generate(), KeyPair.generate()
-    spec = dict(count=3, prefix="x", curve_client=(client.public_key, client.secret_key),
-                curve_server_key=server.public_key)
-    gather, _ = gather_from(track, "libzmq-tcp", direction, [spec],
-                            curve=Curve.server(server, frozenset({other.public_key})))
+    spec = dict(
+        count=3, prefix="x", curve_client=(client.public_key, client.secret_key), curve_server_key=server.public_key
+    )
+    gather, _ = gather_from(
+        track, "libzmq-tcp", direction, [spec], curve=Curve.server(server, frozenset({other.public_key}))
+    )
     assert wait_rejected(gather) > 0
     assert_nothing_more(gather)
     assert HS not in [e[0] for e in _backlog.get(gather, []) + gather.handshakes.poll(0)]

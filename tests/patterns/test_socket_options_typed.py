@@ -32,13 +32,24 @@ def test_mypy_refuses_misspelt_and_mistyped_options(tmp_path):
     snippet = tmp_path / "snippet.py"
     snippet.write_text(SNIPPET)
     done = subprocess.run(
-        [sys.executable, "-m", "mypy", "--cache-dir", str(tmp_path / "cache"), "--follow-imports=silent",
-         "--no-error-summary", str(snippet)],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--follow-imports=silent",
+            "--no-error-summary",
+            str(snippet),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     errors = [line.split(":", 1)[1] for line in done.stdout.splitlines() if ": error:" in line]
     assert done.returncode == 1, done.stdout + done.stderr
     assert len(errors) == 3, done.stdout
-    assert errors[0].startswith('6:') and '"lingr"' in errors[0]
-    assert errors[1].startswith('7:') and '"linger"' in errors[1] and '"int"' in errors[1]
-    assert errors[2].startswith('8:') and '"heartbaet"' in errors[2]
+    assert errors[0].startswith("6:") and '"lingr"' in errors[0]
+    assert errors[1].startswith("7:") and '"linger"' in errors[1] and '"int"' in errors[1]
+    assert errors[2].startswith("8:") and '"heartbaet"' in errors[2]

@@ -53,8 +53,21 @@ pytestmark = pytest.mark.timeout(30)
 ENGINE_CLASSES = [ZmtpPatternSocket, Scatter, Gather, ZmtpPull, ReroutingPush]
 LIBZMQ_CLASSES = [Push, Pull, Pub, Sub, XPub, XSub, Req, Rep, Dealer, Router]
 #: what the API class does for every socket, whichever its wire
-API_METHODS = ["send", "send_many", "recv", "recv_multipart", "recv_batch", "recv_values", "poll_recv", "close",
-               "__del__", "__enter__", "__exit__", "__repr__", "_frames"]
+API_METHODS = [
+    "send",
+    "send_many",
+    "recv",
+    "recv_multipart",
+    "recv_batch",
+    "recv_values",
+    "poll_recv",
+    "close",
+    "__del__",
+    "__enter__",
+    "__exit__",
+    "__repr__",
+    "_frames",
+]
 
 #: how long close() may take to reach a blocked receive: a wait slice, plus scheduling
 CLOSE_REACHES_WAITER_S = deadlines.WAIT_SLICE_S + 0.15
@@ -68,16 +81,22 @@ def _protocol_members(protocol: type) -> set[str]:
 @pytest.mark.parametrize("cls", ENGINE_CLASSES, ids=lambda c: c.__name__)
 def test_an_engine_socket_names_its_wire_and_leaves_the_api_to_pattern_socket(cls):
     assert issubclass(cls, PatternSocket)
-    overridden = [name for klass in cls.__mro__[: cls.__mro__.index(PatternSocket)]
-                  for name in API_METHODS if name in vars(klass)]
+    overridden = [
+        name for klass in cls.__mro__[: cls.__mro__.index(PatternSocket)] for name in API_METHODS if name in vars(klass)
+    ]
     assert not overridden, f"{cls.__name__} overrides {overridden} of PatternSocket"
     assert cls.wire_class is EngineWire
 
 
 def _spec_members(protocol: type) -> set[str]:
     """Every member a spec protocol declares, its bases' included (``_configure`` too)."""
-    return {name for klass in protocol.__mro__ if klass.__dict__.get("_is_protocol")
-            for name in vars(klass) if name == "_configure" or not name.startswith("_")}
+    return {
+        name
+        for klass in protocol.__mro__
+        if klass.__dict__.get("_is_protocol")
+        for name in vars(klass)
+        if name == "_configure" or not name.startswith("_")
+    }
 
 
 @pytest.mark.parametrize("cls", ENGINE_CLASSES[1:] + LIBZMQ_CLASSES, ids=lambda c: c.__name__)
@@ -118,8 +137,11 @@ def test_every_socket_has_a_wire_with_every_member_of_the_protocol(cls):
     sock = _make(cls)
     try:
         wire = sock._wire
-        missing = sorted(name for name in _protocol_members(wire_contract.SocketWire)
-                         if not hasattr(type(wire), name) and name not in vars(wire))
+        missing = sorted(
+            name
+            for name in _protocol_members(wire_contract.SocketWire)
+            if not hasattr(type(wire), name) and name not in vars(wire)
+        )
         assert not missing, f"{type(wire).__name__} lacks {missing}"
         assert wire.state is sock._state  # type: ignore[attr-defined]  # one state, the API class's
         if isinstance(wire, EngineWire):

@@ -24,8 +24,9 @@ pytestmark = pytest.mark.timeout(60)
 
 def members(protocol: type) -> set[str]:
     """The public members a Protocol declares, its bases' included."""
-    declaring = [k for k in protocol.__mro__
-                 if getattr(k, "_is_protocol", False) and k.__module__.endswith("wires.contract")]
+    declaring = [
+        k for k in protocol.__mro__ if getattr(k, "_is_protocol", False) and k.__module__.endswith("wires.contract")
+    ]
     return {name for klass in declaring for name in vars(klass) if not name.startswith("_")}
 
 
@@ -50,20 +51,24 @@ def test_the_factories_serve_every_pattern_the_options_accept_and_refuse_others(
     for pattern in SINK_PATTERNS:
         assert pattern in SENDING_PATTERNS
     assert {"recv_values", "poll_recv", "close", "handshakes", "broken_connections"} <= members(ReceivingWire)
-    assert {"send", "send_many", "recv", "close", "lost_peers", "resent", "unsent",
-            "unconfirmed"} <= members(SendingWire)
+    assert {"send", "send_many", "recv", "close", "lost_peers", "resent", "unsent", "unconfirmed"} <= members(
+        SendingWire
+    )
     with pytest.raises(ValueError, match="not a receiving data pattern"):
         receiving_wire("push", "@tcp://127.0.0.1:*")
     with pytest.raises(ValueError, match="not a sending data pattern"):
         sending_wire("pull", ">tcp://127.0.0.1:1")
 
 
-@pytest.mark.parametrize("pattern, endpoint, expected", [
-    ("pull", "@tcp://127.0.0.1:*", "ZmtpPull"),
-    ("pull", "@inproc://wire-contract-pull", "Pull"),
-    ("gather", "@tcp://127.0.0.1:*", "Gather"),
-    ("sub", None, "Sub"),
-])
+@pytest.mark.parametrize(
+    "pattern, endpoint, expected",
+    [
+        ("pull", "@tcp://127.0.0.1:*", "ZmtpPull"),
+        ("pull", "@inproc://wire-contract-pull", "Pull"),
+        ("gather", "@tcp://127.0.0.1:*", "Gather"),
+        ("sub", None, "Sub"),
+    ],
+)
 def test_each_receiving_pattern_keeps_the_contract_with_a_pyzmq_peer(ctx, pattern, endpoint, expected):
     # inproc reaches only sockets of the same context: the wire's default one
     peer_ctx = zmq.Context.instance() if endpoint and endpoint.startswith("@inproc://") else ctx
@@ -114,8 +119,14 @@ def test_each_engine_sending_pattern_keeps_the_contract_with_a_pyzmq_pull(ctx, p
     pull.setsockopt(zmq.LINGER, 0)
     pull.setsockopt(zmq.RCVTIMEO, 10_000)
     pull.bind("tcp://127.0.0.1:*")
-    wire = sending_wire(pattern, ">" + pull.getsockopt_string(zmq.LAST_ENDPOINT), hwm=100, immediate=True,
-                        confirm=True, monitor=zmq.EVENT_HANDSHAKE_SUCCEEDED)
+    wire = sending_wire(
+        pattern,
+        ">" + pull.getsockopt_string(zmq.LAST_ENDPOINT),
+        hwm=100,
+        immediate=True,
+        confirm=True,
+        monitor=zmq.EVENT_HANDSHAKE_SUCCEEDED,
+    )
     try:
         assert type(wire).__name__ == expected
         keeps_the_contract(wire, SendingWire)

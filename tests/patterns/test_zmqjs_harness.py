@@ -100,8 +100,7 @@ def test_node_scatter_to_node_gather(scatter_binds):
         gather = NodePeer.start("gather", connect=scatter.endpoints, count=count)
     else:
         gather = NodePeer.start("gather", bind=[ANY_PORT], count=count)
-        scatter = NodePeer.start("scatter", connect=gather.endpoints, count=count, size=size,
-                                 prefix="s")
+        scatter = NodePeer.start("scatter", connect=gather.endpoints, count=count, size=size, prefix="s")
     with scatter, gather:
         assert gather.messages(count, timeout=10) == [payload(i, size, "s") for i in range(count)]
         assert gather.wait_event("done") == {"event": "done", "count": count}
@@ -110,9 +109,11 @@ def test_node_scatter_to_node_gather(scatter_binds):
 
 
 def test_two_node_scatters_to_one_gather_are_told_apart():
-    with NodePeer.start("gather", bind=[ANY_PORT], count=20) as gather, \
-            NodePeer.start("scatter", connect=gather.endpoints, count=10, prefix="a") as a, \
-            NodePeer.start("scatter", connect=gather.endpoints, count=10, prefix="b") as b:
+    with (
+        NodePeer.start("gather", bind=[ANY_PORT], count=20) as gather,
+        NodePeer.start("scatter", connect=gather.endpoints, count=10, prefix="a") as a,
+        NodePeer.start("scatter", connect=gather.endpoints, count=10, prefix="b") as b,
+    ):
         got = gather.messages(20)
         assert sorted(got) == sorted([payload(i, prefix=p) for p in "ab" for i in range(10)])
         a.wait_sent(10)
@@ -122,8 +123,7 @@ def test_two_node_scatters_to_one_gather_are_told_apart():
 def test_node_curve_server_pull_from_pyzmq_curve_client(ctx):
     server_public, server_secret = zmq.curve_keypair()
     client_public, client_secret = zmq.curve_keypair()
-    with NodePeer.start("pull", bind=[ANY_PORT], curve_server=server_secret,
-                        curve_public=server_public) as peer:
+    with NodePeer.start("pull", bind=[ANY_PORT], curve_server=server_secret, curve_public=server_public) as peer:
         push = ctx.socket(zmq.PUSH)
         push.curve_publickey, push.curve_secretkey = client_public, client_secret
         push.curve_serverkey = server_public
@@ -137,8 +137,9 @@ def test_pyzmq_curve_server_pull_from_node_curve_client(ctx):
     server_public, server_secret = zmq.curve_keypair()
     client = zmq.curve_keypair()
     pull, endpoint = bound(ctx, zmq.PULL, curve_server=True, curve_secretkey=server_secret)
-    with NodePeer.start("push", connect=[endpoint], count=10, size=40, curve_client=client,
-                        curve_server_key=server_public) as peer:
+    with NodePeer.start(
+        "push", connect=[endpoint], count=10, size=40, curve_client=client, curve_server_key=server_public
+    ) as peer:
         assert recv_all(pull, 10) == [payload(i, 40) for i in range(10)]
         peer.wait_sent(10)
 
@@ -153,8 +154,13 @@ def test_node_push_send_timeout_exits_3():
 
 
 def test_bad_arguments_exit_2_with_usage():
-    done = subprocess.run(["node", str(PEER_JS), "--type", "push", "--bind", ANY_PORT],
-                          cwd=ZMQJS_DIR, capture_output=True, text=True, timeout=15)
+    done = subprocess.run(
+        ["node", str(PEER_JS), "--type", "push", "--bind", ANY_PORT],
+        cwd=ZMQJS_DIR,
+        capture_output=True,
+        text=True,
+        timeout=15,
+    )
     assert done.returncode == 2
     assert done.stdout == ""
     assert "needs --count" in done.stderr and "usage: node peer.js" in done.stderr
@@ -176,8 +182,9 @@ def test_libzmq_scatter_does_not_deliver_to_pyzmq_pull(ctx):
             peer.stop()
         except PeerError:
             last = peer.events[-1] if peer.events else {}
-            assert peer.returncode == 3 and last.get("event") == "error" and "send" in last.get("message", ""), \
+            assert peer.returncode == 3 and last.get("event") == "error" and "send" in last.get("message", ""), (
                 f"the peer failed otherwise than a send finding no GATHER: {last}"
+            )
     monitor.close()
 
 
@@ -232,12 +239,13 @@ def test_node_req_workers_behind_our_broker_serve_our_clients():
     with Broker("@" + ANY_PORT, "@" + ANY_PORT) as broker:
         thread = threading.Thread(target=broker.run, daemon=True)
         thread.start()
-        with NodePeer.start("req-worker", connect=broker.backend_addresses, prefix="a:") as a, \
-                NodePeer.start("req-worker", connect=broker.backend_addresses, prefix="b:") as b:
+        with (
+            NodePeer.start("req-worker", connect=broker.backend_addresses, prefix="a:") as a,
+            NodePeer.start("req-worker", connect=broker.backend_addresses, prefix="b:") as b,
+        ):
             wait_until(lambda: broker.stats().workers_idle == 2, 20, "the node workers' READY")
             bodies = [b"%d" % i for i in range(40)]
-            with Client(broker.frontend_addresses[0], timeout=10) as client, \
-                    Req(broker.frontend_addresses[0]) as req:
+            with Client(broker.frontend_addresses[0], timeout=10) as client, Req(broker.frontend_addresses[0]) as req:
                 replies = list(client.map(bodies, max_in_flight=4))
                 assert [r[0][2:] for r in replies] == bodies
                 assert {r[0][:2] for r in replies} == {b"a:", b"b:"}  # both workers served

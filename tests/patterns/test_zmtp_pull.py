@@ -103,10 +103,12 @@ def test_curve_server_with_zmq_auth_certificates(ctx, tmp_path):
     curve = Curve.server(KeyPair(server_public, server_secret), frozenset({client_public}))
     sock = ZmtpPull("@tcp://127.0.0.1:*", curve=curve)
     try:
+
         def client(name: str) -> zmq.Socket:
             push = ctx.socket(zmq.PUSH)
             push.curve_publickey, push.curve_secretkey = zmq.auth.load_certificate(
-                os.path.join(keys, f"{name}.key_secret"))
+                os.path.join(keys, f"{name}.key_secret")
+            )
             push.curve_serverkey = server_public
             push.connect(sock.last_endpoint)
             return push
@@ -134,10 +136,15 @@ def test_the_connector_receives_pull_on_the_engine_but_curve_and_inproc_on_libzm
     from spark_zmq.patterns.endpoints import parse_endpoints
 
     keys = KeyPair.generate()
-    cases = [("@tcp://127.0.0.1:*", None, ZmtpPull), ("@tcp://127.0.0.1:*", Curve.server(keys, "*"), Pull),
-             ("@inproc://zmtp-pull-choice", None, Pull)]
+    cases = [
+        ("@tcp://127.0.0.1:*", None, ZmtpPull),
+        ("@tcp://127.0.0.1:*", Curve.server(keys, "*"), Pull),
+        ("@inproc://zmtp-pull-choice", None, Pull),
+    ]
     for endpoint, curve, expected in cases:
-        sock = open_channel_socket("pull", parse_endpoints(endpoint, default_bind=True)[0], hwm=10, topics=[], curve=curve)
+        sock = open_channel_socket(
+            "pull", parse_endpoints(endpoint, default_bind=True)[0], hwm=10, topics=[], curve=curve
+        )
         try:
             assert type(sock) is expected, (endpoint, curve)
         finally:
@@ -158,7 +165,7 @@ def test_recv_block_takes_every_message_in_order_through_small_takes_and_a_small
         sent: list[bytes] = []
         for i in range(20_000):
             size = 100 if (i // 1000) % 2 == 0 else (0 if i % 97 == 0 else 300 + i % 3)
-            sent.append((b"%08d" % i + b"." * size)[:max(size, 8)] if size else b"")
+            sent.append((b"%08d" % i + b"." * size)[: max(size, 8)] if size else b"")
         sent[12_345] = b"payload"
         push.send(b"x")
         assert sock.recv_block(1, timeout=10).values() == [b"x"]

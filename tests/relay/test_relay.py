@@ -31,8 +31,10 @@ def _relay_stream(spark, relays, **options):
 
 def test_one_query_reads_two_relays_and_a_second_query_is_refused(spark, tmp_path):
     ports = free_ports(4)
-    relays = [RelayProcess(f"@tcp://127.0.0.1:{ports[i]}", f"tcp://127.0.0.1:{ports[i + 2]}", str(tmp_path / f"r{i}"))
-              for i in range(2)]
+    relays = [
+        RelayProcess(f"@tcp://127.0.0.1:{ports[i]}", f"tcp://127.0.0.1:{ports[i + 2]}", str(tmp_path / f"r{i}"))
+        for i in range(2)
+    ]
     try:
         producers = [Producer(f"tcp://127.0.0.1:{ports[i]}", numbered(3000, fmt=b"r%d-%%d" % i)) for i in range(2)]
         for producer in producers:
@@ -40,10 +42,14 @@ def test_one_query_reads_two_relays_and_a_second_query_is_refused(spark, tmp_pat
         for producer in producers:
             producer.finish()
         addresses = ",".join(relay.listen for relay in relays)
-        first = (_relay_stream(spark, addresses, startingOffsets="earliest")
-                 .selectExpr("cast(value as string) as value", "partition", "offset")
-                 .writeStream.format("memory").queryName("two_relays")
-                 .option("checkpointLocation", str(tmp_path / "ckpt")).start())
+        first = (
+            _relay_stream(spark, addresses, startingOffsets="earliest")
+            .selectExpr("cast(value as string) as value", "partition", "offset")
+            .writeStream.format("memory")
+            .queryName("two_relays")
+            .option("checkpointLocation", str(tmp_path / "ckpt"))
+            .start()
+        )
         try:
             wait_until(lambda: spark.table("two_relays").count() >= 6000, 120, "both relays' messages")
             rows = spark.table("two_relays").collect()
@@ -51,8 +57,13 @@ def test_one_query_reads_two_relays_and_a_second_query_is_refused(spark, tmp_pat
             by_partition = {p: sorted(r.offset for r in rows if r.partition == p) for p in (0, 1)}
             assert by_partition == {0: list(range(3000)), 1: list(range(3000))}
             assert {r.value for r in rows if r.partition == 1} == {f"r1-{i}" for i in range(3000)}
-            second = (_relay_stream(spark, relays[1].listen).writeStream.format("memory").queryName("refused")
-                      .option("checkpointLocation", str(tmp_path / "ckpt2")).start())
+            second = (
+                _relay_stream(spark, relays[1].listen)
+                .writeStream.format("memory")
+                .queryName("refused")
+                .option("checkpointLocation", str(tmp_path / "ckpt2"))
+                .start()
+            )
             try:
                 second.awaitTermination(120)
             except Exception:
@@ -84,10 +95,20 @@ def test_two_queries_with_different_triggers_read_one_relay_under_two_names_each
         wait_until(lambda: admin.call(Op.READERS)["latest"] == [total], 30, "every message spooled")
 
         def stream(name):
-            return (_relay_stream(spark, relay.listen, relayReader=name, startingOffsets="earliest",
-                                  maxRowsPerTrigger="1000", timeout="1")
-                    .selectExpr("cast(value as string) as value", "offset").writeStream.format("memory")
-                    .queryName(f"reader_{name}").option("checkpointLocation", str(tmp_path / f"ckpt-{name}")))
+            return (
+                _relay_stream(
+                    spark,
+                    relay.listen,
+                    relayReader=name,
+                    startingOffsets="earliest",
+                    maxRowsPerTrigger="1000",
+                    timeout="1",
+                )
+                .selectExpr("cast(value as string) as value", "offset")
+                .writeStream.format("memory")
+                .queryName(f"reader_{name}")
+                .option("checkpointLocation", str(tmp_path / f"ckpt-{name}"))
+            )
 
         steady = stream("steady").trigger(processingTime="1 second").start()
         catchup = stream("catchup").trigger(availableNow=True).start()
@@ -102,8 +123,11 @@ def test_two_queries_with_different_triggers_read_one_relay_under_two_names_each
             assert len([p for p in catchup.recentProgress if p["numInputRows"] > 0]) >= 3  # the row limit held
             readers = {r["name"]: r for r in admin.call(Op.READERS)["readers"]}
             assert set(readers) == {"steady", "catchup"}
-            wait_until(lambda: {r["name"]: r["committed"] for r in admin.call(Op.READERS)["readers"]}["steady"]
-                       == [total], 30, "the steady query's commit to reach the relay")
+            wait_until(
+                lambda: {r["name"]: r["committed"] for r in admin.call(Op.READERS)["readers"]}["steady"] == [total],
+                30,
+                "the steady query's commit to reach the relay",
+            )
         finally:
             stop_all([steady, catchup])
     finally:
@@ -117,8 +141,12 @@ SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))
 def _application(relays, tmp_path):
     """The reading Spark application, in a process group of its own (driver JVM and workers)."""
     log = open(tmp_path / "app.log", "ab")
-    return subprocess.Popen([sys.executable, SCRIPT, relays, str(tmp_path / "ckpt"), str(tmp_path / "out")],
-                            stdout=log, stderr=log, start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, SCRIPT, relays, str(tmp_path / "ckpt"), str(tmp_path / "out")],
+        stdout=log,
+        stderr=log,
+        start_new_session=True,
+    )
 
 
 def _output(spark, tmp_path):
@@ -134,8 +162,11 @@ def _count(spark, tmp_path) -> int:
 
 
 def _assert_exactly_once(spark, tmp_path, expected: list[str]):
-    stats = _output(spark, tmp_path).selectExpr(
-        "count(*)", "count(distinct offset)", "min(offset)", "max(offset)", "count(distinct value)").first()
+    stats = (
+        _output(spark, tmp_path)
+        .selectExpr("count(*)", "count(distinct offset)", "min(offset)", "max(offset)", "count(distinct value)")
+        .first()
+    )
     n = len(expected)
     assert tuple(stats) == (n, n, 0, n - 1, n), f"not exactly once: {stats} for {n} messages"
     values = {r.value for r in _output(spark, tmp_path).select("value").collect()}
@@ -190,11 +221,15 @@ def test_a_relay_keeps_receiving_while_the_spark_application_is_killed_and_resta
 
 
 def _progress_stream(spark, relays, tmp_path, **options):
-    return (_relay_stream(spark, relays, **options)
-            .selectExpr("partition", "offset", "cast(value as string) as value")
-            .writeStream.format("parquet").option("path", str(tmp_path / "out"))
-            .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(processingTime="200 milliseconds")
-            .start())
+    return (
+        _relay_stream(spark, relays, **options)
+        .selectExpr("partition", "offset", "cast(value as string) as value")
+        .writeStream.format("parquet")
+        .option("path", str(tmp_path / "out"))
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
 
 
 def test_a_relay_killed_and_restarted_serves_its_spool_exactly_once_and_producers_resume(spark, tmp_path):
@@ -234,10 +269,12 @@ def test_a_relay_killed_and_restarted_serves_its_spool_exactly_once_and_producer
                 seen.update(end=latest, since=time.monotonic())
                 return None
             return latest if time.monotonic() - seen["since"] >= 2.0 else None
+
         end = wait_until(caught_up, 180, "the query to deliver everything the relay spooled", interval=0.5)
         out = _output(spark, tmp_path)
-        stats = out.selectExpr("count(*)", "count(distinct offset)", "min(offset)", "max(offset)",
-                               "count(distinct value)").first()
+        stats = out.selectExpr(
+            "count(*)", "count(distinct offset)", "min(offset)", "max(offset)", "count(distinct value)"
+        ).first()
         assert tuple(stats) == (end, end, 0, end - 1, end), f"not exactly once: {stats} for {end} offsets"
         print(f"relay kill -9: {total - end} of {total} messages lost in the dead relay's socket buffers")
         assert end >= total - 5_000, f"received only {end} of {total}"
@@ -279,19 +316,66 @@ def test_sigterm_drains_into_the_spool_and_exits_0(tmp_path):
         stop_relays([relay])
 
 
-@pytest.mark.parametrize("args, expected", [
-    (["--listen", "tcp://127.0.0.1:7000", "--spool-dir", "/tmp/x"], "Missing option '--endpoints'"),
-    (["--endpoints", "@tcp://127.0.0.1:1", "--listen", "tcp://127.0.0.1:7000", "--spool-dir", "/tmp/x",
-      "--hwm", "0"], "--hwm"),
-    (["--endpoints", "nonsense", "--listen", "tcp://127.0.0.1:7000", "--spool-dir", "/tmp/x"], "--endpoints"),
-    (["--endpoints", "@tcp://127.0.0.1:1", "--listen", "bogus", "--spool-dir", "/tmp/x"], "--listen"),
-    (["--endpoints", "@tcp://127.0.0.1:1", "--listen", "tcp://127.0.0.1:7000", "--spool-dir", "/tmp/x",
-      "--pattern", "push"], "--pattern"),
-    (["--endpoints", "@tcp://127.0.0.1:1", "--listen", "tcp://127.0.0.1:7000", "--spool-dir", "/tmp/x",
-      "--retention-bytes", "lots"], "--retention-bytes"),
-    (["--endpoints", "@tcp://127.0.0.1:1", "--listen", "tcp://127.0.0.1:7000", "--spool-dir", "/tmp/x",
-      "--retention-seconds", "0"], "--retention-seconds"),
-])
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--listen", "tcp://127.0.0.1:7000", "--spool-dir", "/tmp/x"], "Missing option '--endpoints'"),
+        (
+            [
+                "--endpoints",
+                "@tcp://127.0.0.1:1",
+                "--listen",
+                "tcp://127.0.0.1:7000",
+                "--spool-dir",
+                "/tmp/x",
+                "--hwm",
+                "0",
+            ],
+            "--hwm",
+        ),
+        (["--endpoints", "nonsense", "--listen", "tcp://127.0.0.1:7000", "--spool-dir", "/tmp/x"], "--endpoints"),
+        (["--endpoints", "@tcp://127.0.0.1:1", "--listen", "bogus", "--spool-dir", "/tmp/x"], "--listen"),
+        (
+            [
+                "--endpoints",
+                "@tcp://127.0.0.1:1",
+                "--listen",
+                "tcp://127.0.0.1:7000",
+                "--spool-dir",
+                "/tmp/x",
+                "--pattern",
+                "push",
+            ],
+            "--pattern",
+        ),
+        (
+            [
+                "--endpoints",
+                "@tcp://127.0.0.1:1",
+                "--listen",
+                "tcp://127.0.0.1:7000",
+                "--spool-dir",
+                "/tmp/x",
+                "--retention-bytes",
+                "lots",
+            ],
+            "--retention-bytes",
+        ),
+        (
+            [
+                "--endpoints",
+                "@tcp://127.0.0.1:1",
+                "--listen",
+                "tcp://127.0.0.1:7000",
+                "--spool-dir",
+                "/tmp/x",
+                "--retention-seconds",
+                "0",
+            ],
+            "--retention-seconds",
+        ),
+    ],
+)
 def test_bad_arguments_print_usage_and_exit_2(args, expected):
     done = subprocess.run([sys.executable, "-m", "spark_zmq.cli", "relay", *args], capture_output=True, timeout=60)
     assert done.returncode == 2, done
@@ -302,8 +386,13 @@ def test_bad_arguments_print_usage_and_exit_2(args, expected):
 def test_a_relay_address_that_does_not_answer_fails_the_query_within_relay_timeout(spark, tmp_path):
     (silent,) = free_ports(1)
     start = time.monotonic()
-    rows, error = run_available_now(spark, _relay_stream(spark, f"tcp://127.0.0.1:{silent}", relayTimeout="2"),
-                                    tmp_path, "silent_relay", timeout=120)
+    rows, error = run_available_now(
+        spark,
+        _relay_stream(spark, f"tcp://127.0.0.1:{silent}", relayTimeout="2"),
+        tmp_path,
+        "silent_relay",
+        timeout=120,
+    )
     assert rows is None and error is not None
     assert f"no answer from the relay at tcp://127.0.0.1:{silent}" in error and "relayTimeout" in error, error
     assert time.monotonic() - start < 60
@@ -327,14 +416,24 @@ def test_receivers_as_processes_deliver_every_channel_exactly_once(spark, tmp_pa
     receiving socket. Two channels, each fed by its own producer."""
     ports = free_ports(2)
     endpoints = ",".join(f"@tcp://127.0.0.1:{p}" for p in ports)
-    query = (spark.readStream.format("zmq").option("endpoints", endpoints).option("receivers", "processes")
-             .option("spoolDir", str(tmp_path / "spool")).load()
-             .selectExpr("cast(value as string) as value", "partition", "offset")
-             .writeStream.format("memory").queryName("receiver_processes")
-             .option("checkpointLocation", str(tmp_path / "ckpt")).start())
+    query = (
+        spark.readStream.format("zmq")
+        .option("endpoints", endpoints)
+        .option("receivers", "processes")
+        .option("spoolDir", str(tmp_path / "spool"))
+        .load()
+        .selectExpr("cast(value as string) as value", "partition", "offset")
+        .writeStream.format("memory")
+        .queryName("receiver_processes")
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .start()
+    )
     try:
-        wait_until(lambda: query.lastProgress and query.lastProgress["sources"][0]["latestOffset"], 120,
-                   "the reader's first offsets")
+        wait_until(
+            lambda: query.lastProgress and query.lastProgress["sources"][0]["latestOffset"],
+            120,
+            "the reader's first offsets",
+        )
         producers = [Producer(f"tcp://127.0.0.1:{ports[i]}", numbered(4000, fmt=b"p%d-%%d" % i)) for i in range(2)]
         for producer in producers:
             producer.start()
@@ -346,7 +445,11 @@ def test_receivers_as_processes_deliver_every_channel_exactly_once(spark, tmp_pa
         for p in (0, 1):
             assert sorted(r.offset for r in rows if r.partition == p) == list(range(4000))
             assert {r.value for r in rows if r.partition == p} == {f"p{p}-{i}" for i in range(4000)}
-        children = [d for d in os.listdir(tmp_path / "spool") if d.startswith("receiver-") and os.path.isdir(tmp_path / "spool" / d)]
+        children = [
+            d
+            for d in os.listdir(tmp_path / "spool")
+            if d.startswith("receiver-") and os.path.isdir(tmp_path / "spool" / d)
+        ]
         assert sorted(children) == ["receiver-0", "receiver-1"]
     finally:
         stop_all(spark.streams.active)
@@ -360,32 +463,55 @@ def test_a_curve_relay_serves_only_queries_with_an_authorized_key(spark, tmp_pat
     authorized key cannot read under the reader name the first key registered (``relayReader``)."""
     import zmq.auth
 
-    keys = {name: zmq.auth.create_certificates(str(tmp_path), name)
-            for name in ("relay", "client", "stranger", "other")}
+    keys = {
+        name: zmq.auth.create_certificates(str(tmp_path), name) for name in ("relay", "client", "stranger", "other")
+    }
     authorized = tmp_path / "authorized"
     authorized.mkdir()
     for name in ("client", "other"):
         with open(keys[name][0], "rb") as src, open(authorized / f"{name}.key", "wb") as dst:
             dst.write(src.read())
     data_port, listen_port = free_ports(2)
-    relay = RelayProcess(f"@tcp://127.0.0.1:{data_port}", f"tcp://127.0.0.1:{listen_port}", str(tmp_path / "spool"),
-                         "--curve-certificate", keys["relay"][1], "--curve-authorized-keys", str(authorized),
-                         "--reader-authorized-keys", str(authorized))
+    relay = RelayProcess(
+        f"@tcp://127.0.0.1:{data_port}",
+        f"tcp://127.0.0.1:{listen_port}",
+        str(tmp_path / "spool"),
+        "--curve-certificate",
+        keys["relay"][1],
+        "--curve-authorized-keys",
+        str(authorized),
+        "--reader-authorized-keys",
+        str(authorized),
+    )
     try:
         relay_public, _ = zmq.auth.load_certificate(keys["relay"][0])
         client_public, client_secret = zmq.auth.load_certificate(keys["client"][1])
-        secured = Producer(f"tcp://127.0.0.1:{data_port}", numbered(1000, fmt=b"c-%d"), sockopts={
-            zmq.CURVE_SERVERKEY: relay_public, zmq.CURVE_PUBLICKEY: client_public, zmq.CURVE_SECRETKEY: client_secret})
+        secured = Producer(
+            f"tcp://127.0.0.1:{data_port}",
+            numbered(1000, fmt=b"c-%d"),
+            sockopts={
+                zmq.CURVE_SERVERKEY: relay_public,
+                zmq.CURVE_PUBLICKEY: client_public,
+                zmq.CURVE_SECRETKEY: client_secret,
+            },
+        )
         plain = Producer(f"tcp://127.0.0.1:{data_port}", numbered(1000, fmt=b"plain-%d"))
         secured.start()
         plain.start()
         secured.finish()
 
         def stream(certificate, name, **extra):
-            df = _relay_stream(spark, relay.listen, startingOffsets="earliest", curveCertificate=certificate,
-                               curveServerKey=keys["relay"][0], **extra)
-            return run_available_now(spark, df.selectExpr("cast(value as string) as value"), tmp_path, name,
-                                     timeout=120)
+            df = _relay_stream(
+                spark,
+                relay.listen,
+                startingOffsets="earliest",
+                curveCertificate=certificate,
+                curveServerKey=keys["relay"][0],
+                **extra,
+            )
+            return run_available_now(
+                spark, df.selectExpr("cast(value as string) as value"), tmp_path, name, timeout=120
+            )
 
         rows, error = stream(keys["client"][1], "curve_relay", spoolAccess="fetch", timeout="1")
         assert error is None, error
@@ -401,13 +527,23 @@ def test_a_curve_relay_serves_only_queries_with_an_authorized_key(spark, tmp_pat
 
 def test_a_receiver_process_that_dies_fails_the_query_with_its_reason(spark, tmp_path):
     (port,) = free_ports(1)
-    query = (spark.readStream.format("zmq").option("endpoints", f"@tcp://127.0.0.1:{port}")
-             .option("receivers", "processes").option("spoolDir", str(tmp_path / "spool")).load()
-             .writeStream.format("noop").option("checkpointLocation", str(tmp_path / "ckpt"))
-             .trigger(processingTime="200 milliseconds").start())
+    query = (
+        spark.readStream.format("zmq")
+        .option("endpoints", f"@tcp://127.0.0.1:{port}")
+        .option("receivers", "processes")
+        .option("spoolDir", str(tmp_path / "spool"))
+        .load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
     try:
-        wait_until(lambda: query.lastProgress and query.lastProgress["sources"][0]["latestOffset"], 120,
-                   "the reader's first offsets")
+        wait_until(
+            lambda: query.lastProgress and query.lastProgress["sources"][0]["latestOffset"],
+            120,
+            "the reader's first offsets",
+        )
         children = [pid for pid in _descendants() if b"spark_zmq.relay.child" in _cmdline(pid)]
         assert len(children) == 1, children
         os.kill(children[0], signal.SIGKILL)
@@ -428,13 +564,21 @@ def test_a_port_in_use_fails_a_receiver_process_query_with_the_bind_error(spark,
     holder = zmq.Context.instance().socket(zmq.PULL)
     port = holder.bind_to_random_port("tcp://127.0.0.1")
     try:
-        df = (spark.readStream.format("zmq").option("endpoints", f"@tcp://127.0.0.1:{port}")
-              .option("receivers", "processes").option("spoolDir", str(tmp_path / "spool")).load())
+        df = (
+            spark.readStream.format("zmq")
+            .option("endpoints", f"@tcp://127.0.0.1:{port}")
+            .option("receivers", "processes")
+            .option("spoolDir", str(tmp_path / "spool"))
+            .load()
+        )
         rows, error = run_available_now(spark, df, tmp_path, "port_in_use", timeout=120)
-        assert rows is None and "the receiver process of channel 0" in error and "Address already in use" in error, error
+        assert rows is None and "the receiver process of channel 0" in error and "Address already in use" in error, (
+            error
+        )
         # said at once, naming who has the port: no lingering receiver of a stopped query to wait for
-        assert (f"tcp://127.0.0.1:{port} is held by another program, not a receiver of this connector "
-                f"(pid {os.getpid()} (") in error, error
+        assert (
+            f"tcp://127.0.0.1:{port} is held by another program, not a receiver of this connector (pid {os.getpid()} ("
+        ) in error, error
     finally:
         holder.close(0)
 
@@ -469,8 +613,15 @@ def test_a_relay_with_a_full_spool_holds_producers_back_and_loses_nothing(tmp_pa
 
     data_port, listen_port = free_ports(2)
     spool = str(tmp_path / "spool")
-    relay = RelayProcess(f"@tcp://127.0.0.1:{data_port}", f"tcp://127.0.0.1:{listen_port}", spool,
-                         "--max-spool-bytes", "1 MiB", "--hwm", "100")
+    relay = RelayProcess(
+        f"@tcp://127.0.0.1:{data_port}",
+        f"tcp://127.0.0.1:{listen_port}",
+        spool,
+        "--max-spool-bytes",
+        "1 MiB",
+        "--hwm",
+        "100",
+    )
     total = 20_000
     producer = Producer(f"tcp://127.0.0.1:{data_port}", [b"%07d" % i + b"x" * 1017 for i in range(total)], hwm=100)
     client = RelayClient(relay.listen, "drain", timeout_s=10)
@@ -484,6 +635,7 @@ def test_a_relay_with_a_full_spool_holds_producers_back_and_loses_nothing(tmp_pa
         def drained():
             state = client.call("release", offsets={"0": client.call("state")["latest"][0]})
             return state["latest"][0] == total
+
         wait_until(drained, 120, "every message to reach the relay once its reader commits", interval=0.1)
         producer.finish()
         assert relay.process.poll() is None, relay.errors()
@@ -503,19 +655,27 @@ def test_planning_a_micro_batch_costs_a_few_round_trips_per_relay_not_per_channe
     from spark_zmq.relay.protocol import Op
 
     ports = free_ports(4)
-    relay = RelayProcess(",".join(f"@tcp://127.0.0.1:{p}" for p in ports[:3]), f"tcp://127.0.0.1:{ports[3]}",
-                         str(tmp_path / "r"))
+    relay = RelayProcess(
+        ",".join(f"@tcp://127.0.0.1:{p}" for p in ports[:3]), f"tcp://127.0.0.1:{ports[3]}", str(tmp_path / "r")
+    )
     hello = RelayClient(relay.listen, "counting-session", timeout_s=10)
     try:
-        producers = [Producer(f"tcp://127.0.0.1:{p}", numbered(2000, fmt=b"c%d-%%d" % i)) for i, p in enumerate(ports[:3])]
+        producers = [
+            Producer(f"tcp://127.0.0.1:{p}", numbered(2000, fmt=b"c%d-%%d" % i)) for i, p in enumerate(ports[:3])
+        ]
         for producer in producers:
             producer.start()
         for producer in producers:
             producer.finish()
         before = hello.call(Op.HELLO)["controlRequests"]
         df = _relay_stream(spark, relay.listen, startingOffsets="earliest", maxRowsPerTrigger="600", timeout="2")
-        query = (df.selectExpr("partition", "offset").writeStream.format("noop")
-                 .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start())
+        query = (
+            df.selectExpr("partition", "offset")
+            .writeStream.format("noop")
+            .option("checkpointLocation", str(tmp_path / "ckpt"))
+            .trigger(availableNow=True)
+            .start()
+        )
         try:
             assert query.awaitTermination(180) and query.exception() is None
         finally:

@@ -50,8 +50,14 @@ def emptied_relay(tmp_path_factory):
 
 @pytest.mark.parametrize("access", ["auto", "fetch"])
 def test_a_read_task_missing_a_relays_offsets_names_the_relay_and_channel(spark, tmp_path, emptied_relay, access):
-    df = (spark.readStream.format("zmq").option("relays", emptied_relay.listen).option("relayReader", access)
-          .option("spoolAccess", access).option("startingOffsets", "earliest").load())
+    df = (
+        spark.readStream.format("zmq")
+        .option("relays", emptied_relay.listen)
+        .option("relayReader", access)
+        .option("spoolAccess", access)
+        .option("startingOffsets", "earliest")
+        .load()
+    )
     rows, error = run_available_now(spark, df, tmp_path, f"relay_loss_{access}", timeout=120)
     assert rows is None and error is not None, "the batch read the removed offsets"
     assert "DataLossError" in error, error

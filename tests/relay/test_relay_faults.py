@@ -58,14 +58,23 @@ def _spooled(listen: str, expected: int) -> None:
 
 
 def _start(spark, tmp_path, relays: str, **options):
-    reader = (spark.readStream.format("zmq").option("relays", relays).option("startingOffsets", "earliest")
-              .option("spoolAccess", "fetch"))
+    reader = (
+        spark.readStream.format("zmq")
+        .option("relays", relays)
+        .option("startingOffsets", "earliest")
+        .option("spoolAccess", "fetch")
+    )
     for key, value in options.items():
         reader = reader.option(key, value)
-    return (reader.load().selectExpr("offset", "cast(cast(substring(value, 1, 8) as string) as long) as n")
-            .writeStream.format("parquet").option("path", str(tmp_path / "out"))
-            .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(processingTime="200 milliseconds")
-            .start())
+    return (
+        reader.load()
+        .selectExpr("offset", "cast(cast(substring(value, 1, 8) as string) as long) as n")
+        .writeStream.format("parquet")
+        .option("path", str(tmp_path / "out"))
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
 
 
 def _output(spark, tmp_path):
@@ -80,9 +89,13 @@ def _count(spark, tmp_path) -> int:
 
 
 def _assert_exactly_once(spark, tmp_path, n: int) -> None:
-    stats = _output(spark, tmp_path).selectExpr(
-        "count(*)", "count(distinct offset)", "min(offset)", "max(offset)", "count(distinct n)", "min(n)",
-        "max(n)").first()
+    stats = (
+        _output(spark, tmp_path)
+        .selectExpr(
+            "count(*)", "count(distinct offset)", "min(offset)", "max(offset)", "count(distinct n)", "min(n)", "max(n)"
+        )
+        .first()
+    )
     assert tuple(stats) == (n, n, 0, n - 1, n, 0, n - 1), f"not exactly once: {stats} for {n} messages"
 
 
@@ -126,8 +139,9 @@ def test_a_fetch_cut_mid_range_is_resent_and_the_batch_completes(spark, tmp_path
             cut_at = time.monotonic()
             proxy.clear_frame_faults()  # the resent request, on the new connection, passes
             # without the resend the task waits fetchTimeout (120 s) and the query fails
-            wait_until(lambda: _count(spark, tmp_path) >= TOTAL or query.exception(), 90,
-                       "the batch whose fetch was cut")
+            wait_until(
+                lambda: _count(spark, tmp_path) >= TOTAL or query.exception(), 90, "the batch whose fetch was cut"
+            )
             assert query.exception() is None, query.exception()
             took = time.monotonic() - cut_at
             _assert_exactly_once(spark, tmp_path, TOTAL)
@@ -159,8 +173,11 @@ def test_a_fetch_cut_for_good_fails_the_task_naming_the_range_and_the_restart_re
         proxy.clear_frame_faults()
         query = _start(spark, tmp_path, proxy.endpoint, fetchTimeout="20")
         try:
-            wait_until(lambda: _count(spark, tmp_path) >= TOTAL or query.exception(), 120,
-                       "the restarted query to read the range")
+            wait_until(
+                lambda: _count(spark, tmp_path) >= TOTAL or query.exception(),
+                120,
+                "the restarted query to read the range",
+            )
             assert query.exception() is None, query.exception()
             _assert_exactly_once(spark, tmp_path, TOTAL)
         finally:
@@ -195,7 +212,9 @@ def test_a_driver_cut_off_from_its_relay_fails_the_query_and_the_lease_lapses(sp
         waited = time.monotonic() - restarted_at
         wait_until(lambda: _count(spark, tmp_path) >= 2 * half, 120, "every message")
         _assert_exactly_once(spark, tmp_path, 2 * half)
-        print(f"driver cut off: query failed {took:.1f} s after the cut; restarted query's first rows "
-              f"{waited:.1f} s after its start (lease ttl {LEASE_TTL_S:.0f} s)")
+        print(
+            f"driver cut off: query failed {took:.1f} s after the cut; restarted query's first rows "
+            f"{waited:.1f} s after its start (lease ttl {LEASE_TTL_S:.0f} s)"
+        )
     finally:
         stop_all([query])

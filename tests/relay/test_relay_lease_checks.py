@@ -68,8 +68,11 @@ def test_a_fetch_is_served_only_under_the_holders_session(relay, holder):
 
 
 def test_a_fetch_past_what_the_spool_has_written_is_refused(relay, holder):
-    with pytest.raises(FetchError, match=r"offsets up to 501 of channel 0 are past what the spool has written "
-                                         r"\(latest 500\)"):
+    with pytest.raises(
+        FetchError,
+        match=r"offsets up to 501 of channel 0 are past what the spool has written "
+        r"\(latest 500\)",
+    ):
         _fetch(relay, holder.session, end=501)
 
 
@@ -84,8 +87,9 @@ def test_a_fetch_after_the_lease_lapsed_is_served_until_another_query_claims_it(
     not arrive) while its executors still reach the relay: their fetches are served, until
     another query takes the reader's name."""
     data = free_ports(1)[0]
-    options = SourceOptions.parse({"endpoints": f"@tcp://127.0.0.1:{data}", "spoolDir": str(tmp_path / "spool"),
-                                   "spoolAccess": "local"})
+    options = SourceOptions.parse(
+        {"endpoints": f"@tcp://127.0.0.1:{data}", "spoolDir": str(tmp_path / "spool"), "spoolAccess": "local"}
+    )
     served = Relay(IngestConfig.from_options(options), f"tcp://127.0.0.1:{free_ports(1)[0]}", lease_ttl_s=0.5)
     holder = RelayClient(served.listen, "holder", timeout_s=10)
     other = RelayClient(served.listen, "other", timeout_s=10)
@@ -124,8 +128,12 @@ def test_advance_near_the_top_of_int64_is_refused(relay, holder):
 def test_a_session_that_does_not_hold_the_lease_gets_no_control_answer(relay, holder):
     other = RelayClient(relay.listen, "other", timeout_s=10)
     try:
-        for op, fields in (("state", {}), ("count", {"channel": 0, "start": 0, "end": 10}),
-                           ("release", {"offsets": {"0": 100}}), ("advance", {"channel": 0, "offset": 1000})):
+        for op, fields in (
+            ("state", {}),
+            ("count", {"channel": 0, "start": 0, "end": 10}),
+            ("release", {"offsets": {"0": 100}}),
+            ("advance", {"channel": 0, "offset": 1000}),
+        ):
             with pytest.raises(RelayError, match="is read by another query"):
                 other.call(op, **fields)
         assert relay.ingest.spool.channels[0].earliest == 0
@@ -144,22 +152,29 @@ def test_the_lease_holds_only_its_live_holder():
     assert not lease.holds("a")  # lapsed, though nobody claimed it since
 
 
-@pytest.mark.parametrize("op, fields", [
-    ("count", {"channel": 0, "start": 0, "end": 501}),
-    ("count", {"channel": 0, "start": 600, "end": 700}),
-    ("end_within", {"channel": 0, "start": 0, "end": 501, "rows": 10}),
-    ("lost", {"channel": 0, "start": 400, "end": 501}),
-    ("locate", {"channel": 0, "offset": 501}),
-    ("describe", {"ranges": {"0": [0, 501]}}),
-    ("describe", {"ranges": {"0": [600, 700]}}),
-])
+@pytest.mark.parametrize(
+    "op, fields",
+    [
+        ("count", {"channel": 0, "start": 0, "end": 501}),
+        ("count", {"channel": 0, "start": 600, "end": 700}),
+        ("end_within", {"channel": 0, "start": 0, "end": 501, "rows": 10}),
+        ("lost", {"channel": 0, "start": 400, "end": 501}),
+        ("locate", {"channel": 0, "offset": 501}),
+        ("describe", {"ranges": {"0": [0, 501]}}),
+        ("describe", {"ranges": {"0": [600, 700]}}),
+    ],
+)
 def test_read_only_ops_past_what_the_spool_has_written_are_refused(relay, holder, op, fields):
     """Answered, they read as zero messages, no loss, no place: a batch planned over them
     would be empty, and its offsets name other messages once those arrive."""
-    asked = max(v for k, v in fields.items() if k in ("end", "offset")) if op != "describe" \
-        else max(fields["ranges"]["0"])
-    with pytest.raises(RelayError, match=rf"failed '{op}': bad request: offset {asked} of channel 0 is past what the "
-                                         r"spool has written \(latest 500\)"):
+    asked = (
+        max(v for k, v in fields.items() if k in ("end", "offset")) if op != "describe" else max(fields["ranges"]["0"])
+    )
+    with pytest.raises(
+        RelayError,
+        match=rf"failed '{op}': bad request: offset {asked} of channel 0 is past what the "
+        r"spool has written \(latest 500\)",
+    ):
         holder.call(op, **fields)
 
 
@@ -181,8 +196,9 @@ def test_a_checkpoint_ahead_of_a_recreated_relay_spool_is_reconciled_without_ask
     from spark_zmq.source.schema_contract import default_schema
     from spark_zmq.source.stream import ZmqStreamReader
 
-    options = SourceOptions.parse({"relays": relay.listen, "failOnDataLoss": "false",
-                                   "spoolDir": str(tmp_path / "query")})
+    options = SourceOptions.parse(
+        {"relays": relay.listen, "failOnDataLoss": "false", "spoolDir": str(tmp_path / "query")}
+    )
     reader = ZmqStreamReader(options, default_schema(options))
     try:
         runtime = reader._ingest(ChannelOffsets({"0": 800}, "spool-of-before"))
@@ -201,8 +217,11 @@ def test_a_reader_cannot_renumber_a_channel_another_reader_still_needs(relay, ho
     dashboard = RelayClient(relay.listen, "dashboard-" + uuid.uuid4().hex, timeout_s=10, reader="dashboard")
     try:
         dashboard.call("attach")
-        with pytest.raises(RelayError, match=r"advance of channel 0 to offset 4611686018427387904 would skip offsets "
-                                             r"500\.\.4611686018427387904 that reader 'default' .* committed up to 200"):
+        with pytest.raises(
+            RelayError,
+            match=r"advance of channel 0 to offset 4611686018427387904 would skip offsets "
+            r"500\.\.4611686018427387904 that reader 'default' .* committed up to 200",
+        ):
             dashboard.call("advance", channel=0, offset=1 << 62)
         assert relay.ingest.spool.channels[0].next_offset == 500
         assert sum(batch.num_rows for _, batch in _fetch(relay, holder.session, 200, 500)) == 300

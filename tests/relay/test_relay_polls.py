@@ -78,9 +78,16 @@ def test_an_idle_query_asks_its_receiver_process_about_once_a_poll(spark, tmp_pa
     data = free_ports(1)[0]
     log_file = tmp_path / "polls"
     spark.dataSource.register(_counting_source(str(log_file)))
-    query = (spark.readStream.format("zmq_polls_counted").option("endpoints", f"@tcp://127.0.0.1:{data}")
-             .option("spoolDir", str(tmp_path / "spool")).option("receiverLingerSeconds", "0").load()
-             .writeStream.format("noop").option("checkpointLocation", str(tmp_path / "ckpt")).start())
+    query = (
+        spark.readStream.format("zmq_polls_counted")
+        .option("endpoints", f"@tcp://127.0.0.1:{data}")
+        .option("spoolDir", str(tmp_path / "spool"))
+        .option("receiverLingerSeconds", "0")
+        .load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .start()
+    )
     try:
         wait_until(lambda: _counts(log_file)[0] >= 5 or query.exception() is not None, 90, "the query's first polls")
         assert query.exception() is None, query.exception()

@@ -70,11 +70,15 @@ def test_a_second_session_is_refused_and_garbage_gets_an_answer_not_a_crash(rela
             other.call("release", offsets={"0": 500})  # a stranger cannot free the holder's spool
         assert relay.ingest.spool.channels[0].earliest == 0
         dealer = _dealer(relay)
-        for body in (b"\xff\xfe", b"[1, 2]", b"[" * 60_000, json.dumps({"op": "count", "session": "holder",
-                                                                          "channel": 99, "start": 0, "end": 1}).encode(),
-                     json.dumps({"op": "release", "session": "holder", "offsets": {"0": "x"}}).encode(),
-                     json.dumps({"op": "nope", "session": "holder"}).encode(),
-                     json.dumps({"op": "state", "session": ["x"]}).encode()):
+        for body in (
+            b"\xff\xfe",
+            b"[1, 2]",
+            b"[" * 60_000,
+            json.dumps({"op": "count", "session": "holder", "channel": 99, "start": 0, "end": 1}).encode(),
+            json.dumps({"op": "release", "session": "holder", "offsets": {"0": "x"}}).encode(),
+            json.dumps({"op": "nope", "session": "holder"}).encode(),
+            json.dumps({"op": "state", "session": ["x"]}).encode(),
+        ):
             dealer.send_multipart([b"", body])
             reply = dealer.recv_multipart()
             assert reply[1] == b"error", (body[:40], reply)
@@ -89,12 +93,14 @@ def test_a_second_session_is_refused_and_garbage_gets_an_answer_not_a_crash(rela
 def test_a_silent_relay_is_a_clear_error_within_the_timeout():
     client = RelayClient(f"tcp://127.0.0.1:{free_ports(1)[0]}", "s", timeout_s=1.5)
     try:
-        with pytest.raises(RelayError, match=r"no answer from the relay at tcp://127\.0\.0\.1:\d+ to 'attach' "
-                                             r"within 2 s \(option 'relayTimeout'\)"):
+        with pytest.raises(
+            RelayError,
+            match=r"no answer from the relay at tcp://127\.0\.0\.1:\d+ to 'attach' "
+            r"within 2 s \(option 'relayTimeout'\)",
+        ):
             client.call("attach")
     finally:
         client.close()
-
 
 
 @pytest.mark.timeout(30)
@@ -122,19 +128,52 @@ def test_a_relay_known_to_be_gone_is_reported_at_the_next_resend_not_after_the_t
     finally:
         client.close()
 
-_json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
-                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
-                     max_leaves=10)
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=10,
+)
 _request = st.fixed_dictionaries(
-    {"op": st.sampled_from(["hello", "attach", "state", "count", "end_within", "lost", "advance", "release",
-                            "locate", "describe", "detach", "at_time", "readers", "other"]),
-     "session": st.one_of(st.just("fuzz"), _json)},
-    optional={"channel": _json | st.integers(-2, 3), "start": _json | st.integers(-2, 10 ** 20),
-              "end": _json | st.integers(-2, 10 ** 20), "offset": _json | st.integers(-2, 10 ** 20),
-              "offsets": _json, "rows": _json, "bytes": _json, "id": _json,
-              "timestamp": _json | st.integers(-2, 10 ** 20),
-              "ranges": _json | st.dictionaries(st.sampled_from(["0", "1", "-1", "x", "00", "9" * 7]),
-                                                st.lists(_json | st.integers(-2, 10 ** 20), max_size=3), max_size=3)})
+    {
+        "op": st.sampled_from(
+            [
+                "hello",
+                "attach",
+                "state",
+                "count",
+                "end_within",
+                "lost",
+                "advance",
+                "release",
+                "locate",
+                "describe",
+                "detach",
+                "at_time",
+                "readers",
+                "other",
+            ]
+        ),
+        "session": st.one_of(st.just("fuzz"), _json),
+    },
+    optional={
+        "channel": _json | st.integers(-2, 3),
+        "start": _json | st.integers(-2, 10**20),
+        "end": _json | st.integers(-2, 10**20),
+        "offset": _json | st.integers(-2, 10**20),
+        "offsets": _json,
+        "rows": _json,
+        "bytes": _json,
+        "id": _json,
+        "timestamp": _json | st.integers(-2, 10**20),
+        "ranges": _json
+        | st.dictionaries(
+            st.sampled_from(["0", "1", "-1", "x", "00", "9" * 7]),
+            st.lists(_json | st.integers(-2, 10**20), max_size=3),
+            max_size=3,
+        ),
+    },
+)
 
 
 @settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -158,8 +197,9 @@ def test_a_receiver_process_relay_numbers_nothing_until_the_query_says_start(tmp
     from spark_zmq.ingest.spool_reader import read_range
 
     data = free_ports(1)[0]
-    options = SourceOptions.parse({"endpoints": f"@tcp://127.0.0.1:{data}", "spoolDir": str(tmp_path / "spool"),
-                                   "spoolAccess": "local"})
+    options = SourceOptions.parse(
+        {"endpoints": f"@tcp://127.0.0.1:{data}", "spoolDir": str(tmp_path / "spool"), "spoolAccess": "local"}
+    )
     relay = Relay(IngestConfig.from_options(options), f"tcp://127.0.0.1:{free_ports(1)[0]}", start_receivers=False)
     client = RelayClient(relay.listen, "query", timeout_s=5)
     try:
@@ -171,8 +211,11 @@ def test_a_receiver_process_relay_numbers_nothing_until_the_query_says_start(tmp
         client.call("advance", channel=0, offset=500)  # the checkpoint is at 500
         client.call("start")
         wait_until(lambda: client.call("state")["latest"] == [600], 30, "the queued messages to be numbered")
-        held = [(first + i, v.as_py()) for first, batch in read_range(relay.ingest.spool.spool_dir, 0, 500, 600)
-                for i, v in enumerate(batch.column(0))]
+        held = [
+            (first + i, v.as_py())
+            for first, batch in read_range(relay.ingest.spool.spool_dir, 0, 500, 600)
+            for i, v in enumerate(batch.column(0))
+        ]
         assert held == [(500 + i, b"early-%d" % i) for i in range(100)]
     finally:
         client.close()
@@ -187,22 +230,31 @@ def test_losses_cross_the_wire_in_protocol_1s_form_and_read_back_as_loss_records
     from spark_zmq.ingest.loss import LostRange
     from spark_zmq.source.relays import RelayChannel
 
-    relay.ingest.spool.channels[0].lost.append(LostRange(0, 10, 20, "record at byte 7: checksum mismatch",
-                                                         path="/spool/ch-0/0-0.seg"))
+    relay.ingest.spool.channels[0].lost.append(
+        LostRange(0, 10, 20, "record at byte 7: checksum mismatch", path="/spool/ch-0/0-0.seg")
+    )
     client = RelayClient(relay.listen, "holder", timeout_s=5)
     dealer = _dealer(relay)
     try:
         client.call("attach")
-        dealer.send_multipart([b"", json.dumps({"op": "lost", "session": "holder", "id": 7, "channel": 0,
-                                                "start": 12, "end": 30}).encode()])
-        assert dealer.recv_multipart()[1:] == [b"ok", b'{"lost": [[10, 20, "offsets 12..20 of channel 0 in '
-                                                      b'/spool/ch-0/0-0.seg (record at byte 7: checksum mismatch)"]], '
-                                                      b'"id": 7}']
+        dealer.send_multipart(
+            [
+                b"",
+                json.dumps({"op": "lost", "session": "holder", "id": 7, "channel": 0, "start": 12, "end": 30}).encode(),
+            ]
+        )
+        assert dealer.recv_multipart()[1:] == [
+            b"ok",
+            b'{"lost": [[10, 20, "offsets 12..20 of channel 0 in '
+            b'/spool/ch-0/0-0.seg (record at byte 7: checksum mismatch)"]], '
+            b'"id": 7}',
+        ]
         view = SimpleNamespace(client=client, first_channel=3, target=SimpleNamespace(label="relay at X"))
         [loss] = RelayChannel(view, 0).snapshot().lost_within(12, 30)
         assert (loss.channel, loss.first, loss.end) == (3, 10, 20)
-        assert loss.within(12, 30).describe() == ("offsets 12..20 of channel 0 in /spool/ch-0/0-0.seg (record at byte "
-                                                  "7: checksum mismatch) (relay at X)")
+        assert loss.within(12, 30).describe() == (
+            "offsets 12..20 of channel 0 in /spool/ch-0/0-0.seg (record at byte 7: checksum mismatch) (relay at X)"
+        )
     finally:
         dealer.close(0)
         client.close()
@@ -220,8 +272,12 @@ def test_describe_answers_counts_losses_and_hints_of_several_ranges_in_one_reque
         single = {op: client.call(op, channel=0, start=12, end=30) for op in ("count", "lost")}
         at = client.call("locate", channel=0, offset=12)["at"]
         [got] = client.call("describe", ranges={"0": [12, 30]})["ranges"].values()
-        assert got == {"rows": single["count"]["rows"], "bytes": single["count"]["bytes"], "at": at,
-                       "lost": single["lost"]["lost"]}
+        assert got == {
+            "rows": single["count"]["rows"],
+            "bytes": single["count"]["bytes"],
+            "at": at,
+            "lost": single["lost"]["lost"],
+        }
         with pytest.raises(RelayError, match="bad request"):
             client.call("describe", ranges={"5": [0, 1]})
     finally:
@@ -239,12 +295,13 @@ def test_typed_requests_get_the_answers_raw_requests_get_read_into_their_types(r
         assert attached.relay.spool_dir == relay.ingest.spool.spool_dir and attached.relay.reader == "default"
         assert attached.state.latest == [500] and attached.state.committed == [0]
         for request, op, fields in (
-                (m.CountRequest(0, 100, 500), "count", {"channel": 0, "start": 100, "end": 500}),
-                (m.EndWithinRequest(0, 0, 500, 10), "end_within", {"channel": 0, "start": 0, "end": 500, "rows": 10}),
-                (m.LostRequest(0, 0, 500), "lost", {"channel": 0, "start": 0, "end": 500}),
-                (m.LocateRequest(0, 12), "locate", {"channel": 0, "offset": 12}),
-                (m.DescribeRequest({0: (12, 500)}), "describe", {"ranges": {"0": [12, 500]}}),
-                (m.AtTimeRequest(0), "at_time", {"timestamp": 0})):
+            (m.CountRequest(0, 100, 500), "count", {"channel": 0, "start": 100, "end": 500}),
+            (m.EndWithinRequest(0, 0, 500, 10), "end_within", {"channel": 0, "start": 0, "end": 500, "rows": 10}),
+            (m.LostRequest(0, 0, 500), "lost", {"channel": 0, "start": 0, "end": 500}),
+            (m.LocateRequest(0, 12), "locate", {"channel": 0, "offset": 12}),
+            (m.DescribeRequest({0: (12, 500)}), "describe", {"ranges": {"0": [12, 500]}}),
+            (m.AtTimeRequest(0), "at_time", {"timestamp": 0}),
+        ):
             assert client.ask(request) == request.answer(client.call(op, **fields)), op
         assert client.ask(m.CountRequest(0, 100, 500)).rows == 400
         assert client.ask(m.EndWithinRequest(0, 0, 500, 10)).end == 10
@@ -262,8 +319,9 @@ def test_typed_requests_get_the_answers_raw_requests_get_read_into_their_types(r
 def test_a_malformed_request_claims_no_lease_and_registers_no_reader(relay):
     """What is wrong with a request is found before the relay acts on it: a stranger's
     malformed request neither takes a free reader name nor registers a new one."""
-    status, body = relay._control({"op": "count", "session": "stranger", "reader": "newcomer", "channel": "0",
-                                   "start": 0, "end": 1})
+    status, body = relay._control(
+        {"op": "count", "session": "stranger", "reader": "newcomer", "channel": "0", "start": 0, "end": 1}
+    )
     assert status == b"error" and b"'channel' must be an integer" in body
     assert "newcomer" not in relay.readers.readers
     holder = RelayClient(relay.listen, "holder", timeout_s=5, reader="newcomer")

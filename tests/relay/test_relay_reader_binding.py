@@ -36,10 +36,16 @@ MESSAGES = 200
 
 def _relay(tmp_path, listen_curve=None, bind_reader_keys=True) -> Relay:
     data = free_ports(1)[0]
-    options = SourceOptions.parse({"endpoints": f"@tcp://127.0.0.1:{data}", "spoolDir": str(tmp_path / "spool"),
-                                   "spoolAccess": "local"})
-    relay = Relay(IngestConfig.from_options(options), f"tcp://127.0.0.1:{free_ports(1)[0]}", listen_curve=listen_curve, lease_ttl_s=600.0,
-                  bind_reader_keys=bind_reader_keys)
+    options = SourceOptions.parse(
+        {"endpoints": f"@tcp://127.0.0.1:{data}", "spoolDir": str(tmp_path / "spool"), "spoolAccess": "local"}
+    )
+    relay = Relay(
+        IngestConfig.from_options(options),
+        f"tcp://127.0.0.1:{free_ports(1)[0]}",
+        listen_curve=listen_curve,
+        lease_ttl_s=600.0,
+        bind_reader_keys=bind_reader_keys,
+    )
     producer = Producer(f"tcp://127.0.0.1:{data}", [b"%05d" % i for i in range(MESSAGES)])
     producer.start()
     producer.finish()
@@ -64,8 +70,14 @@ def _client(relay, curve, reader: str) -> RelayClient:
 
 def _fetch(relay, curve, session: str) -> int:
     keys = {} if curve is None else {"client_public": curve.public_key, "client_secret": curve.secret_key}
-    access = FetchAccess(relay.listen, None if curve is None else curve.server_key,
-                         server_name=f"the relay at {relay.listen}", session=session, is_relay=True, **keys)
+    access = FetchAccess(
+        relay.listen,
+        None if curve is None else curve.server_key,
+        server_name=f"the relay at {relay.listen}",
+        session=session,
+        is_relay=True,
+        **keys,
+    )
     return sum(batch.num_rows for _, batch in fetch_range(access, 0, 0, MESSAGES, timeout=10))
 
 
@@ -77,16 +89,22 @@ def test_under_curve_a_reader_name_is_bound_to_the_key_that_registered_it(curve_
         owner.call(Op.RELEASE, offsets={"0": 100})
         owner.call(Op.DETACH)  # stopped: its lease is free, its name still its own
         # another authorised key neither claims the name nor commits past what it holds
-        with pytest.raises(RelayError, match=r"relay at tcp://127\.0\.0\.1:\d+ failed 'attach': refused: reader "
-                                             r"'archive' of this relay is bound to the CURVE key .*relayReader"):
+        with pytest.raises(
+            RelayError,
+            match=r"relay at tcp://127\.0\.0\.1:\d+ failed 'attach': refused: reader "
+            r"'archive' of this relay is bound to the CURVE key .*relayReader",
+        ):
             intruder.call(Op.ATTACH)
         with pytest.raises(RelayError, match="bound to the CURVE key"):
             intruder.call(Op.RELEASE, offsets={"0": MESSAGES})
         assert relay.readers.committed("archive") == [100]
         assert relay.ingest.spool.channels[0].earliest == 0, "nothing freed for the intruder"
         # nor removes it
-        with pytest.raises(RelayError, match=r"removing reader 'archive' needs its lease \(the query reading "
-                                             r"under it\), its CURVE key or the relay's operator"):
+        with pytest.raises(
+            RelayError,
+            match=r"removing reader 'archive' needs its lease \(the query reading "
+            r"under it\), its CURVE key or the relay's operator",
+        ):
             intruder.ask(RemoveReaderRequest("archive"))
         assert [r["name"] for r in relay.readers.describe()] == ["archive"]
         # the owner's query comes back where it left, and fetches under its session;
@@ -120,9 +138,12 @@ def test_without_curve_removing_a_reader_needs_its_lease_or_the_operator(tmp_pat
         archive.call(Op.ATTACH)
         archive.call(Op.RELEASE, offsets={"0": 100})
         archive.call(Op.DETACH)
-        with pytest.raises(RelayError, match=r"removing reader 'archive' needs its lease \(the query reading under "
-                                             r"it\) or the relay's operator: run spark-zmq relay-readers --remove "
-                                             r"archive --relay-spool-dir DIR"):
+        with pytest.raises(
+            RelayError,
+            match=r"removing reader 'archive' needs its lease \(the query reading under "
+            r"it\) or the relay's operator: run spark-zmq relay-readers --remove "
+            r"archive --relay-spool-dir DIR",
+        ):
             stranger.ask(RemoveReaderRequest("archive"))
         with pytest.raises(RelayError, match="removing reader 'archive' needs"):
             stranger.ask(RemoveReaderRequest("archive", "0" * 32))  # a guessed token
@@ -133,13 +154,14 @@ def test_without_curve_removing_a_reader_needs_its_lease_or_the_operator(tmp_pat
         # the token file is the relay's alone; a stranger who cannot read it is no operator
         token_path = os.path.join(relay.ingest.spool.spool_dir, OPERATOR_TOKEN_FILE)
         assert stat.S_IMODE(os.stat(token_path).st_mode) == 0o600
-        cli = [sys.executable, "-m", "spark_zmq.cli", "relay-readers", "--listen", relay.listen, "--remove",
-               "archive"]
-        missing = subprocess.run(cli + ["--relay-spool-dir", str(tmp_path / "elsewhere")], capture_output=True,
-                                 text=True, timeout=60)
+        cli = [sys.executable, "-m", "spark_zmq.cli", "relay-readers", "--listen", relay.listen, "--remove", "archive"]
+        missing = subprocess.run(
+            cli + ["--relay-spool-dir", str(tmp_path / "elsewhere")], capture_output=True, text=True, timeout=60
+        )
         assert missing.returncode == 2 and "cannot read the relay's operator token" in unboxed(missing.stderr)
-        removed = subprocess.run(cli + ["--relay-spool-dir", relay.ingest.spool.spool_dir], capture_output=True,
-                                 text=True, timeout=60)
+        removed = subprocess.run(
+            cli + ["--relay-spool-dir", relay.ingest.spool.spool_dir], capture_output=True, text=True, timeout=60
+        )
         assert removed.returncode == 0, removed.stderr
         assert json.loads(removed.stdout)["readers"] == []
 
@@ -160,8 +182,11 @@ def test_a_key_binding_survives_a_restart_and_a_name_registered_without_curve_ta
     readers.release_lease("plain", "s1")
     readers.release_lease("keyed", "s2")
     again = Readers(spool, 1, lambda: [0], ttl_s=10.0)
-    with pytest.raises(ReaderBoundError, match=r"reader 'keyed' of this relay is bound to the CURVE key that "
-                                               r"registered it \(AAAAAAAA\.\.\.\), not this query's \(BBBBBBBB\.\.\.\)"):
+    with pytest.raises(
+        ReaderBoundError,
+        match=r"reader 'keyed' of this relay is bound to the CURVE key that "
+        r"registered it \(AAAAAAAA\.\.\.\), not this query's \(BBBBBBBB\.\.\.\)",
+    ):
         again.claim("keyed", "s3", "B" * 40)
     assert again.claim("keyed", "s3", "A" * 40) is None
     assert again.claim("plain", "s4", "B" * 40) is None  # the first key to claim it keeps it
@@ -175,8 +200,9 @@ def test_a_relay_that_binds_no_keys_lets_a_new_key_take_a_free_name_and_fetch(tm
     """A query's own receiver process (``bind_reader_keys=False``): each run of the query
     comes with keys made anew, so the name is the lease holder's whatever its key."""
     server, first, second = KeyPair.generate(), KeyPair.generate(), KeyPair.generate()
-    relay = _relay(tmp_path, Curve.server(server, frozenset({first.public_key, second.public_key})),
-                   bind_reader_keys=False)
+    relay = _relay(
+        tmp_path, Curve.server(server, frozenset({first.public_key, second.public_key})), bind_reader_keys=False
+    )
     keys = [Curve.client(pair, server.public_key) for pair in (first, second)]
     try:
         earlier = _client(relay, keys[0], "query")

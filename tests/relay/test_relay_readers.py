@@ -41,14 +41,20 @@ def spooled(tmp_path):
     """A relay (in this process) holding three segments of ``PHASE`` messages each:
     offsets 0..299, 300..599 (closed) and 600..899 (being written)."""
     data = free_ports(1)[0]
-    options = SourceOptions.parse({"endpoints": f"@tcp://127.0.0.1:{data}", "spoolDir": str(tmp_path / "spool"),
-                                   "spoolAccess": "local"})
+    options = SourceOptions.parse(
+        {"endpoints": f"@tcp://127.0.0.1:{data}", "spoolDir": str(tmp_path / "spool"), "spoolAccess": "local"}
+    )
     # retention far above what is held: the relay's retention thread runs, and a test
     # lowers the limit to see it act. Leases outlive any test (no test here waits for one
     # to lapse): with the default 10 s, a reader held across two ``spark-zmq relay-readers``
     # runs lapsed when a loaded machine took 5 s to start each (the relay-readers test
     # failed so beside two busy processes: its held reader was removed)
-    relay = Relay(IngestConfig.from_options(options), f"tcp://127.0.0.1:{free_ports(1)[0]}", retention_bytes=1 << 40, lease_ttl_s=600.0)
+    relay = Relay(
+        IngestConfig.from_options(options),
+        f"tcp://127.0.0.1:{free_ports(1)[0]}",
+        retention_bytes=1 << 40,
+        lease_ttl_s=600.0,
+    )
     channel = relay.ingest.spool.channels[0]
     try:
         for phase in range(3):
@@ -69,10 +75,14 @@ def _reader(relay, name: str) -> RelayClient:
 
 
 def _fetch(relay, client: RelayClient, start: int, end: int) -> list[int]:
-    access = FetchAccess(relay.listen, None, server_name=f"the relay at {relay.listen}", session=client.session,
-                         is_relay=True)
-    return [int(batch.column("value")[i].as_py()[:7]) for _, batch in fetch_range(access, 0, start, end, timeout=10)
-            for i in range(batch.num_rows)]
+    access = FetchAccess(
+        relay.listen, None, server_name=f"the relay at {relay.listen}", session=client.session, is_relay=True
+    )
+    return [
+        int(batch.column("value")[i].as_py()[:7])
+        for _, batch in fetch_range(access, 0, start, end, timeout=10)
+        for i in range(batch.num_rows)
+    ]
 
 
 def _earliest(relay) -> int:
@@ -135,8 +145,11 @@ def test_byte_retention_frees_past_a_lagging_reader_whose_next_fetch_reports_the
         sizes = [size for _, size, _, _ in spooled.ingest.spool.channels[0].segment_ages()]
         spooled.retention_bytes = sizes[1] + sizes[2]  # room for the two newest segments only
         wait_until(lambda: _earliest(spooled) == 300, 30, "retention to free the oldest segment")
-        with pytest.raises(DataLossError, match=r"offsets 0\.\.300 of channel 0 of the relay at tcp://127\.0\.0\.1:\d+ "
-                                                r"were freed"):
+        with pytest.raises(
+            DataLossError,
+            match=r"offsets 0\.\.300 of channel 0 of the relay at tcp://127\.0\.0\.1:\d+ "
+            r"were freed",
+        ):
             _fetch(spooled, lagging, 0, 900)
         assert _fetch(spooled, lagging, 300, 900) == list(range(300, 900))
         listed = {r["name"]: r for r in lagging.call(Op.READERS)["readers"]}
@@ -188,8 +201,10 @@ def test_option_relay_reader_says_what_a_name_is(name):
     with pytest.raises(OptionError) as refused:
         SourceOptions.parse({"relays": "tcp://127.0.0.1:7000", "relayReader": name})
     assert "option 'relayReader'" in str(refused.value) and "letters, digits" in str(refused.value)
-    assert SourceOptions.parse({"relays": "tcp://127.0.0.1:7000", "relayReader": "etl.v2_b-1"}).relay_reader \
+    assert (
+        SourceOptions.parse({"relays": "tcp://127.0.0.1:7000", "relayReader": "etl.v2_b-1"}).relay_reader
         == "etl.v2_b-1"
+    )
     assert SourceOptions.parse({"relays": "tcp://127.0.0.1:7000"}).relay_reader == "default"
     with pytest.raises(OptionError, match="'relayReader' .* needs option 'relays'"):
         SourceOptions.parse({"endpoints": "@tcp://127.0.0.1:7001", "relayReader": "etl"})
@@ -205,8 +220,12 @@ def test_a_bad_reader_name_is_refused_saying_what_is_valid(spooled):
 
 
 def _relay_readers(listen: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "spark_zmq.cli", "relay-readers", "--listen", listen, *args],
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "spark_zmq.cli", "relay-readers", "--listen", listen, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_relay_readers_lists_and_removes_readers(spooled):
@@ -248,8 +267,15 @@ def test_relay_readers_lists_and_removes_readers(spooled):
 
 def test_a_relay_killed_and_restarted_keeps_its_readers_and_their_positions(tmp_path):
     data_port, listen_port = free_ports(2)
-    relay = RelayProcess(f"@tcp://127.0.0.1:{data_port}", f"tcp://127.0.0.1:{listen_port}", str(tmp_path / "spool"),
-                         "--retention-bytes", "1 GiB", "--retention-seconds", "3600")
+    relay = RelayProcess(
+        f"@tcp://127.0.0.1:{data_port}",
+        f"tcp://127.0.0.1:{listen_port}",
+        str(tmp_path / "spool"),
+        "--retention-bytes",
+        "1 GiB",
+        "--retention-seconds",
+        "3600",
+    )
     try:
         producer = Producer(f"tcp://127.0.0.1:{data_port}", numbered(3000))
         producer.start()
@@ -274,8 +300,12 @@ def test_a_relay_killed_and_restarted_keeps_its_readers_and_their_positions(tmp_
             assert {name: r["committed"] for name, r in listed.items()} == {"a": [3000], "b": [1200]}
             assert not any(r["held"] for r in listed.values())
             assert b.call(Op.ATTACH)["committed"] == [1200]
-            values = [batch.column("value").to_pylist() for _, batch in fetch_range(
-                FetchAccess(relay.listen, None, session=b.session), 0, 1200, 3000, timeout=10)]
+            values = [
+                batch.column("value").to_pylist()
+                for _, batch in fetch_range(
+                    FetchAccess(relay.listen, None, session=b.session), 0, 1200, 3000, timeout=10
+                )
+            ]
             assert [v for chunk in values for v in chunk] == numbered(3000)[1200:]
         finally:
             admin.close()

@@ -40,9 +40,17 @@ def _client(listen: str, keys: dict, who: str, timeout_s: float) -> RelayClient:
 
 def test_a_producer_key_is_refused_on_listen_and_a_reader_key_is_served(keys, tmp_path):
     data, listen = free_ports(2)
-    relay = RelayProcess(f"@tcp://127.0.0.1:{data}", f"tcp://127.0.0.1:{listen}", str(tmp_path / "spool"),
-                         "--curve-certificate", keys["files"]["relay"][1],
-                         "--curve-authorized-keys", keys["producers"], "--reader-authorized-keys", keys["readers"])
+    relay = RelayProcess(
+        f"@tcp://127.0.0.1:{data}",
+        f"tcp://127.0.0.1:{listen}",
+        str(tmp_path / "spool"),
+        "--curve-certificate",
+        keys["files"]["relay"][1],
+        "--curve-authorized-keys",
+        keys["producers"],
+        "--reader-authorized-keys",
+        keys["readers"],
+    )
     producer = _client(relay.listen, keys, "producer", timeout_s=3)
     reader = _client(relay.listen, keys, "reader", timeout_s=30)
     try:
@@ -56,16 +64,50 @@ def test_a_producer_key_is_refused_on_listen_and_a_reader_key_is_served(keys, tm
 
 
 def test_the_producers_keys_alone_are_a_usage_error_naming_the_reader_flag(keys, tmp_path):
-    result = subprocess.run([sys.executable, "-m", "spark_zmq.cli", "relay", "--endpoints", "@tcp://127.0.0.1:1",
-                             "--listen", "tcp://127.0.0.1:2", "--spool-dir", str(tmp_path / "spool"),
-                             "--curve-certificate", keys["files"]["relay"][1],
-                             "--curve-authorized-keys", keys["producers"]], capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "spark_zmq.cli",
+            "relay",
+            "--endpoints",
+            "@tcp://127.0.0.1:1",
+            "--listen",
+            "tcp://127.0.0.1:2",
+            "--spool-dir",
+            str(tmp_path / "spool"),
+            "--curve-certificate",
+            keys["files"]["relay"][1],
+            "--curve-authorized-keys",
+            keys["producers"],
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     flat = " ".join(result.stderr.replace("│", " ").split())
     assert result.returncode == 2, result.stderr
     assert "needs keys of its own: --reader-authorized-keys" in flat, flat
     assert "Traceback" not in result.stderr
-    result = subprocess.run([sys.executable, "-m", "spark_zmq.cli", "relay", "--endpoints", "@tcp://127.0.0.1:1",
-                             "--listen", "tcp://127.0.0.1:2", "--spool-dir", str(tmp_path / "spool"),
-                             "--reader-authorized-keys", keys["readers"]], capture_output=True, text=True, timeout=60)
-    assert result.returncode == 2 and "--reader-authorized-keys needs --curve-certificate" in \
-        " ".join(result.stderr.replace("│", " ").split()), result.stderr
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "spark_zmq.cli",
+            "relay",
+            "--endpoints",
+            "@tcp://127.0.0.1:1",
+            "--listen",
+            "tcp://127.0.0.1:2",
+            "--spool-dir",
+            str(tmp_path / "spool"),
+            "--reader-authorized-keys",
+            keys["readers"],
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2 and "--reader-authorized-keys needs --curve-certificate" in " ".join(
+        result.stderr.replace("│", " ").split()
+    ), result.stderr

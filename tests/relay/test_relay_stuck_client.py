@@ -69,8 +69,11 @@ def test_a_client_that_reads_nothing_has_its_answers_dropped_and_counted_while_o
     try:
         assert _answers(other, 1, 10) == 1  # connected: the ROUTER has a peer with room from now on
         attacker = _flood(relay.listen)
-        wait_until(lambda: relay.server.dropped_replies >= 1, 20,
-                   "the relay to drop an answer to the client that reads nothing")
+        wait_until(
+            lambda: relay.server.dropped_replies >= 1,
+            20,
+            "the relay to drop an answer to the client that reads nothing",
+        )
         assert _answers(other, 5, 3) == 5, "the other reader was not served during the attack"
         wait_until(lambda: relay.control_requests >= _FLOOD, 20, "the relay to read the whole flood")
         # what the attacker's buffers could not take was dropped, not held
@@ -92,15 +95,21 @@ def test_the_relay_process_serves_others_and_ends_on_sigterm_while_the_attacker_
     try:
         assert _answers(other, 1, 10) == 1
         attacker = _flood(process.listen)
-        wait_until(lambda: "dropped a reply" in process.errors(), 20,
-                   "the relay to log a dropped answer to the client that reads nothing")
+        wait_until(
+            lambda: "dropped a reply" in process.errors(),
+            20,
+            "the relay to log a dropped answer to the client that reads nothing",
+        )
         assert _answers(other, 5, 3) == 5, "the other reader got fewer than 5 of 5 answers during the attack"
 
         started = time.monotonic()
         assert process.process is not None
         process.process.send_signal(signal.SIGTERM)
-        wait_until(lambda: process.process.poll() is not None, _SIGTERM_S,
-                   "the relay to exit after SIGTERM with the attacker still connected")
+        wait_until(
+            lambda: process.process.poll() is not None,
+            _SIGTERM_S,
+            "the relay to exit after SIGTERM with the attacker still connected",
+        )
         took = time.monotonic() - started
         assert process.process.returncode == 0, process.errors()
         assert "Traceback" not in process.errors(), process.errors()

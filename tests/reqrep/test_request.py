@@ -39,8 +39,15 @@ def test_every_format_through_a_plain_rep_worker(spark, fmt):
     n = 1200
     with ServiceWorker.start("--format", fmt, "--bind", ANY_PORT, "--name", "rep") as worker:
         if fmt in ("arrow", "json"):
-            out = spark_zmq.request(numbers(spark, n), worker.endpoint, reply_schema=ARROW_REPLY, format=fmt,
-                                    batch_rows=50, max_in_flight=3, timeout="20s")
+            out = spark_zmq.request(
+                numbers(spark, n),
+                worker.endpoint,
+                reply_schema=ARROW_REPLY,
+                format=fmt,
+                batch_rows=50,
+                max_in_flight=3,
+                timeout="20s",
+            )
             rows = out.collect()
             assert out.columns == ["x", "value", "doubled", "worker"]
             assert_doubled(rows, n)
@@ -57,10 +64,19 @@ def test_every_format_through_a_plain_rep_worker(spark, fmt):
 
 def test_a_worker_killed_holding_a_request_costs_one_timeout_not_the_rows(spark):
     n = 2000
-    with ServiceWorker.start("--format", "arrow", "--bind", ANY_PORT, "--hold-after", "5", "--name", "dies") as dies, \
-            ServiceWorker.start("--format", "arrow", "--bind", ANY_PORT, "--name", "lives") as lives:
-        out = spark_zmq.request(numbers(spark, n, 1), [dies.endpoint, lives.endpoint], reply_schema=ARROW_REPLY,
-                                batch_rows=20, max_in_flight=4, timeout=3, retries=2)
+    with (
+        ServiceWorker.start("--format", "arrow", "--bind", ANY_PORT, "--hold-after", "5", "--name", "dies") as dies,
+        ServiceWorker.start("--format", "arrow", "--bind", ANY_PORT, "--name", "lives") as lives,
+    ):
+        out = spark_zmq.request(
+            numbers(spark, n, 1),
+            [dies.endpoint, lives.endpoint],
+            reply_schema=ARROW_REPLY,
+            batch_rows=20,
+            max_in_flight=4,
+            timeout=3,
+            retries=2,
+        )
         thread, result = collect_in_thread(out)
         dies.wait_for("HOLDING")
         dies.kill(signal.SIGKILL)
@@ -74,10 +90,21 @@ def test_a_worker_killed_holding_a_request_costs_one_timeout_not_the_rows(spark)
 
 def test_a_worker_answering_every_other_request_loses_nothing(spark):
     n = 600
-    with ServiceWorker.start("--format", "json", "--bind", ANY_PORT, "--router", "--every-other", "--name", "half") \
-            as half, ServiceWorker.start("--format", "json", "--bind", ANY_PORT, "--name", "whole") as whole:
-        out = spark_zmq.request(numbers(spark, n), [half.endpoint, whole.endpoint], reply_schema=ARROW_REPLY,
-                                format="json", max_in_flight=4, timeout="1s", retries=4)
+    with (
+        ServiceWorker.start(
+            "--format", "json", "--bind", ANY_PORT, "--router", "--every-other", "--name", "half"
+        ) as half,
+        ServiceWorker.start("--format", "json", "--bind", ANY_PORT, "--name", "whole") as whole,
+    ):
+        out = spark_zmq.request(
+            numbers(spark, n),
+            [half.endpoint, whole.endpoint],
+            reply_schema=ARROW_REPLY,
+            format="json",
+            max_in_flight=4,
+            timeout="1s",
+            retries=4,
+        )
         rows = out.collect()
         assert_doubled(rows, n)
         assert half.served() > 0
@@ -85,8 +112,9 @@ def test_a_worker_answering_every_other_request_loses_nothing(spark):
 
 def test_stray_replies_are_dropped_and_the_real_ones_kept(spark):
     n = 300
-    with ServiceWorker.start("--format", "text", "--bind", ANY_PORT, "--router", "--reply", "unknown-id",
-                             "--name", "noisy") as worker:
+    with ServiceWorker.start(
+        "--format", "text", "--bind", ANY_PORT, "--router", "--reply", "unknown-id", "--name", "noisy"
+    ) as worker:
         rows = spark_zmq.request(numbers(spark, n), worker.endpoint, format="text", timeout=20).collect()
         assert [r.reply for r in rows] == [f"noisy:{i}" for i in range(n)]
 
@@ -103,23 +131,33 @@ def test_an_unreachable_service_fails_the_task_within_timeout_times_attempts(spa
     assert elapsed < 2 + 20, elapsed  # 2 s of waiting, and Spark's own start and failure
 
 
-@pytest.mark.parametrize("hostile, fmt", [("garbage", "arrow"), ("billion", "arrow"), ("rows+1", "arrow"),
-                                          ("garbage", "json"), ("garbage", "text")])
+@pytest.mark.parametrize(
+    "hostile, fmt",
+    [("garbage", "arrow"), ("billion", "arrow"), ("rows+1", "arrow"), ("garbage", "json"), ("garbage", "text")],
+)
 def test_hostile_replies_fail_fast_or_become_nulls(spark, hostile, fmt):
     n = 40
     schema = ARROW_REPLY if fmt != "text" else None
     with ServiceWorker.start("--format", fmt, "--bind", ANY_PORT, "--reply", hostile) as worker:
-        strict = spark_zmq.request(numbers(spark, n, 1), worker.endpoint, reply_schema=schema, format=fmt,
-                                   batch_rows=10, timeout=20)
+        strict = spark_zmq.request(
+            numbers(spark, n, 1), worker.endpoint, reply_schema=schema, format=fmt, batch_rows=10, timeout=20
+        )
         with pytest.raises(Exception) as info:
             strict.collect()
         if fmt != "json":  # Spark's from_json words json's failure itself
             assert "does not fit" in str(info.value) and "row" in str(info.value), str(info.value)[:2000]
         corrupt = "why"
         reply = (schema + f", {corrupt} string") if schema else f"reply string, {corrupt} string"
-        lenient = spark_zmq.request(numbers(spark, n, 1), worker.endpoint, reply_schema=reply, format=fmt,
-                                    batch_rows=10, timeout=20, mode="PERMISSIVE",
-                                    column_name_of_corrupt_record=corrupt)
+        lenient = spark_zmq.request(
+            numbers(spark, n, 1),
+            worker.endpoint,
+            reply_schema=reply,
+            format=fmt,
+            batch_rows=10,
+            timeout=20,
+            mode="PERMISSIVE",
+            column_name_of_corrupt_record=corrupt,
+        )
         rows = lenient.collect()
     assert [r.x for r in rows] == list(range(n))
     value = "doubled" if fmt != "text" else "reply"
@@ -136,14 +174,36 @@ def test_curve_end_to_end_and_a_client_without_the_key_gets_nothing(spark, tmp_p
     server_public, server_secret = zmq.auth.create_certificates(str(keys), "server")
     client_public, client_secret = zmq.auth.create_certificates(str(keys), "client")
     (clients / "client.key").write_bytes(open(client_public, "rb").read())
-    with ServiceWorker.start("--format", "text", "--bind", ANY_PORT, "--curve-secret-file", server_secret,
-                             "--authorized", str(clients), "--name", "secure") as worker:
-        rows = spark_zmq.request(numbers(spark, 50, 1), worker.endpoint, format="text", curve_certificate=client_secret,
-                                 curve_server_key=server_public).collect()
+    with ServiceWorker.start(
+        "--format",
+        "text",
+        "--bind",
+        ANY_PORT,
+        "--curve-secret-file",
+        server_secret,
+        "--authorized",
+        str(clients),
+        "--name",
+        "secure",
+    ) as worker:
+        rows = spark_zmq.request(
+            numbers(spark, 50, 1),
+            worker.endpoint,
+            format="text",
+            curve_certificate=client_secret,
+            curve_server_key=server_public,
+        ).collect()
         assert [r.reply for r in rows] == [f"secure:{i}" for i in range(50)]
         stranger_public, stranger_secret = zmq.auth.create_certificates(str(keys), "stranger")
-        refused = spark_zmq.request(numbers(spark, 5, 1), worker.endpoint, format="text", timeout=1, retries=0,
-                                    curve_certificate=stranger_secret, curve_server_key=server_public)
+        refused = spark_zmq.request(
+            numbers(spark, 5, 1),
+            worker.endpoint,
+            format="text",
+            timeout=1,
+            retries=0,
+            curve_certificate=stranger_secret,
+            curve_server_key=server_public,
+        )
         with pytest.raises(Exception, match="took request|no reply"):
             refused.collect()
         plain = spark_zmq.request(numbers(spark, 5, 1), worker.endpoint, format="text", timeout=1, retries=0)
@@ -156,8 +216,9 @@ def test_a_streaming_query_restarted_mid_call_writes_each_row_once(spark, tmp_pa
     source, output, checkpoint = tmp_path / "in", tmp_path / "out", tmp_path / "ckpt"
     source.mkdir()
     for part in range(4):
-        spark.range(part * 100, (part + 1) * 100, numPartitions=1).selectExpr("id as x") \
-            .write.mode("overwrite").parquet(str(source / f"part={part}"))
+        spark.range(part * 100, (part + 1) * 100, numPartitions=1).selectExpr("id as x").write.mode(
+            "overwrite"
+        ).parquet(str(source / f"part={part}"))
         # the file source reads files, not directories: move the parquet files up
         for f in (source / f"part={part}").glob("*.parquet"):
             f.rename(source / f"{part}-{f.name}")
@@ -165,8 +226,13 @@ def test_a_streaming_query_restarted_mid_call_writes_each_row_once(spark, tmp_pa
     def query(endpoint: str):
         stream = spark.readStream.schema("x long").option("maxFilesPerTrigger", 1).parquet(str(source))
         called = spark_zmq.request(stream, endpoint, reply_schema=ARROW_REPLY, batch_rows=25, timeout=2, retries=1)
-        return (called.writeStream.format("parquet").option("path", str(output))
-                .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+        return (
+            called.writeStream.format("parquet")
+            .option("path", str(output))
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
 
     with ServiceWorker.start("--format", "arrow", "--bind", ANY_PORT, "--hold-after", "6") as stalls:
         first = query(stalls.endpoint)

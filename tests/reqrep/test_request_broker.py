@@ -27,9 +27,22 @@ class BrokerProcess:
 
     def __init__(self, frontend: int, backend: int, *flags: str) -> None:
         self.frontend, self.backend = f"tcp://127.0.0.1:{frontend}", f"tcp://127.0.0.1:{backend}"
-        self.proc = subprocess.Popen([CLI, "broker", "--frontend", "@" + self.frontend, "--backend",
-                                      "@" + self.backend, "--status-interval", "0.5", *flags],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [
+                CLI,
+                "broker",
+                "--frontend",
+                "@" + self.frontend,
+                "--backend",
+                "@" + self.backend,
+                "--status-interval",
+                "0.5",
+                *flags,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         line = self.proc.stderr.readline()
         assert line.startswith("broker:"), line + self.proc.stderr.read()[-2000:]
 
@@ -53,12 +66,20 @@ def assert_doubled(rows, n: int) -> None:
 def test_plain_req_workers_behind_the_broker_one_killed_holding_a_request(spark):
     frontend, backend = free_ports(2)
     broker = BrokerProcess(frontend, backend)
-    workers = [ServiceWorker.start("--format", "arrow", "--broker", "--connect", broker.backend, "--name", name,
-                                   *extra)
-               for name, extra in (("a", ()), ("b", ()), ("dies", ("--hold-after", "4")))]
+    workers = [
+        ServiceWorker.start("--format", "arrow", "--broker", "--connect", broker.backend, "--name", name, *extra)
+        for name, extra in (("a", ()), ("b", ()), ("dies", ("--hold-after", "4")))
+    ]
     try:
-        out = spark_zmq.request(numbers(spark, 3000), broker.frontend, reply_schema=REPLY, batch_rows=20,
-                                max_in_flight=4, timeout=3, retries=3)
+        out = spark_zmq.request(
+            numbers(spark, 3000),
+            broker.frontend,
+            reply_schema=REPLY,
+            batch_rows=20,
+            max_in_flight=4,
+            timeout=3,
+            retries=3,
+        )
         thread, result = collect_in_thread(out)
         workers[2].wait_for("HOLDING")
         workers[2].kill(signal.SIGKILL)
@@ -76,11 +97,20 @@ def test_plain_req_workers_behind_the_broker_one_killed_holding_a_request(spark)
 def test_a_broker_restarted_while_a_query_runs_loses_no_row(spark):
     frontend, backend = free_ports(2)
     broker = BrokerProcess(frontend, backend)
-    workers = [ServiceWorker.serve(broker.backend, "--format", "json", "--name", name, "--delay", "0.002")
-               for name in ("a", "b")]
+    workers = [
+        ServiceWorker.serve(broker.backend, "--format", "json", "--name", name, "--delay", "0.002")
+        for name in ("a", "b")
+    ]
     try:
-        out = spark_zmq.request(numbers(spark, 1500), broker.frontend, reply_schema=REPLY, format="json",
-                                max_in_flight=4, timeout=2, retries=10)
+        out = spark_zmq.request(
+            numbers(spark, 1500),
+            broker.frontend,
+            reply_schema=REPLY,
+            format="json",
+            max_in_flight=4,
+            timeout=2,
+            retries=10,
+        )
         thread, result = collect_in_thread(out)
         workers[0].wait_for("SERVED 100")
         broker.kill(signal.SIGKILL)
@@ -99,16 +129,28 @@ def test_worker_error_replies_fail_fast_or_land_in_the_corrupt_column(spark):
         strict = spark_zmq.request(numbers(spark, 20, 1), worker.endpoint, reply_schema=REPLY, format="json")
         with pytest.raises(Exception, match="x = 7 is not scorable"):
             strict.collect()
-        lenient = spark_zmq.request(numbers(spark, 20, 1), worker.endpoint, format="json", mode="PERMISSIVE",
-                                    reply_schema=REPLY + ", why string", column_name_of_corrupt_record="why")
+        lenient = spark_zmq.request(
+            numbers(spark, 20, 1),
+            worker.endpoint,
+            format="json",
+            mode="PERMISSIVE",
+            reply_schema=REPLY + ", why string",
+            column_name_of_corrupt_record="why",
+        )
         rows = lenient.collect()
     assert [r.x for r in rows] == list(range(20))
     bad = [r for r in rows if r.doubled is None]
     assert [r.x for r in bad] == [7] and "x = 7 is not scorable" in bad[0].why
     assert all(r.doubled == 2 * r.x and r.why is None for r in rows if r.x != 7)
     with ServiceWorker.serve("@tcp://127.0.0.1:*", "--rep", "--format", "arrow", "--fail-on", "33") as worker:
-        lenient = spark_zmq.request(numbers(spark, 100, 1), worker.endpoint, reply_schema=REPLY + ", why string",
-                                    batch_rows=10, mode="PERMISSIVE", column_name_of_corrupt_record="why")
+        lenient = spark_zmq.request(
+            numbers(spark, 100, 1),
+            worker.endpoint,
+            reply_schema=REPLY + ", why string",
+            batch_rows=10,
+            mode="PERMISSIVE",
+            column_name_of_corrupt_record="why",
+        )
         rows = lenient.collect()
     assert [r.x for r in rows if r.doubled is None] == list(range(30, 40))
     assert all("x = 33 is not scorable" in r.why for r in rows if r.doubled is None)
@@ -138,20 +180,42 @@ def test_a_curve_broker_serves_its_clients_and_refuses_the_others(spark, tmp_pat
         (authorized[name] / f"{name}.key").write_bytes(open(public, "rb").read())
     stranger_public, stranger_secret = zmq.auth.create_certificates(str(keys), "stranger")
     frontend, backend = free_ports(2)
-    broker = BrokerProcess(frontend, backend, "--curve-certificate", broker_secret,
-                           "--frontend-authorized-keys", str(authorized["query"]),
-                           "--backend-authorized-keys", str(authorized["worker"]))
-    worker = ServiceWorker.serve(broker.backend, "--format", "arrow", "--name", "secure", "--curve-certificate",
-                                 str(keys / "worker.key_secret"), "--curve-server-key", broker_public)
+    broker = BrokerProcess(
+        frontend,
+        backend,
+        "--curve-certificate",
+        broker_secret,
+        "--frontend-authorized-keys",
+        str(authorized["query"]),
+        "--backend-authorized-keys",
+        str(authorized["worker"]),
+    )
+    worker = ServiceWorker.serve(
+        broker.backend,
+        "--format",
+        "arrow",
+        "--name",
+        "secure",
+        "--curve-certificate",
+        str(keys / "worker.key_secret"),
+        "--curve-server-key",
+        broker_public,
+    )
     try:
-        rows = spark_zmq.request(numbers(spark, 400), broker.frontend, reply_schema=REPLY, batch_rows=50,
-                                 curve_certificate=str(keys / "query.key_secret"),
-                                 curve_server_key=broker_public).collect()
+        rows = spark_zmq.request(
+            numbers(spark, 400),
+            broker.frontend,
+            reply_schema=REPLY,
+            batch_rows=50,
+            curve_certificate=str(keys / "query.key_secret"),
+            curve_server_key=broker_public,
+        ).collect()
         assert_doubled(rows, 400)
         assert {r.worker for r in rows} == {"secure"}
         for credentials in (dict(curve_certificate=stranger_secret, curve_server_key=broker_public), {}):
-            refused = spark_zmq.request(numbers(spark, 10, 1), broker.frontend, reply_schema=REPLY, timeout=1,
-                                        retries=1, **credentials)
+            refused = spark_zmq.request(
+                numbers(spark, 10, 1), broker.frontend, reply_schema=REPLY, timeout=1, retries=1, **credentials
+            )
             with pytest.raises(Exception, match=broker.frontend.replace(".", r"\.")):
                 refused.collect()
     finally:

@@ -67,7 +67,7 @@ class _Worker(threading.Thread):
                 self.socket.send_multipart([identity, wire_id, b"", _reply(body, "forger")])
                 forged = _reply(body, "forged", doubled=-1)
                 for step in range(1, 9):
-                    guess = ((int.from_bytes(wire_id, "big") + step) % 2 ** 64).to_bytes(8, "big")
+                    guess = ((int.from_bytes(wire_id, "big") + step) % 2**64).to_bytes(8, "big")
                     self.socket.send_multipart([identity, guess, b"", forged])
                     self.forged += 1
             self.served += 1
@@ -90,8 +90,15 @@ def test_a_worker_forging_replies_for_requests_it_never_received_fills_no_row(sp
     forger.start()
     try:
         df = spark.range(0, n, numPartitions=1).selectExpr("id as x")
-        out = spark_zmq.request(df, [honest.endpoint, forger.endpoint], reply_schema="doubled long, worker string",
-                                format="arrow", batch_rows=100, max_in_flight=4, timeout="20s")
+        out = spark_zmq.request(
+            df,
+            [honest.endpoint, forger.endpoint],
+            reply_schema="doubled long, worker string",
+            format="arrow",
+            batch_rows=100,
+            max_in_flight=4,
+            timeout="20s",
+        )
         rows = out.collect()
         assert [r.x for r in rows] == list(range(n))
         wrong = [r for r in rows if r.doubled != 2 * r.x or r.worker == "forged"]

@@ -36,8 +36,14 @@ def unit(rows: int) -> Unit:
 
 
 def good_reply(rows: int) -> bytes:
-    return stream(pa.table({"doubled": pa.array([2 * i for i in range(rows)], pa.int64()),
-                            "label": pa.array([str(i) for i in range(rows)])}))
+    return stream(
+        pa.table(
+            {
+                "doubled": pa.array([2 * i for i in range(rows)], pa.int64()),
+                "label": pa.array([str(i) for i in range(rows)]),
+            }
+        )
+    )
 
 
 @st.composite
@@ -110,9 +116,18 @@ class ShufflingWorker(threading.Thread):
         if self.fmt == "text":
             return b"v:" + body
         x = pa.ipc.open_stream(body).read_all().column("x")
-        return good_reply(0) if len(x) == 0 else stream(pa.table({
-            "doubled": pa.array([None if v is None else 2 * v for v in x.to_pylist()], pa.int64()),
-            "label": pa.array([str(v) for v in x.to_pylist()])}))
+        return (
+            good_reply(0)
+            if len(x) == 0
+            else stream(
+                pa.table(
+                    {
+                        "doubled": pa.array([None if v is None else 2 * v for v in x.to_pylist()], pa.int64()),
+                        "label": pa.array([str(v) for v in x.to_pylist()]),
+                    }
+                )
+            )
+        )
 
     def run(self) -> None:
         held = []
@@ -128,18 +143,36 @@ class ShufflingWorker(threading.Thread):
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(sizes=st.lists(st.integers(0, 30), min_size=0, max_size=6), batch_rows=st.integers(1, 8),
-       in_flight=st.integers(1, 6), fmt=st.sampled_from(["arrow", "text"]), nulls=st.booleans(),
-       seed=st.integers(0, 2**16))
+@given(
+    sizes=st.lists(st.integers(0, 30), min_size=0, max_size=6),
+    batch_rows=st.integers(1, 8),
+    in_flight=st.integers(1, 6),
+    fmt=st.sampled_from(["arrow", "text"]),
+    nulls=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
 def test_every_row_comes_back_once_in_input_order(sizes, batch_rows, in_flight, fmt, nulls, seed):
     worker = ShufflingWorker(fmt, seed, hold=min(in_flight, 3))
     worker.start()
     try:
-        options = RequestOptions.parse({"endpoints": worker.endpoint, "format": fmt, "batchRows": str(batch_rows),
-                                        "maxInFlight": str(in_flight), "timeout": "30s"})
+        options = RequestOptions.parse(
+            {
+                "endpoints": worker.endpoint,
+                "format": fmt,
+                "batchRows": str(batch_rows),
+                "maxInFlight": str(in_flight),
+                "timeout": "30s",
+            }
+        )
         reply = REPLY if fmt == "arrow" else pa.schema([("reply", pa.string())])
-        codec = codec_for(fmt, reply_schema=reply, batch_rows=batch_rows, max_reply_bytes=1 << 20,
-                          request_column="value", corrupt_column=None)
+        codec = codec_for(
+            fmt,
+            reply_schema=reply,
+            batch_rows=batch_rows,
+            max_reply_bytes=1 << 20,
+            request_column="value",
+            corrupt_column=None,
+        )
         start, batches = 0, []
         for n in sizes:
             xs = list(range(start, start + n))
@@ -161,4 +194,5 @@ def test_every_row_comes_back_once_in_input_order(sizes, batch_rows, in_flight, 
             assert table.column("doubled").to_pylist() == [2 * x for x in range(start)]
         else:
             assert table.column("reply").to_pylist() == [
-                None if nulls and x % 3 == 0 else f"v:{x}" for x in range(start)]
+                None if nulls and x % 3 == 0 else f"v:{x}" for x in range(start)
+            ]

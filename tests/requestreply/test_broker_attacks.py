@@ -25,15 +25,12 @@ pytestmark = pytest.mark.timeout(120)
 WORKER_PY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "broker_worker.py")
 
 
-
-
 @pytest.fixture
 def worker_processes():
     started: list[subprocess.Popen] = []
 
     def start(backend: str, name: str, *args: str) -> subprocess.Popen:
-        process = subprocess.Popen([sys.executable, WORKER_PY, backend, name, *args], stdout=subprocess.PIPE,
-                                   text=True)
+        process = subprocess.Popen([sys.executable, WORKER_PY, backend, name, *args], stdout=subprocess.PIPE, text=True)
         started.append(process)
         return process
 
@@ -183,8 +180,10 @@ def test_a_client_that_reads_nothing_does_not_stop_the_others(running, worker_pr
         stop.wait(2.0)  # a measuring window, not a wait for a condition
         cpu = (_thread_cpu_s(loop.native_id) - before_s) / (time.monotonic() - started)
         assert cpu < IDLE_CPU_BOUND, f"the broker used {cpu:.2f} of a core holding the hog's replies"
-        print(f"\nbeside the hog: p50 {latencies[len(latencies) // 2] * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms, "
-              f"max {latencies[-1] * 1000:.1f} ms; broker idle CPU {cpu:.3f} core; {stats.line()}")
+        print(
+            f"\nbeside the hog: p50 {latencies[len(latencies) // 2] * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms, "
+            f"max {latencies[-1] * 1000:.1f} ms; broker idle CPU {cpu:.3f} core; {stats.line()}"
+        )
     finally:
         stop.set()
         hog.join(10)

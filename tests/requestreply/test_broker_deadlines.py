@@ -17,9 +17,6 @@ from spark_zmq.requestreply import Broker, Client, RequestTimeoutError
 pytestmark = pytest.mark.timeout(60)
 
 
-
-
-
 def _worker(backend: str) -> zmq.Socket:
     sock = zmq.Context.instance().socket(zmq.REQ)
     sock.setsockopt(zmq.LINGER, 0)
@@ -66,8 +63,11 @@ def test_a_worker_holding_a_request_past_hold_limit_counts_it_lost_once(running,
         assert broker.stats().requests_forwarded == 1, "the broker resent the request"
         worker.send_multipart(frames[:-1] + [b"late"])
         assert client.recv(10) == (request, [b"late"])  # a late reply still reaches its client
-        _stats(broker, lambda s: s.workers_overdue == 0 and s.requests_lost == 0 and s.workers_idle == 1,
-               "the worker back to work")
+        _stats(
+            broker,
+            lambda s: s.workers_overdue == 0 and s.requests_lost == 0 and s.workers_idle == 1,
+            "the worker back to work",
+        )
     worker.close(0)
 
 
@@ -94,8 +94,11 @@ def test_expired_requests_stop_counting_toward_hwm_before_any_worker_is_free(run
     with Client(broker.frontend_addresses[0], timeout=20, retries=0) as client:
         # past the flood's ttl, the broker is not full any more: the live request is read
         live = client.send(b"live")
-        _stats(broker, lambda s: s.requests_expired == hwm and s.requests_waiting == 1,
-               "the flood dropped as expired and the live request admitted, with no worker connected")
+        _stats(
+            broker,
+            lambda s: s.requests_expired == hwm and s.requests_waiting == 1,
+            "the flood dropped as expired and the live request admitted, with no worker connected",
+        )
         worker = _worker(broker.backend_addresses[0])
         assert _answer(worker, "the live request") == b"live"
         assert client.recv(10) == (live, [b"re:live"])
@@ -118,8 +121,10 @@ def test_expiry_frees_the_places_of_stalled_and_served_clients_alike():
     assert queues.add(b"served", (0.2, [zmq.Frame(b"c")])) and queues.add(b"served", (0.5, [zmq.Frame(b"d")]))
     assert not queues.room()
     assert queues.expire(1.0) == []  # nothing past its ttl yet
-    assert [(client, round(waited, 6)) for client, waited in queues.expire(1.3)] == [(b"stalled", 1.3),
-                                                                                       (b"served", 1.1)]
+    assert [(client, round(waited, 6)) for client, waited in queues.expire(1.3)] == [
+        (b"stalled", 1.3),
+        (b"served", 1.1),
+    ]
     assert (queues.waiting_stalled, queues.waiting_ready, queues.room()) == (0, 1, True)
     assert queues.add(b"stalled", (1.3, [zmq.Frame(b"e")])), "its place was freed"
     assert [(client, round(waited, 6)) for client, waited in queues.expire(1.6)] == [(b"served", 1.1)]

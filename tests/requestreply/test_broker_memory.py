@@ -170,8 +170,20 @@ def test_a_flood_of_large_requests_takes_max_waiting_bytes_and_the_others_are_st
     client's request is served among the flood's."""
     front_port, back_port = free_ports(2)
     front, back = f"tcp://127.0.0.1:{front_port}", f"tcp://127.0.0.1:{back_port}"
-    broker = subprocess.Popen([sys.executable, "-c", BROKER, "@" + front, "@" + back, str(MAX_MESSAGE),
-                               str(MAX_WAITING), str(DEFAULT_MAX_HELD_BYTES)], stdout=subprocess.PIPE, text=True)
+    broker = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            BROKER,
+            "@" + front,
+            "@" + back,
+            str(MAX_MESSAGE),
+            str(MAX_WAITING),
+            str(DEFAULT_MAX_HELD_BYTES),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     sockets: list[zmq.Socket] = []
     try:
         ready, stats = _reports(broker)
@@ -192,15 +204,20 @@ def test_a_flood_of_large_requests_takes_max_waiting_bytes_and_the_others_are_st
         rcvhwm = frontend_rcvhwm(1000, MAX_MESSAGE)  # the least: 8 MiB holds none of 16 MiB
         bound = MAX_WAITING + (rcvhwm + 2) * REQUEST + 24 * MiB
         if sent == FLOOD:  # nothing held the flood back: wait until the broker has it all, or the bound is passed
-            wait_until(lambda: stats()["requests_waiting"] == FLOOD or rss_bytes(broker.pid) - baseline >= bound,
-                       60, "the whole flood read by the broker, or its memory past the bound")
+            wait_until(
+                lambda: stats()["requests_waiting"] == FLOOD or rss_bytes(broker.pid) - baseline >= bound,
+                60,
+                "the whole flood read by the broker, or its memory past the bound",
+            )
         else:
             wait_until(lambda: stats()["waiting_bytes"] >= MAX_WAITING, 30, "max_waiting_bytes reached")
         full = stats()
         grown = rss_bytes(broker.pid) - baseline
-        print(f"\nbroker: {sent} of {FLOOD} requests of {REQUEST // MiB} MiB sent before backpressure; "
-              f"{full['requests_waiting']} waiting ({full['waiting_bytes'] / MiB:.1f} MiB); resident memory grew "
-              f"{grown / MiB:.1f} MiB (bound {bound / MiB:.0f} MiB)")
+        print(
+            f"\nbroker: {sent} of {FLOOD} requests of {REQUEST // MiB} MiB sent before backpressure; "
+            f"{full['requests_waiting']} waiting ({full['waiting_bytes'] / MiB:.1f} MiB); resident memory grew "
+            f"{grown / MiB:.1f} MiB (bound {bound / MiB:.0f} MiB)"
+        )
         assert grown < bound, f"the broker's resident memory grew {grown / MiB:.0f} MiB (bound {bound / MiB:.0f})"
         assert sent < FLOOD, "the broker read the whole flood: nothing held it back"
         assert full["waiting_bytes"] < MAX_WAITING + REQUEST + 1024, full
@@ -220,8 +237,9 @@ def test_a_flood_of_large_requests_takes_max_waiting_bytes_and_the_others_are_st
             assert served <= FLOOD + 1, "the honest request was never served"
         assert honest.recv_multipart() == [b"", b"re:honest"]
         peak = peak_rss_bytes(broker.pid) - baseline
-        print(f"broker: the honest request served after {served - 1} of the flood; peak memory grew "
-              f"{peak / MiB:.1f} MiB")
+        print(
+            f"broker: the honest request served after {served - 1} of the flood; peak memory grew {peak / MiB:.1f} MiB"
+        )
         assert peak < bound + REQUEST, f"the broker's peak memory grew {peak / MiB:.0f} MiB"
     finally:
         for sock in sockets:
@@ -260,8 +278,20 @@ def test_replies_to_a_client_that_reads_nothing_take_the_documented_bytes_and_th
     second client gets each of its replies."""
     front_port, back_port = free_ports(2)
     front, back = f"tcp://127.0.0.1:{front_port}", f"tcp://127.0.0.1:{back_port}"
-    broker = subprocess.Popen([sys.executable, "-c", BROKER, "@" + front, "@" + back, str(REPLY_MAX_MESSAGE),
-                               str(REPLY_MAX_WAITING), str(REPLY_MAX_HELD)], stdout=subprocess.PIPE, text=True)
+    broker = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            BROKER,
+            "@" + front,
+            "@" + back,
+            str(REPLY_MAX_MESSAGE),
+            str(REPLY_MAX_WAITING),
+            str(REPLY_MAX_HELD),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     worker = None
     sockets: list[zmq.Socket] = []
     try:
@@ -271,7 +301,7 @@ def test_replies_to_a_client_that_reads_nothing_take_the_documented_bytes_and_th
         wait_until(lambda: stats()["workers_idle"] == 1, 30, "the echo worker ready")
         baseline = rss_bytes(broker.pid)
         sndhwm, rcvhwm = frontend_sndhwm(1000, REPLY_MAX_MESSAGE), frontend_rcvhwm(1000, REPLY_MAX_MESSAGE)
-        bound = (REPLY_MAX_WAITING + REPLY_MAX_HELD + (sndhwm + 1 + rcvhwm + 1) * REPLY_MAX_MESSAGE + 24 * MiB)
+        bound = REPLY_MAX_WAITING + REPLY_MAX_HELD + (sndhwm + 1 + rcvhwm + 1) * REPLY_MAX_MESSAGE + 24 * MiB
 
         # the attacker reads nothing: libzmq in its process takes one reply, its kernel little
         attacker = _socket(zmq.DEALER, front, RCVHWM=1, RCVBUF=64 << 10)
@@ -284,18 +314,23 @@ def test_replies_to_a_client_that_reads_nothing_take_the_documented_bytes_and_th
         def settled() -> bool:
             now = stats()
             accounted = now["requests_forwarded"] + now["requests_waiting"] + now["requests_refused"]
-            return (accounted == REPLY_FLOOD and now["requests_in_flight"] == 0
-                    and now["requests_forwarded"] == now["replies_returned"] + now["replies_held"])
+            return (
+                accounted == REPLY_FLOOD
+                and now["requests_in_flight"] == 0
+                and now["requests_forwarded"] == now["replies_returned"] + now["replies_held"]
+            )
 
         wait_until(settled, 60, "every request of the flood forwarded and answered, waiting or refused")
         flood = stats()
         grown = rss_bytes(broker.pid) - baseline
-        print(f"\nbroker (frontend SNDHWM {ready[1]}, RCVHWM {ready[2]}; the rule's {sndhwm}, {rcvhwm}): "
-              f"{REPLY_FLOOD} requests of {REPLY // MiB} MiB from a "
-              f"client that reads nothing: {flood['requests_forwarded']} forwarded, {flood['replies_returned']} "
-              f"replies sent, {flood['replies_held']} held ({flood['held_bytes'] / MiB:.1f} MiB), "
-              f"{flood['requests_waiting']} waiting, {flood['requests_refused']} refused; resident memory grew "
-              f"{grown / MiB:.1f} MiB (bound {bound / MiB:.0f} MiB)")
+        print(
+            f"\nbroker (frontend SNDHWM {ready[1]}, RCVHWM {ready[2]}; the rule's {sndhwm}, {rcvhwm}): "
+            f"{REPLY_FLOOD} requests of {REPLY // MiB} MiB from a "
+            f"client that reads nothing: {flood['requests_forwarded']} forwarded, {flood['replies_returned']} "
+            f"replies sent, {flood['replies_held']} held ({flood['held_bytes'] / MiB:.1f} MiB), "
+            f"{flood['requests_waiting']} waiting, {flood['requests_refused']} refused; resident memory grew "
+            f"{grown / MiB:.1f} MiB (bound {bound / MiB:.0f} MiB)"
+        )
         assert grown < bound, f"the broker's resident memory grew {grown / MiB:.0f} MiB (bound {bound / MiB:.0f})"
 
         honest = _socket(zmq.DEALER, front)

@@ -17,7 +17,6 @@ from spark_zmq.requestreply import Client
 pytestmark = pytest.mark.timeout(60)
 
 
-
 @pytest.fixture
 def broker(running):
     return running()

@@ -36,7 +36,9 @@ def keys(tmp_path):
         dirs[side].mkdir()
         (dirs[side] / f"{name}.key").write_bytes(open(made[name][0], "rb").read())
     return {name: zmq.auth.load_certificate(secret) for name, (_, secret) in made.items()} | {
-        "broker_secret_file": made["broker"][1], **{side: str(path) for side, path in dirs.items()}}
+        "broker_secret_file": made["broker"][1],
+        **{side: str(path) for side, path in dirs.items()},
+    }
 
 
 def _curve_socket(kind: int, keys: dict, who: str) -> zmq.Socket:
@@ -78,23 +80,40 @@ def test_a_client_key_is_refused_on_the_backend_and_gets_no_request(keys):
     backend said READY, was given another client's request and could answer it. With a
     key set per side, its handshake is refused; the real worker gets every request."""
     front, back = free_ports(2)
-    broker = subprocess.Popen([CLI, "broker", "--frontend", f"@tcp://127.0.0.1:{front}", "--backend",
-                               f"@tcp://127.0.0.1:{back}", "--status-interval", "0.1",
-                               "--curve-certificate", keys["broker_secret_file"],
-                               "--frontend-authorized-keys", keys["clients"],
-                               "--backend-authorized-keys", keys["workers"]],
-                              stderr=subprocess.PIPE, text=True)
+    broker = subprocess.Popen(
+        [
+            CLI,
+            "broker",
+            "--frontend",
+            f"@tcp://127.0.0.1:{front}",
+            "--backend",
+            f"@tcp://127.0.0.1:{back}",
+            "--status-interval",
+            "0.1",
+            "--curve-certificate",
+            keys["broker_secret_file"],
+            "--frontend-authorized-keys",
+            keys["clients"],
+            "--backend-authorized-keys",
+            keys["workers"],
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     sockets = []
     try:
         lines = _Lines(broker)
-        lines.wait(lambda line: "frontend: CURVE server" in line and "backend: CURVE server" in line,
-                   "the two CURVE servers")
+        lines.wait(
+            lambda line: "frontend: CURVE server" in line and "backend: CURVE server" in line, "the two CURVE servers"
+        )
         impostor = _curve_socket(zmq.REQ, keys, "client")  # the client's key, on the backend
         sockets.append(impostor)
         impostor.connect(f"tcp://127.0.0.1:{back}")
         impostor.send(b"READY")
-        lines.wait(lambda line: "handshakes rejected" in line and " 0 handshakes rejected" not in line,
-                   "the impostor's handshake refused")
+        lines.wait(
+            lambda line: "handshakes rejected" in line and " 0 handshakes rejected" not in line,
+            "the impostor's handshake refused",
+        )
         worker = _curve_socket(zmq.REQ, keys, "worker")
         sockets.append(worker)
         worker.connect(f"tcp://127.0.0.1:{back}")
@@ -118,21 +137,52 @@ def test_a_client_key_is_refused_on_the_backend_and_gets_no_request(keys):
         broker.wait(20)
 
 
-@pytest.mark.parametrize("flags, hint, message", [
-    (["--curve-authorized-keys", "{clients}"], "--backend-authorized-keys",
-     "the backend (workers) needs keys of its own: --backend-authorized-keys"),
-    (["--frontend-authorized-keys", "{clients}"], "--backend-authorized-keys",
-     "--frontend-authorized-keys names only the clients' keys"),
-    (["--backend-authorized-keys", "{workers}"], "--curve-certificate", "needs --frontend-authorized-keys"),
-    (["--frontend-authorized-keys", "{clients}", "--curve-authorized-keys", "{clients}",
-      "--backend-authorized-keys", "{workers}"], "--curve-authorized-keys",
-     "the older name of --frontend-authorized-keys: give one of them"),
-])
+@pytest.mark.parametrize(
+    "flags, hint, message",
+    [
+        (
+            ["--curve-authorized-keys", "{clients}"],
+            "--backend-authorized-keys",
+            "the backend (workers) needs keys of its own: --backend-authorized-keys",
+        ),
+        (
+            ["--frontend-authorized-keys", "{clients}"],
+            "--backend-authorized-keys",
+            "--frontend-authorized-keys names only the clients' keys",
+        ),
+        (["--backend-authorized-keys", "{workers}"], "--curve-certificate", "needs --frontend-authorized-keys"),
+        (
+            [
+                "--frontend-authorized-keys",
+                "{clients}",
+                "--curve-authorized-keys",
+                "{clients}",
+                "--backend-authorized-keys",
+                "{workers}",
+            ],
+            "--curve-authorized-keys",
+            "the older name of --frontend-authorized-keys: give one of them",
+        ),
+    ],
+)
 def test_one_key_set_for_both_sides_is_a_usage_error_naming_the_missing_flag(keys, flags, hint, message):
     args = [f.format(**keys) for f in flags]
-    result = subprocess.run([CLI, "broker", "--frontend", "@tcp://127.0.0.1:1", "--backend", "@tcp://127.0.0.1:2",
-                             "--curve-certificate", keys["broker_secret_file"], *args],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [
+            CLI,
+            "broker",
+            "--frontend",
+            "@tcp://127.0.0.1:1",
+            "--backend",
+            "@tcp://127.0.0.1:2",
+            "--curve-certificate",
+            keys["broker_secret_file"],
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     flat = " ".join(result.stderr.replace("│", " ").split())
     assert result.returncode == 2, result.stderr
     assert message in flat and hint in flat, flat
@@ -140,8 +190,22 @@ def test_one_key_set_for_both_sides_is_a_usage_error_naming_the_missing_flag(key
 
 
 def test_keys_without_a_certificate_are_a_usage_error():
-    result = subprocess.run([CLI, "broker", "--frontend", "@tcp://127.0.0.1:1", "--backend", "@tcp://127.0.0.1:2",
-                             "--backend-authorized-keys", "*", "--frontend-authorized-keys", "*"],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [
+            CLI,
+            "broker",
+            "--frontend",
+            "@tcp://127.0.0.1:1",
+            "--backend",
+            "@tcp://127.0.0.1:2",
+            "--backend-authorized-keys",
+            "*",
+            "--frontend-authorized-keys",
+            "*",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 2, result.stderr
     assert "needs --curve-certificate" in " ".join(result.stderr.replace("│", " ").split())

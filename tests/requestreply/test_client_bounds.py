@@ -61,6 +61,7 @@ def test_send_to_a_peer_whose_queues_are_full_fails_within_the_clients_bound(bus
     port = server.bind_to_random_port("tcp://127.0.0.1")
     client = Client(f"tcp://127.0.0.1:{port}", timeout=0.3, retries=1, hwm=1, sndbuf=65536)
     try:
+
         def fill() -> None:
             for _ in range(200):
                 client.send(b"x" * (1 << 20))
@@ -77,8 +78,9 @@ def test_a_refused_curve_key_is_named_in_the_clients_error(tmp_path, busy):
     _, client_secret = zmq.auth.create_certificates(str(tmp_path), "client")
     _, other_secret = zmq.auth.create_certificates(str(tmp_path), "other")
     other = KeyPair.from_certificate(other_secret).public_key
-    server = Router("@tcp://127.0.0.1:*", curve=Curve.server(KeyPair.from_certificate(server_secret),
-                                                               frozenset({other})))
+    server = Router(
+        "@tcp://127.0.0.1:*", curve=Curve.server(KeyPair.from_certificate(server_secret), frozenset({other}))
+    )
     address = server.bound_addresses[0]
     curve = Curve.client(KeyPair.from_certificate(client_secret), load_public_key(str(tmp_path / "server.key")))
     client = Client(address, timeout=1, retries=1, curve=curve)

@@ -69,8 +69,12 @@ def _recv(sock: zmq.Socket, what: str, timeout_ms: int = 60_000) -> list[bytes]:
 
 def test_a_worker_refuses_messages_of_too_many_frames_whole_and_goes_on(busy):
     (port,) = free_ports(1)
-    worker = subprocess.Popen([sys.executable, "-c", WORKER, f"@tcp://127.0.0.1:{port}"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    worker = subprocess.Popen(
+        [sys.executable, "-c", WORKER, f"@tcp://127.0.0.1:{port}"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert worker.stdout.readline().strip() == "ready"
         attacker = _socket(zmq.DEALER)  # a REP takes [b"", body...] from a DEALER
@@ -89,8 +93,10 @@ def test_a_worker_refuses_messages_of_too_many_frames_whole_and_goes_on(busy):
         worker.terminate()
         out, err = worker.communicate(timeout=30)
         stats = json.loads(out.strip().splitlines()[-1])
-        print(f"\nworker: peak memory grew {grown / 2**20:.1f} MiB for a {len(FRAME) * BIG_FRAMES / 2**20:.0f} MiB "
-              f"message of {BIG_FRAMES:,} frames; {stats}")
+        print(
+            f"\nworker: peak memory grew {grown / 2**20:.1f} MiB for a {len(FRAME) * BIG_FRAMES / 2**20:.0f} MiB "
+            f"message of {BIG_FRAMES:,} frames; {stats}"
+        )
         assert stats["oversize"] == FLOOD + 1 and stats["replies"] == 1, stats
         assert err.count("dropped a message from peer") == 1, err  # once per peer
         # libzmq holds a message whole before its first frame can be read (about 64 bytes
@@ -106,8 +112,12 @@ def test_a_client_drops_replies_of_too_many_frames_whole_and_takes_the_real_one(
     (port,) = free_ports(1)
     server = _socket(zmq.ROUTER)
     server.bind(f"tcp://127.0.0.1:{port}")
-    client = subprocess.Popen([sys.executable, "-c", CLIENT, f"tcp://127.0.0.1:{port}"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    client = subprocess.Popen(
+        [sys.executable, "-c", CLIENT, f"tcp://127.0.0.1:{port}"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         identity, request_id, delimiter, body = _recv(server, "the client's request")
         assert delimiter == b"" and body == b"question"

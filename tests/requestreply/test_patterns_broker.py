@@ -65,8 +65,9 @@ class WorkerProcess:
 
     def __init__(self, backend: str, name: str, *args: str) -> None:
         self.name = name
-        self.process = subprocess.Popen([sys.executable, WORKER_PY, backend, name, *args], stdout=subprocess.PIPE,
-                                        text=True)
+        self.process = subprocess.Popen(
+            [sys.executable, WORKER_PY, backend, name, *args], stdout=subprocess.PIPE, text=True
+        )
         self.lines: queue.Queue = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -164,8 +165,10 @@ def test_a_worker_killed_holding_a_request_costs_one_resend_and_nothing_is_lost(
         killer.join(10)
         assert doomed.process.wait(10) == -signal.SIGKILL
         assert "doomed" in _names(replies) and _names(replies)["doomed"] == 2  # answered two, held the third
-        running.wait(lambda s: s.requests_lost == 1 and s.workers_known == 2 and s.requests_in_flight == 0,
-                     "the broker to count the lost request and forget the dead worker")
+        running.wait(
+            lambda s: s.requests_lost == 1 and s.workers_known == 2 and s.requests_in_flight == 0,
+            "the broker to count the lost request and forget the dead worker",
+        )
         # every reply the broker returned reached the client as an answer or a counted duplicate
         assert client.request(b"flush") != []
         stats = running.stats()
@@ -219,8 +222,9 @@ def test_a_silent_worker_holding_a_request_is_dropped_by_heartbeats_and_its_requ
         running.wait(lambda s: s.requests_in_flight == 1, "the request given to the worker")
         os.kill(silent.process.pid, signal.SIGSTOP)
         try:
-            running.wait(lambda s: s.workers_known == 0 and s.requests_lost == 1,
-                         "the silent worker dropped with its request")
+            running.wait(
+                lambda s: s.workers_known == 0 and s.requests_lost == 1, "the silent worker dropped with its request"
+            )
             workers(running.backend, "alive")
             assert client.recv(timeout=20) == (request_id, [b"alive:question"])
         finally:
@@ -264,16 +268,20 @@ def test_hostile_backend_and_frontend_messages_are_counted_and_the_broker_keeps_
     hostile = context.socket(zmq.DEALER)
     hostile.setsockopt(zmq.LINGER, 1000)
     hostile.connect(running.backend)
-    for message in ([b"garbage"],                  # no REQ delimiter
-                    [b"", b"READY"],               # registers it as a worker ...
-                    [b"", b"READY"],               # ... and READY again
-                    [b"", b"no-envelope-reply"],   # a reply without [envelope, b"", body]
-                    [b"", b"", b"empty-envelope"],
-                    [b"", b"client", b""],         # no body
-                    [b"", b"client", b"", b"x"]):  # a reply from a worker that holds no request
+    for message in (
+        [b"garbage"],  # no REQ delimiter
+        [b"", b"READY"],  # registers it as a worker ...
+        [b"", b"READY"],  # ... and READY again
+        [b"", b"no-envelope-reply"],  # a reply without [envelope, b"", body]
+        [b"", b"", b"empty-envelope"],
+        [b"", b"client", b""],  # no body
+        [b"", b"client", b"", b"x"],
+    ):  # a reply from a worker that holds no request
         hostile.send_multipart(message)
-    running.wait(lambda s: s.malformed == 5 and s.replies_unexpected == 1,
-                 "five malformed backend messages and a reply from a worker holding no request")
+    running.wait(
+        lambda s: s.malformed == 5 and s.replies_unexpected == 1,
+        "five malformed backend messages and a reply from a worker holding no request",
+    )
     forger = context.socket(zmq.DEALER)  # a reply for a client that never was
     forger.setsockopt(zmq.LINGER, 1000)
     forger.connect(running.backend)
@@ -393,8 +401,16 @@ def test_replies_held_for_a_client_that_never_reads_are_dropped_after_reply_time
         for i in range(requests):
             client.send(b"%d" % i, timeout=10)
         workers(running.backend, "w", "--reply-bytes", str(2 << 20))
-        running.wait(lambda s: s.replies_undeliverable >= 5 and s.replies_held == 0 and s.requests_in_flight == 0
-                     and s.requests_forwarded == requests, "held replies dropped, all requests served", timeout=60)
+        running.wait(
+            lambda s: (
+                s.replies_undeliverable >= 5
+                and s.replies_held == 0
+                and s.requests_in_flight == 0
+                and s.requests_forwarded == requests
+            ),
+            "held replies dropped, all requests served",
+            timeout=60,
+        )
         stats = running.stats()
         assert stats.replies_returned + stats.replies_undeliverable == requests, stats
 
@@ -407,12 +423,14 @@ def test_curve_frontend_serves_an_authorized_client_and_refuses_the_others(broke
     _, client_secret = zmq.auth.create_certificates(str(clients_dir), "client")
     _, stranger_secret = zmq.auth.create_certificates(str(strangers_dir), "stranger")
     server_key = load_public_key(str(tmp_path / "broker.key"))
-    running = broker(curve_frontend=Curve.server(KeyPair.from_certificate(broker_secret),
-                                                 load_authorized_keys(str(clients_dir))))
+    running = broker(
+        curve_frontend=Curve.server(KeyPair.from_certificate(broker_secret), load_authorized_keys(str(clients_dir)))
+    )
     workers(running.backend, "w")
     running.wait(lambda s: s.workers_known == 1, "a worker")
-    with Client(running.frontend, timeout=10, curve=Curve.client(KeyPair.from_certificate(client_secret),
-                                                                 server_key)) as client:
+    with Client(
+        running.frontend, timeout=10, curve=Curve.client(KeyPair.from_certificate(client_secret), server_key)
+    ) as client:
         assert client.request(b"secret") == [b"w:secret"]
     for curve in (Curve.client(KeyPair.from_certificate(stranger_secret), server_key), None):
         with Client(running.frontend, timeout=0.3, retries=1, curve=curve) as outsider:
@@ -465,9 +483,21 @@ def _next_line(lines: queue.Queue, prefix: str, timeout: float = 30) -> str:
 
 def test_cli_broker_serves_reports_status_and_exits_0_on_sigterm(workers):
     front, back = free_ports(2)
-    process = subprocess.Popen([CLI, "broker", "--frontend", f"@tcp://127.0.0.1:{front}", "--backend",
-                                f"@tcp://127.0.0.1:{back}", "--status-interval", "0.2"],
-                               stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [
+            CLI,
+            "broker",
+            "--frontend",
+            f"@tcp://127.0.0.1:{front}",
+            "--backend",
+            f"@tcp://127.0.0.1:{back}",
+            "--status-interval",
+            "0.2",
+        ],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         lines = _stderr_lines(process)
         assert _next_line(lines, "broker: workers 0 idle / 0 known")
@@ -477,8 +507,9 @@ def test_cli_broker_serves_reports_status_and_exits_0_on_sigterm(workers):
         with Client(f"tcp://127.0.0.1:{front}", timeout=10) as client:
             replies = list(client.map([b"%d" % i for i in range(20)]))
         assert [r[0].split(b":", 1)[1] for r in replies] == [b"%d" % i for i in range(20)]
-        _next_line(lines, "broker: workers 2 idle / 2 known; requests 0 waiting, 0 in flight; 20 forwarded, "
-                          "20 returned")
+        _next_line(
+            lines, "broker: workers 2 idle / 2 known; requests 0 waiting, 0 in flight; 20 forwarded, 20 returned"
+        )
         process.send_signal(signal.SIGTERM)
         assert process.wait(20) == 0
         final = _next_line(lines, "broker: stopped (SIGTERM)")
@@ -495,16 +526,35 @@ def test_a_bad_reply_timeout_is_refused_naming_the_option(reply_timeout):
         Broker("@tcp://127.0.0.1:*", "@tcp://127.0.0.1:*", reply_timeout=reply_timeout)
 
 
-@pytest.mark.parametrize("args, code, message", [
-    (["--frontend", "@tcp://127.0.0.1:x", "--backend", "@tcp://127.0.0.1:1"], 2,
-     "'--frontend': invalid ZeroMQ endpoint"),
-    (["--frontend", "@tcp://127.0.0.1:1", "--backend", "tcp//nowhere"], 2, "'--backend': invalid ZeroMQ endpoint"),
-    (["--frontend", "@tcp://127.0.0.1:1", "--backend", "@tcp://127.0.0.1:2", "--hwm", "0"], 2, "--hwm"),
-    (["--frontend", "@tcp://127.0.0.1:1", "--backend", "@tcp://127.0.0.1:2", "--reply-timeout", "-1"], 2,
-     "--reply-timeout"),
-    (["--frontend", "@tcp://127.0.0.1:1", "--backend", "@tcp://127.0.0.1:2", "--curve-certificate", "x.key_secret"],
-     2, "needs --frontend-authorized-keys"),
-])
+@pytest.mark.parametrize(
+    "args, code, message",
+    [
+        (
+            ["--frontend", "@tcp://127.0.0.1:x", "--backend", "@tcp://127.0.0.1:1"],
+            2,
+            "'--frontend': invalid ZeroMQ endpoint",
+        ),
+        (["--frontend", "@tcp://127.0.0.1:1", "--backend", "tcp//nowhere"], 2, "'--backend': invalid ZeroMQ endpoint"),
+        (["--frontend", "@tcp://127.0.0.1:1", "--backend", "@tcp://127.0.0.1:2", "--hwm", "0"], 2, "--hwm"),
+        (
+            ["--frontend", "@tcp://127.0.0.1:1", "--backend", "@tcp://127.0.0.1:2", "--reply-timeout", "-1"],
+            2,
+            "--reply-timeout",
+        ),
+        (
+            [
+                "--frontend",
+                "@tcp://127.0.0.1:1",
+                "--backend",
+                "@tcp://127.0.0.1:2",
+                "--curve-certificate",
+                "x.key_secret",
+            ],
+            2,
+            "needs --frontend-authorized-keys",
+        ),
+    ],
+)
 def test_cli_broker_bad_arguments_are_usage_errors(args, code, message):
     result = subprocess.run([CLI, "broker", *args], capture_output=True, text=True, timeout=60)
     assert result.returncode == code, result.stderr
@@ -518,8 +568,12 @@ def test_cli_broker_on_a_port_in_use_fails_with_one_line():
     holder.bind("tcp://127.0.0.1:*")
     taken = holder.getsockopt_string(zmq.LAST_ENDPOINT)
     try:
-        result = subprocess.run([CLI, "broker", "--frontend", "@" + taken, "--backend", "@tcp://127.0.0.1:*"],
-                                capture_output=True, text=True, timeout=60)
+        result = subprocess.run(
+            [CLI, "broker", "--frontend", "@" + taken, "--backend", "@tcp://127.0.0.1:*"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     finally:
         holder.close(0)
     assert result.returncode == 1

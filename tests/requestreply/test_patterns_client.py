@@ -173,8 +173,12 @@ def test_no_worker_is_a_clear_error_after_every_retry(context):
 def test_garbage_replies_are_counted_and_dropped(context):
     def hostile(sock, frames):
         identity = frames[0]
-        for junk in ([b"short", b"", b"x"], [b"\0" * 8, b"not-empty", b"x"], [b"\0" * 7 + b"\x63", b"", b"x"],
-                     [b"only-one-frame"]):
+        for junk in (
+            [b"short", b"", b"x"],
+            [b"\0" * 8, b"not-empty", b"x"],
+            [b"\0" * 7 + b"\x63", b"", b"x"],
+            [b"only-one-frame"],
+        ):
             sock.send_multipart([identity] + junk)
         sock.send_multipart(frames)
 
@@ -204,7 +208,7 @@ def test_a_worker_cannot_answer_requests_it_never_received_by_guessing_their_ids
         identity, wire_id = frames[0], frames[1]
         sock.send_multipart([identity, wire_id, b"", frames[-1].upper()])
         for step in range(1, 9):
-            guess = (int.from_bytes(wire_id, "big") + step) % 2 ** 64
+            guess = (int.from_bytes(wire_id, "big") + step) % 2**64
             sock.send_multipart([identity, guess.to_bytes(8, "big"), b"", b"FORGED"])
             forged.append(guess)
         rounds[0] += 1
@@ -273,8 +277,13 @@ def test_a_reply_counts_only_from_the_connection_its_request_went_out_on(context
         # the accomplice could reply), before the honest answer goes out; until the client
         # reached the accomplice there is no connection to forge on, nothing to wait for
         client = clients[0]
-        _until(lambda: accomplice.client is None or (
-            frames[1] in accomplice.forged_ids and client.misrouted + client.duplicates >= accomplice.forged), 2)
+        _until(
+            lambda: (
+                accomplice.client is None
+                or (frames[1] in accomplice.forged_ids and client.misrouted + client.duplicates >= accomplice.forged)
+            ),
+            2,
+        )
         sock.send_multipart(frames[:-1] + [frames[-1].upper()])
 
     honest = _start(context, zmq.ROUTER, tells_then_answers_once_the_forgery_was_read)
@@ -291,12 +300,15 @@ def test_a_reply_counts_only_from_the_connection_its_request_went_out_on(context
         accomplice.join(5)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"timeout": 0}, "timeout must be a finite number of seconds > 0"),
-    ({"timeout": float("inf")}, "timeout must be a finite number of seconds > 0"),
-    ({"retries": -1}, "retries must be an integer >= 0"),
-    ({"retries": 1.5}, "retries must be an integer >= 0"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"timeout": 0}, "timeout must be a finite number of seconds > 0"),
+        ({"timeout": float("inf")}, "timeout must be a finite number of seconds > 0"),
+        ({"retries": -1}, "retries must be an integer >= 0"),
+        ({"retries": 1.5}, "retries must be an integer >= 0"),
+    ],
+)
 def test_bad_arguments_name_what_is_valid(kwargs, message):
     with pytest.raises(ValueError, match=message):
         Client("tcp://127.0.0.1:5", **kwargs)

@@ -69,21 +69,33 @@ def _x(*values: int) -> pa.RecordBatch:
 
 #: format -> (handler, [(request, check of the one-frame reply)], [(request, text in the error)])
 CASES = {
-    "arrow": (double,
-              [(ipc(_x(1, 2), _x(3, 4, 5)), lambda r: table_of(r).column("y").to_pylist() == [2, 4, 6, 8, 10]),
-               (ipc(_x()), lambda r: table_of(r).num_rows == 0)],
-              [(ipc(_x(1, 13)), "ValueError: unlucky row"),
-               (ipc(_x(*range(7))), "returned 3 rows for a request of 7 rows"),
-               (b"not arrow", "not an Arrow IPC stream")]),
-    "json": (add_sum,
-             [(b'{"a": 1, "b": 2}', lambda r: r == b'{"a":1,"b":2,"sum":3}')],
-             [(b'{"a": 1}', "KeyError"), (b"[1, 2]", "not an object"), (b"{", "not JSON")]),
-    "raw": (upper,
-            [(b"abc\x00", lambda r: r == b"ABC\x00"), (b"", lambda r: r == b"")],
-            [(b"boom", "RuntimeError: boom")]),
-    "text": (reverse,
-             [("héllo".encode(), lambda r: r == "olléh".encode())],
-             [(b"\xff\xfe", "not UTF-8"), (b"none", "not str")]),
+    "arrow": (
+        double,
+        [
+            (ipc(_x(1, 2), _x(3, 4, 5)), lambda r: table_of(r).column("y").to_pylist() == [2, 4, 6, 8, 10]),
+            (ipc(_x()), lambda r: table_of(r).num_rows == 0),
+        ],
+        [
+            (ipc(_x(1, 13)), "ValueError: unlucky row"),
+            (ipc(_x(*range(7))), "returned 3 rows for a request of 7 rows"),
+            (b"not arrow", "not an Arrow IPC stream"),
+        ],
+    ),
+    "json": (
+        add_sum,
+        [(b'{"a": 1, "b": 2}', lambda r: r == b'{"a":1,"b":2,"sum":3}')],
+        [(b'{"a": 1}', "KeyError"), (b"[1, 2]", "not an object"), (b"{", "not JSON")],
+    ),
+    "raw": (
+        upper,
+        [(b"abc\x00", lambda r: r == b"ABC\x00"), (b"", lambda r: r == b"")],
+        [(b"boom", "RuntimeError: boom")],
+    ),
+    "text": (
+        reverse,
+        [("héllo".encode(), lambda r: r == "olléh".encode())],
+        [(b"\xff\xfe", "not UTF-8"), (b"none", "not str")],
+    ),
 }
 
 
@@ -171,8 +183,11 @@ def test_a_plain_req_client_gets_the_reply_frames_of_a_broker_worker(serving, ru
     req.setsockopt(zmq.LINGER, 0)
     req.connect(b.frontend_addresses[0])
     try:
-        for body, reply in ((b"abc", [b"ABC"]), (b"boom", [ERROR, b"RuntimeError: boom"]),
-                            ([b"two", b"frames"], [ERROR, b"the request has 2 body frames; one is expected"])):
+        for body, reply in (
+            (b"abc", [b"ABC"]),
+            (b"boom", [ERROR, b"RuntimeError: boom"]),
+            ([b"two", b"frames"], [ERROR, b"the request has 2 body frames; one is expected"]),
+        ):
             req.send_multipart(body if isinstance(body, list) else [body])
             assert req.poll(10_000)
             assert req.recv_multipart() == reply
@@ -239,8 +254,7 @@ def test_workers_in_processes_of_their_own_share_the_load(running):
     b = running()
     spawn = multiprocessing.get_context("spawn")
     stop = spawn.Event()
-    processes = [spawn.Process(target=_process_worker, args=(b.backend_addresses[0], f"p{i}", stop))
-                 for i in range(2)]
+    processes = [spawn.Process(target=_process_worker, args=(b.backend_addresses[0], f"p{i}", stop)) for i in range(2)]
     for process in processes:
         process.start()
     try:
@@ -263,8 +277,11 @@ def test_a_curve_worker_behind_a_curve_backend(serving, running, tmp_path):
     (tmp_path / "workers").mkdir()
     _, broker_secret = zmq.auth.create_certificates(str(tmp_path), "broker")
     _, worker_secret = zmq.auth.create_certificates(str(tmp_path / "workers"), "worker")
-    b = running(curve_backend=Curve.server(KeyPair.from_certificate(broker_secret),
-                                          load_authorized_keys(str(tmp_path / "workers"))))
+    b = running(
+        curve_backend=Curve.server(
+            KeyPair.from_certificate(broker_secret), load_authorized_keys(str(tmp_path / "workers"))
+        )
+    )
     curve = Curve.client(KeyPair.from_certificate(worker_secret), load_public_key(str(tmp_path / "broker.key")))
     serving(add_sum, b.backend_addresses[0], format="json", curve=curve)
     wait_until(lambda: b.stats().workers_idle == 1, 10, "the CURVE worker READY")
@@ -272,12 +289,15 @@ def test_a_curve_worker_behind_a_curve_backend(serving, running, tmp_path):
         assert client.request(b'{"a": 2, "b": 3}') == [b'{"a":2,"b":3,"sum":5}']
 
 
-@pytest.mark.parametrize("kwargs, error, text", [
-    ({"format": "xml"}, ValueError, "format must be one of arrow, json, raw, text, not 'xml'"),
-    ({"endpoint": "tcp://127.0.0.1:1,tcp://127.0.0.1:2"}, ValueError, "connects to one broker backend"),
-    ({"handler": "not callable"}, TypeError, "handler must be callable"),
-    ({"endpoint": "tcp://127.0.0.1:x"}, ValueError, "invalid ZeroMQ endpoint"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, text",
+    [
+        ({"format": "xml"}, ValueError, "format must be one of arrow, json, raw, text, not 'xml'"),
+        ({"endpoint": "tcp://127.0.0.1:1,tcp://127.0.0.1:2"}, ValueError, "connects to one broker backend"),
+        ({"handler": "not callable"}, TypeError, "handler must be callable"),
+        ({"endpoint": "tcp://127.0.0.1:x"}, ValueError, "invalid ZeroMQ endpoint"),
+    ],
+)
 def test_bad_arguments_name_what_is_valid(kwargs, error, text):
     arguments = {"handler": upper, "endpoint": "tcp://127.0.0.1:1", **kwargs}
     with pytest.raises(error, match=text):

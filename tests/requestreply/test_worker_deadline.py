@@ -21,7 +21,6 @@ from spark_zmq.worker import WorkerStats, is_error_reply, serve
 pytestmark = pytest.mark.timeout(120)
 
 
-
 def poisoned(body: bytes) -> bytes:
     if body == b"poison":
         while True:  # never returns
@@ -34,9 +33,13 @@ class Worker:
         self.stop = threading.Event()
         self.result: list[WorkerStats] = []
         ready = threading.Event()
-        self.thread = threading.Thread(target=lambda: self.result.append(serve(
-            poisoned, backend, format="raw", stop=self.stop, on_ready=lambda _: ready.set(), **options)),
-            daemon=True, name="worker")
+        self.thread = threading.Thread(
+            target=lambda: self.result.append(
+                serve(poisoned, backend, format="raw", stop=self.stop, on_ready=lambda _: ready.set(), **options)
+            ),
+            daemon=True,
+            name="worker",
+        )
         self.thread.start()
         assert ready.wait(10), "the worker never got its socket"
 

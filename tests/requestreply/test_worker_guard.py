@@ -44,8 +44,9 @@ def _ipc(batch: pa.RecordBatch, compression=None) -> bytes:
 @pytest.fixture
 def worker():
     (port,) = free_ports(1)
-    process = subprocess.Popen([sys.executable, "-c", WORKER, f"@tcp://127.0.0.1:{port}", str(1 << 20)],
-                               stdout=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-c", WORKER, f"@tcp://127.0.0.1:{port}", str(1 << 20)], stdout=subprocess.PIPE, text=True
+    )
     assert process.stdout.readline().strip() == "ready"
     sock = zmq.Context.instance().socket(zmq.REQ)
     sock.setsockopt(zmq.LINGER, 0)

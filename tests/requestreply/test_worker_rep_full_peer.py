@@ -68,10 +68,22 @@ class _Worker:
             self.address = addresses[0]
             ready.set()
 
-        self.thread = threading.Thread(target=lambda: self.result.append(serve(
-            handler or _handler, "@tcp://127.0.0.1:*", format="raw", broker=False, stop=self.stop,
-            on_ready=on_ready, context=self.context, **options)),
-            daemon=True, name="rep-worker")
+        self.thread = threading.Thread(
+            target=lambda: self.result.append(
+                serve(
+                    handler or _handler,
+                    "@tcp://127.0.0.1:*",
+                    format="raw",
+                    broker=False,
+                    stop=self.stop,
+                    on_ready=on_ready,
+                    context=self.context,
+                    **options,
+                )
+            ),
+            daemon=True,
+            name="rep-worker",
+        )
         self.thread.start()
         assert ready.wait(10), "the worker never bound"
 
@@ -123,8 +135,12 @@ def _pong(req: zmq.Socket) -> dict:
 
 
 def test_a_client_that_never_reads_holds_no_one_and_its_dropped_replies_are_counted(worker, sockets):
-    stuck = subprocess.Popen([sys.executable, "-c", _STUCK, worker.address, str(_FLOOD)], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True)
+    stuck = subprocess.Popen(
+        [sys.executable, "-c", _STUCK, worker.address, str(_FLOOD)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert stuck.stdout.readline().strip() == "sent", "the stuck client did not send its requests"
         req = sockets(zmq.REQ, worker.address)
@@ -165,7 +181,8 @@ def test_the_envelope_goes_back_unchanged_and_a_request_without_a_delimiter_is_d
 
 
 def test_with_handler_timeout_a_poison_request_is_answered_at_the_deadline_and_stop_ends_a_running_handler(
-        sockets, tmp_path):
+    sockets, tmp_path
+):
     began_file = tmp_path / "began"
 
     def hangs_on_poison(body: bytes) -> bytes:
@@ -179,8 +196,10 @@ def test_with_handler_timeout_a_poison_request_is_answered_at_the_deadline_and_s
         req = sockets(zmq.REQ, worker.address)
         req.connect(worker.address)
         began = time.monotonic()
-        assert _ask(req, [b"poison"], 10) == [b"ERROR", b"the handler did not return within handler_timeout (0.5 s); "
-                                                       b"its process was killed and replaced"]
+        assert _ask(req, [b"poison"], 10) == [
+            b"ERROR",
+            b"the handler did not return within handler_timeout (0.5 s); its process was killed and replaced",
+        ]
         assert 0.4 < time.monotonic() - began < 5
         assert _ask(req, [b"fine"], 10) == [b"FINE"]  # a new handler process
         began_file.unlink()

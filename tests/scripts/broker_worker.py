@@ -52,7 +52,7 @@ def main() -> int:
             time.sleep(args.delay)
         delimiter = frames.index(b"")
         reply = name + frames[-1]
-        sock.send_multipart(frames[:delimiter + 1] + [reply.ljust(args.reply_bytes, b".")])
+        sock.send_multipart(frames[: delimiter + 1] + [reply.ljust(args.reply_bytes, b".")])
     print(f"served {served}", flush=True)
     sock.close()
     context.term()

@@ -35,15 +35,39 @@ push.connect(endpoint)
 for i in range(count):
     push.send(b"c-%d" % i)
 
-df = (spark.readStream.format("zmq").option("endpoints", "@" + endpoint).option("spoolDir", spool_dir)
-      .option("minPartitions", "4").option("timeout", "2").load())
-query = (df.selectExpr("offset", "cast(value as string) value", "spark_partition_id() as task")
-         .writeStream.format("memory").queryName("cluster").option("checkpointLocation", checkpoint)
-         .trigger(availableNow=True).start())
+df = (
+    spark.readStream.format("zmq")
+    .option("endpoints", "@" + endpoint)
+    .option("spoolDir", spool_dir)
+    .option("minPartitions", "4")
+    .option("timeout", "2")
+    .load()
+)
+query = (
+    df.selectExpr("offset", "cast(value as string) value", "spark_partition_id() as task")
+    .writeStream.format("memory")
+    .queryName("cluster")
+    .option("checkpointLocation", checkpoint)
+    .trigger(availableNow=True)
+    .start()
+)
 query.awaitTermination(240)
-row = spark.sql("select count(*), count(distinct offset), count(distinct value), count(distinct task) from cluster").first()
+row = spark.sql(
+    "select count(*), count(distinct offset), count(distinct value), count(distinct task) from cluster"
+).first()
 executors = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1
-print("RESULT " + json.dumps({"rows": row[0], "offsets": row[1], "values": row[2], "tasks": row[3],
-                              "executors": executors, "exception": str(query.exception()) if query.exception() else None}))
+print(
+    "RESULT "
+    + json.dumps(
+        {
+            "rows": row[0],
+            "offsets": row[1],
+            "values": row[2],
+            "tasks": row[3],
+            "executors": executors,
+            "exception": str(query.exception()) if query.exception() else None,
+        }
+    )
+)
 spark.stop()
 push.close()

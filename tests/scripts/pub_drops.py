@@ -22,8 +22,13 @@ from spark_zmq.patterns import Sub  # noqa: E402
 port, rows = int(sys.argv[1]), int(sys.argv[2])
 fmt = sys.argv[3] if len(sys.argv) > 3 else "text"
 sequences = []
-spark = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
-         .config("spark.ui.showConsoleProgress", "false").config("spark.pyspark.python", sys.executable).getOrCreate())
+spark = (
+    SparkSession.builder.master("local[1]")
+    .config("spark.ui.enabled", "false")
+    .config("spark.ui.showConsoleProgress", "false")
+    .config("spark.pyspark.python", sys.executable)
+    .getOrCreate()
+)
 spark.sparkContext.setLogLevel("ERROR")
 import spark_zmq  # noqa: E402
 
@@ -55,6 +60,7 @@ def read_slowly() -> None:
         received += 1
         if fmt == "arrow":
             import pyarrow as pa
+
             metadata = pa.ipc.open_stream(message).schema.metadata
             sequences.append(int(metadata[b"spark_zmq.sequence"]))
         time.sleep(0.0002)  # a slow subscriber: shapes the load, not synchronisation
@@ -62,10 +68,19 @@ def read_slowly() -> None:
 
 reader = threading.Thread(target=read_slowly)
 reader.start()
-(spark.range(rows, numPartitions=1).selectExpr("concat(CAST(id AS STRING), repeat('x', 2000)) AS value")
- .write.format("zmq").mode("append").option("pattern", "pub").option("topic", "t").option("format", fmt)
- .option("rowsPerMessage", "1")
- .option("hwm", "100").option("endpoints", f"tcp://127.0.0.1:{port}").save())
+(
+    spark.range(rows, numPartitions=1)
+    .selectExpr("concat(CAST(id AS STRING), repeat('x', 2000)) AS value")
+    .write.format("zmq")
+    .mode("append")
+    .option("pattern", "pub")
+    .option("topic", "t")
+    .option("format", fmt)
+    .option("rowsPerMessage", "1")
+    .option("hwm", "100")
+    .option("endpoints", f"tcp://127.0.0.1:{port}")
+    .save()
+)
 written.set()
 reader.join(120)
 print(f"RESULT received {received}", flush=True)

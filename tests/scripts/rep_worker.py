@@ -51,7 +51,7 @@ def hostile(kind: str, body: bytes, fmt: str) -> bytes:
         data = bytearray(sink.getvalue().to_pybytes())
         # the record batch's length field: the int64 1 after the schema message
         at = data.rfind((1).to_bytes(8, "little"))
-        data[at:at + 8] = (10 ** 9).to_bytes(8, "little")
+        data[at : at + 8] = (10**9).to_bytes(8, "little")
         return bytes(data)
     if kind == "rows+1" and fmt == "arrow":
         table = pa.ipc.open_stream(io.BytesIO(body)).read_all()
@@ -137,7 +137,7 @@ def main() -> int:
             # answered before this one (this worker answers in turn, so it was), one with
             # a malformed id, then the real one: only the last may reach the output
             previous = int.from_bytes(envelope[1], "big") - 1
-            sock.send_multipart([envelope[0], (2 ** 62).to_bytes(8, "big"), b"", b"stray"])
+            sock.send_multipart([envelope[0], (2**62).to_bytes(8, "big"), b"", b"stray"])
             sock.send_multipart([envelope[0], previous.to_bytes(8, "big"), b"", b"stray"])
             sock.send_multipart([envelope[0], b"short", b"", b"stray"])
             reply = answer(body, args.format, args.name)

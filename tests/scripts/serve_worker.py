@@ -49,8 +49,11 @@ def main() -> int:
         x = batch.column("x")
         if args.fail_on is not None and args.fail_on in x.to_pylist():
             raise ValueError(f"x = {args.fail_on} is not scorable")
-        return done(pa.record_batch({"doubled": pc.multiply(x, 2),
-                                     "worker": pa.array([args.name] * batch.num_rows, pa.string())}))
+        return done(
+            pa.record_batch(
+                {"doubled": pc.multiply(x, 2), "worker": pa.array([args.name] * batch.num_rows, pa.string())}
+            )
+        )
 
     def json_row(row: dict) -> dict:
         if args.delay:
@@ -71,8 +74,15 @@ def main() -> int:
         from spark_zmq.patterns.curve_keys import KeyPair, load_public_key
 
         curve = Curve.client(KeyPair.from_certificate(args.curve_certificate), load_public_key(args.curve_server_key))
-    serve(handler, args.endpoint, format=args.format, broker=not args.rep, stop=stop, curve=curve,
-          on_ready=lambda where: print(f"READY {where[0]}", flush=True))
+    serve(
+        handler,
+        args.endpoint,
+        format=args.format,
+        broker=not args.rep,
+        stop=stop,
+        curve=curve,
+        on_ready=lambda where: print(f"READY {where[0]}", flush=True),
+    )
     return 0
 
 

@@ -30,8 +30,9 @@ def test_the_record_carries_them(tmp_path):
     schema = pa.schema([("id", pa.int64())])
     record = commit_record(schema, "q", 5, {0: ("a", 2)}, {4: {0: ("b", 3), 1: ("c", 1)}})
     metadata = pa.ipc.open_stream(record).schema.metadata
-    assert json.loads(metadata[b"spark_zmq.recent"]) == {"4": {"0": {"attempt_id": "b", "messages": 3},
-                                                               "1": {"attempt_id": "c", "messages": 1}}}
+    assert json.loads(metadata[b"spark_zmq.recent"]) == {
+        "4": {"0": {"attempt_id": "b", "messages": 3}, "1": {"attempt_id": "c", "messages": 1}}
+    }
     assert b"spark_zmq.recent" not in pa.ipc.open_stream(commit_record(schema, "q", 5, {0: ("a", 2)})).schema.metadata
 
 

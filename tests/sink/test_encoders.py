@@ -55,17 +55,20 @@ def read(message: bytes) -> tuple[pa.Table, dict[str, str]]:
 # -- which encoder -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("fmt, pattern, extra, expected", [
-    ("raw", "push", {}, RawEncoder),
-    ("raw", "scatter", {}, RawEncoder),
-    ("text", "push", {}, TextEncoder),
-    ("json", "push", {}, JsonEncoder),
-    ("arrow", "push", {}, ArrowEncoder),
-    ("arrow", "scatter", {}, ArrowEncoder),
-    ("raw", "pub", {"topic": "t"}, RowTopics),
-    ("json", "pub", {}, RowTopics),
-    ("arrow", "pub", {}, ArrowTopicEncoder),
-])
+@pytest.mark.parametrize(
+    "fmt, pattern, extra, expected",
+    [
+        ("raw", "push", {}, RawEncoder),
+        ("raw", "scatter", {}, RawEncoder),
+        ("text", "push", {}, TextEncoder),
+        ("json", "push", {}, JsonEncoder),
+        ("arrow", "push", {}, ArrowEncoder),
+        ("arrow", "scatter", {}, ArrowEncoder),
+        ("raw", "pub", {"topic": "t"}, RowTopics),
+        ("json", "pub", {}, RowTopics),
+        ("arrow", "pub", {}, ArrowTopicEncoder),
+    ],
+)
 def test_encoder_for_picks_the_format_in_its_patterns_shape(fmt, pattern, extra, expected):
     encoder = encoder_for(options(format=fmt, pattern=pattern, **extra), HEADER)
     assert type(encoder) is expected
@@ -156,7 +159,12 @@ def test_arrow_slices_by_rows_per_message_numbers_across_batches_and_marks_only_
     assert len(rest) == 1 and encoder.finish() == []
     tables = [read(m) for m in messages]
     assert [t.column("id").to_pylist() for t, _ in tables] == [
-        [0, 1, 2, 3], [4, 5, 6, 7], [8, 9], [10, 11, 12, 13], [14]]
+        [0, 1, 2, 3],
+        [4, 5, 6, 7],
+        [8, 9],
+        [10, 11, 12, 13],
+        [14],
+    ]
     assert [meta["spark_zmq.sequence"] for _, meta in tables] == ["0", "1", "2", "3", "4"]
     assert [meta["spark_zmq.last"] for _, meta in tables] == ["false"] * 4 + ["true"]
     for _, meta in tables:
@@ -192,7 +200,11 @@ def test_arrow_pub_groups_a_batch_by_topic_column_and_leaves_the_column_out():
     out = encode_all(encoder, [rows])
     got = [(topic, *read(m)) for topic, m in out]
     assert [(topic, table.column("id").to_pylist()) for topic, table, _ in got] == [
-        (b"a", [1, 3]), (b"a", [5]), (b"", [2]), (b"b", [4])]
+        (b"a", [1, 3]),
+        (b"a", [5]),
+        (b"", [2]),
+        (b"b", [4]),
+    ]
     assert all(table.schema.names == ["id"] for _, table, _ in got)
     assert [meta["spark_zmq.sequence"] for _, _, meta in got] == ["0", "1", "2", "3"]
     assert [meta["spark_zmq.last"] for _, _, meta in got] == ["false", "false", "false", "true"]
@@ -222,22 +234,35 @@ def test_arrow_messages_give_back_the_rows_numbered_in_order_with_one_last(sizes
 # -- the schema, on the driver -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("given, fields, says", [
-    ({"format": "raw"}, [StructField("id", LongType())], "sends the 'value' column"),
-    ({"format": "text"}, [StructField("value", LongType())], "must be binary or string"),
-    ({"format": "json", "pattern": "pub"}, [StructField("id", LongType())], "pattern 'pub' needs a topic"),
-    ({"format": "arrow", "pattern": "pub"}, [StructField("topic", BinaryType())], "column 'topic' must be a string"),
-])
+@pytest.mark.parametrize(
+    "given, fields, says",
+    [
+        ({"format": "raw"}, [StructField("id", LongType())], "sends the 'value' column"),
+        ({"format": "text"}, [StructField("value", LongType())], "must be binary or string"),
+        ({"format": "json", "pattern": "pub"}, [StructField("id", LongType())], "pattern 'pub' needs a topic"),
+        (
+            {"format": "arrow", "pattern": "pub"},
+            [StructField("topic", BinaryType())],
+            "column 'topic' must be a string",
+        ),
+    ],
+)
 def test_check_schema_names_the_column_and_the_fix(given, fields, says):
     with pytest.raises(ValueError, match=says):
         check_schema(options(**given), StructType(fields))
 
 
-@pytest.mark.parametrize("given, fields", [
-    ({"format": "raw"}, [StructField("value", BinaryType())]),
-    ({"format": "text", "pattern": "pub"}, [StructField("value", StringType()), StructField("topic", StringType())]),
-    ({"format": "json", "pattern": "pub", "topic": "t"}, [StructField("id", LongType())]),
-    ({"format": "arrow"}, [StructField("id", LongType())]),
-])
+@pytest.mark.parametrize(
+    "given, fields",
+    [
+        ({"format": "raw"}, [StructField("value", BinaryType())]),
+        (
+            {"format": "text", "pattern": "pub"},
+            [StructField("value", StringType()), StructField("topic", StringType())],
+        ),
+        ({"format": "json", "pattern": "pub", "topic": "t"}, [StructField("id", LongType())]),
+        ({"format": "arrow"}, [StructField("id", LongType())]),
+    ],
+)
 def test_check_schema_admits_what_the_encoders_can_send(given, fields):
     check_schema(options(**given), StructType(fields))

@@ -44,7 +44,9 @@ def _write(df, endpoint, **options):
 
 @pytest.fixture
 def rows(spark):
-    return spark.createDataFrame([(i, f"v-{i}-é", i * 0.5) for i in range(500)], "id long, value string, reading double").repartition(2)
+    return spark.createDataFrame(
+        [(i, f"v-{i}-é", i * 0.5) for i in range(500)], "id long, value string, reading double"
+    ).repartition(2)
 
 
 @pytest.mark.parametrize("fmt", ["raw", "text", "json", "arrow"])
@@ -58,7 +60,9 @@ def test_batch_write_delivers_the_whole_dataframe_in_each_format(spark, rows, fm
     if fmt in ("raw", "text"):
         assert sorted(messages) == sorted(f"v-{i}-é".encode() for i in range(500))
     elif fmt == "json":
-        assert sorted((m["id"], m["value"], m["reading"]) for m in map(json.loads, messages)) == [(i, f"v-{i}-é", i * 0.5) for i in range(500)]
+        assert sorted((m["id"], m["value"], m["reading"]) for m in map(json.loads, messages)) == [
+            (i, f"v-{i}-é", i * 0.5) for i in range(500)
+        ]
     else:
         tables = [pa.ipc.open_stream(m).read_all() for m in messages]
         records = [t for t in tables if b"spark_zmq.commit" in t.schema.metadata]
@@ -67,7 +71,9 @@ def test_batch_write_delivers_the_whole_dataframe_in_each_format(spark, rows, fm
         table = pa.concat_tables(tables)
         assert sorted(table.column("id").to_pylist()) == list(range(500))
         meta = tables[0].schema.metadata
-        assert {b"spark_zmq.partition", b"spark_zmq.batch_id", b"spark_zmq.sequence", b"spark_zmq.query_id"} <= set(meta)
+        assert {b"spark_zmq.partition", b"spark_zmq.batch_id", b"spark_zmq.sequence", b"spark_zmq.query_id"} <= set(
+            meta
+        )
         keys = {(t.schema.metadata[b"spark_zmq.partition"], t.schema.metadata[b"spark_zmq.sequence"]) for t in tables}
         assert len(keys) == len(tables), "every message has a distinct (partition, sequence)"
         write_ids = {t.schema.metadata[b"spark_zmq.query_id"] for t in tables}
@@ -75,8 +81,10 @@ def test_batch_write_delivers_the_whole_dataframe_in_each_format(spark, rows, fm
         # the driver's commit record: no rows, the data's schema, and the run Spark kept per partition
         assert len(records) == 1 and records[0].num_rows == 0 and records[0].schema.names == table.schema.names
         committed = json.loads(records[0].schema.metadata[b"spark_zmq.commit"])
-        runs = {(t.schema.metadata[b"spark_zmq.partition"].decode(), t.schema.metadata[b"spark_zmq.attempt_id"].decode())
-                for t in tables}
+        runs = {
+            (t.schema.metadata[b"spark_zmq.partition"].decode(), t.schema.metadata[b"spark_zmq.attempt_id"].decode())
+            for t in tables
+        }
         assert {(p, r["attempt_id"]) for p, r in committed.items()} == runs
         assert sum(r["messages"] for r in committed.values()) == len(tables)
         assert records[0].schema.metadata[b"spark_zmq.query_id"] in write_ids
@@ -104,6 +112,7 @@ def test_pub_topic_column_reaches_only_matching_subscribers(spark):
     # A binding SUB sends its subscriptions only while the application reads it (libzmq
     # #2267), as a real subscriber does: read both on threads during the write.
     got = {}
+
     def take(key, sock, n=100, timeout_s=90):
         deadline, out = time.monotonic() + timeout_s, []
         while len(out) < n and time.monotonic() < deadline:
@@ -115,7 +124,9 @@ def test_pub_topic_column_reaches_only_matching_subscribers(spark):
     try:
         for r in readers:
             r.start()
-        df = spark.createDataFrame([("alpha" if i % 2 else "beta", f"m{i}") for i in range(200)], "topic string, value string")
+        df = spark.createDataFrame(
+            [("alpha" if i % 2 else "beta", f"m{i}") for i in range(200)], "topic string, value string"
+        )
         _write(df.coalesce(1), f"{endpoint_a},{endpoint_b}", pattern="pub")
         for r in readers:
             r.join(60)
@@ -142,11 +153,23 @@ def test_no_peer_fails_the_task_naming_endpoint_and_timeout(spark):
     [
         ("select id from range(3)", {}, "format 'raw' sends the 'value' column, but the DataFrame has none"),
         ("select id as value, 1 as topic from range(3)", {"format": "text"}, "column 'value' must be binary or string"),
-        ("select 'x' as value, 1 as topic from range(3)", {"pattern": "pub"}, "column 'topic' must be a string for pattern 'pub'"),
+        (
+            "select 'x' as value, 1 as topic from range(3)",
+            {"pattern": "pub"},
+            "column 'topic' must be a string for pattern 'pub'",
+        ),
         ("select 'x' as value from range(3)", {"pattern": "pub"}, "pattern 'pub' needs a topic"),
         ("select 'x' as value from range(3)", {"format": "xml"}, "option 'format' = 'xml' is not valid"),
-        ("select 'x' as value from range(3)", {"pattern": "pull"}, "option 'pattern' = 'pull' is not valid; valid values: push, scatter, pub"),
-        ("select 'x' as value from range(3)", {"pattern": "scatter", "topic": "t"}, "option 'topic' only applies to pattern 'pub'"),
+        (
+            "select 'x' as value from range(3)",
+            {"pattern": "pull"},
+            "option 'pattern' = 'pull' is not valid; valid values: push, scatter, pub",
+        ),
+        (
+            "select 'x' as value from range(3)",
+            {"pattern": "scatter", "topic": "t"},
+            "option 'topic' only applies to pattern 'pub'",
+        ),
     ],
 )
 def test_bad_input_fails_before_any_data_moves(spark, df_sql, options, expected):
@@ -164,16 +187,34 @@ def test_spark_to_spark_streaming_push_arrow_into_pull_arrow(spark, free_port, s
     """A streaming query writes push+arrow; a second query reads pull+arrow: the second
     query's output equals the first's input, across several micro-batches."""
     endpoint = f"tcp://127.0.0.1:{free_port}"
-    reader = (spark.readStream.format("zmq").option("endpoints", "@" + endpoint).option("format", "arrow")
-              .option("spoolDir", spool_dir).schema("id long, label string").load())
-    downstream = (reader.writeStream.format("memory").queryName("downstream")
-                  .option("checkpointLocation", str(tmp_path / "down")).start())
+    reader = (
+        spark.readStream.format("zmq")
+        .option("endpoints", "@" + endpoint)
+        .option("format", "arrow")
+        .option("spoolDir", spool_dir)
+        .schema("id long, label string")
+        .load()
+    )
+    downstream = (
+        reader.writeStream.format("memory")
+        .queryName("downstream")
+        .option("checkpointLocation", str(tmp_path / "down"))
+        .start()
+    )
     source_dir = tmp_path / "in"
     source_dir.mkdir()
     schema = "id long, label string"
-    upstream = (spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(str(source_dir))
-                .writeStream.format("zmq").option("endpoints", endpoint).option("format", "arrow")
-                .option("rowsPerMessage", 50).option("checkpointLocation", str(tmp_path / "up")).start())
+    upstream = (
+        spark.readStream.schema(schema)
+        .option("maxFilesPerTrigger", 1)
+        .json(str(source_dir))
+        .writeStream.format("zmq")
+        .option("endpoints", endpoint)
+        .option("format", "arrow")
+        .option("rowsPerMessage", 50)
+        .option("checkpointLocation", str(tmp_path / "up"))
+        .start()
+    )
     try:
         expected = []
         for part in range(3):
@@ -181,8 +222,9 @@ def test_spark_to_spark_streaming_push_arrow_into_pull_arrow(spark, free_port, s
             expected += [(r["id"], r["label"]) for r in lines]
             (source_dir / f"part-{part}.json").write_text("\n".join(json.dumps(r) for r in lines))
         wait_until(lambda: spark.table("downstream").count() >= 300, 120, "300 rows downstream")
-        wait_until(lambda: sum(p["numInputRows"] for p in upstream.recentProgress) >= 300, 60,
-                   "the upstream progress reports")  # published after the batch's rows
+        wait_until(
+            lambda: sum(p["numInputRows"] for p in upstream.recentProgress) >= 300, 60, "the upstream progress reports"
+        )  # published after the batch's rows
         assert len([p for p in upstream.recentProgress if p["numInputRows"]]) >= 3
         assert_df_equality(spark.table("downstream"), spark.createDataFrame(expected, schema), ignore_row_order=True)
     finally:
@@ -196,8 +238,9 @@ def test_pub_counts_and_reports_what_a_slow_subscriber_could_not_take(free_port,
     numbered before they are sent: what arrives has unique sequence numbers, and the
     numbers missing are exactly the drops (a dedup key is never carried by two rows)."""
     script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "pub_drops.py")
-    result = subprocess.run([sys.executable, script, str(free_port), "20000", fmt], capture_output=True, text=True,
-                            timeout=280)
+    result = subprocess.run(
+        [sys.executable, script, str(free_port), "20000", fmt], capture_output=True, text=True, timeout=280
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     received = int(result.stdout.split("RESULT received ")[1].split()[0])
     match = re.search(r"pub dropped (\d+) of (\d+) messages", result.stderr)

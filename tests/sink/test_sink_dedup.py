@@ -50,8 +50,10 @@ def write_failing_once_then_again(spark, tmp_path: Path, endpoint: str) -> None:
     source = tmp_path / "in"
     source.mkdir()
     for f in range(FILES):
-        rows = (json.dumps({"id": f * ROWS_PER_FILE + i, "label": f"r{f * ROWS_PER_FILE + i}"})
-                for i in range(ROWS_PER_FILE))
+        rows = (
+            json.dumps({"id": f * ROWS_PER_FILE + i, "label": f"r{f * ROWS_PER_FILE + i}"})
+            for i in range(ROWS_PER_FILE)
+        )
         (source / f"part-{f}.json").write_text("\n".join(rows))
     marker = str(tmp_path / "failed-once")
 
@@ -65,10 +67,17 @@ def write_failing_once_then_again(spark, tmp_path: Path, endpoint: str) -> None:
     checkpoint = str(tmp_path / "writer")
 
     def start():
-        return (spark.readStream.schema("id long, label string").json(str(source))
-                .select(fail_once("id").alias("id"), "label")
-                .writeStream.format("zmq").option("endpoints", endpoint).option("format", "arrow")
-                .option("rowsPerMessage", 100).option("checkpointLocation", checkpoint).start())
+        return (
+            spark.readStream.schema("id long, label string")
+            .json(str(source))
+            .select(fail_once("id").alias("id"), "label")
+            .writeStream.format("zmq")
+            .option("endpoints", endpoint)
+            .option("format", "arrow")
+            .option("rowsPerMessage", 100)
+            .option("checkpointLocation", checkpoint)
+            .start()
+        )
 
     first = start()
     try:
@@ -96,16 +105,27 @@ def small_arrow_batches(spark):
 
 
 @pytest.mark.timeout(400)
-def test_spark_reader_drops_a_rerun_batchs_copies_by_the_message_headers(spark, free_port, spool_dir, tmp_path,
-                                                                          small_arrow_batches):
+def test_spark_reader_drops_a_rerun_batchs_copies_by_the_message_headers(
+    spark, free_port, spool_dir, tmp_path, small_arrow_batches
+):
     endpoint = f"tcp://127.0.0.1:{free_port}"
-    rows = (spark.readStream.format("zmq").option("endpoints", "@" + endpoint).option("format", "arrow")
-            .option("includeHeaders", "true").option("spoolDir", spool_dir)
-            .schema("id long, label string, headers map<string,string>").load())
+    rows = (
+        spark.readStream.format("zmq")
+        .option("endpoints", "@" + endpoint)
+        .option("format", "arrow")
+        .option("includeHeaders", "true")
+        .option("spoolDir", spool_dir)
+        .schema("id long, label string, headers map<string,string>")
+        .load()
+    )
     write_key = F.concat_ws("/", *[F.col("headers")[k] for k in KEY_FIELDS])
     deduplicated = rows.withColumn("write_key", write_key).dropDuplicates(["write_key"]).select("id", "label")
-    reader = (deduplicated.writeStream.format("memory").queryName("deduplicated")
-              .option("checkpointLocation", str(tmp_path / "reader")).start())
+    reader = (
+        deduplicated.writeStream.format("memory")
+        .queryName("deduplicated")
+        .option("checkpointLocation", str(tmp_path / "reader"))
+        .start()
+    )
     try:
         write_failing_once_then_again(spark, tmp_path, endpoint)
         wait_until(lambda: spark.table("deduplicated").count() >= ROWS, 180, f"{ROWS} rows deduplicated")
@@ -148,8 +168,10 @@ def test_the_readmes_python_consumer_delivers_each_row_once(spark, free_port, tm
             wait_until(lambda: len(delivered) >= ROWS, 120, f"{ROWS} rows delivered")
         except AssertionError:
             runs = {run: sum(t.num_rows for t in tables) for run, tables in outputs.waiting.items()}
-            raise AssertionError(f"{len(delivered)} rows delivered; runs kept {outputs.kept}; "
-                                 f"runs waiting for their commit record: {runs}") from None
+            raise AssertionError(
+                f"{len(delivered)} rows delivered; runs kept {outputs.kept}; "
+                f"runs waiting for their commit record: {runs}"
+            ) from None
     finally:
         stop.set()
         thread.join(30)
@@ -161,6 +183,8 @@ def test_the_docs_show_the_example_consumer_as_it_is():
     """The guarantees page's consumer is the tested file's class, word for word."""
     page = (ROOT / "docs" / "guarantees.md").read_text()
     source = EXAMPLE.read_text()
-    block = source[source.index("class TaskOutputs"):source.index("\n\n\ndef consume")]
+    block = source[source.index("class TaskOutputs") : source.index("\n\n\ndef consume")]
     blocks = re.findall(r"```python[^\n]*\n(.*?)```", page, re.S)
-    assert any(block.strip() in b for b in blocks), "docs/guarantees.md does not show TaskOutputs as docs/examples has it"
+    assert any(block.strip() in b for b in blocks), (
+        "docs/guarantees.md does not show TaskOutputs as docs/examples has it"
+    )

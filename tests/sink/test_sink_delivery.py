@@ -39,8 +39,7 @@ class Consumer:
     def __init__(self, port: int) -> None:
         self.port = port
         self.process = subprocess.Popen(
-            [sys.executable, CONSUMER, str(port), str(RCVHWM), str(RCVBUF), str(IDLE_S)],
-            stdout=subprocess.PIPE,
+            [sys.executable, CONSUMER, str(port), str(RCVHWM), str(RCVBUF), str(IDLE_S)], stdout=subprocess.PIPE
         )
         assert self.process.stdout.readline().strip() == b"ready"
         self.rows: list[int] = []
@@ -71,8 +70,11 @@ class Consumer:
     def wait_drained(self, after: int) -> None:
         """Wait until it went idle after having printed ``after`` rows or more, once the
         write finished: by then it read everything its host received."""
-        wait_until(lambda: any(n >= after for n in self.idle_at) and self.idle_at[-1] == len(self.rows),
-                   60, f"consumer on port {self.port} to read what it received")
+        wait_until(
+            lambda: any(n >= after for n in self.idle_at) and self.idle_at[-1] == len(self.rows),
+            60,
+            f"consumer on port {self.port} to read what it received",
+        )
 
     def close(self) -> None:
         if self.process.poll() is None:
@@ -97,8 +99,12 @@ class Write(threading.Thread):
     def __init__(self, spark, ports: list[int], **options: str) -> None:
         super().__init__(daemon=True)
         self.spark = spark
-        self.options = {"endpoints": ",".join(f"tcp://127.0.0.1:{p}" for p in ports), "hwm": "1000",
-                        "sendTimeoutMs": "60000", **options}
+        self.options = {
+            "endpoints": ",".join(f"tcp://127.0.0.1:{p}" for p in ports),
+            "hwm": "1000",
+            "sendTimeoutMs": "60000",
+            **options,
+        }
         self.error: BaseException | None = None
         self.finished = threading.Event()
 
@@ -109,7 +115,8 @@ class Write(threading.Thread):
             jvm_session = self.spark._jsparkSession
             self.spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(jvm_session)
             df = self.spark.range(ROWS, numPartitions=1).selectExpr(
-                f"concat(lpad(CAST(id AS STRING), 8, '0'), repeat('x', {SIZE - 8})) AS value")
+                f"concat(lpad(CAST(id AS STRING), 8, '0'), repeat('x', {SIZE - 8})) AS value"
+            )
             df.write.format("zmq").mode("append").options(**self.options).save()
         except BaseException as exc:  # reported by the test
             self.error = exc
@@ -131,8 +138,11 @@ def test_consumer_killed_and_restarted_on_its_port_loses_only_what_its_own_side_
     write = Write(spark, [port])
     try:
         write.start()
-        wait_until(lambda: len(first.rows) >= ROWS // 4 or write.finished.is_set(), 120,
-                   "the first consumer to receive a quarter of the rows")
+        wait_until(
+            lambda: len(first.rows) >= ROWS // 4 or write.finished.is_set(),
+            120,
+            "the first consumer to receive a quarter of the rows",
+        )
         assert not write.finished.is_set(), f"the write ended before the kill: {write.error}"
         bound = first.stop_and_kill()
         second = Consumer(port)
@@ -142,8 +152,8 @@ def test_consumer_killed_and_restarted_on_its_port_loses_only_what_its_own_side_
         arrived = set(first.rows) | set(second.rows)
         missing = sorted(set(range(ROWS)) - arrived)
         assert len(missing) <= bound, (
-            f"{len(missing)} rows lost; the dead consumer's side held at most {bound} "
-            f"(first missing: {missing[:10]})")
+            f"{len(missing)} rows lost; the dead consumer's side held at most {bound} (first missing: {missing[:10]})"
+        )
         assert len(first.rows) < ROWS // 2 and len(second.rows) > ROWS // 4  # the kill really was mid-write
     finally:
         first.close()
@@ -162,8 +172,11 @@ def test_three_consumers_one_killed_the_other_two_receive_its_share(spark):
     try:
         write.start()
         victim = consumers[1]
-        wait_until(lambda: len(victim.rows) >= ROWS // 12 or write.finished.is_set(), 120,
-                   "the consumer to be killed to receive part of its share")
+        wait_until(
+            lambda: len(victim.rows) >= ROWS // 12 or write.finished.is_set(),
+            120,
+            "the consumer to be killed to receive part of its share",
+        )
         assert not write.finished.is_set(), f"the write ended before the kill: {write.error}"
         bound = victim.stop_and_kill()
         assert write.finished.wait(180), "the write did not finish"

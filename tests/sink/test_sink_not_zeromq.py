@@ -14,9 +14,16 @@ def test_a_sink_whose_endpoint_is_not_a_zeromq_peer_says_so(spark):
     server = NotZeroMQ()
     try:
         with pytest.raises(Exception) as info:
-            (spark.range(10).selectExpr("cast(id as string) as value").write.format("zmq").mode("append")
-             .option("endpoints", f"tcp://127.0.0.1:{server.port}").option("format", "text")
-             .option("sendTimeoutMs", "3000").save())
+            (
+                spark.range(10)
+                .selectExpr("cast(id as string) as value")
+                .write.format("zmq")
+                .mode("append")
+                .option("endpoints", f"tcp://127.0.0.1:{server.port}")
+                .option("format", "text")
+                .option("sendTimeoutMs", "3000")
+                .save()
+            )
         message = str(info.value)
         assert f"tcp://127.0.0.1:{server.port}" in message, message[-3000:]
         said = [line for line in message.splitlines() if "not a ZeroMQ peer" in line]

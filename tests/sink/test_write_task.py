@@ -57,8 +57,12 @@ def sink(endpoint: str, **given: str) -> SinkOptions:
 
 
 def values(start: int, n: int) -> pa.RecordBatch:
-    return pa.RecordBatch.from_pydict({"id": pa.array(range(start, start + n), pa.int64()),
-                                       "value": pa.array([f"row-{i}" if i % 7 else None for i in range(start, start + n)])})
+    return pa.RecordBatch.from_pydict(
+        {
+            "id": pa.array(range(start, start + n), pa.int64()),
+            "value": pa.array([f"row-{i}" if i % 7 else None for i in range(start, start + n)]),
+        }
+    )
 
 
 BATCHES = [values(0, 30), values(30, 0), values(30, 45), values(75, 1)]
@@ -127,8 +131,9 @@ def test_pub_sends_each_row_under_its_topic_column(bound):
     got: list = []
     reader = threading.Thread(target=lambda: got.extend(drain(sub, first_ms=20_000, multipart=True)))
     reader.start()
-    rows = pa.RecordBatch.from_pydict({"value": pa.array([b"a", b"b", b"c"], pa.binary()),
-                                       "topic": pa.array(["t1", None, "t2"])})
+    rows = pa.RecordBatch.from_pydict(
+        {"value": pa.array([b"a", b"b", b"c"], pa.binary()), "topic": pa.array(["t1", None, "t2"])}
+    )
     try:
         commit = _write_task(sink(endpoint, format="raw", pattern="pub"), iter([rows]), HEADER)
     finally:

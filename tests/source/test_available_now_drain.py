@@ -45,8 +45,15 @@ def test_available_now_drains_what_producers_send_once_the_receivers_start(tmp_p
     a producer's messages wait in the socket meanwhile, or its connection comes just after
     the start: the drain still waits for ``timeout`` of silence from the start and takes them."""
     port = free_ports(1)[0]
-    options = SourceOptions.parse({"endpoints": f"@tcp://127.0.0.1:{port}", "format": "raw", "receivers": receivers,
-                                   "spoolDir": str(tmp_path / "spool"), "timeout": str(IDLE_S)})
+    options = SourceOptions.parse(
+        {
+            "endpoints": f"@tcp://127.0.0.1:{port}",
+            "format": "raw",
+            "receivers": receivers,
+            "spoolDir": str(tmp_path / "spool"),
+            "timeout": str(IDLE_S),
+        }
+    )
     ingest = RelayIngest(options) if receivers == "processes" else LocalIngest(options)
     ctx = zmq.Context()
     push = None

@@ -31,8 +31,9 @@ OPTIONS = SinkOptions.parse({"endpoints": "tcp://127.0.0.1:5555", "format": "arr
 
 def run(query: str, batch: int, partition: int, attempt_id: str, ids: list[int]) -> list[bytes]:
     """One write task's messages, as the sink's encoder makes them (3 rows each)."""
-    encoder = ArrowEncoder(OPTIONS, {"query_id": query, "batch_id": batch, "partition": partition, "attempt": 0,
-                                     "attempt_id": attempt_id})
+    encoder = ArrowEncoder(
+        OPTIONS, {"query_id": query, "batch_id": batch, "partition": partition, "attempt": 0, "attempt_id": attempt_id}
+    )
     rows = pa.RecordBatch.from_arrays([pa.array(ids, pa.int64())], schema=SCHEMA)
     return [bytes(m) for m in encoder.encode(rows) + encoder.finish()]
 
@@ -76,8 +77,12 @@ class Stage:
         self.selector.decisions.flush()
         decisions = self.selector.decisions_within(0, begin, end)
         spool = pa.RecordBatch.from_arrays([pa.array(self.messages[begin:end], pa.binary())], names=["message"])
-        return [i for _, piece in kept_slices(spool, begin, 0, decisions, "FAILFAST", skip)
-                for m in piece.column(0) for i in pa.ipc.open_stream(m.as_buffer()).read_all()["id"].to_pylist()]
+        return [
+            i
+            for _, piece in kept_slices(spool, begin, 0, decisions, "FAILFAST", skip)
+            for m in piece.column(0)
+            for i in pa.ipc.open_stream(m.as_buffer()).read_all()["id"].to_pylist()
+        ]
 
 
 def test_a_resent_message_of_a_committed_run_reaches_spark_once(tmp_path):
@@ -152,8 +157,7 @@ def test_a_stray_message_is_released_after_the_hold_limit_and_counted(tmp_path, 
     assert (stage.selector.released_batches, stage.selector.released_messages) == (1, 1)
     driver = committed.CommittedOnly(str(tmp_path))
     driver.selector = stage.selector
-    assert driver.report() == {"committedOnly": {"releasedBatches": 1, "releasedMessages": 1,
-                                                 "conflictingRecords": 0}}
+    assert driver.report() == {"committedOnly": {"releasedBatches": 1, "releasedMessages": 1, "conflictingRecords": 0}}
     # the release is a decision on disk: a restarted query is not held again
     stage.messages += run("q", 1, 0, "b", [3]) + [commit_record(SCHEMA, "q", 1, {0: ("b", 1)})]
     stage.restart()

@@ -89,9 +89,11 @@ def test_a_compaction_killed_at_any_step_leaves_the_old_or_the_new_file(tmp_path
         old = f.read()
     pid = os.fork()
     if pid == 0:  # the child compacts and is killed (SIGKILL, no clean-up) before ``step``
+
         def die(at: str) -> None:
             if at == step:
                 os.kill(os.getpid(), signal.SIGKILL)
+
         try:
             selector.compact(step=die)
         finally:

@@ -46,8 +46,18 @@ SCHEMA = pa.schema([("id", pa.int64())])
 
 def data_message(query: str, batch: int, partition: int, attempt_id: str, ids: list[int], sequence: int = 0) -> bytes:
     rows = pa.RecordBatch.from_arrays([pa.array(ids, pa.int64())], schema=SCHEMA)
-    return arrow_message(rows, {"query_id": query, "batch_id": batch, "partition": partition, "attempt": 0,
-                                "attempt_id": attempt_id, "sequence": sequence, "last": "false"})
+    return arrow_message(
+        rows,
+        {
+            "query_id": query,
+            "batch_id": batch,
+            "partition": partition,
+            "attempt": 0,
+            "attempt_id": attempt_id,
+            "sequence": sequence,
+            "last": "false",
+        },
+    )
 
 
 def test_tags_of_the_sinks_messages():
@@ -62,16 +72,30 @@ def test_tags_of_the_sinks_messages():
     assert not keep(record, {("q", 3): {0: "a0", 1: "a1"}})
 
 
-@pytest.mark.parametrize("message, why", [
-    (b"not arrow at all", "not an Arrow IPC stream"),
-    (arrow_message(pa.RecordBatch.from_arrays([pa.array([1])], names=["id"]), {}), "no spark_zmq.query_id"),
-    (arrow_message(pa.RecordBatch.from_arrays([pa.array([1])], names=["id"]), {"query_id": "q", "batch_id": "x"}),
-     "batch_id 'x' is not a number"),
-    (arrow_message(pa.RecordBatch.from_arrays([pa.array([1])], names=["id"]), {"query_id": "q", "batch_id": 1}),
-     "no spark_zmq.partition"),
-    (arrow_message(pa.RecordBatch.from_arrays([pa.array([1])], names=["id"]),
-                   {"query_id": "q", "batch_id": 1, "commit": "[1, 2]"}), "not the sink's commit record"),
-])
+@pytest.mark.parametrize(
+    "message, why",
+    [
+        (b"not arrow at all", "not an Arrow IPC stream"),
+        (arrow_message(pa.RecordBatch.from_arrays([pa.array([1])], names=["id"]), {}), "no spark_zmq.query_id"),
+        (
+            arrow_message(
+                pa.RecordBatch.from_arrays([pa.array([1])], names=["id"]), {"query_id": "q", "batch_id": "x"}
+            ),
+            "batch_id 'x' is not a number",
+        ),
+        (
+            arrow_message(pa.RecordBatch.from_arrays([pa.array([1])], names=["id"]), {"query_id": "q", "batch_id": 1}),
+            "no spark_zmq.partition",
+        ),
+        (
+            arrow_message(
+                pa.RecordBatch.from_arrays([pa.array([1])], names=["id"]),
+                {"query_id": "q", "batch_id": 1, "commit": "[1, 2]"},
+            ),
+            "not the sink's commit record",
+        ),
+    ],
+)
 def test_a_message_without_the_sinks_metadata_is_untagged(message, why):
     tag = read_tag(message)
     assert tag.kind == "untagged" and why in tag.why
@@ -82,9 +106,15 @@ def spool_batch(messages: list[bytes]) -> pa.RecordBatch:
 
 
 def test_kept_slices_keep_offsets_and_follow_mode():
-    messages = [data_message("q", 0, 0, "good", [0]), data_message("q", 0, 0, "bad", [0]),
-                data_message("q", 0, 0, "good", [1]), data_message("q", 0, 0, "good", [2]),
-                commit_record(SCHEMA, "q", 0, {0: ("good", 3)}), b"garbage", data_message("q", 0, 0, "good", [3])]
+    messages = [
+        data_message("q", 0, 0, "good", [0]),
+        data_message("q", 0, 0, "bad", [0]),
+        data_message("q", 0, 0, "good", [1]),
+        data_message("q", 0, 0, "good", [2]),
+        commit_record(SCHEMA, "q", 0, {0: ("good", 3)}),
+        b"garbage",
+        data_message("q", 0, 0, "good", [3]),
+    ]
     decisions = {("q", 0): {0: "good"}}
     batch = spool_batch(messages)
     with pytest.raises(MalformedMessageError, match=r"channel 2, offset 105 .*committedOnly") as caught:
@@ -94,7 +124,9 @@ def test_kept_slices_keep_offsets_and_follow_mode():
         list(kept_slices(batch, 100, 2, decisions, "PERMISSIVE"))
     pieces = list(kept_slices(batch, 100, 2, decisions, "DROPMALFORMED"))
     assert [(first, piece.num_rows) for first, piece in pieces] == [(100, 1), (102, 2), (106, 1)]
-    ids = [pa.ipc.open_stream(m.as_buffer()).read_all()["id"][0].as_py() for _, piece in pieces for m in piece.column(0)]
+    ids = [
+        pa.ipc.open_stream(m.as_buffer()).read_all()["id"][0].as_py() for _, piece in pieces for m in piece.column(0)
+    ]
     assert ids == [0, 1, 2, 3]
 
 
@@ -159,13 +191,17 @@ def histories(draw):
                     attempt = f"{b}-{execution}-{p}-fail{failed}"
                     for i in range(draw(st.integers(0, len(rows[p])))):
                         pending[draw(st.integers(0, channels - 1))].append(
-                            Message(Tag("data", (query, b), p, attempt, sequence=i), (rows[p][i],)))
+                            Message(Tag("data", (query, b), p, attempt, sequence=i), (rows[p][i],))
+                        )
                 attempt = kept[p] = f"{b}-{execution}-{p}-ok"
                 per_message = draw(st.integers(1, 3))
                 sent = []
                 for seq, lo in enumerate(range(0, len(rows[p]), per_message)):
-                    sent.append(Message(Tag("data", (query, b), p, attempt, sequence=seq),
-                                        tuple(rows[p][lo:lo + per_message])))
+                    sent.append(
+                        Message(
+                            Tag("data", (query, b), p, attempt, sequence=seq), tuple(rows[p][lo : lo + per_message])
+                        )
+                    )
                     pending[draw(st.integers(0, channels - 1))].append(sent[-1])
                     if draw(st.integers(0, 4)) == 0:
                         # the sink resends a message a broken connection had not acknowledged
@@ -183,8 +219,12 @@ def histories(draw):
                 for c in range(channels):
                     # the record comes after the batch's data, or a little before its last messages
                     at = len(pending[c]) - draw(st.integers(0, min(2, len(pending[c]))))
-                    pending[c].insert(at, Message(Tag("record", (query, b), runs=dict(kept), messages=dict(counts),
-                                                      recent=recent or None)))
+                    pending[c].insert(
+                        at,
+                        Message(
+                            Tag("record", (query, b), runs=dict(kept), messages=dict(counts), recent=recent or None)
+                        ),
+                    )
         for c in range(channels):
             streams[c].extend(pending[c])
         batch_rows = [r for p in range(partitions) for r in rows[p]]
@@ -239,10 +279,17 @@ class Reader:
         for c in range(len(self.streams)):
             pieces = sorted({begin[c], end[c], *[x for x in cut if begin[c] < x < end[c]]})
             for lo, hi in zip(pieces, pieces[1:]):
-                decisions, skip = decode_reading(encode_reading(
-                    self.selector.decisions_within(c, lo, hi), [o for o in skips.get(c, ()) if lo <= o < hi]))
-                rows += [r for o, m in enumerate(self.streams[c][lo:hi], start=lo)
-                         if keep(m.tag, decisions) and o not in skip for r in m.rows]
+                decisions, skip = decode_reading(
+                    encode_reading(
+                        self.selector.decisions_within(c, lo, hi), [o for o in skips.get(c, ()) if lo <= o < hi]
+                    )
+                )
+                rows += [
+                    r
+                    for o, m in enumerate(self.streams[c][lo:hi], start=lo)
+                    if keep(m.tag, decisions) and o not in skip
+                    for r in m.rows
+                ]
         return rows
 
 
@@ -267,8 +314,9 @@ def test_each_recorded_row_once_whatever_the_arrival_order_and_restarts(history,
                 # this query restarts before committing the batch: Spark re-runs it from its
                 # offset log, on a new driver that knows only what the decisions file kept
                 reader.start(committed=begin)
-                assert sorted(reader.read(begin, end, data.draw(st.lists(st.integers(0, 40), max_size=3)))) \
-                    == sorted(rows), "a re-run batch read other rows"
+                assert sorted(reader.read(begin, end, data.draw(st.lists(st.integers(0, 40), max_size=3)))) == sorted(
+                    rows
+                ), "a re-run batch read other rows"
             delivered += rows
             reader.committed = end
             for c in range(len(streams)):
@@ -286,7 +334,7 @@ def test_each_recorded_row_once_whatever_the_arrival_order_and_restarts(history,
         # a channel is held only from the first message of a batch that has no record
         if end[c] < len(stream):
             assert stream[end[c]].tag.kind == "data" and stream[end[c]].tag.key[1] in never_committed
-            assert all(m.tag.key[1] not in never_committed for m in stream[:end[c]] if m.tag.kind == "data")
+            assert all(m.tag.key[1] not in never_committed for m in stream[: end[c]] if m.tag.kind == "data")
 
 
 def test_a_batch_without_its_record_holds_the_channel_from_its_first_message():
@@ -342,15 +390,25 @@ def test_a_held_channel_is_warned_of_once_and_the_decisions_reach_disk(tmp_path,
     from spark_zmq.source import committed
 
     monkeypatch.setattr(committed, "BLOCKED_WARN_SECONDS", 0.0)
-    spool = SpoolOfMessages([[data_message("q", 0, 0, "a", [1]), commit_record(SCHEMA, "q", 0, {0: ("a", 1)}),
-                              data_message("q", 1, 0, "b", [2]), data_message("q", 1, 0, "b", [3])]])
+    spool = SpoolOfMessages(
+        [
+            [
+                data_message("q", 0, 0, "a", [1]),
+                commit_record(SCHEMA, "q", 0, {0: ("a", 1)}),
+                data_message("q", 1, 0, "b", [2]),
+                data_message("q", 1, 0, "b", [3]),
+            ]
+        ]
+    )
     driver = committed.CommittedOnly(str(tmp_path))
     with caplog.at_level("WARNING", logger=committed.__name__):
         assert driver.clamp(spool, {0: 0}, {0: 4}, spool.read) == {0: 2}
         assert driver.clamp(spool, {0: 0}, {0: 4}, spool.read) == {0: 2}
         assert driver.clamp(spool, {0: 0}, {0: 4}, spool.read) == {0: 2}
     warnings = [r.getMessage() for r in caplog.records]
-    assert len(warnings) == 1 and "channel 0 has held offsets 2..4" in warnings[0] and "batch 1 of query q" in warnings[0]
+    assert (
+        len(warnings) == 1 and "channel 0 has held offsets 2..4" in warnings[0] and "batch 1 of query q" in warnings[0]
+    )
     assert Decisions(str(tmp_path / "committed-runs-spool-1.jsonl")).get(("q", 0)) == {0: "a"}
     # a new driver (the query restarted) reads the batch it re-runs with the same decisions
     again = committed.CommittedOnly(str(tmp_path))
@@ -369,8 +427,11 @@ def test_a_batch_write_is_decided_by_its_record():
     for its record and its committed runs are kept (no floor below -1 settles it)."""
     selector = RunSelector()
     selector.channel(0, 0)
-    messages = [data_message("write-1", -1, 0, "a", [1, 2]), data_message("write-1", -1, 1, "b", [3]),
-                commit_record(SCHEMA, "write-1", -1, {0: ("a", 1), 1: ("b", 1)})]
+    messages = [
+        data_message("write-1", -1, 0, "a", [1, 2]),
+        data_message("write-1", -1, 1, "b", [3]),
+        commit_record(SCHEMA, "write-1", -1, {0: ("a", 1), 1: ("b", 1)}),
+    ]
     selector.observe(0, 0, read_tag(messages[0]))
     assert selector.end(0) == 0, "a batch write's data was settled before its record arrived"
     for offset, message in enumerate(messages[1:], start=1):
@@ -378,6 +439,10 @@ def test_a_batch_write_is_decided_by_its_record():
     assert selector.end(0) == 3
     decisions = selector.decisions_within(0, 0, 3)
     assert decisions == {("write-1", -1): {0: "a", 1: "b"}}
-    rows = [i for _, piece in kept_slices(spool_batch(messages), 0, 0, decisions, "FAILFAST")
-            for m in piece.column(0) for i in pa.ipc.open_stream(m.as_buffer()).read_all()["id"].to_pylist()]
+    rows = [
+        i
+        for _, piece in kept_slices(spool_batch(messages), 0, 0, decisions, "FAILFAST")
+        for m in piece.column(0)
+        for i in pa.ipc.open_stream(m.as_buffer()).read_all()["id"].to_pylist()
+    ]
     assert rows == [1, 2, 3]

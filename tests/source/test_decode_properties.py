@@ -57,18 +57,22 @@ from spark_zmq.sparkglue.schemas import fixed_schema
 
 pytestmark = pytest.mark.timeout(600)
 
-PROPERTY = settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+PROPERTY = settings(
+    max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 MODES = ("PERMISSIVE", "DROPMALFORMED", "FAILFAST")
 FIRST = 1000  # first offset of the decoded batches: error messages must name first + index
 
-JSON_SCHEMA = StructType([
-    StructField("id", LongType()),
-    StructField("name", StringType()),
-    StructField("score", DoubleType()),
-    StructField("tags", ArrayType(StringType())),
-    StructField("inner", StructType([StructField("a", IntegerType()), StructField("b", ArrayType(LongType()))])),
-    StructField("_corrupt", StringType()),
-])
+JSON_SCHEMA = StructType(
+    [
+        StructField("id", LongType()),
+        StructField("name", StringType()),
+        StructField("score", DoubleType()),
+        StructField("tags", ArrayType(StringType())),
+        StructField("inner", StructType([StructField("a", IntegerType()), StructField("b", ArrayType(LongType()))])),
+        StructField("_corrupt", StringType()),
+    ]
+)
 
 
 def decode_all(decoder: Decoder, messages: list, fmt: str) -> list:
@@ -91,9 +95,17 @@ def failed_index(exc: MalformedMessageError) -> int:
 
 # -- JSON strategies ---------------------------------------------------------------------------
 
-json_scalars = st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20)
+json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**63 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=20)
+)
 json_values = st.recursive(
-    json_scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4), max_leaves=20
+    json_scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+    max_leaves=20,
 )
 
 json_objects = st.fixed_dictionaries(
@@ -104,7 +116,11 @@ json_objects = st.fixed_dictionaries(
         "score": st.floats(allow_nan=False, allow_infinity=False, width=64),
         "tags": st.lists(st.text(max_size=8) | st.none(), max_size=4) | st.none(),
         "inner": st.fixed_dictionaries(
-            {}, optional={"a": st.integers(-(2**31), 2**31 - 1), "b": st.lists(st.integers(-(2**63), 2**63 - 1), max_size=3)}
+            {},
+            optional={
+                "a": st.integers(-(2**31), 2**31 - 1),
+                "b": st.lists(st.integers(-(2**63), 2**63 - 1), max_size=3),
+            },
         ),
         "extra": json_values,
         "\u00e9\U0001f600": json_values,
@@ -123,8 +139,28 @@ def json_texts(draw) -> bytes:
 
 
 NON_OBJECTS = [b"null", b"42", b"[]", b'"text"', b"true", b"false", b"-1.5e3", b"[{}]", b" null ", b"null\n", b""]
-TOKENS = [b"null", b"\n", b"\r", b"\x00", b"\xff", b"\xc3", b"{", b"}", b"[", b"]", b'"', b"\\", b",", b":", b"1e999",
-          b"\\ud800", b"{}", b" null ", b'"id":1,', b"\n{}\n"]
+TOKENS = [
+    b"null",
+    b"\n",
+    b"\r",
+    b"\x00",
+    b"\xff",
+    b"\xc3",
+    b"{",
+    b"}",
+    b"[",
+    b"]",
+    b'"',
+    b"\\",
+    b",",
+    b":",
+    b"1e999",
+    b"\\ud800",
+    b"{}",
+    b" null ",
+    b'"id":1,',
+    b"\n{}\n",
+]
 
 
 @st.composite
@@ -275,7 +311,10 @@ ARROW_COLUMNS = {
     "b": ([pa.binary(), pa.large_binary()], BinaryType()),
     "l": ([pa.list_(pa.int32()), pa.large_list(pa.int32()), pa.list_view(pa.int32())], ArrayType(IntegerType())),
     "d": ([pa.dictionary(pa.int32(), pa.string())], StringType()),
-    "st": ([pa.struct([("x", pa.int32()), ("y", pa.string())])], StructType([StructField("x", IntegerType()), StructField("y", StringType())])),
+    "st": (
+        [pa.struct([("x", pa.int32()), ("y", pa.string())])],
+        StructType([StructField("x", IntegerType()), StructField("y", StringType())]),
+    ),
     "n": ([pa.null()], LongType()),
     "ts": ([pa.timestamp("us", "UTC")], TimestampType()),
     "ls": ([pa.list_(pa.string())], ArrayType(StringType())),
@@ -298,7 +337,10 @@ def _column(draw, name: str, arrow_type: pa.DataType, n: int) -> pa.Array:
         return pa.array(rows(WORDS), pa.string()).dictionary_encode()
     if name == "st":
         pairs = rows(st.tuples(st.integers(-(2**31), 2**31 - 1), WORDS))
-        return pa.StructArray.from_arrays([pa.array([p[0] for p in pairs], pa.int32()), pa.array([p[1] for p in pairs], pa.string())], names=["x", "y"])
+        return pa.StructArray.from_arrays(
+            [pa.array([p[0] for p in pairs], pa.int32()), pa.array([p[1] for p in pairs], pa.string())],
+            names=["x", "y"],
+        )
     if name == "n":
         return pa.nulls(n)
     if name == "ts":
@@ -395,7 +437,10 @@ def test_json_null_first_is_a_malformed_record_not_a_worker_crash():
         print([row for b in decoder.decode(batch, 0, 0) for row in b.to_pylist()])
     """)
     assert result.returncode == 0, f"decoder died (status {result.returncode}): {result.stderr[-2000:]}"
-    assert "[{'id': None, '_corrupt_record': 'null'}, {'id': 1, '_corrupt_record': None}, {'id': None, '_corrupt_record': '42'}]" in result.stdout
+    assert (
+        "[{'id': None, '_corrupt_record': 'null'}, {'id': 1, '_corrupt_record': None}, {'id': None, '_corrupt_record': '42'}]"
+        in result.stdout
+    )
 
 
 @pytest.mark.parametrize("value", [b"null", b"42", b"[]", b'"text"', b"true"])
@@ -427,8 +472,11 @@ def test_failfast_errors_locate_the_message_and_are_no_option_errors():
 
 def test_raw_schema_naming_a_column_the_format_lacks_fails_on_decode():
     decoder = make_decoder("raw", StructType([StructField("value", BinaryType()), StructField("key", StringType())]))
-    with pytest.raises(SchemaMismatchError, match="column 'key' is not produced by format 'raw'; its columns are "
-                                                  "value, topic, partition, offset, timestamp"):
+    with pytest.raises(
+        SchemaMismatchError,
+        match="column 'key' is not produced by format 'raw'; its columns are "
+        "value, topic, partition, offset, timestamp",
+    ):
         decode_all(decoder, [b"x"], "raw")
 
 
@@ -443,17 +491,35 @@ def test_one_decoder_class_per_format():
 
 def test_json_message_over_max_message_bytes_is_malformed():
     decoder = make_decoder("json", JSON_SCHEMA, mode="DROPMALFORMED", max_message_bytes=1024)
-    rows = [r for b in decode_all(decoder, [b'{"id": 1}', json.dumps({"id": 2, "name": "x" * 2000}).encode()], "json") for r in b.to_pylist()]
+    rows = [
+        r
+        for b in decode_all(decoder, [b'{"id": 1}', json.dumps({"id": 2, "name": "x" * 2000}).encode()], "json")
+        for r in b.to_pylist()
+    ]
     assert [r["id"] for r in rows] == [1] and decoder.malformed == 1
     with pytest.raises(MalformedMessageError, match="exceeds maxMessageBytes"):
-        decode_all(make_decoder("json", JSON_SCHEMA, mode="FAILFAST", max_message_bytes=1024), [b"{" + b" " * 2000 + b"}"], "json")
+        decode_all(
+            make_decoder("json", JSON_SCHEMA, mode="FAILFAST", max_message_bytes=1024),
+            [b"{" + b" " * 2000 + b"}"],
+            "json",
+        )
 
 
-@pytest.mark.parametrize("message", [
-    b'{"id": 1} {"id": 2}', b'{"id": 1}\n{"id": 2}', b'{"name": "\xff"}', b'{"name": "a\x00b"}', b'{"id": 1}\x00',
-    b'{"id": 1, "id": 2}', b'{"id": 123456789012345678901234567890}', b'{"score": 1e999}',
-    b'{"tags": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", b'{"name": "\\ud800"}',
-])
+@pytest.mark.parametrize(
+    "message",
+    [
+        b'{"id": 1} {"id": 2}',
+        b'{"id": 1}\n{"id": 2}',
+        b'{"name": "\xff"}',
+        b'{"name": "a\x00b"}',
+        b'{"id": 1}\x00',
+        b'{"id": 1, "id": 2}',
+        b'{"id": 123456789012345678901234567890}',
+        b'{"score": 1e999}',
+        b'{"tags": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+        b'{"name": "\\ud800"}',
+    ],
+)
 def test_json_hostile_objects_follow_mode(message):
     for mode in MODES:
         decoder = make_decoder("json", JSON_SCHEMA, mode=mode, corrupt_column="_corrupt")
@@ -468,7 +534,9 @@ def test_json_hostile_objects_follow_mode(message):
 
 def test_json_deep_nesting_in_an_ignored_field_parses_on_the_fast_path():
     deep = b'{"id": 3, "other": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
-    rows = [r for b in decode_all(make_decoder("json", JSON_SCHEMA, mode="FAILFAST"), [deep], "json") for r in b.to_pylist()]
+    rows = [
+        r for b in decode_all(make_decoder("json", JSON_SCHEMA, mode="FAILFAST"), [deep], "json") for r in b.to_pylist()
+    ]
     assert rows[0]["id"] == 3
 
 
@@ -533,7 +601,9 @@ def test_arrow_expansion_bombs_are_refused_before_the_cast():
     with pytest.raises(arrow_guard.MalformedArrowError, match="would take about"):
         arrow_guard.read_batches(ipc([pa.record_batch({"s": dictionary})], "zstd"), schema=schema)
     view = np.array([65536, int.from_bytes(b"yyyy", "little"), 0, 0], dtype="<i4").tobytes()
-    views = pa.Array.from_buffers(pa.string_view(), 1_000_000, [None, pa.py_buffer(view * 1_000_000), pa.py_buffer(b"y" * 65536)])
+    views = pa.Array.from_buffers(
+        pa.string_view(), 1_000_000, [None, pa.py_buffer(view * 1_000_000), pa.py_buffer(b"y" * 65536)]
+    )
     with pytest.raises(arrow_guard.MalformedArrowError, match="views reference more than"):
         arrow_guard.read_batches(ipc([pa.record_batch({"s": views})], "zstd"), schema=schema)
 
@@ -618,7 +688,11 @@ def test_arrow_null_string_view_with_a_negative_length_is_malformed_not_a_crash(
 
 def test_arrow_not_null_columns_refuse_nulls():
     decoder = make_decoder("arrow", StructType([StructField("id", LongType(), False)]), mode="DROPMALFORMED")
-    out = decode_all(decoder, [ipc([pa.record_batch({"id": pa.array([1, None])})]), ipc([pa.record_batch({"id": pa.array([3])})])], "arrow")
+    out = decode_all(
+        decoder,
+        [ipc([pa.record_batch({"id": pa.array([1, None])})]), ipc([pa.record_batch({"id": pa.array([3])})])],
+        "arrow",
+    )
     assert [r["id"] for b in out for r in b.to_pylist()] == [3]
 
 

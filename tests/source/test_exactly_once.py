@@ -101,8 +101,9 @@ class MemoryChannel:
 class MemoryIngest:
     """The part of ``source.reader_ingest.Ingest`` the rules use, over plain values."""
 
-    def __init__(self, spool_id: str = "ours", channels: tuple[tuple[int, int], ...] = ((0, 10),),
-                 at_time: dict | None = None) -> None:
+    def __init__(
+        self, spool_id: str = "ours", channels: tuple[tuple[int, int], ...] = ((0, 10),), at_time: dict | None = None
+    ) -> None:
         self.calls: list = []
         self.channels = [MemoryChannel(c, nxt, earliest, self.calls) for c, (earliest, nxt) in enumerate(channels)]
         self.spool_id = spool_id
@@ -271,8 +272,16 @@ RECEIVERS = ["threads", "processes"]
 
 
 def _options(tmp_path, receivers: str, port: int, **extra: str) -> SourceOptions:
-    return SourceOptions.parse({"endpoints": f"@tcp://127.0.0.1:{port}", "format": "raw", "receivers": receivers,
-                                "spoolDir": str(tmp_path / "spool"), "receiverLingerSeconds": "0", **extra})
+    return SourceOptions.parse(
+        {
+            "endpoints": f"@tcp://127.0.0.1:{port}",
+            "format": "raw",
+            "receivers": receivers,
+            "spoolDir": str(tmp_path / "spool"),
+            "receiverLingerSeconds": "0",
+            **extra,
+        }
+    )
 
 
 def _stop(ingest) -> None:

@@ -38,8 +38,15 @@ HEADERS = StructField("headers", MapType(StringType(), StringType(), True), True
 SCHEMA = StructType([StructField("id", LongType(), True), HEADERS])
 MODES = ("PERMISSIVE", "DROPMALFORMED", "FAILFAST")
 # what the sink puts into every arrow message it sends (spark_zmq/sink/encoders/arrow.py)
-SINK_KEYS = [b"spark_zmq.query_id", b"spark_zmq.batch_id", b"spark_zmq.partition", b"spark_zmq.sequence",
-             b"spark_zmq.attempt", b"spark_zmq.attempt_id", b"spark_zmq.last"]
+SINK_KEYS = [
+    b"spark_zmq.query_id",
+    b"spark_zmq.batch_id",
+    b"spark_zmq.partition",
+    b"spark_zmq.sequence",
+    b"spark_zmq.attempt",
+    b"spark_zmq.attempt_id",
+    b"spark_zmq.last",
+]
 
 
 def ipc(batches: list, metadata=None, compression=None) -> bytes:
@@ -54,7 +61,9 @@ def ipc(batches: list, metadata=None, compression=None) -> bytes:
 
 
 def ids(lo: int, hi: int) -> pa.RecordBatch:
-    return pa.record_batch({"id": pa.array(range(lo, hi), pa.int64()), "extra": pa.array(["x"] * (hi - lo), pa.string())})
+    return pa.record_batch(
+        {"id": pa.array(range(lo, hi), pa.int64()), "extra": pa.array(["x"] * (hi - lo), pa.string())}
+    )
 
 
 def expected(metadata, position: int) -> dict:
@@ -150,7 +159,9 @@ def test_a_message_whose_headers_would_exceed_the_cap_is_malformed():
     message = ipc([many], {b"k": b"v" * 4096})  # ~80 MB of headers from a 60 KB message
     cap = 16 * 1024 * 1024  # max_body_bytes for maxMessageBytes = 1 MiB
     with pytest.raises(MalformedMessageError, match="headers column would copy about"):
-        decode(make_decoder("arrow", SCHEMA, mode="FAILFAST", include_headers=True, max_message_bytes=1 << 20), [message])
+        decode(
+            make_decoder("arrow", SCHEMA, mode="FAILFAST", include_headers=True, max_message_bytes=1 << 20), [message]
+        )
     dropping = make_decoder("arrow", SCHEMA, mode="DROPMALFORMED", include_headers=True, max_message_bytes=1 << 20)
     assert dropping.max_body_bytes == cap
     assert decode(dropping, [message, ipc([ids(0, 2)], {b"k": b"v"})])[0].num_rows == 2
@@ -183,8 +194,7 @@ def test_large_outputs_are_split_and_row_positions_run_on(monkeypatch):
 def test_a_schema_of_headers_only_counts_the_message_rows():
     schema = StructType([StructField("headers", MapType(StringType(), StringType(), False), False)])
     out = decode(make_decoder("arrow", schema, include_headers=True), [ipc([ids(0, 2), ids(2, 3)], {b"a": b"b"})])
-    assert [dict(r["headers"]) for b in out for r in b.to_pylist()] == [
-        {"a": "b", ROW_KEY: str(i)} for i in range(3)]
+    assert [dict(r["headers"]) for b in out for r in b.to_pylist()] == [{"a": "b", ROW_KEY: str(i)} for i in range(3)]
 
 
 def test_without_the_option_a_headers_column_is_read_from_the_message_as_before():
@@ -212,13 +222,18 @@ def test_option_parsing():
         assert info.value.option == "includeHeaders" and f"format is {fmt!r}" in str(info.value)
 
 
-@pytest.mark.parametrize("schema, fragment", [
-    (StructType([StructField("id", LongType())]), "which the declared schema (id) lacks"),
-    (StructType([StructField("id", LongType()), StructField("Headers", MapType(StringType(), StringType()))]),
-     "column 'Headers' differs in case"),
-    (StructType([StructField("headers", StringType())]), "must be declared map<string,string>, not string"),
-    (StructType([StructField("headers", MapType(StringType(), LongType()))]), "not map<string,bigint>"),
-])
+@pytest.mark.parametrize(
+    "schema, fragment",
+    [
+        (StructType([StructField("id", LongType())]), "which the declared schema (id) lacks"),
+        (
+            StructType([StructField("id", LongType()), StructField("Headers", MapType(StringType(), StringType()))]),
+            "column 'Headers' differs in case",
+        ),
+        (StructType([StructField("headers", StringType())]), "must be declared map<string,string>, not string"),
+        (StructType([StructField("headers", MapType(StringType(), LongType()))]), "not map<string,bigint>"),
+    ],
+)
 def test_a_schema_without_a_headers_map_column_is_refused_naming_the_option(schema, fragment):
     options = SourceOptions.parse({**SRC, "format": "arrow", "includeHeaders": "true"})
     with pytest.raises(OptionError) as info:
@@ -231,9 +246,16 @@ def test_a_schema_without_a_headers_map_column_is_refused_naming_the_option(sche
 
 
 def _batch_read(spark, endpoint: str, schema: str, messages: int, **options):
-    reader = (spark.read.format("zmq").option("endpoints", "@" + endpoint).option("pattern", "pull")
-              .option("format", "arrow").option("includeHeaders", "true").option("maxMessages", messages)
-              .option("timeout", 30).schema(schema))
+    reader = (
+        spark.read.format("zmq")
+        .option("endpoints", "@" + endpoint)
+        .option("pattern", "pull")
+        .option("format", "arrow")
+        .option("includeHeaders", "true")
+        .option("maxMessages", messages)
+        .option("timeout", 30)
+        .schema(schema)
+    )
     for key, value in options.items():
         reader = reader.option(key, value)
     return reader.load()
@@ -242,9 +264,15 @@ def _batch_read(spark, endpoint: str, schema: str, messages: int, **options):
 @pytest.mark.spark
 def test_batch_read_fills_headers_from_each_message(spark, free_port):
     endpoint = f"tcp://127.0.0.1:{free_port}"
-    sink_like = {b"spark_zmq.query_id": b"q-1", b"spark_zmq.batch_id": b"4", b"spark_zmq.partition": b"1",
-                 b"spark_zmq.sequence": b"0", b"spark_zmq.attempt": b"0", b"spark_zmq.attempt_id": b"ab12",
-                 b"spark_zmq.last": b"true"}
+    sink_like = {
+        b"spark_zmq.query_id": b"q-1",
+        b"spark_zmq.batch_id": b"4",
+        b"spark_zmq.partition": b"1",
+        b"spark_zmq.sequence": b"0",
+        b"spark_zmq.attempt": b"0",
+        b"spark_zmq.attempt_id": b"ab12",
+        b"spark_zmq.last": b"true",
+    }
     not_utf8 = {b"caf\xe9": b"\xff\xfeok", b"plain": b"text"}
     messages = [ipc([ids(0, 2), ids(2, 5)], sink_like), ipc([ids(10, 12)], not_utf8), ipc([ids(20, 21)])]
     Producer(endpoint, messages).start()
@@ -271,36 +299,66 @@ def test_batch_read_takes_the_headers_column_where_it_is_declared(spark, free_po
 @pytest.mark.spark
 def test_stream_read_fills_headers(spark, free_port, spool_dir, tmp_path):
     endpoint = f"tcp://127.0.0.1:{free_port}"
-    messages = [ipc([ids(0, 2), ids(2, 3)], {b"spark_zmq.batch_id": b"0"}),
-                ipc([ids(3, 4)], {b"spark_zmq.batch_id": b"1"}), ipc([ids(4, 6)])]
+    messages = [
+        ipc([ids(0, 2), ids(2, 3)], {b"spark_zmq.batch_id": b"0"}),
+        ipc([ids(3, 4)], {b"spark_zmq.batch_id": b"1"}),
+        ipc([ids(4, 6)]),
+    ]
     Producer(endpoint, messages).start()
-    df = (spark.readStream.format("zmq").option("endpoints", "@" + endpoint).option("format", "arrow")
-          .option("includeHeaders", "true").option("spoolDir", spool_dir).option("timeout", 2)
-          .schema("id long, headers map<string,string>").load())
+    df = (
+        spark.readStream.format("zmq")
+        .option("endpoints", "@" + endpoint)
+        .option("format", "arrow")
+        .option("includeHeaders", "true")
+        .option("spoolDir", spool_dir)
+        .option("timeout", 2)
+        .schema("id long, headers map<string,string>")
+        .load()
+    )
     rows, error = run_available_now(spark, df, tmp_path, "include_headers_stream", timeout=150)
     assert error is None
     got = {r.id: r.headers for r in rows}
     assert got == {
-        0: {"spark_zmq.batch_id": "0", ROW_KEY: "0"}, 1: {"spark_zmq.batch_id": "0", ROW_KEY: "1"},
-        2: {"spark_zmq.batch_id": "0", ROW_KEY: "2"}, 3: {"spark_zmq.batch_id": "1", ROW_KEY: "0"},
-        4: {ROW_KEY: "0"}, 5: {ROW_KEY: "1"},
+        0: {"spark_zmq.batch_id": "0", ROW_KEY: "0"},
+        1: {"spark_zmq.batch_id": "0", ROW_KEY: "1"},
+        2: {"spark_zmq.batch_id": "0", ROW_KEY: "2"},
+        3: {"spark_zmq.batch_id": "1", ROW_KEY: "0"},
+        4: {ROW_KEY: "0"},
+        5: {ROW_KEY: "1"},
     }
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("options, schema, fragment", [
-    ({"format": "json"}, "id long, headers map<string,string>",
-     "option 'includeHeaders' applies to format 'arrow' only; format is 'json'"),
-    ({"format": "text"}, None, "option 'includeHeaders' applies to format 'arrow' only; format is 'text'"),
-    ({"format": "arrow", "includeHeaders": "maybe"}, "id long, headers map<string,string>",
-     "option 'includeHeaders' = 'maybe' is not a boolean"),
-    ({"format": "arrow"}, "id long", "option 'includeHeaders' = true fills the column 'headers map<string,string>'"),
-    ({"format": "arrow"}, "id long, headers string", "must be declared map<string,string>, not string"),
-    ({"format": "arrow"}, None, "schema('sensor string, reading double, headers map<string,string>')"),
-])
+@pytest.mark.parametrize(
+    "options, schema, fragment",
+    [
+        (
+            {"format": "json"},
+            "id long, headers map<string,string>",
+            "option 'includeHeaders' applies to format 'arrow' only; format is 'json'",
+        ),
+        ({"format": "text"}, None, "option 'includeHeaders' applies to format 'arrow' only; format is 'text'"),
+        (
+            {"format": "arrow", "includeHeaders": "maybe"},
+            "id long, headers map<string,string>",
+            "option 'includeHeaders' = 'maybe' is not a boolean",
+        ),
+        (
+            {"format": "arrow"},
+            "id long",
+            "option 'includeHeaders' = true fills the column 'headers map<string,string>'",
+        ),
+        ({"format": "arrow"}, "id long, headers string", "must be declared map<string,string>, not string"),
+        ({"format": "arrow"}, None, "schema('sensor string, reading double, headers map<string,string>')"),
+    ],
+)
 def test_bad_uses_fail_naming_the_option(spark, free_port, options, schema, fragment):
-    reader = (spark.read.format("zmq").option("endpoints", f"@tcp://127.0.0.1:{free_port}")
-              .option("includeHeaders", "true").option("timeout", 1))
+    reader = (
+        spark.read.format("zmq")
+        .option("endpoints", f"@tcp://127.0.0.1:{free_port}")
+        .option("includeHeaders", "true")
+        .option("timeout", 1)
+    )
     for key, value in options.items():
         reader = reader.option(key, value)
     if schema is not None:

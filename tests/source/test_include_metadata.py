@@ -25,8 +25,12 @@ from spark_zmq.source.decoders import Decoder, MalformedMessageError, make_decod
 
 pytestmark = pytest.mark.timeout(180)
 
-METADATA = [StructField("topic", StringType()), StructField("partition", IntegerType()),
-            StructField("offset", LongType()), StructField("timestamp", TimestampType())]
+METADATA = [
+    StructField("topic", StringType()),
+    StructField("partition", IntegerType()),
+    StructField("offset", LongType()),
+    StructField("timestamp", TimestampType()),
+]
 DATA = [StructField("id", LongType()), StructField("reading", DoubleType())]
 FIRST = 500
 
@@ -40,11 +44,11 @@ def _arrow(ids: list[int]) -> bytes:
 
 
 _json_message = st.one_of(
-    st.builds(lambda i: json.dumps({"id": i, "reading": i / 2}).encode(), st.integers(0, 10 ** 6)),
+    st.builds(lambda i: json.dumps({"id": i, "reading": i / 2}).encode(), st.integers(0, 10**6)),
     st.sampled_from([b"null", b"42", b"[]", b"{", b"", b"\xff", b'{"id": "x"}']),
 )
 _arrow_message = st.one_of(
-    st.builds(_arrow, st.lists(st.integers(0, 10 ** 6), min_size=0, max_size=5)),
+    st.builds(_arrow, st.lists(st.integers(0, 10**6), min_size=0, max_size=5)),
     st.sampled_from([b"", b"\x00" * 8, b"garbage"]),
 )
 
@@ -54,10 +58,14 @@ def _rows(decoder: Decoder, batch: pa.RecordBatch, channel: int = 3) -> list[dic
 
 
 @settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(fmt_messages=st.one_of(st.tuples(st.just("json"), st.lists(_json_message, max_size=30)),
-                              st.tuples(st.just("arrow"), st.lists(_arrow_message, max_size=12))),
-       mode=st.sampled_from(["PERMISSIVE", "DROPMALFORMED", "FAILFAST"]),
-       topics=st.booleans())
+@given(
+    fmt_messages=st.one_of(
+        st.tuples(st.just("json"), st.lists(_json_message, max_size=30)),
+        st.tuples(st.just("arrow"), st.lists(_arrow_message, max_size=12)),
+    ),
+    mode=st.sampled_from(["PERMISSIVE", "DROPMALFORMED", "FAILFAST"]),
+    topics=st.booleans(),
+)
 def test_each_row_carries_its_own_messages_metadata(fmt_messages, mode, topics):
     fmt, messages = fmt_messages
     topic_frames = [b"t%d" % (i % 3) for i in range(len(messages))] if topics else None
@@ -88,12 +96,18 @@ def test_each_row_carries_its_own_messages_metadata(fmt_messages, mode, topics):
         assert offsets == [FIRST + i for i in range(len(messages))]
 
 
-@pytest.mark.parametrize("fields, fragment", [
-    (DATA, "which must be the last four of the declared schema (id, reading)"),
-    (METADATA + DATA, "which must be the last four"),
-    (DATA + METADATA[:3] + [StructField("timestamp", StringType())], "which must be the last four"),
-    ([StructField("offset", LongType())] + DATA + METADATA, "the message column 'offset' has the name of a metadata"),
-])
+@pytest.mark.parametrize(
+    "fields, fragment",
+    [
+        (DATA, "which must be the last four of the declared schema (id, reading)"),
+        (METADATA + DATA, "which must be the last four"),
+        (DATA + METADATA[:3] + [StructField("timestamp", StringType())], "which must be the last four"),
+        (
+            [StructField("offset", LongType())] + DATA + METADATA,
+            "the message column 'offset' has the name of a metadata",
+        ),
+    ],
+)
 def test_a_schema_without_the_columns_last_or_with_a_clash_is_refused(fields, fragment):
     with pytest.raises(OptionError, match="option 'includeMetadata'") as error:
         make_decoder("json", StructType(fields), include_metadata=True)
@@ -108,17 +122,32 @@ def test_a_sub_query_on_two_topics_tells_them_apart_and_traces_offsets(spark, fr
     import zmq
 
     endpoint = f"tcp://127.0.0.1:{free_port}"
-    messages = [[b"alpha" if i % 2 == 0 else b"beta", json.dumps({"id": i, "reading": i / 2}).encode()]
-                for i in range(200)]
-    df = (spark.readStream.format("zmq").option("pattern", "sub").option("endpoints", "@" + endpoint)
-          .option("topics", "alpha,beta").option("format", "json").option("includeMetadata", "true")
-          .option("spoolDir", spool_dir)
-          .schema("id long, reading double, topic string, partition int, offset long, timestamp timestamp").load())
-    query = (df.writeStream.format("memory").queryName("include_metadata_sub")
-             .option("checkpointLocation", str(tmp_path / "ckpt")).start())
+    messages = [
+        [b"alpha" if i % 2 == 0 else b"beta", json.dumps({"id": i, "reading": i / 2}).encode()] for i in range(200)
+    ]
+    df = (
+        spark.readStream.format("zmq")
+        .option("pattern", "sub")
+        .option("endpoints", "@" + endpoint)
+        .option("topics", "alpha,beta")
+        .option("format", "json")
+        .option("includeMetadata", "true")
+        .option("spoolDir", spool_dir)
+        .schema("id long, reading double, topic string, partition int, offset long, timestamp timestamp")
+        .load()
+    )
+    query = (
+        df.writeStream.format("memory")
+        .queryName("include_metadata_sub")
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .start()
+    )
     try:
-        wait_until(lambda: query.lastProgress and query.lastProgress["sources"][0]["latestOffset"], 120,
-                   "the reader's first offsets (its socket bound)")
+        wait_until(
+            lambda: query.lastProgress and query.lastProgress["sources"][0]["latestOffset"],
+            120,
+            "the reader's first offsets (its socket bound)",
+        )
         publisher = Producer(endpoint, [], socket_type=zmq.PUB)
         wait_until(lambda: _sends_through(publisher, spark), 60, "the subscription to reach the publisher")
         publisher.messages = messages
@@ -146,11 +175,24 @@ def _sends_through(publisher, spark) -> bool:
 def test_arrow_rows_carry_their_message_offset_in_a_stream(spark, free_port, spool_dir, tmp_path):
     endpoint = f"tcp://127.0.0.1:{free_port}"
     Producer(endpoint, [_arrow([0, 1, 2]), _arrow([3]), _arrow([4, 5])]).start()
-    df = (spark.readStream.format("zmq").option("endpoints", "@" + endpoint).option("format", "arrow")
-          .option("includeMetadata", "true").option("spoolDir", spool_dir).option("timeout", 2)
-          .option("startingOffsets", "earliest")
-          .schema("id long, reading double, topic string, partition int, offset long, timestamp timestamp").load())
+    df = (
+        spark.readStream.format("zmq")
+        .option("endpoints", "@" + endpoint)
+        .option("format", "arrow")
+        .option("includeMetadata", "true")
+        .option("spoolDir", spool_dir)
+        .option("timeout", 2)
+        .option("startingOffsets", "earliest")
+        .schema("id long, reading double, topic string, partition int, offset long, timestamp timestamp")
+        .load()
+    )
     rows, error = run_available_now(spark, df, tmp_path, "include_metadata_arrow", timeout=150)
     assert error is None, error
     assert sorted((r.id, r.offset, r.topic, r.partition) for r in rows) == [
-        (0, 0, None, 0), (1, 0, None, 0), (2, 0, None, 0), (3, 1, None, 0), (4, 2, None, 0), (5, 2, None, 0)]
+        (0, 0, None, 0),
+        (1, 0, None, 0),
+        (2, 0, None, 0),
+        (3, 1, None, 0),
+        (4, 2, None, 0),
+        (5, 2, None, 0),
+    ]

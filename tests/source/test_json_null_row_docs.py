@@ -16,16 +16,20 @@ from spark_zmq.source.decoders import JsonDecoder
 pytestmark = pytest.mark.timeout(60)
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "troubleshooting.md"
-SCHEMA = StructType([StructField("ts", TimestampType()), StructField("sensor", StringType()),
-                     StructField("bad", StringType())])
+SCHEMA = StructType(
+    [StructField("ts", TimestampType()), StructField("sensor", StringType()), StructField("bad", StringType())]
+)
 
 
 def test_a_value_that_does_not_fit_nulls_the_whole_row_as_the_page_says():
     message = json.dumps({"ts": 1767225600.5, "sensor": "s1"}).encode()
     fits = json.dumps({"ts": "2026-01-01T00:00:00Z", "sensor": "s2"}).encode()
     decoder = JsonDecoder(SCHEMA, mode="PERMISSIVE", corrupt_column="bad")
-    rows = [row for out in decoder.decode(messages_to_batch([message, fits], None, "json", 0), 0, 0)
-            for row in out.to_pylist()]
+    rows = [
+        row
+        for out in decoder.decode(messages_to_batch([message, fits], None, "json", 0), 0, 0)
+        for row in out.to_pylist()
+    ]
     assert rows[0] == {"ts": None, "sensor": None, "bad": message.decode()}  # "sensor" fit, and is null too
     assert rows[1]["sensor"] == "s2" and rows[1]["bad"] is None
     page = PAGE.read_text()

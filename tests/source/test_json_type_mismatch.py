@@ -16,8 +16,14 @@ from spark_zmq.source.decoders import JsonDecoder, MalformedMessageError
 
 pytestmark = pytest.mark.timeout(60)
 
-READINGS = StructType([StructField("seq", LongType()), StructField("sensor", StringType()),
-                       StructField("ts", TimestampType()), StructField("reading", DoubleType())])
+READINGS = StructType(
+    [
+        StructField("seq", LongType()),
+        StructField("sensor", StringType()),
+        StructField("ts", TimestampType()),
+        StructField("reading", DoubleType()),
+    ]
+)
 LOGGER = "spark_zmq.source.decoders.json"
 
 
@@ -51,8 +57,11 @@ def test_permissive_counts_the_null_rows_and_warns_once_per_batch_naming_both_ty
     decoder = JsonDecoder(READINGS)
     good = {"seq": 99, "sensor": "s", "ts": "2026-01-01T00:00:00", "reading": 1.5}
     with caplog.at_level(logging.WARNING, logger=LOGGER):
-        rows = [row for out in decoder.decode(batch(*epoch_readings(5), good, {"seq": 7, "reading": "high"}), 2, 0)
-                for row in out.to_pylist()]
+        rows = [
+            row
+            for out in decoder.decode(batch(*epoch_readings(5), good, {"seq": 7, "reading": "high"}), 2, 0)
+            for row in out.to_pylist()
+        ]
     assert len(rows) == 7 and rows[5]["seq"] == 99 and rows[5]["ts"] is not None
     assert all(row["seq"] is None for i, row in enumerate(rows) if i != 5)
     assert decoder.malformed == 6

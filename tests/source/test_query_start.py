@@ -31,10 +31,20 @@ def test_another_spool_or_other_channels_are_not_this_querys_start(tmp_path):
     assert start.recall(SPOOL, 2) is None
 
 
-@pytest.mark.parametrize("content", [b"", b"{", b"[]", b'{"0": 1, "spool": 1}',
-                                     b'{"0": -1, "spool": "%s"}' % SPOOL.encode(),
-                                     b'{"0": true, "spool": "%s"}' % SPOOL.encode(),
-                                     b'{"spool": "%s"}' % SPOOL.encode(), b"\xff\xfe", b" " * 70_000])
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"",
+        b"{",
+        b"[]",
+        b'{"0": 1, "spool": 1}',
+        b'{"0": -1, "spool": "%s"}' % SPOOL.encode(),
+        b'{"0": true, "spool": "%s"}' % SPOOL.encode(),
+        b'{"spool": "%s"}' % SPOOL.encode(),
+        b"\xff\xfe",
+        b" " * 70_000,
+    ],
+)
 def test_a_damaged_file_is_ignored_with_a_warning(tmp_path, caplog, content):
     (tmp_path / FILE_NAME).write_bytes(content)
     assert QueryStart(str(tmp_path)).recall(SPOOL, 1) is None

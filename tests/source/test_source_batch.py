@@ -15,8 +15,14 @@ pytestmark = [pytest.mark.spark, pytest.mark.timeout(120)]
 def test_batch_read_stops_at_max_messages(spark, free_port):
     endpoint = f"tcp://127.0.0.1:{free_port}"
     Producer(endpoint, numbered(800)).start()
-    df = (spark.read.format("zmq").option("endpoints", "@" + endpoint).option("maxMessages", 500)
-          .option("format", "text").option("timeout", 30).load())
+    df = (
+        spark.read.format("zmq")
+        .option("endpoints", "@" + endpoint)
+        .option("maxMessages", 500)
+        .option("format", "text")
+        .option("timeout", 30)
+        .load()
+    )
     rows = df.select("offset", "value", "partition").collect()
     assert len(rows) == 500
     assert sorted(r.offset for r in rows) == list(range(500))
@@ -29,8 +35,14 @@ def test_batch_read_returns_what_arrived_after_idle_timeout(spark, free_port):
     data = [("a", 1), ("b", 2), ("c", 3)]
     Producer(endpoint, [json.dumps({"k": k, "v": v}).encode() for k, v in data]).start()
     started = time.monotonic()
-    df = (spark.read.format("zmq").option("endpoints", "@" + endpoint).option("format", "json")
-          .option("timeout", 2).schema("k string, v int").load())
+    df = (
+        spark.read.format("zmq")
+        .option("endpoints", "@" + endpoint)
+        .option("format", "json")
+        .option("timeout", 2)
+        .schema("k string, v int")
+        .load()
+    )
     assert_df_equality(df, spark.createDataFrame(data, "k string, v int"), ignore_row_order=True)
     assert time.monotonic() - started < 60
 
@@ -48,6 +60,13 @@ def test_batch_read_of_arrow_messages(spark, free_port):
     endpoint = f"tcp://127.0.0.1:{free_port}"
     batches = [pa.record_batch({"id": pa.array(range(i * 100, i * 100 + 100), pa.int64())}) for i in range(5)]
     Producer(endpoint, [arrow_message(b) for b in batches]).start()
-    df = (spark.read.format("zmq").option("endpoints", "@" + endpoint).option("format", "arrow")
-          .option("maxMessages", 5).option("timeout", 30).schema("id long").load())
+    df = (
+        spark.read.format("zmq")
+        .option("endpoints", "@" + endpoint)
+        .option("format", "arrow")
+        .option("maxMessages", 5)
+        .option("timeout", 30)
+        .schema("id long")
+        .load()
+    )
     assert sorted(r.id for r in df.collect()) == list(range(500))

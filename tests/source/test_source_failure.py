@@ -79,7 +79,9 @@ def _assert_exactly_once_and_caught_up(spark, query, tmp_path, sent, min_fractio
 
     end = int(wait_until(quiescent, 120, "the restarted query to catch up", interval=0.5)["0"])
     out = spark.read.schema("offset long, value string").parquet(str(tmp_path / "out"))
-    stats = out.selectExpr("count(*)", "count(distinct offset)", "min(offset)", "max(offset)", "count(distinct value)").first()
+    stats = out.selectExpr(
+        "count(*)", "count(distinct offset)", "min(offset)", "max(offset)", "count(distinct value)"
+    ).first()
     assert tuple(stats) == (end, end, 0, end - 1, end), f"not exactly once: {stats} for end offset {end}"
     # ZeroMQ loses what sat in buffers when the receiver died: small, but measured.
     print(f"received {end} of {sent} messages across the failure ({sent - end} lost in ZeroMQ buffers)")
@@ -136,8 +138,9 @@ def test_kill_driver_side_reader_process_and_restart(spark, free_port, spool_dir
         wait_until(lambda: not first.isActive, 120, "the query to fail after its reader died")
         second = _parquet_query(spark, endpoint, spool_dir, tmp_path, receivers=receivers)
         producer.finish()
-        _assert_exactly_once_and_caught_up(spark, second, tmp_path, total,
-                                           min_fraction=0.9 if receivers == "threads" else 1.0)
+        _assert_exactly_once_and_caught_up(
+            spark, second, tmp_path, total, min_fraction=0.9 if receivers == "threads" else 1.0
+        )
     finally:
         stop_all(spark.streams.active)
 
@@ -148,14 +151,29 @@ def test_backpressure_blocks_producer_bounds_memory_and_loses_nothing(spark, fre
     endpoint = f"tcp://127.0.0.1:{free_port}"
     total, size = 100_000, 1024
     max_spool = 2 << 20
-    df = (spark.readStream.format("zmq").option("endpoints", "@" + endpoint).option("spoolDir", spool_dir)
-          .option("maxSpoolBytes", max_spool).option("maxRowsPerTrigger", 10_000).option("hwm", 100)
-          .option("receivers", "threads").load())  # the receiving process measured is the reader's
-    query = (df.selectExpr("offset", "length(value) as n").writeStream.format("memory").queryName("pressure")
-             .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(processingTime="100 milliseconds").start())
+    df = (
+        spark.readStream.format("zmq")
+        .option("endpoints", "@" + endpoint)
+        .option("spoolDir", spool_dir)
+        .option("maxSpoolBytes", max_spool)
+        .option("maxRowsPerTrigger", 10_000)
+        .option("hwm", 100)
+        .option("receivers", "threads")
+        .load()
+    )  # the receiving process measured is the reader's
+    query = (
+        df.selectExpr("offset", "length(value) as n")
+        .writeStream.format("memory")
+        .queryName("pressure")
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(processingTime="100 milliseconds")
+        .start()
+    )
     producer = Producer(endpoint, [b"%08d" % i + b"x" * (size - 8) for i in range(total)], hwm=100)
     try:
-        wait_until(lambda: os.path.exists(os.path.join(spool_dir, LOCK_FILE)) and query.recentProgress, 60, "the receiver")
+        wait_until(
+            lambda: os.path.exists(os.path.join(spool_dir, LOCK_FILE)) and query.recentProgress, 60, "the receiver"
+        )
         pid = reader_pid(spool_dir)
         rss_start = rss_bytes(pid)
         producer.start()
@@ -169,17 +187,23 @@ def test_backpressure_blocks_producer_bounds_memory_and_loses_nothing(spark, fre
 
         wait_until(done, 240, f"{total} rows through a {max_spool}-byte spool", interval=0.2)
         producer.finish()
-        stats = spark.table("pressure").selectExpr("count(*)", "count(distinct offset)", "max(offset)", "min(n)").first()
+        stats = (
+            spark.table("pressure").selectExpr("count(*)", "count(distinct offset)", "max(offset)", "min(n)").first()
+        )
         assert tuple(stats) == (total, total, total - 1, size), "messages were lost or duplicated"
         assert producer.blocked > 0, "the producer never blocked: no backpressure happened"
         # Bound: the budget plus one segment being written and one receive batch.
         assert peak_spool <= max_spool + (1 << 20) + (8 << 20), f"spool grew to {peak_spool} bytes"
         growth = peak_rss - rss_start
-        print(f"receiver RSS start {rss_start >> 20} MiB, peak {peak_rss >> 20} MiB; spool peak {peak_spool >> 10} KiB; "
-              f"{total * size >> 20} MiB streamed; producer blocked {producer.blocked} times")
+        print(
+            f"receiver RSS start {rss_start >> 20} MiB, peak {peak_rss >> 20} MiB; spool peak {peak_spool >> 10} KiB; "
+            f"{total * size >> 20} MiB streamed; producer blocked {producer.blocked} times"
+        )
         # Measured here: ~58 MiB of growth (allocator pools) whether 39 or 97 MiB are streamed:
         # flat in the volume, so the bound below is well under what was streamed.
-        assert growth < 96 << 20 < total * size, f"receiver memory grew by {growth >> 20} MiB while streaming {total * size >> 20} MiB"
+        assert growth < 96 << 20 < total * size, (
+            f"receiver memory grew by {growth >> 20} MiB while streaming {total * size >> 20} MiB"
+        )
     finally:
         stop_all([query])
 
@@ -201,8 +225,11 @@ def test_full_spool_stop_while_the_receiver_waits_and_restart_twice(spark, free_
         for round_ in range(2):
             seen = _processed(query)
             # the spool is full and the receiver waits: the producer is being held back
-            wait_until(lambda query=query, seen=seen: producer.blocked > 0 and _processed(query) > seen + 800, 120,
-                       f"backpressure and progress in round {round_}")
+            wait_until(
+                lambda query=query, seen=seen: producer.blocked > 0 and _processed(query) > seen + 800,
+                120,
+                f"backpressure and progress in round {round_}",
+            )
             assert producer.is_alive(), "the producer should still be sending when the query stops"
             query.stop()
             query = _parquet_query(spark, endpoint, spool_dir, tmp_path, **options)

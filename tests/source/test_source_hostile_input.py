@@ -14,8 +14,16 @@ from spark_zmq.arrow import guard as arrow_guard
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
 BIG = json.dumps({"id": 99, "name": "x" * (3 << 20)}).encode()  # over pyarrow's default 1 MiB JSON block
-JSON_MESSAGES = [b"null", b'{"id": 1, "name": "one"}', b'{"id": 2, "name": "two"}', b"42", b"[]", b'"x"',
-                 b'{"id": 3, "name": "three"}', BIG]
+JSON_MESSAGES = [
+    b"null",
+    b'{"id": 1, "name": "one"}',
+    b'{"id": 2, "name": "two"}',
+    b"42",
+    b"[]",
+    b'"x"',
+    b'{"id": 3, "name": "three"}',
+    BIG,
+]
 NOT_OBJECTS = ["null", "42", "[]", '"x"']
 
 
@@ -24,8 +32,14 @@ def _run_available_now(spark, df, tmp_path, name):
 
 
 def _source(spark, endpoint, spool_dir, fmt, schema, **options):
-    reader = (spark.readStream.format("zmq").option("endpoints", "@" + endpoint).option("format", fmt)
-              .option("spoolDir", spool_dir).option("timeout", 2).schema(schema))
+    reader = (
+        spark.readStream.format("zmq")
+        .option("endpoints", "@" + endpoint)
+        .option("format", fmt)
+        .option("spoolDir", spool_dir)
+        .option("timeout", 2)
+        .schema(schema)
+    )
     for key, value in options.items():
         reader = reader.option(key, value)
     return reader.load()
@@ -34,8 +48,14 @@ def _source(spark, endpoint, spool_dir, fmt, schema, **options):
 def test_json_non_objects_and_a_3mib_object_permissive(spark, free_port, spool_dir, tmp_path):
     endpoint = f"tcp://127.0.0.1:{free_port}"
     Producer(endpoint, JSON_MESSAGES).start()
-    df = _source(spark, endpoint, spool_dir, "json", "id long, name string, _corrupt_record string",
-                 columnNameOfCorruptRecord="_corrupt_record")
+    df = _source(
+        spark,
+        endpoint,
+        spool_dir,
+        "json",
+        "id long, name string, _corrupt_record string",
+        columnNameOfCorruptRecord="_corrupt_record",
+    )
     rows, error = _run_available_now(spark, df, tmp_path, "hostile_json_permissive")
     assert error is None
     assert len(rows) == len(JSON_MESSAGES)
@@ -64,8 +84,9 @@ def test_json_dropmalformed_keeps_only_the_objects(spark, free_port, spool_dir, 
 
 
 def _good(k: int, compression=None) -> bytes:
-    batch = pa.record_batch({"id": pa.array([10 * k + j for j in range(3)], pa.int64()),
-                             "name": pa.array([f"n{k}-{j}" for j in range(3)])})
+    batch = pa.record_batch(
+        {"id": pa.array([10 * k + j for j in range(3)], pa.int64()), "name": pa.array([f"n{k}-{j}" for j in range(3)])}
+    )
     if compression is None:
         return arrow_message(batch)
     sink = pa.BufferOutputStream()
@@ -91,7 +112,9 @@ def test_arrow_dropmalformed_survives_corrupt_messages_and_keeps_receiving(spark
     truncated = before[0][: len(before[0]) // 2]
     flipped = bytearray(before[1])
     flipped[0] ^= 0x01  # the continuation marker: the stream no longer frames
-    utf8 = arrow_message(pa.record_batch({"id": pa.array([7], pa.int64()), "name": pa.array(["ab"])})).replace(b"ab", b"\xff\xfe")
+    utf8 = arrow_message(pa.record_batch({"id": pa.array([7], pa.int64()), "name": pa.array(["ab"])})).replace(
+        b"ab", b"\xff\xfe"
+    )
     corrupt = [truncated, bytes(flipped), _compression_bomb(), utf8, b"\xff\xff\xff\xff" + b"\x00" * 3]
     endpoint = f"tcp://127.0.0.1:{free_port}"
     # paced, so the corrupt messages land in receive batches of their own and in mixed ones,

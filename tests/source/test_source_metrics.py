@@ -24,19 +24,35 @@ def _scrape(address: str) -> dict:
             text = response.read().decode()
     except OSError:
         return {}
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
 def test_metrics_address_serves_each_channels_offsets_and_lag_during_the_run(spark, spool_dir, tmp_path):
     first, second, port = free_ports(3)
     address = f"127.0.0.1:{port}"
-    df = (spark.readStream.format("zmq").option("endpoints", f"@tcp://127.0.0.1:{first},@tcp://127.0.0.1:{second}")
-          .option("spoolDir", spool_dir).option("receivers", "threads").option("metricsAddress", address).load())
-    query = (df.writeStream.format("memory").queryName("metered")
-             .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(processingTime="200 milliseconds").start())
-    producers = [Producer(f"tcp://127.0.0.1:{first}", [b"a-%d" % i for i in range(700)]),
-                 Producer(f"tcp://127.0.0.1:{second}", [b"b-%d" % i for i in range(300)])]
+    df = (
+        spark.readStream.format("zmq")
+        .option("endpoints", f"@tcp://127.0.0.1:{first},@tcp://127.0.0.1:{second}")
+        .option("spoolDir", spool_dir)
+        .option("receivers", "threads")
+        .option("metricsAddress", address)
+        .load()
+    )
+    query = (
+        df.writeStream.format("memory")
+        .queryName("metered")
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
+    producers = [
+        Producer(f"tcp://127.0.0.1:{first}", [b"a-%d" % i for i in range(700)]),
+        Producer(f"tcp://127.0.0.1:{second}", [b"b-%d" % i for i in range(300)]),
+    ]
     try:
         wait_until(lambda: _scrape(address), 90, "the query's metrics endpoint")
         for producer in producers:
@@ -44,10 +60,12 @@ def test_metrics_address_serves_each_channels_offsets_and_lag_during_the_run(spa
 
         def caught_up() -> bool:
             scraped = _scrape(address)
-            return scraped.get(("spark_zmq_source_latest_offset", (("channel", "0"),))) == 700 and \
-                scraped.get(("spark_zmq_source_latest_offset", (("channel", "1"),))) == 300 and \
-                scraped.get(("spark_zmq_source_lag", (("channel", "0"),))) == 0 and \
-                scraped.get(("spark_zmq_source_lag", (("channel", "1"),))) == 0
+            return (
+                scraped.get(("spark_zmq_source_latest_offset", (("channel", "0"),))) == 700
+                and scraped.get(("spark_zmq_source_latest_offset", (("channel", "1"),))) == 300
+                and scraped.get(("spark_zmq_source_lag", (("channel", "0"),))) == 0
+                and scraped.get(("spark_zmq_source_lag", (("channel", "1"),))) == 0
+            )
 
         wait_until(caught_up, 120, "700 and 300 messages received and planned, as the scrape says")
         scraped = _scrape(address)

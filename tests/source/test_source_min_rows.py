@@ -22,6 +22,7 @@ def _when(progress) -> float:
 
 def _data_batches(query, total: int) -> list[tuple[float, int]]:
     """(trigger time, input rows) of every batch with rows, once they account for ``total``."""
+
     def found():
         batches = [(_when(p), p["numInputRows"]) for p in query.recentProgress if p["numInputRows"]]
         return batches if sum(rows for _, rows in batches) >= total else None
@@ -29,15 +30,29 @@ def _data_batches(query, total: int) -> list[tuple[float, int]]:
     return wait_until(found, 60, f"progress reports covering {total} rows")
 
 
-def test_a_batch_below_min_rows_waits_for_max_trigger_delay_and_max_rows_still_caps(spark, free_port, spool_dir,
-                                                                                     tmp_path):
+def test_a_batch_below_min_rows_waits_for_max_trigger_delay_and_max_rows_still_caps(
+    spark, free_port, spool_dir, tmp_path
+):
     endpoint = f"tcp://127.0.0.1:{free_port}"
-    df = (spark.readStream.format("zmq").option("endpoints", "@" + endpoint).option("spoolDir", spool_dir)
-          .option("minRowsPerTrigger", MIN_ROWS).option("maxTriggerDelay", f"{DELAY_S:g}s")
-          .option("maxRowsPerTrigger", 1000).load())
-    query = (df.select("offset").writeStream.format("memory").queryName("minrows")
-             .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(processingTime="0 seconds").start())
+    df = (
+        spark.readStream.format("zmq")
+        .option("endpoints", "@" + endpoint)
+        .option("spoolDir", spool_dir)
+        .option("minRowsPerTrigger", MIN_ROWS)
+        .option("maxTriggerDelay", f"{DELAY_S:g}s")
+        .option("maxRowsPerTrigger", 1000)
+        .load()
+    )
+    query = (
+        df.select("offset")
+        .writeStream.format("memory")
+        .queryName("minrows")
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(processingTime="0 seconds")
+        .start()
+    )
     try:
+
         def visible():
             return spark.table("minrows").count()
 
@@ -77,10 +92,22 @@ def test_trigger_available_now_is_never_held_back_by_min_rows(spark, free_port, 
     endpoint = f"tcp://127.0.0.1:{free_port}"
     producer = Producer(endpoint, numbered(300))  # queued at the producer before the query binds
     producer.start()
-    df = (spark.readStream.format("zmq").option("endpoints", "@" + endpoint).option("spoolDir", spool_dir)
-          .option("minRowsPerTrigger", MIN_ROWS).option("timeout", "1").load())  # maxTriggerDelay: 15min
-    query = (df.select("offset").writeStream.format("memory").queryName("minrows_now")
-             .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start())
+    df = (
+        spark.readStream.format("zmq")
+        .option("endpoints", "@" + endpoint)
+        .option("spoolDir", spool_dir)
+        .option("minRowsPerTrigger", MIN_ROWS)
+        .option("timeout", "1")
+        .load()
+    )  # maxTriggerDelay: 15min
+    query = (
+        df.select("offset")
+        .writeStream.format("memory")
+        .queryName("minrows_now")
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(availableNow=True)
+        .start()
+    )
     try:
         assert query.awaitTermination(90), "AvailableNow waited for minRowsPerTrigger"
         assert query.exception() is None

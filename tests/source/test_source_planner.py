@@ -61,17 +61,20 @@ def test_offsets_json_is_what_pyspark_writes_for_the_dict():
     assert ChannelOffsets.from_dict(json.loads(offsets.to_json())) == offsets
 
 
-@pytest.mark.parametrize("text, why", [
-    ("[1, 2]", "not a JSON object"),
-    ('{"0": 5', "not JSON"),
-    ('{"0": "5", "spool": "ab"}', "channel 0's offset"),
-    ('{"0": -1}', "channel 0's offset"),
-    ('{"0": 1.5}', "channel 0's offset"),
-    ('{"0": true}', "channel 0's offset"),
-    ('{"0": 5, "spool": 12}', "'spool' must be a spool id"),
-    ('{"0": 5, "lag": 3}', "unknown key 'lag'"),
-    ('{"spool": "ab"}', "no channel offsets"),
-])
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ("[1, 2]", "not a JSON object"),
+        ('{"0": 5', "not JSON"),
+        ('{"0": "5", "spool": "ab"}', "channel 0's offset"),
+        ('{"0": -1}', "channel 0's offset"),
+        ('{"0": 1.5}', "channel 0's offset"),
+        ('{"0": true}', "channel 0's offset"),
+        ('{"0": 5, "spool": 12}', "'spool' must be a spool id"),
+        ('{"0": 5, "lag": 3}', "unknown key 'lag'"),
+        ('{"spool": "ab"}', "no channel offsets"),
+    ],
+)
 def test_a_corrupt_checkpoint_offset_is_an_error_naming_its_json(text, why):
     with pytest.raises(OffsetsFormatError) as error:
         ChannelOffsets.from_json(text)
@@ -108,8 +111,11 @@ def test_admit_moves_past_a_backlog_with_nothing_readable():
 
 
 @settings(max_examples=examples(200), deadline=None)
-@given(st.lists(st.lists(st.integers(1, 20), min_size=0, max_size=40), min_size=1, max_size=4),
-       st.integers(1, 200), st.data())
+@given(
+    st.lists(st.lists(st.integers(1, 20), min_size=0, max_size=40), min_size=1, max_size=4),
+    st.integers(1, 200),
+    st.data(),
+)
 def test_admit_never_exceeds_the_caps_and_always_progresses(channels, cap, data):
     indexes = {i: RowsIndex(rows) for i, rows in enumerate(channels)}
     start = {k: data.draw(st.integers(0, len(ix.rows)), label=f"start {k}") for k, ix in indexes.items()}
@@ -125,8 +131,11 @@ def test_admit_never_exceeds_the_caps_and_always_progresses(channels, cap, data)
 
 
 @settings(max_examples=examples(200), deadline=None)
-@given(st.dictionaries(st.sampled_from("0123"), st.tuples(st.integers(0, 10**6), st.integers(0, 10**6)), min_size=1),
-       st.integers(1, 16), st.integers(1, 1000))
+@given(
+    st.dictionaries(st.sampled_from("0123"), st.tuples(st.integers(0, 10**6), st.integers(0, 10**6)), min_size=1),
+    st.integers(1, 16),
+    st.integers(1, 1000),
+)
 def test_split_covers_each_range_exactly_with_bounded_pieces(raw, min_partitions, max_messages):
     ranges = {k: (min(a, b), max(a, b)) for k, (a, b) in raw.items()}
     # at most a few thousand pieces an example (a million of one message each took the
@@ -175,8 +184,11 @@ def test_with_the_slots_known_a_backlog_is_shared_by_them_not_cut_into_32_mb_tas
 
 
 @settings(max_examples=examples(200), deadline=None)
-@given(st.dictionaries(st.sampled_from("0123"), st.tuples(st.integers(0, 10**6), st.integers(0, 10**6)), min_size=1),
-       st.integers(0, 1 << 34), st.integers(1, 256))
+@given(
+    st.dictionaries(st.sampled_from("0123"), st.tuples(st.integers(0, 10**6), st.integers(0, 10**6)), min_size=1),
+    st.integers(0, 1 << 34),
+    st.integers(1, 256),
+)
 def test_split_with_slots_covers_each_range_exactly(raw, total_bytes, slots):
     ranges = {k: (min(a, b), max(a, b)) for k, (a, b) in raw.items()}
     nbytes = {k: total_bytes // len(ranges) for k in ranges}

@@ -21,12 +21,18 @@ LIMIT = 64 * 1024
 
 
 def _start(spark, endpoint: str, spool_dir: str, tmp_path, name: str, **options):
-    reader = (spark.readStream.format("zmq").option("endpoints", "@" + endpoint).option("spoolDir", spool_dir))
+    reader = spark.readStream.format("zmq").option("endpoints", "@" + endpoint).option("spoolDir", spool_dir)
     for key, value in options.items():
         reader = reader.option(key, str(value))
-    return (reader.load().selectExpr("topic", "value").writeStream.format("memory").queryName(name)
-            .option("checkpointLocation", str(tmp_path / f"ckpt-{name}"))
-            .trigger(processingTime="0 seconds").start())
+    return (
+        reader.load()
+        .selectExpr("topic", "value")
+        .writeStream.format("memory")
+        .queryName(name)
+        .option("checkpointLocation", str(tmp_path / f"ckpt-{name}"))
+        .trigger(processingTime="0 seconds")
+        .start()
+    )
 
 
 def _rows(spark, name: str) -> list[tuple]:
@@ -51,7 +57,9 @@ def test_a_multipart_message_over_maxMessageBytes_never_becomes_a_row(spark, fre
         events.wait_for(zmq.EVENT_HANDSHAKE_SUCCEEDED, count=2, timeout=60)
         push.send(b"after")
         wait_until(lambda: len(_rows(spark, "multipart_bound")) >= 2, 120, "the rows before and after")
-        assert Counter(_rows(spark, "multipart_bound")) == Counter([("small", b"a" * 100 + b"b" * 100), (None, b"after")])
+        assert Counter(_rows(spark, "multipart_bound")) == Counter(
+            [("small", b"a" * 100 + b"b" * 100), (None, b"after")]
+        )
     finally:
         events.close()
         push.close(0)
@@ -67,8 +75,10 @@ def test_libzmq_push_peers_into_the_pull_source_arrive_exactly_once(spark, free_
     n = 10_000
     try:
         wait_until(lambda: query.recentProgress, 60, "the query's first trigger")
-        with NodePeer.start("push", connect=[endpoint], count=n, size=100, prefix="a") as first, \
-                NodePeer.start("push", connect=[endpoint], count=n, size=100, prefix="b") as second:
+        with (
+            NodePeer.start("push", connect=[endpoint], count=n, size=100, prefix="a") as first,
+            NodePeer.start("push", connect=[endpoint], count=n, size=100, prefix="b") as second,
+        ):
             first.wait_sent(60)
             second.wait_sent(60)
             wait_until(lambda: spark.table("from_libzmq_push").count() >= 2 * n, 180, f"{2 * n} rows")

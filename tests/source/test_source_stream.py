@@ -36,6 +36,7 @@ def _count(spark, name):
 def _batch_sizes(query, total: int) -> list[int]:
     """Input rows per micro-batch, once the progress reports account for ``total`` rows:
     a memory sink shows a batch's rows before Spark publishes that batch's progress."""
+
     def sizes():
         found = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
         return found if sum(found) >= total else None
@@ -50,10 +51,20 @@ def _messages(fmt: str):
     if fmt == "text":
         return [("row-%d-ü" % i).encode() for i in range(N)], None, N
     if fmt == "json":
-        return [json.dumps({"id": i, "name": f"n{i}", "reading": i / 2}).encode() for i in range(N)], "id long, name string, reading double", N
+        return (
+            [json.dumps({"id": i, "name": f"n{i}", "reading": i / 2}).encode() for i in range(N)],
+            "id long, name string, reading double",
+            N,
+        )
     rows_per = 1000
     batches = [
-        pa.record_batch({"id": pa.array(range(s, s + rows_per), pa.int64()), "name": [f"n{i}" for i in range(s, s + rows_per)], "reading": [i / 2 for i in range(s, s + rows_per)]})
+        pa.record_batch(
+            {
+                "id": pa.array(range(s, s + rows_per), pa.int64()),
+                "name": [f"n{i}" for i in range(s, s + rows_per)],
+                "reading": [i / 2 for i in range(s, s + rows_per)],
+            }
+        )
         for s in range(0, N, rows_per)
     ]
     return [arrow_message(b) for b in batches], "id long, name string, reading double", N
@@ -63,7 +74,12 @@ def _messages(fmt: str):
 def test_each_format_delivers_every_message_exactly_once(spark, free_port, spool_dir, tmp_path, fmt):
     endpoint = f"tcp://127.0.0.1:{free_port}"
     messages, schema, rows = _messages(fmt)
-    reader = spark.readStream.format("zmq").option("endpoints", "@" + endpoint).option("format", fmt).option("spoolDir", spool_dir)
+    reader = (
+        spark.readStream.format("zmq")
+        .option("endpoints", "@" + endpoint)
+        .option("format", fmt)
+        .option("spoolDir", spool_dir)
+    )
     if schema:
         reader = reader.schema(schema)
     name = f"fmt_{fmt}"
@@ -77,7 +93,9 @@ def test_each_format_delivers_every_message_exactly_once(spark, free_port, spool
         assert out.count() == rows
         if fmt in ("raw", "text"):
             assert out.select("value").distinct().count() == rows
-            stats = out.selectExpr("min(offset)", "max(offset)", "count(distinct offset)", "min(partition)", "max(partition)").first()
+            stats = out.selectExpr(
+                "min(offset)", "max(offset)", "count(distinct offset)", "min(partition)", "max(partition)"
+            ).first()
             assert tuple(stats) == (0, rows - 1, rows, 0, 0)
             if fmt == "text":
                 assert out.where("value = 'row-7-ü'").count() == 1
@@ -91,8 +109,14 @@ def test_each_format_delivers_every_message_exactly_once(spark, free_port, spool
 def test_small_stream_matches_expected_dataframe(spark, free_port, spool_dir, tmp_path):
     """chispa: the exact rows, columns and types of the json format."""
     endpoint = f"tcp://127.0.0.1:{free_port}"
-    df = (spark.readStream.format("zmq").option("endpoints", "@" + endpoint).option("format", "json")
-          .option("spoolDir", spool_dir).schema("sensor string, reading double").load())
+    df = (
+        spark.readStream.format("zmq")
+        .option("endpoints", "@" + endpoint)
+        .option("format", "json")
+        .option("spoolDir", spool_dir)
+        .schema("sensor string, reading double")
+        .load()
+    )
     query = _start(spark, "small_json", df, tmp_path)
     data = [("s1", 1.5), ("s2", -2.0), ("s3", 0.25)]
     producer = Producer(endpoint, [json.dumps({"sensor": s, "reading": r}).encode() for s, r in data])
@@ -121,7 +145,11 @@ def test_no_message_lost_at_micro_batch_boundaries(spark, free_port, spool_dir, 
         batches = _batch_sizes(query, total)
         assert len(batches) >= 3, f"expected many micro-batches, got {len(batches)}"
         assert sum(batches) == total
-        stats = spark.table("boundaries").selectExpr("count(*)", "count(distinct offset)", "max(offset)", "count(distinct value)").first()
+        stats = (
+            spark.table("boundaries")
+            .selectExpr("count(*)", "count(distinct offset)", "max(offset)", "count(distinct value)")
+            .first()
+        )
         assert tuple(stats) == (total, total, total - 1, total)
     finally:
         stop_all([query])
@@ -129,8 +157,13 @@ def test_no_message_lost_at_micro_batch_boundaries(spark, free_port, spool_dir, 
 
 def test_max_rows_per_trigger_caps_every_micro_batch(spark, free_port, spool_dir, tmp_path):
     endpoint = f"tcp://127.0.0.1:{free_port}"
-    df = (spark.readStream.format("zmq").option("endpoints", "@" + endpoint).option("spoolDir", spool_dir)
-          .option("maxRowsPerTrigger", 1000).load())
+    df = (
+        spark.readStream.format("zmq")
+        .option("endpoints", "@" + endpoint)
+        .option("spoolDir", spool_dir)
+        .option("maxRowsPerTrigger", 1000)
+        .load()
+    )
     total = 8000
     producer = Producer(endpoint, numbered(total))
     producer.start()
@@ -147,8 +180,13 @@ def test_max_rows_per_trigger_caps_every_micro_batch(spark, free_port, spool_dir
 def test_max_bytes_per_trigger_caps_every_micro_batch(spark, free_port, spool_dir, tmp_path):
     endpoint = f"tcp://127.0.0.1:{free_port}"
     payload = 1000
-    df = (spark.readStream.format("zmq").option("endpoints", "@" + endpoint).option("spoolDir", spool_dir)
-          .option("maxBytesPerTrigger", 50 * payload).load())
+    df = (
+        spark.readStream.format("zmq")
+        .option("endpoints", "@" + endpoint)
+        .option("spoolDir", spool_dir)
+        .option("maxBytesPerTrigger", 50 * payload)
+        .load()
+    )
     total = 600
     producer = Producer(endpoint, [b"%06d" % i + b"x" * (payload - 6) for i in range(total)])
     producer.start()
@@ -167,8 +205,14 @@ def test_trigger_available_now_processes_what_was_there_and_stops(spark, free_po
     total = 5000
     producer = Producer(endpoint, numbered(total))  # queued at the producer before the query binds
     producer.start()
-    df = (spark.readStream.format("zmq").option("endpoints", "@" + endpoint).option("spoolDir", spool_dir)
-          .option("maxRowsPerTrigger", 1000).option("timeout", "1").load())
+    df = (
+        spark.readStream.format("zmq")
+        .option("endpoints", "@" + endpoint)
+        .option("spoolDir", spool_dir)
+        .option("maxRowsPerTrigger", 1000)
+        .option("timeout", "1")
+        .load()
+    )
     query = _start(spark, "availnow", df.select("offset", "value"), tmp_path, availableNow=True)
     try:
         assert query.awaitTermination(120), "AvailableNow query did not stop by itself"
@@ -187,8 +231,13 @@ def test_progress_reports_latest_offset_so_lag_is_visible(spark, free_port, spoo
     producer = Producer(endpoint, numbered(total))
     producer.start()
     producer.finish()
-    df = (spark.readStream.format("zmq").option("endpoints", "@" + endpoint).option("spoolDir", spool_dir)
-          .option("maxRowsPerTrigger", 500).load())
+    df = (
+        spark.readStream.format("zmq")
+        .option("endpoints", "@" + endpoint)
+        .option("spoolDir", spool_dir)
+        .option("maxRowsPerTrigger", 500)
+        .load()
+    )
     query = _start(spark, "lag", df.select("offset"), tmp_path)
     try:
         wait_until(lambda: _count(spark, "lag") >= total, 120, f"{total} rows")
@@ -197,15 +246,18 @@ def test_progress_reports_latest_offset_so_lag_is_visible(spark, free_port, spoo
         def offsets(value):
             return json.loads(value) if isinstance(value, str) else value
 
-        reports = [(offsets(p["sources"][0]["latestOffset"]), int(offsets(p["sources"][0]["endOffset"])["0"]))
-                   for p in query.recentProgress if p["sources"][0]["latestOffset"]]
+        reports = [
+            (offsets(p["sources"][0]["latestOffset"]), int(offsets(p["sources"][0]["endOffset"])["0"]))
+            for p in query.recentProgress
+            if p["sources"][0]["latestOffset"]
+        ]
         lags = [int(latest["0"]) - end for latest, end in reports]
         assert max(lags) > 0, f"no progress showed the source behind what was received: {lags}"
         assert lags[-1] == 0, "the last progress should show the query caught up"
         # the "lag" entry says the same in records, and in payload bytes ("msg-N" messages)
         sizes = [len(m) for m in numbered(total)]
         for latest, end in reports:
-            assert latest["lag"] == {"records": int(latest["0"]) - end, "bytes": sum(sizes[end:int(latest["0"])])}
+            assert latest["lag"] == {"records": int(latest["0"]) - end, "bytes": sum(sizes[end : int(latest["0"])])}
     finally:
         stop_all([query])
 
@@ -214,13 +266,23 @@ def test_sub_with_two_topics_gets_only_matching_messages_and_fills_topic(spark, 
     endpoint = f"tcp://127.0.0.1:{free_port}"
     publisher = zmq.Context.instance().socket(zmq.XPUB)  # XPUB: we can see the query subscribe
     publisher.bind(endpoint)
-    df = (spark.readStream.format("zmq").option("pattern", "sub").option("endpoints", endpoint)
-          .option("topics", "alpha,beta").option("format", "text").option("spoolDir", spool_dir).load())
+    df = (
+        spark.readStream.format("zmq")
+        .option("pattern", "sub")
+        .option("endpoints", endpoint)
+        .option("topics", "alpha,beta")
+        .option("format", "text")
+        .option("spoolDir", spool_dir)
+        .load()
+    )
     query = _start(spark, "subtopics", df.select("topic", "value"), tmp_path)
     try:
         seen = set()
-        wait_until(lambda: (publisher.poll(100) and seen.add(publisher.recv())) or seen >= {b"\x01alpha", b"\x01beta"},
-                   60, "the query's subscriptions")
+        wait_until(
+            lambda: (publisher.poll(100) and seen.add(publisher.recv())) or seen >= {b"\x01alpha", b"\x01beta"},
+            60,
+            "the query's subscriptions",
+        )
         for i in range(300):
             topic = (b"alpha", b"beta", b"gamma")[i % 3]
             publisher.send_multipart([topic, b"%s-%d" % (topic, i)])
@@ -236,13 +298,21 @@ def test_sub_with_two_topics_gets_only_matching_messages_and_fills_topic(spark, 
 
 def test_gather_fair_queues_several_producers(spark, free_port, spool_dir, tmp_path):
     endpoint = f"tcp://127.0.0.1:{free_port}"
-    df = (spark.readStream.format("zmq").option("pattern", "gather").option("endpoints", "@" + endpoint)
-          .option("format", "text").option("spoolDir", spool_dir).load())
+    df = (
+        spark.readStream.format("zmq")
+        .option("pattern", "gather")
+        .option("endpoints", "@" + endpoint)
+        .option("format", "text")
+        .option("spoolDir", spool_dir)
+        .load()
+    )
     query = _start(spark, "gathered", df.select("offset", "value"), tmp_path)
     per_producer = 5000
     try:
         # Every producer has a full backlog waiting when the receiver drains them.
-        producers = [Producer(endpoint, [b"p%d-%d" % (p, i) for i in range(per_producer)], hwm=per_producer) for p in range(3)]
+        producers = [
+            Producer(endpoint, [b"p%d-%d" % (p, i) for i in range(per_producer)], hwm=per_producer) for p in range(3)
+        ]
         for p in producers:
             p.start()
         for p in producers:
@@ -268,25 +338,44 @@ def test_several_endpoints_are_several_channels_read_in_parallel(spark, spool_di
         for p in producers:
             p.finish()
         wait_until(lambda: _count(spark, "channels") >= 4000, 120, "4000 rows")
-        per_channel = {r[0]: (r[1], r[2]) for r in spark.table("channels").groupBy("partition").agg({"offset": "max", "value": "count"}).select("partition", "max(offset)", "count(value)").collect()}
+        per_channel = {
+            r[0]: (r[1], r[2])
+            for r in spark.table("channels")
+            .groupBy("partition")
+            .agg({"offset": "max", "value": "count"})
+            .select("partition", "max(offset)", "count(value)")
+            .collect()
+        }
         assert per_channel == {0: (1999, 2000), 1: (1999, 2000)}
     finally:
         stop_all([query])
 
 
 @pytest.mark.parametrize("fmt", ["raw", "arrow"])
-def test_read_tasks_fetch_from_the_driver_when_they_cannot_use_the_spool_directly(spark, free_port, spool_dir, tmp_path, fmt):
+def test_read_tasks_fetch_from_the_driver_when_they_cannot_use_the_spool_directly(
+    spark, free_port, spool_dir, tmp_path, fmt
+):
     """spoolAccess=fetch: read tasks ask the driver's ROUTER for their ranges over
     DEALER/ROUTER, as executors on other hosts do."""
     endpoint = f"tcp://127.0.0.1:{free_port}"
     if fmt == "arrow":
-        messages = [arrow_message(pa.record_batch({"id": pa.array(range(s, s + 500), pa.int64())})) for s in range(0, 20_000, 500)]
+        messages = [
+            arrow_message(pa.record_batch({"id": pa.array(range(s, s + 500), pa.int64())}))
+            for s in range(0, 20_000, 500)
+        ]
         reader = spark.readStream.format("zmq").schema("id long")
         column = "id"
     else:
         messages, reader, column = numbered(20_000), spark.readStream.format("zmq"), "offset"
-    df = (reader.option("endpoints", "@" + endpoint).option("format", fmt).option("spoolDir", spool_dir)
-          .option("spoolAccess", "fetch").option("spoolServerHost", "127.0.0.1").option("minPartitions", 3).load())
+    df = (
+        reader.option("endpoints", "@" + endpoint)
+        .option("format", fmt)
+        .option("spoolDir", spool_dir)
+        .option("spoolAccess", "fetch")
+        .option("spoolServerHost", "127.0.0.1")
+        .option("minPartitions", 3)
+        .load()
+    )
     name = f"fetched_{fmt}"
     query = _start(spark, name, df.select(column), tmp_path)
     Producer(endpoint, messages).start()
@@ -316,8 +405,13 @@ def test_starting_a_query_does_not_grow_the_shared_worker_environment(spark, fre
     producer = Producer(endpoint, numbered(10))
     producer.start()
     producer.finish()
-    df = (spark.readStream.format("zmq").option("endpoints", "@" + endpoint).option("spoolDir", spool_dir)
-          .option("timeout", "1").load())
+    df = (
+        spark.readStream.format("zmq")
+        .option("endpoints", "@" + endpoint)
+        .option("spoolDir", spool_dir)
+        .option("timeout", "1")
+        .load()
+    )
     query = _start(spark, "envseed", df.select("value"), tmp_path, availableNow=True)
     try:
         assert query.awaitTermination(120), "AvailableNow query did not stop by itself"

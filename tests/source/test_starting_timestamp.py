@@ -35,8 +35,13 @@ def _prefill(spool_dir: str, receivers: str, *, free_first: bool = False) -> Non
 
 
 def _reader(spark, free_port, spool_dir, receivers, **options):
-    reader = (spark.readStream.format("zmq").option("endpoints", f"@tcp://127.0.0.1:{free_port}")
-              .option("spoolDir", spool_dir).option("receivers", receivers).option("timeout", "1"))
+    reader = (
+        spark.readStream.format("zmq")
+        .option("endpoints", f"@tcp://127.0.0.1:{free_port}")
+        .option("spoolDir", spool_dir)
+        .option("receivers", receivers)
+        .option("timeout", "1")
+    )
     for key, value in options.items():
         reader = reader.option(key, value)
     return reader.load().selectExpr("cast(value as string) as value")

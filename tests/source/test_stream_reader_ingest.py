@@ -20,8 +20,15 @@ pytestmark = pytest.mark.timeout(60)
 
 
 def _reader(tmp_path, opened: list, **extra: str) -> ZmqStreamReader:
-    options = SourceOptions.parse({"endpoints": f"@tcp://127.0.0.1:{free_ports(1)[0]}", "format": "raw",
-                                   "receivers": "threads", "spoolDir": str(tmp_path / "spool"), **extra})
+    options = SourceOptions.parse(
+        {
+            "endpoints": f"@tcp://127.0.0.1:{free_ports(1)[0]}",
+            "format": "raw",
+            "receivers": "threads",
+            "spoolDir": str(tmp_path / "spool"),
+            **extra,
+        }
+    )
 
     def factory(opts: SourceOptions) -> Ingest:
         ingest = open_ingest(opts)

@@ -80,10 +80,16 @@ class CheckedZmq(ZmqDataSource):
 @pytest.mark.spark
 def test_read_and_write_tasks_freeze_their_workers_long_lived_objects(spark, tmp_path, free_port, ctx):
     spark.dataSource.register(CheckedZmq)
-    query = (spark.readStream.format("zmq_gc_checked").option("endpoints", f"@tcp://127.0.0.1:{free_port}")
-             .option("spoolDir", str(tmp_path / "spool")).load()
-             .writeStream.format("memory").queryName("task_gc_read")
-             .option("checkpointLocation", str(tmp_path / "ckpt")).start())
+    query = (
+        spark.readStream.format("zmq_gc_checked")
+        .option("endpoints", f"@tcp://127.0.0.1:{free_port}")
+        .option("spoolDir", str(tmp_path / "spool"))
+        .load()
+        .writeStream.format("memory")
+        .queryName("task_gc_read")
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .start()
+    )
     push = ctx.socket(zmq.PUSH)
     push.connect(f"tcp://127.0.0.1:{free_port}")
     try:
@@ -101,8 +107,15 @@ def test_read_and_write_tasks_freeze_their_workers_long_lived_objects(spark, tmp
 
     pull = ctx.socket(zmq.PULL)
     port = pull.bind_to_random_port("tcp://127.0.0.1")
-    (spark.range(0, 100, numPartitions=2).selectExpr("cast(id as string) as value").write.format("zmq_gc_checked")
-     .option("endpoints", f"tcp://127.0.0.1:{port}").option("format", "text").mode("append").save())
+    (
+        spark.range(0, 100, numPartitions=2)
+        .selectExpr("cast(id as string) as value")
+        .write.format("zmq_gc_checked")
+        .option("endpoints", f"tcp://127.0.0.1:{port}")
+        .option("format", "text")
+        .mode("append")
+        .save()
+    )
     assert pull.poll(10_000), "the checked write sent nothing"
 
 

@@ -12,10 +12,22 @@ pytestmark = [pytest.mark.spark, pytest.mark.timeout(180)]
 @pytest.mark.parametrize("receivers", ["threads", "processes"])
 def test_a_source_sets_the_receive_buffer_of_its_connections(spark, free_port, spool_dir, tmp_path, receivers):
     endpoint = f"tcp://127.0.0.1:{free_port}"
-    df = (spark.readStream.format("zmq").option("endpoints", "@" + endpoint).option("spoolDir", spool_dir)
-          .option("receivers", receivers).option("zmq.receiveBufferBytes", "24576").load())
-    query = (df.select("offset").writeStream.format("memory").queryName(f"rcvbuf_{receivers}")
-             .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(processingTime="0 seconds").start())
+    df = (
+        spark.readStream.format("zmq")
+        .option("endpoints", "@" + endpoint)
+        .option("spoolDir", spool_dir)
+        .option("receivers", receivers)
+        .option("zmq.receiveBufferBytes", "24576")
+        .load()
+    )
+    query = (
+        df.select("offset")
+        .writeStream.format("memory")
+        .queryName(f"rcvbuf_{receivers}")
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(processingTime="0 seconds")
+        .start()
+    )
     try:
         Producer(endpoint, numbered(100)).start()
         wait_until(lambda: spark.table(f"rcvbuf_{receivers}").count() >= 100, 60, "100 rows")

@@ -34,6 +34,7 @@ def _receive_all(gather: Gather, expected: set, deadline_s: float = 20.0) -> set
         except TimeoutError:
             pass
         return got >= expected
+
     wait_until(more, deadline_s, "the messages sent after the gap")
     return got
 
@@ -77,8 +78,12 @@ def test_a_message_deleted_from_our_own_curve_stream_closes_the_connection():
     with Gather("@tcp://127.0.0.1:*", curve=Curve.server(server, ANY_KEY), heartbeat=_NO_PINGS) as gather:
         port = int(gather.last_endpoint.rsplit(":", 1)[1])
         with FaultProxy("127.0.0.1", port) as proxy:
-            with Scatter(f">{proxy.endpoint}", curve=Curve.client(client, server.public_key),
-                         heartbeat=_NO_PINGS, reconnect_ivl=50) as scatter:
+            with Scatter(
+                f">{proxy.endpoint}",
+                curve=Curve.client(client, server.public_key),
+                heartbeat=_NO_PINGS,
+                reconnect_ivl=50,
+            ) as scatter:
                 scatter.send(b"first", timeout=10)
                 assert gather.recv(timeout=10) == b"first"
                 proxy.active_connections[0].drop_frame(UP, 1, is_curve_message)

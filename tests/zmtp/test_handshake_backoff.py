@@ -17,8 +17,7 @@ pytestmark = pytest.mark.timeout(60)
 def test_a_peer_that_fails_every_handshake_is_retried_less_and_less_often():
     server = NotZeroMQ()
     ivl_s = 0.015  # a short reconnect interval (the default is 0.1 s) so six attempts take about 1 s
-    push = ReroutingPush([f"tcp://127.0.0.1:{server.port}"], immediate=True, linger=0,
-                         reconnect_ivl=int(ivl_s * 1000))
+    push = ReroutingPush([f"tcp://127.0.0.1:{server.port}"], immediate=True, linger=0, reconnect_ivl=int(ivl_s * 1000))
     try:
         wait_until(lambda: len(server.accepted) >= 6, 30, "six connection attempts")
         gaps = [b - a for a, b in zip(server.accepted, server.accepted[1:])]
@@ -32,11 +31,13 @@ def test_a_peer_that_fails_every_handshake_is_retried_less_and_less_often():
 
 def test_the_failure_of_a_handshake_without_curve_names_no_curve():
     server = NotZeroMQ()
-    push = ReroutingPush([f"tcp://127.0.0.1:{server.port}"], immediate=True, linger=0,
-                         monitor=zmq.EVENT_HANDSHAKE_SUCCEEDED)  # as the sink watches its peers
+    push = ReroutingPush(
+        [f"tcp://127.0.0.1:{server.port}"], immediate=True, linger=0, monitor=zmq.EVENT_HANDSHAKE_SUCCEEDED
+    )  # as the sink watches its peers
     try:
-        wait_until(lambda: (push.handshakes.poll(0.05), push.handshakes.rejected)[1] >= 1, 30,
-                   "a failed handshake counted")
+        wait_until(
+            lambda: (push.handshakes.poll(0.05), push.handshakes.rejected)[1] >= 1, 30, "a failed handshake counted"
+        )
         text = push.handshakes.last_rejection
         assert "not a ZeroMQ peer" in text and "CURVE" not in text, text
         assert "CURVE" not in push.handshakes.failure_note()

@@ -37,20 +37,25 @@ INVALID_SEQUENCE = zmq.PROTOCOL_ERROR_ZMTP_INVALID_SEQUENCE
 
 # -- helpers ------------------------------------------------------------------------------------
 
+
 def declaring(socket_type: bytes, seen: list | None = None) -> Callable[[dict | None], dict]:
     """A ``declare`` callback that records the peer metadata it is given."""
+
     def declare(peer: dict | None) -> dict:
         if seen is not None:
             seen.append(peer)
         return {"Socket-Type": socket_type}
+
     return declare
 
 
 def accepting(*types: bytes) -> Callable[[dict], None]:
     def accept(metadata: dict) -> None:
         if wire.socket_type_of(metadata) not in types:
-            raise ZmtpError(f"peer is a {metadata.get('socket-type')!r}", PROTOCOL,
-                            zmq.PROTOCOL_ERROR_ZMTP_INVALID_METADATA)
+            raise ZmtpError(
+                f"peer is a {metadata.get('socket-type')!r}", PROTOCOL, zmq.PROTOCOL_ERROR_ZMTP_INVALID_METADATA
+            )
+
     return accept
 
 
@@ -139,6 +144,7 @@ SIZES = (0, 1, 255, 256, 70_000)
 
 # -- 1. against libzmq --------------------------------------------------------------------------
 
+
 def pull_server(ctx, server_keys, **options) -> tuple[zmq.Socket, int]:
     pull = ctx.socket(zmq.PULL)
     pull.curve_server = True
@@ -152,8 +158,7 @@ def pull_server(ctx, server_keys, **options) -> tuple[zmq.Socket, int]:
 
 def our_client(server_public: bytes, socket_type: bytes = b"PUSH", accept=None, seen=None) -> CurveClient:
     cpub, csec = crypto_box_keypair()
-    return CurveClient(cpub, csec, server_public, declaring(socket_type, seen),
-                       accept or accepting(b"PULL"))
+    return CurveClient(cpub, csec, server_public, declaring(socket_type, seen), accept or accepting(b"PULL"))
 
 
 @pytest.mark.timeout(60)
@@ -196,7 +201,7 @@ def test_libzmq_answers_our_ping_and_we_decode_its_pong(ctx):
     pull, port = pull_server(ctx, keys)
     driver = Driver(socket.create_connection(("127.0.0.1", port)), our_client(z85.decode(keys[0])))
     driver.handshake()
-    driver.send_command(b"\x04PING\x00\x00context")   # TTL 0, context "context"
+    driver.send_command(b"\x04PING\x00\x00context")  # TTL 0, context "context"
     flags, body = driver.recv()
     assert (flags, body) == (COMMAND, b"\x04PONGcontext")
     driver.send(b"after pong")  # libzmq still decodes our MESSAGEs: nonces stayed in step
@@ -223,8 +228,9 @@ def test_libzmq_push_client_to_our_server(ctx):
 
     authorized: list = []
     seen: list = []
-    mech = CurveServer(server_pub, server_sec, lambda key: authorized.append(key) or True,
-                       declaring(b"PULL", seen), accepting(b"PUSH"))
+    mech = CurveServer(
+        server_pub, server_sec, lambda key: authorized.append(key) or True, declaring(b"PULL", seen), accepting(b"PUSH")
+    )
     conn, _ = lsock.accept()
     driver = Driver(conn, mech)
     driver.handshake()
@@ -243,7 +249,7 @@ def test_libzmq_client_with_another_server_key_is_refused(ctx):
     server_pub, server_sec = crypto_box_keypair()
     lsock, port = listener()
     push = ctx.socket(zmq.PUSH)
-    push.curve_serverkey = zmq.curve_keypair()[0]   # not our server's key
+    push.curve_serverkey = zmq.curve_keypair()[0]  # not our server's key
     push.curve_publickey, push.curve_secretkey = zmq.curve_keypair()
     push.linger = 0
     push.connect(f"tcp://127.0.0.1:{port}")
@@ -346,12 +352,15 @@ def test_our_refusal_is_reported_by_libzmq_as_zap_400(ctx):
     push.curve_serverkey = z85.encode(server_pub)
     push.curve_publickey, push.curve_secretkey = zmq.curve_keypair()
     push.linger = 0
-    monitor = SocketEvents(push, zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
-                                      | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
+    monitor = SocketEvents(
+        push,
+        zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL,
+    )
     push.connect(f"tcp://127.0.0.1:{port}")
     asked: list = []
-    mech = CurveServer(server_pub, server_sec, lambda key: asked.append(key) and False,
-                       declaring(b"PULL"), accepting(b"PUSH"))
+    mech = CurveServer(
+        server_pub, server_sec, lambda key: asked.append(key) and False, declaring(b"PULL"), accepting(b"PUSH")
+    )
     conn, _ = lsock.accept()
     with pytest.raises(ZmtpError) as err:
         Driver(conn, mech).handshake()
@@ -371,7 +380,7 @@ def test_libzmq_zap_refusal_reaches_our_client_as_auth_400(tmp_path):
     auth = ThreadAuthenticator(context)
     auth.start()
     try:
-        auth.configure_curve(domain="*", location=str(tmp_path))   # no certificate: refuse all
+        auth.configure_curve(domain="*", location=str(tmp_path))  # no certificate: refuse all
         keys = zmq.curve_keypair()
         push = context.socket(zmq.PUSH)
         push.curve_server = True
@@ -394,7 +403,7 @@ def test_libzmq_zap_refusal_reaches_our_client_as_auth_400(tmp_path):
 def test_socket_type_refused_by_our_accept_propagates(ctx):
     keys = zmq.curve_keypair()
     pull, port = pull_server(ctx, keys)
-    mech = our_client(z85.decode(keys[0]), accept=accepting(b"SUB"))   # the server is a PULL
+    mech = our_client(z85.decode(keys[0]), accept=accepting(b"SUB"))  # the server is a PULL
     driver = Driver(socket.create_connection(("127.0.0.1", port)), mech)
     with pytest.raises(ZmtpError) as err:
         driver.handshake()
@@ -418,12 +427,13 @@ def test_our_server_sees_client_metadata_before_declaring(ctx):
     with pytest.raises(ZmtpError) as err:
         Driver(conn, mech).handshake()
     assert err.value.value == zmq.PROTOCOL_ERROR_ZMTP_INVALID_METADATA
-    assert seen == []   # refused before declaring
+    assert seen == []  # refused before declaring
     assert mech.peer_metadata == {"socket-type": b"DEALER", "identity": b"dealer-7"}
     lsock.close()
 
 
 # -- 2. ours against ours -----------------------------------------------------------------------
+
 
 class Pair:
     def __init__(self, authorize=lambda key: True, server_key: bytes | None = None) -> None:
@@ -431,10 +441,16 @@ class Pair:
         self.server_pub, self.server_sec = crypto_box_keypair()
         self.client_seen: list = []
         self.server_seen: list = []
-        self.client = CurveClient(self.client_pub, self.client_sec, server_key or self.server_pub,
-                                  declaring(b"SCATTER", self.client_seen), accepting(b"GATHER"))
-        self.server = CurveServer(self.server_pub, self.server_sec, authorize,
-                                  declaring(b"GATHER", self.server_seen), accepting(b"SCATTER"))
+        self.client = CurveClient(
+            self.client_pub,
+            self.client_sec,
+            server_key or self.server_pub,
+            declaring(b"SCATTER", self.client_seen),
+            accepting(b"GATHER"),
+        )
+        self.server = CurveServer(
+            self.server_pub, self.server_sec, authorize, declaring(b"GATHER", self.server_seen), accepting(b"SCATTER")
+        )
 
     def hello(self) -> bytes:
         [hello] = self.client.start()
@@ -576,13 +592,19 @@ def test_short_nonces_continue_the_handshakes_as_libzmq_numbers_them():
     pair.client.on_command(ready)
     assert (struct.unpack_from(">Q", hello, 112)[0], struct.unpack_from(">Q", initiate, 105)[0]) == (1, 2)
     assert struct.unpack_from(">Q", ready, 6)[0] == 1
-    client_frames = [pair.client.encode(b"a")[1], pair.client.encode_command(b"\x04PING\x00\x00")[1],
-                     pair.client.encode(b"b", True)[1]]
+    client_frames = [
+        pair.client.encode(b"a")[1],
+        pair.client.encode_command(b"\x04PING\x00\x00")[1],
+        pair.client.encode(b"b", True)[1],
+    ]
     server_frames = [pair.server.encode_command(b"\x04PONG")[1], pair.server.encode(b"c")[1]]
     assert [short_nonce(f) for f in client_frames] == [3, 4, 5]
     assert [short_nonce(f) for f in server_frames] == [2, 3]
-    assert [pair.server.decode(0, f) for f in client_frames] == [(0, b"a"), (COMMAND, b"\x04PING\x00\x00"),
-                                                                  (MORE, b"b")]
+    assert [pair.server.decode(0, f) for f in client_frames] == [
+        (0, b"a"),
+        (COMMAND, b"\x04PING\x00\x00"),
+        (MORE, b"b"),
+    ]
     assert [pair.client.decode(0, f) for f in server_frames] == [(COMMAND, b"\x04PONG"), (0, b"c")]
 
 
@@ -593,13 +615,14 @@ def test_a_deleted_message_closes_the_connection_naming_the_gap(direction):
     sender, receiver = (pair.client, pair.server) if direction == "client-to-server" else (pair.server, pair.client)
     m1, m2, m3 = (sender.encode(b"message %d" % i)[1] for i in (1, 2, 3))
     assert receiver.decode(0, m1) == (0, b"message 1")
-    with pytest.raises(CurveSequenceError) as err:   # m2 deleted in transit
+    with pytest.raises(CurveSequenceError) as err:  # m2 deleted in transit
         receiver.decode(0, m3)
     first = short_nonce(m1)
     assert (err.value.event, err.value.value) == (PROTOCOL, INVALID_SEQUENCE)
     assert (err.value.expected, err.value.received, err.value.missing) == (first + 1, first + 2, 1)
-    assert str(err.value) == (f"MESSAGE short nonce {first + 2}, expected {first + 1}: 1 message missing: "
-                              "deleted in transit or tampered with")
+    assert str(err.value) == (
+        f"MESSAGE short nonce {first + 2}, expected {first + 1}: 1 message missing: deleted in transit or tampered with"
+    )
     assert (receiver.sequence_gaps, receiver.missing_messages, receiver.replays) == (1, 1, 0)
     # replay: MESSAGE 1 again
     with pytest.raises(CurveSequenceError) as err:
@@ -614,16 +637,24 @@ def test_a_deleted_message_closes_the_connection_naming_the_gap(direction):
     with pytest.raises(CurveSequenceError, match=r": 3 messages missing: deleted in transit or tampered with$"):
         receiver.decode(0, frames[3])
     assert (receiver.sequence_gaps, receiver.missing_messages) == (1, 3)
-    assert [receiver.decode(0, f)[0] for f in frames] == [COMMAND, 0, 0, 0]   # in order, all pass
+    assert [receiver.decode(0, f)[0] for f in frames] == [COMMAND, 0, 0, 0]  # in order, all pass
 
 
 @pytest.mark.timeout(60)
-@settings(max_examples=examples(150), deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow])
-@given(data=st.data(),
-       messages=st.lists(st.tuples(st.sampled_from(["data", "more", "command"]), st.binary(max_size=64)),
-                         min_size=1, max_size=30),
-       from_client=st.booleans())
+@settings(
+    max_examples=examples(150),
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(
+    data=st.data(),
+    messages=st.lists(
+        st.tuples(st.sampled_from(["data", "more", "command"]), st.binary(max_size=64)), min_size=1, max_size=30
+    ),
+    from_client=st.booleans(),
+)
 def test_deleting_any_one_message_is_caught_at_the_next(data, messages, from_client):
     """For any messages and any single deleted one, the receiver accepts every message
     before the deletion and refuses exactly the first one after it (none if it was the last)."""
@@ -653,14 +684,18 @@ def test_deleting_any_one_message_is_caught_at_the_next(data, messages, from_cli
 
 
 @pytest.mark.timeout(30)
-@pytest.mark.parametrize("body, value", [
-    (b"", zmq.PROTOCOL_ERROR_ZMTP_MALFORMED_COMMAND_UNSPECIFIED),
-    (b"\x07MESS", zmq.PROTOCOL_ERROR_ZMTP_MALFORMED_COMMAND_UNSPECIFIED),
-    (b"\x04PING\x00\x00", zmq.PROTOCOL_ERROR_ZMTP_UNEXPECTED_COMMAND),
-    (b"\x07MESSAGE" + bytes(24), zmq.PROTOCOL_ERROR_ZMTP_MALFORMED_COMMAND_MESSAGE),
-    (b"\x07MESSAGE" + struct.pack(">Q", 99) + bytes(17), zmq.PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC),
-    (b"\x07MESSAGE" + bytes(25), zmq.PROTOCOL_ERROR_ZMTP_INVALID_SEQUENCE),
-], ids=["empty", "name-past-end", "plain-ping", "short-message", "bad-box", "nonce-zero"])
+@pytest.mark.parametrize(
+    "body, value",
+    [
+        (b"", zmq.PROTOCOL_ERROR_ZMTP_MALFORMED_COMMAND_UNSPECIFIED),
+        (b"\x07MESS", zmq.PROTOCOL_ERROR_ZMTP_MALFORMED_COMMAND_UNSPECIFIED),
+        (b"\x04PING\x00\x00", zmq.PROTOCOL_ERROR_ZMTP_UNEXPECTED_COMMAND),
+        (b"\x07MESSAGE" + bytes(24), zmq.PROTOCOL_ERROR_ZMTP_MALFORMED_COMMAND_MESSAGE),
+        (b"\x07MESSAGE" + struct.pack(">Q", 99) + bytes(17), zmq.PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC),
+        (b"\x07MESSAGE" + bytes(25), zmq.PROTOCOL_ERROR_ZMTP_INVALID_SEQUENCE),
+    ],
+    ids=["empty", "name-past-end", "plain-ping", "short-message", "bad-box", "nonce-zero"],
+)
 def test_bad_messages_report_libzmq_codes(body, value):
     pair = Pair().connect()
     with pytest.raises(ZmtpError) as err:
@@ -681,7 +716,7 @@ def test_refusal_is_an_error_400_the_client_understands():
     with pytest.raises(ZmtpError) as err:
         pair.client.on_command(reply)
     assert (err.value.event, err.value.value) == (AUTH, 400)
-    with pytest.raises(ZmtpError):   # a failed mechanism stays failed
+    with pytest.raises(ZmtpError):  # a failed mechanism stays failed
         pair.server.on_command(initiate)
 
 
@@ -694,8 +729,12 @@ def test_wrong_server_key_and_unexpected_commands():
 
     pair = Pair()
     hello = pair.hello()
-    for mech, body in ((pair.server, wire.command(b"READY")), (pair.server, wire.error_command("400")),
-                       (pair.client, hello), (pair.client, wire.command(b"INITIATE", bytes(300)))):
+    for mech, body in (
+        (pair.server, wire.command(b"READY")),
+        (pair.server, wire.error_command("400")),
+        (pair.client, hello),
+        (pair.client, wire.command(b"INITIATE", bytes(300))),
+    ):
         with pytest.raises(ZmtpError) as err:
             mech.on_command(body)
         assert err.value.value == zmq.PROTOCOL_ERROR_ZMTP_UNEXPECTED_COMMAND, body[:10]
@@ -703,18 +742,19 @@ def test_wrong_server_key_and_unexpected_commands():
     pair = Pair()
     ready = pair.ready()
     welcome_again = Pair().welcome()
-    with pytest.raises(ZmtpError) as err:      # WELCOME while expecting READY
+    with pytest.raises(ZmtpError) as err:  # WELCOME while expecting READY
         pair.client.on_command(welcome_again)
     assert err.value.value == zmq.PROTOCOL_ERROR_ZMTP_UNEXPECTED_COMMAND
-    with pytest.raises(ZmtpError) as err:      # a command after the handshake
+    with pytest.raises(ZmtpError) as err:  # a command after the handshake
         pair.server.on_command(ready)
     assert err.value.value == zmq.PROTOCOL_ERROR_ZMTP_UNEXPECTED_COMMAND
-    with pytest.raises(ZmtpError):             # nothing to encode with before READY
+    with pytest.raises(ZmtpError):  # nothing to encode with before READY
         pair.client.encode(b"early")
 
 
-def forge_initiate(pair: Pair, welcome: bytes, *, vouch_short: bytes | None = None,
-                   vouch_server: bytes | None = None, nonce: int = 2) -> bytes:
+def forge_initiate(
+    pair: Pair, welcome: bytes, *, vouch_short: bytes | None = None, vouch_server: bytes | None = None, nonce: int = 2
+) -> bytes:
     """An INITIATE as a client would make it, with one part replaced (uses the client's
     short-term secret, which only a test can reach)."""
     client = pair.client
@@ -722,26 +762,37 @@ def forge_initiate(pair: Pair, welcome: bytes, *, vouch_short: bytes | None = No
     plain = crypto_box_open(welcome[24:], b"WELCOME-" + welcome[8:24], pair.server_pub, cn_secret)
     server_cn, cookie = plain[:32], plain[32:128]
     vouch_nonce = bytes(range(16))
-    vouch = crypto_box((vouch_short or client._cn_public) + (vouch_server or pair.server_pub),
-                       b"VOUCH---" + vouch_nonce, server_cn, pair.client_sec)
+    vouch = crypto_box(
+        (vouch_short or client._cn_public) + (vouch_server or pair.server_pub),
+        b"VOUCH---" + vouch_nonce,
+        server_cn,
+        pair.client_sec,
+    )
     metadata = wire.encode_metadata({"Socket-Type": b"SCATTER"})
     short = struct.pack(">Q", nonce)
-    box = crypto_box_afternm(pair.client_pub + vouch_nonce + vouch + metadata, b"CurveZMQINITIATE" + short,
-                             crypto_box_beforenm(server_cn, cn_secret))
+    box = crypto_box_afternm(
+        pair.client_pub + vouch_nonce + vouch + metadata,
+        b"CurveZMQINITIATE" + short,
+        crypto_box_beforenm(server_cn, cn_secret),
+    )
     return b"\x08INITIATE" + cookie + short + box
 
 
 @pytest.mark.timeout(30)
-@pytest.mark.parametrize("change, value", [
-    ({}, None),
-    ({"nonce": 1}, zmq.PROTOCOL_ERROR_ZMTP_INVALID_SEQUENCE),          # not above HELLO's
-    ({"vouch_short": bytes(32)}, zmq.PROTOCOL_ERROR_ZMTP_KEY_EXCHANGE),  # vouches for another C'
-    ({"vouch_server": bytes(32)}, zmq.PROTOCOL_ERROR_ZMTP_KEY_EXCHANGE),  # vouch made for another server
-], ids=["genuine", "nonce-not-above-hello", "vouch-other-client-key", "vouch-other-server"])
+@pytest.mark.parametrize(
+    "change, value",
+    [
+        ({}, None),
+        ({"nonce": 1}, zmq.PROTOCOL_ERROR_ZMTP_INVALID_SEQUENCE),  # not above HELLO's
+        ({"vouch_short": bytes(32)}, zmq.PROTOCOL_ERROR_ZMTP_KEY_EXCHANGE),  # vouches for another C'
+        ({"vouch_server": bytes(32)}, zmq.PROTOCOL_ERROR_ZMTP_KEY_EXCHANGE),  # vouch made for another server
+    ],
+    ids=["genuine", "nonce-not-above-hello", "vouch-other-client-key", "vouch-other-server"],
+)
 def test_forged_initiate(change, value):
     pair = Pair()
     welcome = pair.welcome()
-    pair.client.on_command(welcome)   # keeps its short-term secret until READY
+    pair.client.on_command(welcome)  # keeps its short-term secret until READY
     initiate = forge_initiate(pair, welcome, **change)
     if value is None:
         assert len(pair.server.on_command(initiate)) == 1 and pair.server.ready
@@ -795,8 +846,13 @@ def stage(name: str) -> tuple[Callable[[bytes], object], bytes]:
     return (lambda body: pair.client.decode(0, body)), pair.server.encode_command(b"\x04PONG")[1]
 
 
-HYPOTHESIS = settings(max_examples=examples(200), deadline=None, derandomize=True, database=None,
-                      suppress_health_check=[HealthCheck.too_slow])
+HYPOTHESIS = settings(
+    max_examples=examples(200),
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 NAMES = (b"\x05HELLO", b"\x07WELCOME", b"\x08INITIATE", b"\x05READY", b"\x05ERROR", b"\x07MESSAGE")
 EXPECTED_SIZE = {"HELLO": 200, "WELCOME": 168, "INITIATE": 257, "READY": 30, "MESSAGE-C": 33, "MESSAGE-S": 33}
 
@@ -812,8 +868,9 @@ def test_any_bytes_are_a_zmtp_error(name, data):
     else:
         prefix = data.draw(st.sampled_from(NAMES))
         size = EXPECTED_SIZE[name] + data.draw(st.integers(0, 40)) - len(prefix)
-        body = prefix + data.draw(st.binary(min_size=size, max_size=size) if kind == "named-exact-size"
-                                  else st.binary(max_size=300))
+        body = prefix + data.draw(
+            st.binary(min_size=size, max_size=size) if kind == "named-exact-size" else st.binary(max_size=300)
+        )
     try:
         feed(body)
     except ZmtpError as exc:
@@ -834,7 +891,7 @@ def test_changed_valid_commands_are_a_zmtp_error(name, data):
         body[index] ^= data.draw(st.integers(1, 255))
         body = bytes(body)
     elif kind == "truncate":
-        body = valid[:data.draw(st.integers(0, len(valid) - 1))]
+        body = valid[: data.draw(st.integers(0, len(valid) - 1))]
     else:
         body = valid + data.draw(st.binary(min_size=1, max_size=20))
     with pytest.raises(ZmtpError):
@@ -846,5 +903,5 @@ def test_changed_valid_commands_are_a_zmtp_error(name, data):
 def test_valid_commands_succeed_once(name):
     feed, valid = stage(name)
     feed(valid)
-    with pytest.raises(ZmtpError):   # the same bytes again: replay or unexpected
+    with pytest.raises(ZmtpError):  # the same bytes again: replay or unexpected
         feed(valid)

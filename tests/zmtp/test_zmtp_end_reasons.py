@@ -60,6 +60,7 @@ def first(ended: queue.Queue, within: float = 10.0) -> tuple[EndReason, ZmtpErro
 
 # -- a bare ZMTP peer --------------------------------------------------------------------------
 
+
 def _exact(sock: socket.socket, n: int) -> bytes:
     buf = bytearray()
     while len(buf) < n:
@@ -90,7 +91,7 @@ def _ready(socket_type: bytes) -> bytes:
 def connect(gather: Gather, *, handshake: bool = True) -> socket.socket:
     """A TCP client of ``gather``, through a NULL handshake as a PUSH when ``handshake``;
     what the Gather sent it has been read whole (a close is then a FIN, not a reset)."""
-    host, port = gather.last_endpoint[len("tcp://"):].rsplit(":", 1)
+    host, port = gather.last_endpoint[len("tcp://") :].rsplit(":", 1)
     sock = socket.create_connection((host, int(port)), timeout=10)
     if handshake:
         sock.sendall(wire.greeting(b"NULL", False) + _ready(b"PUSH"))
@@ -100,6 +101,7 @@ def connect(gather: Gather, *, handshake: bool = True) -> socket.socket:
 
 
 # -- the reasons -------------------------------------------------------------------------------
+
 
 @pytest.mark.timeout(30)
 def test_a_peer_that_closes_is_peer_closed(make_gather, ended):

@@ -48,11 +48,12 @@ MB = 1 << 20
 
 # -- a raw ZMTP client ----------------------------------------------------------------------
 
+
 class Raw:
     """A bare TCP client that speaks as much ZMTP as each test wants, and no more."""
 
     def __init__(self, gather: Gather, timeout: float = 5.0) -> None:
-        host, port = gather.last_endpoint[len("tcp://"):].rsplit(":", 1)
+        host, port = gather.last_endpoint[len("tcp://") :].rsplit(":", 1)
         self.sock = socket.create_connection((host, int(port)), timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
@@ -127,6 +128,7 @@ def try_send(raw: Raw, data: bytes) -> bool:
 
 
 # -- fixtures and checks ---------------------------------------------------------------------
+
 
 @pytest.fixture
 def make_gather():
@@ -206,6 +208,7 @@ MONITOR = {"monitor": zmq.EVENT_HANDSHAKE_SUCCEEDED}
 
 # -- before the handshake ----------------------------------------------------------------------
 
+
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("seed", range(4))
 def test_random_garbage_is_closed_and_counted(make_gather, seed):
@@ -231,16 +234,20 @@ def test_an_http_request_is_closed_at_once_and_answered_only_with_the_greeting(m
 
 
 @pytest.mark.timeout(30)
-@pytest.mark.parametrize("garbage", [
-    b"\x00\x05hello",                              # a message frame before READY
-    b"\x01\x00" * 40,                              # MORE frames before READY
-    b"\x04\x06\x05HELLO",                          # a command that is not READY
-    b"\x04\x00",                                   # an empty command frame
-    b"\x04\x01\x00",                               # a command with an empty name
-    b"\x04\x03\x09REA",                            # a command name longer than the frame
-    b"\x05\x06\x05READY",                          # READY with the MORE flag
-    bytes(range(256)) * 4,
-], ids=["message", "more", "hello", "empty", "empty-name", "name-overrun", "ready-more", "bytes"])
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        b"\x00\x05hello",  # a message frame before READY
+        b"\x01\x00" * 40,  # MORE frames before READY
+        b"\x04\x06\x05HELLO",  # a command that is not READY
+        b"\x04\x00",  # an empty command frame
+        b"\x04\x01\x00",  # a command with an empty name
+        b"\x04\x03\x09REA",  # a command name longer than the frame
+        b"\x05\x06\x05READY",  # READY with the MORE flag
+        bytes(range(256)) * 4,
+    ],
+    ids=["message", "more", "hello", "empty", "empty-name", "name-overrun", "ready-more", "bytes"],
+)
 def test_a_valid_greeting_then_garbage_is_closed_at_once(make_gather, garbage):
     gather = make_gather(**MONITOR)
     raw = Raw(gather)
@@ -258,12 +265,26 @@ def _zmtp2_greeting(socket_type: int = 8) -> bytes:
 
 
 @pytest.mark.timeout(30)
-@pytest.mark.parametrize("hello", [
-    _zmtp2_greeting() + b"\x00\x05hello" * 10,                       # ZMTP 2.0 peer, then messages
-    b"\xff" + b"\x00" * 8 + b"\x7f" + b"\x02\x00" + b"NULL".ljust(20, b"\x00") + b"\x00" * 32,  # "2.0" in a 3.x layout
-    b"\x01\x00" + b"\x06\x00hello" * 12,                              # ZMTP 1.0: identity, then messages
-    b"\xff" + b"\x00" * 8 + b"\x7e" + b"\x03\x01" + b"NULL".ljust(20, b"\x00") + b"\x00" * 32,  # signature bit 0 clear
-], ids=["zmtp2", "zmtp2-long", "zmtp1", "bad-signature"])
+@pytest.mark.parametrize(
+    "hello",
+    [
+        _zmtp2_greeting() + b"\x00\x05hello" * 10,  # ZMTP 2.0 peer, then messages
+        b"\xff"
+        + b"\x00" * 8
+        + b"\x7f"
+        + b"\x02\x00"
+        + b"NULL".ljust(20, b"\x00")
+        + b"\x00" * 32,  # "2.0" in a 3.x layout
+        b"\x01\x00" + b"\x06\x00hello" * 12,  # ZMTP 1.0: identity, then messages
+        b"\xff"
+        + b"\x00" * 8
+        + b"\x7e"
+        + b"\x03\x01"
+        + b"NULL".ljust(20, b"\x00")
+        + b"\x00" * 32,  # signature bit 0 clear
+    ],
+    ids=["zmtp2", "zmtp2-long", "zmtp1", "bad-signature"],
+)
 def test_an_older_zmtp_greeting_is_closed_at_once(make_gather, hello):
     gather = make_gather(**MONITOR)
     raw = Raw(gather)
@@ -275,8 +296,9 @@ def test_an_older_zmtp_greeting_is_closed_at_once(make_gather, hello):
 
 
 @pytest.mark.timeout(30)
-@pytest.mark.parametrize("hello", [_zmtp2_greeting(), b"\x01\x00", b"\xff\x00\x00\x00"],
-                         ids=["zmtp2-waits", "zmtp1-waits", "partial"])
+@pytest.mark.parametrize(
+    "hello", [_zmtp2_greeting(), b"\x01\x00", b"\xff\x00\x00\x00"], ids=["zmtp2-waits", "zmtp1-waits", "partial"]
+)
 def test_a_short_older_greeting_that_waits_is_closed_by_handshake_ivl(make_gather, hello):
     """An old peer sends its short greeting and waits for ours in its version: a ZMTP
     3-only socket cannot tell before 64 bytes, so ``handshake_ivl`` closes it."""
@@ -309,21 +331,37 @@ def _ready_body(metadata: bytes) -> bytes:
 
 
 @pytest.mark.timeout(30)
-@pytest.mark.parametrize("metadata", [
-    wire.encode_metadata({"Socket-Type": b"PUSH"})[:-2],                        # value cut short
-    wire.encode_metadata({"Socket-Type": b"PUSH"})[:5],                         # name cut short
-    b"\x0bSocket-Type" + struct.pack(">I", 0xFFFFFFFF) + b"PUSH",               # a 4 GiB value
-    b"\x0bSocket-Type" + struct.pack(">I", 1 << 31) + b"PUSH",
-    b"\x00\x00\x00\x00\x00",                                                    # an empty name
-    wire.encode_metadata({"Identity": b"x"}),                                   # no Socket-Type
-    b"",                                                                        # no metadata at all
-    wire.encode_metadata({"Socket-Type": b""}),
-    wire.encode_metadata({"Socket-Type": b"PUB"}),
-    wire.encode_metadata({"Socket-Type": b"GATHER"}),
-    wire.encode_metadata({"Socket-Type": b"PUSH\x00"}),
-    b"\x0bSocket-Type\x00\x00\x00\x04PUSH" + b"\x01",                           # trailing garbage
-], ids=["value-cut", "name-cut", "4GiB-value", "2GiB-value", "empty-name", "no-socket-type", "empty", "empty-type",
-        "pub", "gather", "push-nul", "trailing"])
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        wire.encode_metadata({"Socket-Type": b"PUSH"})[:-2],  # value cut short
+        wire.encode_metadata({"Socket-Type": b"PUSH"})[:5],  # name cut short
+        b"\x0bSocket-Type" + struct.pack(">I", 0xFFFFFFFF) + b"PUSH",  # a 4 GiB value
+        b"\x0bSocket-Type" + struct.pack(">I", 1 << 31) + b"PUSH",
+        b"\x00\x00\x00\x00\x00",  # an empty name
+        wire.encode_metadata({"Identity": b"x"}),  # no Socket-Type
+        b"",  # no metadata at all
+        wire.encode_metadata({"Socket-Type": b""}),
+        wire.encode_metadata({"Socket-Type": b"PUB"}),
+        wire.encode_metadata({"Socket-Type": b"GATHER"}),
+        wire.encode_metadata({"Socket-Type": b"PUSH\x00"}),
+        b"\x0bSocket-Type\x00\x00\x00\x04PUSH" + b"\x01",  # trailing garbage
+    ],
+    ids=[
+        "value-cut",
+        "name-cut",
+        "4GiB-value",
+        "2GiB-value",
+        "empty-name",
+        "no-socket-type",
+        "empty",
+        "empty-type",
+        "pub",
+        "gather",
+        "push-nul",
+        "trailing",
+    ],
+)
 def test_a_bad_ready_is_refused_at_once_and_its_messages_dropped(make_gather, metadata):
     gather = make_gather(**MONITOR)
     raw = Raw(gather)
@@ -392,7 +430,7 @@ def test_a_greeting_ready_and_message_sent_one_byte_per_write_are_delivered(make
     raw = Raw(gather)
     stream = wire.greeting(b"NULL", False) + raw.ready(Socket_Type=b"PUSH") + raw.frame(b"one byte at a time")
     for i in range(len(stream)):
-        raw.send(stream[i:i + 1])
+        raw.send(stream[i : i + 1])
     assert wire.parse_greeting(raw.exact(wire.GREETING_SIZE))[1] == b"NULL"
     assert gather.recv(timeout=10) == b"one byte at a time"
     long = bytes(range(256)) * 2
@@ -436,6 +474,7 @@ def test_300_idle_connections_do_not_stop_a_scatter_delivering_10000_messages(ma
 
 
 # -- after a valid NULL handshake as PUSH ------------------------------------------------------
+
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("size", [1 << 63, (1 << 64) - 1])
@@ -504,16 +543,24 @@ def test_an_unknown_command_is_ignored_and_never_delivered(make_gather):
     gather = make_gather()
     raw = Raw(gather)
     raw.handshake()
-    raw.send(raw.command(b"SUBSCRIBE", b"topic") + raw.command(b"X" * 255, b"x" * 3000) + raw.command(b"PONG")
-             + raw.command(b"READY", wire.encode_metadata({"Socket-Type": b"PUB"})) + raw.frame(b"after commands"))
+    raw.send(
+        raw.command(b"SUBSCRIBE", b"topic")
+        + raw.command(b"X" * 255, b"x" * 3000)
+        + raw.command(b"PONG")
+        + raw.command(b"READY", wire.encode_metadata({"Socket-Type": b"PUB"}))
+        + raw.frame(b"after commands")
+    )
     assert gather.recv(timeout=10) == b"after commands"  # nothing before it: the commands were not messages
     raw.close()
     still_works(gather)
 
 
 @pytest.mark.timeout(30)
-@pytest.mark.parametrize("body", [b"", b"\x00", b"\x00PING", b"\x09PING", b"\xff"], ids=[
-    "empty", "empty-name", "empty-name-data", "name-overrun", "name-size-only"])
+@pytest.mark.parametrize(
+    "body",
+    [b"", b"\x00", b"\x00PING", b"\x09PING", b"\xff"],
+    ids=["empty", "empty-name", "empty-name-data", "name-overrun", "name-size-only"],
+)
 def test_a_malformed_command_after_the_handshake_closes_the_connection(make_gather, body):
     gather = make_gather()
     raw = Raw(gather)
@@ -585,10 +632,15 @@ def test_multipart_messages_are_discarded_whole_and_counted(make_gather):
     gather = make_gather()
     raw = Raw(gather)
     raw.handshake()
-    raw.send(raw.frame(b"single-1")
-             + raw.frame(b"a", MORE) + raw.frame(b"b", MORE) + raw.frame(b"c")
-             + raw.frame(b"single-2")
-             + raw.frame(b"x" * 300, MORE) + raw.frame(b"", MORE))
+    raw.send(
+        raw.frame(b"single-1")
+        + raw.frame(b"a", MORE)
+        + raw.frame(b"b", MORE)
+        + raw.frame(b"c")
+        + raw.frame(b"single-2")
+        + raw.frame(b"x" * 300, MORE)
+        + raw.frame(b"", MORE)
+    )
     raw.send(raw.command(b"PING", b"\x00\x00"))  # a command inside a multipart message
     raw.send(raw.frame(b"end"))
     raw.send(raw.frame(b"", MORE) + raw.frame(b""))
@@ -602,6 +654,7 @@ def test_multipart_messages_are_discarded_whole_and_counted(make_gather):
 
 # -- CURVE ------------------------------------------------------------------------------------
 
+
 @pytest.fixture
 def curve_gather(make_gather):
     server, client = KeyPair.generate(), KeyPair.generate()
@@ -614,8 +667,9 @@ def curve_client(server: KeyPair, client: KeyPair | None = None) -> CurveClient:
         public, secret = crypto_box_keypair()
     else:
         public, secret = z85.decode(client.public_key), z85.decode(client.secret_key)
-    return CurveClient(public, secret, z85.decode(server.public_key),
-                       lambda peer: {"Socket-Type": b"PUSH"}, lambda metadata: None)
+    return CurveClient(
+        public, secret, z85.decode(server.public_key), lambda peer: {"Socket-Type": b"PUSH"}, lambda metadata: None
+    )
 
 
 def curve_handshake(raw: Raw, mech: CurveClient, sent: list | None = None) -> None:
@@ -745,6 +799,7 @@ def test_curve_gather_closes_on_a_message_above_max_message_bytes(make_gather):
 
 # -- found by tools/fuzz.py --target zmtp, and what the engine does with its own bugs -------------
 
+
 @pytest.mark.timeout(30)
 def test_a_send_while_the_scatter_connects_does_not_raise(make_gather, monkeypatch):
     gather = make_gather()
@@ -784,7 +839,9 @@ def test_an_unexpected_error_on_one_connection_closes_that_connection(make_gathe
     monkeypatch.setattr(sessions_module.Sessions, "_on_command", failing)
     raw = Raw(gather)
     raw.handshake()
-    raw.send(raw.frame(b"before") + raw.command(b"PING", b"\x00\x00") + raw.frame(b"dropped?") + raw.frame(b"x" * 300)[:5])
+    raw.send(
+        raw.frame(b"before") + raw.command(b"PING", b"\x00\x00") + raw.frame(b"dropped?") + raw.frame(b"x" * 300)[:5]
+    )
     assert gather.recv(timeout=10) == b"before"
     closed = raw.closed_by_peer()
     if not closed:  # show the desynchronised stream: the rest of the long frame is read as frames
@@ -830,12 +887,13 @@ def test_running_out_of_file_descriptors_neither_spins_nor_floods_the_log():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    child = subprocess.Popen([sys.executable, "-c", _LOW_FD_GATHER], cwd=root, stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", _LOW_FD_GATHER], cwd=root, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     clients: list = []
     try:
         endpoint = child.stdout.readline().strip()
-        host, port = endpoint[len("tcp://"):].rsplit(":", 1)
+        host, port = endpoint[len("tcp://") :].rsplit(":", 1)
         clients = [socket.create_connection((host, int(port)), timeout=5) for _ in range(110)]
         child.stdin.write("measure\n")
         child.stdin.flush()

@@ -63,8 +63,12 @@ def test_round_robin_keeps_the_turn_when_a_peer_is_removed(n, data):
 
 
 @FAST
-@given(st.lists(st.lists(st.integers(0, 30), max_size=8), min_size=1, max_size=5), st.integers(1, 20),
-       st.one_of(st.none(), st.integers(0, 100)), st.integers(0, 10))
+@given(
+    st.lists(st.lists(st.integers(0, 30), max_size=8), min_size=1, max_size=5),
+    st.integers(1, 20),
+    st.one_of(st.none(), st.integers(0, 100)),
+    st.integers(0, 10),
+)
 def test_fair_queue_hands_out_each_peers_messages_in_order_within_the_limits(sizes, max_messages, max_bytes, hwm):
     fq = FairQueue(hwm)
     peers = [Peer() for _ in sizes]
@@ -112,12 +116,14 @@ def test_fair_queue_gives_each_peer_a_share():
 
 
 @FAST
-@given(st.integers(1, 5), st.integers(0, 6), st.lists(st.integers(0, 6), max_size=5), st.integers(0, 40),
-       st.integers(0, 4))
+@given(
+    st.integers(1, 5), st.integers(0, 6), st.lists(st.integers(0, 6), max_size=5), st.integers(0, 40), st.integers(0, 4)
+)
 def test_taking_whole_turns_queues_what_one_message_at_a_time_would(n, hwm, backlog, count, turn):
     """``take_turns`` (the send path's batch step), then one ``next_with_room`` per message
     for what it left, gives every peer the same messages in the same order, and leaves the
     turn in the same place, as one ``next_with_room`` per message from the start."""
+
     def ring():
         lb = RoundRobin()
         peers = [Peer() for _ in range(n)]
@@ -155,8 +161,12 @@ def _run(messages: list[bytes]) -> MessageRun:
 
 
 @FAST
-@given(st.lists(st.lists(st.tuples(st.booleans(), st.integers(1, 12)), max_size=5), min_size=1, max_size=4),
-       st.integers(1, 20), st.one_of(st.none(), st.integers(1, 100)), st.integers(0, 30))
+@given(
+    st.lists(st.lists(st.tuples(st.booleans(), st.integers(1, 12)), max_size=5), min_size=1, max_size=4),
+    st.integers(1, 20),
+    st.one_of(st.none(), st.integers(1, 100)),
+    st.integers(0, 30),
+)
 def test_fair_queue_with_runs_hands_out_what_it_would_one_message_at_a_time(deliveries, max_messages, max_bytes, hwm):
     """Runs of messages split in bulk (``MessageRun``) are messages like any other: counted
     against ``max_messages`` and the high-water mark one by one, split where a take ends

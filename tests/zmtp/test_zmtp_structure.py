@@ -80,8 +80,9 @@ def test_the_engine_holds_its_session_manager_and_inherits_nothing_of_it():
 
     inherited = [cls.__qualname__ for cls in engine.Engine.__mro__ if cls.__module__ == sessions.__name__]
     assert not inherited, f"Engine inherits the session manager {inherited}"
-    eng = engine.Engine(socket_type=b"GATHER", peer_types={b"SCATTER": b"GATHER"}, label="structure", hwm=0,
-                        max_message_bytes=None)
+    eng = engine.Engine(
+        socket_type=b"GATHER", peer_types={b"SCATTER": b"GATHER"}, label="structure", hwm=0, max_message_bytes=None
+    )
     try:
         held = [name for name, value in vars(eng).items() if isinstance(value, sessions.Sessions)]
     finally:

@@ -41,6 +41,7 @@ command_names = st.binary(min_size=1, max_size=255)
 
 # -- greeting ---------------------------------------------------------------------------------
 
+
 @FAST
 @given(st.sampled_from(MECHANISMS), st.booleans())
 def test_parse_greeting_reads_back_our_greeting(mechanism, as_server):
@@ -75,6 +76,7 @@ def test_parse_greeting_with_one_byte_changed(mechanism, at, value):
 
 # -- commands ---------------------------------------------------------------------------------
 
+
 @FAST
 @given(command_names, st.binary(max_size=300))
 def test_parse_command_reads_back_a_command(name, data):
@@ -95,7 +97,8 @@ def test_parse_command_of_arbitrary_bytes_is_exact_or_raises_zmtp_error(body):
 # -- metadata ---------------------------------------------------------------------------------
 
 metadata_dicts = st.dictionaries(names, st.binary(max_size=300), max_size=8).filter(
-    lambda d: len({k.lower() for k in d}) == len(d))
+    lambda d: len({k.lower() for k in d}) == len(d)
+)
 
 
 @FAST
@@ -141,12 +144,13 @@ def test_parse_metadata_refuses_a_value_longer_than_what_follows(name, length, v
 
 # -- ERROR ----------------------------------------------------------------------------------
 
+
 @FAST
 @given(st.binary(max_size=300), st.booleans())
 def test_error_from_command_never_raises(data, is_server):
     error = wire.error_from_command(data, is_server)
     assert isinstance(error, ZmtpError)
-    reason = data[1:1 + data[0]] if data and len(data) >= 1 + data[0] else b""
+    reason = data[1 : 1 + data[0]] if data and len(data) >= 1 + data[0] else b""
     if reason in (b"300", b"400", b"500"):
         assert (error.event, error.value) == (zmq.EVENT_HANDSHAKE_FAILED_AUTH, int(reason))
     else:
@@ -164,16 +168,19 @@ def test_error_command_reads_back(reason):
 
 # -- the NULL mechanism ---------------------------------------------------------------------
 
+
 def null_mechanism(initiator: bool = False) -> NullMechanism:
     """A NullMechanism with a GATHER's declare/accept rules (as StreamEngine.declare_metadata/accept_metadata)."""
+
     def declare(peer):
         kind = ((peer or {}).get("socket-type") or b"").upper()
         return {"Socket-Type": PEER_TYPES.get(kind, b"GATHER")}
 
     def accept(metadata):
         if wire.socket_type_of(metadata) not in PEER_TYPES:
-            raise ZmtpError("socket type mismatch", zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL,
-                            zmq.PROTOCOL_ERROR_ZMTP_INVALID_METADATA)
+            raise ZmtpError(
+                "socket type mismatch", zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL, zmq.PROTOCOL_ERROR_ZMTP_INVALID_METADATA
+            )
 
     return NullMechanism(initiator, declare, accept)
 
@@ -195,8 +202,9 @@ def test_null_on_command_of_arbitrary_bytes_is_ready_or_raises_zmtp_error(body, 
 
 
 @FAST
-@given(st.sampled_from([b"SCATTER", b"PUSH", b"push", b"PULL", b"GATHER", b"PUB", b"SUB", b"DEALER", b""]),
-       metadata_dicts)
+@given(
+    st.sampled_from([b"SCATTER", b"PUSH", b"push", b"PULL", b"GATHER", b"PUB", b"SUB", b"DEALER", b""]), metadata_dicts
+)
 def test_null_on_command_accepts_a_ready_exactly_from_a_peer_type_and_answers_in_its_type(socket_type, extra):
     mech = null_mechanism(initiator=False)
     assert mech.start() == []
@@ -262,12 +270,12 @@ def test_parse_frames_of_a_truncated_stream_stops_at_the_cut_and_says_what_it_ne
     out: list = []
     i, need, _ = codec.parse_frames(stream[:cut], 0, codec.HARD_FRAME_LIMIT, out)
     whole = [parsed(flags, body) for flags, body in frames]
-    assert out == whole[:len(out)] and len(out) < len(frames)
+    assert out == whole[: len(out)] and len(out) < len(frames)
     assert i <= cut and i + need > cut  # nothing parsed past the cut, and more is needed
     # given what it asks for (the header first, then the body), the next frame comes whole
     more: list = []
     for _ in range(3):
-        end, need_next, _ = codec.parse_frames(stream[i:i + need], 0, codec.HARD_FRAME_LIMIT, more)
+        end, need_next, _ = codec.parse_frames(stream[i : i + need], 0, codec.HARD_FRAME_LIMIT, more)
         if more:
             break
         assert end == 0 and need_next > need
@@ -301,8 +309,13 @@ def test_parse_frames_of_arbitrary_bytes_splits_within_them_or_raises_frame_too_
 
 
 @FAST
-@given(st.lists(st.one_of(frame_bodies, st.lists(frame_bodies, min_size=2, max_size=3).map(tuple)), min_size=1,
-                max_size=20), st.integers(0, 100), st.booleans())
+@given(
+    st.lists(
+        st.one_of(frame_bodies, st.lists(frame_bodies, min_size=2, max_size=3).map(tuple)), min_size=1, max_size=20
+    ),
+    st.integers(0, 100),
+    st.booleans(),
+)
 def test_encode_messages_writes_frames_parse_frames_reads_back(batch, offset, sealed):
     chunks: list = []
     encode = (lambda payload, more: (0, b"<" + payload + (b"+" if more else b"."))) if sealed else None
@@ -324,7 +337,7 @@ def test_encode_messages_writes_frames_parse_frames_reads_back(batch, offset, se
     # each message ends where the frames parsed so far end
     position, k = 0, 0
     for message, end in zip(batch, ends):
-        for _ in (message if type(message) is tuple else (message,)):
+        for _ in message if type(message) is tuple else (message,):
             position = codec.parse_frames(stream, position, codec.HARD_FRAME_LIMIT, [], one=True)[0]
             k += 1
         assert offset + position == end
@@ -341,6 +354,7 @@ def test_frame_header_is_the_rfc37_layout(size, flags):
 
 
 # -- the frame stream over TCP ------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def shared_gather():
@@ -378,25 +392,29 @@ def encode(item) -> bytes:
     return frame(wire.command(name, data), COMMAND)
 
 
-@settings(max_examples=examples(30), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=examples(30), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 @given(st.lists(items, max_size=30), st.booleans(), st.data())
-def test_chunked_null_frame_stream_over_tcp_delivers_exactly_the_messages_in_order(shared_gather, stream_items,
-                                                                                     with_handshake, data):
+def test_chunked_null_frame_stream_over_tcp_delivers_exactly_the_messages_in_order(
+    shared_gather, stream_items, with_handshake, data
+):
     gather = shared_gather
     try:  # what an earlier, failed example left
         while True:
             gather.recv_batch(10_000, timeout=0)
     except TimeoutError:
         pass
-    handshake = wire.greeting(b"NULL", False) + frame(wire.command(
-        b"READY", wire.encode_metadata({"Socket-Type": b"PUSH"})), COMMAND)
+    handshake = wire.greeting(b"NULL", False) + frame(
+        wire.command(b"READY", wire.encode_metadata({"Socket-Type": b"PUSH"})), COMMAND
+    )
     sentinel = b"end of example %d" % id(stream_items)
     stream = b"".join(encode(item) for item in stream_items) + frame(sentinel)
     expected = [value for kind, value in stream_items if kind == "message"] + [sentinel]
     multiparts = sum(kind == "multipart" for kind, _ in stream_items)
     discarded = gather.discarded_multipart
 
-    host, port = gather.last_endpoint[len("tcp://"):].rsplit(":", 1)
+    host, port = gather.last_endpoint[len("tcp://") :].rsplit(":", 1)
     sock = socket.create_connection((host, int(port)), timeout=10)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     try:
@@ -426,12 +444,15 @@ def _expanded(items: list) -> list:
 
 # a stream as producers send it: runs of same-size plain frames, and frames of any kind between
 uniform_runs = st.tuples(st.sampled_from([0, 1, 7, 100, 255, 256, 1000]), st.integers(0, 40)).map(
-    lambda run: [(0, bytes([run[0] % 251]) * run[0])] * run[1])
+    lambda run: [(0, bytes([run[0] % 251]) * run[0])] * run[1]
+)
 # ... and runs of plain short frames of many sizes (one-row messages of varying length)
 varied_runs = st.lists(st.integers(0, 300), max_size=40).map(
-    lambda sizes: [(0, bytes([size % 251]) * size) for size in sizes])
+    lambda sizes: [(0, bytes([size % 251]) * size) for size in sizes]
+)
 mixed_streams = st.lists(st.one_of(uniform_runs, varied_runs, frame_lists), max_size=6).map(
-    lambda parts: sum(parts, []))
+    lambda parts: sum(parts, [])
+)
 
 
 @FAST

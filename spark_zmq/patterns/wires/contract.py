@@ -58,8 +58,16 @@ if TYPE_CHECKING:
     from ..deadlines import SocketState
     from ..heartbeat import Heartbeat
 
-__all__ = ["EngineSocketSpec", "LibzmqSocketSpec", "ReceivingWire", "SendingWire", "SocketSpec", "SocketWire",
-           "Wire", "WireClass"]
+__all__ = [
+    "EngineSocketSpec",
+    "LibzmqSocketSpec",
+    "ReceivingWire",
+    "SendingWire",
+    "SocketSpec",
+    "SocketWire",
+    "Wire",
+    "WireClass",
+]
 
 
 class Wire(Protocol):
@@ -115,9 +123,7 @@ class ReceivingWire(Wire, Protocol):
         """
         ...
 
-    def recv_block(
-        self, max_messages: int, timeout: float | None = None, max_bytes: int | None = None
-    ) -> MessageBlock:
+    def recv_block(self, max_messages: int, timeout: float | None = None, max_bytes: int | None = None) -> MessageBlock:
         """As ``recv_values``, the values joined in one ``MessageBlock`` (what a spool batch's
         column is made of): the receivers' fast path, with no object per message where the
         wire splits frames in bulk (the package's engine)."""
@@ -348,5 +354,6 @@ class WireClass(Protocol):
     @property
     def extra_options(self) -> tuple[str, ...]: ...
 
-    def __call__(self, owner: Any, state: SocketState, hwm: int | None, curve: Curve | None,
-                 options: dict[str, Any]) -> SocketWire: ...
+    def __call__(
+        self, owner: Any, state: SocketState, hwm: int | None, curve: Curve | None, options: dict[str, Any]
+    ) -> SocketWire: ...

@@ -74,8 +74,9 @@ class EngineWire:
 
     extra_options: ClassVar[tuple[str, ...]] = ("handshake_ivl", "confirm")
 
-    def __init__(self, owner: EngineSocketSpec, state: SocketState, hwm: int | None, curve: Curve | None,
-                 options: dict[str, Any]) -> None:
+    def __init__(
+        self, owner: EngineSocketSpec, state: SocketState, hwm: int | None, curve: Curve | None, options: dict[str, Any]
+    ) -> None:
         self.state = state
         self.label = label = state.label
         #: made once: the engine calls it around every wait
@@ -99,7 +100,8 @@ class EngineWire:
         wanted = int(options.get("monitor") or 0)
         self.handshakes: HandshakeWatch | None = (
             EngineWatch(wanted, is_server=curve is None or curve.is_server, label=label, curve=curve is not None)
-            if curve is not None or wanted else None
+            if curve is not None or wanted
+            else None
         )
         self.confirm = bool(options.get("confirm"))
         #: after ``close()``: messages the socket still held (never written to a peer)

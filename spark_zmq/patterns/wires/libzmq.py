@@ -65,8 +65,9 @@ class LibzmqWire:
     unsent: ClassVar[int] = 0
     unconfirmed: ClassVar[int] = 0
 
-    def __init__(self, owner: LibzmqSocketSpec, state: SocketState, hwm: int | None, curve: Curve | None,
-                 options: dict[str, Any]) -> None:
+    def __init__(
+        self, owner: LibzmqSocketSpec, state: SocketState, hwm: int | None, curve: Curve | None, options: dict[str, Any]
+    ) -> None:
         self.state = state
         self.label = state.label
         self.send_hint = f" (no peer available on {', '.join(map(str, owner.endpoints))})"
@@ -109,8 +110,12 @@ class LibzmqWire:
             events = int(options.get("monitor") or 0) | (HANDSHAKE_FAILURES if curve is not None else 0)
             self.monitor_socket = open_monitor(sock, events) if events else None
             if self.monitor_socket is not None:
-                self.handshakes = HandshakeWatch(self.monitor_socket, is_server=curve is None or curve.is_server,
-                                                 label=self.label, curve=curve is not None)
+                self.handshakes = HandshakeWatch(
+                    self.monitor_socket,
+                    is_server=curve is None or curve.is_server,
+                    label=self.label,
+                    curve=curve is not None,
+                )
         except BaseException:
             self.release(linger=0)
             raise
@@ -167,8 +172,9 @@ class LibzmqWire:
             poller = self._pollers[event] = zmq.Poller()
             poller.register(self.socket, event)
             poller.register(self._wake_r, zmq.POLLIN)
-        check = partial(state.check_receiving, began, what) if event == zmq.POLLIN else \
-            partial(state.check_during, what)
+        check = (
+            partial(state.check_receiving, began, what) if event == zmq.POLLIN else partial(state.check_during, what)
+        )
         slice_s: float | None = first_slice(deadline)
         while slice_s is not None:
             ready = dict(poller.poll(int(slice_s * 1000)))
@@ -219,8 +225,10 @@ class LibzmqWire:
         if deadline is not None:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise TimeoutError(f"{self.label}.send timed out (the socket has room, but not for this message: "
-                                   f"the peer it goes to has not taken what is queued for it)")
+                raise TimeoutError(
+                    f"{self.label}.send timed out (the socket has room, but not for this message: "
+                    f"the peer it goes to has not taken what is queued for it)"
+                )
             pause = min(pause, remaining)
         time.sleep(pause)
         self.socket.poll(0, zmq.POLLOUT)
@@ -355,8 +363,14 @@ class LibzmqWire:
                 return flatten(self.receive_locked(max_messages, deadline, max_bytes), self.discard_multipart)
             more = self.rcvmore
             assert more is not None  # a receiving socket (``can_recv``) has the check
-            return recv_values_from(self.socket, more, max_messages, max_bytes,
-                                    lambda: self.wait(zmq.POLLIN, deadline, "recv"), self.discard_multipart)
+            return recv_values_from(
+                self.socket,
+                more,
+                max_messages,
+                max_bytes,
+                lambda: self.wait(zmq.POLLIN, deadline, "recv"),
+                self.discard_multipart,
+            )
         finally:
             self.lock.release()
 

@@ -33,9 +33,25 @@ from .fields import (
     texts,
 )
 
-__all__ = ["Done", "LeaseRefused", "HelloAnswer", "RelayDescription", "StateAnswer", "AttachAnswer", "CountAnswer",
-           "EndWithinAnswer", "LostAnswer", "LocateAnswer", "RangeDescription", "DescribeAnswer", "TimeStart",
-           "AtTimeAnswer", "ReaderEntry", "Retention", "ReadersAnswer"]
+__all__ = [
+    "Done",
+    "LeaseRefused",
+    "HelloAnswer",
+    "RelayDescription",
+    "StateAnswer",
+    "AttachAnswer",
+    "CountAnswer",
+    "EndWithinAnswer",
+    "LostAnswer",
+    "LocateAnswer",
+    "RangeDescription",
+    "DescribeAnswer",
+    "TimeStart",
+    "AtTimeAnswer",
+    "ReaderEntry",
+    "Retention",
+    "ReadersAnswer",
+]
 
 
 @dataclass(frozen=True)
@@ -66,8 +82,11 @@ class LeaseRefused:
     def from_wire(cls, wire: Wire, reader: str) -> LeaseRefused:
         """``reader``: the one asked for, when the relay does not say."""
         refused = json_object(need(wire, "refused"), "refused")
-        return cls(real(need(refused, "idle"), "idle"), real(need(refused, "lapses"), "lapses"),
-                   text(refused.get("reader", reader), "reader"))
+        return cls(
+            real(need(refused, "idle"), "idle"),
+            real(need(refused, "lapses"), "lapses"),
+            text(refused.get("reader", reader), "reader"),
+        )
 
 
 @dataclass(frozen=True)
@@ -82,15 +101,26 @@ class HelloAnswer:
     protocol: int = PROTOCOL
 
     def to_wire(self) -> dict[str, Any]:
-        return {"protocol": self.protocol, "spool": self.spool, "channels": self.channels, "format": self.format,
-                "held": self.held, "controlRequests": self.control_requests}
+        return {
+            "protocol": self.protocol,
+            "spool": self.spool,
+            "channels": self.channels,
+            "format": self.format,
+            "held": self.held,
+            "controlRequests": self.control_requests,
+        }
 
     @classmethod
     def from_wire(cls, wire: Wire) -> HelloAnswer:
         protocol = protocol_of(wire)
-        return cls(text(need(wire, "spool"), "spool"), integer(need(wire, "channels"), "channels"),
-                   text(need(wire, "format"), "format"), flag(wire.get("held", False), "held"),
-                   integer(wire.get("controlRequests", 0), "controlRequests"), protocol)
+        return cls(
+            text(need(wire, "spool"), "spool"),
+            integer(need(wire, "channels"), "channels"),
+            text(need(wire, "format"), "format"),
+            flag(wire.get("held", False), "held"),
+            integer(wire.get("controlRequests", 0), "controlRequests"),
+            protocol,
+        )
 
 
 @dataclass(frozen=True)
@@ -111,19 +141,36 @@ class RelayDescription:
     protocol: int = PROTOCOL
 
     def to_wire(self) -> dict[str, Any]:
-        return {"protocol": self.protocol, "spool": self.spool, "channels": self.channels, "spoolDir": self.spool_dir,
-                "owner": self.owner, "format": self.format, "pattern": self.pattern, "endpoints": self.endpoints,
-                "held": self.held, "reader": self.reader, "controlRequests": self.control_requests}
+        return {
+            "protocol": self.protocol,
+            "spool": self.spool,
+            "channels": self.channels,
+            "spoolDir": self.spool_dir,
+            "owner": self.owner,
+            "format": self.format,
+            "pattern": self.pattern,
+            "endpoints": self.endpoints,
+            "held": self.held,
+            "reader": self.reader,
+            "controlRequests": self.control_requests,
+        }
 
     @classmethod
     def from_wire(cls, wire: Wire) -> RelayDescription:
         protocol = protocol_of(wire)
-        return cls(text(need(wire, "spool"), "spool"), integer(need(wire, "channels"), "channels"),
-                   text(need(wire, "spoolDir"), "spoolDir"), text(need(wire, "owner"), "owner"),
-                   text(need(wire, "format"), "format"), text(wire.get("pattern", ""), "pattern"),
-                   texts(wire.get("endpoints", []), "endpoints"), flag(wire.get("held", False), "held"),
-                   text(wire.get("reader", DEFAULT_READER), "reader"),
-                   integer(wire.get("controlRequests", 0), "controlRequests"), protocol)
+        return cls(
+            text(need(wire, "spool"), "spool"),
+            integer(need(wire, "channels"), "channels"),
+            text(need(wire, "spoolDir"), "spoolDir"),
+            text(need(wire, "owner"), "owner"),
+            text(need(wire, "format"), "format"),
+            text(wire.get("pattern", ""), "pattern"),
+            texts(wire.get("endpoints", []), "endpoints"),
+            flag(wire.get("held", False), "held"),
+            text(wire.get("reader", DEFAULT_READER), "reader"),
+            integer(wire.get("controlRequests", 0), "controlRequests"),
+            protocol,
+        )
 
 
 @dataclass(frozen=True)
@@ -141,17 +188,28 @@ class StateAnswer:
     committed: list[int] | None = None
 
     def to_wire(self) -> dict[str, Any]:
-        return {"latest": self.latest, "earliest": self.earliest, "errors": self.errors, "idle": self.idle,
-                "rejected": self.rejected, "broken": self.broken, "committed": self.committed}
+        return {
+            "latest": self.latest,
+            "earliest": self.earliest,
+            "errors": self.errors,
+            "idle": self.idle,
+            "rejected": self.rejected,
+            "broken": self.broken,
+            "committed": self.committed,
+        }
 
     @classmethod
     def from_wire(cls, wire: Wire) -> StateAnswer:
         committed = wire.get("committed")
-        return cls(integers(need(wire, "latest"), "latest"),
-                   integers(need(wire, "earliest"), "earliest"), texts(wire.get("errors", []), "errors"),
-                   real(need(wire, "idle"), "idle"), integer(wire.get("rejected", 0), "rejected"),
-                   integer(wire.get("broken", 0), "broken"),
-                   None if committed is None else integers(committed, "committed"))
+        return cls(
+            integers(need(wire, "latest"), "latest"),
+            integers(need(wire, "earliest"), "earliest"),
+            texts(wire.get("errors", []), "errors"),
+            real(need(wire, "idle"), "idle"),
+            integer(wire.get("rejected", 0), "rejected"),
+            integer(wire.get("broken", 0), "broken"),
+            None if committed is None else integers(committed, "committed"),
+        )
 
 
 @dataclass(frozen=True)
@@ -170,8 +228,11 @@ class AttachAnswer:
     @classmethod
     def from_wire(cls, wire: Wire) -> AttachAnswer:
         attended = wire.get("attendedUntil")
-        return cls(RelayDescription.from_wire(wire), StateAnswer.from_wire(wire),
-                   None if attended is None else integers(attended, "attendedUntil"))
+        return cls(
+            RelayDescription.from_wire(wire),
+            StateAnswer.from_wire(wire),
+            None if attended is None else integers(attended, "attendedUntil"),
+        )
 
 
 @dataclass(frozen=True)
@@ -249,19 +310,27 @@ class RangeDescription:
 
     def range_info(self, channel: int, label: str) -> RangeInfo:
         """As the reader's planning reads it: the query's ``channel``, the relay named in losses."""
-        return RangeInfo(self.rows, self.bytes, [loss.lost_range(channel, label) for loss in self.lost],
-                         tuple(self.at or ()))
+        return RangeInfo(
+            self.rows, self.bytes, [loss.lost_range(channel, label) for loss in self.lost], tuple(self.at or ())
+        )
 
     def to_wire(self) -> dict[str, Any]:
-        return {"rows": self.rows, "bytes": self.bytes, "at": list(self.at) if self.at else None,
-                "lost": [loss.to_wire() for loss in self.lost]}
+        return {
+            "rows": self.rows,
+            "bytes": self.bytes,
+            "at": list(self.at) if self.at else None,
+            "lost": [loss.to_wire() for loss in self.lost],
+        }
 
     @classmethod
     def from_wire(cls, value: object) -> RangeDescription:
         wire = json_object(value, "ranges")
-        return cls(integer(need(wire, "rows"), "rows"), integer(need(wire, "bytes"), "bytes"),
-                   hint(need(wire, "at"), "at"),
-                   [WireLoss.from_wire(v, "lost") for v in json_list(need(wire, "lost"), "lost")])
+        return cls(
+            integer(need(wire, "rows"), "rows"),
+            integer(need(wire, "bytes"), "bytes"),
+            hint(need(wire, "at"), "at"),
+            [WireLoss.from_wire(v, "lost") for v in json_list(need(wire, "lost"), "lost")],
+        )
 
 
 @dataclass(frozen=True)
@@ -331,17 +400,29 @@ class ReaderEntry:
     lost: list[int]
 
     def to_wire(self) -> dict[str, Any]:
-        return {"name": self.name, "committed": self.committed, "registered": self.registered, "held": self.held,
-                "idle": self.idle, "behind": self.behind, "lost": self.lost}
+        return {
+            "name": self.name,
+            "committed": self.committed,
+            "registered": self.registered,
+            "held": self.held,
+            "idle": self.idle,
+            "behind": self.behind,
+            "lost": self.lost,
+        }
 
     @classmethod
     def from_wire(cls, value: object) -> ReaderEntry:
         wire = json_object(value, "readers")
         idle = wire.get("idle")
-        return cls(text(need(wire, "name"), "name"), integers(need(wire, "committed"), "committed"),
-                   integer(wire.get("registered", 0), "registered"), flag(wire.get("held", False), "held"),
-                   None if idle is None else real(idle, "idle"), integers(wire.get("behind", []), "behind"),
-                   integers(wire.get("lost", []), "lost"))
+        return cls(
+            text(need(wire, "name"), "name"),
+            integers(need(wire, "committed"), "committed"),
+            integer(wire.get("registered", 0), "registered"),
+            flag(wire.get("held", False), "held"),
+            None if idle is None else real(idle, "idle"),
+            integers(wire.get("behind", []), "behind"),
+            integers(wire.get("lost", []), "lost"),
+        )
 
 
 @dataclass(frozen=True)
@@ -358,8 +439,9 @@ class Retention:
     def from_wire(cls, value: object) -> Retention:
         wire = json_object(value, "retention")
         held, seconds = wire.get("bytes"), wire.get("seconds")
-        return cls(None if held is None else integer(held, "bytes"),
-                   None if seconds is None else real(seconds, "seconds"))
+        return cls(
+            None if held is None else integer(held, "bytes"), None if seconds is None else real(seconds, "seconds")
+        )
 
 
 @dataclass(frozen=True)
@@ -375,12 +457,22 @@ class ReadersAnswer:
     bytes: int
 
     def to_wire(self) -> dict[str, Any]:
-        return {"readers": [r.to_wire() for r in self.readers], "latest": self.latest, "earliest": self.earliest,
-                "spool": self.spool, "retention": self.retention.to_wire(), "bytes": self.bytes}
+        return {
+            "readers": [r.to_wire() for r in self.readers],
+            "latest": self.latest,
+            "earliest": self.earliest,
+            "spool": self.spool,
+            "retention": self.retention.to_wire(),
+            "bytes": self.bytes,
+        }
 
     @classmethod
     def from_wire(cls, wire: Wire) -> ReadersAnswer:
-        return cls([ReaderEntry.from_wire(v) for v in json_list(need(wire, "readers"), "readers")],
-                   integers(need(wire, "latest"), "latest"),
-                   integers(need(wire, "earliest"), "earliest"), text(need(wire, "spool"), "spool"),
-                   Retention.from_wire(wire.get("retention", {})), integer(need(wire, "bytes"), "bytes"))
+        return cls(
+            [ReaderEntry.from_wire(v) for v in json_list(need(wire, "readers"), "readers")],
+            integers(need(wire, "latest"), "latest"),
+            integers(need(wire, "earliest"), "earliest"),
+            text(need(wire, "spool"), "spool"),
+            Retention.from_wire(wire.get("retention", {})),
+            integer(need(wire, "bytes"), "bytes"),
+        )

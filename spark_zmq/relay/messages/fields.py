@@ -16,9 +16,28 @@ from ...ingest.loss import LostRange
 from ...options import reader_name_problem
 from ..protocol import PROTOCOL
 
-__all__ = ["Wire", "Hint", "ProtocolMismatch", "reply_id", "int63", "reader_name", "session_of", "channel_key", "need",
-           "integer", "real", "text", "flag", "json_list", "integers", "texts", "json_object", "hint", "protocol_of",
-           "WireLoss"]
+__all__ = [
+    "Wire",
+    "Hint",
+    "ProtocolMismatch",
+    "reply_id",
+    "int63",
+    "reader_name",
+    "session_of",
+    "channel_key",
+    "need",
+    "integer",
+    "real",
+    "text",
+    "flag",
+    "json_list",
+    "integers",
+    "texts",
+    "json_object",
+    "hint",
+    "protocol_of",
+    "WireLoss",
+]
 
 #: a JSON object as ``json.loads`` gives it
 Wire = Mapping[str, Any]
@@ -41,6 +60,7 @@ def reply_id(wire: Wire) -> int | str | None:
 
 
 # -- a request's fields: checked as the relay checks them ------------------------------------------
+
 
 @overload
 def int63(wire: Wire, key: str, *, optional: Literal[False] = False) -> int: ...
@@ -77,6 +97,7 @@ def channel_key(key: object) -> int | None:
 
 
 # -- an answer's fields: what the relay sent, checked ---------------------------------------------
+
 
 def need(wire: Wire, key: str) -> Any:
     """``wire[key]``, which an answer must have."""
@@ -142,8 +163,9 @@ def protocol_of(wire: Wire) -> int:
     """The relay's protocol, when it is this connector's (else nothing else is read)."""
     protocol = wire.get("protocol")
     if type(protocol) is not int or protocol != PROTOCOL:
-        raise ProtocolMismatch(f"speaks protocol {protocol!r}, this connector {PROTOCOL}: run the same spark-zmq "
-                               "version on both sides")
+        raise ProtocolMismatch(
+            f"speaks protocol {protocol!r}, this connector {PROTOCOL}: run the same spark-zmq version on both sides"
+        )
     return PROTOCOL
 
 
@@ -173,4 +195,3 @@ class WireLoss:
         if not (isinstance(value, list) and len(value) == 3):
             raise ValueError(f"{key!r} must hold losses [first, end, words], not {value!r:.60}")
         return cls(integer(value[0], key), integer(value[1], key), text(value[2], key))
-

@@ -31,9 +31,26 @@ from .answers import (
 )
 from .fields import Wire, channel_key, int63, reader_name, reply_id, session_of
 
-__all__ = ["Request", "Envelope", "REQUESTS", "HelloRequest", "AttachRequest", "DetachRequest", "StateRequest",
-           "StartRequest", "CountRequest", "EndWithinRequest", "LostRequest", "AdvanceRequest", "LocateRequest",
-           "ReleaseRequest", "DescribeRequest", "AtTimeRequest", "ReadersRequest", "RemoveReaderRequest"]
+__all__ = [
+    "Request",
+    "Envelope",
+    "REQUESTS",
+    "HelloRequest",
+    "AttachRequest",
+    "DetachRequest",
+    "StateRequest",
+    "StartRequest",
+    "CountRequest",
+    "EndWithinRequest",
+    "LostRequest",
+    "AdvanceRequest",
+    "LocateRequest",
+    "ReleaseRequest",
+    "DescribeRequest",
+    "AtTimeRequest",
+    "ReadersRequest",
+    "RemoveReaderRequest",
+]
 
 A = TypeVar("A")
 
@@ -130,6 +147,7 @@ class RemoveReaderRequest(Request[ReadersAnswer]):
         if operator is not None and token_problem(operator) is not None:
             raise ValueError(f"bad request: 'operator': {token_problem(operator)}")
         return cls(reader_name(wire, "name"), operator)
+
     answer_type = ReadersAnswer
 
 
@@ -148,6 +166,7 @@ class CountRequest(Request[CountAnswer]):
     @classmethod
     def from_wire(cls, wire: Wire) -> CountRequest:
         return cls(int63(wire, "channel"), int63(wire, "start"), int63(wire, "end"))
+
     answer_type = CountAnswer
 
 
@@ -168,8 +187,14 @@ class EndWithinRequest(Request[EndWithinAnswer]):
 
     @classmethod
     def from_wire(cls, wire: Wire) -> EndWithinRequest:
-        return cls(int63(wire, "channel"), int63(wire, "start"), int63(wire, "end"), int63(wire, "rows", optional=True),
-                   int63(wire, "bytes", optional=True))
+        return cls(
+            int63(wire, "channel"),
+            int63(wire, "start"),
+            int63(wire, "end"),
+            int63(wire, "rows", optional=True),
+            int63(wire, "bytes", optional=True),
+        )
+
     answer_type = EndWithinAnswer
 
 
@@ -188,6 +213,7 @@ class LostRequest(Request[LostAnswer]):
     @classmethod
     def from_wire(cls, wire: Wire) -> LostRequest:
         return cls(int63(wire, "channel"), int63(wire, "start"), int63(wire, "end"))
+
     answer_type = LostAnswer
 
 
@@ -207,9 +233,12 @@ class AdvanceRequest(Request[Done]):
     def from_wire(cls, wire: Wire) -> AdvanceRequest:
         channel, offset = int63(wire, "channel"), int63(wire, "offset")
         if offset > MAX_ADVANCE:
-            raise ValueError(f"bad request: 'offset' {offset} of 'advance' is past {MAX_ADVANCE} (2^62), the "
-                             "highest a channel's numbering may continue from")
+            raise ValueError(
+                f"bad request: 'offset' {offset} of 'advance' is past {MAX_ADVANCE} (2^62), the "
+                "highest a channel's numbering may continue from"
+            )
         return cls(channel, offset)
+
     answer_type = Done
 
 
@@ -227,6 +256,7 @@ class LocateRequest(Request[LocateAnswer]):
     @classmethod
     def from_wire(cls, wire: Wire) -> LocateRequest:
         return cls(int63(wire, "channel"), int63(wire, "offset"))
+
     answer_type = LocateAnswer
 
 
@@ -253,6 +283,7 @@ class ReleaseRequest(Request[StateAnswer]):
                 raise ValueError(f"bad request: channel {key!r:.20} of 'offsets' is not a channel number")
             out[channel] = offset
         return cls(out)
+
     answer_type = StateAnswer
 
 
@@ -279,6 +310,7 @@ class DescribeRequest(Request[DescribeAnswer]):
                 raise ValueError(f"bad request: range {key!r:.20}: {bounds!r:.60} (not {{channel: [start, end]}})")
             out[channel] = (int63({"start": bounds[0]}, "start"), int63({"end": bounds[1]}, "end"))
         return cls(out)
+
     answer_type = DescribeAnswer
 
 
@@ -295,14 +327,31 @@ class AtTimeRequest(Request[AtTimeAnswer]):
     @classmethod
     def from_wire(cls, wire: Wire) -> AtTimeRequest:
         return cls(int63(wire, "timestamp"))
+
     answer_type = AtTimeAnswer
 
 
 #: each op's request type
-REQUESTS: dict[Op, type[Request[Any]]] = {cls.op: cls for cls in (
-    HelloRequest, AttachRequest, DetachRequest, StateRequest, StartRequest, CountRequest, EndWithinRequest,
-    LostRequest, AdvanceRequest, LocateRequest, ReleaseRequest, DescribeRequest, AtTimeRequest, ReadersRequest,
-    RemoveReaderRequest)}
+REQUESTS: dict[Op, type[Request[Any]]] = {
+    cls.op: cls
+    for cls in (
+        HelloRequest,
+        AttachRequest,
+        DetachRequest,
+        StateRequest,
+        StartRequest,
+        CountRequest,
+        EndWithinRequest,
+        LostRequest,
+        AdvanceRequest,
+        LocateRequest,
+        ReleaseRequest,
+        DescribeRequest,
+        AtTimeRequest,
+        ReadersRequest,
+        RemoveReaderRequest,
+    )
+}
 
 
 @dataclass(frozen=True)
@@ -317,8 +366,13 @@ class Envelope:
     id: int | str | None = None
 
     def to_wire(self) -> dict[str, Any]:
-        return {"op": self.request.op.value, "id": self.id, "session": self.session, "reader": self.reader,
-                **self.request.to_wire()}
+        return {
+            "op": self.request.op.value,
+            "id": self.id,
+            "session": self.session,
+            "reader": self.reader,
+            **self.request.to_wire(),
+        }
 
     @classmethod
     def from_wire(cls, wire: Wire) -> Envelope:

@@ -92,8 +92,9 @@ class ArrowMessages:
     def _message(self, held: tuple[bytes | None, pa.RecordBatch], last: bool) -> Message:
         topic, piece = held
         sequence, self.sequence = self.sequence, self.sequence + 1
-        return topic, arrow_message(piece, {**self.header, run_metadata.SEQUENCE: sequence,
-                                                  run_metadata.LAST: "true" if last else "false"})
+        return topic, arrow_message(
+            piece, {**self.header, run_metadata.SEQUENCE: sequence, run_metadata.LAST: "true" if last else "false"}
+        )
 
 
 class ArrowEncoder(PayloadEncoder):

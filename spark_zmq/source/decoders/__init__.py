@@ -49,9 +49,7 @@ __all__ = [
 ]
 
 #: format -> its decoder
-DECODERS: dict[str, type[Decoder]] = {
-    cls.fmt: cls for cls in (RawDecoder, TextDecoder, JsonDecoder, ArrowDecoder)
-}
+DECODERS: dict[str, type[Decoder]] = {cls.fmt: cls for cls in (RawDecoder, TextDecoder, JsonDecoder, ArrowDecoder)}
 
 
 def make_decoder(fmt: str, schema: StructType, **settings: Any) -> Decoder:
@@ -68,6 +66,12 @@ def make_decoder(fmt: str, schema: StructType, **settings: Any) -> Decoder:
 def decoder_for(options: SourceOptions, schema: StructType) -> Decoder:
     """The decoder a source's options call for (stream and bounded batch reads alike).
     Made on the driver first, so that a schema the options cannot fill fails there."""
-    return make_decoder(options.format, schema, mode=options.mode, corrupt_column=options.corrupt_column,
-                        max_message_bytes=options.max_message_bytes, include_headers=options.include_headers,
-                        include_metadata=options.include_metadata)
+    return make_decoder(
+        options.format,
+        schema,
+        mode=options.mode,
+        corrupt_column=options.corrupt_column,
+        max_message_bytes=options.max_message_bytes,
+        include_headers=options.include_headers,
+        include_metadata=options.include_metadata,
+    )

@@ -69,7 +69,8 @@ class ArrowDecoder(Decoder):
                     f"arrow message at channel {channel}, offset {first + i} cannot be read as the "
                     f"declared schema ({self.target.to_string(show_schema_metadata=False).replace(chr(10), ', ')}): "
                     f"{exc}. Set mode=DROPMALFORMED to skip such messages.",
-                    channel, first + i,
+                    channel,
+                    first + i,
                 ) from None
             if headers is not None:
                 for out in self._with_headers(decoded, headers):
@@ -123,4 +124,3 @@ class ArrowDecoder(Decoder):
                 arrays.insert(headers_at, headers_column(headers, position + start, n, self.headers_type))
                 yield pa.RecordBatch.from_arrays(arrays, schema=self.target)
             position += rows
-

@@ -79,8 +79,12 @@ def _slices(values: pa.Array, limit: int) -> list[tuple[int, int]]:
 def _invalid_utf8(values: pa.Array) -> list[int]:
     """Indices of the messages that are not valid UTF-8, by bisecting Arrow's validation:
     O(k log n) C++ validations for k invalid messages, no Python per valid message."""
-    text = pa.Array.from_buffers(pa.large_string() if pa.types.is_large_binary(values.type) else pa.string(),
-                                 len(values), values.buffers(), offset=values.offset)
+    text = pa.Array.from_buffers(
+        pa.large_string() if pa.types.is_large_binary(values.type) else pa.string(),
+        len(values),
+        values.buffers(),
+        offset=values.offset,
+    )
     bad: list[int] = []
     stack = [(0, len(values))]
     while stack:
@@ -126,8 +130,13 @@ class Decoder:
         include_headers: bool = False,
         include_metadata: bool = False,
     ) -> None:
-        layout = read_layout(self.fmt, schema, include_headers=include_headers, include_metadata=include_metadata,
-                             corrupt_column=corrupt_column)
+        layout = read_layout(
+            self.fmt,
+            schema,
+            include_headers=include_headers,
+            include_metadata=include_metadata,
+            corrupt_column=corrupt_column,
+        )
         self.layout = layout
         #: includeMetadata: the output schema (data columns + metadata); ``target`` and
         #: ``schema`` are then the data columns only, what the messages hold
@@ -161,16 +170,21 @@ class Decoder:
     def _messages(self, piece: pa.RecordBatch, channel: int, first: int) -> Iterator[tuple[pa.RecordBatch, RowsFrom]]:
         raise NotImplementedError
 
-    def _with_metadata(self, out: pa.RecordBatch, rows_from: RowsFrom, piece: pa.RecordBatch, channel: int,
-                       first: int) -> pa.RecordBatch:
+    def _with_metadata(
+        self, out: pa.RecordBatch, rows_from: RowsFrom, piece: pa.RecordBatch, channel: int, first: int
+    ) -> pa.RecordBatch:
         """``out`` with the includeMetadata columns appended: each row's message is
         ``rows_from`` (one message index for all rows, or one per row) within ``piece``."""
         n = out.num_rows
         index = np.full(n, rows_from, dtype=np.int64) if isinstance(rows_from, int) else rows_from
         taken = pa.array(index)
-        columns = [piece.column(1).take(taken), pa.array(np.full(n, channel, dtype=np.int32)),
-                   pa.array(index + first), piece.column(2).take(taken)]
+        columns = [
+            piece.column(1).take(taken),
+            pa.array(np.full(n, channel, dtype=np.int32)),
+            pa.array(index + first),
+            piece.column(2).take(taken),
+        ]
         assert self.output is not None
-        tail = self.output.types[-len(columns):]
+        tail = self.output.types[-len(columns) :]
         arrays = out.columns + [column.cast(kind) for column, kind in zip(columns, tail)]
         return pa.RecordBatch.from_arrays(arrays, schema=self.output)

@@ -96,8 +96,11 @@ class JsonDecoder(Decoder):
             explicit_schema=self._json_schema, unexpected_field_behavior="ignore", newlines_in_values=True
         )
         try:
-            pa_json.read_json(pa.BufferReader(b"{}"), parse_options=self._line_options,
-                              read_options=pa_json.ReadOptions(use_threads=False))
+            pa_json.read_json(
+                pa.BufferReader(b"{}"),
+                parse_options=self._line_options,
+                read_options=pa_json.ReadOptions(use_threads=False),
+            )
         except (pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
             raise ValueError(
                 f"format 'json' cannot decode the declared schema: {_first_line(exc)}; "
@@ -133,18 +136,30 @@ class JsonDecoder(Decoder):
         """One warning per spool batch for the messages that became null rows (PERMISSIVE)
         or were dropped (DROPMALFORMED), with the count of each reason."""
         reasons = Counter(_IN_ROW.sub("", reason) for reason in bad.values())
-        told = "; ".join(f"{reason} ({count:,} message{'s' if count > 1 else ''})"
-                         for reason, count in reasons.most_common(3))
+        told = "; ".join(
+            f"{reason} ({count:,} message{'s' if count > 1 else ''})" for reason, count in reasons.most_common(3)
+        )
         more = f"; and {len(reasons) - 3} other reason(s)" if len(reasons) > 3 else ""
         outcome = "became null rows" if self.mode == "PERMISSIVE" else "were dropped"
-        log.warning("format json, mode=%s: %s of %s messages of channel %s (offsets %s to %s) %s: %s%s",
-                    self.mode, f"{len(bad):,}", f"{n:,}", channel, first, first + n - 1, outcome, told, more)
+        log.warning(
+            "format json, mode=%s: %s of %s messages of channel %s (offsets %s to %s) %s: %s%s",
+            self.mode,
+            f"{len(bad):,}",
+            f"{n:,}",
+            channel,
+            first,
+            first + n - 1,
+            outcome,
+            told,
+            more,
+        )
 
     def _malformed_error(self, channel: int, offset: int, value: bytes | None, reason: str) -> MalformedMessageError:
         return MalformedMessageError(
             f"malformed {self.fmt} message at channel {channel}, offset {offset} "
             f"(mode=FAILFAST): {reason}; message starts {_preview(value or b'')!r}",
-            channel, offset,
+            channel,
+            offset,
         )
 
     def _json_screen(self, values: pa.Array) -> tuple[np.ndarray, int]:
@@ -221,8 +236,15 @@ class JsonDecoder(Decoder):
             return "the JSON value is not an object"
         return None
 
-    def _parse_groups(self, values: pa.Array, indices: np.ndarray, options: pa_json.ParseOptions,
-                      block_size: int, found: list, bad: dict) -> None:
+    def _parse_groups(
+        self,
+        values: pa.Array,
+        indices: np.ndarray,
+        options: pa_json.ParseOptions,
+        block_size: int,
+        found: list,
+        bad: dict,
+    ) -> None:
         """Parse the messages at ``indices`` as one newline-delimited text; bisect the
         parts that fail (or yield another row count) down to single malformed messages."""
         read_options = pa_json.ReadOptions(use_threads=True, block_size=block_size)
@@ -300,7 +322,9 @@ class JsonDecoder(Decoder):
             if keep_bad:
                 bad_indices = np.array(sorted(bad), dtype=np.int64)
                 bad_rows = bad_indices.size
-                tables.append(pa.table({f.name: pa.nulls(bad_rows, f.type) for f in self._json_schema}, schema=self._json_schema))
+                tables.append(
+                    pa.table({f.name: pa.nulls(bad_rows, f.type) for f in self._json_schema}, schema=self._json_schema)
+                )
                 indices.append(bad_indices)
             table = pa.concat_tables([t.select(self._json_schema.names).cast(self._json_schema) for t in tables])
             where = np.concatenate(indices)

@@ -26,8 +26,17 @@ from ....errors import SparkZmqError
 from ...message_block import MessageRun
 
 __all__ = [
-    "ZmtpError", "FrameTooLarge", "MORE", "LONG", "COMMAND", "HANDSHAKE_FRAME_LIMIT", "HARD_FRAME_LIMIT",
-    "frame_header", "parse_frames", "plain_run", "encode_messages",
+    "ZmtpError",
+    "FrameTooLarge",
+    "MORE",
+    "LONG",
+    "COMMAND",
+    "HANDSHAKE_FRAME_LIMIT",
+    "HARD_FRAME_LIMIT",
+    "frame_header",
+    "parse_frames",
+    "plain_run",
+    "encode_messages",
 ]
 
 MORE, LONG, COMMAND = 0x01, 0x02, 0x04
@@ -68,8 +77,9 @@ class ZmtpError(SparkZmqError):
     ``reply`` is a command body to send before closing (an ERROR), or ``None``.
     """
 
-    def __init__(self, text: str, event: int = zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL, value: int = 0,
-                 reply: bytes | None = None) -> None:
+    def __init__(
+        self, text: str, event: int = zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL, value: int = 0, reply: bytes | None = None
+    ) -> None:
         super().__init__(text)
         self.event = event
         self.value = value
@@ -80,8 +90,11 @@ class FrameTooLarge(ZmtpError):
     """A frame's size field is above the limit it was parsed with (``size``, ``limit``)."""
 
     def __init__(self, size: int, limit: int) -> None:
-        super().__init__(f"a frame of {size} bytes exceeds the limit of {limit} bytes",
-                         zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL, zmq.PROTOCOL_ERROR_ZMTP_UNSPECIFIED)
+        super().__init__(
+            f"a frame of {size} bytes exceeds the limit of {limit} bytes",
+            zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL,
+            zmq.PROTOCOL_ERROR_ZMTP_UNSPECIFIED,
+        )
         self.size = size
         self.limit = limit
 
@@ -175,7 +188,7 @@ def plain_run(data: bytes | memoryview, i: int, limit: int) -> tuple[MessageRun 
         return None, i
     stride = head + size
     count = (n - i) // stride
-    if size > limit or count < RUN_MIN or data[i + stride:i + stride + head] != data[i:i + head]:
+    if size > limit or count < RUN_MIN or data[i + stride : i + stride + head] != data[i : i + head]:
         # (the second frame's header compared first: a cheap no for mixed sizes)
         return short_run(data, i, limit) if head == 2 else (None, i)
     rows = np.frombuffer(data, np.uint8, count * stride, i).reshape(count, stride)
@@ -226,9 +239,13 @@ def short_run(data: bytes | memoryview, i: int, limit: int) -> tuple[MessageRun 
     return MessageRun(span[keep].tobytes(), offsets), i
 
 
-def encode_messages(batch: Sequence[EngineMessage], chunks: MutableSequence[Chunk], offset: int,
-                    encode: Callable[[bytes, bool], tuple[int, bytes]] | None = None,
-                    encode_batch: Callable[[Sequence[bytes]], tuple[bytes, list[int]]] | None = None) -> list[int]:
+def encode_messages(
+    batch: Sequence[EngineMessage],
+    chunks: MutableSequence[Chunk],
+    offset: int,
+    encode: Callable[[bytes, bool], tuple[int, bytes]] | None = None,
+    encode_batch: Callable[[Sequence[bytes]], tuple[bytes, list[int]]] | None = None,
+) -> list[int]:
     """Append the frames of ``batch`` (each a ``bytes`` message or a tuple of frames, MORE
     on every frame but the last) to ``chunks``, the buffers to write; returns, per
     message, ``offset`` plus the bytes written up to its end.

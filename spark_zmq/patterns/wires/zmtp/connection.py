@@ -99,8 +99,15 @@ class Connection:
     TCP acknowledgement tracking and heartbeat clock (the engine's I/O thread alone
     touches it, except ``out`` and ``inflight``, which the application's calls read)."""
 
-    def __init__(self, sock: socket.socket, address: str, connector: Connector | None, endpoint: str,
-                 handshake_ivl_s: float, new_mechanism: Callable[[], Mechanism]) -> None:
+    def __init__(
+        self,
+        sock: socket.socket,
+        address: str,
+        connector: Connector | None,
+        endpoint: str,
+        handshake_ivl_s: float,
+        new_mechanism: Callable[[], Mechanism],
+    ) -> None:
         self.sock = sock
         self.address = address
         #: what events name, as libzmq's monitor does: the bound address (for accepted
@@ -240,9 +247,12 @@ class Connection:
             return None
         if self.ping_deadline is not None and now >= self.ping_deadline:
             acked = self.confirmed() if self.track_acks else None
-            if acked is not None and self.acked_at_ping is not None \
-                    and acked - self.acked_at_ping > ack_liveness_bytes \
-                    and now - self.heard < _ACK_LIVENESS_TIMEOUTS * heartbeat.timeout:
+            if (
+                acked is not None
+                and self.acked_at_ping is not None
+                and acked - self.acked_at_ping > ack_liveness_bytes
+                and now - self.heard < _ACK_LIVENESS_TIMEOUTS * heartbeat.timeout
+            ):
                 # the peer's host took more of our data since the PING (more than our
                 # PINGs alone): a consumer busy reading a long queue, not a dead one;
                 # for a while only: a host that acknowledges but whose application never

@@ -87,10 +87,10 @@ _INITIATE = b"\x08INITIATE"
 _READY = b"\x05READY"
 _ERROR = b"\x05ERROR"
 
-_HELLO_SIZE = 200            # name 6, version 2, padding 72, C' 32, nonce 8, box 80
-_WELCOME_SIZE = 168          # name 8, long nonce 16, box 144
-_INITIATE_MIN = 257          # name 9, cookie 96, nonce 8, box >= 144
-_READY_MIN = 30              # name 6, nonce 8, box >= 16
+_HELLO_SIZE = 200  # name 6, version 2, padding 72, C' 32, nonce 8, box 80
+_WELCOME_SIZE = 168  # name 8, long nonce 16, box 144
+_INITIATE_MIN = 257  # name 9, cookie 96, nonce 8, box >= 144
+_READY_MIN = 30  # name 6, nonce 8, box >= 16
 _VERSION = b"\x01\x00"
 _PADDING = bytes(72)
 _SIGNATURE = bytes(64)
@@ -146,8 +146,9 @@ class CurveClient(CurveMechanism):
 
     as_server: ClassVar[bool] = False
 
-    def __init__(self, public_key: bytes, secret_key: bytes, server_key: bytes,
-                 declare: Declare, accept: Accept) -> None:
+    def __init__(
+        self, public_key: bytes, secret_key: bytes, server_key: bytes, declare: Declare, accept: Accept
+    ) -> None:
         super().__init__(public_key, secret_key, declare, accept, CLIENT_MESSAGE_PREFIX, SERVER_MESSAGE_PREFIX, _START)
         self._server = check_key(server_key, "server key")
         # our short-term key pair (C', c'): one per connection, never stored
@@ -191,13 +192,16 @@ class CurveClient(CurveMechanism):
     def _on_welcome(self, body: bytes) -> list[bytes]:
         if len(body) != _WELCOME_SIZE:
             # libzmq 4.3.5 reports this one as PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC
-            raise protocol_error(f"WELCOME command of {len(body)} bytes, expected {_WELCOME_SIZE}",
-                         zmq.PROTOCOL_ERROR_ZMTP_MALFORMED_COMMAND_WELCOME)
+            raise protocol_error(
+                f"WELCOME command of {len(body)} bytes, expected {_WELCOME_SIZE}",
+                zmq.PROTOCOL_ERROR_ZMTP_MALFORMED_COMMAND_WELCOME,
+            )
         # the keys are forgotten only once the handshake is over (this step comes before)
         assert self._cn_secret is not None and self._secret is not None
         # Box [S' + cookie](S->C')
-        plain = _open(body[24:], _WELCOME_LONG + body[8:24], self._server, self._cn_secret,
-                      "WELCOME box (wrong server key?)")
+        plain = _open(
+            body[24:], _WELCOME_LONG + body[8:24], self._server, self._cn_secret, "WELCOME box (wrong server key?)"
+        )
         server_cn, cookie = plain[:32], plain[32:128]
         self._precom = _precompute(server_cn, self._cn_secret)
         # vouch = Box [C',S](C->S'), under a random long nonce
@@ -205,8 +209,9 @@ class CurveClient(CurveMechanism):
         try:
             vouch = crypto_box(self._cn_public + self._server, _VOUCH_LONG + vouch_nonce, server_cn, self._secret)
         except CryptoError:
-            raise protocol_error("the server's short-term key is unusable",
-                                 zmq.PROTOCOL_ERROR_ZMTP_KEY_EXCHANGE) from None
+            raise protocol_error(
+                "the server's short-term key is unusable", zmq.PROTOCOL_ERROR_ZMTP_KEY_EXCHANGE
+            ) from None
         # we declare before we know the server's metadata: it comes in READY
         metadata = encode_metadata(self._declare(None))
         short = self._next_nonce()
@@ -216,8 +221,10 @@ class CurveClient(CurveMechanism):
 
     def _on_ready(self, body: bytes) -> list[bytes]:
         if len(body) < _READY_MIN:
-            raise protocol_error(f"READY command of {len(body)} bytes, at least {_READY_MIN} expected",
-                         zmq.PROTOCOL_ERROR_ZMTP_MALFORMED_COMMAND_READY)
+            raise protocol_error(
+                f"READY command of {len(body)} bytes, at least {_READY_MIN} expected",
+                zmq.PROTOCOL_ERROR_ZMTP_MALFORMED_COMMAND_READY,
+            )
         short = body[6:14]
         assert self._precom is not None  # set by WELCOME, which this step comes after
         plain = _open_afternm(body[14:], _READY_PREFIX + short, self._precom, "READY box")
@@ -236,20 +243,21 @@ class CurveServer(CurveMechanism):
     """The CURVE server (``as_server = True``): knows its own long-term key pair and decides,
     with ``authorize``, which client long-term public keys may connect."""
 
-    __slots__ = ("_authorize", "_cn_client", "_cn_public", "_cn_secret",
-                 "_cookie_key", "peer_key")
+    __slots__ = ("_authorize", "_cn_client", "_cn_public", "_cn_secret", "_cookie_key", "peer_key")
 
     as_server: ClassVar[bool] = True
 
-    def __init__(self, public_key: bytes, secret_key: bytes, authorize: Authorize,
-                 declare: Declare, accept: Accept) -> None:
-        super().__init__(public_key, secret_key, declare, accept, SERVER_MESSAGE_PREFIX, CLIENT_MESSAGE_PREFIX,
-                         _EXPECT_HELLO)
+    def __init__(
+        self, public_key: bytes, secret_key: bytes, authorize: Authorize, declare: Declare, accept: Accept
+    ) -> None:
+        super().__init__(
+            public_key, secret_key, declare, accept, SERVER_MESSAGE_PREFIX, CLIENT_MESSAGE_PREFIX, _EXPECT_HELLO
+        )
         self._authorize = authorize
-        self._cn_client: bytes | None = None     # C'
-        self._cn_public: bytes | None = None     # S'
-        self._cn_secret: bytes | None = None     # s'
-        self._cookie_key: bytes | None = None    # t, one per connection
+        self._cn_client: bytes | None = None  # C'
+        self._cn_public: bytes | None = None  # S'
+        self._cn_secret: bytes | None = None  # s'
+        self._cookie_key: bytes | None = None  # t, one per connection
         #: the client's long-term public key (C), once the handshake succeeded
         self.peer_key: bytes | None = None
 
@@ -271,19 +279,28 @@ class CurveServer(CurveMechanism):
 
     def _on_hello(self, body: bytes) -> list[bytes]:
         if len(body) != _HELLO_SIZE:
-            raise protocol_error(f"HELLO command of {len(body)} bytes, expected {_HELLO_SIZE}",
-                         zmq.PROTOCOL_ERROR_ZMTP_MALFORMED_COMMAND_HELLO)
+            raise protocol_error(
+                f"HELLO command of {len(body)} bytes, expected {_HELLO_SIZE}",
+                zmq.PROTOCOL_ERROR_ZMTP_MALFORMED_COMMAND_HELLO,
+            )
         if body[6:8] != _VERSION:
-            raise protocol_error(f"CurveZMQ version {body[6]}.{body[7]}, expected 1.0",
-                         zmq.PROTOCOL_ERROR_ZMTP_MALFORMED_COMMAND_HELLO)
+            raise protocol_error(
+                f"CurveZMQ version {body[6]}.{body[7]}, expected 1.0", zmq.PROTOCOL_ERROR_ZMTP_MALFORMED_COMMAND_HELLO
+            )
         if body[8:80] != _PADDING:  # stricter than libzmq (which ignores the padding)
-            raise protocol_error("HELLO anti-amplification padding is not zero",
-                         zmq.PROTOCOL_ERROR_ZMTP_MALFORMED_COMMAND_HELLO)
+            raise protocol_error(
+                "HELLO anti-amplification padding is not zero", zmq.PROTOCOL_ERROR_ZMTP_MALFORMED_COMMAND_HELLO
+            )
         cn_client, short = body[80:112], body[112:120]
         assert self._secret is not None  # forgotten only once the handshake is over
         # signature = Box [64 * %x0](C'->S): proves the client knows our public key
-        signature = _open(body[120:200], _HELLO_PREFIX + short, cn_client, self._secret,
-                          "HELLO signature box (the client has the wrong server key?)")
+        signature = _open(
+            body[120:200],
+            _HELLO_PREFIX + short,
+            cn_client,
+            self._secret,
+            "HELLO signature box (the client has the wrong server key?)",
+        )
         if signature != _SIGNATURE:  # stricter than libzmq
             raise protocol_error("HELLO signature box does not hold 64 zeros", zmq.PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC)
         self._rx_nonce = _unpack_from(short)[0]
@@ -292,8 +309,9 @@ class CurveServer(CurveMechanism):
         # cookie = long nonce + Box [C' + s'](t), t a fresh random key for this connection
         self._cookie_key = randombytes(32)
         cookie_nonce = randombytes(16)
-        cookie = cookie_nonce + crypto_secretbox(cn_client + self._cn_secret, _COOKIE_LONG + cookie_nonce,
-                                                 self._cookie_key)
+        cookie = cookie_nonce + crypto_secretbox(
+            cn_client + self._cn_secret, _COOKIE_LONG + cookie_nonce, self._cookie_key
+        )
         welcome_nonce = randombytes(16)
         box = crypto_box(self._cn_public + cookie, _WELCOME_LONG + welcome_nonce, cn_client, self._secret)
         self._state = _EXPECT_INITIATE
@@ -301,8 +319,10 @@ class CurveServer(CurveMechanism):
 
     def _on_initiate(self, body: bytes) -> list[bytes]:
         if len(body) < _INITIATE_MIN:
-            raise protocol_error(f"INITIATE command of {len(body)} bytes, at least {_INITIATE_MIN} expected",
-                         zmq.PROTOCOL_ERROR_ZMTP_MALFORMED_COMMAND_INITIATE)
+            raise protocol_error(
+                f"INITIATE command of {len(body)} bytes, at least {_INITIATE_MIN} expected",
+                zmq.PROTOCOL_ERROR_ZMTP_MALFORMED_COMMAND_INITIATE,
+            )
         # set by HELLO, which this step comes after; forgotten only once the handshake is over
         assert self._cookie_key is not None and self._cn_client is not None and self._cn_secret is not None
         # the cookie: only we could have sealed it, for this connection's C' and s'
@@ -316,8 +336,10 @@ class CurveServer(CurveMechanism):
         short = body[105:113]
         nonce = _unpack_from(short)[0]
         if nonce <= self._rx_nonce:  # stricter than libzmq (RFC 26: "SHALL verify")
-            raise protocol_error(f"INITIATE short nonce {nonce} is not above HELLO's {self._rx_nonce}",
-                         zmq.PROTOCOL_ERROR_ZMTP_INVALID_SEQUENCE)
+            raise protocol_error(
+                f"INITIATE short nonce {nonce} is not above HELLO's {self._rx_nonce}",
+                zmq.PROTOCOL_ERROR_ZMTP_INVALID_SEQUENCE,
+            )
         key = _precompute(self._cn_client, self._cn_secret)
         # Box [C + vouch + metadata](C'->S')
         plain = _open_afternm(body[113:], _INITIATE_PREFIX + short, key, "INITIATE box")
@@ -334,8 +356,12 @@ class CurveServer(CurveMechanism):
         self._accept(metadata)
         if not self._authorize(client_key):
             # what libzmq does when its ZAP handler answers 400: ERROR "400", then close
-            raise ZmtpError("the client's CURVE key is not authorized", zmq.EVENT_HANDSHAKE_FAILED_AUTH, 400,
-                            reply=error_command("400"))
+            raise ZmtpError(
+                "the client's CURVE key is not authorized",
+                zmq.EVENT_HANDSHAKE_FAILED_AUTH,
+                400,
+                reply=error_command("400"),
+            )
         self.peer_key = client_key
         # we declare knowing the client's metadata (a GATHER answers a PUSH as a PULL)
         ready_metadata = encode_metadata(self._declare(metadata))

@@ -24,6 +24,7 @@ import numpy as np
 try:  # PyNaCl's compiled binding of libsodium: the box without the per-call wrapper
     from nacl._sodium import ffi as _ffi
     from nacl._sodium import lib as _lib
+
     _seal = _lib.crypto_box_easy_afternm
 except (ImportError, AttributeError):  # pragma: no cover - another PyNaCl layout
     _ffi = _lib = _seal = None
@@ -44,7 +45,9 @@ def available() -> bool:
     return _seal is not None
 
 
-def seal_frames(payloads: Sequence[bytes], key: bytes, prefix: bytes, first_nonce: int) -> tuple[bytes, list[int]] | None:
+def seal_frames(
+    payloads: Sequence[bytes], key: bytes, prefix: bytes, first_nonce: int
+) -> tuple[bytes, list[int]] | None:
     """The MESSAGE frames of ``payloads`` (``bytes``, one frame each, no MORE) sealed with
     ``key`` (``crypto_box_beforenm``'s) under the nonces ``prefix`` (16 bytes) + short nonces
     ``first_nonce``, ``first_nonce + 1``, ...: ``(frames, ends)``, ``ends[i]`` the end of
@@ -80,8 +83,12 @@ def seal_frames(payloads: Sequence[bytes], key: bytes, prefix: bytes, first_nonc
     plain_ptr = _ffi.cast("unsigned char *", _ffi.from_buffer(plain))
     nonce_ptr = _ffi.from_buffer(nonces)
     seal = _seal
-    for box_at, plain_at, size, nonce_at in zip((body_at + 16).tolist(), (np.cumsum(plain_sizes) - plain_sizes).tolist(),
-                                                plain_sizes.tolist(), range(0, 24 * n, 24)):
+    for box_at, plain_at, size, nonce_at in zip(
+        (body_at + 16).tolist(),
+        (np.cumsum(plain_sizes) - plain_sizes).tolist(),
+        plain_sizes.tolist(),
+        range(0, 24 * n, 24),
+    ):
         if seal(out_ptr + box_at, plain_ptr + plain_at, size, nonce_ptr + nonce_at, key) != 0:
             raise RuntimeError("crypto_box_easy_afternm failed")  # libsodium: only for a too-long message
     return out.tobytes(), ends.tolist()

@@ -34,7 +34,7 @@ __all__ = [
 KEY_SIZE = 32
 
 _MESSAGE = b"\x07MESSAGE"
-_MESSAGE_MIN = 33            # name 8, nonce 8, box >= 17 (MAC + flags)
+_MESSAGE_MIN = 33  # name 8, nonce 8, box >= 17 (MAC + flags)
 CLIENT_MESSAGE_PREFIX = b"CurveZMQMESSAGEC"
 SERVER_MESSAGE_PREFIX = b"CurveZMQMESSAGES"
 
@@ -77,11 +77,15 @@ class CurveSequenceError(ZmtpError):
         self.replay = received < expected
         self.missing = 0 if self.replay else received - expected
         if self.replay:
-            text = (f"MESSAGE short nonce {received}, expected {expected}: replayed or reordered "
-                    "(its nonce was already used)")
+            text = (
+                f"MESSAGE short nonce {received}, expected {expected}: replayed or reordered "
+                "(its nonce was already used)"
+            )
         else:
-            text = (f"MESSAGE short nonce {received}, expected {expected}: {self.missing} "
-                    f"message{'s' if self.missing != 1 else ''} missing: deleted in transit or tampered with")
+            text = (
+                f"MESSAGE short nonce {received}, expected {expected}: {self.missing} "
+                f"message{'s' if self.missing != 1 else ''} missing: deleted in transit or tampered with"
+            )
         super().__init__(text, _PROTOCOL, zmq.PROTOCOL_ERROR_ZMTP_INVALID_SEQUENCE)
 
 
@@ -91,8 +95,9 @@ def check_key(value: bytes, what: str) -> bytes:
         raise TypeError(f"the CURVE {what} must be 32 raw bytes, not {type(value).__name__}")
     raw = bytes(value)
     if len(raw) != KEY_SIZE:
-        raise ValueError(f"the CURVE {what} must be 32 raw bytes, got {len(raw)} "
-                         "(decode Z85 text with zmq.utils.z85.decode first)")
+        raise ValueError(
+            f"the CURVE {what} must be 32 raw bytes, got {len(raw)} (decode Z85 text with zmq.utils.z85.decode first)"
+        )
     return raw
 
 
@@ -100,15 +105,39 @@ class CurveMechanism:
     """What both sides share: the MESSAGE codec after the handshake (``curve.CurveClient``
     and ``curve.CurveServer`` add the handshakes)."""
 
-    __slots__ = ("ready", "peer_metadata", "sequence_gaps", "missing_messages", "replays", "_public", "_secret",
-                 "_declare", "_accept", "_state", "_key", "_precom", "_tx_prefix", "_rx_prefix", "_tx_nonce",
-                 "_rx_nonce", "__weakref__")
+    __slots__ = (
+        "ready",
+        "peer_metadata",
+        "sequence_gaps",
+        "missing_messages",
+        "replays",
+        "_public",
+        "_secret",
+        "_declare",
+        "_accept",
+        "_state",
+        "_key",
+        "_precom",
+        "_tx_prefix",
+        "_rx_prefix",
+        "_tx_nonce",
+        "_rx_nonce",
+        "__weakref__",
+    )
 
     name: ClassVar[bytes] = b"CURVE"
     as_server: ClassVar[bool] = False
 
-    def __init__(self, public_key: bytes, secret_key: bytes, declare: Declare, accept: Accept, tx_prefix: bytes,
-                 rx_prefix: bytes, state: str) -> None:
+    def __init__(
+        self,
+        public_key: bytes,
+        secret_key: bytes,
+        declare: Declare,
+        accept: Accept,
+        tx_prefix: bytes,
+        rx_prefix: bytes,
+        state: str,
+    ) -> None:
         self._public = check_key(public_key, "public key")
         #: our long-term secret key (s or c), forgotten once the handshake is over
         self._secret: bytes | None = check_key(secret_key, "secret key")
@@ -123,8 +152,8 @@ class CurveMechanism:
         self._key: bytes | None = None
         self._tx_prefix = tx_prefix
         self._rx_prefix = rx_prefix
-        self._tx_nonce = 1                    # next short nonce we send (libzmq starts at 1)
-        self._rx_nonce = 0                    # last short nonce the peer sent (INITIATE's, READY's, a MESSAGE's)
+        self._tx_nonce = 1  # next short nonce we send (libzmq starts at 1)
+        self._rx_nonce = 0  # last short nonce the peer sent (INITIATE's, READY's, a MESSAGE's)
         #: authentic MESSAGEs whose nonce skipped ahead (0 or 1: the connection closes on the
         #: first), how many MESSAGEs those gaps skipped, and MESSAGEs refused as replayed or
         #: reordered (checked before the box, as libzmq does: a forged old nonce counts too)
@@ -165,9 +194,10 @@ class CurveMechanism:
         return _pack(nonce)
 
     def _unexpected(self, body: bytes) -> ZmtpError:
-        name = body[1:1 + body[0]] if body else b""
-        return protocol_error(f"unexpected command {name[:20]!r} while {self._state} (CURVE)",
-                      zmq.PROTOCOL_ERROR_ZMTP_UNEXPECTED_COMMAND)
+        name = body[1 : 1 + body[0]] if body else b""
+        return protocol_error(
+            f"unexpected command {name[:20]!r} while {self._state} (CURVE)", zmq.PROTOCOL_ERROR_ZMTP_UNEXPECTED_COMMAND
+        )
 
     # -- after the handshake: the hot path --------------------------------------------------
 
@@ -183,8 +213,9 @@ class CurveMechanism:
         # the "easy" box: the same bytes as crypto_box_afternm without its zero padding and
         # the copies that strip it (1.7 against 2.0 us for 100 B here); opening stays on
         # open_afternm, which measured the faster of the two
-        return 0, _MESSAGE + short + crypto_box_easy_afternm(_FLAG_BYTES[1 if more else 0] + payload,
-                                                             self._tx_prefix + short, key)
+        return 0, _MESSAGE + short + crypto_box_easy_afternm(
+            _FLAG_BYTES[1 if more else 0] + payload, self._tx_prefix + short, key
+        )
 
     def encode_batch(self, payloads: Sequence[bytes]) -> tuple[bytes, list[int]]:
         """The ZMTP frames ``encode`` gives for each of ``payloads`` (single-frame messages,
@@ -198,7 +229,13 @@ class CurveMechanism:
         if sealed is not None:
             self._tx_nonce += len(payloads)
             return sealed
-        nonce, prefix, flag, seal, pack = self._tx_nonce, self._tx_prefix, _FLAG_BYTES[0], crypto_box_easy_afternm, _pack
+        nonce, prefix, flag, seal, pack = (
+            self._tx_nonce,
+            self._tx_prefix,
+            _FLAG_BYTES[0],
+            crypto_box_easy_afternm,
+            _pack,
+        )
         bodies: list[bytes] = []
         append = bodies.append
         for payload in payloads:
@@ -237,8 +274,9 @@ class CurveMechanism:
         try:
             plain = crypto_box_open_afternm(body[16:], self._rx_prefix + body[8:16], self._key)
         except CryptoError:
-            raise protocol_error("cannot open a MESSAGE box (wrong key or altered)",
-                         zmq.PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC) from None
+            raise protocol_error(
+                "cannot open a MESSAGE box (wrong key or altered)", zmq.PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC
+            ) from None
         if nonce != self._rx_nonce + 1:
             # authentic, so its sender did number the skipped MESSAGEs: they were deleted
             # on the way (stricter than libzmq); a forged nonce failed the box above
@@ -256,7 +294,10 @@ class CurveMechanism:
         if size <= 1 or size <= body[0]:
             return protocol_error("malformed command frame", zmq.PROTOCOL_ERROR_ZMTP_MALFORMED_COMMAND_UNSPECIFIED)
         if size < 8 or body[:8] != _MESSAGE:
-            return protocol_error("expected a MESSAGE command after the CURVE handshake",
-                          zmq.PROTOCOL_ERROR_ZMTP_UNEXPECTED_COMMAND)
-        return protocol_error(f"MESSAGE command of {size} bytes, at least {_MESSAGE_MIN} expected",
-                      zmq.PROTOCOL_ERROR_ZMTP_MALFORMED_COMMAND_MESSAGE)
+            return protocol_error(
+                "expected a MESSAGE command after the CURVE handshake", zmq.PROTOCOL_ERROR_ZMTP_UNEXPECTED_COMMAND
+            )
+        return protocol_error(
+            f"MESSAGE command of {size} bytes, at least {_MESSAGE_MIN} expected",
+            zmq.PROTOCOL_ERROR_ZMTP_MALFORMED_COMMAND_MESSAGE,
+        )

@@ -130,8 +130,7 @@ class Engine:
         ping = command(b"PING", b"\x00\x00" if receive_only else heartbeat.ttl_field)
         #: acknowledged bytes past a PING that prove a live consumer: more than our own
         #: PINGs can account for within one timeout
-        ack_liveness_bytes = 1024 + (int(heartbeat.timeout / heartbeat.interval) + 2) * 64 \
-            if heartbeat.enabled else 0
+        ack_liveness_bytes = 1024 + (int(heartbeat.timeout / heartbeat.interval) + 2) * 64 if heartbeat.enabled else 0
         self.rcvbuf, self.sndbuf = rcvbuf, sndbuf
         #: ZMQ_RECONNECT_IVL_MAX: a failing connect waits twice as long each time, up to this (0: no backoff)
         self.reconnect_ivl_max_s = reconnect_ivl_max_s
@@ -142,17 +141,40 @@ class Engine:
         #: what the application's calls share with the I/O thread; the objects that never
         #: change are held directly too (the hot paths take no extra step)
         self._state = state = SharedState(hwm)
-        self.lock, self.cond, self._lb, self._fq, self.orphans = state.lock, state.cond, state.lb, state.fq, state.orphans
+        self.lock, self.cond, self._lb, self._fq, self.orphans = (
+            state.lock,
+            state.cond,
+            state.lb,
+            state.fq,
+            state.orphans,
+        )
         self._poller = Poller(self.lock, label)
         settings = Settings(
-            socket_type=socket_type, peer_types=peer_types, label=label, max_message_bytes=max_message_bytes,
-            multipart=multipart, receive_only=receive_only, heartbeat=heartbeat, ping=ping,
-            ack_liveness_bytes=ack_liveness_bytes, handshake_ivl_s=handshake_ivl_s)
+            socket_type=socket_type,
+            peer_types=peer_types,
+            label=label,
+            max_message_bytes=max_message_bytes,
+            multipart=multipart,
+            receive_only=receive_only,
+            heartbeat=heartbeat,
+            ping=ping,
+            ack_liveness_bytes=ack_liveness_bytes,
+            handshake_ivl_s=handshake_ivl_s,
+        )
         #: the listeners, connectors and connections, made with what they use
         self._sessions = Sessions(
-            settings, state, self._poller, curve=curve, rcvbuf=rcvbuf, sndbuf=sndbuf, tcp_options=self.tcp_options,
-            immediate=immediate, reconnect_ivl_s=reconnect_ivl_s, reconnect_ivl_max_s=reconnect_ivl_max_s,
-            on_event=on_event)
+            settings,
+            state,
+            self._poller,
+            curve=curve,
+            rcvbuf=rcvbuf,
+            sndbuf=sndbuf,
+            tcp_options=self.tcp_options,
+            immediate=immediate,
+            reconnect_ivl_s=reconnect_ivl_s,
+            reconnect_ivl_max_s=reconnect_ivl_max_s,
+            on_event=on_event,
+        )
         #: every connection (the session manager's set, read here with the lock held)
         self._connections = self._sessions.connections
         self._thread = threading.Thread(target=self._run, name=f"zmtp-{label}", daemon=True)
@@ -187,8 +209,9 @@ class Engine:
         """The peers a message may be queued to now, in round-robin order (lock held)."""
         return self._lb.peers
 
-    def send_round_robin(self, messages: Iterable[EngineMessage], timeout: float | None,
-                         check: Callable[[], None]) -> tuple[int, bool]:
+    def send_round_robin(
+        self, messages: Iterable[EngineMessage], timeout: float | None, check: Callable[[], None]
+    ) -> tuple[int, bool]:
         """Queue ``messages`` in order, each to the next ready peer whose queue has room,
         waiting while none has: at most ``timeout`` seconds for each message (``None``: no
         limit). Returns ``(messages queued, whether a wait timed out)``: on a timeout, those
@@ -233,8 +256,9 @@ class Engine:
                     self._kick(waiting)
         return sent, False
 
-    def receive(self, max_messages: int, max_bytes: int | None, deadline: float | None,
-                check: Callable[[], None]) -> list[EngineMessage | MessageRun]:
+    def receive(
+        self, max_messages: int, max_bytes: int | None, deadline: float | None, check: Callable[[], None]
+    ) -> list[EngineMessage | MessageRun]:
         """Up to ``max_messages`` received messages (and about ``max_bytes``), fair-queued
         over the peers, waiting until ``deadline`` (monotonic seconds; ``None``: no limit)
         for the first; ``[]`` when none came in time. ``check`` as in ``send_round_robin``.

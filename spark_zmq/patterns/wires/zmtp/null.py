@@ -56,8 +56,11 @@ class NullMechanism:
         if name == b"ERROR":
             raise error_from_command(data, is_server=not self.initiator)
         if name != b"READY" or self.ready:
-            raise ZmtpError(f"unexpected command {name[:20]!r} during the NULL handshake",
-                            zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL, zmq.PROTOCOL_ERROR_ZMTP_UNEXPECTED_COMMAND)
+            raise ZmtpError(
+                f"unexpected command {name[:20]!r} during the NULL handshake",
+                zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL,
+                zmq.PROTOCOL_ERROR_ZMTP_UNEXPECTED_COMMAND,
+            )
         self.peer_metadata = parse_metadata(data)
         self._accept(self.peer_metadata)
         out = [] if self._sent_ready else [self._ready_command(self.peer_metadata)]

@@ -112,7 +112,9 @@ def socket_failed(exc: OSError) -> tuple[EndReason, ZmtpError | None]:
     code = exc.errno
     if not code:
         return EndReason.PEER_CLOSED, None
-    return EndReason.CONNECTION_BROKEN, ZmtpError(f"connection broken: {os.strerror(code)}", zmq.EVENT_DISCONNECTED, code)
+    return EndReason.CONNECTION_BROKEN, ZmtpError(
+        f"connection broken: {os.strerror(code)}", zmq.EVENT_DISCONNECTED, code
+    )
 
 
 class ConnectionOwner(Protocol):

@@ -65,7 +65,6 @@ class RoundRobin:
                 return peer
         return None
 
-
     def take_turns(self, messages: Sequence[EngineMessage], start: int, hwm: int) -> tuple[int, list[Peer]]:
         """Queue ``messages[start:]`` in turn, as many as fit while every peer has room;
         returns how many were queued and the peers that got some. The same peers get the same messages in the
@@ -134,8 +133,9 @@ class FairQueue:
             peer.resume_asked = False
         return peer.paused
 
-    def take(self, max_messages: int, max_bytes: int | None,
-             resume: Callable[[Peer], None]) -> list[EngineMessage | MessageRun]:
+    def take(
+        self, max_messages: int, max_bytes: int | None, resume: Callable[[Peer], None]
+    ) -> list[EngineMessage | MessageRun]:
         """Up to ``max_messages`` messages (and about ``max_bytes``: at least one), a share
         from each peer in turn; ``resume(peer)`` for each paused peer drained to half its
         high-water mark. Runs (``MessageRun``) come out as they are, split where a share or

@@ -33,6 +33,7 @@ def _prepare_curve(curve: Curve | None) -> dict[str, Any] | None:
     if curve is None:
         return None
     from zmq.utils import z85
+
     keys: dict[str, Any] = {"public": z85.decode(curve.public_key), "secret": z85.decode(curve.secret_key)}
     if curve.is_server:
         authorized = curve.authorized
@@ -62,6 +63,7 @@ class Security:
         if self._curve is None:
             return NullMechanism(conn.initiator, declare, accept)
         from .curve import CurveClient, CurveServer
+
         keys = self._keys
         assert keys is not None  # prepared from ``curve`` (``_prepare_curve``)
         if self._curve.is_server:
@@ -74,6 +76,7 @@ class Security:
         if key in allowed:
             return True
         from zmq.utils import z85
+
         text = z85.encode(key).decode()
         entry = (conn.address.rsplit(":", 1)[0], text)
         if entry not in self._refused_logged and len(self._refused_logged) < _REFUSED_LOGGED_MAX:

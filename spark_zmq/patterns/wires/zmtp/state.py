@@ -25,8 +25,21 @@ __all__ = ["SharedState"]
 class SharedState:
     """One socket's shared state; everything but the counters is used with ``lock`` held."""
 
-    __slots__ = ("lock", "cond", "lb", "fq", "orphans", "closing", "waiters", "heartbeat_timeouts",
-                 "broken_connections", "sequence_gaps", "discarded_multipart", "resent", "lost_peers")
+    __slots__ = (
+        "lock",
+        "cond",
+        "lb",
+        "fq",
+        "orphans",
+        "closing",
+        "waiters",
+        "heartbeat_timeouts",
+        "broken_connections",
+        "sequence_gaps",
+        "discarded_multipart",
+        "resent",
+        "lost_peers",
+    )
 
     def __init__(self, hwm: int) -> None:
         self.lock = threading.Lock()

@@ -58,8 +58,9 @@ def parse_address(address: str, bind: bool) -> Address:
 def listen(address: Address, backlog: int = 128) -> tuple[socket.socket, str]:
     """A non-blocking listening socket and the address it got (the port resolved)."""
     if address.transport == "tcp":
-        infos = socket.getaddrinfo(address.host or "0.0.0.0", address.port, type=socket.SOCK_STREAM,
-                                   flags=socket.AI_PASSIVE)
+        infos = socket.getaddrinfo(
+            address.host or "0.0.0.0", address.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
         family, kind, proto, _, sockaddr = infos[0]
         sock = socket.socket(family, kind, proto)
         try:

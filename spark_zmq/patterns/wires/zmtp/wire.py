@@ -15,9 +15,21 @@ import zmq
 from .codec import COMMAND, LONG, MORE, ZmtpError, frame_header
 
 __all__ = [
-    "ZmtpError", "GREETING_SIZE", "MORE", "LONG", "COMMAND", "greeting", "parse_greeting",
-    "command", "parse_command", "encode_metadata", "parse_metadata", "error_command", "error_from_command",
-    "frame_header", "socket_type_of",
+    "ZmtpError",
+    "GREETING_SIZE",
+    "MORE",
+    "LONG",
+    "COMMAND",
+    "greeting",
+    "parse_greeting",
+    "command",
+    "parse_command",
+    "encode_metadata",
+    "parse_metadata",
+    "error_command",
+    "error_from_command",
+    "frame_header",
+    "socket_type_of",
 ]
 
 GREETING_SIZE = 64
@@ -31,10 +43,18 @@ def _protocol(text: str, value: int = zmq.PROTOCOL_ERROR_ZMTP_UNSPECIFIED) -> Zm
 
 # -- greeting ---------------------------------------------------------------------------------
 
+
 def greeting(mechanism: bytes, as_server: bool) -> bytes:
     """Our 64-byte greeting: signature, version 3.1, mechanism, as-server, filler."""
-    return (b"\xff" + b"\x00" * 8 + b"\x7f" + b"\x03\x01" + mechanism.ljust(20, b"\x00")
-            + (b"\x01" if as_server else b"\x00") + b"\x00" * 31)
+    return (
+        b"\xff"
+        + b"\x00" * 8
+        + b"\x7f"
+        + b"\x03\x01"
+        + mechanism.ljust(20, b"\x00")
+        + (b"\x01" if as_server else b"\x00")
+        + b"\x00" * 31
+    )
 
 
 def parse_greeting(data: bytes) -> tuple[tuple[int, int], bytes, bool]:
@@ -54,6 +74,7 @@ def parse_greeting(data: bytes) -> tuple[tuple[int, int], bytes, bool]:
 
 # -- commands ---------------------------------------------------------------------------------
 
+
 def command(name: bytes, data: bytes = b"") -> bytes:
     """A command body: name-size, name, data. Send it in a frame with the COMMAND flag."""
     return bytes((len(name),)) + name + data
@@ -64,7 +85,7 @@ def parse_command(body: bytes) -> tuple[bytes, bytes]:
     if not body or len(body) < 1 + body[0] or body[0] == 0:
         raise _protocol("malformed command frame", zmq.PROTOCOL_ERROR_ZMTP_MALFORMED_COMMAND_UNSPECIFIED)
     size = body[0]
-    return bytes(body[1:1 + size]), bytes(body[1 + size:])
+    return bytes(body[1 : 1 + size]), bytes(body[1 + size :])
 
 
 def encode_metadata(properties: dict[str, bytes]) -> bytes:
@@ -84,20 +105,18 @@ def parse_metadata(data: bytes) -> dict[str, bytes]:
     while i < n:
         size = data[i]
         if size == 0 or i + 1 + size + 4 > n:
-            raise _protocol("malformed metadata in a READY/INITIATE command",
-                            zmq.PROTOCOL_ERROR_ZMTP_INVALID_METADATA)
-        name = bytes(data[i + 1:i + 1 + size])
+            raise _protocol("malformed metadata in a READY/INITIATE command", zmq.PROTOCOL_ERROR_ZMTP_INVALID_METADATA)
+        name = bytes(data[i + 1 : i + 1 + size])
         i += 1 + size
         (length,) = _U32.unpack_from(data, i)
         i += 4
         if i + length > n:
-            raise _protocol("metadata value runs past the end of its command",
-                            zmq.PROTOCOL_ERROR_ZMTP_INVALID_METADATA)
+            raise _protocol("metadata value runs past the end of its command", zmq.PROTOCOL_ERROR_ZMTP_INVALID_METADATA)
         try:
             key = name.decode("ascii").lower()
         except UnicodeDecodeError:
             raise _protocol("metadata property name is not ASCII", zmq.PROTOCOL_ERROR_ZMTP_INVALID_METADATA) from None
-        properties[key] = bytes(data[i:i + length])
+        properties[key] = bytes(data[i : i + length])
         i += length
     return properties
 
@@ -112,11 +131,12 @@ def error_from_command(data: bytes, is_server: bool) -> ZmtpError:
     """What a peer's ERROR command (its data part) means, as libzmq reads it: a three-digit
     reason is a ZAP status code (the server refused our credentials), anything else a
     protocol error."""
-    reason = bytes(data[1:1 + data[0]]) if data and len(data) >= 1 + data[0] else b""
+    reason = bytes(data[1 : 1 + data[0]]) if data and len(data) >= 1 + data[0] else b""
     text = reason.decode("utf-8", "replace")
     if reason in (b"300", b"400", b"500"):  # the ZAP status codes libzmq reports as such
-        return ZmtpError(f"the peer refused the handshake (ZAP status {text})",
-                         zmq.EVENT_HANDSHAKE_FAILED_AUTH, int(text))
+        return ZmtpError(
+            f"the peer refused the handshake (ZAP status {text})", zmq.EVENT_HANDSHAKE_FAILED_AUTH, int(text)
+        )
     return _protocol(f"the peer sent ERROR {text[:80]!r}", zmq.PROTOCOL_ERROR_ZMTP_UNSPECIFIED)
 
 
