@@ -17,8 +17,8 @@ the data source options ``curveCertificate``, ``curveServerKey`` and
 ``curveAuthorizedKeys`` mean, and are checked by the same rules (``curve_from_flags``),
 so a key pair can be tried from a shell before a job uses it.
 
-The subcommands live by group (``traffic``: produce, consume; ``servers``: relay,
-broker; ``ping``: the probe of all three services; ``keys``: keygen), what they share in ``flags`` and ``console``, and their flags
+The subcommands live by group (``traffic``: produce, consume; ``servers``: relay and
+its readers; ``broker``: broker; ``ping``: the probe of all three services; ``keys``: keygen), what they share in ``flags`` and ``console``, and their flags
 that stand for options are made from the options table by ``source_flags``; this module
 assembles them into ``app``.
 """

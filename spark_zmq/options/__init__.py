@@ -8,7 +8,8 @@ lists the valid names and the closest one), the options reference ``docs/options
 (``python -m spark_zmq.options --write-docs``; a test fails when they differ) and the
 manual that ``help(ZmqDataSource)`` shows.
 
-The modules: ``table`` (the rows), ``spec`` (what a row is, ``OptionError``, shared
+The modules: ``table`` (the rows, gathered from ``source_table``, ``sink_table`` and
+``request_table``, made from ``shared_rows``), ``spec`` (what a row is, ``OptionError``, shared
 limits), ``kinds`` (one value per kind), ``parse`` (a whole map), ``curve_rules`` (the
 CURVE options together), ``spool_dir`` (``spoolDir``'s default), ``validated`` (the
 option classes) and ``docs`` (the options page, manual, command line). Import from this

@@ -17,6 +17,8 @@ one ``--listen`` port:
   (``spark_zmq.ingest.fetch``), unless they see the relay's spool directory, then they read it.
 Every reply is ``[b"ok", json]`` or ``[b"error", text]``; control replies echo the
 request's ``"id"`` so a client that resends after a timeout can drop stale answers.
+The answers built from the spool and the readers (``hello``, ``readers``, the state, the
+descriptions, the ops about one channel's offsets) are ``spool_answers``'s.
 
 With ``--curve-certificate``, ``--curve-authorized-keys`` makes the receiving sockets CURVE
 servers that accept only the producers' keys, and ``--reader-authorized-keys`` makes the
@@ -47,11 +49,11 @@ import json
 import logging
 import threading
 import time
-from typing import Any, Protocol
+from typing import Any
 
 from ..ingest.config import IngestConfig
-from ..ingest.fetch import FREED, SpoolServer, bind_first, loss_reply
-from ..ingest.runtime import IngestRuntime, describe_range
+from ..ingest.runtime import IngestRuntime
+from ..ingest.spool_server import FREED, SpoolServer, bind_first, loss_reply
 from ..patterns import Router
 from ..patterns.curve import Curve
 from .messages import (
@@ -60,32 +62,20 @@ from .messages import (
     AttachRequest,
     AtTimeAnswer,
     AtTimeRequest,
-    CountAnswer,
     CountRequest,
-    DescribeAnswer,
     DescribeRequest,
     DetachRequest,
     Done,
-    EndWithinAnswer,
     EndWithinRequest,
     Envelope,
-    HelloAnswer,
     HelloRequest,
     LeaseRefused,
-    LocateAnswer,
     LocateRequest,
-    LostAnswer,
     LostRequest,
-    RangeDescription,
-    ReaderEntry,
-    ReadersAnswer,
     ReadersRequest,
-    RelayDescription,
     ReleaseRequest,
     RemoveReaderRequest,
-    Retention,
     StartRequest,
-    StateAnswer,
     StateRequest,
     TimeStart,
     WireLoss,
@@ -94,28 +84,29 @@ from .messages import (
 from .operator import create_token, token_matches
 from .protocol import LEASE_TTL_S, QUEUE, REQUEST_BYTES, RETENTION_CHECK_S
 from .readers import Readers
+from .spool_answers import Answer, SpoolAnswers
 
 __all__ = ["Relay"]
 
 log = logging.getLogger(__name__)
 
-#: the requests about one channel's offsets
-_ChannelRequest = CountRequest | EndWithinRequest | LostRequest | AdvanceRequest | LocateRequest
 
-
-class _Answer(Protocol):
-    """Any answer type of ``messages``: the service only needs its JSON."""
-
-    def to_wire(self) -> dict[str, Any]: ...
-
-
-class Relay:
+class Relay(SpoolAnswers):
     """Receivers + spool (an ``IngestRuntime``) + the ROUTER that serves them to its readers (one query at a
     time under each reader name), + the retention that bounds what lagging readers hold."""
 
-    def __init__(self, config: IngestConfig, listen: str | list[str], *, listen_curve: Curve | None = None,
-                 lease_ttl_s: float = LEASE_TTL_S, start_receivers: bool = True, retention_bytes: int | None = None,
-                 retention_s: float | None = None, bind_reader_keys: bool = True) -> None:
+    def __init__(
+        self,
+        config: IngestConfig,
+        listen: str | list[str],
+        *,
+        listen_curve: Curve | None = None,
+        lease_ttl_s: float = LEASE_TTL_S,
+        start_receivers: bool = True,
+        retention_bytes: int | None = None,
+        retention_s: float | None = None,
+        bind_reader_keys: bool = True,
+    ) -> None:
         self.config = config
         #: bind reader names to their CURVE keys (``readers``); a query's own receiver
         #: process does not: its keys are made anew by each run of the query it serves
@@ -132,8 +123,9 @@ class Relay:
         self.ingest = IngestRuntime(config)
         spool = self.ingest.spool
         try:
-            self.readers = Readers(spool.spool_dir, len(spool.channels),
-                                   lambda: [c.earliest for c in spool.channels], ttl_s=lease_ttl_s)
+            self.readers = Readers(
+                spool.spool_dir, len(spool.channels), lambda: [c.earliest for c in spool.channels], ttl_s=lease_ttl_s
+            )
             #: the secret that ``spark-zmq relay-readers --relay-spool-dir`` reads to act as the operator
             self.operator_token = create_token(spool.spool_dir)
         except BaseException:
@@ -143,9 +135,19 @@ class Relay:
             # ``listen``: one endpoint, or candidates of which the first free one is bound
             # (a query's receiver process under option spoolServerPort)
             candidates = [listen] if isinstance(listen, str) else list(listen)
-            router = bind_first(candidates, lambda endpoint: Router(
-                [endpoint], hwm=QUEUE, linger=0, mandatory=True, max_request_bytes=REQUEST_BYTES,
-                curve=listen_curve, heartbeat=config.heartbeat), what="the receiver process's fetch port")
+            router = bind_first(
+                candidates,
+                lambda endpoint: Router(
+                    [endpoint],
+                    hwm=QUEUE,
+                    linger=0,
+                    mandatory=True,
+                    max_request_bytes=REQUEST_BYTES,
+                    curve=listen_curve,
+                    heartbeat=config.heartbeat,
+                ),
+                what="the receiver process's fetch port",
+            )
         except BaseException:
             self.ingest.stop()
             raise
@@ -159,9 +161,13 @@ class Relay:
             self.ingest.start()
         spool = self.ingest.spool
         self.server = SpoolServer(
-            spool.spool_dir, spool_id=spool.spool_id, channels=len(spool.channels),
+            spool.spool_dir,
+            spool_id=spool.spool_id,
+            channels=len(spool.channels),
             locate=lambda channel, offset: spool.channels[channel].locate(offset),
-            router=router, control=self._control, authorize=self._authorize_fetch,
+            router=router,
+            control=self._control,
+            authorize=self._authorize_fetch,
             peer_keys=bind_reader_keys,  # (then ``_answer`` and ``_authorize_fetch`` get ``None``)
         )
         self._stopping = threading.Event()
@@ -185,7 +191,7 @@ class Relay:
         body["id"] = reply_id(request)
         return [status, json.dumps(body).encode()]
 
-    def _answer(self, envelope: Envelope, peer_key: str | None = None) -> _Answer:
+    def _answer(self, envelope: Envelope, peer_key: str | None = None) -> Answer:
         """The answer to a request ``Envelope.from_wire`` has checked, from the client whose
         CURVE key is ``peer_key`` (``None`` without CURVE or ``bind_reader_keys``); a
         ``ValueError`` is answered as an error: a refusal or what is wrong with the request."""
@@ -195,8 +201,9 @@ class Relay:
         if isinstance(request, ReadersRequest):  # no lease: ``spark-zmq relay-readers``
             return self._list_readers()
         if isinstance(request, RemoveReaderRequest):
-            refusal = self.readers.remove(request.name, session, peer_key,
-                                          operator=token_matches(self.operator_token, request.operator))
+            refusal = self.readers.remove(
+                request.name, session, peer_key, operator=token_matches(self.operator_token, request.operator)
+            )
             if refusal is not None:
                 raise ValueError(f"refused: {refusal}")
             self._free_committed()
@@ -236,72 +243,15 @@ class Relay:
             return self._describe_ranges(request)
         if isinstance(request, AtTimeRequest):
             starts = self.ingest.start_at_time(request.timestamp)
-            return AtTimeAnswer([TimeStart(offset, None if lost is None else WireLoss.of(lost))
-                                 for offset, lost in (starts[c] for c in sorted(starts))])
+            return AtTimeAnswer(
+                [
+                    TimeStart(offset, None if lost is None else WireLoss.of(lost))
+                    for offset, lost in (starts[c] for c in sorted(starts))
+                ]
+            )
         if isinstance(request, (CountRequest, EndWithinRequest, LostRequest, AdvanceRequest, LocateRequest)):
             return self._channel_op(request, reader)
         raise ValueError(f"bad request: unknown op {request.op.value!r}")  # an op this relay has no answer for
-
-    def _describe_ranges(self, request: DescribeRequest) -> DescribeAnswer:
-        """Per channel asked: what ``COUNT``, ``LOST`` and ``LOCATE`` answer for its range."""
-        channels = self.ingest.spool.channels
-        if len(request.ranges) > len(channels):
-            raise ValueError("bad request: 'ranges' must be an object {channel: [start, end]}")
-        out = {}
-        for channel, (start, end) in request.ranges.items():
-            if channel >= len(channels):
-                raise ValueError(f"bad request: range {str(channel)!r}: {[start, end]!r} (the relay has "
-                                 f"{len(channels)} channels)")
-            self._within_written(channel, start, end)
-            out[channel] = RangeDescription.of(describe_range(channels[channel], start, end), start, end)
-        return DescribeAnswer(out)
-
-    def _channel_op(self, request: _ChannelRequest, reader: str) -> _Answer:
-        """The ops about one channel's offsets (``reader``: the name asking, under its lease)."""
-        channels = self.ingest.spool.channels
-        channel = request.channel
-        if channel >= len(channels):
-            raise ValueError(f"bad request: channel {channel} (the relay has {len(channels)} channels)")
-        log_ = channels[channel]
-        if isinstance(request, AdvanceRequest):  # at most MAX_ADVANCE (``AdvanceRequest.from_wire``)
-            # a reader renumbers only what no other registered reader still needs: the
-            # offsets skipped would be data loss to every reader behind them
-            needing = self.readers.behind(reader, channel, request.offset) if request.offset > log_.next_offset \
-                else None
-            if needing is not None:
-                other, committed = needing
-                raise ValueError(
-                    f"refused: advance of channel {channel} to offset {request.offset} would skip offsets "
-                    f"{max(committed, log_.next_offset)}..{request.offset} that reader {other!r} of this relay has "
-                    f"not read (it has committed up to {committed}); a relay renumbers a channel only when no other "
-                    "registered reader needs the offsets skipped")
-            log_.advance_to(request.offset)
-            return Done()
-        if isinstance(request, LocateRequest):
-            self._within_written(channel, request.offset)
-            return LocateAnswer(log_.locate(request.offset))
-        start, end = request.start, request.end
-        self._within_written(channel, start, end)
-        index = log_.snapshot()
-        if isinstance(request, CountRequest):
-            return CountAnswer(*index.count_between(start, end))
-        if isinstance(request, EndWithinRequest):
-            return EndWithinAnswer(index.end_within(start, end, request.rows, request.bytes))
-        # protocol 1's form of a loss, whatever the reader's type for it: [first, end, words]
-        return LostAnswer([WireLoss.of(r, (start, end)) for r in index.lost_within(start, end)])
-
-    def _within_written(self, channel: int, *offsets: int) -> None:
-        """Refuse offsets past what ``channel``'s spool has written, naming the highest asked
-        and the latest. Answered, they would read as zero messages, no loss and no place: a
-        batch planned over them would hold nothing, and its offsets would name other
-        messages once those arrive. No reader needs them: it plans up to the latest the
-        relay reported, and moves a checkpoint that is ahead of a recreated spool past it
-        with ``advance`` after counting only what the spool holds."""
-        latest = self.ingest.spool.channels[channel].next_offset
-        asked = max(offsets)
-        if asked > latest:
-            raise ValueError(f"bad request: offset {asked} of channel {channel} is past what the spool has written "
-                             f"(latest {latest})")
 
     # -- freeing ---------------------------------------------------------------------------------
 
@@ -339,7 +289,7 @@ class Relay:
                 if segments and 0 < segments[-1][2] < cutoff:
                     roll.add(c)  # the one being written holds messages past retention
         if self.retention_bytes is not None:
-            held = sum(size for c, segments in enumerate(ages) for _, size, _, _ in segments[freeing[c]:])
+            held = sum(size for c, segments in enumerate(ages) for _, size, _, _ in segments[freeing[c] :])
             excess = held - self.retention_bytes
             while excess > 0:
                 heads = [(ages[c][freeing[c]][2], c) for c in range(len(logs)) if freeing[c] < len(ages[c]) - 1]
@@ -354,9 +304,14 @@ class Relay:
             for reader in self.readers.describe():
                 for c, offset in sorted(upto.items()):
                     if reader["committed"][c] < offset:
-                        log.warning("relay: retention freed offsets %d..%d of channel %d that reader %r had not "
-                                    "committed: its query reports them lost (failOnDataLoss)",
-                                    reader["committed"][c], offset, c, reader["name"])
+                        log.warning(
+                            "relay: retention freed offsets %d..%d of channel %d that reader %r had not "
+                            "committed: its query reports them lost (failOnDataLoss)",
+                            reader["committed"][c],
+                            offset,
+                            c,
+                            reader["name"],
+                        )
             with self._free_lock:
                 self.ingest.release({str(c): offset for c, offset in upto.items()})
         for c in roll:
@@ -369,67 +324,44 @@ class Relay:
         the CURVE key the reader is bound to, and end within what the channel's spool has
         written."""
         if not self.readers.may_fetch(request.get("session"), peer_key):
-            return ("refused: a fetch must name the session that holds this relay's lease (the reading query's); "
-                    "this one does not")
+            return (
+                "refused: a fetch must name the session that holds this relay's lease (the reading query's); "
+                "this one does not"
+            )
         channel, start, end = request.get("channel"), request.get("start"), request.get("end")
         channels = self.ingest.spool.channels
-        if isinstance(channel, int) and 0 <= channel < len(channels) and isinstance(end, int) \
-                and end > channels[channel].next_offset:
-            return (f"bad request: offsets up to {end} of channel {channel} are past what the spool has written "
-                    f"(latest {channels[channel].next_offset})")
-        if isinstance(channel, int) and 0 <= channel < len(channels) and isinstance(start, int) \
-                and start < channels[channel].earliest and not request.get("skipLoss"):
+        if (
+            isinstance(channel, int)
+            and 0 <= channel < len(channels)
+            and isinstance(end, int)
+            and end > channels[channel].next_offset
+        ):
+            return (
+                f"bad request: offsets up to {end} of channel {channel} are past what the spool has written "
+                f"(latest {channels[channel].next_offset})"
+            )
+        if (
+            isinstance(channel, int)
+            and 0 <= channel < len(channels)
+            and isinstance(start, int)
+            and start < channels[channel].earliest
+            and not request.get("skipLoss")
+        ):
             # what a reader that lagged meets after retention (said as any freed offsets are)
             freed = min(channels[channel].earliest, end) if isinstance(end, int) else channels[channel].earliest
-            return loss_reply(channel, start, freed, FREED, "were freed from the relay's spool before this reader "
-                              "read them (its retention, --retention-bytes or --retention-seconds, or every registered "
-                              "reader had committed them). Set failOnDataLoss=false to skip such offsets")
+            return loss_reply(
+                channel,
+                start,
+                freed,
+                FREED,
+                "were freed from the relay's spool before this reader "
+                "read them (its retention, --retention-bytes or --retention-seconds, or every registered "
+                "reader had committed them). Set failOnDataLoss=false to skip such offsets",
+            )
         return None
-
-    def _hello(self, reader: str) -> HelloAnswer:
-        """What anyone who reaches ``--listen`` may know: never where the spool is."""
-        spool = self.ingest.spool
-        return HelloAnswer(spool.spool_id, len(spool.channels), self.config.format, self.readers.held(reader),
-                           self.control_requests)
-
-    def _list_readers(self) -> ReadersAnswer:
-        """The registered readers, with what each has yet to read (``behind``: messages
-        between its committed offset and the latest, per channel) and the offsets freed
-        before it committed them (``lost``), and the relay's retention."""
-        channels = self.ingest.spool.channels
-        latest, earliest = [c.next_offset for c in channels], [c.earliest for c in channels]
-        readers = []
-        for reader in self.readers.describe():
-            committed: list[int] = reader["committed"]
-            behind = [channels[c].snapshot().count_between(max(offset, earliest[c]), latest[c])[0]
-                      if latest[c] > offset else 0 for c, offset in enumerate(committed)]
-            lost = [max(0, earliest[c] - offset) for c, offset in enumerate(committed)]
-            readers.append(ReaderEntry(reader["name"], committed, reader["registered"], reader["held"], reader["idle"],
-                                       behind, lost))
-        return ReadersAnswer(readers, latest, earliest, self.ingest.spool.spool_id,
-                             Retention(self.retention_bytes, self.retention_s), sum(c.size_bytes for c in channels))
 
     def _attend(self, reader: str) -> None:
         self._attended[reader] = [c.next_offset for c in self.ingest.spool.channels]
-
-    def _describe(self, reader: str) -> RelayDescription:
-        spool = self.ingest.spool
-        return RelayDescription(
-            spool.spool_id, len(spool.channels), spool.spool_dir, spool.owner_id, self.config.format,
-            self.config.pattern, [str(e) for e in self.config.endpoints], self.readers.held(reader), reader,
-            self.control_requests)
-
-    def _errors(self) -> list[str]:
-        """The receivers' failures, naming each one's channel and endpoint."""
-        return [f"channel {receiver.log.channel} ({self.config.endpoints[receiver.log.channel]}): {receiver.error!r}"
-                for receiver in self.ingest.receivers if receiver.error is not None]
-
-    def _state(self, reader: str) -> StateAnswer:
-        spool = self.ingest.spool
-        last = max([r.last_receive for r in self.ingest.receivers], default=time.monotonic())
-        return StateAnswer([c.next_offset for c in spool.channels], [c.earliest for c in spool.channels],
-                           self._errors(), time.monotonic() - last, self.ingest.rejected_handshakes(),
-                           self.ingest.broken_connections(), self.readers.committed(reader))
 
     # -- life ------------------------------------------------------------------------------------
 

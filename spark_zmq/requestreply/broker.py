@@ -76,7 +76,9 @@ given up by then), and from then on takes no place under ``hwm``: expired reques
 keep the broker from reading, or make it refuse, the requests of live clients; a worker that holds a request longer than
 ``hold_limit`` counts it lost, once, and the broker does not resend it. The worker side
 (idle and busy workers, their connections, reconnections under the same routing id) is
-``broker_workers``; the per-client queues ``broker_clients``; the counters ``broker_stats``.
+``broker_workers``; the client side (the frontend socket, reading requests, returning,
+holding and refusing) ``broker_frontend``; the per-client queues ``broker_clients``; the
+counters ``broker_stats``.
 
 One thread runs the broker (``run``/``serve_forever``); ``stop()`` may be called from any
 thread (or a signal handler) and ends the loop within about 0.1 s.
@@ -90,7 +92,7 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any
 
 import zmq
 
@@ -101,8 +103,9 @@ from ..patterns.heartbeat import Heartbeat
 from ..patterns.reqrep import Router
 from . import broker_defaults as defaults
 from .broker_clients import ClientQueues, Frames
-from .broker_stats import BrokerStats, answered_probe, delimiter, warn_shared_keys
-from .broker_workers import _BATCH, READY, WorkerSide
+from .broker_frontend import LOGGED_CLIENTS, BrokerFrontend, ClientSide
+from .broker_stats import BrokerStats, answered_probe, warn_shared_keys
+from .broker_workers import READY, WorkerSide
 
 __all__ = ["Broker", "BrokerStats", "READY"]
 
@@ -110,36 +113,13 @@ log = logging.getLogger(__name__)
 
 #: the loop checks for ``stop()`` at least this often (seconds)
 _WAKE_S = 0.1
-#: clients whose refusals are logged (one line each); later ones are only counted
-_LOGGED_CLIENTS = 1000
-
-
-class BrokerFrontend(Router):
-    """The broker's frontend: read only while the broker has room, so no ZMTP timeout (a
-    peer whose PONG waits unread behind a full queue is alive; see ``heartbeat``).
-    ``rcvhwm``/``sndhwm``: its receive and send high-water marks (``defaults.frontend_rcvhwm``,
-    ``defaults.frontend_sndhwm``), at most ``hwm``."""
-
-    heartbeat_zmtp_timeout: ClassVar[bool] = False
-
-    @classmethod
-    def _extra_options(cls) -> tuple[str, ...]:
-        return super()._extra_options() + ("rcvhwm", "sndhwm")
-
-    def _configure(self, sock: zmq.Socket[Any], options: dict[str, Any]) -> None:
-        super()._configure(sock, options)
-        if options.get("rcvhwm") is not None:
-            # before bind/connect: each connection's queue takes the value when it is made
-            sock.setsockopt(zmq.RCVHWM, options["rcvhwm"])
-        if options.get("sndhwm") is not None:
-            sock.setsockopt(zmq.SNDHWM, options["sndhwm"])
 
 
 class BrokerBackend(Router):
     """The broker's backend (a ``Router`` named for its errors and log lines)."""
 
 
-class Broker(WorkerSide):
+class Broker(ClientSide, WorkerSide):
     """The least-recently-used queue between clients (``frontend``) and REQ workers
     (``backend``). Both endpoints bind by default (``@``/``>`` choose).
 
@@ -167,32 +147,58 @@ class Broker(WorkerSide):
     sockets (by default as ``PatternSocket`` chooses).
     """
 
-    def __init__(self, frontend: EndpointsSpec, backend: EndpointsSpec, *, hwm: int = defaults.DEFAULT_HWM,
-                 curve_frontend: Curve | None = None, curve_backend: Curve | None = None,
-                 heartbeat: Heartbeat | None = None, max_message_bytes: int | None = None,
-                 context: zmq.Context[Any] | None = None, reply_timeout: float = defaults.DEFAULT_REPLY_TIMEOUT,
-                 client_hwm: int | None = None, max_held_bytes: int = defaults.DEFAULT_MAX_HELD_BYTES,
-                 max_frames: int = MAX_FRAMES, request_ttl: float | None = defaults.DEFAULT_REQUEST_TTL,
-                 hold_limit: float | None = defaults.DEFAULT_HOLD_LIMIT,
-                 max_waiting_bytes: int = defaults.DEFAULT_MAX_WAITING_BYTES) -> None:
+    def __init__(
+        self,
+        frontend: EndpointsSpec,
+        backend: EndpointsSpec,
+        *,
+        hwm: int = defaults.DEFAULT_HWM,
+        curve_frontend: Curve | None = None,
+        curve_backend: Curve | None = None,
+        heartbeat: Heartbeat | None = None,
+        max_message_bytes: int | None = None,
+        context: zmq.Context[Any] | None = None,
+        reply_timeout: float = defaults.DEFAULT_REPLY_TIMEOUT,
+        client_hwm: int | None = None,
+        max_held_bytes: int = defaults.DEFAULT_MAX_HELD_BYTES,
+        max_frames: int = MAX_FRAMES,
+        request_ttl: float | None = defaults.DEFAULT_REQUEST_TTL,
+        hold_limit: float | None = defaults.DEFAULT_HOLD_LIMIT,
+        max_waiting_bytes: int = defaults.DEFAULT_MAX_WAITING_BYTES,
+    ) -> None:
         if isinstance(hwm, bool) or not isinstance(hwm, int) or hwm < 1:
-            raise ValueError(f"option 'hwm' of Broker must be a positive integer (requests that may wait for a "
-                             f"worker), got {hwm!r}")
-        if isinstance(reply_timeout, bool) or not isinstance(reply_timeout, (int, float)) \
-                or not math.isfinite(reply_timeout) or reply_timeout < 0:
-            raise ValueError(f"option 'reply_timeout' of Broker must be a finite number of seconds >= 0 (how long "
-                             f"a reply waits for a client that is not reading), got {reply_timeout!r}")
-        for name, value, what in (("request_ttl", request_ttl, "how long a request may wait for a worker"),
-                                  ("hold_limit", hold_limit, "how long a worker may hold a request")):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                      or not math.isfinite(value) or value <= 0):
-                raise ValueError(f"option {name!r} of Broker must be None (off) or a finite number of seconds > 0 "
-                                 f"({what}), got {value!r}")
+            raise ValueError(
+                f"option 'hwm' of Broker must be a positive integer (requests that may wait for a worker), got {hwm!r}"
+            )
+        if (
+            isinstance(reply_timeout, bool)
+            or not isinstance(reply_timeout, (int, float))
+            or not math.isfinite(reply_timeout)
+            or reply_timeout < 0
+        ):
+            raise ValueError(
+                f"option 'reply_timeout' of Broker must be a finite number of seconds >= 0 (how long "
+                f"a reply waits for a client that is not reading), got {reply_timeout!r}"
+            )
+        for name, value, what in (
+            ("request_ttl", request_ttl, "how long a request may wait for a worker"),
+            ("hold_limit", hold_limit, "how long a worker may hold a request"),
+        ):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0
+            ):
+                raise ValueError(
+                    f"option {name!r} of Broker must be None (off) or a finite number of seconds > 0 "
+                    f"({what}), got {value!r}"
+                )
         self.request_ttl = None if request_ttl is None else float(request_ttl)
         self.hold_limit = None if hold_limit is None else float(hold_limit)
-        for name, value in (("client_hwm", hwm if client_hwm is None else client_hwm),
-                            ("max_held_bytes", max_held_bytes), ("max_waiting_bytes", max_waiting_bytes),
-                            ("max_frames", max_frames)):
+        for name, value in (
+            ("client_hwm", hwm if client_hwm is None else client_hwm),
+            ("max_held_bytes", max_held_bytes),
+            ("max_waiting_bytes", max_waiting_bytes),
+            ("max_frames", max_frames),
+        ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"option {name!r} of Broker must be a positive integer, got {value!r}")
         warn_shared_keys(curve_frontend, curve_backend)
@@ -203,13 +209,18 @@ class Broker(WorkerSide):
             common["max_request_bytes"] = max_message_bytes
         if context is not None:
             common["context"] = context
-        self._frontend: Router = BrokerFrontend(frontend, curve=curve_frontend,
-                                                rcvhwm=defaults.frontend_rcvhwm(hwm, max_message_bytes),
-                                                sndhwm=defaults.frontend_sndhwm(hwm, max_message_bytes), **common)
+        self._frontend: Router = BrokerFrontend(
+            frontend,
+            curve=curve_frontend,
+            rcvhwm=defaults.frontend_rcvhwm(hwm, max_message_bytes),
+            sndhwm=defaults.frontend_sndhwm(hwm, max_message_bytes),
+            **common,
+        )
         try:
             # the monitor's disconnections tell which workers are gone (see _on_disconnect)
-            self._backend: Router = BrokerBackend(backend, curve=curve_backend, monitor=zmq.EVENT_DISCONNECTED,
-                                                  **common)
+            self._backend: Router = BrokerBackend(
+                backend, curve=curve_backend, monitor=zmq.EVENT_DISCONNECTED, **common
+            )
             # a worker with a fixed routing id that reconnects before its old connection is
             # seen gone (a half-open one) takes the id over instead of being refused
             self._backend.zmq_socket.setsockopt(zmq.ROUTER_HANDOVER, 1)
@@ -217,15 +228,16 @@ class Broker(WorkerSide):
             self._frontend.close()
             raise
         #: waiting requests and held replies, per client
-        self._clients = ClientQueues(hwm, hwm if client_hwm is None else client_hwm, max_held_bytes,
-                                     self.request_ttl, max_waiting_bytes)
-        #: clients whose refused request was logged (bounded: at most _LOGGED_CLIENTS)
+        self._clients = ClientQueues(
+            hwm, hwm if client_hwm is None else client_hwm, max_held_bytes, self.request_ttl, max_waiting_bytes
+        )
+        #: clients whose refused request was logged (bounded: at most LOGGED_CLIENTS)
         self._refusals_logged: set[bytes] = set()
         self.requests_refused = 0
         self.max_frames = max_frames
         self.max_message_bytes = max_message_bytes
         self.messages_oversize = 0
-        #: peers whose oversize message was logged (bounded: at most _LOGGED_CLIENTS)
+        #: peers whose oversize message was logged (bounded: at most LOGGED_CLIENTS)
         self._oversize_logged: set[bytes] = set()
         #: idle workers, the one idle longest first
         self._idle: collections.OrderedDict[bytes, None] = collections.OrderedDict()
@@ -238,8 +250,9 @@ class Broker(WorkerSide):
         self._fd_of: dict[bytes, int] = {}
         self._workers_at_fd: dict[int, set[bytes]] = {}
         #: workers forgotten lately -> (the envelope of the request one held then or None, its descriptor)
-        self._departed: collections.OrderedDict[bytes, tuple[tuple[bytes, ...] | None, int | None]] = \
+        self._departed: collections.OrderedDict[bytes, tuple[tuple[bytes, ...] | None, int | None]] = (
             collections.OrderedDict()
+        )
         self._stop = threading.Event()
         self._running = threading.Lock()
         self._closed = False
@@ -271,17 +284,38 @@ class Broker(WorkerSide):
         rejected = sum(s.handshakes.rejected for s in (self._frontend, self._backend) if s.handshakes is not None)
         idle, busy = len(self._idle), len(self._busy)
         clients = self._clients
-        return BrokerStats(idle, idle + busy, clients.waiting, busy, self.requests_forwarded,
-                           self.replies_returned, self.malformed, self.replies_undeliverable, self.requests_lost,
-                           self.workers_gone, rejected, clients.held_count, self.replies_unexpected,
-                           self.requests_refused, clients.held_bytes, self.messages_oversize,
-                           workers_reconnected=self.workers_reconnected, requests_expired=self.requests_expired,
-                           workers_overdue=len(self._overdue), waiting_bytes=clients.waiting_bytes)
+        return BrokerStats(
+            idle,
+            idle + busy,
+            clients.waiting,
+            busy,
+            self.requests_forwarded,
+            self.replies_returned,
+            self.malformed,
+            self.replies_undeliverable,
+            self.requests_lost,
+            self.workers_gone,
+            rejected,
+            clients.held_count,
+            self.replies_unexpected,
+            self.requests_refused,
+            clients.held_bytes,
+            self.messages_oversize,
+            workers_reconnected=self.workers_reconnected,
+            requests_expired=self.requests_expired,
+            workers_overdue=len(self._overdue),
+            waiting_bytes=clients.waiting_bytes,
+        )
 
     # -- the loop ---------------------------------------------------------------------------
 
-    def run(self, stop: threading.Event | None = None, *,
-            report: Callable[[BrokerStats], None] | None = None, report_interval: float = 10.0) -> None:
+    def run(
+        self,
+        stop: threading.Event | None = None,
+        *,
+        report: Callable[[BrokerStats], None] | None = None,
+        report_interval: float = 10.0,
+    ) -> None:
         """Serve until ``stop`` is set or ``stop()`` is called, in the calling thread.
         ``report(stats)`` is called every ``report_interval`` seconds, the first time at once.
         Requests still waiting, and replies held, when it returns are dropped (their clients
@@ -307,8 +341,9 @@ class Broker(WorkerSide):
     def _stopping(self, stop: threading.Event | None) -> bool:
         return self._stop.is_set() or (stop is not None and stop.is_set())
 
-    def _loop(self, stop: threading.Event | None, report: Callable[[BrokerStats], None] | None,
-              report_interval: float) -> None:
+    def _loop(
+        self, stop: threading.Event | None, report: Callable[[BrokerStats], None] | None, report_interval: float
+    ) -> None:
         front, back = self._frontend.zmq_socket, self._backend.zmq_socket
         poller = zmq.Poller()
         poller.register(back, zmq.POLLIN)
@@ -361,87 +396,6 @@ class Broker(WorkerSide):
             if event == zmq.EVENT_DISCONNECTED:
                 self._on_disconnect(value)
 
-    def _return(self, payload: Frames) -> None:
-        """Send a reply ``[envelope..., b"", reply...]`` to its client, or hold it while
-        the client is not reading (behind the replies held for it already, so each client
-        gets its replies in the order the workers sent them)."""
-        client = payload[0].bytes
-        if not self._clients.has_held(client) and self._try_send(payload):
-            return
-        if self.reply_timeout == 0:
-            self.replies_undeliverable += 1  # holding is off
-            return
-        now = time.monotonic()
-        if not self._clients.hold(client, payload, sum(len(f) for f in payload), now + self.reply_timeout, now):
-            self._undeliverable(client, f"the replies held for clients that are not reading take "
-                                        f"{self._clients.held_bytes:,} bytes (max_held_bytes)")
-
-    def _try_send(self, payload: Frames) -> bool:
-        """One attempt: True once sent (or dropped because its client is gone), False when
-        the client's queue is full."""
-        # counted before the send: whoever sees the reply arrive sees it counted
-        self.replies_returned += 1
-        try:
-            self._send_now(payload)
-            return True
-        except zmq.ZMQError as exc:
-            self.replies_returned -= 1
-            if exc.errno == zmq.EAGAIN:
-                return False
-            if exc.errno != zmq.EHOSTUNREACH:
-                raise
-            # the client is gone: it resends if it comes back and still wants the reply
-            self.replies_undeliverable += 1
-            return True
-
-    def _send_now(self, payload: Frames) -> None:
-        """Send without blocking; a queue found full is tried once more after the socket has
-        processed libzmq's commands (what its I/O thread wrote out: ``defaults.frontend_sndhwm``)."""
-        front = self._frontend.zmq_socket
-        try:
-            front.send_multipart(payload, zmq.NOBLOCK, copy=False)
-        except zmq.Again:
-            front.getsockopt(zmq.EVENTS)
-            front.send_multipart(payload, zmq.NOBLOCK, copy=False)
-
-    def _retry(self, client: bytes, now: float) -> None:
-        """Try a client's held replies again; drop those held for ``reply_timeout``."""
-        for payload in self._clients.retry(client, now, self._try_send):
-            self._undeliverable(payload[0].bytes, f"it read nothing for {self.reply_timeout:g} s")
-
-    def _undeliverable(self, client: bytes, why: str) -> None:
-        self.replies_undeliverable += 1
-        if self.replies_undeliverable <= 10:
-            log.warning("Broker: dropped a reply to client %r: %s%s", client, why,
-                        " (further ones are counted, not logged)" if self.replies_undeliverable == 10 else "")
-
-    # -- frontend: clients ------------------------------------------------------------------
-
-    def _read_frontend(self, front: zmq.Socket[Any]) -> None:
-        for _ in range(_BATCH):
-            if not self._clients.room():
-                return
-            frames = self._recv(front, "frontend")
-            if frames is None:
-                return
-            if not frames:
-                continue
-            at = delimiter(frames, start=1)
-            if at is None or at == len(frames) - 1:
-                self.malformed += 1
-                if self.malformed <= 10:
-                    log.warning("Broker: dropped a request from client %r: not [envelope, b'', body]%s",
-                                frames[0].bytes, " (further ones are counted, not logged)"
-                                if self.malformed == 10 else "")
-                continue
-            client = frames[0].bytes
-            if self._clients.has_held(client):
-                self._retry(client, time.monotonic())  # it is alive: maybe reading again
-            if not self._clients.add(client, (time.monotonic(), frames)):
-                self._refused(client)
-                continue
-            self._dispatch()
-
     def _recv(self, sock: zmq.Socket[Any], side: str) -> Frames | None:
         """One message within ``max_frames`` and ``max_message_bytes``; ``[]`` when it was
         dropped for its size; None when nothing waits."""
@@ -452,23 +406,16 @@ class Broker(WorkerSide):
         if why:
             peer = first.bytes
             self.messages_oversize += 1
-            if peer not in self._oversize_logged and len(self._oversize_logged) < _LOGGED_CLIENTS:
+            if peer not in self._oversize_logged and len(self._oversize_logged) < LOGGED_CLIENTS:
                 self._oversize_logged.add(peer)
-                log.warning("Broker: dropped a message from %s peer %r: %s (further ones of this peer are "
-                            "counted, not logged)", side, peer, why)
+                log.warning(
+                    "Broker: dropped a message from %s peer %r: %s (further ones of this peer are counted, not logged)",
+                    side,
+                    peer,
+                    why,
+                )
             return []
         return [] if side == "frontend" and answered_probe(sock, frames, self.stats) else frames  # ``spark-zmq ping``
-
-    def _refused(self, client: bytes) -> None:
-        self.requests_refused += 1
-        if client not in self._refusals_logged and len(self._refusals_logged) < _LOGGED_CLIENTS:
-            self._refusals_logged.add(client)
-            clients = self._clients
-            log.warning("Broker: refused a request of client %r: it reads no reply, and it has %d requests waiting "
-                        "(client_hwm), or all clients that read no reply have %d requests (the larger of hwm and "
-                        "client_hwm) or %d bytes (half of max_waiting_bytes) waiting; further ones of this client "
-                        "are counted, not logged", client, clients.client_hwm, clients.stalled_hwm,
-                        clients.stalled_max_bytes or 0)
 
     # -- lifetime -------------------------------------------------------------------------
 
@@ -495,5 +442,7 @@ class Broker(WorkerSide):
     def __repr__(self) -> str:
         if self._closed:
             return "<Broker closed>"
-        return (f"<Broker frontend {','.join(map(str, self._frontend.endpoints))} "
-                f"backend {','.join(map(str, self._backend.endpoints))}>")
+        return (
+            f"<Broker frontend {','.join(map(str, self._frontend.endpoints))} "
+            f"backend {','.join(map(str, self._backend.endpoints))}>"
+        )

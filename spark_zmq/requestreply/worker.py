@@ -58,49 +58,53 @@ the child) within about 0.1 s even while a handler runs; without it, a handler t
 returns holds the worker and ``stop`` waits for it. SIGTERM handling is the caller's (set ``stop`` from a handler).
 Delivery is at least once: a client resends a request whose reply is late, so a request
 can be handled twice, and handlers should be idempotent.
+
+This module holds ``serve`` and its loops; what a worker answers to one request (the
+formats, the error reply, ``WorkerStats``) is ``worker_replies``.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any, Protocol, cast
 
-import pyarrow as pa
 import zmq
 
-from ..arrow.guard import MAX_DECOMPRESSED_BYTES, MalformedArrowError, read_batches
+from ..arrow.guard import MAX_DECOMPRESSED_BYTES
 from ..errors import SparkZmqError
 from ..patterns import Heartbeat, Req, Router, SocketClosedError
 from ..patterns.bounds import MAX_FRAMES, MessageBounds
 from ..patterns.curve import Curve
 from ..patterns.endpoints import EndpointsSpec, parse_endpoints
 from ..patterns.router_reply import ReplyDrops
-from .broker_stats import PING, delimiter, pong
+from .broker_stats import delimiter
 from .broker_workers import READY
 from .worker_process import HandlerProcess
+from .worker_replies import (
+    CALLS,
+    DEFAULT_DECOMPRESSED_BYTES,
+    ERROR,
+    FORMATS,
+    Handler,
+    WorkerStats,
+    answer_request,
+    call_arrow,
+    error_reply,
+    is_error_reply,
+)
 
 __all__ = ["serve", "StopFlag", "WorkerStats", "ERROR", "FORMATS", "error_reply", "is_error_reply"]
 
 log = logging.getLogger(__name__)
 
-#: the first frame of an error reply (the second is the message)
-ERROR = b"ERROR"
-FORMATS = ("arrow", "json", "raw", "text")
-
 #: the loop checks ``stop`` at least this often (seconds)
 _WAKE_S = 0.1
 #: ms a closing worker keeps trying to deliver its last reply
 _LINGER_MS = 2000
-#: what an arrow request may take once decompressed when ``max_message_bytes`` is not set
-DEFAULT_DECOMPRESSED_BYTES = 256 << 20
-
-Handler = Callable[[Any], Any]
 
 
 class StopFlag(Protocol):
@@ -109,144 +113,30 @@ class StopFlag(Protocol):
     def is_set(self) -> bool: ...
 
 
-class _BadRequest(SparkZmqError, ValueError):
-    """The request itself is not valid for the format (not the handler's fault)."""
-
-
-@dataclass
-class WorkerStats:
-    """What a worker did: requests received, normal replies, error replies (of them,
-    ``oversize``: requests refused for more than ``max_frames`` frames or more than
-    ``max_message_bytes`` in all), and how often it announced itself again after a
-    reconnection (broker workers)."""
-
-    requests: int = 0
-    replies: int = 0
-    errors: int = 0
-    reannounced: int = 0
-    oversize: int = 0
-    #: handlers that did not return within ``handler_timeout`` (each answered with an error
-    #: reply; the handler's process was replaced)
-    timeouts: int = 0
-    #: (REP servers) replies dropped: the client reads none of those queued for it, or is gone
-    dropped_replies: int = 0
-    #: (REP servers) requests dropped unanswered, having no empty delimiter frame (as a REP does)
-    malformed: int = 0
-
-
 class _Stopped(SparkZmqError):
     """``stop`` was set while a handler ran in its process: the request is not answered."""
-
-
-def error_reply(message: str) -> list[bytes]:
-    """The frames of an error reply: ``[b"ERROR", message]``."""
-    return [ERROR, message.encode("utf-8", "replace")]
-
-
-def is_error_reply(frames: Sequence[bytes]) -> bool:
-    """Whether reply ``frames`` (after the envelope) are an error reply."""
-    return len(frames) == 2 and frames[0] == ERROR
-
-
-# -- formats ------------------------------------------------------------------------------
-
-
-def _one_batch(body: bytes, max_body_bytes: int) -> pa.RecordBatch:
-    """The request's batches, checked by the Arrow guard before anything is decompressed."""
-    try:
-        batches = read_batches(body, max_body_bytes=max_body_bytes)
-        if not batches:  # a schema alone, already checked: an empty batch of it
-            return pa.RecordBatch.from_pylist([], schema=pa.ipc.open_stream(body).schema)
-    except MalformedArrowError as exc:
-        raise _BadRequest(f"the request is not an Arrow IPC stream: {exc}") from None
-    except (pa.ArrowException, ValueError, OSError) as exc:
-        raise _BadRequest(f"the request is not an Arrow IPC stream: {exc}") from None
-    return batches[0] if len(batches) == 1 else pa.concat_batches(batches)
-
-
-def _arrow(handler: Handler, body: bytes, max_body_bytes: int = DEFAULT_DECOMPRESSED_BYTES) -> bytes:
-    batch = _one_batch(body, max_body_bytes)
-    result = handler(batch)
-    if not isinstance(result, (pa.RecordBatch, pa.Table)):
-        raise TypeError(f"the handler returned {type(result).__name__}, not a pyarrow.RecordBatch or Table "
-                        f"(format 'arrow')")
-    if result.num_rows != batch.num_rows:
-        raise ValueError(f"the handler returned {result.num_rows} rows for a request of {batch.num_rows} rows "
-                         "(format 'arrow' answers one row per request row)")
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, result.schema) as writer:
-        writer.write(result)
-    return cast(bytes, sink.getvalue().to_pybytes())
-
-
-def _json(handler: Handler, body: bytes) -> bytes:
-    try:
-        request = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise _BadRequest(f"the request is not JSON: {exc}") from None
-    if not isinstance(request, dict):
-        raise _BadRequest(f"the request is JSON {type(request).__name__}, not an object (format 'json')")
-    result = handler(request)
-    if not isinstance(result, dict):
-        raise TypeError(f"the handler returned {type(result).__name__}, not a dict (format 'json')")
-    return json.dumps(result, separators=(",", ":")).encode("utf-8")
-
-
-def _raw(handler: Handler, body: bytes) -> bytes:
-    result = handler(body)
-    if not isinstance(result, (bytes, bytearray, memoryview)):
-        raise TypeError(f"the handler returned {type(result).__name__}, not bytes (format 'raw')")
-    return bytes(result)
-
-
-def _text(handler: Handler, body: bytes) -> bytes:
-    try:
-        request = body.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise _BadRequest(f"the request is not UTF-8 text: {exc}") from None
-    result = handler(request)
-    if not isinstance(result, str):
-        raise TypeError(f"the handler returned {type(result).__name__}, not str (format 'text')")
-    return result.encode("utf-8")
-
-
-_CALLS: dict[str, Callable[[Handler, bytes], bytes]] = {"arrow": _arrow, "json": _json, "raw": _raw, "text": _text}
-
-
-def _answer(call: Callable[[Handler, bytes], bytes], handler: Handler, body: list[bytes],
-            stats: WorkerStats, max_reply_bytes: int | None = None) -> list[bytes]:
-    """The reply frames for request ``body``: the handler's answer, or an error reply (or,
-    for a probe, ``spark-zmq ping``, the worker's own answer without the handler)."""
-    if len(body) == 1 and body[0] == PING:
-        return pong("worker", requests=stats.requests, replies=stats.replies, errors=stats.errors,
-                    dropped_replies=stats.dropped_replies)
-    try:
-        if len(body) != 1:
-            raise _BadRequest(f"the request has {len(body)} body frames; one is expected")
-        reply = [call(handler, body[0])]
-        if max_reply_bytes is not None and len(reply[0]) > max_reply_bytes:
-            raise _BadRequest(f"the reply is {len(reply[0]):,} bytes, more than max_message_bytes "
-                              f"({max_reply_bytes:,}): the handler's answer is not sent")
-        stats.replies += 1
-        return reply
-    except Exception as exc:  # the handler's or the request's fault: answer, keep serving
-        stats.errors += 1
-        text = str(exc) if isinstance(exc, _BadRequest) else f"{type(exc).__name__}: {exc}"
-        log.warning("worker: request %d answered with an error: %s", stats.requests, text,
-                    exc_info=not isinstance(exc, _BadRequest))
-        return error_reply(text)
 
 
 # -- the loop -----------------------------------------------------------------------------
 
 
-def serve(handler: Handler, endpoint: EndpointsSpec, *, format: str = "arrow", broker: bool = True,
-          curve: Curve | None = None, stop: StopFlag | None = None,
-          heartbeat: Heartbeat | None = None, max_message_bytes: int | None = None,
-          on_ready: Callable[[list[str]], None] | None = None,
-          context: zmq.Context[Any] | None = None, max_decompressed_bytes: int | None = None,
-          max_frames: int = MAX_FRAMES, handler_timeout: float | None = None,
-          metrics: str | None = None) -> WorkerStats:
+def serve(
+    handler: Handler,
+    endpoint: EndpointsSpec,
+    *,
+    format: str = "arrow",
+    broker: bool = True,
+    curve: Curve | None = None,
+    stop: StopFlag | None = None,
+    heartbeat: Heartbeat | None = None,
+    max_message_bytes: int | None = None,
+    on_ready: Callable[[list[str]], None] | None = None,
+    context: zmq.Context[Any] | None = None,
+    max_decompressed_bytes: int | None = None,
+    max_frames: int = MAX_FRAMES,
+    handler_timeout: float | None = None,
+    metrics: str | None = None,
+) -> WorkerStats:
     """Answer requests with ``handler`` until ``stop`` is set (see the module docstring).
 
     ``curve``: the socket's CURVE security (usually a client of the broker's backend, or a
@@ -268,41 +158,60 @@ def serve(handler: Handler, endpoint: EndpointsSpec, *, format: str = "arrow", b
     extra ``spark-zmq[metrics]``; ``spark_zmq.metrics``). Returns what the worker did."""
     if not callable(handler):
         raise TypeError(f"handler must be callable, not {type(handler).__name__}")
-    if handler_timeout is not None and (isinstance(handler_timeout, bool)
-                                        or not isinstance(handler_timeout, (int, float))
-                                        or not math.isfinite(handler_timeout) or handler_timeout <= 0):
-        raise ValueError(f"handler_timeout must be None (no deadline) or a finite number of seconds > 0 (how long a "
-                         f"handler may take before its request is answered with an error), got {handler_timeout!r}")
-    if format not in _CALLS:
+    if handler_timeout is not None and (
+        isinstance(handler_timeout, bool)
+        or not isinstance(handler_timeout, (int, float))
+        or not math.isfinite(handler_timeout)
+        or handler_timeout <= 0
+    ):
+        raise ValueError(
+            f"handler_timeout must be None (no deadline) or a finite number of seconds > 0 (how long a "
+            f"handler may take before its request is answered with an error), got {handler_timeout!r}"
+        )
+    if format not in CALLS:
         raise ValueError(f"format must be one of {', '.join(FORMATS)}, not {format!r}")
     if broker:
         endpoints = parse_endpoints(endpoint, default_bind=False)
         if len(endpoints) != 1:
-            raise ValueError(f"a broker worker connects to one broker backend, but {len(endpoints)} endpoints were "
-                             f"given ({', '.join(map(str, endpoints))}); run one worker per broker")
-    options: dict[str, Any] = {"linger": _LINGER_MS, "heartbeat": heartbeat, "curve": curve,
-                               "max_message_bytes": max_message_bytes}
+            raise ValueError(
+                f"a broker worker connects to one broker backend, but {len(endpoints)} endpoints were "
+                f"given ({', '.join(map(str, endpoints))}); run one worker per broker"
+            )
+    options: dict[str, Any] = {
+        "linger": _LINGER_MS,
+        "heartbeat": heartbeat,
+        "curve": curve,
+        "max_message_bytes": max_message_bytes,
+    }
     if context is not None:
         options["context"] = context
     bounds = MessageBounds("worker", max_frames, max_message_bytes, logger=log)
     stop = stop or threading.Event()
     stats = WorkerStats()
-    call = _CALLS[format]
+    call = CALLS[format]
     if format == "arrow":
         if max_decompressed_bytes is None:
-            max_decompressed_bytes = DEFAULT_DECOMPRESSED_BYTES if max_message_bytes is None else \
-                min(MAX_DECOMPRESSED_BYTES, 16 * max_message_bytes)
-        elif isinstance(max_decompressed_bytes, bool) or not isinstance(max_decompressed_bytes, int) \
-                or max_decompressed_bytes < 1:
-            raise ValueError(f"max_decompressed_bytes must be a positive integer (bytes an arrow request may take "
-                             f"once decompressed), got {max_decompressed_bytes!r}")
+            max_decompressed_bytes = (
+                DEFAULT_DECOMPRESSED_BYTES
+                if max_message_bytes is None
+                else min(MAX_DECOMPRESSED_BYTES, 16 * max_message_bytes)
+            )
+        elif (
+            isinstance(max_decompressed_bytes, bool)
+            or not isinstance(max_decompressed_bytes, int)
+            or max_decompressed_bytes < 1
+        ):
+            raise ValueError(
+                f"max_decompressed_bytes must be a positive integer (bytes an arrow request may take "
+                f"once decompressed), got {max_decompressed_bytes!r}"
+            )
         limit = max_decompressed_bytes
-        call = lambda handler, body: _arrow(handler, body, limit)  # noqa: E731
+        call = lambda handler, body: call_arrow(handler, body, limit)  # noqa: E731
     reply_limit = max_message_bytes
     checked_call = call
 
     def answer_here(body: list[bytes]) -> list[bytes]:
-        return _answer(checked_call, handler, body, stats, reply_limit)
+        return answer_request(checked_call, handler, body, stats, reply_limit)
 
     answer: Callable[[list[bytes]], list[bytes]] = answer_here
     child: HandlerProcess | None = None
@@ -345,8 +254,9 @@ def serve(handler: Handler, endpoint: EndpointsSpec, *, format: str = "arrow", b
     return stats
 
 
-def _answer_in(child: HandlerProcess, timeout: float, stop: StopFlag,
-               stats: WorkerStats) -> Callable[[list[bytes]], list[bytes]]:
+def _answer_in(
+    child: HandlerProcess, timeout: float, stop: StopFlag, stats: WorkerStats
+) -> Callable[[list[bytes]], list[bytes]]:
     """``answer`` through the handler's process, within ``timeout`` seconds (see ``serve``)."""
 
     def answer(body: list[bytes]) -> list[bytes]:
@@ -371,8 +281,10 @@ def _answer_in(child: HandlerProcess, timeout: float, stop: StopFlag,
                 child.kill()
                 stats.errors += 1
                 stats.timeouts += 1
-                text = (f"the handler did not return within handler_timeout ({timeout:g} s); its process was "
-                        f"killed and replaced")
+                text = (
+                    f"the handler did not return within handler_timeout ({timeout:g} s); its process was "
+                    f"killed and replaced"
+                )
                 log.warning("worker: request %d: %s", stats.requests, text)
                 return error_reply(text)
 
@@ -390,8 +302,9 @@ def _send(sock: Any, frames: list[bytes], stop: StopFlag) -> bool:
                 return False
 
 
-def _recv(sock: Any, stop: StopFlag, bounds: MessageBounds, stats: WorkerStats,
-          between: Callable[[], None] = lambda: None) -> tuple[list[bytes] | None, list[bytes], str] | None:
+def _recv(
+    sock: Any, stop: StopFlag, bounds: MessageBounds, stats: WorkerStats, between: Callable[[], None] = lambda: None
+) -> tuple[list[bytes] | None, list[bytes], str] | None:
     """Receive one message within ``bounds``, waiting in slices (``between()`` after each);
     None if stopped. ``(frames, [], "")``, or ``(None, kept, why)`` for a refused message
     (counted in ``stats.oversize``)."""
@@ -415,12 +328,18 @@ def _recv(sock: Any, stop: StopFlag, bounds: MessageBounds, stats: WorkerStats,
 
 def _refusal(why: str, bounds: MessageBounds) -> list[bytes]:
     limits = f"max_frames {bounds.max_frames}" + (
-        "" if bounds.max_bytes is None else f", max_message_bytes {bounds.max_bytes:,}")
+        "" if bounds.max_bytes is None else f", max_message_bytes {bounds.max_bytes:,}"
+    )
     return error_reply(f"the request was refused: {why} ({limits})")
 
 
-def _serve_rep(sock: Router, answer: Callable[[list[bytes]], list[bytes]], stop: StopFlag,
-               stats: WorkerStats, bounds: MessageBounds) -> None:
+def _serve_rep(
+    sock: Router,
+    answer: Callable[[list[bytes]], list[bytes]],
+    stop: StopFlag,
+    stats: WorkerStats,
+    bounds: MessageBounds,
+) -> None:
     """A REP's loop on a ROUTER (the module docstring): each reply after its envelope, tried once."""
     drops = ReplyDrops("worker", log)
     while True:
@@ -434,9 +353,9 @@ def _serve_rep(sock: Router, answer: Callable[[list[bytes]], list[bytes]], stop:
             if frames is not None:  # (a refused one is counted as oversize already)
                 stats.malformed += 1
             continue
-        reply = _refusal(why, bounds) if frames is None else answer(frames[at + 1:])
+        reply = _refusal(why, bounds) if frames is None else answer(frames[at + 1 :])
         try:
-            if not drops.send(sock, message[:at + 1] + reply):
+            if not drops.send(sock, message[: at + 1] + reply):
                 stats.dropped_replies += 1
         except SocketClosedError:
             return
@@ -462,8 +381,9 @@ class _Connections:
         return new
 
 
-def _serve_broker(sock: Req, answer: Callable[[list[bytes]], list[bytes]], stop: StopFlag,
-                  stats: WorkerStats, bounds: MessageBounds) -> None:
+def _serve_broker(
+    sock: Req, answer: Callable[[list[bytes]], list[bytes]], stop: StopFlag, stats: WorkerStats, bounds: MessageBounds
+) -> None:
     # relaxed: READY may be sent again while the socket waits for a request (a new
     # connection's broker does not know us; the request the old one would send never comes)
     sock.zmq_socket.setsockopt(zmq.REQ_RELAXED, 1)
@@ -485,12 +405,12 @@ def _serve_broker(sock: Req, answer: Callable[[list[bytes]], list[bytes]], stop:
         delimiter = next((i for i, frame in enumerate(kept if frames is None else frames) if not frame), None)
         if frames is None:
             # (a REQ must send before it reads again: the error reply, with the envelope if it was read)
-            reply = _refusal(why, bounds) if delimiter is None else kept[:delimiter + 1] + _refusal(why, bounds)
+            reply = _refusal(why, bounds) if delimiter is None else kept[: delimiter + 1] + _refusal(why, bounds)
         elif delimiter is None:
             reply = error_reply("the request has no envelope (no empty delimiter frame)")
             stats.errors += 1
         else:
-            reply = frames[:delimiter + 1] + answer(frames[delimiter + 1:])
+            reply = frames[: delimiter + 1] + answer(frames[delimiter + 1 :])
         # a reconnection during the handler needs no READY: this reply goes on the new
         # connection and announces the worker by itself (the broker takes a reply as readiness)
         connections.reconnected()

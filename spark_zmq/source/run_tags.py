@@ -1,6 +1,6 @@
 """What the read side of ``committedOnly`` reads of a message: the sink's tags, and the cut.
 
-Why apart from the planner (``committed.py``): a read task needs only this (reading a
+Why apart from the planner (``committed.py`` and its ``run_selector.py``): a read task needs only this (reading a
 message's ``spark_zmq.*`` metadata from its Arrow schema, ``keep`` and ``kept_slices``, and
 the small picklable form of the decisions the driver hands it), while the planner's
 bookkeeping (``RunSelector``, ``CommittedOnly``) runs on the driver alone. No Spark, no

@@ -42,9 +42,9 @@ def test_no_flag_types_a_default_into_its_help():
     table (``source_default``) or from the flag's own default (typer shows it)."""
     import re
 
-    from spark_zmq.cli import servers, traffic
+    from spark_zmq.cli import broker, metrics_flag, servers, traffic
 
-    for module in (servers, traffic):
+    for module in (servers, broker, metrics_flag, traffic):
         source = inspect.getsource(module)
         typed = re.findall(r"Default \d[^\"]*", source)
         assert not typed, f"{module.__name__}: defaults typed into help texts: {typed}"

@@ -10,10 +10,11 @@ Layers, each usable and testable on its own:
 * ``policies``: round-robin and fair queueing over peers (no I/O);
 * ``engine``: one I/O thread per socket that accepts, connects, reconnects, handshakes and
   moves frames between TCP/IPC streams and per-peer queues, built from ``connection``
-  (one connection's state), ``stream`` (the protocol on it: one object per connection),
+  (one connection's state), ``stream`` (the protocol on it: one object per connection, its greeting and
+  handshake in ``handshake``),
   ``owner`` (the narrow interface between that object and its owner), ``sessions``
-  (listeners, connectors and connections coming and going: the owner, an object the
-  engine holds), ``security`` (each connection's mechanism), ``state`` (what the
+  (connectors and connections coming and going: the owner, an object the engine holds,
+  with its bound endpoints in ``listeners`` and its timers in ``clocks``), ``security`` (each connection's mechanism), ``state`` (what the
   application's calls and the I/O thread share) and ``poller`` (the thread's loop); they
   import one way, with no cycle.
 

@@ -7,7 +7,7 @@ connection's bytes on its own; whatever touches the socket's shared state (the q
 under the lock, the round-robin and fair-queue policies, the counters, the other
 connections, reconnecting) is the owner's, reached only through ``ConnectionOwner``.
 So the protocol never reads an attribute of the engine, and the modules import one way:
-``engine`` -> ``sessions`` -> ``stream`` -> ``connection``, each of them -> ``owner``
+``engine`` -> ``sessions`` -> ``stream`` -> ``handshake`` -> ``connection``, each of them -> ``owner``
 (which imports only ``codec``, and ``connection`` for the type checker). However a
 connection ends, its owner hears it once, from ``ConnectionOwner.ended`` with an
 ``EndReason`` (libzmq's ``engine_error(reason)``).

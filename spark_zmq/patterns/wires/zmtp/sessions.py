@@ -1,23 +1,23 @@
-"""The connections of one ZMTP engine (libzmq's sessions): accepting, connecting and
-reconnecting, handshake deadlines, and what happens to a peer's messages when its
+"""The connections of one ZMTP engine (libzmq's sessions): connecting and reconnecting,
+adopting what is accepted or connected, and what happens to a peer's messages when its
 connection fails or closes (re-routed, never forgotten: see ``engine``).
 
-``Sessions`` is the session manager an ``Engine`` holds: it owns the listeners, the
-connectors and the connections, makes each connection's protocol object
-(``stream.StreamEngine``) and is that object's owner (``owner.ConnectionOwner``): the
-queues, policies and counters a connection touches are reached through it alone. It is
-made with what it uses and nothing more: the settings, the options of its connections, the
-I/O thread's loop (``poller.Poller``) and the state it shares with the application's calls
-(``state.SharedState``: the lock, the queues, the counters). Its methods run on the I/O
-thread, but for ``listen`` and ``connect`` (before the thread starts) and the inproc
-accept (a connecting thread, lock taken).
+``Sessions`` is the session manager an ``Engine`` holds: it owns the listeners
+(``listeners.Listeners``, which hand it what they accept), the connectors and the
+connections with their clocks (``clocks.Clocks``: handshake deadlines, heartbeats), makes
+each connection's protocol object (``stream.StreamEngine``) and is that object's owner
+(``owner.ConnectionOwner``): the queues, policies and counters a connection touches are
+reached through it alone. It is made with what it uses and nothing more: the settings,
+the options of its connections, the I/O thread's loop (``poller.Poller``) and the state
+it shares with the application's calls (``state.SharedState``: the lock, the queues, the
+counters). Its methods run on the I/O thread, but for ``listen`` and ``connect`` (before
+the thread starts).
 """
 
 from __future__ import annotations
 
 import errno
 import logging
-import os
 import selectors
 import socket
 from collections.abc import Callable, Sequence
@@ -27,8 +27,10 @@ import zmq
 
 from ...message_block import MessageRun
 from . import transport
+from .clocks import Clocks
 from .codec import EngineMessage, ZmtpError
 from .connection import CLOSED, GREETING, HANDSHAKE, READY, Connection, Connector, Peer
+from .listeners import Listeners
 from .owner import EndReason, Settings
 from .security import Security
 from .stream import StreamEngine
@@ -41,7 +43,6 @@ if TYPE_CHECKING:
 #: the engine's logger: one name for all its parts, so one logging setting covers the engine
 log = logging.getLogger("spark_zmq.patterns.wires.zmtp.engine")
 
-_ACCEPT_RETRY_S = 0.2
 #: the longest wait between tries at an endpoint whose handshakes keep failing
 HANDSHAKE_BACKOFF_MAX_S = 5.0
 #: about this many bytes of messages are taken for one write batch of a connection
@@ -55,10 +56,21 @@ class Sessions:
     """The session manager of one ``Engine`` and the owner of its connections (see the
     module's docstring)."""
 
-    def __init__(self, settings: Settings, state: SharedState, poller: Poller, *, curve: Curve | None,
-                 rcvbuf: int | None, sndbuf: int | None, tcp_options: Sequence[tuple[int, int, int]],
-                 immediate: bool, reconnect_ivl_s: float, reconnect_ivl_max_s: float,
-                 on_event: Callable[[int, int, str], None] | None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        state: SharedState,
+        poller: Poller,
+        *,
+        curve: Curve | None,
+        rcvbuf: int | None,
+        sndbuf: int | None,
+        tcp_options: Sequence[tuple[int, int, int]],
+        immediate: bool,
+        reconnect_ivl_s: float,
+        reconnect_ivl_max_s: float,
+        on_event: Callable[[int, int, str], None] | None,
+    ) -> None:
         #: what each connection's protocol object reads of the socket
         self._settings = settings
         #: what the application's calls share (``closing``, ``waiters``, the counters are read there)
@@ -80,15 +92,14 @@ class Sessions:
         #: ZMQ_RECONNECT_IVL and ZMQ_RECONNECT_IVL_MAX (0: no backoff)
         self._reconnect_ivl_s, self._reconnect_ivl_max_s = reconnect_ivl_s, reconnect_ivl_max_s
         self._on_event = on_event
-        self._accept_failing = False
-        self._listeners: list[tuple[socket.socket, str, transport.Address]] = []
-        self._inproc_names: list[str] = []
+        #: the bound endpoints, which hand what they accept to ``_adopt``
+        self._listeners = Listeners(settings, state, poller, self._adopt)
         #: every connection's protocol object (the engine reads it, lock held, for what it holds)
         self.connections: set[StreamEngine] = set()
-        #: no connection's handshake or heartbeat clock is due before this (monotonic
-        #: seconds), so the loop walks the connections only when one may be: set by each
-        #: walk, lowered by whatever sets an earlier clock (``due``)
-        self._connections_due = 0.0
+        #: the connections' handshake and heartbeat clocks: ``tick`` each turn of the I/O
+        #: thread's loop, ``due`` when a connection sets one (bound here: no extra call)
+        clocks = Clocks(settings, self.connections)
+        self.tick, self.due = clocks.tick, clocks.due
         #: makes each connection's security mechanism
         self._security = Security(curve)
 
@@ -96,15 +107,7 @@ class Sessions:
 
     def listen(self, endpoint: str) -> str:
         """Listen on ``endpoint`` now (errors surface in the caller); returns the real address."""
-        address = transport.parse_address(endpoint, bind=True)
-        if address.transport == "inproc":
-            transport.register_inproc(address.host, self._accept_inproc)
-            self._inproc_names.append(address.host)
-            return f"inproc://{address.host}"
-        sock, actual = transport.listen(address)
-        self._listeners.append((sock, actual, address))
-        self._selector.register(sock, selectors.EVENT_READ, lambda mask, s=sock, a=actual: self._on_accept(s, a))
-        return actual
+        return self._listeners.listen(endpoint)
 
     def connect(self, endpoint: str) -> None:
         """Connect to ``endpoint`` from the I/O thread, and again whenever the connection ends."""
@@ -113,38 +116,6 @@ class Sessions:
         if not self._immediate:
             self._lb.add(connector.peer)
         self._poller.call_soon(lambda: self._connect(connector))
-
-    # -- clocks ------------------------------------------------------------------------
-
-    def tick(self, now: float) -> float:
-        """The connections' clocks (handshake deadlines, heartbeats), walked only when one
-        may be due; returns the time to the next (the I/O thread's loop calls it each turn)."""
-        if now < self._connections_due:
-            return self._connections_due - now
-        delay = self._walk_connections(now)
-        self._connections_due = now + delay
-        return delay
-
-    def due(self, at: float) -> None:
-        """A connection's clock was set to ``at``: the next walk comes no later."""
-        if at < self._connections_due:
-            self._connections_due = at
-
-    def _walk_connections(self, now: float) -> float:
-        """Fail handshakes past their deadline and run heartbeats; returns the time to the
-        next connection event (at most 1 s)."""
-        delay = 1.0
-        for conn in list(self.connections):
-            if conn.stage in (GREETING, HANDSHAKE):
-                if now >= conn.deadline:
-                    conn.fail(ZmtpError("the peer did not complete the handshake in time",
-                                        zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL, errno.ETIMEDOUT),
-                              EndReason.HANDSHAKE_TIMEOUT)
-                else:
-                    delay = min(delay, conn.deadline - now)
-            elif conn.stage == READY and self._settings.heartbeat.enabled:
-                delay = min(delay, conn.heartbeat(now))
-        return delay
 
     # -- accepting and connecting ------------------------------------------------------
 
@@ -161,35 +132,6 @@ class Sessions:
             for level, name, value in self._tcp_options:
                 sock.setsockopt(level, name, value)
 
-    def _on_accept(self, listener: socket.socket, actual: str) -> None:
-        for _ in range(64):
-            try:
-                sock, addr = listener.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as exc:  # EMFILE and friends: stop listening a while, log once
-                if not self._accept_failing:
-                    log.warning("%s: cannot accept connections on %s (%s); retrying every %.1f s", self._settings.label,
-                                actual, exc, _ACCEPT_RETRY_S)
-                self._accept_failing = True
-                self._selector.unregister(listener)
-                self._poller.at(_ACCEPT_RETRY_S, lambda: self._selector.register(
-                    listener, selectors.EVENT_READ, lambda mask: self._on_accept(listener, actual)))
-                return
-            if self._accept_failing:
-                self._accept_failing = False
-                log.warning("%s: accepting connections on %s again", self._settings.label, actual)
-            peer_address = (f"tcp://{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else actual)
-            self._adopt(sock, peer_address, None, endpoint=actual)
-
-    def _accept_inproc(self, sock: socket.socket, address: str) -> None:
-        """Called by a connecting thread (``transport.connect_inproc``)."""
-        with self._lock:
-            if self._state.closing:
-                sock.close()
-                return
-            self._poller.call_soon(lambda: self._adopt(sock, address, None))
-
     def _connect(self, connector: Connector) -> None:
         if self._state.closing or connector.conn is not None:
             return
@@ -200,8 +142,13 @@ class Sessions:
             except OSError as exc:  # EMFILE and friends: retry as the TCP path does, log once
                 if not connector.inproc_failing:
                     connector.inproc_failing = True
-                    log.warning("%s: cannot connect to %s (%s); retrying every %.1f s", self._settings.label,
-                                connector.endpoint, exc, self._reconnect_ivl_s)
+                    log.warning(
+                        "%s: cannot connect to %s (%s); retrying every %.1f s",
+                        self._settings.label,
+                        connector.endpoint,
+                        exc,
+                        self._reconnect_ivl_s,
+                    )
                 self._retry(connector)
                 return
             if sock is None:
@@ -238,19 +185,35 @@ class Sessions:
                 # a peer that answers and then fails every handshake (not a ZeroMQ peer, a
                 # wrong key or socket type) is not hammered every reconnect interval: the
                 # wait doubles per failure in a row, up to HANDSHAKE_BACKOFF_MAX_S
-                wait = max(wait, min(self._reconnect_ivl_s * 2 ** min(connector.failed_handshakes, 16),
-                                     HANDSHAKE_BACKOFF_MAX_S))
+                wait = max(
+                    wait,
+                    min(self._reconnect_ivl_s * 2 ** min(connector.failed_handshakes, 16), HANDSHAKE_BACKOFF_MAX_S),
+                )
             self._poller.at(wait, lambda: self._connect(connector))
 
-    def _adopt(self, sock: socket.socket, address: str, connector: Connector | None,
-               connecting: bool = False, endpoint: str | None = None) -> StreamEngine | None:
+    def _adopt(
+        self,
+        sock: socket.socket,
+        address: str,
+        connector: Connector | None,
+        connecting: bool = False,
+        endpoint: str | None = None,
+    ) -> StreamEngine | None:
         if self._state.closing:
             sock.close()
             return None
         if connector is None or connector.address.transport == "inproc":
             self._configure(sock)
-        conn = StreamEngine(self, self._settings, self._selector, sock, address, connector, endpoint or address,
-                            self._security.new_mechanism)
+        conn = StreamEngine(
+            self,
+            self._settings,
+            self._selector,
+            sock,
+            address,
+            connector,
+            endpoint or address,
+            self._security.new_mechanism,
+        )
         if connector is not None:
             connector.conn = conn
         self.connections.add(conn)
@@ -299,8 +262,11 @@ class Sessions:
                 # run, not per message); a multipart message is sized frame by frame
                 run = [take() for _ in range(min(len(source), _REFILL_RUN))]
                 batch += run
-                size += sum(map(len, run)) if tuple not in set(map(type, run)) else \
-                    sum(len(m) if type(m) is not tuple else sum(map(len, m)) for m in run)
+                size += (
+                    sum(map(len, run))
+                    if tuple not in set(map(type, run))
+                    else sum(len(m) if type(m) is not tuple else sum(map(len, m)) for m in run)
+                )
             if state.waiters:
                 self._cond.notify_all()
         return batch
@@ -369,7 +335,9 @@ class Sessions:
 
     def _other_type(self, declared: bytes) -> bytes:
         answers = list(dict.fromkeys(self._settings.peer_types.values()))
-        return answers[(answers.index(declared) + 1) % len(answers)] if declared in answers else self._settings.socket_type
+        return (
+            answers[(answers.index(declared) + 1) % len(answers)] if declared in answers else self._settings.socket_type
+        )
 
     def _failed(self, conn: Connection, exc: ZmtpError) -> None:
         """``conn`` broke the protocol, was refused or timed out (``StreamEngine.fail`` sent its ERROR)."""
@@ -404,14 +372,18 @@ class Sessions:
         keep = conn.connector is not None and not self._immediate and not conn.refused
         with self._lock:
             peer.conn = None
-            unwritten = ([m for m, end in zip(conn.inflight, conn.inflight_ends) if end > conn.written]
-                         if requeue else [])
+            unwritten = (
+                [m for m, end in zip(conn.inflight, conn.inflight_ends) if end > conn.written] if requeue else []
+            )
             if confirmed is not None:
                 # written to the kernel, never acknowledged by the peer's: send them again
                 base = conn.batch_base
                 unconfirmed = [m for end, m in conn.unacked if end > confirmed]
-                unconfirmed += [m for m, end in zip(conn.inflight, conn.inflight_ends)
-                                if end <= conn.written and base + end > confirmed]
+                unconfirmed += [
+                    m
+                    for m, end in zip(conn.inflight, conn.inflight_ends)
+                    if end <= conn.written and base + end > confirmed
+                ]
                 self._state.resent += len(unconfirmed)
                 unwritten = unconfirmed + unwritten
             conn.unacked.clear()
@@ -455,21 +427,7 @@ class Sessions:
             self._close(conn, requeue=True, quiet=True)
         if self._selector.get_map() is None:  # already closed
             return
-        for sock, actual, address in self._listeners:
-            try:
-                self._selector.unregister(sock)
-            except (KeyError, ValueError):
-                pass
-            sock.close()
-            if address.transport == "ipc" and not actual.startswith("ipc://@"):
-                try:
-                    os.unlink(actual[len("ipc://"):])
-                except OSError:
-                    pass
-        self._listeners.clear()
-        for name in self._inproc_names:
-            transport.unregister_inproc(name)
-        self._inproc_names.clear()
+        self._listeners.close()
         self._poller.close()
 
     # -- events ------------------------------------------------------------------------

@@ -1,9 +1,10 @@
 """ZMTP 3.1 on one connection (libzmq's stream engine): reading and writing its OS
-socket, the greeting, the mechanism's handshake, frames in both directions, commands
-(PING/PONG, ERROR) and heartbeats.
+socket, frames in both directions, commands (PING/PONG, ERROR) and heartbeats; the
+greeting and the mechanism's handshake before them are ``handshake``'s.
 
-``StreamEngine`` is one connection's protocol object: a ``Connection`` (its state) with
-the methods that parse and write its bytes. It gets the socket's settings when it is made
+``StreamEngine`` is one connection's protocol object: a ``handshake.Handshake`` (a
+``Connection``, its state, that runs the handshake) with the methods that parse and write
+its bytes. It gets the socket's settings when it is made
 (``owner.Settings``) and reaches the socket only through ``owner.ConnectionOwner``
 (deliver, take outgoing, ended with a reason, emit, due), as libzmq's stream engine talks to
 its session: it reads no attribute of the engine, so the protocol can be read, and
@@ -29,9 +30,10 @@ import zmq
 
 from . import codec
 from .codec import COMMAND, MORE, ParsedFrame, ZmtpError, parse_frames
-from .connection import CLOSED, GREETING, HANDSHAKE, READY, Connection, Connector
+from .connection import CLOSED, GREETING, HANDSHAKE, READY, Connector
+from .handshake import Handshake
 from .owner import EndReason, Renegotiate, socket_failed
-from .wire import GREETING_SIZE, command, error_from_command, greeting, parse_command, parse_greeting, socket_type_of
+from .wire import GREETING_SIZE, command, error_from_command, parse_command
 
 if TYPE_CHECKING:
     from .mechanism import Mechanism
@@ -51,15 +53,23 @@ PART_OVERHEAD = 64
 _HEARTBEAT_WARNINGS = 1
 
 
-class StreamEngine(Connection):
+class StreamEngine(Handshake):
     """One connection's protocol (see the module's docstring): it registers its socket with
     ``selector`` itself and calls ``owner`` back; the owner drives it through
     ``start_greeting``, ``set_events``, ``flush``, ``fail``, ``heartbeat``, ``resume``,
     ``on_command`` and ``shutdown``."""
 
-    def __init__(self, owner: ConnectionOwner, settings: Settings, selector: selectors.BaseSelector,
-                 sock: socket.socket, address: str, connector: Connector | None, endpoint: str,
-                 new_mechanism: Callable[[StreamEngine], Mechanism]) -> None:
+    def __init__(
+        self,
+        owner: ConnectionOwner,
+        settings: Settings,
+        selector: selectors.BaseSelector,
+        sock: socket.socket,
+        address: str,
+        connector: Connector | None,
+        endpoint: str,
+        new_mechanism: Callable[[StreamEngine], Mechanism],
+    ) -> None:
         self.owner = owner
         self.settings = settings
         self._selector = selector
@@ -70,8 +80,9 @@ class StreamEngine(Connection):
         self.multipart = settings.multipart
         #: a message (or a multipart message's frames with their overhead) larger than
         #: this closes the connection
-        self.message_limit = settings.max_message_bytes if settings.max_message_bytes is not None \
-            else codec.HARD_FRAME_LIMIT
+        self.message_limit = (
+            settings.max_message_bytes if settings.max_message_bytes is not None else codec.HARD_FRAME_LIMIT
+        )
         super().__init__(sock, address, connector, endpoint, settings.handshake_ivl_s, lambda: new_mechanism(self))
 
     # -- reading and writing a connection ----------------------------------------------
@@ -95,8 +106,7 @@ class StreamEngine(Connection):
         except ZmtpError as exc:
             self.fail(exc)
         except Exception:  # a bug of ours: never leave a connection out of step with its stream
-            log.exception("%s: unexpected error on the connection of %s; closing it", self.settings.label,
-                          self.address)
+            log.exception("%s: unexpected error on the connection of %s; closing it", self.settings.label, self.address)
             self.owner.ended(self, EndReason.INTERNAL_ERROR)
 
     def _read(self) -> None:
@@ -160,15 +170,7 @@ class StreamEngine(Connection):
                 pass
         self.owner.ended(self, reason, exc)
 
-    # -- input: greeting, handshake, frames --------------------------------------------
-
-    def start_greeting(self) -> None:
-        """The socket is connected: our greeting goes first."""
-        self.start_ack_tracking()
-        data = greeting(self.mechanism.name, self.mechanism.as_server)
-        self.out.append(data)
-        self.out_bytes += len(data)
-        self.owner.emit(zmq.EVENT_CONNECTED if self.initiator else zmq.EVENT_ACCEPTED, 0, self.endpoint)
+    # -- input: frames -----------------------------------------------------------------
 
     def _feed(self, data: bytes) -> None:
         if self.pending:
@@ -194,46 +196,6 @@ class StreamEngine(Connection):
             rest = memoryview(data)[i:]  # no copy: joined with the next chunks once the frame is whole
             self.pending, self.pending_len = [rest], len(rest)
 
-    def _on_greeting(self, data: bytes) -> None:
-        version, mechanism, _ = parse_greeting(data)
-        ours = self.mechanism
-        if mechanism != ours.name:
-            raise ZmtpError(f"the peer uses the {mechanism.decode('ascii', 'replace')} security mechanism, this socket "
-                            f"{ours.name.decode()}", zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL,
-                            zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
-        # the as-server byte is not checked: libzmq 4.3 always sends 0 there; a CURVE peer
-        # in the wrong role fails the handshake's first command instead
-        self.stage = HANDSHAKE
-        for body in ours.start():
-            self.queue_frame(COMMAND, body)
-
-    def _handshake_frames(self, data: bytes, i: int) -> int:
-        while self.stage == HANDSHAKE:
-            frames: list[ParsedFrame] = []
-            i, self.need, _ = parse_frames(data, i, codec.HANDSHAKE_FRAME_LIMIT, frames, one=True)
-            if not frames:
-                return i
-            frame = frames[0]
-            if type(frame) is not tuple or not frame[0] & COMMAND or frame[0] & MORE:
-                raise ZmtpError("a message frame before the handshake completed", zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL,
-                                zmq.PROTOCOL_ERROR_ZMTP_UNEXPECTED_COMMAND)
-            for body in self.mechanism.on_command(frame[1]):
-                self.queue_frame(COMMAND, body)
-            if self.mechanism.ready:
-                self._on_ready()
-        return i
-
-    def _on_ready(self) -> None:
-        self.stage = READY
-        connector = self.connector
-        if connector is not None:
-            connector.renegotiated = False
-            connector.backoff_s = None  # reconnect_ivl_max's backoff starts over
-            connector.failed_handshakes = 0
-        self.next_ping = time.monotonic() + self.settings.heartbeat.interval
-        self.owner.due(self.next_ping)
-        self.owner.peer_ready(self)
-
     def _message_frames(self, data: bytes, i: int) -> int:
         """Whole frames after the handshake: messages into the inbox, commands answered."""
         encrypted = self.mechanism.name != b"NULL"
@@ -247,8 +209,10 @@ class StreamEngine(Connection):
         try:
             i, self.need, flagged = parse_frames(data, i, self.message_limit + overhead, frames)
         except codec.FrameTooLarge as exc:  # what came before it is still delivered, then the connection closes
-            too_large = ZmtpError(f"a message of {exc.size - overhead} bytes exceeds "
-                                  f"max_message_bytes={self.settings.max_message_bytes or codec.HARD_FRAME_LIMIT}")
+            too_large = ZmtpError(
+                f"a message of {exc.size - overhead} bytes exceeds "
+                f"max_message_bytes={self.settings.max_message_bytes or codec.HARD_FRAME_LIMIT}"
+            )
             flagged = 1
         if frames:
             if flagged or encrypted or self.in_multipart:
@@ -303,8 +267,9 @@ class StreamEngine(Connection):
             self.in_multipart = in_multipart
             if dropped:
                 self.owner.discarded(dropped)
-            if out and self._deliver_to(self, out, None if not joined else
-                                        sum(len(m) if type(m) is not tuple else 0 for m in out) + joined):
+            if out and self._deliver_to(
+                self, out, None if not joined else sum(len(m) if type(m) is not tuple else 0 for m in out) + joined
+            ):
                 self._pause()
 
     def _add_part(self, body: bytes) -> None:
@@ -320,8 +285,10 @@ class StreamEngine(Connection):
         if self.parts_cost > limit:
             parts = len(self.parts)
             self.parts, self.parts_bytes, self.parts_cost = [], 0, 0
-            raise ZmtpError(f"a multipart message exceeds max_message_bytes={limit} at its frame {parts} "
-                            f"(its frames' bytes plus {PART_OVERHEAD} per frame count)")
+            raise ZmtpError(
+                f"a multipart message exceeds max_message_bytes={limit} at its frame {parts} "
+                f"(its frames' bytes plus {PART_OVERHEAD} per frame count)"
+            )
 
     def _pause(self) -> None:
         """The peer's inbox is full (backpressure): stop reading until the owner resumes us."""
@@ -360,8 +327,9 @@ class StreamEngine(Connection):
         Answers stop while our replies pile up unread (a PING flood from a peer that does
         not read), so memory stays bounded; a malformed PING or a flood is logged once."""
         if len(data) < 2 or len(data) > 18:
-            self._heartbeat_warning(f"a malformed PING of {len(data)} bytes (RFC 37: a 2-byte TTL and "
-                                    "at most 16 bytes of context); ignored")
+            self._heartbeat_warning(
+                f"a malformed PING of {len(data)} bytes (RFC 37: a 2-byte TTL and at most 16 bytes of context); ignored"
+            )
             if len(data) < 2:
                 return
         ttl = int.from_bytes(data[:2], "big") / 10.0
@@ -387,10 +355,15 @@ class StreamEngine(Connection):
         settings = self.settings
         expired = self.heartbeat_expired(now, settings.heartbeat, settings.ack_liveness_bytes)
         if expired is not None:
-            self.owner.ended(self, EndReason.HEARTBEAT_TIMEOUT, ZmtpError(expired, zmq.EVENT_DISCONNECTED, errno.ETIMEDOUT))
+            self.owner.ended(
+                self, EndReason.HEARTBEAT_TIMEOUT, ZmtpError(expired, zmq.EVENT_DISCONNECTED, errno.ETIMEDOUT)
+            )
             return 1.0
-        if self.ping_due(now, settings.heartbeat, settings.receive_only) \
-                and self.out_bytes < _MAX_PENDING_REPLY_BYTES and not self.finished:
+        if (
+            self.ping_due(now, settings.heartbeat, settings.receive_only)
+            and self.out_bytes < _MAX_PENDING_REPLY_BYTES
+            and not self.finished
+        ):
             # (a peer that does not read what we queued gets no more PINGs, nor one whose
             # sending side we shut down at close; silence still counts from the first)
             self.queue_command(settings.ping)
@@ -465,35 +438,3 @@ class StreamEngine(Connection):
                     sent = 0
             if out:
                 return  # a partial write: the kernel buffer is full, wait until writable
-
-    # -- the mechanism's questions -----------------------------------------------------
-
-    def declare_metadata(self, peer: dict[str, bytes] | None) -> dict[str, bytes]:
-        """The metadata we announce (``Socket-Type``), given the peer's if it spoke first."""
-        self.sent_metadata = True
-        settings = self.settings
-        if peer is not None:
-            kind = (peer.get("socket-type") or b"").upper()
-            ours = settings.peer_types.get(kind, settings.socket_type)
-        elif self.connector is not None:
-            ours = self.connector.declare
-        else:
-            ours = settings.socket_type
-        self.declared = ours
-        return {"Socket-Type": ours}
-
-    def accept_metadata(self, metadata: dict[str, bytes]) -> None:
-        """Check the peer's metadata: its socket type must be one ours talks to."""
-        settings = self.settings
-        kind = socket_type_of(metadata)
-        answer = settings.peer_types.get(kind)
-        declared = self.declared
-        if answer is not None and self.connector is not None:
-            self.connector.declare = answer  # what this peer accepts, for the next attempts
-        if answer is not None and declared is not None and declared != answer and self.connector is not None:
-            raise Renegotiate(f"the peer is a {kind.decode('ascii', 'replace')[:20]}: announcing {answer.decode()}")
-        if answer is None or (declared is not None and declared != answer):
-            raise ZmtpError(
-                f"socket type mismatch: a {kind.decode('ascii', 'replace')[:20]} peer cannot talk to this "
-                f"{(declared or settings.socket_type).decode()} socket",
-                zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL, zmq.PROTOCOL_ERROR_ZMTP_INVALID_METADATA)
