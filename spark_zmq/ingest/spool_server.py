@@ -37,7 +37,7 @@ from ..patterns import Router, SocketClosedError
 from ..patterns.curve import Curve
 from ..patterns.curve_keys import KeyPair
 from ..patterns.deadlines import IDLE_SLICE_S
-from ..patterns.router_reply import ReplyDrops
+from ..patterns.router_reply import CLOSE_LINGER_MS, ReplyDrops
 from .loss import DataLossError, LossPolicy
 from .spool_format import SPOOL_SCHEMA
 from .spool_reader import read_range
@@ -234,7 +234,7 @@ class SpoolServer:
         try:
             self._serve_until_stopped()
         finally:
-            self._router.close(linger=0)
+            self._router.close(linger=CLOSE_LINGER_MS)
 
     def _serve_until_stopped(self) -> None:
         watch = self._router.handshakes

@@ -17,10 +17,21 @@ import time
 
 from .reqrep import Router
 
-__all__ = ["ReplyDrops", "LOG_EVERY_S"]
+__all__ = ["ReplyDrops", "LOG_EVERY_S", "CLOSE_LINGER_MS"]
 
 #: at most one log line about dropped replies this often (seconds)
 LOG_EVERY_S = 60.0
+
+#: the linger (ms) a ROUTER server closes with. Why not 0: libzmq 4.3.5 aborts the process
+#: ("Resource temporarily unavailable (src/session_base.cpp:233)", zeromq/libzmq#3442) when
+#: a connection fails while its session is stalled inside a multipart reply (a client that
+#: stopped reading partway through a fetch reply's Arrow frame, which is not its last) and
+#: the closed socket's pipe already refuses the rest of it. With linger 0 the pipe refuses at
+#: once, just when a stopping query's readers close their connections; within a linger the
+#: session may still read it, so a connection that fails then only ends. A client that reads
+#: gets what was queued for it; one that does not is cut off when the linger ends (the same
+#: gap then reopens for one command round trip of libzmq's reaper: narrower, not closed).
+CLOSE_LINGER_MS = 1000
 
 
 class ReplyDrops:

@@ -101,6 +101,7 @@ from ..patterns.curve import Curve
 from ..patterns.endpoints import EndpointsSpec
 from ..patterns.heartbeat import Heartbeat
 from ..patterns.reqrep import Router
+from ..patterns.router_reply import CLOSE_LINGER_MS
 from . import broker_defaults as defaults
 from .broker_clients import ClientQueues, Frames
 from .broker_frontend import LOGGED_CLIENTS, BrokerFrontend, ClientSide
@@ -430,8 +431,9 @@ class Broker(ClientSide, WorkerSide):
                 return
             self._closed = True
             self._clients.clear()
-            self._frontend.close(linger=0)
-            self._backend.close(linger=0)
+            # both pass multipart messages to peers that may have stopped reading
+            self._frontend.close(linger=CLOSE_LINGER_MS)
+            self._backend.close(linger=CLOSE_LINGER_MS)
 
     def __enter__(self) -> Broker:
         return self
