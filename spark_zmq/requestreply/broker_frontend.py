@@ -17,7 +17,7 @@ import zmq
 
 from ..patterns.reqrep import Router
 from .broker_stats import delimiter
-from .broker_workers import _BATCH
+from .broker_workers import READ_BATCH
 
 if TYPE_CHECKING:
     from .broker_clients import ClientQueues, Frames
@@ -134,7 +134,7 @@ class ClientSide:
     # -- frontend: clients ------------------------------------------------------------------
 
     def _read_frontend(self, front: zmq.Socket[Any]) -> None:
-        for _ in range(_BATCH):
+        for _ in range(READ_BATCH):
             if not self._clients.room():
                 return
             frames = self._recv(front, "frontend")

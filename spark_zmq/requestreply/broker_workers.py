@@ -24,12 +24,12 @@ if TYPE_CHECKING:
     from ..patterns.reqrep import Router
     from .broker_clients import ClientQueues, Frames
 
-__all__ = ["READY", "WorkerSide"]
+__all__ = ["READY", "READ_BATCH", "WorkerSide"]
 
 log = logging.getLogger("spark_zmq.requestreply.broker")
 
 #: at most this many messages are read from one socket before the other is looked at
-_BATCH = 256
+READ_BATCH = 256
 #: what a worker sends, as its first and only frame, to say it can take a request
 READY = b"READY"
 #: forgotten workers remembered, so a reply sent just before a disconnection still counts
@@ -76,7 +76,7 @@ class WorkerSide:
         def _read_monitors(self) -> None: ...
 
     def _read_backend(self, back: zmq.Socket[Any]) -> None:
-        for _ in range(_BATCH):
+        for _ in range(READ_BATCH):
             frames = self._recv(back, "backend")
             if frames is None:
                 return
