@@ -10,6 +10,11 @@ stayed 0, and ``close()`` never returned."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 
@@ -27,21 +32,31 @@ pytestmark = pytest.mark.timeout(60)
 _BIG = 256 << 10
 
 
-@pytest.fixture
-def served(tmp_path):
-    spool = Spool(str(tmp_path / "spool"), 2, max_bytes=1 << 30)
+def _spool(path: str) -> Spool:
+    """Channel 0: 500 small messages; channel 1: 32 of ``_BIG``."""
+    spool = Spool(path, 2, max_bytes=1 << 30)
     spool.channels[0].append(messages_to_batch([b"m-%d" % i for i in range(500)], None, "raw", 0))
     for start in range(0, 32, 8):
         spool.channels[1].append(
             messages_to_batch([bytes([i]) * _BIG for i in range(start, start + 8)], None, "raw", 0)
         )
-    server = SpoolServer(
+    return spool
+
+
+def _server(spool: Spool) -> SpoolServer:
+    return SpoolServer(
         spool.spool_dir,
         host="127.0.0.1",
         spool_id=spool.spool_id,
         channels=2,
         locate=lambda channel, offset: spool.channels[channel].locate(offset),
     )
+
+
+@pytest.fixture
+def served(tmp_path):
+    spool = _spool(str(tmp_path / "spool"))
+    server = _server(spool)
     yield spool, server
     closing = threading.Thread(target=server.close, daemon=True)
     closing.start()
@@ -108,3 +123,52 @@ def test_a_client_that_reads_nothing_costs_others_nothing_and_close_ends_in_time
     finally:
         attacker.close()
         other.close()
+
+
+#: rounds per child process, and children: about 1 s of rounds a child on 2 cores
+_ROUNDS, _CHILDREN = 30, 3
+
+
+def _close_under_a_stuck_reply(rounds: int) -> None:
+    """``rounds`` times: a service, a client that sends 8 fetches of 8 MiB replies with a
+    4 KiB receive buffer and reads nothing, the service closed once it dropped a reply, then
+    the client (what a stopping query's read tasks do)."""
+    spool = _spool(os.path.join(tempfile.mkdtemp(), "spool"))
+    for _ in range(rounds):
+        server = _server(spool)
+        client = _dealer(server)
+        client.rcvhwm, client.rcvbuf = 1, 4096
+        client.connect(server.endpoint)
+        for i in range(8):
+            client.send_multipart([b"", _fetch(spool, 1, 0, 32, i)])
+        wait_until(lambda s=server: s.dropped_replies >= 1, 10.0, "a reply dropped for the stuck client")
+        server.close()
+        client.close()
+    spool.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_closing_the_service_under_a_client_stuck_mid_reply_never_aborts_the_process():
+    """libzmq 4.3.5 asserts ("Resource temporarily unavailable (src/session_base.cpp:233)",
+    zeromq/libzmq#3442) when a connection fails while its session holds part of a multipart
+    message and the closed socket's pipe already refuses the rest. A fetch reply's Arrow frame
+    is not its last, so a client stuck partway through it and closed just after the service
+    aborted the driver or relay process: with the ROUTER closed at linger 0
+    (``router_reply.CLOSE_LINGER_MS``) this test failed in each of three runs, its first child
+    aborting. The rounds run in child processes, so an abort ends a child, not the test run.
+    A race in libzmq, so probabilistic: marked slow, CI runs it, the inner loop does not."""
+    helpers = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "helpers")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([helpers, os.environ.get("PYTHONPATH", "")]))
+    for child in range(_CHILDREN):
+        result = subprocess.run(
+            [sys.executable, __file__, str(_ROUNDS)], capture_output=True, text=True, timeout=90, env=env
+        )
+        aborted = result.returncode == -signal.SIGABRT
+        assert result.returncode == 0, (
+            f"child {child} {'aborted' if aborted else f'exited {result.returncode}'}: {result.stderr[-800:]}"
+        )
+
+
+if __name__ == "__main__":
+    _close_under_a_stuck_reply(int(sys.argv[1]))
