@@ -45,7 +45,9 @@ def _feed(endpoint: str, rate: float, stop: threading.Event) -> None:
         push.close(0)
 
 
-def _run(spark, manager: str | None, rate: float, seconds: float) -> dict:
+def run(spark, manager: str | None, rate: float, seconds: float) -> dict:
+    """One connector query under ``manager`` (``None``: Spark's own choice) fed ``rate``
+    messages a second; the medians of ``seconds`` of its micro-batches past the first ``SKIP``."""
     if manager is None:
         spark.conf.unset(KEY)
     else:
@@ -80,6 +82,7 @@ def _run(spark, manager: str | None, rate: float, seconds: float) -> dict:
         "trigger_ms": median("triggerExecution"),
         "offset_log_ms": median("walCommit"),
         "commit_log_ms": median("commitOffsets"),
+        "add_batch_ms": median("addBatch"),
         "jvm_cpu_ms_per_batch": cpu_tree.by_role(before, after)["jvm"] * 1000 / batches,
     }
 
@@ -89,7 +92,7 @@ def measure(spark, rate: float = 10_000, seconds: float = 8.0, reps: int = 2) ->
     runs: dict[str, list[dict]] = {label: [] for label, _ in MANAGERS}
     for _ in range(reps):
         for label, manager in MANAGERS:
-            runs[label].append(_run(spark, manager, rate, seconds))
+            runs[label].append(run(spark, manager, rate, seconds))
     medians = {label: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for label, rs in runs.items()}
     parts = [
         f"{label}: micro-batch {m['trigger_ms']:.0f} ms (offset log {m['offset_log_ms']:.0f}, commit log "

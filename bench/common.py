@@ -24,12 +24,16 @@ def free_port() -> int:
 
 #: conf/spark-defaults.conf's checkpoint file manager for local checkpoints
 CHECKPOINT_FILE_MANAGER = "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
+#: conf/spark-defaults.conf's setting for how Spark's JVM talks to its Python workers
+PYTHON_UNIX_SOCKET = "spark.python.unix.domain.socket.enabled"
 
 
-def spark_session(smoke: bool = False):
+def spark_session(smoke: bool = False, unix_socket: bool = True):
     """local[2] like the tests, Python workers on this interpreter, zmq registered.
     ``smoke``: the JVM compiles with C1 only, which starts its code sooner at less CPU;
-    C2's optimised code pays off only over the full run's sizes, which measure it."""
+    C2's optimised code pays off only over the full run's sizes, which measure it.
+    ``unix_socket``: Python workers on a Unix socket, as conf/spark-defaults.conf sets
+    (``bench/worker_socket.py`` compares the two)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
@@ -46,6 +50,8 @@ def spark_session(smoke: bool = False):
         # checkpoints written without a process per file (docs/performance.md)
         .config("spark.sql.streaming.checkpointFileManagerClass", CHECKPOINT_FILE_MANAGER)
         .config("spark.pyspark.python", sys.executable)
+        # as conf/spark-defaults.conf: Spark's JVM and its Python workers on a Unix socket
+        .config(PYTHON_UNIX_SOCKET, "true" if unix_socket else "false")
     )
     if smoke:
         builder = builder.config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1")

@@ -160,6 +160,8 @@ def spark(tmp_path_factory):
         .config("spark.sql.streaming.stopTimeout", "30s")
         # as conf/spark-defaults.conf: local checkpoints written without a process per file
         .config("spark.sql.streaming.checkpointFileManagerClass", CHECKPOINT_FILE_MANAGER)
+        # as conf/spark-defaults.conf: Python workers on a Unix socket, no 40 ms wait a task
+        .config("spark.python.unix.domain.socket.enabled", "true")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

@@ -416,6 +416,62 @@ def test_spark_defaults_are_read_by_spark_in_every_properties_form(run, tmp_path
     assert got == expected, result.stdout
 
 
+#: a job's session with the project's conf (or the file argv[1] names); a Python task reports
+#: what kind of socket its worker holds: the kernel's tables say which of its sockets are
+#: Unix and which TCP
+SOCKET_CHECK = f"""
+import os, sys
+sys.path.insert(0, {os.path.join(ROOT, "jobs")!r})
+import jobkit
+if len(sys.argv) > 1:
+    jobkit.CONF = sys.argv[1]
+spark = jobkit.session("spark-zmq-socket-check")
+
+def sockets(_):
+    held = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            link = os.readlink(f"/proc/self/fd/{{fd}}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            held.add(link[len("socket:["):-1])
+    def inodes(table, column):
+        with open(table) as rows:
+            return {{row.split()[column] for row in list(rows)[1:] if len(row.split()) > column}}
+    tcp = inodes("/proc/self/net/tcp", 9) | inodes("/proc/self/net/tcp6", 9)
+    yield f"unix={{len(held & inodes('/proc/self/net/unix', 6))}} tcp={{len(held & tcp)}}"
+
+print("worker sockets:", spark.sparkContext.parallelize([0], 1).mapPartitions(sockets).collect()[0])
+spark.stop()
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/net/unix"), reason="reads the socket tables of Linux's /proc")
+@pytest.mark.parametrize("conf", ["project", "without the socket line"])
+def test_the_project_conf_runs_python_workers_on_a_unix_socket(conf, tmp_path):
+    """conf/spark-defaults.conf puts Spark's JVM and its Python workers on a Unix socket
+    (docs/performance.md, "Python workers on a Unix socket"): a job's Python task talks to
+    the JVM over one and holds no TCP socket. The same conf without that line gives Spark's
+    default, loopback TCP, which is what the check tells apart."""
+    script = tmp_path / "socket_check.py"
+    script.write_text(SOCKET_CHECK)
+    command = [sys.executable, str(script)]
+    if conf != "project":
+        trimmed = tmp_path / "spark-defaults.conf"
+        with open(os.path.join(ROOT, "conf", "spark-defaults.conf")) as project:
+            trimmed.write_text("".join(line for line in project if "unix.domain.socket" not in line))
+        command.append(str(trimmed))
+    empty_dir = tmp_path / "empty"
+    empty_dir.mkdir()
+    env = dict(_env(), SPARK_CONF_DIR=str(empty_dir))  # only the file under test, not the project's as well
+    env.pop("PYSPARK_SUBMIT_ARGS", None)
+    result = subprocess.run(command, cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    expected = "unix=1 tcp=0" if conf == "project" else "unix=0 tcp=1"
+    assert f"worker sockets: {expected}" in result.stdout, result.stdout + result.stderr[-2000:]
+
+
 @pytest.mark.parametrize(
     "job, args, message",
     [
