@@ -53,7 +53,9 @@ def pytest_collection_modifyitems(config, items):
     group, so a parallel run (``-n 2 --dist loadgroup``, the default) has one Spark session,
     in one worker; the tests that start Spark applications in child processes are in a
     second group, which xdist hands to the other worker (it deals the largest groups
-    first, one to each worker), beside the tests that need no Spark."""
+    first, one to each worker), beside the tests that need no Spark. A test may name a group
+    of its own (``pytest.mark.xdist_group("bench")``: the bench's smoke run, the longest
+    test, which would otherwise lengthen the applications' group by its whole length)."""
     import inspect
 
     for item in items:
@@ -64,8 +66,12 @@ def pytest_collection_modifyitems(config, items):
             # the session's tests share its worker; tests that start Spark applications of
             # their own (spark-submit jobs, notebooks, the cluster bed) run one at a time on
             # the other worker, beside the session rather than after it
-            group = "spark" if "spark" in fixtures else "spark-apps"
-            item.add_marker(pytest.mark.xdist_group(group))
+            own = item.get_closest_marker("xdist_group")
+            if own is not None:  # a group of its own, declared by the test (the bench's smoke run)
+                group = own.kwargs.get("name", own.args[0] if own.args else "")
+            else:
+                group = "spark" if "spark" in fixtures else "spark-apps"
+                item.add_marker(pytest.mark.xdist_group(group))
             _GROUPS[item.nodeid] = group
         function = getattr(item, "function", None)
         try:
@@ -87,7 +93,7 @@ def pytest_collection_modifyitems(config, items):
 #: names it: a test of the shared Spark session, one that starts Spark applications of
 #: its own (a JVM each), any other. A report, not a failure (a loaded machine stretches
 #: every test); CI's log shows it, so a slow newcomer is seen the day it lands.
-DURATION_BUDGET_S = {"spark": 45.0, "spark-apps": 90.0, "": 10.0}
+DURATION_BUDGET_S = {"spark": 45.0, "spark-apps": 90.0, "bench": 90.0, "": 10.0}
 _durations: dict = {}
 #: each test's xdist group, as collected in this process
 _GROUPS: dict = {}
@@ -122,6 +128,7 @@ def pytest_terminal_summary(terminalreporter):
     names = {
         "spark": "the Spark session's tests (one worker, in turn)",
         "spark-apps": "tests starting Spark applications (one worker, in turn)",
+        "bench": "the bench's smoke run (a Spark application, beside the other groups)",
         "": "the other tests",
     }
     for group, (count, total) in sorted(totals.items()):

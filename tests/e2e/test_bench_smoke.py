@@ -9,7 +9,9 @@ import sys
 
 import pytest
 
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(660)]
+# a group of its own: the suite's longest test runs beside the two Spark groups, on the third
+# worker with the tests that need no Spark, instead of lengthening the applications' group
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(660), pytest.mark.xdist_group("bench")]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
