@@ -65,6 +65,13 @@ def run(spark, manager: str | None, rate: float, seconds: float) -> dict:
         first = query.lastProgress["batchId"]
         before = cpu_tree.snapshot()
         time.sleep(seconds)  # a measured window of wall-clock time, not a synchronisation
+        # at least one whole micro-batch in the window: on a loaded machine a smoke run's
+        # 0.3 s window could end before the first one did, leaving nothing to take medians of
+        deadline = time.monotonic() + 60
+        while query.lastProgress["batchId"] <= first and time.monotonic() < deadline:
+            if query.exception() is not None:
+                raise RuntimeError(f"the checkpoint query failed: {query.exception()}")
+            time.sleep(0.05)
         after = cpu_tree.snapshot(follow=before)
         last = query.lastProgress["batchId"]
     finally:
