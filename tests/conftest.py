@@ -50,9 +50,9 @@ def pytest_collection_modifyitems(config, items):
     ``-m "not node"`` never needs node: every test that asks for the ``spark`` fixture is
     marked ``spark``; every test whose code, fixtures or parameters (a ``libzmq-...`` peer
     kind) drive a node peer, ``node``. Every test of the ``spark`` fixture is in one xdist
-    group, so a parallel run (``-n 2 --dist loadgroup``, the default) has one Spark session,
+    group, so a parallel run (``-n 3 --dist loadgroup``, the default) has one Spark session,
     in one worker; the tests that start Spark applications in child processes are in a
-    second group, which xdist hands to the other worker (it deals the largest groups
+    second group, which xdist hands to another worker (it deals the largest groups
     first, one to each worker), beside the tests that need no Spark. A test may name a group
     of its own (``pytest.mark.xdist_group("bench")``: the bench's smoke run, the longest
     test, which would otherwise lengthen the applications' group by its whole length)."""
@@ -65,7 +65,7 @@ def pytest_collection_modifyitems(config, items):
         if item.get_closest_marker("spark") is not None:
             # the session's tests share its worker; tests that start Spark applications of
             # their own (spark-submit jobs, notebooks, the cluster bed) run one at a time on
-            # the other worker, beside the session rather than after it
+            # another worker, beside the session rather than after it
             own = item.get_closest_marker("xdist_group")
             if own is not None:  # a group of its own, declared by the test (the bench's smoke run)
                 group = own.kwargs.get("name", own.args[0] if own.args else "")
