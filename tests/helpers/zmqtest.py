@@ -183,17 +183,25 @@ def reader_pid(spool_dir: str) -> int:
         return int(f.read().strip())
 
 
-def listening_addresses(pid: int) -> set[tuple[str, int]]:
-    """The TCP ``(address, port)`` pairs process ``pid`` listens on (from /proc: its socket
-    inodes matched against the kernel's table of listening sockets)."""
+def socket_inodes(pid: int) -> set[str]:
+    """The inodes of the sockets process ``pid`` holds (its file descriptors' ``socket:[N]``
+    links in /proc), to match against the kernel's socket tables (``/proc/net/tcp``'s 10th
+    column)."""
     inodes = set()
     for fd in os.listdir(f"/proc/{pid}/fd"):
         try:
             target = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:
+        except OSError:  # closed since the listing
             continue
         if target.startswith("socket:["):
-            inodes.add(target[8:-1])
+            inodes.add(target[len("socket:[") : -1])
+    return inodes
+
+
+def listening_addresses(pid: int) -> set[tuple[str, int]]:
+    """The TCP ``(address, port)`` pairs process ``pid`` listens on (from /proc: its socket
+    inodes matched against the kernel's table of listening sockets)."""
+    inodes = socket_inodes(pid)
     found = set()
     for table, width in (("tcp", 4), ("tcp6", 16)):
         try:

@@ -140,7 +140,7 @@ from patterns_support import (
     unique_name,
 )
 from zmqjs_peer import NodePeer, PeerError, payload, skip_unless_node
-from zmqtest import established_tcp, settled
+from zmqtest import established_tcp, settled, socket_inodes
 
 from spark_zmq.patterns import Gather, Scatter, SocketClosedError
 from spark_zmq.patterns.curve import Curve
@@ -751,15 +751,7 @@ def kernel_bytes(port: int) -> int:
 def node_local_port(node: NodePeer, remote_port: int) -> int:
     """The local port of the node process's TCP connection to ``remote_port`` (found by the
     socket inodes of its file descriptors)."""
-    inodes = set()
-    fd_dir = f"/proc/{node.process.pid}/fd"
-    for fd in os.listdir(fd_dir):
-        try:
-            target = os.readlink(f"{fd_dir}/{fd}")
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[len("socket:[") : -1])
+    inodes = socket_inodes(node.process.pid)
     for connection in established_tcp():
         if connection.remote_port == remote_port and connection.inode in inodes:
             return connection.local_port
