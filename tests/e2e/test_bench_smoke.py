@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 
@@ -17,15 +16,9 @@ pytestmark = [pytest.mark.spark, pytest.mark.timeout(660), pytest.mark.xdist_gro
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-#: the smoke run (its Spark application, producers and peers inherit it) yields the cores to
-#: the two Spark groups whenever they want them: it finds only their idle moments, and the
-#: run's length is theirs, not theirs plus its own
-NICE = ["nice", "-n", "10"] if shutil.which("nice") else []
-
-
 def test_bench_smoke_run_writes_its_report(tmp_path):
     result = subprocess.run(
-        [*NICE, sys.executable, os.path.join(ROOT, "bench", "run.py"), "--smoke", "--out", str(tmp_path)],
+        [sys.executable, os.path.join(ROOT, "bench", "run.py"), "--smoke", "--out", str(tmp_path)],
         capture_output=True,
         text=True,
         timeout=600,

@@ -179,7 +179,7 @@ def test_a_relay_keeps_receiving_while_the_spark_application_is_killed_and_resta
     its checkpoint and the output holds every message exactly once, none lost."""
     data_port, listen_port = free_ports(2)
     relay = RelayProcess(f"@tcp://127.0.0.1:{data_port}", f"tcp://127.0.0.1:{listen_port}", str(tmp_path / "spool"))
-    total = 12_000  # 2,000, then 10,000 at 1,500 msgs/s: about 7 s of sending across the kill
+    total = 30_000
     messages = numbered(total, fmt=b"app-%d")
     output_seen = threading.Event()
 
