@@ -166,6 +166,24 @@ def test_the_pattern_package_loads_the_request_reply_names_only_when_first_used(
     assert result.stdout.split("\n")[:2] == ["[]", "True"], result.stdout
 
 
+def test_a_receiver_process_without_curve_loads_neither_zap_nor_arrow_compute():
+    """A receiver process (``spark_zmq.relay.child``, one per channel and query start)
+    imports neither pyzmq's ZAP thread (asyncio and ssl with it) nor ``pyarrow.compute``:
+    about 80 ms of every query's start that a receiver without CURVE, reading raw messages,
+    never uses; CURVE servers and Arrow conversion load them when first used."""
+    code = (
+        "import sys\n"
+        "import spark_zmq.relay.child\n"
+        "print(sorted(m for m in ('asyncio', 'ssl', 'zmq.auth.thread', 'pyarrow.compute') if m in sys.modules))\n"
+        "from spark_zmq.patterns.curve import secure_context, _register\n"
+        "_register(secure_context(), '*').release()\n"
+        "print('zmq.auth.thread' in sys.modules)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[:2] == ["[]", "True"], result.stdout
+
+
 def test_no_module_of_the_package_imports_another_back():
     """No import cycle anywhere in the package, counting the imports made only for the
     type checker and those inside functions: a cycle is two modules a reader cannot

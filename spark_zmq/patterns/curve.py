@@ -22,13 +22,15 @@ import logging
 import os
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import zmq
-from zmq.auth.base import Authenticator
-from zmq.auth.thread import ThreadAuthenticator
 
 from .curve_keys import ANY_KEY, CurveError, KeyPair, check_authorized
+
+if TYPE_CHECKING:  # imported when the first CURVE server socket registers: pyzmq's ZAP thread
+    # brings asyncio and ssl, which a process without CURVE (every receiver by default) never needs
+    from .zap_handler import ZapHandler
 
 __all__ = ["Curve", "secure_context"]
 
@@ -104,7 +106,7 @@ class Curve:
 class _KeyPolicy:
     """A ``zmq.auth`` credentials provider: which client keys one server socket accepts."""
 
-    def __init__(self, authorized: str | frozenset[bytes], authenticator: _Authenticator) -> None:
+    def __init__(self, authorized: str | frozenset[bytes], authenticator: ZapHandler) -> None:
         self.authorized = authorized
         self.authenticator = authenticator
         self.logged: set[tuple[str, bytes]] = set()
@@ -119,52 +121,9 @@ class _KeyPolicy:
         return False
 
 
-ZAP_ENDPOINT = "inproc://zeromq.zap.01"
-
-
-class _ReleasingZapEndpoint(Authenticator):
-    """Unbinds the ZAP endpoint before pyzmq closes the handler's socket.
-
-    Why: libzmq releases a closed socket's inproc names later, on its reaper thread, so a
-    handler started on the same context right after the last one stopped could find
-    ``inproc://zeromq.zap.01`` still taken (EADDRINUSE). ``unbind`` releases it at once.
-    pyzmq's ``ThreadAuthenticator.stop`` calls this after joining its thread, so the
-    socket is ours alone here."""
-
-    def stop(self) -> None:
-        if self.zap_socket is not None:
-            try:
-                self.zap_socket.unbind(ZAP_ENDPOINT)
-            except zmq.ZMQError:
-                pass  # never bound (start failed): nothing to release
-        super().stop()
-
-
-_pipe_ids = itertools.count(1)
-
-
-class _Authenticator(ThreadAuthenticator, _ReleasingZapEndpoint):
-    """pyzmq's ZAP handler, remembering the peer address of the request it is answering
-    (so a refusal can be logged with it).
-
-    Its control pipe gets a name never used before: pyzmq names it after ``id(self)``, and
-    a new handler at the address of one just stopped found the old pipe's inproc name not
-    yet released by libzmq's reaper thread (EADDRINUSE, seen in the 200-cycle test)."""
-
-    peer_address = "?"
-
-    def __init__(self, context: zmq.Context[Any], log: logging.Logger) -> None:
-        super().__init__(context, log=log)
-        self.pipe_endpoint = f"inproc://spark-zmq-zap-pipe-{os.getpid()}-{next(_pipe_ids)}"
-
-    async def handle_zap_message(self, msg: list[bytes]) -> None:
-        self.peer_address = msg[3].decode("utf-8", "replace") if len(msg) > 3 else "?"
-        await super().handle_zap_message(msg)
-
-
 @dataclass
 class _ContextAuth:
-    authenticator: _Authenticator
+    authenticator: ZapHandler
     domains: set[str] = field(default_factory=set)
 
 
@@ -199,7 +158,9 @@ def _register(context: zmq.Context[Any], authorized: str | frozenset[bytes]) -> 
     with _lock:
         entry = _auths.get(id(context))
         if entry is None:
-            authenticator = _Authenticator(context, log=logging.getLogger(__name__ + ".zap"))
+            from .zap_handler import ZapHandler
+
+            authenticator = ZapHandler(context, log=logging.getLogger(__name__ + ".zap"))
             authenticator.start()
             entry = _auths[id(context)] = _ContextAuth(authenticator)
         domain = f"spark-zmq-{os.getpid()}-{next(_domain_ids)}"

@@ -23,7 +23,7 @@ def test_bench_smoke_run_writes_its_report(tmp_path):
         text=True,
         timeout=600,
         cwd=ROOT,
-    )  # under 2 min alone, more beside the suite
+    )  # about 4 min alone (220 s), more beside the suite (338 s)
     assert result.returncode == 0, result.stderr[-3000:]
     rows = {r["scenario"]: r for r in json.loads((tmp_path / "results.json").read_text())["results"]}
     assert set(rows) == {
