@@ -169,7 +169,7 @@ def test_the_pattern_package_loads_the_request_reply_names_only_when_first_used(
 def test_a_receiver_process_without_curve_loads_neither_zap_nor_arrow_compute():
     """A receiver process (``spark_zmq.relay.child``, one per channel and query start)
     imports neither pyzmq's ZAP thread (asyncio and ssl with it) nor ``pyarrow.compute``:
-    about 80 ms of every query's start that a receiver without CURVE, reading raw messages,
+    about 70 ms of import time (``python -X importtime``) at every query's start that a receiver without CURVE, reading raw messages,
     never uses; CURVE servers and Arrow conversion load them when first used."""
     code = (
         "import sys\n"

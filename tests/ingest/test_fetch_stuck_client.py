@@ -68,10 +68,11 @@ def _fetch(spool: Spool, channel: int, start: int, end: int, request_id: int) ->
     ).encode()
 
 
-def _attack() -> None:
+def _attack(directory: str) -> None:
     """A client that reads nothing beside one that reads: the other is served within a
-    bound and the service closes in time (assertions; run in a child process by the test)."""
-    spool = _spool(os.path.join(tempfile.mkdtemp(), "spool"))
+    bound and the service closes in time (assertions; run in a child process by the test,
+    its spool in ``directory``)."""
+    spool = _spool(os.path.join(directory, "spool"))
     server = _server(spool)
     # another reader, connected first: the ROUTER has a peer with room from now on
     other = _dealer(server)
@@ -176,6 +177,7 @@ def test_closing_the_service_under_a_client_stuck_mid_reply_never_aborts_the_pro
 
 if __name__ == "__main__":
     if sys.argv[1] == "attack":
-        _attack()
+        with tempfile.TemporaryDirectory() as directory:  # the spool goes with the child's run
+            _attack(directory)
     else:
         _close_under_a_stuck_reply(int(sys.argv[1]))
