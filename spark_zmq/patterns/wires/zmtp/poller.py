@@ -19,17 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 
-__all__ = ["Poller", "READ_PACING_S"]
-
-#: the pause after each busy turn of a receive-only socket's loop (``Poller(pace_s=...)``).
-#: Why: a producer streaming to a PULL socket keeps it readable, so an unpaced loop wakes
-#: for every few tens of kilobytes the kernel has, and each wake-up costs the receiving
-#: process a read, a parse, a hand-over to the receiving thread and two context switches,
-#: whatever the read holds. A millisecond's pause lets each read take what a millisecond
-#: brings: standalone, 1,000,000 messages of 100 B cost the receiving process 0.47-0.53 us
-#: a message instead of 0.54-0.73 (docs/performance.md, "Measured design choices"), and a
-#: message waits at most this long more before it is read.
-READ_PACING_S = 0.001
+__all__ = ["Poller"]
 
 #: the engine's logger: one name for all its parts, so one logging setting covers the engine
 log = logging.getLogger("spark_zmq.patterns.wires.zmtp.engine")
@@ -39,15 +29,11 @@ class Poller:
     """Selector, wake-up socketpair, command queue and timer heap of one I/O thread.
 
     ``lock`` is the engine's: it guards the command queue, and the engine's ``closing``
-    flag that ends ``run``. ``label`` names the socket in log lines. ``pace_s``: after a
-    turn that handled any socket's events, the loop sleeps this long before it looks again
-    (``READ_PACING_S`` for a socket that only receives; 0, no pause, for one that sends,
-    whose replies and round trips must not wait)."""
+    flag that ends ``run``. ``label`` names the socket in log lines."""
 
-    def __init__(self, lock: threading.Lock, label: str, pace_s: float = 0.0) -> None:
+    def __init__(self, lock: threading.Lock, label: str) -> None:
         self.lock = lock
         self.label = label
-        self.pace_s = pace_s
         self.selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -93,11 +79,8 @@ class Poller:
             for fn in commands:
                 self.guard(fn)
             timeout = self._run_timers(tick)
-            events = self.selector.select(timeout)
-            for key, mask in events:
+            for key, mask in self.selector.select(timeout):
                 self.guard(functools.partial(key.data, mask))
-            if events and self.pace_s:
-                time.sleep(self.pace_s)
 
     def guard(self, fn: Callable[[], object]) -> None:
         """Run ``fn``; a failure is logged and the loop goes on (one connection's bug must
