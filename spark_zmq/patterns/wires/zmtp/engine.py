@@ -61,7 +61,7 @@ from ...message_block import MessageRun
 from .codec import HANDSHAKE_FRAME_LIMIT, EngineMessage
 from .connection import READY, Peer
 from .owner import Settings
-from .poller import Poller
+from .poller import READ_PACING_S, Poller
 from .sessions import Sessions
 from .state import SharedState
 from .stream import StreamEngine
@@ -148,7 +148,8 @@ class Engine:
             state.fq,
             state.orphans,
         )
-        self._poller = Poller(self.lock, label)
+        # a receive-only socket's loop pauses after a streaming turn: fewer, larger reads (poller.py)
+        self._poller = Poller(self.lock, label, pace_s=READ_PACING_S if receive_only else 0.0)
         settings = Settings(
             socket_type=socket_type,
             peer_types=peer_types,

@@ -19,7 +19,23 @@ import threading
 import time
 from collections.abc import Callable
 
-__all__ = ["Poller"]
+__all__ = ["Poller", "READ_PACING_S", "STREAMING_TURN_BYTES"]
+
+#: the pause after a streaming turn of a receive-only socket's loop (``Poller(pace_s=...)``).
+#: Why: a producer streaming to a PULL socket keeps it readable, so an unpaced loop wakes
+#: for every few tens of kilobytes the kernel has, and each wake-up costs the receiving
+#: process a read, a parse, a hand-over to the receiving thread and two context switches,
+#: whatever the read holds. A millisecond's pause lets the next read take what a
+#: millisecond brought (docs/performance.md, "Measured design choices").
+READ_PACING_S = 0.001
+#: a loop whose turns read at least this many bytes on average (an exponentially weighted
+#: mean over the turns that read, each weighing a quarter) is streaming, and only then is a
+#: turn followed by the pause: messages one at a time (a request, a lock-step exchange, a
+#: trickle of up to about 16 MB/s) are read at once, as without pacing. A mean, not each
+#: turn's own count: on a busy machine the loop of a streaming socket wakes for single
+#: messages between large reads (102 B at the median turn, 58 KB on average, with two busy
+#: processes beside a standalone relay), and each pause makes the next read a large one.
+STREAMING_TURN_BYTES = 16 * 1024
 
 #: the engine's logger: one name for all its parts, so one logging setting covers the engine
 log = logging.getLogger("spark_zmq.patterns.wires.zmtp.engine")
@@ -29,11 +45,18 @@ class Poller:
     """Selector, wake-up socketpair, command queue and timer heap of one I/O thread.
 
     ``lock`` is the engine's: it guards the command queue, and the engine's ``closing``
-    flag that ends ``run``. ``label`` names the socket in log lines."""
+    flag that ends ``run``. ``label`` names the socket in log lines. ``pace_s``: after a
+    turn, while its turns read ``STREAMING_TURN_BYTES`` on average (a callback returns the
+    bytes it read, or None), the loop sleeps this long before it looks again
+    (``READ_PACING_S`` for a socket that only receives; 0, never, for one that sends,
+    whose replies and round trips must not wait)."""
 
-    def __init__(self, lock: threading.Lock, label: str) -> None:
+    def __init__(self, lock: threading.Lock, label: str, pace_s: float = 0.0) -> None:
         self.lock = lock
         self.label = label
+        self.pace_s = pace_s
+        #: the weighted mean of the bytes a turn read (``STREAMING_TURN_BYTES``)
+        self.turn_bytes_mean = 0.0
         self.selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -79,16 +102,25 @@ class Poller:
             for fn in commands:
                 self.guard(fn)
             timeout = self._run_timers(tick)
+            turn_bytes = 0
             for key, mask in self.selector.select(timeout):
-                self.guard(functools.partial(key.data, mask))
+                got = self.guard(functools.partial(key.data, mask))
+                if got:
+                    turn_bytes += got
+            if turn_bytes and self.pace_s:
+                self.turn_bytes_mean += (turn_bytes - self.turn_bytes_mean) * 0.25
+                if self.turn_bytes_mean >= STREAMING_TURN_BYTES:
+                    time.sleep(self.pace_s)
 
-    def guard(self, fn: Callable[[], object]) -> None:
-        """Run ``fn``; a failure is logged and the loop goes on (one connection's bug must
-        not stop the socket)."""
+    def guard(self, fn: Callable[[], object]) -> int:
+        """Run ``fn`` and return the bytes it says it read (0 if it says nothing); a failure
+        is logged and the loop goes on (one connection's bug must not stop the socket)."""
         try:
-            fn()
+            got = fn()
         except Exception:
             log.exception("%s: unexpected error in the ZMTP I/O thread (the connection is closed)", self.label)
+            return 0
+        return got if isinstance(got, int) else 0
 
     def _on_wake(self, mask: int) -> None:
         try:

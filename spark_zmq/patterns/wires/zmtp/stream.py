@@ -87,20 +87,22 @@ class StreamEngine(Handshake):
 
     # -- reading and writing a connection ----------------------------------------------
 
-    def on_io(self, mask: int) -> None:
-        """The selector's callback: ``mask`` says what the socket is ready for."""
+    def on_io(self, mask: int) -> int:
+        """The selector's callback: ``mask`` says what the socket is ready for. Returns the
+        bytes read, which tell the loop whether the peer is streaming (``Poller``)."""
         if self.stage == CLOSED:
-            return
+            return 0
         if self.connecting and mask & selectors.EVENT_WRITE:
             code = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
             if code:
                 self.owner.ended(self, EndReason.CONNECT_FAILED)
-                return
+                return 0
             self.connecting = False
             self.start_greeting()
+        read = 0
         try:
             if mask & selectors.EVENT_READ:
-                self._read()
+                read = self._read()
             if self.stage != CLOSED:
                 self.flush()  # replies, and (a new peer) what waits to be sent
         except ZmtpError as exc:
@@ -108,25 +110,30 @@ class StreamEngine(Handshake):
         except Exception:  # a bug of ours: never leave a connection out of step with its stream
             log.exception("%s: unexpected error on the connection of %s; closing it", self.settings.label, self.address)
             self.owner.ended(self, EndReason.INTERNAL_ERROR)
+        return read
 
-    def _read(self) -> None:
+    def _read(self) -> int:
+        """Read and parse what the socket holds, in a bounded number of reads; returns the bytes read."""
+        read = 0
         for _ in range(16):  # bounded, so one busy peer cannot starve the others
             if self.peer.paused or self.stage == CLOSED:
-                return
+                return read
             try:
                 data = self.sock.recv(_READ_BYTES)
             except (BlockingIOError, InterruptedError):
-                return
+                return read
             except OSError as exc:
                 self.owner.ended(self, *socket_failed(exc))
-                return
+                return read
             if not data:
                 self.owner.ended(self, EndReason.PEER_CLOSED)
-                return
+                return read
             self.heard_from_peer(time.monotonic())
+            read += len(data)
             self._feed(data)
             if len(data) < _READ_BYTES:
-                return
+                return read
+        return read
 
     def set_events(self, events: int) -> None:
         """Wait for ``events`` (``selectors.EVENT_*``) on the socket, and nothing else."""
