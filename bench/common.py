@@ -22,6 +22,15 @@ def free_port() -> int:
     return free_tcp_port()
 
 
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct ports as ``free_port`` chooses them: chosen together, so two
+    endpoints of one scenario never get the same port (each ``free_port`` is released
+    before the next is chosen)."""
+    from spark_zmq.free_ports import free_tcp_ports
+
+    return free_tcp_ports(count)
+
+
 #: conf/spark-defaults.conf's checkpoint file manager for local checkpoints
 CHECKPOINT_FILE_MANAGER = "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
 #: conf/spark-defaults.conf's setting for how Spark's JVM talks to its Python workers

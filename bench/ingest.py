@@ -19,7 +19,7 @@ import curvekeys
 import payloads
 import pyarrow as pa
 import zmq
-from common import NodeProducer, Producer, Relay, free_port, register_ceilings, wait_for_rows, wait_started, warm_up
+from common import NodeProducer, Producer, Relay, free_ports, register_ceilings, wait_for_rows, wait_started, warm_up
 
 from spark_zmq.ingest.spool_layout import LOCK_FILE
 
@@ -63,7 +63,9 @@ def connector(
         if channels not in (1, relays):
             raise ValueError(f"with relays every relay has one channel: channels={channels}, relays={relays}")
         channels = relays
-    ports = [free_port() for _ in range(channels)]
+    # every endpoint's port chosen at once (the relays' listen ports too), so none repeats
+    picked = free_ports(2 * channels if relays else channels)
+    ports, listen_ports = picked[:channels], picked[channels:]
     work = tempfile.mkdtemp(prefix="spark-zmq-bench-")
     started_relays: list[Relay] = []
     try:
@@ -72,7 +74,7 @@ def connector(
                 started_relays.append(
                     Relay(
                         f"@tcp://127.0.0.1:{port}",
-                        f"tcp://127.0.0.1:{free_port()}",
+                        f"tcp://127.0.0.1:{listen_ports[i]}",
                         os.path.join(work, f"relay-{i}"),
                         pattern,
                         kind,

@@ -27,7 +27,7 @@ import time
 import latency
 import pandas as pd
 import payloads
-from common import Producer, Relay, free_port, wait_for_rows, wait_started, warm_up
+from common import Producer, Relay, free_ports, wait_for_rows, wait_started, warm_up
 from ingest import WARM_UP_MESSAGES
 
 #: the columns the latency pipeline carries: the producer's text and the upstream's stamp
@@ -56,7 +56,7 @@ def two_stage(spark, count: int, rows: int, committed_only: bool) -> float:
     into ``noop``. Timed from the producer's start to the micro-batch of the downstream
     that had every row, after a warm-up through both stages."""
     work = tempfile.mkdtemp(prefix="spark-zmq-bench-")
-    in_port, mid_port = free_port(), free_port()
+    in_port, mid_port = free_ports(2)
     downstream = upstream = None
     try:
         reader = (
@@ -128,7 +128,7 @@ def stage_latency(spark, rate: float, seconds: float, committed_only: bool) -> d
     count = int(rate * seconds)
     collector = latency.Collector(latency.WARM + count)
     work = tempfile.mkdtemp(prefix="spark-zmq-bench-")
-    in_port, mid_port = free_port(), free_port()
+    in_port, mid_port = free_ports(2)
     downstream = upstream = None
     try:
         reader = (
@@ -201,9 +201,9 @@ def relay_readers(spark, count: int, rows: int, readers: int) -> list[float]:
     ``rows`` rows, each query timed from the producer's start to its micro-batch that had
     every row, after a warm-up that every query read."""
     work = tempfile.mkdtemp(prefix="spark-zmq-bench-")
-    port = free_port()
+    port, listen_port = free_ports(2)
     relay = Relay(
-        f"@tcp://127.0.0.1:{port}", f"tcp://127.0.0.1:{free_port()}", os.path.join(work, "relay"), "pull", "arrow"
+        f"@tcp://127.0.0.1:{port}", f"tcp://127.0.0.1:{listen_port}", os.path.join(work, "relay"), "pull", "arrow"
     )
     queries: list = []
     try:
